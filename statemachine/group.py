@@ -1,0 +1,105 @@
+"""One consumer group's view of a queue.
+
+A stored message that a group has not finished with is in exactly one of
+these places in that group:
+
+- ``ready``   — may be handed out now, in seq order;
+- ``leases``  — handed out, waiting for ack/nack/expiry;
+- ``delayed`` — put with a delay, or nacked with one: ready at a log time;
+- ``parked``  — out of deliveries, waiting to be moved to the dead-letter queue.
+
+Every structure is sorted so that handing out k messages costs O(k log n) and
+timers are found without scanning.
+"""
+
+from sortedcontainers import SortedDict, SortedList
+
+
+class Group:
+    __slots__ = ("name", "first_seq", "ready", "leases", "lease_deadlines", "delayed",
+                 "delayed_times", "deliveries", "parked")
+
+    def __init__(self, name: str, first_seq: int):
+        self.name = name
+        # Messages with a lower seq were put before this group existed (start
+        # "latest") and are none of its business.
+        self.first_seq = first_seq
+        self.ready = SortedList()
+        self.leases = SortedDict()          # seq -> (token, deadline)
+        self.lease_deadlines = SortedList()  # (deadline, seq)
+        self.delayed = SortedDict()           # seq -> visible_at
+        self.delayed_times = SortedList()     # (visible_at, seq)
+        self.deliveries = {}                # seq -> deliveries so far
+        self.parked = SortedDict()          # seq -> reason
+
+    def holds(self, seq: int) -> bool:
+        """Whether the message is in one of this group's own structures."""
+        return seq in self.leases or seq in self.delayed or seq in self.parked or seq in self.ready
+
+    def lease(self, seq: int, token: int, deadline: int) -> int:
+        self.leases[seq] = (token, deadline)
+        self.lease_deadlines.add((deadline, seq))
+        count = self.deliveries.get(seq, 0) + 1
+        self.deliveries[seq] = count
+        return count
+
+    def end_lease(self, seq: int) -> None:
+        _, deadline = self.leases.pop(seq)
+        self.lease_deadlines.remove((deadline, seq))
+
+    def extend_lease(self, seq: int, deadline: int) -> None:
+        token, old = self.leases[seq]
+        if deadline > old:
+            self.lease_deadlines.remove((old, seq))
+            self.lease_deadlines.add((deadline, seq))
+            self.leases[seq] = (token, deadline)
+
+    def delay(self, seq: int, visible_at: int) -> None:
+        self.delayed[seq] = visible_at
+        self.delayed_times.add((visible_at, seq))
+
+    def forget(self, seq: int) -> bool:
+        """Drop every trace of the message; True when the group still held it."""
+        self.deliveries.pop(seq, None)
+        if seq in self.leases:
+            self.end_lease(seq)
+        elif seq in self.delayed:
+            self.delayed_times.remove((self.delayed.pop(seq), seq))
+        elif seq in self.parked:
+            del self.parked[seq]
+        elif seq in self.ready:
+            self.ready.remove(seq)
+        else:
+            return False
+        return True
+
+    def lowest_held(self):
+        """The lowest seq this group holds in its own structures, or None."""
+        heads = [s.keys()[0] if isinstance(s, SortedDict) else s[0]
+                 for s in (self.ready, self.leases, self.delayed, self.parked) if s]
+        return min(heads) if heads else None
+
+    def next_timer(self):
+        times = [t[0][0] for t in (self.lease_deadlines, self.delayed_times) if t]
+        return min(times) if times else None
+
+    # Snapshot form: only the authoritative structures; indexes are rebuilt.
+    def to_state(self) -> list:
+        return [self.name, self.first_seq, list(self.ready),
+                [[seq, token, deadline] for seq, (token, deadline) in self.leases.items()],
+                [[seq, at] for seq, at in self.delayed.items()],
+                [[seq, n] for seq, n in self.deliveries.items()],
+                [[seq, reason] for seq, reason in self.parked.items()]]
+
+    @classmethod
+    def from_state(cls, state: list) -> "Group":
+        name, first_seq, ready, leases, delayed, deliveries, parked = state
+        group = cls(name, first_seq)
+        group.ready = SortedList(ready)
+        group.leases = SortedDict({seq: (token, deadline) for seq, token, deadline in leases})
+        group.lease_deadlines = SortedList((deadline, seq) for seq, _, deadline in leases)
+        group.delayed = SortedDict({seq: at for seq, at in delayed})
+        group.delayed_times = SortedList((at, seq) for seq, at in delayed)
+        group.deliveries = {seq: n for seq, n in deliveries}
+        group.parked = SortedDict({seq: reason for seq, reason in parked})
+        return group

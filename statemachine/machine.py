@@ -1,0 +1,345 @@
+"""The replicated state machine: every queue of a raftq cluster.
+
+Theory of operation
+-------------------
+Raft hands every replica the same log; this module turns that log into the
+same queues everywhere.  Its boundary is hashicorp/raft's FSM:
+
+- ``apply(command) -> result`` — one command (a plain dict, see
+  ``validation.py`` for every op and its fields).  ``apply_entry(bytes)``
+  applies one log entry, a CBOR list of commands packed by group commit,
+  and returns one result per command.
+- ``snapshot() -> bytes`` / ``restore(bytes)`` — the whole state as
+  versioned CBOR, so log compaction and catch-up cost the stored data, not
+  the history.  ``state_digest()`` hashes it to compare replicas.
+- read-only queries (``list_queues``, ``queue_info``, ``browse``, ...) that
+  never change state, so a node may answer them from its local copy.
+
+Rules that keep replicas identical:
+
+- no clock: each command carries ``now_ms`` stamped by the leader, and the
+  machine's clock is ``max(clock, now_ms)`` — log time never goes back, so a
+  machine whose wall clock jumps cannot expire a lease early;
+- no exceptions: a refusal is a result value (``results.py``); a command that
+  is malformed is refused whole, before anything changes;
+- timers fire lazily: a command that touches a queue first fires that
+  queue's due timers; ``tick`` (sent by the leader while timers are pending)
+  fires everyone's;
+- only ordered iteration: dicts keep insertion order, which is the same on
+  every replica because it comes from the log.
+"""
+
+import hashlib
+
+import cbor2
+
+from .queue import PARKED_RETRY_MS, Queue
+from .results import BAD_REQUEST, CONFLICT, INTERNAL, NOT_FOUND, STALE_RECEIPT, error, is_error
+from .validation import check_command, full_config
+
+SNAPSHOT_FORMAT = "raftq-statemachine"
+SNAPSHOT_VERSION = 1
+
+
+def encode_entry(commands: list) -> bytes:
+    """One log entry: a CBOR list of commands."""
+    return cbor2.dumps(commands)
+
+
+def decode_entry(entry: bytes) -> list:
+    return cbor2.loads(entry)
+
+
+class StateMachine:
+    def __init__(self):
+        self.clock = 0
+        self.queues: dict[str, Queue] = {}
+        self.members: dict[str, dict] = {}   # node id -> {"raft_addr", "http_addr"}
+
+    # ---- applying the log -----------------------------------------------------
+    def apply_entry(self, entry: bytes) -> list:
+        try:
+            commands = decode_entry(entry)
+        except Exception as exc:   # a corrupt entry is refused the same way everywhere
+            return [error(BAD_REQUEST, f"log entry is not CBOR: {exc}")]
+        if not isinstance(commands, list):
+            return [error(BAD_REQUEST, "log entry is not a list of commands")]
+        return [self.apply(cmd) for cmd in commands]
+
+    def apply(self, cmd) -> dict:
+        problem = check_command(cmd)
+        if problem:
+            return problem
+        if cmd["now_ms"] > self.clock:
+            self.clock = cmd["now_ms"]
+        try:
+            return getattr(self, "_" + cmd["op"])(cmd)
+        except Exception as exc:  # a bug: same state + same command fail alike on every replica
+            return error(INTERNAL, f"{type(exc).__name__}: {exc}")
+
+    def _touch(self, name: str):
+        """The queue with its due timers fired, or None."""
+        queue = self.queues.get(name)
+        if queue is not None:
+            queue.advance(self.clock)
+            self._dead_letter(queue)
+        return queue
+
+    def _missing(self, name: str) -> dict:
+        return error(NOT_FOUND, f"queue {name!r} does not exist")
+
+    # ---- queues -----------------------------------------------------------------
+    def _check_dead_letter(self, name: str, config: dict):
+        if config.get("dead_letter") == name:
+            return error(BAD_REQUEST, "a queue cannot be its own dead-letter queue")
+        return None
+
+    def _create_queue(self, cmd):
+        name, config = cmd["queue"], full_config(cmd.get("config") or {})
+        problem = self._check_dead_letter(name, config)
+        if problem:
+            return problem
+        existing = self.queues.get(name)
+        if existing is not None:
+            if existing.config == config:
+                return {"created": False, "config": existing.config}
+            return error(CONFLICT, f"queue {name!r} exists with another config; use PATCH to change it",
+                         config=existing.config)
+        self.queues[name] = Queue(name, config)
+        return {"created": True, "config": config}
+
+    def _patch_queue(self, cmd):
+        name = cmd["queue"]
+        queue = self._touch(name)
+        if queue is None:
+            return self._missing(name)
+        config = {**queue.config, **cmd["config"]}
+        problem = self._check_dead_letter(name, config)
+        if problem:
+            return problem
+        queue.config = config
+        return {"config": config}
+
+    def _delete_queue(self, cmd):
+        if self.queues.pop(cmd["queue"], None) is None:
+            return self._missing(cmd["queue"])
+        return {"deleted": True}
+
+    def _queue_for_put(self, name: str, auto_create: bool):
+        queue = self._touch(name)
+        if queue is None and auto_create:
+            queue = self.queues[name] = Queue(name, full_config({}))
+        return queue
+
+    # ---- messages -------------------------------------------------------------
+    def _put(self, cmd):
+        name = cmd["queue"]
+        auto_create = cmd.get("auto_create", True)
+        if name not in self.queues and not auto_create:
+            return self._missing(name)
+        queue = self._queue_for_put(name, auto_create)
+        problem = queue.check_capacity(cmd["messages"])
+        if problem:
+            return problem
+        return {"messages": queue.put(cmd["messages"], self.clock)}
+
+    def _receive(self, cmd):
+        queue = self._touch(cmd["queue"])
+        if queue is None:
+            return self._missing(cmd["queue"])
+        return queue.receive(cmd["group"], cmd["max"], cmd.get("lease_ms"), self.clock)
+
+    def _settle(self, cmd):
+        queue = self._touch(cmd["queue"])
+        if queue is None:
+            return self._missing(cmd["queue"])
+        duration = cmd.get("delay_ms") if cmd["op"] == "nack" else cmd.get("lease_ms")
+        result = queue.settle(cmd["op"], cmd["receipts"], self.clock, duration)
+        self._dead_letter(queue)
+        if len(result["stale"]) == len(set(cmd["receipts"])):
+            return error(STALE_RECEIPT, "no receipt names a lease that still holds", stale=result["stale"])
+        return result
+
+    _ack = _nack = _extend = _settle
+
+    def _add_group(self, cmd):
+        queue = self._touch(cmd["queue"])
+        if queue is None:
+            return self._missing(cmd["queue"])
+        return queue.add_group(cmd["group"], cmd.get("start", "earliest"), self.clock)
+
+    def _delete_group(self, cmd):
+        queue = self._touch(cmd["queue"])
+        if queue is None:
+            return self._missing(cmd["queue"])
+        return queue.delete_group(cmd["group"])
+
+    def _commit(self, cmd):
+        queue = self._touch(cmd["queue"])
+        if queue is None:
+            return self._missing(cmd["queue"])
+        return queue.commit(cmd["group"], cmd["seq"])
+
+    def _tx(self, cmd):
+        """Acks and puts across queues, all or nothing: every check before any change."""
+        auto_create = cmd.get("auto_create", True)
+        leases = {}   # (queue, group, seq) -> (Queue, Group, seq), in receipt order
+        stale = []
+        for part in cmd.get("ack", []):
+            queue = self._touch(part["queue"])
+            for receipt in part["receipts"]:
+                live = queue.live_lease(receipt) if queue is not None else None
+                if live is None:
+                    stale.append(receipt)
+                else:
+                    group, seq = live
+                    leases[(queue.name, group.name, seq)] = (queue, group, seq)
+        if stale:
+            return error(STALE_RECEIPT, "the transaction names leases that no longer hold", stale=stale)
+        batches: dict[str, list] = {}
+        for part in cmd.get("put", []):
+            batches.setdefault(part["queue"], []).extend(part["messages"])
+        for name, messages in batches.items():
+            queue = self._touch(name)
+            if queue is None:
+                if not auto_create:
+                    return self._missing(name)
+                continue   # a new queue has the default config: no limits
+            problem = queue.check_capacity(messages)
+            if problem:
+                return problem
+        for queue, group, seq in leases.values():
+            queue.finish(group, seq)
+            queue.counters["acked_total"] += 1
+        puts = [{"queue": name,
+                 "messages": self._queue_for_put(name, True).put(messages, self.clock)}
+                for name, messages in batches.items()]
+        return {"acked": len(leases), "put": puts}
+
+    # ---- timers and dead letters -------------------------------------------------
+    def _tick(self, cmd):
+        for queue in list(self.queues.values()):
+            queue.advance(self.clock)
+            self._dead_letter(queue)
+        return {"clock": self.clock}
+
+    def _dead_letter(self, queue: Queue) -> None:
+        """Move the queue's spent messages to its dead-letter queue (or drop them).
+
+        A full dead-letter queue that refuses puts keeps them parked in their
+        group; they are tried again on later commands and ticks, in order.
+        """
+        while queue.outbox:
+            group_name, seq = queue.outbox[0]
+            group = queue.groups.get(group_name)
+            if group is None or seq not in group.parked:
+                queue.outbox.pop(0)
+                continue
+            msg = queue.messages[seq]
+            target_name = queue.config["dead_letter"]
+            if target_name is not None:
+                target = self.queues.get(target_name)
+                if target is None:
+                    target = self.queues[target_name] = Queue(target_name, full_config({}))
+                target.advance(self.clock)
+                if target.is_full(msg.size):
+                    return
+                headers = dict(msg.headers or {})
+                headers.update({
+                    "x-raftq-from-queue": queue.name,
+                    "x-raftq-from-group": group_name,
+                    "x-raftq-deliveries": str(group.deliveries.get(seq, 0)),
+                    "x-raftq-reason": group.parked[seq],
+                })
+                ttl = target.config["ttl_ms"]
+                target.insert(msg.body, msg.key, headers, self.clock,
+                              self.clock + ttl if ttl else None, 0)
+                target.drop_overflow()
+            queue.outbox.pop(0)
+            queue.finish(group, seq)
+            queue.counters["dead_lettered_total"] += 1
+
+    # ---- cluster directory and checkpoints ------------------------------------------
+    def _set_member(self, cmd):
+        self.members[cmd["id"]] = {"raft_addr": cmd["raft_addr"], "http_addr": cmd["http_addr"]}
+        return {"members": self.members}
+
+    def _remove_member(self, cmd):
+        if self.members.pop(cmd["id"], None) is None:
+            return error(NOT_FOUND, f"node {cmd['id']!r} is not a member")
+        return {"members": self.members}
+
+    def _checkpoint(self, cmd):
+        """A digest taken at the same log position on every replica (`cluster verify`)."""
+        return {"digest": self.state_digest(), "clock": self.clock}
+
+    # ---- read-only queries --------------------------------------------------------------
+    def list_queues(self) -> list:
+        return [{"name": q.name, "depth": len(q.messages),
+                 "in_flight": sum(len(g.leases) for g in q.groups.values()),
+                 "groups": list(q.groups)} for q in self.queues.values()]
+
+    def queue_info(self, name: str):
+        queue = self.queues.get(name)
+        if queue is None:
+            return self._missing(name)
+        return {"name": name, "config": queue.config, "stats": queue.stats()}
+
+    def list_groups(self, name: str):
+        queue = self.queues.get(name)
+        if queue is None:
+            return self._missing(name)
+        return {"groups": [queue.group_stats(g) for g in queue.groups.values()]}
+
+    def group_info(self, name: str, group: str):
+        queue = self.queues.get(name)
+        if queue is None:
+            return self._missing(name)
+        if group not in queue.groups:
+            return error(NOT_FOUND, f"group {group!r} does not exist in queue {name!r}")
+        return queue.group_stats(queue.groups[group])
+
+    def browse(self, name: str, group: str, from_seq: int, limit: int):
+        queue = self.queues.get(name)
+        if queue is None:
+            return self._missing(name)
+        return queue.browse(group, from_seq, limit)
+
+    def has_ready(self, name: str, group: str) -> bool:
+        queue = self.queues.get(name)
+        return bool(queue and group in queue.groups and queue.groups[group].ready)
+
+    def next_timer(self):
+        """The earliest log time at which a tick would change something, or None."""
+        times = []
+        for queue in self.queues.values():
+            due = queue.next_timer()
+            if due is not None:
+                times.append(due)
+            if queue.outbox:
+                times.append(self.clock + PARKED_RETRY_MS)
+        return min(times) if times else None
+
+    # ---- snapshots -------------------------------------------------------------------------
+    def snapshot(self) -> bytes:
+        return cbor2.dumps({
+            "format": SNAPSHOT_FORMAT,
+            "version": SNAPSHOT_VERSION,
+            "clock": self.clock,
+            "members": self.members,
+            "queues": [q.to_state() for q in self.queues.values()],
+        })
+
+    def restore(self, data: bytes) -> None:
+        state = cbor2.loads(data)
+        if state.get("format") != SNAPSHOT_FORMAT or state.get("version") != SNAPSHOT_VERSION:
+            raise ValueError(f"not a raftq state machine snapshot of version {SNAPSHOT_VERSION}")
+        self.clock = state["clock"]
+        self.members = state["members"]
+        self.queues = {q[0]: Queue.from_state(q) for q in state["queues"]}
+
+    def state_digest(self) -> str:
+        return hashlib.sha256(self.snapshot()).hexdigest()
+
+
+__all__ = ["StateMachine", "encode_entry", "decode_entry", "is_error"]

@@ -1,0 +1,413 @@
+"""One queue: its stored messages, its indexes, its timers and its groups.
+
+Messages live in one ``SortedDict`` keyed by seq.  Three indexes hang off it:
+``keys`` (key -> newest seq, for keyed replacement), ``dedup`` (idempotency
+id -> seq within the window) and ``expiries`` (TTL order).  Each consumer
+group (``group.py``) keeps its own ready/leased/delayed sets of seqs; a message
+carries ``pending``, the number of groups not done with it, and is removed
+when that reaches zero, when it expires, or when overflow drops it.
+
+Nothing here reads a clock: every method takes the log time ``clock`` from
+the state machine, and timers (delays, leases, retries, TTLs, dedup windows)
+fire in ``advance`` when log time passes them.  A delivery that ends without
+an ack once ``max_deliveries`` is reached parks the message in its group and
+lands in ``outbox``; the state machine moves it to the dead-letter queue,
+which lives outside this queue.
+"""
+
+from collections import deque
+
+import cbor2
+from sortedcontainers import SortedDict, SortedList
+
+from .group import Group
+from .results import CONFLICT, NOT_FOUND, QUEUE_FULL, error
+
+COUNTERS = ("put_total", "acked_total", "redelivered_total", "dead_lettered_total",
+            "expired_total", "dropped_total", "replaced_total")
+PARKED_RETRY_MS = 1_000
+RECEIPT_SEPARATOR = ":"
+
+
+class Message:
+    __slots__ = ("seq", "body", "key", "headers", "put_at", "visible_at", "expires_at", "size",
+                 "pending", "received")
+
+    def to_state(self) -> list:
+        return [self.seq, self.body, self.key, self.headers, self.put_at, self.visible_at,
+                self.expires_at, self.size, self.pending, self.received]
+
+    @classmethod
+    def from_state(cls, state: list) -> "Message":
+        msg = cls()
+        (msg.seq, msg.body, msg.key, msg.headers, msg.put_at, msg.visible_at, msg.expires_at,
+         msg.size, msg.pending, msg.received) = state
+        return msg
+
+
+def body_size(body) -> int:
+    """Bytes a body counts toward max_bytes: raw length, or its CBOR length."""
+    if isinstance(body, bytes):
+        return len(body)
+    if isinstance(body, str):
+        return len(body.encode())
+    return len(cbor2.dumps(body))
+
+
+def make_receipt(group: str, seq: int, token: int) -> str:
+    return f"{group}{RECEIPT_SEPARATOR}{seq}{RECEIPT_SEPARATOR}{token}"
+
+
+def parse_receipt(receipt: str):
+    """(group, seq, token), or None for anything raftq did not issue."""
+    parts = receipt.split(RECEIPT_SEPARATOR)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        return None
+    return parts[0], int(parts[1]), int(parts[2])
+
+
+class Queue:
+    def __init__(self, name: str, config: dict):
+        self.name = name
+        self.config = config
+        self.next_seq = 1
+        self.next_lease = 1
+        self.counters = dict.fromkeys(COUNTERS, 0)
+        self.messages = SortedDict()        # seq -> Message
+        self.bytes = 0
+        self.keys = {}                      # key -> seq of its newest stored version
+        self.dedup = {}                     # id -> (seq, put_at)
+        self.dedup_order = deque()          # (put_at, id), oldest first: log time only grows
+        self.expiries = SortedList()        # (expires_at, seq)
+        self.groups = {"default": Group("default", 1)}
+        self.outbox = []                    # (group, seq) parked for the dead-letter queue
+
+    # ---- timers -------------------------------------------------------
+    def advance(self, clock: int) -> None:
+        """Fire every timer due at log time `clock`."""
+        for group in self.groups.values():
+            while group.delayed_times and group.delayed_times[0][0] <= clock:
+                _, seq = group.delayed_times.pop(0)
+                del group.delayed[seq]
+                group.ready.add(seq)
+            while group.lease_deadlines and group.lease_deadlines[0][0] <= clock:
+                seq = group.lease_deadlines[0][1]
+                group.end_lease(seq)
+                self._end_delivery(group, seq, 0, clock)
+        while self.expiries and self.expiries[0][0] <= clock:
+            self._remove(self.expiries[0][1])
+            self.counters["expired_total"] += 1
+        window = self.config["dedup_window_ms"]
+        while self.dedup_order and self.dedup_order[0][0] + window <= clock:
+            put_at, mid = self.dedup_order.popleft()
+            if self.dedup.get(mid, (None, None))[1] == put_at:
+                del self.dedup[mid]
+
+    def next_timer(self):
+        """The earliest log time at which `advance` has work, or None."""
+        times = [g.next_timer() for g in self.groups.values()]
+        if self.expiries:
+            times.append(self.expiries[0][0])
+        if self.dedup_order:
+            times.append(self.dedup_order[0][0] + self.config["dedup_window_ms"])
+        times = [t for t in times if t is not None]
+        return min(times) if times else None
+
+    def has_parked(self) -> bool:
+        return any(g.parked for g in self.groups.values())
+
+    # ---- put ------------------------------------------------------------
+    def check_capacity(self, messages: list):
+        """Refuse (without changing anything) a batch this queue cannot take whole."""
+        limit_count, limit_bytes = self.config["max_length"], self.config["max_bytes"]
+        if limit_count is None and limit_bytes is None:
+            return None
+        count, size = len(self.messages), self.bytes
+        batch_count = batch_size = 0
+        ids, batch_keys = set(), {}          # key -> size of the batch's newest version
+        for m in messages:
+            mid, key = m.get("id"), m.get("key")
+            if mid is not None:
+                if mid in self.dedup or mid in ids:
+                    continue
+                ids.add(mid)
+            nbytes = body_size(m["body"])
+            count, size = count + 1, size + nbytes
+            batch_count, batch_size = batch_count + 1, batch_size + nbytes
+            if key is not None:
+                if key in batch_keys:
+                    count, size = count - 1, size - batch_keys[key]
+                    batch_count, batch_size = batch_count - 1, batch_size - batch_keys[key]
+                else:
+                    old = self.messages.get(self.keys.get(key, -1))
+                    if old is not None and not old.received:
+                        count, size = count - 1, size - old.size
+                batch_keys[key] = nbytes
+        if self.config["overflow"] == "drop_oldest":
+            count, size = batch_count, batch_size   # older messages make room
+        if (limit_count is not None and count > limit_count) or (
+                limit_bytes is not None and size > limit_bytes):
+            return error(QUEUE_FULL, f"queue {self.name!r} is full "
+                         f"(max_length={limit_count}, max_bytes={limit_bytes})")
+        return None
+
+    def put(self, messages: list, clock: int) -> list:
+        """Store a batch that `check_capacity` accepted; one result per message."""
+        results = []
+        for m in messages:
+            mid = m.get("id")
+            if mid is not None and mid in self.dedup:
+                results.append({"seq": self.dedup[mid][0], "duplicate": True, "replaced_seq": None})
+                continue
+            replaced = None
+            key = m.get("key")
+            if key is not None and key in self.keys:
+                old = self.messages[self.keys[key]]
+                if not old.received:
+                    replaced = old.seq
+                    self._remove(old.seq)
+                    self.counters["replaced_total"] += 1
+            ttl = m.get("ttl_ms") or self.config["ttl_ms"]
+            seq = self.insert(m["body"], key, m.get("headers"), clock,
+                              clock + ttl if ttl else None, m.get("delay_ms") or 0)
+            if mid is not None:
+                self.dedup[mid] = (seq, clock)
+                self.dedup_order.append((clock, mid))
+            results.append({"seq": seq, "duplicate": False, "replaced_seq": replaced})
+        self.drop_overflow()
+        return results
+
+    def insert(self, body, key, headers, clock: int, expires_at, delay_ms: int) -> int:
+        """Append one message at the tail, visible to every current group."""
+        msg = Message()
+        seq = msg.seq = self.next_seq
+        self.next_seq = seq + 1
+        msg.body, msg.key, msg.headers = body, key, headers
+        msg.put_at, msg.visible_at = clock, clock + delay_ms
+        msg.expires_at, msg.size = expires_at, body_size(body)
+        msg.pending, msg.received = len(self.groups), False
+        self.messages[seq] = msg
+        self.bytes += msg.size
+        if key is not None:
+            self.keys[key] = seq
+        if expires_at is not None:
+            self.expiries.add((expires_at, seq))
+        # A delay is kept per group, like a nack delay, so that each group can
+        # finish the message on its own (a commit past it) before it shows.
+        for group in self.groups.values():
+            if delay_ms:
+                group.delay(seq, msg.visible_at)
+            else:
+                group.ready.add(seq)
+        self.counters["put_total"] += 1
+        return seq
+
+    def is_full(self, extra_bytes: int) -> bool:
+        """Whether one more message of `extra_bytes` would be refused."""
+        if self.config["overflow"] == "drop_oldest":
+            return False
+        limit_count, limit_bytes = self.config["max_length"], self.config["max_bytes"]
+        return (limit_count is not None and len(self.messages) + 1 > limit_count) or (
+            limit_bytes is not None and self.bytes + extra_bytes > limit_bytes)
+
+    def drop_overflow(self) -> None:
+        limit_count, limit_bytes = self.config["max_length"], self.config["max_bytes"]
+        while self.messages and (
+                (limit_count is not None and len(self.messages) > limit_count)
+                or (limit_bytes is not None and self.bytes > limit_bytes)):
+            self._remove(self.messages.keys()[0])
+            self.counters["dropped_total"] += 1
+
+    # ---- delivery -----------------------------------------------------------
+    def receive(self, group_name: str, count: int, lease_ms, clock: int):
+        group = self.groups.get(group_name)
+        if group is None:
+            return error(NOT_FOUND, f"group {group_name!r} does not exist in queue {self.name!r}")
+        deadline = clock + (lease_ms or self.config["lease_ms"])
+        out = []
+        ready = group.ready
+        while ready and len(out) < count:
+            seq = ready.pop(0)
+            msg = self.messages[seq]
+            token = self.next_lease
+            self.next_lease = token + 1
+            deliveries = group.lease(seq, token, deadline)
+            if deliveries > 1:
+                self.counters["redelivered_total"] += 1
+            msg.received = True
+            out.append({"seq": seq, "receipt": make_receipt(group_name, seq, token),
+                        "body": msg.body, "key": msg.key, "headers": msg.headers,
+                        "deliveries": deliveries, "put_at_ms": msg.put_at})
+        return {"messages": out}
+
+    def live_lease(self, receipt: str):
+        """(group, seq) when the receipt names a lease that still holds."""
+        parsed = parse_receipt(receipt)
+        if parsed is None:
+            return None
+        group_name, seq, token = parsed
+        group = self.groups.get(group_name)
+        lease = group.leases.get(seq) if group is not None else None
+        if lease is None or lease[0] != token:
+            return None
+        return group, seq
+
+    def settle(self, op: str, receipts: list, clock: int, duration) -> dict:
+        """ack, nack or extend; receipts that name no live lease are reported stale."""
+        done, stale = 0, []
+        for receipt in dict.fromkeys(receipts):
+            live = self.live_lease(receipt)
+            if live is None:
+                stale.append(receipt)
+                continue
+            group, seq = live
+            done += 1
+            if op == "ack":
+                self.finish(group, seq)
+                self.counters["acked_total"] += 1
+            elif op == "nack":
+                group.end_lease(seq)
+                self._end_delivery(group, seq, duration or 0, clock)
+            else:
+                group.extend_lease(seq, clock + (duration or self.config["lease_ms"]))
+        past = {"ack": "acked", "nack": "nacked", "extend": "extended"}[op]
+        return {past: done, "stale": stale}
+
+    def _end_delivery(self, group: Group, seq: int, delay_ms: int, clock: int) -> None:
+        """A delivery ended without an ack: requeue it, or dead-letter it when spent."""
+        limit = self.config["max_deliveries"]
+        if limit is not None and group.deliveries.get(seq, 0) >= limit:
+            group.parked[seq] = "max_deliveries"
+            self.outbox.append((group.name, seq))
+        elif delay_ms:
+            group.delay(seq, clock + delay_ms)
+        else:
+            group.ready.add(seq)
+
+    def finish(self, group: Group, seq: int) -> None:
+        """The group is done with the message; it goes when every group is."""
+        if not group.forget(seq):
+            return
+        msg = self.messages[seq]
+        msg.received = True
+        msg.pending -= 1
+        if msg.pending == 0:
+            self._remove(seq)
+
+    def commit(self, group_name: str, upto: int):
+        group = self.groups.get(group_name)
+        if group is None:
+            return error(NOT_FOUND, f"group {group_name!r} does not exist in queue {self.name!r}")
+        acked = 0
+        for seq in list(self.messages.irange(maximum=upto)):
+            if group.holds(seq):
+                self.finish(group, seq)
+                acked += 1
+        self.counters["acked_total"] += acked
+        return {"acked": acked, "cursor": self.cursor(group)}
+
+    def _remove(self, seq: int) -> None:
+        msg = self.messages.pop(seq)
+        self.bytes -= msg.size
+        if msg.key is not None and self.keys.get(msg.key) == seq:
+            del self.keys[msg.key]
+        if msg.expires_at is not None:
+            self.expiries.remove((msg.expires_at, seq))
+        for group in self.groups.values():
+            group.forget(seq)
+
+    # ---- groups -------------------------------------------------------------
+    def add_group(self, name: str, start: str, clock: int):
+        if name in self.groups:
+            return {"created": False, **self.group_stats(self.groups[name])}
+        if start == "latest":
+            group = Group(name, self.next_seq)
+        else:
+            group = Group(name, 0)
+            ready = []
+            for seq, msg in self.messages.items():
+                msg.pending += 1
+                if msg.visible_at > clock:
+                    group.delay(seq, msg.visible_at)
+                else:
+                    ready.append(seq)
+            group.ready = SortedList(ready)
+        self.groups[name] = group
+        return {"created": True, **self.group_stats(group)}
+
+    def delete_group(self, name: str):
+        group = self.groups.get(name)
+        if group is None:
+            return error(NOT_FOUND, f"group {name!r} does not exist in queue {self.name!r}")
+        if len(self.groups) == 1:
+            return error(CONFLICT, "a queue keeps at least one group; delete the queue instead")
+        for seq in list(self.messages):
+            self.finish(group, seq)
+        self.outbox = [(g, s) for g, s in self.outbox if g != name]
+        del self.groups[name]
+        return {"deleted": True}
+
+    # ---- read-only views ----------------------------------------------------
+    def cursor(self, group: Group) -> int:
+        """The lowest seq the group has not acked (the next one, if none)."""
+        lowest = group.lowest_held()
+        return self.next_seq if lowest is None else lowest
+
+    def group_stats(self, group: Group) -> dict:
+        return {"name": group.name, "depth": len(group.ready), "in_flight": len(group.leases),
+                "cursor": self.cursor(group)}
+
+    def stats(self) -> dict:
+        groups = self.groups.values()
+        return {
+            "depth": len(self.messages),
+            "bytes": self.bytes,
+            "in_flight": sum(len(g.leases) for g in groups),
+            "delayed": sum(len(g.delayed) for g in groups),
+            "first_seq": self.messages.keys()[0] if self.messages else None,
+            "last_seq": self.next_seq - 1 if self.next_seq > 1 else None,
+            **self.counters,
+            "groups": {g.name: {k: v for k, v in self.group_stats(g).items() if k != "name"}
+                       for g in groups},
+        }
+
+    def browse(self, group_name: str, from_seq: int, limit: int):
+        group = self.groups.get(group_name)
+        if group is None:
+            return error(NOT_FOUND, f"group {group_name!r} does not exist in queue {self.name!r}")
+        out = []
+        for seq in self.messages.irange(minimum=from_seq):
+            if len(out) >= limit:
+                break
+            if group.holds(seq):
+                msg = self.messages[seq]
+                out.append({"seq": seq, "body": msg.body, "key": msg.key, "headers": msg.headers,
+                            "deliveries": group.deliveries.get(seq, 0), "put_at_ms": msg.put_at})
+        return {"messages": out, "last_seq": self.next_seq - 1}
+
+    # ---- snapshot -------------------------------------------------------------
+    def to_state(self) -> list:
+        return [self.name, self.config, self.next_seq, self.next_lease,
+                [self.counters[c] for c in COUNTERS],
+                [m.to_state() for m in self.messages.values()],
+                [[mid, self.dedup[mid][0], put_at] for put_at, mid in self.dedup_order
+                 if self.dedup.get(mid, (None, None))[1] == put_at],
+                [g.to_state() for g in self.groups.values()],
+                [[g, s] for g, s in self.outbox]]
+
+    @classmethod
+    def from_state(cls, state: list) -> "Queue":
+        name, config, next_seq, next_lease, counters, messages, dedup, groups, outbox = state
+        queue = cls(name, config)
+        queue.next_seq, queue.next_lease = next_seq, next_lease
+        queue.counters = dict(zip(COUNTERS, counters))
+        msgs = [Message.from_state(m) for m in messages]
+        queue.messages = SortedDict((m.seq, m) for m in msgs)
+        queue.bytes = sum(m.size for m in msgs)
+        queue.keys = {m.key: m.seq for m in msgs if m.key is not None}
+        queue.expiries = SortedList((m.expires_at, m.seq) for m in msgs if m.expires_at is not None)
+        queue.dedup = {mid: (seq, put_at) for mid, seq, put_at in dedup}
+        queue.dedup_order = deque((put_at, mid) for mid, _, put_at in dedup)
+        queue.groups = {g[0]: Group.from_state(g) for g in groups}
+        queue.outbox = [(g, s) for g, s in outbox]
+        return queue

@@ -1,0 +1,24 @@
+"""Results of applying a command.
+
+A command never raises: every replica must reach the same verdict from the
+same input, so a refusal is a value.  Successful results are plain dicts; a
+refusal is a dict with ``error`` (one of the codes below) and ``message``.
+"""
+
+BAD_REQUEST = "bad_request"
+NOT_FOUND = "not_found"
+CONFLICT = "conflict"
+STALE_RECEIPT = "stale_receipt"
+QUEUE_FULL = "queue_full"
+TOO_LARGE = "too_large"
+INTERNAL = "internal"
+
+ERROR_CODES = frozenset({BAD_REQUEST, NOT_FOUND, CONFLICT, STALE_RECEIPT, QUEUE_FULL, TOO_LARGE, INTERNAL})
+
+
+def error(code: str, message: str, **details) -> dict:
+    return {"error": code, "message": message, **details}
+
+
+def is_error(result) -> bool:
+    return isinstance(result, dict) and "error" in result

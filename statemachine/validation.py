@@ -1,0 +1,244 @@
+"""The rules a command must satisfy before it can be applied.
+
+The HTTP layer calls these before anything enters the log, to answer a
+client with a precise ``bad_request``; the state machine calls them again
+when it applies the command, so that a malformed entry (an older node, a bug,
+a hand-written log) is refused identically on every replica instead of
+half-applied.  Each function returns ``None`` or an error result.
+"""
+
+import re
+
+from .results import BAD_REQUEST, error
+
+NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+MAX_BATCH = 10_000
+MAX_RECEIVE = 1_000
+MAX_WAIT_MS = 30_000
+# Durations are bounded so that `now + duration` stays an exact small integer
+# in every encoding the log and the snapshots use (about 31 years).
+MAX_DURATION_MS = 1 << 40
+
+QUEUE_DEFAULTS = {
+    "lease_ms": 30_000,
+    "max_deliveries": None,
+    "dead_letter": None,
+    "ttl_ms": None,
+    "max_length": None,
+    "max_bytes": None,
+    "overflow": "reject",
+    "dedup_window_ms": 300_000,
+}
+OVERFLOW_POLICIES = ("reject", "drop_oldest")
+GROUP_STARTS = ("earliest", "latest")
+
+
+def is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_name(value, what: str):
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
+        return error(BAD_REQUEST, f"{what} must match [A-Za-z0-9._-]{{1,128}}")
+    return None
+
+
+def check_duration(value, what: str, *, minimum: int = 0, optional: bool = False):
+    if value is None and optional:
+        return None
+    if not is_int(value) or not minimum <= value <= MAX_DURATION_MS:
+        return error(BAD_REQUEST, f"{what} must be an integer number of milliseconds >= {minimum}")
+    return None
+
+
+def check_queue_config(config):
+    """A queue config, every field optional; unknown fields are refused, not ignored."""
+    if not isinstance(config, dict):
+        return error(BAD_REQUEST, "queue config must be an object")
+    unknown = sorted(set(config) - set(QUEUE_DEFAULTS), key=str)
+    if unknown:
+        return error(BAD_REQUEST, f"unknown queue config field(s): {', '.join(map(str, unknown))}")
+    for field, value in config.items():
+        if field == "lease_ms":
+            problem = check_duration(value, field, minimum=1)
+        elif field in ("max_deliveries", "max_length", "max_bytes", "ttl_ms"):
+            problem = check_duration(value, field, minimum=1, optional=True)
+        elif field == "dedup_window_ms":
+            problem = check_duration(value, field)
+        elif field == "dead_letter":
+            problem = None if value is None else check_name(value, "dead_letter")
+        else:  # overflow
+            problem = None if value in OVERFLOW_POLICIES else error(
+                BAD_REQUEST, "overflow must be 'reject' or 'drop_oldest'")
+        if problem:
+            return problem
+    return None
+
+
+def full_config(partial: dict) -> dict:
+    """Defaults overlaid with the given fields, in one canonical key order."""
+    return {field: partial.get(field, default) for field, default in QUEUE_DEFAULTS.items()}
+
+
+def is_plain(value, depth: int = 0) -> bool:
+    """JSON-shaped data: what a body may hold besides raw bytes at its top."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return not isinstance(value, int) or isinstance(value, bool) or -(1 << 63) <= value < (1 << 64)
+    if depth >= 64:
+        return False
+    if isinstance(value, list):
+        return all(is_plain(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and is_plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def check_message(message, index: int):
+    if not isinstance(message, dict):
+        return error(BAD_REQUEST, f"message {index} must be an object")
+    unknown = set(message) - {"body", "key", "id", "headers", "ttl_ms", "delay_ms"}
+    if unknown:
+        return error(BAD_REQUEST, f"message {index} has unknown field(s): {', '.join(sorted(map(str, unknown)))}")
+    if "body" not in message:
+        return error(BAD_REQUEST, f"message {index} has no body")
+    if not isinstance(message["body"], bytes) and not is_plain(message["body"]):
+        return error(BAD_REQUEST, f"message {index}: body must be JSON data or bytes")
+    for field in ("key", "id"):
+        value = message.get(field)
+        if value is not None and (not isinstance(value, str) or not 1 <= len(value) <= 1024):
+            return error(BAD_REQUEST, f"message {index}: {field} must be a string of 1 to 1024 characters")
+    headers = message.get("headers")
+    if headers is not None:
+        if not isinstance(headers, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+            return error(BAD_REQUEST, f"message {index}: headers must map strings to strings")
+    for field in ("ttl_ms", "delay_ms"):
+        problem = check_duration(message.get(field), f"message {index}: {field}",
+                                 minimum=1 if field == "ttl_ms" else 0, optional=True)
+        if problem:
+            return problem
+    return None
+
+
+def check_messages(messages):
+    if not isinstance(messages, list) or not messages:
+        return error(BAD_REQUEST, "messages must be a non-empty list")
+    if len(messages) > MAX_BATCH:
+        return error(BAD_REQUEST, f"a batch holds at most {MAX_BATCH} messages")
+    for index, message in enumerate(messages):
+        problem = check_message(message, index)
+        if problem:
+            return problem
+    return None
+
+
+def check_receipts(receipts):
+    if not isinstance(receipts, list) or not receipts or len(receipts) > MAX_BATCH:
+        return error(BAD_REQUEST, f"receipts must be a list of 1 to {MAX_BATCH} receipts")
+    if not all(isinstance(r, str) and 0 < len(r) <= 300 for r in receipts):
+        return error(BAD_REQUEST, "every receipt must be a string that raftq issued")
+    return None
+
+
+def _check_put(cmd):
+    return check_name(cmd.get("queue"), "queue name") or check_messages(cmd.get("messages"))
+
+
+def _check_receive(cmd):
+    problem = check_name(cmd.get("queue"), "queue name") or check_name(cmd.get("group"), "group name")
+    if problem:
+        return problem
+    count = cmd.get("max")
+    if not is_int(count) or not 1 <= count <= MAX_RECEIVE:
+        return error(BAD_REQUEST, f"max must be an integer from 1 to {MAX_RECEIVE}")
+    return check_duration(cmd.get("lease_ms"), "lease_ms", minimum=1, optional=True)
+
+
+def _check_receipts_cmd(cmd):
+    problem = check_name(cmd.get("queue"), "queue name") or check_receipts(cmd.get("receipts"))
+    if problem:
+        return problem
+    if cmd["op"] == "nack":
+        return check_duration(cmd.get("delay_ms"), "delay_ms", optional=True)
+    if cmd["op"] == "extend":
+        return check_duration(cmd.get("lease_ms"), "lease_ms", minimum=1, optional=True)
+    return None
+
+
+def _check_queue_cmd(cmd):
+    problem = check_name(cmd.get("queue"), "queue name")
+    if problem or cmd["op"] == "delete_queue":
+        return problem
+    return check_queue_config(cmd.get("config"))
+
+
+def _check_group_cmd(cmd):
+    problem = check_name(cmd.get("queue"), "queue name") or check_name(cmd.get("group"), "group name")
+    if problem:
+        return problem
+    if cmd["op"] == "add_group" and cmd.get("start", "earliest") not in GROUP_STARTS:
+        return error(BAD_REQUEST, "start must be 'earliest' or 'latest'")
+    if cmd["op"] == "commit" and (not is_int(cmd.get("seq")) or cmd["seq"] < 0):
+        return error(BAD_REQUEST, "seq must be a non-negative integer")
+    return None
+
+
+def _check_tx(cmd):
+    acks, puts = cmd.get("ack", []), cmd.get("put", [])
+    if not isinstance(acks, list) or not isinstance(puts, list) or not (acks or puts):
+        return error(BAD_REQUEST, "a transaction needs a non-empty 'ack' or 'put' list")
+    for part in acks:
+        problem = (error(BAD_REQUEST, "each ack must be an object") if not isinstance(part, dict)
+                   else check_name(part.get("queue"), "queue name") or check_receipts(part.get("receipts")))
+        if problem:
+            return problem
+    total = 0
+    for part in puts:
+        problem = (error(BAD_REQUEST, "each put must be an object") if not isinstance(part, dict)
+                   else check_name(part.get("queue"), "queue name") or check_messages(part.get("messages")))
+        if problem:
+            return problem
+        total += len(part["messages"])
+    if total > MAX_BATCH:
+        return error(BAD_REQUEST, f"a transaction puts at most {MAX_BATCH} messages")
+    return None
+
+
+def _check_member(cmd):
+    if not isinstance(cmd.get("id"), str) or check_name(cmd["id"], "node id"):
+        return error(BAD_REQUEST, "node id must match [A-Za-z0-9._-]{1,128}")
+    if cmd["op"] == "set_member":
+        for field in ("raft_addr", "http_addr"):
+            if not isinstance(cmd.get(field), str) or not cmd[field]:
+                return error(BAD_REQUEST, f"{field} must be a non-empty string")
+    return None
+
+
+CHECKS = {
+    "put": _check_put,
+    "receive": _check_receive,
+    "ack": _check_receipts_cmd,
+    "nack": _check_receipts_cmd,
+    "extend": _check_receipts_cmd,
+    "create_queue": _check_queue_cmd,
+    "patch_queue": _check_queue_cmd,
+    "delete_queue": _check_queue_cmd,
+    "add_group": _check_group_cmd,
+    "delete_group": _check_group_cmd,
+    "commit": _check_group_cmd,
+    "tx": _check_tx,
+    "tick": lambda cmd: None,
+    "checkpoint": lambda cmd: None,
+    "set_member": _check_member,
+    "remove_member": _check_member,
+}
+
+
+def check_command(cmd):
+    """None when `cmd` is a well-formed command, else a bad_request result."""
+    if not isinstance(cmd, dict) or cmd.get("op") not in CHECKS:
+        return error(BAD_REQUEST, "unknown command")
+    now = cmd.get("now_ms")
+    if not is_int(now) or now < 0:
+        return error(BAD_REQUEST, "now_ms must be a non-negative integer")
+    return CHECKS[cmd["op"]](cmd)
