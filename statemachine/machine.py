@@ -271,7 +271,7 @@ class StateMachine:
 
     def _checkpoint(self, cmd):
         """A digest taken at the same log position on every replica (`cluster verify`)."""
-        return {"digest": self.state_digest(), "clock": self.clock}
+        return {"checkpoint": cmd["token"], "digest": self.state_digest(), "clock": self.clock}
 
     # ---- read-only queries --------------------------------------------------------------
     def list_queues(self) -> list:

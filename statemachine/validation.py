@@ -214,6 +214,13 @@ def _check_member(cmd):
     return None
 
 
+def _check_checkpoint(cmd):
+    token = cmd.get("token")
+    if not isinstance(token, str) or not 0 < len(token) <= 64:
+        return error(BAD_REQUEST, "a checkpoint needs a token of 1 to 64 characters")
+    return None
+
+
 CHECKS = {
     "put": _check_put,
     "receive": _check_receive,
@@ -228,7 +235,7 @@ CHECKS = {
     "commit": _check_group_cmd,
     "tx": _check_tx,
     "tick": lambda cmd: None,
-    "checkpoint": lambda cmd: None,
+    "checkpoint": _check_checkpoint,
     "set_member": _check_member,
     "remove_member": _check_member,
 }
