@@ -274,10 +274,10 @@ class StateMachine:
         return {"checkpoint": cmd["token"], "digest": self.state_digest(), "clock": self.clock}
 
     # ---- read-only queries --------------------------------------------------------------
-    def list_queues(self) -> list:
-        return [{"name": q.name, "depth": len(q.messages),
-                 "in_flight": sum(len(g.leases) for g in q.groups.values()),
-                 "groups": list(q.groups)} for q in self.queues.values()]
+    def list_queues(self) -> dict:
+        return {"queues": [{"name": q.name, "depth": len(q.messages),
+                            "in_flight": sum(len(g.leases) for g in q.groups.values()),
+                            "groups": list(q.groups)} for q in self.queues.values()]}
 
     def queue_info(self, name: str):
         queue = self.queues.get(name)
