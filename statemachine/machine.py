@@ -38,7 +38,7 @@ from .results import BAD_REQUEST, CONFLICT, INTERNAL, NOT_FOUND, STALE_RECEIPT, 
 from .validation import check_command, full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 
 
 def encode_entry(commands: list) -> bytes:
@@ -53,6 +53,7 @@ def decode_entry(entry: bytes) -> list:
 class StateMachine:
     def __init__(self):
         self.clock = 0
+        self.incarnations = 0                 # queues ever created: names each one's receipts
         self.queues: dict[str, Queue] = {}
         self.members: dict[str, dict] = {}   # node id -> {"raft_addr", "http_addr"}
 
@@ -85,6 +86,11 @@ class StateMachine:
             self._dead_letter(queue)
         return queue
 
+    def _new_queue(self, name: str, config: dict) -> Queue:
+        self.incarnations += 1
+        queue = self.queues[name] = Queue(name, config, self.incarnations)
+        return queue
+
     def _missing(self, name: str) -> dict:
         return error(NOT_FOUND, f"queue {name!r} does not exist")
 
@@ -105,7 +111,7 @@ class StateMachine:
                 return {"created": False, "config": existing.config}
             return error(CONFLICT, f"queue {name!r} exists with another config; use PATCH to change it",
                          config=existing.config)
-        self.queues[name] = Queue(name, config)
+        self._new_queue(name, config)
         return {"created": True, "config": config}
 
     def _patch_queue(self, cmd):
@@ -128,7 +134,7 @@ class StateMachine:
     def _queue_for_put(self, name: str, auto_create: bool):
         queue = self._touch(name)
         if queue is None and auto_create:
-            queue = self.queues[name] = Queue(name, full_config({}))
+            queue = self._new_queue(name, full_config({}))
         return queue
 
     # ---- messages -------------------------------------------------------------
@@ -240,7 +246,7 @@ class StateMachine:
             if target_name is not None:
                 target = self.queues.get(target_name)
                 if target is None:
-                    target = self.queues[target_name] = Queue(target_name, full_config({}))
+                    target = self._new_queue(target_name, full_config({}))
                 target.advance(self.clock)
                 if target.is_full(msg.size):
                     return
@@ -326,6 +332,7 @@ class StateMachine:
             "format": SNAPSHOT_FORMAT,
             "version": SNAPSHOT_VERSION,
             "clock": self.clock,
+            "incarnations": self.incarnations,
             "members": self.members,
             "queues": [q.to_state() for q in self.queues.values()],
         })
@@ -335,6 +342,7 @@ class StateMachine:
         if state.get("format") != SNAPSHOT_FORMAT or state.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"not a raftq state machine snapshot of version {SNAPSHOT_VERSION}")
         self.clock = state["clock"]
+        self.incarnations = state["incarnations"]
         self.members = state["members"]
         self.queues = {q[0]: Queue.from_state(q) for q in state["queues"]}
 

@@ -54,22 +54,26 @@ def body_size(body) -> int:
     return len(cbor2.dumps(body))
 
 
-def make_receipt(group: str, seq: int, token: int) -> str:
-    return f"{group}{RECEIPT_SEPARATOR}{seq}{RECEIPT_SEPARATOR}{token}"
+def make_receipt(incarnation: int, group: str, seq: int, token: int) -> str:
+    return RECEIPT_SEPARATOR.join((str(incarnation), group, str(seq), str(token)))
 
 
 def parse_receipt(receipt: str):
-    """(group, seq, token), or None for anything raftq did not issue."""
+    """(incarnation, group, seq, token), or None for anything raftq did not issue."""
     parts = receipt.split(RECEIPT_SEPARATOR)
-    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+    if len(parts) != 4 or not all(parts[i].isdigit() for i in (0, 2, 3)):
         return None
-    return parts[0], int(parts[1]), int(parts[2])
+    return int(parts[0]), parts[1], int(parts[2]), int(parts[3])
 
 
 class Queue:
-    def __init__(self, name: str, config: dict):
+    def __init__(self, name: str, config: dict, incarnation: int):
         self.name = name
         self.config = config
+        # Lease tokens count per queue, so a receipt also names the queue it
+        # came from: without it, another queue's receipt (or one from a queue
+        # deleted and created again under this name) could end a lease here.
+        self.incarnation = incarnation
         self.next_seq = 1
         self.next_lease = 1
         self.counters = dict.fromkeys(COUNTERS, 0)
@@ -235,7 +239,7 @@ class Queue:
             if deliveries > 1:
                 self.counters["redelivered_total"] += 1
             msg.received = True
-            out.append({"seq": seq, "receipt": make_receipt(group_name, seq, token),
+            out.append({"seq": seq, "receipt": make_receipt(self.incarnation, group_name, seq, token),
                         "body": msg.body, "key": msg.key, "headers": msg.headers,
                         "deliveries": deliveries, "put_at_ms": msg.put_at})
         return {"messages": out}
@@ -245,7 +249,9 @@ class Queue:
         parsed = parse_receipt(receipt)
         if parsed is None:
             return None
-        group_name, seq, token = parsed
+        incarnation, group_name, seq, token = parsed
+        if incarnation != self.incarnation:
+            return None
         group = self.groups.get(group_name)
         lease = group.leases.get(seq) if group is not None else None
         if lease is None or lease[0] != token:
@@ -387,7 +393,7 @@ class Queue:
 
     # ---- snapshot -------------------------------------------------------------
     def to_state(self) -> list:
-        return [self.name, self.config, self.next_seq, self.next_lease,
+        return [self.name, self.config, self.incarnation, self.next_seq, self.next_lease,
                 [self.counters[c] for c in COUNTERS],
                 [m.to_state() for m in self.messages.values()],
                 [[mid, self.dedup[mid][0], put_at] for put_at, mid in self.dedup_order
@@ -397,8 +403,8 @@ class Queue:
 
     @classmethod
     def from_state(cls, state: list) -> "Queue":
-        name, config, next_seq, next_lease, counters, messages, dedup, groups, outbox = state
-        queue = cls(name, config)
+        name, config, incarnation, next_seq, next_lease, counters, messages, dedup, groups, outbox = state
+        queue = cls(name, config, incarnation)
         queue.next_seq, queue.next_lease = next_seq, next_lease
         queue.counters = dict(zip(COUNTERS, counters))
         msgs = [Message.from_state(m) for m in messages]
