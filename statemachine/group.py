@@ -12,6 +12,9 @@ Every structure is sorted so that handing out k messages costs O(k log n) and
 timers are found without scanning.
 """
 
+from heapq import merge
+from itertools import chain
+
 from sortedcontainers import SortedDict, SortedList
 
 
@@ -32,9 +35,19 @@ class Group:
         self.deliveries = {}                # seq -> deliveries so far
         self.parked = SortedDict()          # seq -> reason
 
-    def holds(self, seq: int) -> bool:
-        """Whether the message is in one of this group's own structures."""
-        return seq in self.leases or seq in self.delayed or seq in self.parked or seq in self.ready
+    def held(self, maximum=None) -> list:
+        """Every seq the group still holds (up to `maximum`), unordered: what it has not acked.
+
+        Walking the group's own structures, not the queue, keeps commit and
+        group deletion proportional to what they change even when other
+        groups keep many messages this one is done with.
+        """
+        return list(chain.from_iterable(
+            s.irange(maximum=maximum) for s in (self.ready, self.leases, self.delayed, self.parked)))
+
+    def held_from(self, minimum: int):
+        """The seqs the group still holds from `minimum` on, in seq order, lazily."""
+        return merge(*(s.irange(minimum=minimum) for s in (self.ready, self.leases, self.delayed, self.parked)))
 
     def lease(self, seq: int, token: int, deadline: int) -> int:
         self.leases[seq] = (token, deadline)

@@ -153,7 +153,9 @@ class StateMachine:
         queue = self._touch(cmd["queue"])
         if queue is None:
             return self._missing(cmd["queue"])
-        return queue.receive(cmd["group"], cmd["max"], cmd.get("lease_ms"), self.clock)
+        result = queue.receive(cmd["group"], cmd["max"], cmd.get("lease_ms"), self.clock)
+        self._dead_letter(queue)
+        return result
 
     def _settle(self, cmd):
         queue = self._touch(cmd["queue"])
@@ -248,19 +250,19 @@ class StateMachine:
                 if target is None:
                     target = self._new_queue(target_name, full_config({}))
                 target.advance(self.clock)
-                if target.is_full(msg.size):
+                headers = {**(msg.headers or {}),
+                           "x-raftq-from-queue": queue.name,
+                           "x-raftq-from-group": group_name,
+                           "x-raftq-deliveries": str(group.deliveries.get(seq, 0)),
+                           "x-raftq-reason": group.parked[seq]}
+                # A move is a put into the dead-letter queue, keyed replacement
+                # included: otherwise two unreceived versions of one key could be
+                # stored there, and a restored replica (whose key index is rebuilt
+                # from the messages) would replace a different one than the leader.
+                moved = [{"body": msg.body, "key": msg.key, "headers": headers}]
+                if target.config["overflow"] == "reject" and target.check_capacity(moved):
                     return
-                headers = dict(msg.headers or {})
-                headers.update({
-                    "x-raftq-from-queue": queue.name,
-                    "x-raftq-from-group": group_name,
-                    "x-raftq-deliveries": str(group.deliveries.get(seq, 0)),
-                    "x-raftq-reason": group.parked[seq],
-                })
-                ttl = target.config["ttl_ms"]
-                target.insert(msg.body, msg.key, headers, self.clock,
-                              self.clock + ttl if ttl else None, 0)
-                target.drop_overflow()
+                target.put(moved, self.clock)
             queue.outbox.pop(0)
             queue.finish(group, seq)
             queue.counters["dead_lettered_total"] += 1

@@ -16,6 +16,7 @@ which lives outside this queue.
 """
 
 from collections import deque
+from itertools import islice
 
 import cbor2
 from sortedcontainers import SortedDict, SortedList
@@ -206,14 +207,6 @@ class Queue:
         self.counters["put_total"] += 1
         return seq
 
-    def is_full(self, extra_bytes: int) -> bool:
-        """Whether one more message of `extra_bytes` would be refused."""
-        if self.config["overflow"] == "drop_oldest":
-            return False
-        limit_count, limit_bytes = self.config["max_length"], self.config["max_bytes"]
-        return (limit_count is not None and len(self.messages) + 1 > limit_count) or (
-            limit_bytes is not None and self.bytes + extra_bytes > limit_bytes)
-
     def drop_overflow(self) -> None:
         limit_count, limit_bytes = self.config["max_length"], self.config["max_bytes"]
         while self.messages and (
@@ -228,10 +221,15 @@ class Queue:
         if group is None:
             return error(NOT_FOUND, f"group {group_name!r} does not exist in queue {self.name!r}")
         deadline = clock + (lease_ms or self.config["lease_ms"])
+        limit = self.config["max_deliveries"]
         out = []
         ready = group.ready
         while ready and len(out) < count:
             seq = ready.pop(0)
+            if limit is not None and group.deliveries.get(seq, 0) >= limit:
+                # max_deliveries was lowered below what this message has had
+                self._park(group, seq)
+                continue
             msg = self.messages[seq]
             token = self.next_lease
             self.next_lease = token + 1
@@ -283,19 +281,27 @@ class Queue:
         """A delivery ended without an ack: requeue it, or dead-letter it when spent."""
         limit = self.config["max_deliveries"]
         if limit is not None and group.deliveries.get(seq, 0) >= limit:
-            group.parked[seq] = "max_deliveries"
-            self.outbox.append((group.name, seq))
+            self._park(group, seq)
         elif delay_ms:
             group.delay(seq, clock + delay_ms)
         else:
             group.ready.add(seq)
 
-    def finish(self, group: Group, seq: int) -> None:
-        """The group is done with the message; it goes when every group is."""
+    def _park(self, group: Group, seq: int) -> None:
+        group.parked[seq] = "max_deliveries"
+        self.outbox.append((group.name, seq))
+
+    def finish(self, group: Group, seq: int, received: bool = True) -> None:
+        """The group is done with the message; it goes when every group is.
+
+        Deleting a group passes received=False: dropping a group is not
+        receiving, so a keyed put may still replace what no group received.
+        """
         if not group.forget(seq):
             return
         msg = self.messages[seq]
-        msg.received = True
+        if received:
+            msg.received = True
         msg.pending -= 1
         if msg.pending == 0:
             self._remove(seq)
@@ -304,11 +310,10 @@ class Queue:
         group = self.groups.get(group_name)
         if group is None:
             return error(NOT_FOUND, f"group {group_name!r} does not exist in queue {self.name!r}")
-        acked = 0
-        for seq in list(self.messages.irange(maximum=upto)):
-            if group.holds(seq):
-                self.finish(group, seq)
-                acked += 1
+        held = group.held(maximum=upto)
+        for seq in held:
+            self.finish(group, seq)
+        acked = len(held)
         self.counters["acked_total"] += acked
         return {"acked": acked, "cursor": self.cursor(group)}
 
@@ -347,8 +352,8 @@ class Queue:
             return error(NOT_FOUND, f"group {name!r} does not exist in queue {self.name!r}")
         if len(self.groups) == 1:
             return error(CONFLICT, "a queue keeps at least one group; delete the queue instead")
-        for seq in list(self.messages):
-            self.finish(group, seq)
+        for seq in group.held():
+            self.finish(group, seq, received=False)
         self.outbox = [(g, s) for g, s in self.outbox if g != name]
         del self.groups[name]
         return {"deleted": True}
@@ -382,13 +387,10 @@ class Queue:
         if group is None:
             return error(NOT_FOUND, f"group {group_name!r} does not exist in queue {self.name!r}")
         out = []
-        for seq in self.messages.irange(minimum=from_seq):
-            if len(out) >= limit:
-                break
-            if group.holds(seq):
-                msg = self.messages[seq]
-                out.append({"seq": seq, "body": msg.body, "key": msg.key, "headers": msg.headers,
-                            "deliveries": group.deliveries.get(seq, 0), "put_at_ms": msg.put_at})
+        for seq in islice(group.held_from(from_seq), limit):
+            msg = self.messages[seq]
+            out.append({"seq": seq, "body": msg.body, "key": msg.key, "headers": msg.headers,
+                        "deliveries": group.deliveries.get(seq, 0), "put_at_ms": msg.put_at})
         return {"messages": out, "last_seq": self.next_seq - 1}
 
     # ---- snapshot -------------------------------------------------------------
