@@ -1,0 +1,454 @@
+"""The Raft log on disk: checksummed records in append-only segment files.
+
+pysyncobj 0.3.17's own FileJournal never fsyncs and has no checksums
+(../shared/PYSYNCOBJ.md, "Durability"). This journal implements the same
+interface (pysyncobj.journal.Journal) so that pysyncobj keeps driving the
+protocol while every acknowledgement rests on bytes that reached the disk.
+
+Layout of the directory:
+
+- ``seg-<seq>.log``: a 16-byte header (magic, segment sequence number), then
+  records ``<u32 payload length><u32 crc32(length + payload)><payload>`` where
+  payload is ``<u64 index><u64 term><command>``. A new segment is started once
+  the current one passes ``segment_bytes``, so compaction (deleteEntriesTo)
+  unlinks whole dead segments instead of rewriting the live log.
+- ``meta.json``: currentTerm, votedFor, commit index and where the live log
+  starts (segment, offset) -- written to a temp file, fsynced, renamed, and the
+  directory fsynced.
+
+At open, records are read from the recorded start; the first record with a
+bad checksum, a short read or an index that does not follow its predecessor
+ends the log: the file is truncated there and later segments are removed.
+
+Durability: ``add`` writes and fdatasyncs before it returns, unless the caller
+opened a ``deferred()`` block, in which case the block's end syncs once for all
+its appends (the consensus module uses this to overlap the leader's fsync with
+replication and to sync a follower once per network poll, never acknowledging
+before the sync). ``fsync=False`` skips data syncs (tests, benchmarks).
+``unsynced_test_mode`` keeps the bytes not yet synced in memory only, never in
+the file, so that kill -9 of the process behaves like a power loss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import struct
+import zlib
+from pathlib import Path
+from typing import Callable, Iterator
+
+from pysyncobj.journal import Journal
+
+logger = logging.getLogger(__name__)
+
+SEGMENT_MAGIC = b"RAFTQJ\x00\x01"
+SEGMENT_HEADER = struct.Struct("<8sQ")
+RECORD_HEADER = struct.Struct("<II")
+ENTRY_PREFIX = struct.Struct("<QQ")
+_SEGMENT_NAME = re.compile(r"^seg-(\d{12})\.log$")
+META_NAME = "meta.json"
+
+
+def _segment_name(seq: int) -> str:
+    return f"seg-{seq:012d}.log"
+
+
+def encode_record(command: bytes, idx: int, term: int) -> bytes:
+    payload = ENTRY_PREFIX.pack(idx, term) + command
+    length = struct.pack("<I", len(payload))
+    return length + struct.pack("<I", zlib.crc32(payload, zlib.crc32(length))) + payload
+
+
+def fsync_dir(path: str | Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class DurableJournal(Journal):
+    """pysyncobj's journal interface over fsynced, checksummed segment files.
+
+    Entries are the tuples pysyncobj uses, ``(command: bytes, index, term)``;
+    positions passed to deleteEntriesFrom/To are list positions, as in
+    pysyncobj. All methods run on pysyncobj's tick thread except
+    ``stats()``, which only reads plain attributes.
+    """
+
+    def __init__(self, directory: str | Path, *, fsync: bool = True,
+                 unsynced_test_mode: bool = False,
+                 segment_bytes: int = 64 * 1024 * 1024,
+                 snapshot_path: str | Path | None = None):
+        self._dir = Path(directory)
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._fsync = fsync
+        self._unsynced_mode = unsynced_test_mode
+        self._segment_bytes = segment_bytes
+        # Compaction and snapshot installation drop log entries that only the
+        # snapshot file then holds: pysyncobj renames that file into place
+        # without fsync, so it is made durable here first.
+        self._snapshot_path = Path(snapshot_path) if snapshot_path else None
+        # Called before any change that could make an already-queued
+        # acknowledgement untrue (truncation, clear, a new term).
+        self.before_rewrite: Callable[[], None] | None = None
+
+        self._entries: list[tuple[bytes, int, int]] = []
+        self._positions: list[tuple[int, int]] = []  # (segment seq, offset) per entry
+        self._segment_sizes: dict[int, int] = {}     # seq -> logical size incl. unsynced bytes
+        self._unsynced = bytearray()                 # unsynced_test_mode: bytes not in the file
+        self._dirty = False                          # appended since the last data sync
+        self._deferred = 0
+        self._meta_dirty = False
+        self._fd: int | None = None
+        self._seq = 0
+        self.syncs = 0
+
+        meta = self._read_meta()
+        self._term: int = meta.get("term", 0)
+        self._voted_for = meta.get("voted_for")
+        self._commit_index: int = meta.get("commit_index", 1)
+        self._open_log(meta.get("start"))
+
+    # -- opening ---------------------------------------------------------
+
+    def _read_meta(self) -> dict:
+        path = self._dir / META_NAME
+        try:
+            raw = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except ValueError:
+            logger.critical("journal meta %s is unreadable; starting from term 0", path)
+            return {}
+        body = raw.get("body", {})
+        if zlib.crc32(json.dumps(body, sort_keys=True).encode()) != raw.get("crc"):
+            logger.critical("journal meta %s fails its checksum; starting from term 0", path)
+            return {}
+        return body
+
+    def _existing_segments(self) -> list[int]:
+        seqs = []
+        for name in os.listdir(self._dir):
+            m = _SEGMENT_NAME.match(name)
+            if m:
+                seqs.append(int(m.group(1)))
+        return sorted(seqs)
+
+    def _open_log(self, start: list[int] | None) -> None:
+        seqs = self._existing_segments()
+        if start is None:
+            start_seq, start_off = (seqs[0] if seqs else 1), SEGMENT_HEADER.size
+        else:
+            start_seq, start_off = start
+        changed = False
+        for seq in seqs:
+            if seq < start_seq:
+                # left over by a compaction interrupted after its meta write
+                os.unlink(self._dir / _segment_name(seq))
+                changed = True
+        live = [s for s in seqs if s >= start_seq]
+        prev_idx = None
+        for n, seq in enumerate(live):
+            path = self._dir / _segment_name(seq)
+            data = path.read_bytes()
+            if len(data) < SEGMENT_HEADER.size or SEGMENT_HEADER.unpack_from(data) != (SEGMENT_MAGIC, seq):
+                good_end, records = 0, []
+            else:
+                offset = min(start_off if seq == start_seq else SEGMENT_HEADER.size, len(data))
+                good_end, records = self._scan(data, offset, prev_idx)
+            for command, idx, term, pos in records:
+                self._entries.append((command, idx, term))
+                self._positions.append((seq, pos))
+                prev_idx = idx
+            self._segment_sizes[seq] = good_end
+            if good_end == len(data):
+                continue
+            logger.warning("journal %s: invalid data at offset %d of %d bytes; truncating the log there "
+                           "(%d later segment(s) dropped)", path, good_end, len(data), len(live) - n - 1)
+            for later in live[n + 1:]:
+                os.unlink(self._dir / _segment_name(later))
+            live = live[:n + 1]
+            if good_end == 0:
+                self._write_new_segment_file(seq)
+                self._segment_sizes[seq] = SEGMENT_HEADER.size
+            else:
+                with open(path, "r+b") as f:
+                    f.truncate(good_end)
+                    os.fsync(f.fileno())
+            changed = True
+            break
+        if not live:
+            self._write_new_segment_file(start_seq)
+            self._segment_sizes[start_seq] = SEGMENT_HEADER.size
+            live = [start_seq]
+            changed = True
+        if changed:
+            fsync_dir(self._dir)
+        self._seq = live[-1]
+        self._fd = os.open(self._dir / _segment_name(self._seq), os.O_WRONLY | os.O_APPEND)
+        if start is not None and tuple(start) != self._log_start():
+            # the recorded start no longer describes the files (damage above):
+            # appends must not land before a start that reopen would skip to
+            self._write_meta(durable_now=True)
+
+    @staticmethod
+    def _scan(data: bytes, offset: int, prev_idx: int | None):
+        records = []
+        end = len(data)
+        while offset + RECORD_HEADER.size <= end:
+            length, crc = RECORD_HEADER.unpack_from(data, offset)
+            body_start = offset + RECORD_HEADER.size
+            if length < ENTRY_PREFIX.size or body_start + length > end:
+                break
+            payload = data[body_start:body_start + length]
+            if zlib.crc32(payload, zlib.crc32(data[offset:offset + 4])) != crc:
+                break
+            idx, term = ENTRY_PREFIX.unpack_from(payload)
+            if prev_idx is not None and idx != prev_idx + 1:
+                break
+            records.append((bytes(payload[ENTRY_PREFIX.size:]), idx, term, offset))
+            prev_idx = idx
+            offset = body_start + length
+        return offset, records
+
+    def _write_new_segment_file(self, seq: int) -> None:
+        path = self._dir / _segment_name(seq)
+        with open(path, "wb") as f:
+            f.write(SEGMENT_HEADER.pack(SEGMENT_MAGIC, seq))
+            f.flush()
+            os.fsync(f.fileno())
+
+    # -- writing ---------------------------------------------------------
+
+    def _file_size(self) -> int:
+        return self._segment_sizes[self._seq] - len(self._unsynced)
+
+    def _write(self, data: bytes) -> None:
+        if self._unsynced_mode:
+            self._unsynced += data
+        else:
+            os.write(self._fd, data)
+        self._segment_sizes[self._seq] += len(data)
+        self._dirty = True
+
+    def _sync_data(self, force: bool = False) -> None:
+        """Make appended bytes durable; ``force`` even when fsync is off."""
+        if not self._dirty:
+            return
+        if not (self._fsync or force):
+            return
+        if self._unsynced:
+            os.write(self._fd, bytes(self._unsynced))
+            self._unsynced.clear()
+        os.fdatasync(self._fd)
+        self.syncs += 1
+        self._dirty = False
+
+    def _roll_segment(self) -> None:
+        self._sync_data(force=True)
+        os.close(self._fd)
+        self._seq += 1
+        self._write_new_segment_file(self._seq)
+        fsync_dir(self._dir)
+        self._segment_sizes[self._seq] = SEGMENT_HEADER.size
+        self._fd = os.open(self._dir / _segment_name(self._seq), os.O_WRONLY | os.O_APPEND)
+
+    def add(self, command, idx, term):
+        if self._segment_sizes[self._seq] >= self._segment_bytes:
+            self._roll_segment()
+        command = bytes(command)
+        self._positions.append((self._seq, self._segment_sizes[self._seq]))
+        self._write(encode_record(command, idx, term))
+        self._entries.append((command, idx, term))
+        if not self._deferred:
+            self._sync_data()
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Appends inside the block share one data sync, done at its end."""
+        self._deferred += 1
+        try:
+            yield
+        finally:
+            self._deferred -= 1
+            if not self._deferred:
+                self._sync_data()
+
+    def sync(self) -> None:
+        self._sync_data()
+
+    def flush(self):
+        self._sync_data(force=True)
+
+    def _prepare_rewrite(self) -> None:
+        if self.before_rewrite is not None:
+            self.before_rewrite()
+
+    def _make_snapshot_durable(self) -> None:
+        if self._snapshot_path is not None and self._snapshot_path.exists():
+            with open(self._snapshot_path, "rb") as f:
+                os.fsync(f.fileno())
+            fsync_dir(self._snapshot_path.parent)
+
+    def deleteEntriesFrom(self, entryFrom):
+        if entryFrom >= len(self._entries):
+            return
+        self._prepare_rewrite()
+        seq, offset = self._positions[entryFrom]
+        dropped = [s for s in self._segment_sizes if s > seq]
+        if dropped:
+            os.close(self._fd)
+            self._unsynced.clear()
+            for s in dropped:
+                os.unlink(self._dir / _segment_name(s))
+                del self._segment_sizes[s]
+            fsync_dir(self._dir)
+            self._seq = seq
+            self._fd = os.open(self._dir / _segment_name(seq), os.O_WRONLY | os.O_APPEND)
+        file_size = self._file_size()
+        if offset >= file_size:
+            del self._unsynced[offset - file_size:]
+        else:
+            self._unsynced.clear()
+            os.truncate(self._dir / _segment_name(seq), offset)
+            # A lost truncation followed by a shorter rewrite would resurrect
+            # stale records with continuous indexes: sync it now.
+            os.fsync(self._fd)
+        self._segment_sizes[seq] = offset
+        del self._entries[entryFrom:]
+        del self._positions[entryFrom:]
+
+    def deleteEntriesTo(self, entryTo):
+        if entryTo <= 0:
+            return
+        if entryTo < len(self._entries):
+            start = self._positions[entryTo]
+        else:
+            start = (self._seq, self._segment_sizes[self._seq])
+        self._make_snapshot_durable()
+        self._write_meta(start=start, durable_now=True)
+        self._drop_segments_before(start[0])
+        del self._entries[:entryTo]
+        del self._positions[:entryTo]
+
+    def clear(self):
+        self._prepare_rewrite()
+        self._make_snapshot_durable()
+        old = list(self._segment_sizes)
+        os.close(self._fd)
+        self._unsynced.clear()
+        self._dirty = False
+        self._seq += 1
+        self._write_new_segment_file(self._seq)
+        fsync_dir(self._dir)
+        self._segment_sizes[self._seq] = SEGMENT_HEADER.size
+        self._fd = os.open(self._dir / _segment_name(self._seq), os.O_WRONLY | os.O_APPEND)
+        self._write_meta(start=(self._seq, SEGMENT_HEADER.size), durable_now=True)
+        for s in old:
+            os.unlink(self._dir / _segment_name(s))
+            del self._segment_sizes[s]
+        fsync_dir(self._dir)
+        self._entries = []
+        self._positions = []
+
+    def _drop_segments_before(self, seq: int) -> None:
+        dead = [s for s in self._segment_sizes if s < seq]
+        for s in dead:
+            os.unlink(self._dir / _segment_name(s))
+            del self._segment_sizes[s]
+        if dead:
+            fsync_dir(self._dir)
+
+    # -- meta ------------------------------------------------------------
+
+    def _log_start(self) -> tuple[int, int]:
+        if self._positions:
+            return self._positions[0]
+        return (self._seq, self._segment_sizes[self._seq])
+
+    def _write_meta(self, start: tuple[int, int] | None = None, *, durable_now: bool = False) -> None:
+        """Persist meta; ``durable_now`` fsyncs it even when fsync is off
+        (structural changes: the log start moves and segments get unlinked)."""
+        body = {
+            "term": self._term,
+            "voted_for": self._voted_for,
+            "commit_index": self._commit_index,
+            "start": list(start or self._log_start()),
+        }
+        sync = self._fsync or durable_now
+        if self._unsynced_mode and not sync:
+            # never fsynced, so never on disk in this mode: a crash loses it
+            self._meta_dirty = True
+            return
+        self._meta_dirty = False
+        text = json.dumps({"body": body, "crc": zlib.crc32(json.dumps(body, sort_keys=True).encode())})
+        tmp = self._dir / (META_NAME + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            if sync:
+                os.fsync(f.fileno())
+        os.replace(tmp, self._dir / META_NAME)
+        if sync:
+            fsync_dir(self._dir)
+
+    def setRaftCommitIndex(self, raftCommitIndex):
+        if raftCommitIndex != self._commit_index:
+            self._commit_index = raftCommitIndex
+            self._meta_dirty = True
+
+    def getRaftCommitIndex(self):
+        # A commit index beyond the surviving log (entries lost with fsync
+        # off) would point at entries this node does not have yet.
+        if self._entries:
+            return min(self._commit_index, self._entries[-1][1])
+        return self._commit_index
+
+    def setCurrentTerm(self, term, votedForNodeId):
+        self._prepare_rewrite()
+        self._term = term
+        self._voted_for = votedForNodeId
+        # Raft: term and vote are durable before any message reflecting them.
+        self._write_meta()
+
+    def getCurrentTerm(self):
+        return self._term
+
+    def getVotedForNodeId(self):
+        return self._voted_for
+
+    def onOneSecondTimer(self):
+        # The commit index only speeds up a restart, it is not a safety
+        # property: persisting it lazily is enough.
+        if self._meta_dirty:
+            self._write_meta()
+
+    # -- interface -------------------------------------------------------
+
+    def __getitem__(self, item):
+        return self._entries[item]
+
+    def __len__(self):
+        return len(self._entries)
+
+    def _destroy(self):
+        if self._fd is None:
+            return
+        self._sync_data(force=True)
+        if self._meta_dirty:
+            self._write_meta(durable_now=True)
+        os.close(self._fd)
+        self._fd = None
+
+    def stats(self) -> dict:
+        return {
+            "entries": len(self._entries),
+            "bytes": sum(self._segment_sizes.values()),
+            "segments": len(self._segment_sizes),
+            "data_syncs": self.syncs,
+        }

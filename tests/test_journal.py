@@ -1,0 +1,281 @@
+"""raftq.journal.DurableJournal: what survives a reopen, a torn write, a kill -9."""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from raftq.journal import SEGMENT_HEADER, DurableJournal, encode_record
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def fill(journal, first, count, term=1, size=20):
+    for idx in range(first, first + count):
+        journal.add(bytes([idx % 251]) * size + b"#%d" % idx, idx, term)
+
+
+def contents(journal):
+    return [journal[i] for i in range(len(journal))]
+
+
+def segments(path):
+    return sorted(p for p in Path(path).iterdir() if p.name.startswith("seg-"))
+
+
+def test_reopen_returns_every_entry(tmp_path):
+    j = DurableJournal(tmp_path, segment_bytes=300)
+    fill(j, 1, 50)
+    before = contents(j)
+    j._destroy()
+    assert len(segments(tmp_path)) > 1
+    j = DurableJournal(tmp_path, segment_bytes=300)
+    assert contents(j) == before
+    assert all(isinstance(e, tuple) and isinstance(e[0], bytes) for e in before)
+    fill(j, 51, 5)
+    j._destroy()
+    assert [e[1] for e in contents(DurableJournal(tmp_path))] == list(range(1, 56))
+
+
+def test_torn_tail_is_truncated_at_open(tmp_path):
+    j = DurableJournal(tmp_path)
+    fill(j, 1, 10)
+    j._destroy()
+    seg = segments(tmp_path)[-1]
+    size = seg.stat().st_size
+    with open(seg, "r+b") as f:
+        f.truncate(size - 7)           # the last record is cut short
+    j = DurableJournal(tmp_path)
+    assert [e[1] for e in contents(j)] == list(range(1, 10))
+    assert seg.stat().st_size == SEGMENT_HEADER.size + sum(len(encode_record(*e)) for e in contents(j))
+    fill(j, 10, 3)                     # appends continue right after the last good record
+    j._destroy()
+    assert [e[1] for e in contents(DurableJournal(tmp_path))] == list(range(1, 13))
+
+
+def test_garbage_tail_is_truncated(tmp_path):
+    j = DurableJournal(tmp_path)
+    fill(j, 1, 4)
+    j._destroy()
+    seg = segments(tmp_path)[-1]
+    good = seg.stat().st_size
+    with open(seg, "ab") as f:
+        f.write(b"\0" * 4096)          # a file extended but never written
+    assert [e[1] for e in contents(DurableJournal(tmp_path))] == [1, 2, 3, 4]
+    assert seg.stat().st_size == good
+
+
+def test_flipped_bit_truncates_from_the_damaged_record(tmp_path):
+    j = DurableJournal(tmp_path, segment_bytes=400)
+    fill(j, 1, 40)
+    j._destroy()
+    segs = segments(tmp_path)
+    assert len(segs) >= 3
+    victim = segs[1]
+    data = bytearray(victim.read_bytes())
+    offset = SEGMENT_HEADER.size + 8 + 16 + 3   # inside the first record's command
+    data[offset] ^= 0x10
+    victim.write_bytes(bytes(data))
+    j = DurableJournal(tmp_path, segment_bytes=400)
+    kept = [e[1] for e in contents(j)]
+    first_of_victim = len(kept) + 1
+    assert kept == list(range(1, first_of_victim))
+    assert 1 < first_of_victim < 40
+    # the damaged segment is cut before the record, later ones are gone
+    assert segments(tmp_path) == segs[:2]
+    assert victim.stat().st_size == SEGMENT_HEADER.size
+    fill(j, first_of_victim, 2)
+    j._destroy()
+    assert [e[1] for e in contents(DurableJournal(tmp_path))] == list(range(1, first_of_victim + 2))
+
+
+def test_index_gap_ends_the_log(tmp_path):
+    j = DurableJournal(tmp_path)
+    fill(j, 1, 3)
+    j.add(b"skipped-ahead", 9, 1)
+    j._destroy()
+    assert [e[1] for e in contents(DurableJournal(tmp_path))] == [1, 2, 3]
+
+
+def test_delete_entries_from_truncates_across_segments(tmp_path):
+    j = DurableJournal(tmp_path, segment_bytes=300)
+    fill(j, 1, 60)
+    nsegs = len(segments(tmp_path))
+    j.deleteEntriesFrom(12)            # positions, as pysyncobj passes them
+    assert [e[1] for e in contents(j)] == list(range(1, 13))
+    assert len(segments(tmp_path)) < nsegs
+    fill(j, 13, 3, term=2)
+    j._destroy()
+    reopened = contents(DurableJournal(tmp_path, segment_bytes=300))
+    assert [(e[1], e[2]) for e in reopened] == [(i, 1) for i in range(1, 13)] + [(i, 2) for i in range(13, 16)]
+
+
+def test_delete_entries_to_unlinks_dead_segments_without_rewriting(tmp_path):
+    j = DurableJournal(tmp_path, segment_bytes=300)
+    fill(j, 1, 60)
+    segs = segments(tmp_path)
+    survivors = {p: p.stat().st_ino for p in segs}
+    j.deleteEntriesTo(45)
+    assert [e[1] for e in contents(j)] == list(range(46, 61))
+    left = segments(tmp_path)
+    assert 0 < len(left) < len(segs)
+    # the remaining segments are the same files, not rewritten copies
+    assert all(survivors[p] == p.stat().st_ino for p in left)
+    fill(j, 61, 2)
+    j._destroy()
+    assert [e[1] for e in contents(DurableJournal(tmp_path, segment_bytes=300))] == list(range(46, 63))
+
+
+def test_delete_everything_then_append(tmp_path):
+    j = DurableJournal(tmp_path)
+    fill(j, 1, 5)
+    j.deleteEntriesTo(5)
+    assert len(j) == 0
+    fill(j, 6, 2)
+    j._destroy()
+    assert [e[1] for e in contents(DurableJournal(tmp_path))] == [6, 7]
+
+
+def test_clear_starts_a_new_log(tmp_path):
+    j = DurableJournal(tmp_path, segment_bytes=300)
+    fill(j, 1, 30)
+    old = segments(tmp_path)
+    j.clear()
+    assert len(j) == 0
+    assert not set(old) & set(segments(tmp_path))
+    j.add(b"prev", 100, 4)
+    j.add(b"last", 101, 4)
+    j._destroy()
+    assert contents(DurableJournal(tmp_path)) == [(b"prev", 100, 4), (b"last", 101, 4)]
+
+
+def test_meta_survives_reopen(tmp_path):
+    j = DurableJournal(tmp_path)
+    fill(j, 1, 9)
+    assert (j.getCurrentTerm(), j.getVotedForNodeId(), j.getRaftCommitIndex()) == (0, None, 1)
+    j.setCurrentTerm(7, "127.0.0.1:4001")
+    j.setRaftCommitIndex(6)
+    j.onOneSecondTimer()
+    j.setRaftCommitIndex(8)            # not yet persisted: the commit index is written lazily
+    reread = DurableJournal(tmp_path)
+    assert (reread.getCurrentTerm(), reread.getVotedForNodeId(), reread.getRaftCommitIndex()) == (7, "127.0.0.1:4001", 6)
+    reread._destroy()
+    j._destroy()                       # a clean close persists the rest
+    reread = DurableJournal(tmp_path)
+    assert reread.getRaftCommitIndex() == 8
+    assert reread.getCurrentTerm() == 7
+
+
+def test_damaged_meta_is_detected(tmp_path):
+    j = DurableJournal(tmp_path)
+    j.setCurrentTerm(5, "x")
+    j._destroy()
+    meta = tmp_path / "meta.json"
+    meta.write_text(meta.read_text().replace('"term": 5', '"term": 6'))
+    assert DurableJournal(tmp_path).getCurrentTerm() == 0
+
+
+def test_rewrites_flush_queued_acknowledgements_first(tmp_path):
+    j = DurableJournal(tmp_path)
+    fill(j, 1, 5)
+    calls = []
+    j.before_rewrite = lambda: calls.append(len(j))
+    j.setCurrentTerm(2, None)
+    j.deleteEntriesFrom(3)
+    j.clear()
+    assert calls == [5, 5, 3]
+
+
+WRITER = textwrap.dedent("""
+    import os, sys
+    sys.path.insert(0, {root!r})
+    from raftq.journal import DurableJournal
+    path, fsync, unsynced, n_synced, n_unsynced = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1", int(sys.argv[4]), int(sys.argv[5])
+    marker = os.open(os.path.join(os.path.dirname(path), "marker"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    j = DurableJournal(path, fsync=fsync, unsynced_test_mode=unsynced)
+    for i in range(n_synced):
+        j.add(b"entry-%d" % i, i + 1, 1)
+        os.write(marker, b"A")         # add() has returned
+    j.flush()
+    for i in range(n_synced, n_synced + n_unsynced):
+        j.add(b"entry-%d" % i, i + 1, 1)
+    print("ready", flush=True)
+    sys.stdin.read()
+""")
+
+
+def spawn_writer(tmp_path, *, fsync, unsynced, n_synced, n_unsynced, prefix=()):
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER.format(root=str(ROOT)))
+    jdir = tmp_path / "journal"
+    proc = subprocess.Popen([*prefix, sys.executable, str(script), str(jdir), "1" if fsync else "0",
+                             "1" if unsynced else "0", str(n_synced), str(n_unsynced)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return proc, jdir
+
+
+def kill9(proc):
+    try:
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("fsync", [False, True])
+def test_unsynced_test_mode_kill9_loses_exactly_the_unsynced_tail(tmp_path, fsync):
+    proc, jdir = spawn_writer(tmp_path, fsync=fsync, unsynced=True, n_synced=20, n_unsynced=15)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+    finally:
+        kill9(proc)
+    survivors = [e[1] for e in contents(DurableJournal(jdir))]
+    # with fsync on every add() is a sync point; with it off only flush() is
+    assert survivors == list(range(1, 36 if fsync else 21))
+
+
+def test_without_test_mode_kill9_keeps_the_page_cache(tmp_path):
+    # the contrast that makes the mode necessary: a plain kill -9 loses nothing
+    proc, jdir = spawn_writer(tmp_path, fsync=False, unsynced=False, n_synced=5, n_unsynced=5)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+    finally:
+        kill9(proc)
+    assert len(DurableJournal(jdir)) == 10
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed (CI installs it)")
+def test_every_add_is_fdatasynced_before_it_returns(tmp_path):
+    trace = tmp_path / "trace"
+    n = 25
+    proc, jdir = spawn_writer(tmp_path, fsync=True, unsynced=False, n_synced=n, n_unsynced=0,
+                              prefix=("strace", "-f", "-y", "-o", str(trace),
+                                      "-e", "trace=write,pwrite64,fsync,fdatasync"))
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            kill9(proc)
+    events = []
+    for line in trace.read_text().splitlines():
+        m = re.search(r"\b(write|pwrite64|fdatasync|fsync)\(\d+<([^>]*)>", line)
+        if m is None:
+            continue
+        call, path = m.groups()
+        if path.endswith("/marker"):
+            events.append("returned")
+        elif re.search(r"/seg-\d+\.log$", path):
+            events.append("sync" if call in ("fsync", "fdatasync") else "write")
+    # Between two returns of add(): the record's write, then a sync, and no
+    # write left unsynced (the first round also creates the segment file).
+    rounds = "".join({"write": "w", "sync": "s", "returned": "|"}[e] for e in events).split("|")[:n]
+    assert len(rounds) == n
+    assert all(re.fullmatch(r"(ws)+", r) for r in rounds), rounds
+    assert sum(r.count("s") for r in rounds[1:]) == n - 1
