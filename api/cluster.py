@@ -1,0 +1,141 @@
+"""Health, cluster status, membership and replica verification."""
+
+import asyncio
+
+from aiohttp import ClientError, ClientTimeout, web
+
+from raftq.committer import CommitError
+
+from .codec import read_body, respond
+from .errors import ApiError
+from .leader import HTTP, NODE, no_quorum, write
+from .routing import leader_only
+
+PEER_TIMEOUT = ClientTimeout(total=0.7)
+
+
+async def live(request: web.Request) -> web.Response:
+    return respond(request, {"status": "live", "id": request.app[NODE].id})
+
+
+def readiness(node) -> tuple[bool, dict]:
+    status = node.status()
+    ready = status["leader_id"] is not None and status["quorum_ok"]
+    return ready, {
+        "id": node.id, "role": status["role"], "leader": status["leader_id"], "term": status["term"],
+        "commit_index": status["commit_index"], "applied_index": status["applied_index"],
+        "last_log_index": status["last_log_index"], "fsync_policy": status["fsync_policy"],
+        "ready": ready}
+
+
+async def ready(request: web.Request) -> web.Response:
+    is_ready, body = readiness(request.app[NODE])
+    return respond(request, body, status=200 if is_ready else 503)
+
+
+async def _peer_ready(request: web.Request, http_addr: str) -> dict | None:
+    url = f"{request.scheme}://{http_addr}/health/ready"
+    headers = {"Accept": "application/json"}
+    if "Authorization" in request.headers:
+        headers["Authorization"] = request.headers["Authorization"]
+    try:
+        async with request.app[HTTP].get(url, headers=headers, timeout=PEER_TIMEOUT) as reply:
+            return await reply.json()
+    except (ClientError, asyncio.TimeoutError, ValueError):
+        return None
+
+
+async def show(request: web.Request) -> web.Response:
+    """The cluster as this node sees it, each member asked for its own indexes."""
+    node = request.app[NODE]
+    status = node.status()
+    members = node.members()
+    views = await asyncio.gather(*(
+        _peer_ready(request, m["http_addr"]) if m["id"] != node.id else asyncio.sleep(0, readiness(node)[1])
+        for m in members))
+    nodes = []
+    for member, view in zip(members, views):
+        peer = status["peers"].get(member["id"], {})
+        nodes.append({
+            "id": member["id"], "raft_addr": member["raft_addr"], "http_addr": member["http_addr"],
+            "role": view["role"] if view else "unreachable",
+            "term": view["term"] if view else None,
+            "commit_index": view["commit_index"] if view else None,
+            "applied_index": view["applied_index"] if view else None,
+            "match_index": status["last_log_index"] if member["id"] == node.id else peer.get("match_index"),
+            "last_contact_ms": 0 if member["id"] == node.id else peer.get("last_contact_ms"),
+            "fsync_policy": view["fsync_policy"] if view else None,
+            "healthy": bool(view and view["ready"]),
+        })
+    return respond(request, {"id": node.id, "leader": status["leader_id"], "term": status["term"],
+                             "commit_index": status["commit_index"], "nodes": nodes})
+
+
+@leader_only
+async def add_node(request: web.Request) -> web.Response:
+    body = await read_body(request)
+    fields = ("id", "raft_addr", "http_addr")
+    if not isinstance(body, dict) or not all(isinstance(body.get(f), str) and body[f] for f in fields):
+        raise ApiError("bad_request", "give id, raft_addr and http_addr as strings")
+    node = request.app[NODE]
+    if any(m["id"] == body["id"] for m in node.members()):
+        raise ApiError("conflict", f"node {body['id']!r} is already a member")
+    # Validated like any command before it reaches the log.
+    await write(request, {"op": "set_member", "id": body["id"], "raft_addr": body["raft_addr"],
+                          "http_addr": body["http_addr"]})
+    try:
+        await node.add_node(body["id"], body["raft_addr"], body["http_addr"])
+    except CommitError as exc:
+        raise no_quorum(f"the membership change did not complete ({exc.code}); retry") from None
+    return respond(request, {k: body[k] for k in fields}, status=201)
+
+
+@leader_only
+async def remove_node(request: web.Request) -> web.Response:
+    node = request.app[NODE]
+    node_id = request.match_info["node"]
+    if not any(m["id"] == node_id for m in node.members()):
+        raise ApiError("not_found", f"node {node_id!r} is not a member")
+    if node_id == node.id:
+        await asyncio.to_thread(node.consensus.transfer_leadership, 2.0)
+        raise no_quorum("this node led the cluster and has handed leadership over; "
+                        "send the removal to the new leader")
+    try:
+        await node.remove_node(node_id)
+    except CommitError as exc:
+        raise no_quorum(f"the membership change did not complete ({exc.code}); retry") from None
+    return web.Response(status=204)
+
+
+@leader_only
+async def verify(request: web.Request) -> web.Response:
+    """Take a digest at one log position on every replica and compare."""
+    node = request.app[NODE]
+    token, digest = await node.checkpoint()
+    members = [m for m in node.members() if m["id"] != node.id]
+
+    async def digest_of(member) -> str | None:
+        url = f"{request.scheme}://{member['http_addr']}/v1/cluster/checkpoints/{token}"
+        headers = {"Authorization": request.headers["Authorization"]} if "Authorization" in request.headers else {}
+        for _ in range(50):   # a lagging follower may still be applying up to the checkpoint
+            try:
+                async with request.app[HTTP].get(url, headers=headers, timeout=PEER_TIMEOUT) as reply:
+                    if reply.status == 200:
+                        return (await reply.json())["digest"]
+            except (ClientError, asyncio.TimeoutError, ValueError):
+                pass
+            await asyncio.sleep(0.1)
+        return None
+
+    others = await asyncio.gather(*(digest_of(m) for m in members))
+    digests = {node.id: digest, **{m["id"]: d for m, d in zip(members, others)}}
+    agree = all(d == digest for d in digests.values())
+    return respond(request, {"token": token, "digests": digests, "agree": agree})
+
+
+async def checkpoint(request: web.Request) -> web.Response:
+    token = request.match_info["token"]
+    digest = request.app[NODE].checkpoint_digest(token)
+    if digest is None:
+        raise ApiError("not_found", "this node has not applied that checkpoint (yet)")
+    return respond(request, {"token": token, "digest": digest})

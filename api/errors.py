@@ -1,0 +1,38 @@
+"""The error contract: a status, and a body of {"error": code, "message": sentence}."""
+
+STATUS = {
+    "bad_request": 400,
+    "unauthorized": 401,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "conflict": 409,
+    "stale_receipt": 409,
+    "too_large": 413,
+    "queue_full": 429,
+    "not_leader": 307,
+    "internal": 500,
+    "no_quorum": 503,
+    "buffer_full": 507,
+}
+
+
+class ApiError(Exception):
+    def __init__(self, code: str, message: str, *, headers: dict | None = None, **details):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.headers = headers or {}
+        self.details = details
+
+    @property
+    def status(self) -> int:
+        return STATUS.get(self.code, 500)
+
+    def body(self) -> dict:
+        return {"error": self.code, "message": self.message, **self.details}
+
+
+def from_result(result: dict) -> ApiError:
+    """A refusal from the state machine, as an API error."""
+    details = {k: v for k, v in result.items() if k not in ("error", "message")}
+    return ApiError(result["error"], result.get("message", result["error"]), **details)

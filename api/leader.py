@@ -1,0 +1,112 @@
+"""Where a request is served: redirects, forwarding, read consistency, writes.
+
+Any node accepts any request.  Writes and ``leader``/``strong`` reads are
+served by the leader; a follower answers 307 with the leader's address (or,
+on ``X-Raftq-Forward: 1``, forwards the call itself).  A node that knows no
+leader — or a leader that has not heard from a majority within the election
+timeout — answers 503 ``no_quorum`` with ``Retry-After``, so a node cut off
+from the majority never serves a stale or doomed request.
+"""
+
+import asyncio
+
+from aiohttp import ClientError, ClientSession, ClientTimeout, web
+
+from raftq.committer import CommitError
+from statemachine import check_command
+
+from .codec import respond
+from .errors import ApiError, from_result
+
+NODE = web.AppKey("node", object)
+SETTINGS = web.AppKey("settings", object)
+HTTP = web.AppKey("http", ClientSession)
+
+CONSISTENCY_LEVELS = ("leader", "strong", "any")
+FORWARD_HEADERS = ("Content-Type", "Accept", "Authorization")
+
+
+def no_quorum(message: str) -> ApiError:
+    return ApiError("no_quorum", message, headers={"Retry-After": "1"})
+
+
+async def route_to_leader(request: web.Request) -> web.StreamResponse | None:
+    """None when this node should serve; else the response that sends the caller on."""
+    node = request.app[NODE]
+    status = node.status()
+    if status["role"] == "leader":
+        if not status["quorum_ok"]:
+            raise no_quorum("this node leads no majority right now")
+        return None
+    leader = status["leader_id"]
+    address = node.http_addr(leader)
+    if leader is None or address is None or not status["quorum_ok"]:
+        raise no_quorum("no leader is known to this node")
+    url = f"{request.scheme}://{address}{request.path_qs}"
+    if request.headers.get("X-Raftq-Forward") == "1":
+        return await _forward(request, url)
+    raise ApiError("not_leader", f"node {leader} leads; send the request there",
+                   headers={"Location": url, "X-Raftq-Leader": leader}, leader=leader)
+
+
+async def _forward(request: web.Request, url: str) -> web.Response:
+    headers = {h: request.headers[h] for h in FORWARD_HEADERS if h in request.headers}
+    try:
+        async with request.app[HTTP].request(
+                request.method, url, data=await request.read(), headers=headers,
+                allow_redirects=False, timeout=ClientTimeout(total=35)) as upstream:
+            body = await upstream.read()
+            passed = {h: upstream.headers[h] for h in ("Location", "X-Raftq-Leader", "Retry-After",
+                                                      "X-Raftq-Applied-Index") if h in upstream.headers}
+            return web.Response(body=body, status=upstream.status, headers=passed,
+                                content_type=upstream.content_type)
+    except (ClientError, asyncio.TimeoutError) as exc:
+        raise no_quorum(f"the leader did not answer the forwarded request: {exc}") from None
+
+
+def validate(command: dict) -> None:
+    """Refuse a malformed command before it goes anywhere (the log, a buffer)."""
+    problem = check_command({**command, "now_ms": 0})
+    if problem:
+        raise from_result(problem)
+
+
+async def write(request: web.Request, command: dict) -> dict:
+    """Validate, apply through the log, and return the command's successful result."""
+    validate(command)
+    node = request.app[NODE]
+    try:
+        result = await asyncio.wait_for(node.submit(command),
+                                        request.app[SETTINGS].write_timeout_s)
+    except CommitError as exc:
+        if exc.code == "too_large":
+            raise ApiError("too_large", "the request does not fit in one log entry") from None
+        raise no_quorum(f"the write's outcome is unknown ({exc.code}); retry it "
+                        "(with the same message ids, so it is stored once)") from None
+    except asyncio.TimeoutError:
+        raise no_quorum("no majority acknowledged the write in time; its outcome is unknown, "
+                        "retry it with the same message ids") from None
+    if "error" in result:
+        raise from_result(result)
+    return result
+
+
+async def read(request: web.Request, query: str, *args) -> web.Response:
+    """Answer a query at the consistency the request asks for."""
+    level = request.query.get("consistency", "leader")
+    if level not in CONSISTENCY_LEVELS:
+        raise ApiError("bad_request", "consistency must be leader, strong or any")
+    node = request.app[NODE]
+    headers = {}
+    if level == "any":
+        headers["X-Raftq-Applied-Index"] = str(node.status()["applied_index"])
+    else:
+        elsewhere = await route_to_leader(request)
+        if elsewhere is not None:
+            return elsewhere
+        if level == "strong":
+            await write(request, {"op": "tick"})
+    result = node.read(query, *args)
+    if isinstance(result, dict) and "error" in result:
+        raise from_result(result)
+    return respond(request, result, headers=headers)

@@ -1,0 +1,175 @@
+"""Put, receive (long poll), ack/nack/extend, browse, commit and transactions."""
+
+import time
+
+from aiohttp import web
+
+from statemachine.validation import MAX_RECEIVE, MAX_WAIT_MS, is_int
+
+from .codec import message_from_wire, read_body, respond
+from .errors import ApiError
+from .buffering import buffer_put, with_ids
+from .leader import NODE, SETTINGS, validate, read, route_to_leader, write
+from .routing import leader_only, queue_name, group_name
+
+DURABILITY = ("quorum", "all", "leader")
+
+
+def _messages(request: web.Request, raw) -> list:
+    if isinstance(raw, dict) and "messages" in raw and "body" not in raw and "body_b64" not in raw:
+        raw = raw["messages"]
+        if not isinstance(raw, list):
+            raise ApiError("bad_request", "messages must be a list")
+    else:
+        raw = [raw]
+    messages = [message_from_wire(m, i) for i, m in enumerate(raw)]
+    limit = request.app[SETTINGS].max_message_bytes
+    for index, message in enumerate(messages):
+        body = message.get("body")
+        size = len(body) if isinstance(body, (bytes, str)) else 0
+        if size > limit:
+            raise ApiError("too_large", f"message {index} is larger than {limit} bytes")
+    return messages
+
+
+async def put(request: web.Request) -> web.Response:
+    name = queue_name(request)
+    durability = request.query.get("durability", "quorum")
+    if durability not in DURABILITY:
+        raise ApiError("bad_request", "durability must be quorum, all or leader")
+    may_buffer = request.query.get("buffer") == "allow"
+    messages = _messages(request, await read_body(request))
+    if may_buffer:
+        messages = with_ids(messages)
+    node = request.app[NODE]
+    command = {"op": "put", "queue": name, "messages": messages, "auto_create": node.auto_create}
+    try:
+        elsewhere = await route_to_leader(request)
+        if elsewhere is not None:
+            return elsewhere
+        result = await write(request, command)
+    except ApiError as exc:
+        # Only when no leader can take the write; a refusal (400, 429) is final.
+        if may_buffer and exc.code == "no_quorum":
+            validate(command)
+            return buffer_put(request, name, messages)
+        raise
+    commit_index = node.status()["commit_index"]
+    if durability == "all":
+        await node.replicated_everywhere(commit_index, request.app[SETTINGS].write_timeout_s)
+    # durability=leader is served as quorum, which is strictly stronger; the
+    # answer names what was actually given (docs/api.md).
+    given = "quorum" if durability == "leader" else durability
+    return respond(request, {"messages": result["messages"], "commit_index": commit_index,
+                             "durability": given}, status=201)
+
+
+def _int_field(body: dict, field: str, default, low: int, high: int, *, nullable=False):
+    value = body.get(field, default)
+    if value is None and nullable:
+        return None
+    if not is_int(value) or not low <= value <= high:
+        raise ApiError("bad_request", f"{field} must be an integer from {low} to {high}")
+    return value
+
+
+@leader_only
+async def receive(request: web.Request) -> web.Response:
+    name = queue_name(request)
+    body = await read_body(request, required=False) or {}
+    if not isinstance(body, dict):
+        raise ApiError("bad_request", "the body must be an object")
+    group = group_name(body.get("group", "default"))
+    count = _int_field(body, "max", 1, 1, MAX_RECEIVE)
+    wait_ms = _int_field(body, "wait_ms", 0, 0, MAX_WAIT_MS)
+    lease_ms = _int_field(body, "lease_ms", None, 1, 1 << 40, nullable=True)
+    command = {"op": "receive", "queue": name, "group": group, "max": count, "lease_ms": lease_ms}
+    node = request.app[NODE]
+    deadline = time.monotonic() + wait_ms / 1000
+    while True:
+        remaining = deadline - time.monotonic()
+        # Waiting costs no log entry: only a receive that can lease something
+        # (or the last try, or one for a missing queue, to get its error) is written.
+        if remaining > 0 and not node.read("has_ready", name, group) \
+                and "error" not in node.read("group_info", name, group):
+            await node.wait_ready(name, group, remaining)
+            continue
+        result = await write(request, dict(command))
+        if result["messages"] or remaining <= 0:
+            return respond(request, result)
+
+
+async def _settle(request: web.Request, op: str) -> web.Response:
+    name = queue_name(request)
+    body = await read_body(request)
+    if not isinstance(body, dict):
+        raise ApiError("bad_request", "the body must be an object with receipts")
+    command = {"op": op, "queue": name, "receipts": body.get("receipts")}
+    if op == "nack" and body.get("delay_ms") is not None:
+        command["delay_ms"] = body["delay_ms"]
+    if op == "extend" and body.get("lease_ms") is not None:
+        command["lease_ms"] = body["lease_ms"]
+    return respond(request, await write(request, command))
+
+
+@leader_only
+async def ack(request):
+    return await _settle(request, "ack")
+
+
+@leader_only
+async def nack(request):
+    return await _settle(request, "nack")
+
+
+@leader_only
+async def extend(request):
+    return await _settle(request, "extend")
+
+
+def _query_int(request: web.Request, field: str, default: int, low: int, high: int) -> int:
+    raw = request.query.get(field)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise ApiError("bad_request", f"{field} must be an integer from {low} to {high}")
+    return int(raw)
+
+
+async def browse(request: web.Request) -> web.Response:
+    name = queue_name(request)
+    group = request.query.get("group", "default")
+    group_name(group)
+    from_seq = _query_int(request, "from_seq", 0, 0, 1 << 62)
+    limit = _query_int(request, "limit", 100, 1, 10_000)
+    return await read(request, "browse", name, group, from_seq, limit)
+
+
+@leader_only
+async def commit(request: web.Request) -> web.Response:
+    body = await read_body(request)
+    if not isinstance(body, dict):
+        raise ApiError("bad_request", "the body must be an object with seq")
+    return respond(request, await write(request, {
+        "op": "commit", "queue": queue_name(request), "group": group_name(request.match_info["group"]),
+        "seq": body.get("seq")}))
+
+
+@leader_only
+async def transaction(request: web.Request) -> web.Response:
+    body = await read_body(request)
+    if not isinstance(body, dict) or set(body) - {"ack", "put"}:
+        raise ApiError("bad_request", "a transaction is an object with 'ack' and/or 'put'")
+    puts = body.get("put", [])
+    if not isinstance(puts, list):
+        raise ApiError("bad_request", "put must be a list")
+    for part in puts:
+        if not isinstance(part, dict):
+            raise ApiError("bad_request", "each put must be an object with queue and messages")
+        part["messages"] = _messages(request, {"messages": part.get("messages")})
+    command = {"op": "tx", "ack": body.get("ack", []), "put": puts,
+               "auto_create": request.app[NODE].auto_create}
+    result = await write(request, command)
+    return respond(request, {**result, "commit_index": request.app[NODE].status()["commit_index"]},
+                   status=201 if puts else 200)
+

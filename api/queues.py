@@ -1,0 +1,66 @@
+"""Queues and their consumer groups."""
+
+from aiohttp import web
+
+from .codec import read_body, respond
+from .errors import ApiError
+from .leader import read, write
+from .routing import group_name, leader_only, queue_name
+
+
+@leader_only
+async def create(request: web.Request) -> web.Response:
+    config = await read_body(request, required=False)
+    if config is None:
+        config = {}
+    result = await write(request, {"op": "create_queue", "queue": queue_name(request), "config": config})
+    return respond(request, {"name": queue_name(request), "config": result["config"]},
+                   status=201 if result["created"] else 200)
+
+
+@leader_only
+async def patch(request: web.Request) -> web.Response:
+    config = await read_body(request)
+    result = await write(request, {"op": "patch_queue", "queue": queue_name(request), "config": config})
+    return respond(request, {"name": queue_name(request), "config": result["config"]})
+
+
+@leader_only
+async def delete(request: web.Request) -> web.Response:
+    await write(request, {"op": "delete_queue", "queue": queue_name(request)})
+    return web.Response(status=204)
+
+
+async def list_all(request: web.Request) -> web.Response:
+    return await read(request, "list_queues")
+
+
+async def show(request: web.Request) -> web.Response:
+    return await read(request, "queue_info", queue_name(request))
+
+
+@leader_only
+async def add_group(request: web.Request) -> web.Response:
+    body = await read_body(request, required=False) or {}
+    if not isinstance(body, dict):
+        raise ApiError("bad_request", "the body must be an object like {\"start\": \"earliest\"}")
+    result = await write(request, {"op": "add_group", "queue": queue_name(request),
+                                   "group": group_name(request.match_info["group"]),
+                                   "start": body.get("start", "earliest")})
+    created = result.pop("created")
+    return respond(request, result, status=201 if created else 200)
+
+
+async def list_groups(request: web.Request) -> web.Response:
+    return await read(request, "list_groups", queue_name(request))
+
+
+async def show_group(request: web.Request) -> web.Response:
+    return await read(request, "group_info", queue_name(request), group_name(request.match_info["group"]))
+
+
+@leader_only
+async def delete_group(request: web.Request) -> web.Response:
+    await write(request, {"op": "delete_group", "queue": queue_name(request),
+                          "group": group_name(request.match_info["group"])})
+    return web.Response(status=204)

@@ -1,0 +1,37 @@
+"""Small guards shared by the handlers: names from the path, leader-only writes."""
+
+import functools
+
+from aiohttp import web
+
+from statemachine.validation import NAME_RE
+
+from .errors import ApiError
+from .leader import route_to_leader
+
+
+def _name(value: str, what: str) -> str:
+    if not NAME_RE.fullmatch(value):
+        raise ApiError("bad_request", f"{what} must match [A-Za-z0-9._-]{{1,128}}")
+    return value
+
+
+def queue_name(request: web.Request) -> str:
+    return _name(request.match_info["queue"], "queue name")
+
+
+def group_name(value) -> str:
+    if not isinstance(value, str):
+        raise ApiError("bad_request", "group name must be a string")
+    return _name(value, "group name")
+
+
+def leader_only(handler):
+    """Serve on the leader; redirect or forward from a follower."""
+    @functools.wraps(handler)
+    async def serve(request: web.Request) -> web.StreamResponse:
+        elsewhere = await route_to_leader(request)
+        if elsewhere is not None:
+            return elsewhere
+        return await handler(request)
+    return serve

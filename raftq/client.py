@@ -1,0 +1,299 @@
+"""Python clients for raftq: `Client` (blocking) and `AsyncClient` (asyncio).
+
+Both speak the HTTP API of docs/api.md and behave the same way:
+
+- they follow 307 redirects to the leader and remember it;
+- on a failover (503 ``no_quorum``, a refused or dropped connection, a
+  timeout) they retry against the next node, with backoff, for up to
+  ``retry_for`` seconds — but only calls that are safe to repeat: reads,
+  acks, and puts, to which they give every message an idempotency ``id``
+  (kept across retries) so a retried put is stored exactly once;
+- message bodies may be ``bytes`` (sent as ``body_b64``) or JSON data, and
+  come back the same way.
+
+The request/response shapes live once, in ``_Calls``; the two classes differ
+only in how they carry a request.
+"""
+
+import asyncio
+import base64
+import http.client
+import json
+import socket
+import time
+import uuid
+from urllib.parse import urlsplit
+
+RETRYABLE_STATUS = {503}
+
+
+class RaftqError(Exception):
+    def __init__(self, status: int, code: str, message: str, body: dict | None = None):
+        super().__init__(f"{status} {code}: {message}")
+        self.status, self.code, self.message, self.body = status, code, message, body or {}
+
+
+def _wire_message(message) -> dict:
+    if not isinstance(message, dict):
+        message = {"body": message}
+    message = dict(message)
+    if isinstance(message.get("body"), (bytes, bytearray)):
+        message["body_b64"] = base64.b64encode(message.pop("body")).decode()
+    message.setdefault("id", uuid.uuid4().hex)
+    return message
+
+
+def _from_wire(value):
+    if isinstance(value, dict):
+        if "body_b64" in value:
+            value = dict(value)
+            value["body"] = base64.b64decode(value.pop("body_b64"))
+        return {k: _from_wire(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_wire(v) for v in value]
+    return value
+
+
+class _Calls:
+    """Every API call as (method, path, body, safe to retry)."""
+
+    def put(self, queue: str, body=None, *, key=None, id=None, headers=None, ttl_ms=None,
+            delay_ms=None, durability: str | None = None):
+        message = {"body": body}
+        for field, value in (("key", key), ("id", id), ("headers", headers), ("ttl_ms", ttl_ms),
+                             ("delay_ms", delay_ms)):
+            if value is not None:
+                message[field] = value
+        return self.put_batch(queue, [message], durability=durability)
+
+    def put_batch(self, queue: str, messages: list, *, durability: str | None = None):
+        """All or nothing; each message a body or a dict with body/key/id/headers/ttl_ms/delay_ms."""
+        query = f"?durability={durability}" if durability else ""
+        return self._call("POST", f"/v1/queues/{queue}/messages{query}",
+                          {"messages": [_wire_message(m) for m in messages]}, retry=True)
+
+    def receive(self, queue: str, *, group: str = "default", max: int = 1, wait_ms: int = 0,
+                lease_ms: int | None = None):
+        body = {"group": group, "max": max, "wait_ms": wait_ms}
+        if lease_ms is not None:
+            body["lease_ms"] = lease_ms
+        # Not retried: a lost answer leased messages nobody holds; their lease
+        # expires and they are delivered again, so nothing is lost.
+        return self._call("POST", f"/v1/queues/{queue}/receive", body, retry=False,
+                          timeout=wait_ms / 1000 + 10)
+
+    def ack(self, queue: str, receipts: list):
+        return self._call("POST", f"/v1/queues/{queue}/ack", {"receipts": list(receipts)}, retry=True)
+
+    def nack(self, queue: str, receipts: list, *, delay_ms: int | None = None):
+        body = {"receipts": list(receipts)}
+        if delay_ms is not None:
+            body["delay_ms"] = delay_ms
+        return self._call("POST", f"/v1/queues/{queue}/nack", body, retry=True)
+
+    def extend(self, queue: str, receipts: list, *, lease_ms: int | None = None):
+        body = {"receipts": list(receipts)}
+        if lease_ms is not None:
+            body["lease_ms"] = lease_ms
+        return self._call("POST", f"/v1/queues/{queue}/extend", body, retry=True)
+
+    def create_queue(self, queue: str, **config):
+        return self._call("PUT", f"/v1/queues/{queue}", config, retry=True)
+
+    def patch_queue(self, queue: str, **config):
+        return self._call("PATCH", f"/v1/queues/{queue}", config, retry=True)
+
+    def delete_queue(self, queue: str):
+        return self._call("DELETE", f"/v1/queues/{queue}", None, retry=True)
+
+    def queues(self, *, consistency: str = "leader"):
+        return self._call("GET", f"/v1/queues?consistency={consistency}", None, retry=True)
+
+    def queue(self, queue: str, *, consistency: str = "leader"):
+        return self._call("GET", f"/v1/queues/{queue}?consistency={consistency}", None, retry=True)
+
+    def add_group(self, queue: str, group: str, *, start: str = "earliest"):
+        return self._call("PUT", f"/v1/queues/{queue}/groups/{group}", {"start": start}, retry=True)
+
+    def delete_group(self, queue: str, group: str):
+        return self._call("DELETE", f"/v1/queues/{queue}/groups/{group}", None, retry=True)
+
+    def browse(self, queue: str, *, group: str = "default", from_seq: int = 0, limit: int = 100,
+               consistency: str = "leader"):
+        return self._call("GET", f"/v1/queues/{queue}/messages?group={group}&from_seq={from_seq}"
+                                 f"&limit={limit}&consistency={consistency}", None, retry=True)
+
+    def commit(self, queue: str, group: str, seq: int):
+        return self._call("POST", f"/v1/queues/{queue}/groups/{group}/commit", {"seq": seq}, retry=True)
+
+    def transaction(self, *, ack: list | None = None, put: list | None = None):
+        """ack: [{"queue", "receipts"}], put: [{"queue", "messages"}] — one all-or-nothing entry."""
+        body = {"ack": ack or [], "put": [{"queue": p["queue"],
+                                           "messages": [_wire_message(m) for m in p["messages"]]}
+                                          for p in put or []]}
+        return self._call("POST", "/v1/tx", body, retry=True)
+
+    def cluster(self):
+        return self._call("GET", "/v1/cluster", None, retry=True)
+
+    def verify(self):
+        return self._call("POST", "/v1/cluster/verify", None, retry=True, timeout=30)
+
+    def add_node(self, node_id: str, raft_addr: str, http_addr: str):
+        return self._call("POST", "/v1/cluster/nodes",
+                          {"id": node_id, "raft_addr": raft_addr, "http_addr": http_addr}, retry=True)
+
+    def remove_node(self, node_id: str):
+        return self._call("DELETE", f"/v1/cluster/nodes/{node_id}", None, retry=True)
+
+    def ready(self):
+        return self._call("GET", "/health/ready", None, retry=False, accept_status=(200, 503))
+
+
+class _Failover:
+    """Which node to try next, and for how long to keep trying."""
+
+    def __init__(self, urls, token, retry_for: float, timeout: float):
+        if isinstance(urls, str):
+            urls = [urls]
+        self.urls = [u.rstrip("/") for u in urls]
+        self.current = 0
+        self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
+        self.retry_for = retry_for
+        self.timeout = timeout
+
+    @property
+    def base(self) -> str:
+        return self.urls[self.current]
+
+    def follow(self, location: str) -> None:
+        parts = urlsplit(location)
+        base = f"{parts.scheme}://{parts.netloc}"
+        if base not in self.urls:
+            self.urls.append(base)
+        self.current = self.urls.index(base)
+
+    def next_node(self) -> None:
+        self.current = (self.current + 1) % len(self.urls)
+
+    @staticmethod
+    def decode(status: int, raw: bytes, accept_status):
+        payload = json.loads(raw) if raw else {}
+        if 200 <= status < 300 or status in accept_status:
+            return _from_wire(payload)
+        raise RaftqError(status, payload.get("error", "http_error"), payload.get("message", raw[:200]), payload)
+
+
+class Client(_Calls):
+    """Blocking client over http.client, with keep-alive. One per thread."""
+
+    def __init__(self, urls="http://127.0.0.1:8001", *, token: str | None = None,
+                 retry_for: float = 15.0, timeout: float = 15.0):
+        self._route = _Failover(urls, token, retry_for, timeout)
+        self._conns: dict[str, http.client.HTTPConnection] = {}
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _conn(self, base: str, timeout: float) -> http.client.HTTPConnection:
+        conn = self._conns.get(base)
+        if conn is None:
+            parts = urlsplit(base)
+            cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+            conn = self._conns[base] = cls(parts.netloc, timeout=timeout)
+        conn.timeout = timeout
+        return conn
+
+    def _call(self, method, path, body, *, retry, timeout=None, accept_status=()):
+        route = self._route
+        data = None if body is None else json.dumps(body).encode()
+        deadline = time.monotonic() + route.retry_for
+        backoff = 0.05
+        for _ in range(32):   # redirects and failovers, bounded
+            base = route.base
+            try:
+                conn = self._conn(base, timeout or route.timeout)
+                conn.request(method, path, body=data, headers=route.headers)
+                reply = conn.getresponse()
+                raw = reply.read()
+            except (OSError, http.client.HTTPException):
+                self._conns.pop(base, None)
+                if not retry or time.monotonic() > deadline:
+                    raise
+                route.next_node()
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                continue
+            if reply.status == 307:
+                route.follow(reply.getheader("Location"))
+                continue
+            if reply.status in RETRYABLE_STATUS and retry and time.monotonic() < deadline:
+                route.next_node()
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                continue
+            return route.decode(reply.status, raw, accept_status)
+        raise RaftqError(503, "no_quorum", "gave up after too many redirects and retries")
+
+
+class AsyncClient(_Calls):
+    """asyncio client over aiohttp; share one per event loop."""
+
+    def __init__(self, urls="http://127.0.0.1:8001", *, token: str | None = None,
+                 retry_for: float = 15.0, timeout: float = 15.0):
+        self._route = _Failover(urls, token, retry_for, timeout)
+        self._session = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    async def _call(self, method, path, body, *, retry, timeout=None, accept_status=()):
+        import aiohttp
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        route = self._route
+        data = None if body is None else json.dumps(body).encode()
+        deadline = time.monotonic() + route.retry_for
+        backoff = 0.05
+        for _ in range(32):
+            try:
+                async with self._session.request(
+                        method, route.base + path, data=data, headers=route.headers, allow_redirects=False,
+                        timeout=aiohttp.ClientTimeout(total=timeout or route.timeout)) as reply:
+                    raw = await reply.read()
+                    status, location = reply.status, reply.headers.get("Location")
+            except (aiohttp.ClientError, asyncio.TimeoutError, socket.gaierror):
+                if not retry or time.monotonic() > deadline:
+                    raise
+                route.next_node()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                continue
+            if status == 307:
+                route.follow(location)
+                continue
+            if status in RETRYABLE_STATUS and retry and time.monotonic() < deadline:
+                route.next_node()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                continue
+            return route.decode(status, raw, accept_status)
+        raise RaftqError(503, "no_quorum", "gave up after too many redirects and retries")

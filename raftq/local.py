@@ -1,0 +1,228 @@
+"""Local clusters of real node processes: `raftq up`, and the harness that
+tests, benchmarks and the chaos suite drive raftq through.
+
+A cluster lives in one directory: cluster.toml (with a generated secret), one
+data directory and one log file per node.  Running it again keeps its
+queues.  Every process is started here and stopped here, by PID.
+"""
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import config as cluster_config
+from .client import Client, RaftqError
+
+
+def free_ports(count: int) -> list[int]:
+    sockets, ports = [], []
+    for _ in range(count):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        sockets.append(s)
+        ports.append(s.getsockname()[1])
+    for s in sockets:
+        s.close()
+    return ports
+
+
+class LocalCluster:
+    def __init__(self, root: str | Path, cfg: cluster_config.ClusterConfig, *,
+                 node_args: tuple[str, ...] = (), env: dict | None = None, token: str | None = None):
+        self.root = Path(root).resolve()
+        self.token = token
+        self.cfg = cfg
+        self.node_args = tuple(node_args)
+        self.env = env
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.config_path = self.root / "cluster.toml"
+        self.write_config()
+
+    @classmethod
+    def create(cls, root: str | Path, nodes: int = 3, *, http_port: int | None = None,
+               raft_port: int | None = None, **kwargs) -> "LocalCluster":
+        """A new cluster; ports are picked free unless given (then consecutive)."""
+        if http_port is None or raft_port is None:
+            ports = free_ports(2 * nodes)
+            https, rafts = ports[:nodes], ports[nodes:]
+        else:
+            https = [http_port + i for i in range(nodes)]
+            rafts = [raft_port + i for i in range(nodes)]
+        cfg = cluster_config.ClusterConfig(
+            nodes=tuple(cluster_config.NodeSpec(id=f"n{i + 1}", raft=f"127.0.0.1:{rafts[i]}",
+                                                http=f"127.0.0.1:{https[i]}") for i in range(nodes)),
+            secret=cluster_config.new_secret())
+        return cls(root, cfg, **kwargs)
+
+    @classmethod
+    def open(cls, root: str | Path, **kwargs) -> "LocalCluster":
+        return cls(root, cluster_config.load(Path(root) / "cluster.toml"), **kwargs)
+
+    def write_config(self) -> None:
+        self.config_path.write_text(self.cfg.to_toml())
+        self.config_path.chmod(0o600)
+
+    # ---- processes -------------------------------------------------------------
+    @property
+    def ids(self) -> list[str]:
+        return [n.id for n in self.cfg.nodes]
+
+    def url(self, node_id: str) -> str:
+        return f"http://{self.cfg.node(node_id).http}"
+
+    @property
+    def urls(self) -> list[str]:
+        return [self.url(i) for i in self.ids]
+
+    def log_path(self, node_id: str) -> Path:
+        return self.root / f"{node_id}.log"
+
+    def start(self, node_id: str | None = None, extra_args: tuple[str, ...] = ()) -> None:
+        for nid in [node_id] if node_id else self.ids:
+            if nid in self.procs and self.procs[nid].poll() is None:
+                continue
+            with open(self.log_path(nid), "ab") as log:
+                self.procs[nid] = subprocess.Popen(
+                    [sys.executable, "-m", "raftq", "node", "--config", str(self.config_path),
+                     "--id", nid, "--data-dir", str(self.root / nid), *self.node_args, *extra_args],
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=self.env)
+            # So that whoever runs `raftq up` (a test, an operator) can always
+            # find and stop every node by PID, even if `up` itself is killed.
+            (self.root / f"{nid}.pid").write_text(str(self.procs[nid].pid))
+
+    def pid(self, node_id: str) -> int | None:
+        proc = self.procs.get(node_id)
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def running(self, node_id: str) -> bool:
+        return self.pid(node_id) is not None
+
+    def signal(self, node_id: str, sig: int) -> None:
+        proc = self.procs.get(node_id)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(sig)
+
+    def kill(self, node_id: str) -> None:
+        """kill -9: no chance to flush or hand over."""
+        proc = self.procs.pop(node_id, None)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        if proc is not None:
+            proc.wait()
+        self._forget_pid(node_id)
+
+    def stop(self, node_id: str | None = None, timeout: float = 15.0) -> None:
+        """SIGTERM, then SIGKILL after `timeout`; SIGCONT first in case it is paused."""
+        targets = {nid: self.procs.pop(nid) for nid in ([node_id] if node_id else list(self.procs))
+                   if nid in self.procs}
+        for proc in targets.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in targets.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for nid in targets:
+            self._forget_pid(nid)
+
+    def _forget_pid(self, node_id: str) -> None:
+        (self.root / f"{node_id}.pid").unlink(missing_ok=True)
+
+    def close(self) -> None:
+        for nid in list(self.procs):
+            self.kill(nid)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- observation -------------------------------------------------------------
+    def ready_view(self, node_id: str, timeout: float = 1.0) -> dict | None:
+        try:
+            with Client(self.url(node_id), retry_for=0, timeout=timeout, token=self.token) as client:
+                return client.ready()
+        except (OSError, RaftqError, ValueError):
+            return None
+
+    def wait_for_leader(self, timeout: float = 30.0, among: list[str] | None = None) -> str | None:
+        """The leader's id once a running node reports one with a quorum."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for nid in among or self.ids:
+                if not self.running(nid):
+                    continue
+                view = self.ready_view(nid)
+                if view and view.get("ready") and view.get("role") == "leader":
+                    return nid
+            time.sleep(0.05)
+        return None
+
+    def client(self, **kwargs) -> Client:
+        return Client(self.urls, token=self.token, **kwargs)
+
+
+def demo(urls: list[str]) -> None:
+    with Client(urls) as client:
+        put = client.put("demo", {"hello": "raftq"})
+        print(f"  put      demo  -> seq {put['messages'][0]['seq']}")
+        got = client.receive("demo", max=1, wait_ms=1000)["messages"]
+        if got:
+            msg = got[0]
+            print(f"  receive  demo  -> seq {msg['seq']} body {msg['body']} receipt {msg['receipt']}")
+            print(f"  ack      demo  -> {client.ack('demo', [msg['receipt']])}")
+        stats = client.queue("demo")["stats"]
+        print(f"  queue    demo  -> depth {stats['depth']}, put_total {stats['put_total']}, "
+              f"acked_total {stats['acked_total']}")
+
+
+def up(nodes: int, data_dir: str, http_port: int, raft_port: int, run_demo: bool) -> int:
+    root = Path(data_dir)
+    if (root / "cluster.toml").exists():
+        cluster = LocalCluster.open(root)
+        if len(cluster.ids) != nodes:
+            print(f"{root / 'cluster.toml'} describes {len(cluster.ids)} nodes, not {nodes}; "
+                  f"use --nodes {len(cluster.ids)} or another --data-dir", file=sys.stderr)
+            return 2
+    else:
+        cluster = LocalCluster.create(root, nodes, http_port=http_port, raft_port=raft_port)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    try:
+        cluster.start()
+        leader = cluster.wait_for_leader(30)
+        if leader is None:
+            print(f"no leader was elected within 30 s; see the node logs in {cluster.root}", file=sys.stderr)
+            return 1
+        print(f"raftq: {nodes}-node cluster up in {cluster.root} (leader {leader})")
+        for nid in cluster.ids:
+            print(f"  {nid}  {cluster.url(nid)}   pid {cluster.pid(nid)}   log {cluster.log_path(nid)}")
+        print(f"  try:   RAFTQ_URL={cluster.urls[0]} raftq cluster status")
+        print(f"         curl -L -XPOST {cluster.urls[0]}/v1/queues/jobs/messages -d '{{\"body\": \"hi\"}}'")
+        if run_demo:
+            demo(cluster.urls)
+        print("Ctrl-C stops the cluster; its data stays for the next run.", flush=True)
+        while not stopping:
+            for nid in cluster.ids:
+                proc = cluster.procs.get(nid)
+                if proc is not None and proc.poll() is not None:
+                    print(f"node {nid} exited with {proc.returncode}; see {cluster.log_path(nid)}",
+                          file=sys.stderr)
+                    cluster.procs.pop(nid)
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        print("stopping the cluster ...", flush=True)
+        cluster.stop()
+        print("stopped.")
+    return 0

@@ -1,0 +1,263 @@
+"""A raftq node: the state machine, replicated, and what the API needs of it.
+
+Threads: pysyncobj applies log entries on its own tick thread; the HTTP API
+runs on the asyncio loop.  The state machine is only ever mutated on the
+tick thread, under ``_lock``; the API reads it under the same lock, so a
+read never sees half an entry.  Results travel back to the loop through
+``call_soon_threadsafe``.
+
+Log time: the leader stamps every command with ``now_ms`` from
+``LogClock``, which continues from the last applied log time with this
+machine's monotonic clock.  A wall clock that jumps (NTP, a VM resumed, a
+faulty node) therefore never makes a lease expire early, and an election
+only ever extends leases, never cuts them.
+"""
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from statemachine import StateMachine
+
+from .committer import CommitError, GroupCommitter
+from .config import ClusterConfig, NodeSpec
+from .consensus import Consensus, Peer
+
+log = logging.getLogger("raftq.node")
+
+TICK_INTERVAL_S = 0.02
+CHECKPOINTS_KEPT = 64
+
+
+class LogClock:
+    def __init__(self, machine: StateMachine):
+        self._machine = machine
+        self.restart()
+
+    def restart(self) -> None:
+        """Continue from the applied log time (or wall time for a brand-new cluster)."""
+        applied = self._machine.clock
+        self._base = applied if applied > 0 else int(time.time() * 1000)
+        self._mono = time.monotonic()
+
+    def now_ms(self) -> int:
+        return max(self._machine.clock, self._base + int((time.monotonic() - self._mono) * 1000))
+
+
+class Node:
+    def __init__(self, cluster: ClusterConfig, node_id: str, data_dir: str | Path, *,
+                 unsynced_test_mode: bool = False, auto_create: bool = True):
+        self.cluster = cluster
+        self.spec: NodeSpec = cluster.node(node_id)
+        self.id = node_id
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.auto_create = auto_create
+        self.machine = StateMachine()
+        self.clock = LogClock(self.machine)
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiters: dict[tuple[str, str], list[asyncio.Future]] = {}
+        self._wake_scheduled = False
+        self._checkpoints: dict[str, str] = {}
+        self._was_leader = False
+        self.elections_seen = 0
+        self.entries_applied = 0
+        self.committer = GroupCommitter(self._submit_entry)
+        self.consensus = Consensus(
+            self_peer=self.spec.peer(),
+            peers=cluster.peers_for(node_id),
+            data_dir=self.data_dir / "raft",
+            apply=self._apply_entry, snapshot=self._snapshot, restore=self._restore,
+            secret=cluster.secret, unsynced_test_mode=unsynced_test_mode,
+            on_role_change=self._on_role_change, max_entry_bytes=self.committer.max_entry_bytes)
+        self._ticker: asyncio.Task | None = None
+
+    # ---- life cycle ---------------------------------------------------------------
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._ticker = asyncio.create_task(self._tick_loop())
+
+    async def hand_over(self) -> None:
+        """Before shutting down: let another node lead, so clients move on at once."""
+        if self._ticker:
+            self._ticker.cancel()
+        if self.is_leader():
+            moved = await asyncio.to_thread(self.consensus.transfer_leadership, 2.0)
+            log.info("leadership %s before shutdown", "handed over" if moved else "given up")
+        self.committer.fail_pending("shutting_down")
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.consensus.close)
+
+    # ---- the replicated state machine (tick thread) -------------------------------------
+    def _apply_entry(self, entry: bytes) -> list:
+        with self._lock:
+            results = self.machine.apply_entry(entry)
+        self.entries_applied += 1
+        for result in results:
+            if isinstance(result, dict) and "checkpoint" in result:
+                self._checkpoints[result["checkpoint"]] = result["digest"]
+                while len(self._checkpoints) > CHECKPOINTS_KEPT:
+                    del self._checkpoints[next(iter(self._checkpoints))]
+        if self._loop is not None and not self._wake_scheduled:
+            self._wake_scheduled = True
+            self._loop.call_soon_threadsafe(self._wake_waiters)
+        return results
+
+    def _snapshot(self) -> bytes:
+        with self._lock:
+            return self.machine.snapshot()
+
+    def _restore(self, data: bytes) -> None:
+        with self._lock:
+            self.machine.restore(data)
+
+    def _on_role_change(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._role_changed)
+
+    def _role_changed(self) -> None:
+        leader = self.is_leader()
+        if leader and not self._was_leader:
+            self.clock.restart()
+            self.elections_seen += 1
+            log.info("became leader at term %s", self.consensus.status()["term"])
+        elif not leader and self._was_leader:
+            log.info("stepped down; leader is now %s", self.consensus.leader_id())
+            self.committer.fail_pending("leader_changed")
+        self._was_leader = leader
+
+    # ---- writes -------------------------------------------------------------------------
+    def _submit_entry(self, entry: bytes, callback) -> None:
+        self.consensus.submit(entry, callback)
+
+    async def submit(self, command: dict) -> dict:
+        """Apply one command through the log; its result, or CommitError."""
+        command["now_ms"] = self.clock.now_ms()
+        return await self.committer.submit(command)
+
+    async def barrier(self) -> None:
+        """Returns once everything committed before the call is applied here."""
+        await self.submit({"op": "tick"})
+
+    async def checkpoint(self) -> tuple[str, str]:
+        token = uuid.uuid4().hex
+        result = await self.submit({"op": "checkpoint", "token": token})
+        return token, result["digest"]
+
+    def checkpoint_digest(self, token: str) -> str | None:
+        return self._checkpoints.get(token)
+
+    async def _tick_loop(self) -> None:
+        """While leading, fire due timers through the log so every replica sees them."""
+        while True:
+            await asyncio.sleep(TICK_INTERVAL_S)
+            if not self.is_leader():
+                continue
+            due = self.machine.next_timer()
+            if due is not None and due <= self.clock.now_ms():
+                try:
+                    await self.submit({"op": "tick"})
+                except CommitError:
+                    pass   # lost leadership or quorum; the next leader ticks
+
+    # ---- reads ----------------------------------------------------------------------------
+    def read(self, query: str, *args):
+        with self._lock:
+            return getattr(self.machine, query)(*args)
+
+    # ---- long poll ---------------------------------------------------------------------------
+    async def wait_ready(self, queue: str, group: str, timeout: float) -> None:
+        """Returns when the group may have a ready message, or after `timeout`."""
+        if self.read("has_ready", queue, group):
+            return
+        future = self._loop.create_future()
+        self._waiters.setdefault((queue, group), []).append(future)
+        try:
+            await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            waiting = self._waiters.get((queue, group))
+            if waiting is not None and future in waiting:
+                waiting.remove(future)
+                if not waiting:
+                    del self._waiters[(queue, group)]
+
+    def _wake_waiters(self) -> None:
+        self._wake_scheduled = False
+        if not self._waiters:
+            return
+        with self._lock:
+            ready = [key for key in self._waiters if self.machine.has_ready(*key)]
+        for key in ready:
+            for future in self._waiters.pop(key):
+                if not future.done():
+                    future.set_result(None)
+
+    # ---- cluster ------------------------------------------------------------------------------
+    def is_leader(self) -> bool:
+        return self.consensus.status()["role"] == "leader"
+
+    def status(self) -> dict:
+        return self.consensus.status()
+
+    def http_addr(self, node_id: str | None) -> str | None:
+        if node_id is None:
+            return None
+        member = self.machine.members.get(node_id)
+        if member:
+            return member["http_addr"]
+        for spec in self.cluster.nodes:
+            if spec.id == node_id:
+                return spec.http
+        return None
+
+    def members(self) -> list[dict]:
+        """The voters as Raft knows them now, with their HTTP addresses."""
+        ids = [self.id, *self.consensus.status()["peers"]]
+        out = []
+        for node_id in ids:
+            member = self.machine.members.get(node_id)
+            spec = next((n for n in self.cluster.nodes if n.id == node_id), None)
+            raft = member["raft_addr"] if member else spec.raft if spec else node_id
+            out.append({"id": node_id, "raft_addr": raft, "http_addr": self.http_addr(node_id)})
+        return out
+
+    async def replicated_everywhere(self, index: int, timeout: float) -> bool:
+        """Wait until every connected voter's log holds `index` (durability=all)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            peers = self.consensus.status()["peers"].values()
+            if all(p["match_index"] >= index for p in peers if p["connected"]):
+                return True
+            await asyncio.sleep(0.002)
+        return False
+
+    def committer_observer(self, observe) -> None:
+        self.committer.observe(observe)
+
+    async def _membership(self, call, *args) -> None:
+        future = self._loop.create_future()
+
+        def done(result, err):
+            self._loop.call_soon_threadsafe(
+                lambda: future.done() or (future.set_exception(CommitError(err)) if err
+                                          else future.set_result(result)))
+        call(*args, done)
+        await future
+
+    async def add_node(self, node_id: str, raft_addr: str, http_addr: str) -> None:
+        await self.submit({"op": "set_member", "id": node_id, "raft_addr": raft_addr,
+                           "http_addr": http_addr})
+        await self._membership(self.consensus.add_node, Peer(id=node_id, raft_addr=raft_addr))
+
+    async def remove_node(self, node_id: str) -> None:
+        await self._membership(self.consensus.remove_node, node_id)
+        result = await self.submit({"op": "remove_member", "id": node_id})
+        if "error" in result and result["error"] != "not_found":
+            raise CommitError(result["error"])

@@ -1,0 +1,83 @@
+"""`raftq node`: one node process — Raft replication plus the HTTP API.
+
+SIGTERM and SIGINT shut it down cleanly: stop taking connections, hand
+leadership over when leading, answer or fail what is in flight, flush the
+journal, exit 0.
+"""
+
+import asyncio
+import logging
+import signal
+import ssl
+import sys
+import time
+
+import orjson
+from aiohttp import web
+
+from api.app import Settings, make_app
+
+from .config import ClusterConfig
+from .node import Node
+
+log = logging.getLogger("raftq.server")
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line, so logs can be shipped and queried as data."""
+
+    def __init__(self, node_id: str):
+        super().__init__()
+        self.node_id = node_id
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"ts": round(record.created, 3), "level": record.levelname.lower(),
+                 "node": self.node_id, "logger": record.name, "msg": record.getMessage()}
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry).decode()
+
+
+def setup_logging(node_id: str, level: str = "INFO") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLogFormatter(node_id))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+async def serve(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings: Settings,
+                tls: tuple[str, str] | None = None, auto_create: bool = True,
+                unsynced_test_mode: bool = False) -> None:
+    if cluster.secret is None:
+        log.warning("SECURITY: cluster.toml has no [cluster] secret: node-to-node traffic is neither "
+                    "authenticated nor encrypted, and anyone who reaches a Raft port can run code on "
+                    "this node (pysyncobj unpickles peer messages). Set a secret and firewall the Raft port.")
+    node = Node(cluster, node_id, data_dir, auto_create=auto_create,
+                unsynced_test_mode=unsynced_test_mode)
+    await node.start()
+    app = make_app(node, settings)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    host, _, port = node.spec.http.rpartition(":")
+    ssl_context = None
+    if tls:
+        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ssl_context.load_cert_chain(*tls)
+    site = web.TCPSite(runner, host, int(port), ssl_context=ssl_context, reuse_address=True)
+    await site.start()
+    log.info("node %s serving HTTP on %s, Raft on %s", node_id, node.spec.http, node.spec.raft)
+
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    await stopping.wait()
+
+    started = time.monotonic()
+    log.info("shutting down")
+    await node.hand_over()            # clients are redirected to the next leader at once
+    await runner.shutdown()           # stop accepting; in-flight requests finish or fail cleanly
+    await runner.cleanup()
+    await node.close()                # journal flushed and closed
+    log.info("stopped in %.2fs", time.monotonic() - started)

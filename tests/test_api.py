@@ -1,0 +1,294 @@
+"""The HTTP contract of API.md against a real 3-node cluster on 127.0.0.1."""
+
+import base64
+import threading
+import time
+import uuid
+
+import pytest
+
+from tests.wire import call
+
+pytestmark = pytest.mark.integration
+
+
+def leader_url(cluster) -> str:
+    return cluster.url(cluster.wait_for_leader(30))
+
+
+def follower_url(cluster) -> str:
+    leader = cluster.wait_for_leader(30)
+    return cluster.url(next(n for n in cluster.ids if n != leader))
+
+
+def qname() -> str:
+    return "q-" + uuid.uuid4().hex[:10]
+
+
+def test_health_and_cluster_view(cluster3):
+    leader = cluster3.wait_for_leader(30)
+    for nid in cluster3.ids:
+        assert call("GET", cluster3.url(nid) + "/health/live").status == 200
+        ready = call("GET", cluster3.url(nid) + "/health/ready")
+        assert ready.status == 200, ready
+        assert ready.body["leader"] == leader
+        assert {"role", "leader", "term", "commit_index", "applied_index"} <= set(ready.body)
+    view = call("GET", cluster3.url(leader) + "/v1/cluster").body
+    assert view["leader"] == leader
+    assert sorted(n["id"] for n in view["nodes"]) == sorted(cluster3.ids)
+    for node in view["nodes"]:
+        assert node["healthy"] is True
+        assert {"raft_addr", "http_addr", "role", "match_index", "applied_index", "last_contact_ms"} <= set(node)
+        assert node["fsync_policy"]
+
+
+def test_queue_lifecycle(cluster3):
+    url, q = leader_url(cluster3), qname()
+    created = call("PUT", f"{url}/v1/queues/{q}", {"lease_ms": 5000, "max_deliveries": 3})
+    assert created.status == 201, created
+    assert created.body["config"]["lease_ms"] == 5000
+    assert call("PUT", f"{url}/v1/queues/{q}", {"lease_ms": 5000, "max_deliveries": 3}).status == 200
+    conflict = call("PUT", f"{url}/v1/queues/{q}", {"lease_ms": 6000})
+    assert conflict.status == 409 and conflict.body["error"] == "conflict"
+    patched = call("PATCH", f"{url}/v1/queues/{q}", {"lease_ms": 6000})
+    assert patched.status == 200 and patched.body["config"]["lease_ms"] == 6000
+    assert patched.body["config"]["max_deliveries"] == 3
+    info = call("GET", f"{url}/v1/queues/{q}")
+    assert info.status == 200 and info.body["stats"]["depth"] == 0
+    assert q in [x["name"] for x in call("GET", f"{url}/v1/queues").body["queues"]]
+    assert call("DELETE", f"{url}/v1/queues/{q}").status == 204
+    gone = call("GET", f"{url}/v1/queues/{q}")
+    assert gone.status == 404 and gone.body["error"] == "not_found"
+    assert call("DELETE", f"{url}/v1/queues/{q}").status == 404
+
+
+@pytest.mark.parametrize("method,path,body,raw,status,code", [
+    ("PUT", "/v1/queues/bad%20name!", {}, None, 400, "bad_request"),
+    ("PUT", "/v1/queues/" + "x" * 129, {}, None, 400, "bad_request"),
+    ("POST", "/v1/queues/ok/messages", None, b"{not json", 400, "bad_request"),
+    ("POST", "/v1/queues/ok/messages", {"body": 1, "ttl_ms": "soon"}, None, 400, "bad_request"),
+    ("POST", "/v1/queues/ok/messages", {"nobody": 1}, None, 400, "bad_request"),
+    ("POST", "/v1/queues/ok/messages", {"body_b64": "***"}, None, 400, "bad_request"),
+    ("POST", "/v1/queues/ok/messages", {"messages": "nope"}, None, 400, "bad_request"),
+    ("POST", "/v1/queues/ok/receive", {"max": 0}, None, 400, "bad_request"),
+    ("POST", "/v1/queues/ok/receive", {"max": 5000}, None, 400, "bad_request"),
+    ("POST", "/v1/queues/ok/receive", {"wait_ms": 99999}, None, 400, "bad_request"),
+    ("POST", "/v1/queues/ok/ack", {"receipts": "x"}, None, 400, "bad_request"),
+    ("PUT", "/v1/queues/ok", {"overflow": "explode"}, None, 400, "bad_request"),
+    ("PUT", "/v1/queues/ok", {"lease_ms": -1}, None, 400, "bad_request"),
+    ("PUT", "/v1/queues/ok", {"colour": "blue"}, None, 400, "bad_request"),
+    ("GET", "/v1/nothing-here", None, None, 404, "not_found"),
+    ("POST", "/v1/tx", {"ack": "no"}, None, 400, "bad_request"),
+])
+def test_bad_input_is_refused_and_changes_nothing(cluster3, method, path, body, raw, status, code):
+    url = leader_url(cluster3)
+    before = call("GET", f"{url}/v1/queues").body
+    reply = call(method, url + path, body, raw=raw)
+    assert reply.status == status, reply
+    assert reply.body["error"] == code and reply.body["message"]
+    assert call("GET", f"{url}/v1/queues").body == before
+
+
+def test_huge_body_is_too_large(cluster3):
+    url = leader_url(cluster3)
+    reply = call("POST", f"{url}/v1/queues/big/messages", raw=b"x" * (17 << 20),
+                 headers={"Content-Type": "application/json"})
+    assert reply.status == 413 and reply.body["error"] == "too_large"
+    one_big = call("POST", f"{url}/v1/queues/big/messages", {"body": "y" * ((1 << 20) + 1)})
+    assert one_big.status == 413 and one_big.body["error"] == "too_large"
+    assert call("GET", f"{url}/v1/queues/big").status == 404
+
+
+def test_put_receive_ack_json_and_bytes(cluster3):
+    url, q = leader_url(cluster3), qname()
+    put = call("POST", f"{url}/v1/queues/{q}/messages", {"messages": [
+        {"body": {"order": 1}, "headers": {"h": "v"}},
+        {"body_b64": base64.b64encode(b"\x00\xffraw").decode()}]})
+    assert put.status == 201, put
+    seqs = [m["seq"] for m in put.body["messages"]]
+    assert seqs == sorted(seqs) and put.body["commit_index"] > 0
+    got = call("POST", f"{url}/v1/queues/{q}/receive", {"max": 10})
+    assert got.status == 200
+    msgs = got.body["messages"]
+    assert [m["seq"] for m in msgs] == seqs
+    assert msgs[0]["body"] == {"order": 1} and msgs[0]["headers"] == {"h": "v"}
+    assert base64.b64decode(msgs[1]["body_b64"]) == b"\x00\xffraw" and "body" not in msgs[1]
+    assert msgs[0]["deliveries"] == 1 and msgs[0]["put_at_ms"] > 0
+    acked = call("POST", f"{url}/v1/queues/{q}/ack", {"receipts": [m["receipt"] for m in msgs]})
+    assert acked.status == 200 and acked.body == {"acked": 2, "stale": []}
+    again = call("POST", f"{url}/v1/queues/{q}/ack", {"receipts": [msgs[0]["receipt"]]})
+    assert again.status == 409 and again.body["error"] == "stale_receipt"
+    unknown = call("POST", f"{url}/v1/queues/{q}/ack", {"receipts": ["default:999:999"]})
+    assert unknown.status == 409
+    assert call("GET", f"{url}/v1/queues/{q}").body["stats"]["depth"] == 0
+
+
+def test_cbor_round_trip_with_raw_bytes(cluster3):
+    url, q = leader_url(cluster3), qname()
+    put = call("POST", f"{url}/v1/queues/{q}/messages", {"body": b"\x01\x02binary", "key": "k"}, cbor=True)
+    assert put.status == 201 and put.headers["Content-Type"].startswith("application/cbor")
+    got = call("POST", f"{url}/v1/queues/{q}/receive", {"max": 1}, cbor=True)
+    assert got.body["messages"][0]["body"] == b"\x01\x02binary"
+    assert got.body["messages"][0]["key"] == "k"
+
+
+def test_idempotent_put_and_keyed_replacement(cluster3):
+    url, q = leader_url(cluster3), qname()
+    first = call("POST", f"{url}/v1/queues/{q}/messages", {"body": 1, "id": "once"}).body["messages"][0]
+    second = call("POST", f"{url}/v1/queues/{q}/messages", {"body": 1, "id": "once"}).body["messages"][0]
+    assert second == {"seq": first["seq"], "duplicate": True, "replaced_seq": None}
+    old = call("POST", f"{url}/v1/queues/{q}/messages", {"body": "v1", "key": "cfg"}).body["messages"][0]
+    new = call("POST", f"{url}/v1/queues/{q}/messages", {"body": "v2", "key": "cfg"}).body["messages"][0]
+    assert new["replaced_seq"] == old["seq"] and new["seq"] > old["seq"]
+    bodies = [m["body"] for m in call("POST", f"{url}/v1/queues/{q}/receive", {"max": 10}).body["messages"]]
+    assert bodies == [1, "v2"]
+
+
+def test_follower_redirects_and_forwards(cluster3):
+    leader = cluster3.wait_for_leader(30)
+    follower = follower_url(cluster3)
+    q = qname()
+    redirect = call("POST", f"{follower}/v1/queues/{q}/messages", {"body": "x"})
+    assert redirect.status == 307 and redirect.body["error"] == "not_leader"
+    assert redirect.headers["X-Raftq-Leader"] == leader
+    assert redirect.headers["Location"] == f"{cluster3.url(leader)}/v1/queues/{q}/messages"
+    assert call("GET", f"{cluster3.url(leader)}/v1/queues/{q}").status == 404   # nothing was applied
+    forwarded = call("POST", f"{follower}/v1/queues/{q}/messages", {"body": "x"}, headers={"X-Raftq-Forward": "1"})
+    assert forwarded.status == 201, forwarded
+    stale_read = call("GET", f"{follower}/v1/queues/{q}?consistency=any")
+    assert stale_read.status in (200, 404) and int(stale_read.headers["X-Raftq-Applied-Index"]) > 0
+    assert call("GET", f"{follower}/v1/queues/{q}").status == 307
+    strong = call("GET", f"{cluster3.url(leader)}/v1/queues/{q}?consistency=strong")
+    assert strong.status == 200 and strong.body["stats"]["depth"] == 1
+    assert call("GET", f"{follower}/v1/queues/{q}?consistency=sometimes").status == 400
+
+
+def test_long_poll_wakes_on_put(cluster3):
+    url, q = leader_url(cluster3), qname()
+    call("PUT", f"{url}/v1/queues/{q}", {})
+    result = {}
+
+    def consumer():
+        started = time.monotonic()
+        result["reply"] = call("POST", f"{url}/v1/queues/{q}/receive", {"wait_ms": 20000})
+        result["elapsed"] = time.monotonic() - started
+
+    thread = threading.Thread(target=consumer)
+    thread.start()
+    time.sleep(0.5)
+    call("POST", f"{url}/v1/queues/{q}/messages", {"body": "wake"})
+    thread.join(30)
+    assert result["reply"].status == 200
+    assert [m["body"] for m in result["reply"].body["messages"]] == ["wake"]
+    # Woken by the put, not by the end of the 20 s wait.
+    assert result["elapsed"] < 20
+    empty = call("POST", f"{url}/v1/queues/{q}/receive", {"wait_ms": 200})
+    assert empty.status == 200 and empty.body["messages"] == []
+
+
+def test_nack_extend_and_redelivery(cluster3):
+    url, q = leader_url(cluster3), qname()
+    call("POST", f"{url}/v1/queues/{q}/messages", {"body": "again"})
+    first = call("POST", f"{url}/v1/queues/{q}/receive", {}).body["messages"][0]
+    ext = call("POST", f"{url}/v1/queues/{q}/extend", {"receipts": [first["receipt"]], "lease_ms": 60000})
+    assert ext.status == 200 and ext.body["extended"] == 1
+    nack = call("POST", f"{url}/v1/queues/{q}/nack", {"receipts": [first["receipt"]]})
+    assert nack.status == 200 and nack.body["nacked"] == 1
+    second = call("POST", f"{url}/v1/queues/{q}/receive", {}).body["messages"][0]
+    assert second["seq"] == first["seq"] and second["deliveries"] == 2
+    assert second["receipt"] != first["receipt"]
+    stats = call("GET", f"{url}/v1/queues/{q}").body["stats"]
+    assert stats["redelivered_total"] == 1 and stats["in_flight"] == 1
+
+
+def test_lease_expiry_redelivers_via_leader_tick(cluster3):
+    url, q = leader_url(cluster3), qname()
+    call("PUT", f"{url}/v1/queues/{q}", {"lease_ms": 300})
+    call("POST", f"{url}/v1/queues/{q}/messages", {"body": "slow"})
+    first = call("POST", f"{url}/v1/queues/{q}/receive", {}).body["messages"][0]
+    # The wait is woken by the leader's tick that expires the lease.
+    second = call("POST", f"{url}/v1/queues/{q}/receive", {"wait_ms": 10000}).body["messages"]
+    assert [m["seq"] for m in second] == [first["seq"]] and second[0]["deliveries"] == 2
+    late_ack = call("POST", f"{url}/v1/queues/{q}/ack", {"receipts": [first["receipt"]]})
+    assert late_ack.status == 409
+
+
+def test_dead_letter_over_http(cluster3):
+    url, q = leader_url(cluster3), qname()
+    call("PUT", f"{url}/v1/queues/{q}", {"max_deliveries": 1, "dead_letter": q + "-dlq"})
+    call("POST", f"{url}/v1/queues/{q}/messages", {"body": "poison"})
+    got = call("POST", f"{url}/v1/queues/{q}/receive", {}).body["messages"][0]
+    call("POST", f"{url}/v1/queues/{q}/nack", {"receipts": [got["receipt"]]})
+    dead = call("POST", f"{url}/v1/queues/{q}-dlq/receive", {}).body["messages"][0]
+    assert dead["body"] == "poison"
+    assert dead["headers"]["x-raftq-from-queue"] == q
+    assert dead["headers"]["x-raftq-deliveries"] == "1"
+    assert dead["headers"]["x-raftq-reason"]
+
+
+def test_groups_fanout_browse_and_commit(cluster3):
+    url, q = leader_url(cluster3), qname()
+    call("PUT", f"{url}/v1/queues/{q}", {})
+    assert call("PUT", f"{url}/v1/queues/{q}/groups/audit", {"start": "latest"}).status == 201
+    assert call("PUT", f"{url}/v1/queues/{q}/groups/audit", {"start": "latest"}).status == 200
+    seqs = [m["seq"] for m in call("POST", f"{url}/v1/queues/{q}/messages",
+                                   {"messages": [{"body": i} for i in range(5)]}).body["messages"]]
+    groups = {g["name"]: g for g in call("GET", f"{url}/v1/queues/{q}/groups").body["groups"]}
+    assert groups["default"]["depth"] == 5 and groups["audit"]["depth"] == 5
+    browse = call("GET", f"{url}/v1/queues/{q}/messages?group=audit&from_seq={seqs[2]}&limit=2")
+    assert [m["seq"] for m in browse.body["messages"]] == seqs[2:4]
+    assert browse.body["last_seq"] == seqs[-1]
+    commit = call("POST", f"{url}/v1/queues/{q}/groups/audit/commit", {"seq": seqs[2]})
+    assert commit.status == 200 and commit.body["cursor"] == seqs[3]
+    assert call("POST", f"{url}/v1/queues/{q}/groups/audit/commit", {"seq": seqs[0]}).body["cursor"] == seqs[3]
+    assert call("GET", f"{url}/v1/queues/{q}/groups/audit").body["depth"] == 2
+    assert call("GET", f"{url}/v1/queues/{q}").body["stats"]["depth"] == 5   # default has acked none
+    got = call("POST", f"{url}/v1/queues/{q}/receive", {"max": 5}).body["messages"]
+    call("POST", f"{url}/v1/queues/{q}/ack", {"receipts": [m["receipt"] for m in got]})
+    assert call("GET", f"{url}/v1/queues/{q}").body["stats"]["depth"] == 2   # audit still holds two
+    assert call("DELETE", f"{url}/v1/queues/{q}/groups/audit").status == 204
+    assert call("GET", f"{url}/v1/queues/{q}").body["stats"]["depth"] == 0
+    assert call("GET", f"{url}/v1/queues/{q}/groups/audit").status == 404
+
+
+def test_transaction_all_or_nothing(cluster3):
+    url, src, dst = leader_url(cluster3), qname(), qname()
+    call("POST", f"{url}/v1/queues/{src}/messages", {"messages": [{"body": 1}, {"body": 2}]})
+    got = call("POST", f"{url}/v1/queues/{src}/receive", {"max": 2}).body["messages"]
+    bad = call("POST", f"{url}/v1/tx", {"ack": [{"queue": src, "receipts": [got[0]["receipt"], "default:1:999999"]}],
+                                        "put": [{"queue": dst, "messages": [{"body": "result"}]}]})
+    assert bad.status == 409 and bad.body["error"] == "stale_receipt"
+    assert call("GET", f"{url}/v1/queues/{dst}").status == 404
+    ok = call("POST", f"{url}/v1/tx", {"ack": [{"queue": src, "receipts": [got[0]["receipt"]]}],
+                                       "put": [{"queue": dst, "messages": [{"body": "result"}]}]})
+    assert ok.status == 201 and ok.body["acked"] == 1
+    assert call("GET", f"{url}/v1/queues/{dst}").body["stats"]["depth"] == 1
+    assert call("GET", f"{url}/v1/queues/{src}").body["stats"]["depth"] == 1
+
+
+def test_queue_full_rejects_whole_batch(cluster3):
+    url, q = leader_url(cluster3), qname()
+    call("PUT", f"{url}/v1/queues/{q}", {"max_length": 3})
+    assert call("POST", f"{url}/v1/queues/{q}/messages", {"messages": [{"body": i} for i in range(2)]}).status == 201
+    full = call("POST", f"{url}/v1/queues/{q}/messages", {"messages": [{"body": i} for i in range(2)]})
+    assert full.status == 429 and full.body["error"] == "queue_full"
+    assert call("GET", f"{url}/v1/queues/{q}").body["stats"]["depth"] == 2
+
+
+def test_metrics_exposed(cluster3):
+    url = leader_url(cluster3)
+    call("POST", f"{url}/v1/queues/metered/messages", {"body": "m"})
+    text = call("GET", f"{url}/metrics").raw.decode()
+    for name in ("raftq_http_requests_total", "raftq_http_request_seconds_bucket", "raftq_commit_index",
+                 "raftq_apply_lag_entries", 'raftq_queue_depth{queue="metered"}', "raftq_log_entry_commands",
+                 "raftq_queue_dead_lettered_total", "raftq_elections_won_total", "raftq_snapshot_bytes"):
+        assert name in text, name
+
+
+def test_durability_all_and_verify(cluster3):
+    url, q = leader_url(cluster3), qname()
+    put = call("POST", f"{url}/v1/queues/{q}/messages?durability=all", {"body": "everywhere"})
+    assert put.status == 201 and put.body["durability"] == "all"
+    verify = call("POST", f"{url}/v1/cluster/verify")
+    assert verify.status == 200 and verify.body["agree"] is True
+    assert len(verify.body["digests"]) == 3 and len(set(verify.body["digests"].values())) == 1
