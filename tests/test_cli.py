@@ -1,0 +1,113 @@
+"""The `raftq` command line, run as a user runs it."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from raftq.local import free_ports
+
+pytestmark = pytest.mark.integration
+
+
+def raftq(*args, url=None, check=True, timeout=60) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if url:
+        env["RAFTQ_URL"] = url
+    done = subprocess.run([sys.executable, "-m", "raftq", *args], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+    if check and done.returncode != 0:
+        raise AssertionError(f"raftq {' '.join(args)} exited {done.returncode}: {done.stderr}")
+    return done
+
+
+def test_cluster_status_table_and_json(cluster3):
+    url = cluster3.urls[0]
+    leader = cluster3.wait_for_leader(30)
+    table = raftq("cluster", "status", url=url).stdout
+    assert f"{leader} *" in table and "fsync" in table
+    for nid in cluster3.ids:
+        assert nid in table
+    view = json.loads(raftq("cluster", "status", "--json", url=url).stdout)
+    assert view["leader"] == leader and all(n["healthy"] for n in view["nodes"])
+    assert all(n["fsync_policy"] for n in view["nodes"])
+
+
+def test_put_receive_ack_queues_and_verify(cluster3):
+    url = cluster3.urls[1]     # any node: the CLI follows redirects
+    put = json.loads(raftq("put", "cli-q", '{"n": 1}', "--id", "cli-1", "--json", url=url).stdout)
+    assert put["messages"][0]["duplicate"] is False
+    again = raftq("put", "cli-q", '{"n": 1}', "--id", "cli-1", url=url).stdout
+    assert "duplicate" in again
+    got = json.loads(raftq("receive", "cli-q", "--max", "5", "--json", url=url).stdout)["messages"]
+    assert [m["body"] for m in got] == [{"n": 1}]
+    assert "acked 1" in raftq("ack", "cli-q", got[0]["receipt"], url=url).stdout
+    assert "cli-q" in raftq("queues", url=url).stdout
+    verify = raftq("cluster", "verify", url=url).stdout
+    assert "replicas agree" in verify
+
+
+def test_status_exits_1_without_quorum(fresh_cluster):
+    cluster = fresh_cluster(3)
+    survivor = cluster.ids[0]
+    for nid in cluster.ids[1:]:
+        cluster.kill(nid)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        done = raftq("cluster", "status", url=cluster.url(survivor), check=False)
+        if done.returncode == 1:
+            break
+        time.sleep(0.2)
+    assert done.returncode == 1
+    assert "NO" in done.stdout or "cannot reach" in done.stderr
+
+
+def test_unreachable_node_is_a_clear_error():
+    port, = free_ports(1)
+    done = raftq("queues", url=f"http://127.0.0.1:{port}", check=False)
+    assert done.returncode == 1 and "cannot reach" in done.stderr
+
+
+def test_up_starts_demo_and_stops_cleanly_keeping_data(tmp_path):
+    http_port = free_ports(1)[0]
+    raft_port = free_ports(1)[0]
+    # Consecutive ports from a free one are very likely free on a quiet machine.
+    args = [sys.executable, "-m", "raftq", "up", "--nodes", "3", "--data-dir", str(tmp_path / "up"),
+            "--http-port", str(http_port), "--raft-port", str(raft_port), "--demo"]
+    for run in range(2):
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            lines = []
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                lines.append(line)
+                if "Ctrl-C stops" in line:
+                    break
+            output = "".join(lines)
+            assert "cluster up" in output, output
+            assert "receive  demo" in output and "ack      demo" in output
+            assert f"put_total {run + 1}" in output   # the second run kept the first run's data
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(60) == 0
+            assert "stopped." in proc.stdout.read()
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            for pid_file in (tmp_path / "up").glob("*.pid"):
+                try:
+                    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
