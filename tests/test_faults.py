@@ -1,0 +1,218 @@
+"""Crashes, restarts and lost majorities against real node processes.
+
+The promise under test: a message that was acknowledged to its producer
+survives the loss of any minority of nodes, and a full crash of every node.
+"""
+
+import signal
+import threading
+import time
+import uuid
+
+import pytest
+
+from raftq.client import Client, RaftqError
+from tests.wire import call
+
+pytestmark = pytest.mark.integration
+
+
+def drain(cluster, queue: str, *, group: str = "default", idle_rounds: int = 3) -> list:
+    """Receive and ack everything until the queue stays empty."""
+    bodies = []
+    empty = 0
+    with Client(cluster.urls, retry_for=30) as client:
+        while empty < idle_rounds:
+            got = client.receive(queue, group=group, max=1000, wait_ms=300)["messages"]
+            if not got:
+                empty += 1
+                continue
+            empty = 0
+            bodies += [m["body"] for m in got]
+            client.ack(queue, [m["receipt"] for m in got])
+    return bodies
+
+
+class Producer(threading.Thread):
+    """Puts numbered messages one at a time, recording which were acknowledged."""
+
+    def __init__(self, cluster, queue: str):
+        super().__init__(daemon=True)
+        self.client = Client(cluster.urls, retry_for=20, timeout=5)
+        self.queue = queue
+        self.acked: list[int] = []
+        self.failed: list[int] = []
+        self.stop = threading.Event()
+
+    def run(self):
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            try:
+                self.client.put(self.queue, n, id=f"{self.queue}-{n}")
+                self.acked.append(n)
+            except (OSError, RaftqError):
+                self.failed.append(n)
+        self.client.close()
+
+
+def test_kill_leader_under_load_loses_no_acknowledged_put(fresh_cluster):
+    cluster = fresh_cluster(3)
+    queue = "stream"
+    producer = Producer(cluster, queue)
+    producer.start()
+    for _ in range(2):
+        time.sleep(1.0)
+        leader = cluster.wait_for_leader(30)
+        cluster.kill(leader)
+        assert cluster.wait_for_leader(30) not in (None, leader)
+        time.sleep(0.5)
+        cluster.start(leader)
+    time.sleep(1.0)
+    producer.stop.set()
+    producer.join(60)
+    assert len(producer.acked) > 50
+    received = drain(cluster, queue)
+    missing = set(producer.acked) - set(received)
+    assert not missing, f"acknowledged but lost: {sorted(missing)[:20]}"
+    # Idempotency ids: a put retried across the failover is stored once.
+    assert len(received) == len(set(received))
+
+
+def test_kill_all_nodes_and_restart_keeps_data(fresh_cluster):
+    cluster = fresh_cluster(3)
+    with cluster.client() as client:
+        client.create_queue("keep", lease_ms=60000)
+        for i in range(20):
+            client.put_batch("keep", [{"body": f"{i}-{j}"} for j in range(50)])
+        leased = client.receive("keep", max=10)["messages"]
+    for nid in cluster.ids:
+        cluster.kill(nid)
+    cluster.start()
+    assert cluster.wait_for_leader(60) is not None
+    with cluster.client(retry_for=30) as client:
+        stats = client.queue("keep")["stats"]
+        assert stats["depth"] == 1000 and stats["in_flight"] == 10
+        # Receipts issued before the crash still name live leases.
+        assert client.ack("keep", [m["receipt"] for m in leased])["acked"] == 10
+    assert len(drain(cluster, "keep")) == 990
+    verify = call("POST", cluster.url(cluster.wait_for_leader(30)) + "/v1/cluster/verify").body
+    assert verify["agree"] is True
+
+
+def test_minority_node_refuses_and_is_not_ready(fresh_cluster):
+    cluster = fresh_cluster(3)
+    leader = cluster.wait_for_leader(30)
+    survivor = next(n for n in cluster.ids if n != leader)
+    for nid in cluster.ids:
+        if nid != survivor:
+            cluster.kill(nid)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and call("GET", cluster.url(survivor) + "/health/ready").status != 503:
+        time.sleep(0.1)
+    ready = call("GET", cluster.url(survivor) + "/health/ready")
+    assert ready.status == 503
+    put = call("POST", cluster.url(survivor) + "/v1/queues/x/messages", {"body": 1})
+    assert put.status == 503 and put.body["error"] == "no_quorum" and put.headers["Retry-After"]
+    cluster.start()
+    assert cluster.wait_for_leader(30) is not None
+
+
+def test_five_nodes_survive_two_kills(fresh_cluster):
+    cluster = fresh_cluster(5)
+    with cluster.client() as client:
+        client.put_batch("five", [{"body": i} for i in range(100)])
+    killed = [cluster.wait_for_leader(30)]
+    cluster.kill(killed[0])
+    second = cluster.wait_for_leader(30)
+    assert second is not None and second != killed[0]
+    cluster.kill(second)
+    assert cluster.wait_for_leader(30) is not None
+    with cluster.client(retry_for=30) as client:
+        client.put_batch("five", [{"body": i} for i in range(100, 200)])
+    assert sorted(drain(cluster, "five")) == list(range(200))
+
+
+def test_sigterm_leader_hands_over_and_exits_cleanly(fresh_cluster):
+    cluster = fresh_cluster(3)
+    leader = cluster.wait_for_leader(30)
+    proc = cluster.procs[leader]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    cluster.procs.pop(leader)
+    successor = cluster.wait_for_leader(10)
+    assert successor not in (None, leader)
+    with cluster.client(retry_for=10) as client:
+        assert client.put("after", "still here")["messages"][0]["seq"] == 1
+
+
+def test_membership_add_remove_replace_under_load(fresh_cluster, tmp_path):
+    from raftq.config import ClusterConfig, NodeSpec
+    from raftq.local import free_ports
+
+    cluster = fresh_cluster(3)
+    producer = Producer(cluster, "members")
+    producer.start()
+    try:
+        # Replace n3 (dead) by n4: remove it from the membership, add the new node.
+        cluster.kill("n3")
+        http_port, raft_port = free_ports(2)
+        n4 = NodeSpec(id="n4", raft=f"127.0.0.1:{raft_port}", http=f"127.0.0.1:{http_port}")
+        with cluster.client(retry_for=30) as client:
+            client.remove_node("n3")
+            client.add_node(n4.id, n4.raft, n4.http)
+        cluster.cfg = ClusterConfig(nodes=tuple(n for n in cluster.cfg.nodes if n.id != "n3") + (n4,),
+                                    secret=cluster.cfg.secret)
+        cluster.write_config()
+        cluster.start("n4")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            view = cluster.ready_view("n4")
+            if view and view["ready"] and view["applied_index"] > 0:
+                break
+            time.sleep(0.2)
+        ids = sorted(n["id"] for n in call("GET", cluster.url(cluster.wait_for_leader(30)) + "/v1/cluster").body["nodes"])
+        assert ids == ["n1", "n2", "n4"]
+        # The new member carries the quorum: losing another original node is survivable.
+        victim = next(n for n in ("n1", "n2") if n != cluster.wait_for_leader(30))
+        cluster.kill(victim)
+        assert cluster.wait_for_leader(30) is not None
+        time.sleep(1.0)
+    finally:
+        producer.stop.set()
+        producer.join(60)
+    received = drain(cluster, "members")
+    assert not set(producer.acked) - set(received)
+
+
+def test_restart_node_holding_100k_messages(fresh_cluster):
+    cluster = fresh_cluster(3)
+    with cluster.client(timeout=60) as client:
+        body = "x" * 100
+        for start in range(0, 100_000, 5_000):
+            client.put_batch("big", [{"body": body} for _ in range(5_000)])
+    follower = next(n for n in cluster.ids if n != cluster.wait_for_leader(30))
+    cluster.kill(follower)
+    cluster.start(follower)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        view = cluster.ready_view(follower)
+        if view and view["ready"] and view["applied_index"] >= view["commit_index"] > 0:
+            break
+        time.sleep(0.2)
+    depth = call("GET", cluster.url(follower) + "/v1/queues/big?consistency=any").body["stats"]["depth"]
+    assert depth == 100_000
+
+
+def test_auth_token_required(fresh_cluster, tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret\n")
+    cluster = fresh_cluster(3, node_args=("--auth-token-file", str(token_file)), token="s3cret")
+    url = cluster.url(cluster.wait_for_leader(30))
+    assert call("GET", url + "/health/live").status == 200
+    denied = call("GET", url + "/v1/queues")
+    assert denied.status == 401 and denied.body["error"] == "unauthorized"
+    assert call("GET", url + "/v1/queues", headers={"Authorization": "Bearer wrong"}).status == 401
+    assert call("GET", url + "/v1/queues", headers={"Authorization": "Bearer s3cret"}).status == 200
+    with Client(cluster.urls, token="s3cret") as client:
+        assert client.put("guarded", uuid.uuid4().hex)["messages"][0]["seq"] == 1
