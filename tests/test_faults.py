@@ -216,3 +216,34 @@ def test_auth_token_required(fresh_cluster, tmp_path):
     assert call("GET", url + "/v1/queues", headers={"Authorization": "Bearer s3cret"}).status == 200
     with Client(cluster.urls, token="s3cret") as client:
         assert client.put("guarded", uuid.uuid4().hex)["messages"][0]["seq"] == 1
+
+
+def test_buffer_allow_takes_puts_without_a_leader_and_forwards_them(fresh_cluster):
+    cluster = fresh_cluster(3)
+    survivor = cluster.ids[0]
+    for nid in cluster.ids[1:]:
+        cluster.kill(nid)
+    url = cluster.url(survivor)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and call("GET", url + "/health/ready").status != 503:
+        time.sleep(0.1)
+    refused = call("POST", url + "/v1/queues/buffered/messages", {"body": "no buffer"})
+    assert refused.status == 503
+    bad = call("POST", url + "/v1/queues/buffered/messages?buffer=allow", {"body": 1, "ttl_ms": "x"})
+    assert bad.status == 400
+    taken = call("POST", url + "/v1/queues/buffered/messages?buffer=allow",
+                 {"messages": [{"body": "b1", "id": "fixed-id"}, {"body": "b2"}]})
+    assert taken.status == 202 and taken.body["buffered"] is True
+    assert taken.body["ids"][0] == "fixed-id" and len(taken.body["ids"]) == 2
+    # The node itself crashes before a leader is back: the buffer is on disk.
+    cluster.kill(survivor)
+    cluster.start()
+    leader = cluster.wait_for_leader(30)
+    assert leader is not None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        info = call("GET", cluster.url(cluster.wait_for_leader(30)) + "/v1/queues/buffered")
+        if info.status == 200 and info.body["stats"]["depth"] == 2:
+            break
+        time.sleep(0.1)
+    assert sorted(drain(cluster, "buffered")) == ["b1", "b2"]
