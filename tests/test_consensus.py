@@ -1,0 +1,626 @@
+"""raftq.consensus: real pysyncobj nodes on 127.0.0.1, in this process or in children.
+
+Every node, proxy, socket and child process a test starts is closed by the
+test itself (fixtures and try/finally), whether it passes or fails.
+"""
+
+import pickle
+import re
+import selectors
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import zlib
+from pathlib import Path
+
+import cbor2
+import pytest
+from pysyncobj import SyncObj, SyncObjConf
+
+from raftq.consensus import Consensus, Peer
+from raftq.journal import DurableJournal
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "test-cluster-secret"
+
+
+def free_ports(n):
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        ports = sorted(s.getsockname()[1] for s in socks)
+    finally:
+        for s in socks:
+            s.close()
+    # pysyncobj orders nodes by their address strings
+    assert len({len(str(p)) for p in ports}) == 1
+    return ports
+
+
+def wait_until(predicate, timeout=20.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.01)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+class Recorder:
+    """A deterministic state machine: the list of entries applied."""
+
+    def __init__(self, fail_on=None):
+        self.entries = []
+        self.fail_on = fail_on
+
+    def apply(self, entry):
+        if entry == self.fail_on:
+            raise RuntimeError("the state machine refuses this entry")
+        self.entries.append(entry)
+        return len(self.entries)
+
+    def snapshot(self):
+        return cbor2.dumps(self.entries)
+
+    def restore(self, data):
+        self.entries = cbor2.loads(data)
+
+
+class Cluster:
+    def __init__(self, root, n=3, **knobs):
+        self.root = Path(root)
+        self.peers = [Peer(f"n{i + 1}", f"127.0.0.1:{p}") for i, p in enumerate(free_ports(n))]
+        self.knobs = knobs
+        self.nodes = {}
+        self.machines = {}
+
+    def start(self, node_id, peers=None, **knobs):
+        me = next(p for p in self.peers if p.id == node_id)
+        machine = Recorder(**knobs.pop("machine", {}))
+        others = peers if peers is not None else [p for p in self.peers if p.id != node_id]
+        node = Consensus(self_peer=me, peers=others, data_dir=self.root / node_id,
+                         apply=machine.apply, snapshot=machine.snapshot, restore=machine.restore,
+                         secret=SECRET, **{**self.knobs, **knobs})
+        self.nodes[node_id] = node
+        self.machines[node_id] = machine
+        return node
+
+    def start_all(self, **knobs):
+        for p in self.peers:
+            self.start(p.id, **knobs)
+        return self
+
+    def stop(self, node_id):
+        self.nodes.pop(node_id).close()
+
+    def close(self):
+        for node_id in list(self.nodes):
+            self.stop(node_id)
+
+    def leader(self, timeout=20.0):
+        def find():
+            leaders = [n for n in self.nodes.values() if n.status()["role"] == "leader" and n.status()["quorum_ok"]]
+            return leaders[0] if len(leaders) == 1 else None
+        return wait_until(find, timeout, "a leader")
+
+    def converged(self, ids=None, timeout=20.0):
+        ids = ids or list(self.nodes)
+        return wait_until(lambda: len({tuple(self.machines[i].entries) for i in ids}) == 1,
+                          timeout, f"replicas {ids} to converge")
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    made = []
+
+    def make(n=3, **knobs):
+        c = Cluster(tmp_path / f"c{len(made)}", n, **knobs)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def submit_wait(node, entry, timeout=20.0):
+    """Submit and wait; returns the list of (result, error) callbacks seen."""
+    calls = []
+    done = threading.Event()
+
+    def callback(result, error):
+        calls.append((result, error))
+        done.set()
+
+    node.submit(entry, callback)
+    assert done.wait(timeout), "no callback"
+    return calls
+
+
+def test_replicates_and_answers_every_submitter_once(cluster):
+    c = cluster().start_all()
+    leader = c.leader()
+    calls = {}
+    done = threading.Semaphore(0)
+    entries = [b"entry-%d" % i for i in range(200)]
+
+    def callback_for(entry):
+        def callback(result, error):
+            calls.setdefault(entry, []).append((result, error, threading.current_thread().name))
+            done.release()
+        return callback
+
+    for entry in entries:
+        leader.submit(entry, callback_for(entry))
+    for _ in entries:
+        assert done.acquire(timeout=20)
+    c.converged()
+    machine = c.machines[leader.status()["self_id"]]
+    assert sorted(machine.entries) == sorted(entries)
+    for entry in entries:
+        [(result, error, thread)] = calls[entry]
+        assert error is None
+        assert machine.entries[result - 1] == entry    # the apply result of that very entry
+        assert thread != threading.current_thread().name
+    status = leader.status()
+    assert status["commit_index"] == status["applied_index"] == status["last_log_index"]
+    assert status["fsync_policy"] == "fsync-per-append"
+    assert set(status["peers"]) == {p.id for p in c.peers} - {status["self_id"]}
+    for peer in status["peers"].values():
+        assert peer["connected"] and peer["match_index"] == status["last_log_index"]
+    for node in c.nodes.values():
+        assert node.leader_id() == status["self_id"]
+
+
+def test_refusals_before_the_log(cluster):
+    c = cluster(max_entry_bytes=1000).start_all()
+    leader = c.leader()
+    follower = next(n for n in c.nodes.values() if n is not leader)
+    assert submit_wait(follower, b"x") == [(None, "not_leader")]
+    assert submit_wait(leader, b"x" * 1001) == [(None, "too_large")]
+    assert submit_wait(leader, b"x" * 1000)[0][1] is None
+    c.converged()
+    assert all(m.entries == [b"x" * 1000] for m in c.machines.values())
+
+
+def test_no_quorum_when_the_followers_are_gone(cluster):
+    c = cluster().start_all()
+    leader = c.leader()
+    for node_id in [i for i, n in c.nodes.items() if n is not leader]:
+        c.stop(node_id)
+    wait_until(lambda: not leader.status()["quorum_ok"], what="the leader to notice")
+    [(result, error)] = submit_wait(leader, b"lonely")
+    assert result is None and error in ("no_quorum", "not_leader")
+    assert c.machines[leader.status()["self_id"]].entries == []
+
+
+def test_an_apply_that_raises_becomes_a_result_and_the_log_goes_on(cluster):
+    c = cluster().start_all(machine={"fail_on": b"boom"})
+    leader = c.leader()
+    [(result, error)] = submit_wait(leader, b"boom")
+    assert error is None
+    assert result["error"] == "internal" and "refuses" in result["detail"]
+    assert submit_wait(leader, b"after")[0][1] is None
+    c.converged()
+    assert all(m.entries == [b"after"] for m in c.machines.values())
+
+
+def test_a_callback_that_raises_does_not_reapply_the_entry(cluster):
+    c = cluster().start_all()
+    leader = c.leader()
+    raised = threading.Event()
+
+    def bad_callback(result, error):
+        raised.set()
+        raise RuntimeError("caller bug")
+
+    leader.submit(b"once", bad_callback)
+    assert raised.wait(20)
+    assert submit_wait(leader, b"twice?")[0][1] is None
+    c.converged()
+    assert all(m.entries == [b"once", b"twice?"] for m in c.machines.values())
+
+
+# -- the follower fix, driven over the wire by a test acting as the leader ------------
+
+class FakeLeader:
+    """Speaks pysyncobj 0.3.17's unencrypted wire format to one follower."""
+
+    def __init__(self, own_addr, follower_addr):
+        host, port = follower_addr.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=20)
+        self.buf = b""
+        self.send(own_addr)          # the connecting side announces its address
+
+    def send(self, message):
+        data = zlib.compress(pickle.dumps(message, 2), 3)
+        self.sock.sendall(struct.pack("i", len(data)) + data)
+
+    def recv(self):
+        while True:
+            if len(self.buf) >= 4:
+                (n,) = struct.unpack("i", self.buf[:4])
+                if len(self.buf) >= 4 + n:
+                    data, self.buf = self.buf[4:4 + n], self.buf[4 + n:]
+                    return pickle.loads(zlib.decompress(data))
+            chunk = self.sock.recv(65536)
+            assert chunk, "follower closed the connection"
+            self.buf += chunk
+
+    def append(self, term, prev, entries, commit):
+        self.send({"type": "append_entries", "term": term, "commit_index": commit,
+                   "prevLogIdx": prev[0], "prevLogTerm": prev[1], "entries": entries})
+        while True:
+            reply = self.recv()
+            if reply.get("type") == "next_node_idx":
+                return reply
+
+    def close(self):
+        self.sock.close()
+
+
+def follower_and_leader_addrs():
+    follower_port, leader_port = free_ports(2)
+    # the greater address dials: the follower must wait for our connection
+    return f"127.0.0.1:{follower_port}", f"127.0.0.1:{leader_port}"
+
+
+def test_follower_truncates_only_on_a_real_conflict(tmp_path):
+    f_addr, l_addr = follower_and_leader_addrs()
+    machine = Recorder()
+    follower = Consensus(self_peer=Peer("f", f_addr), peers=[Peer("ld", l_addr)], data_dir=tmp_path,
+                         apply=machine.apply, snapshot=machine.snapshot, restore=machine.restore,
+                         secret=None, election_timeout=(60.0, 90.0))
+    leader = None
+    try:
+        leader = FakeLeader(l_addr, f_addr)
+        fid = follower._node.apply_func_id
+
+        def entry(idx, term, tag=b""):
+            return (b"\x00" + pickle.dumps((fid, (b"e%d%s" % (idx, tag),)), 5), idx, term)
+
+        reply = leader.append(1, (1, 0), [entry(i, 1) for i in range(2, 7)], commit=1)
+        assert reply == {"type": "next_node_idx", "next_node_idx": 7, "reset": False, "success": True}
+        # An older, shorter batch overlapping what the follower holds: nothing
+        # is deleted, and the reply names the leader's entries, not index 6.
+        reply = leader.append(1, (1, 0), [entry(i, 1) for i in range(2, 4)], commit=1)
+        assert (reply["next_node_idx"], reply["success"]) == (4, True)
+        assert follower.status()["last_log_index"] == 6
+        # A heartbeat that only vouches for index 3 lets the commit index reach
+        # 3, not the leader's 6: entries 4..6 were not checked against it.
+        reply = leader.append(1, (3, 1), [], commit=6)
+        assert (reply["next_node_idx"], reply["success"]) == (4, True)
+        assert follower.status()["commit_index"] == 3
+        leader.append(1, (6, 1), [], commit=6)
+        wait_until(lambda: follower.status()["applied_index"] == 6, what="apply up to 6")
+        assert machine.entries == [b"e%d" % i for i in range(2, 7)]
+        # A mismatching previous entry is refused, and nothing is touched.
+        reply = leader.append(1, (6, 5), [entry(7, 5)], commit=6)
+        assert (reply["next_node_idx"], reply["success"], reply["reset"]) == (6, False, True)
+        assert follower.status()["last_log_index"] == 6
+        # A real conflict (same index, different term) still truncates.
+        leader.append(1, (6, 1), [entry(i, 1) for i in range(7, 10)], commit=6)
+        assert follower.status()["last_log_index"] == 9
+        reply = leader.append(2, (7, 1), [entry(8, 2, b"'")], commit=6)
+        assert (reply["next_node_idx"], reply["success"]) == (9, True)
+        status = follower.status()
+        assert (status["last_log_index"], status["term"]) == (8, 2)
+    finally:
+        if leader is not None:
+            leader.close()
+        follower.close()
+    # and on disk: the conflict's truncation and the new entry survive a reopen
+    log = DurableJournal(tmp_path / "journal")
+    try:
+        assert [(e[1], e[2]) for e in log[:]] == [(1, 0)] + [(i, 1) for i in range(2, 8)] + [(8, 2)]
+        assert b"e8'" in log[-1][0]
+    finally:
+        log._destroy()
+
+
+def test_unpatched_pysyncobj_drops_acknowledged_entries(tmp_path):
+    """The same drive against plain pysyncobj 0.3.17 shows the bug the test above guards."""
+    f_addr, l_addr = follower_and_leader_addrs()
+    conf = SyncObjConf(raftMinTimeout=60.0, raftMaxTimeout=90.0, connectionTimeout=120.0,
+                       bindAddress=f_addr)
+    plain = SyncObj(f_addr, [l_addr], conf)
+    leader = None
+    try:
+        leader = FakeLeader(l_addr, f_addr)
+        noop = b"\x01"
+        leader.append(1, (1, 0), [(noop, i, 1) for i in range(2, 7)], commit=1)
+        assert plain.getStatus()["log_len"] == 6
+        leader.append(1, (1, 0), [(noop, i, 1) for i in range(2, 4)], commit=1)
+        assert plain.getStatus()["log_len"] == 3
+    finally:
+        if leader is not None:
+            leader.close()
+        plain.destroy_synchronous()
+
+
+# -- snapshots -------------------------------------------------------------------------
+
+def test_snapshots_restart_and_catch_up_a_wiped_node(cluster):
+    c = cluster(compaction_min_entries=10 ** 6, compaction_min_seconds=10 ** 6).start_all()
+    leader = c.leader()
+    for i in range(30):
+        assert submit_wait(leader, b"a%d" % i)[0][1] is None
+    c.converged()
+    for node in c.nodes.values():
+        assert node.force_snapshot()
+        wait_until(lambda: node.status()["log_entries"] <= 3, what="compaction")
+        snap = node.status()["snapshot"]
+        assert snap["index"] == node.status()["applied_index"] and snap["bytes"] > 0
+    leader_id = leader.status()["self_id"]
+    a, b = [i for i in c.nodes if i != leader_id]
+
+    # a node restarts from its snapshot and journal, and catches up on what it missed
+    c.stop(a)
+    for i in range(10):
+        assert submit_wait(leader, b"b%d" % i)[0][1] is None
+    c.start(a)
+    c.converged()
+    assert len(c.machines[a].entries) == 40
+
+    # a wiped node is sent the snapshot: the entries it lacks are no longer in the log
+    c.stop(b)
+    shutil.rmtree(c.root / b)
+    for i in range(10):
+        assert submit_wait(leader, b"c%d" % i)[0][1] is None
+    assert leader.force_snapshot()
+    wait_until(lambda: leader.status()["log_entries"] <= 3, what="compaction")
+    c.start(b)
+    c.converged()
+    assert c.nodes[b].status()["snapshot"]["index"] >= leader.status()["snapshot"]["index"]
+
+    # the whole cluster restarts from disk
+    expected = list(c.machines[leader_id].entries)
+    assert len(expected) == 50
+    c.close()
+    c.start_all()
+    leader = c.leader()
+    assert submit_wait(leader, b"after-restart")[0][1] is None
+    c.converged()
+    assert c.machines[leader.status()["self_id"]].entries == expected + [b"after-restart"]
+
+
+# -- proxies between nodes -------------------------------------------------------------
+
+class Proxy:
+    """A TCP forwarder with a pause switch (data waits, connections stay up)."""
+
+    def __init__(self, target):
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.addr = "127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.listener, selectors.EVENT_READ)
+        self.pairs = {}
+        self.paused = False
+        self.accepted = 0
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.stopping:
+            for key, _ in self.sel.select(0.02):
+                sock = key.fileobj
+                if sock is self.listener:
+                    client, _ = self.listener.accept()
+                    host, port = self.target.rsplit(":", 1)
+                    try:
+                        upstream = socket.create_connection((host, int(port)), timeout=2)
+                    except OSError:
+                        client.close()
+                        continue
+                    self.accepted += 1
+                    self.pairs[client], self.pairs[upstream] = upstream, client
+                    self.sel.register(client, selectors.EVENT_READ)
+                    self.sel.register(upstream, selectors.EVENT_READ)
+                elif not self.paused and sock in self.pairs:
+                    try:
+                        data = sock.recv(65536)
+                        if data:
+                            self.pairs[sock].sendall(data)
+                            continue
+                    except OSError:
+                        pass
+                    self._drop(sock)
+            if self.paused:
+                time.sleep(0.005)
+
+    def _drop(self, sock):
+        other = self.pairs.pop(sock, None)
+        for s in (sock, other):
+            if s is not None:
+                self.pairs.pop(s, None)
+                self.sel.unregister(s)
+                s.close()
+
+    def close(self):
+        self.stopping = True
+        self.thread.join()
+        for sock in list(self.pairs):
+            if sock in self.pairs:
+                self._drop(sock)
+        self.sel.close()
+        self.listener.close()
+
+
+@pytest.fixture
+def proxied_cluster(cluster):
+    """Three nodes whose every link goes through its own proxy."""
+    proxies = []
+
+    def make(**knobs):
+        c = cluster(**knobs)
+        real = {p.id: p for p in c.peers}
+        dials = {}
+        for a in c.peers:
+            for b in c.peers:
+                if a.raft_addr > b.raft_addr:      # a dials b
+                    proxy = Proxy(b.raft_addr)
+                    proxies.append(proxy)
+                    dials[(a.id, b.id)] = proxy
+        for a in c.peers:
+            peers = [Peer(b.id, b.raft_addr, dials[(a.id, b.id)].addr if (a.id, b.id) in dials else None)
+                     for b in real.values() if b.id != a.id]
+            c.start(a.id, peers=peers)
+        return c, proxies
+
+    yield make
+    for proxy in proxies:
+        proxy.close()
+
+
+def test_nodes_dial_proxies_but_keep_their_identity(proxied_cluster):
+    c, proxies = proxied_cluster()
+    leader = c.leader()
+    for i in range(20):
+        assert submit_wait(leader, b"p%d" % i)[0][1] is None
+    c.converged()
+    assert all(proxy.accepted >= 1 for proxy in proxies)
+    # every link is a proxied one: the nodes know each other by Raft address
+    for node in c.nodes.values():
+        status = node.status()
+        assert all(p["connected"] for p in status["peers"].values())
+        assert {p["raft_addr"] for p in status["peers"].values()} <= {p.raft_addr for p in c.peers}
+
+
+def test_a_timed_out_submission_is_answered_once(proxied_cluster):
+    # Long election timeouts keep the leader in place while its links pause.
+    c, proxies = proxied_cluster(election_timeout=(4.0, 5.0), submit_timeout=0.5)
+    leader = c.leader()
+    assert submit_wait(leader, b"first")[0][1] is None
+    for proxy in proxies:
+        proxy.paused = True
+    calls = submit_wait(leader, b"stalled")
+    assert calls == [(None, "timeout")]
+    for proxy in proxies:
+        proxy.paused = False
+    c.converged()
+    wait_until(lambda: all(m.entries == [b"first", b"stalled"] for m in c.machines.values()),
+               what="the stalled entry to commit after all")
+    assert calls == [(None, "timeout")]    # the late commit is not reported again
+
+
+# -- membership and leadership -----------------------------------------------------------
+
+def test_add_and_remove_a_node(cluster):
+    c = cluster(4)
+    first3, newcomer = c.peers[:3], c.peers[3]
+    for p in first3:
+        c.start(p.id, peers=[q for q in first3 if q != p])
+    leader = c.leader()
+    assert submit_wait(leader, b"before")[0][1] is None
+    c.start(newcomer.id, peers=first3)
+
+    def membership(call, arg):
+        out = []
+        done = threading.Event()
+        call(arg, lambda r, e: (out.append(e), done.set()))
+        assert done.wait(20)
+        return out
+
+    assert membership(leader.add_node, newcomer) == [None]
+    assert submit_wait(leader, b"with-four")[0][1] is None
+    c.converged()
+    assert c.machines[newcomer.id].entries == [b"before", b"with-four"]
+    assert newcomer.id in leader.status()["peers"]
+    wait_until(lambda: c.nodes[newcomer.id].leader_id() == leader.status()["self_id"], what="n4 to follow")
+
+    assert membership(leader.remove_node, "nobody") == ["denied"]
+    assert membership(leader.remove_node, newcomer.id) == [None]
+    c.stop(newcomer.id)
+    assert newcomer.id not in leader.status()["peers"]
+    assert submit_wait(leader, b"three-again")[0][1] is None
+    c.converged()
+
+
+def test_transfer_leadership(cluster):
+    c = cluster().start_all()
+    leader = c.leader()
+    assert submit_wait(leader, b"x")[0][1] is None
+    old = leader.status()["self_id"]
+    assert leader.transfer_leadership(5.0)
+    new = c.leader()
+    assert new.status()["self_id"] != old
+    assert submit_wait(new, b"y")[0][1] is None
+    c.converged()
+
+
+# -- fsync before acknowledgement, observed from outside -----------------------------------
+
+CHILD = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {root!r})
+    from raftq.consensus import Consensus, Peer
+    me, data_dir, *others = sys.argv[1:]
+    peers = [Peer(*o.split("=")) for o in others]
+    applied = []
+    node = Consensus(self_peer=Peer(*me.split("=")), peers=peers, data_dir=data_dir,
+                     apply=applied.append, snapshot=lambda: b"", restore=lambda b: None,
+                     secret={secret!r}, election_timeout=(60.0, 90.0))
+    print("ready", flush=True)
+    sys.stdin.read()
+    node.close()
+""")
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed (CI installs it)")
+def test_a_follower_syncs_its_journal_before_any_acknowledgement(cluster, tmp_path):
+    c = cluster()
+    child_peer = c.peers[2]
+    for p in c.peers[:2]:
+        c.start(p.id)
+    script = tmp_path / "child.py"
+    script.write_text(CHILD.format(root=str(ROOT), secret=SECRET))
+    trace = tmp_path / "trace"
+    args = [f"{child_peer.id}={child_peer.raft_addr}", str(tmp_path / "child"),
+            *[f"{p.id}={p.raft_addr}" for p in c.peers[:2]]]
+    proc = subprocess.Popen(["strace", "-f", "-y", "-o", str(trace), "-e",
+                             "trace=write,pwrite64,fsync,fdatasync,sendto,sendmsg",
+                             sys.executable, str(script), *args],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        leader = c.leader()
+        for i in range(30):
+            assert submit_wait(leader, b"s%d" % i)[0][1] is None
+        wait_until(lambda: leader.status()["peers"][child_peer.id]["match_index"] ==
+                   leader.status()["last_log_index"], what="the child to acknowledge everything")
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+    unsynced = False
+    appends = sends_after_appends = 0
+    for line in trace.read_text().splitlines():
+        m = re.search(r"\b(write|pwrite64|fsync|fdatasync|sendto|sendmsg)\(\d+<([^>]*)>", line)
+        if m is None:
+            continue
+        call, target = m.groups()
+        if re.search(r"/seg-\d+\.log$", target):
+            if call in ("fsync", "fdatasync"):
+                unsynced = False
+            else:
+                unsynced = True
+                appends += 1
+        elif target.startswith(("TCP", "socket")) and call in ("sendto", "sendmsg", "write"):
+            assert not unsynced, "sent to a peer while journal writes were not yet synced"
+            sends_after_appends += appends > 0
+    # (a slowed-down child gets several entries per message, hence fewer replies)
+    assert appends >= 30 and sends_after_appends >= 1
