@@ -289,9 +289,15 @@ class _RaftNode(SyncObj):
                                            message.get("entries", []))
         elif message.get("serialized") is not None:
             if self._SyncObj__serializer.setTransmissionData(message["serialized"]):
+                self._owner._loaded_snapshot = None
                 self._SyncObj__loadDumpFile(clearJournal=True)
-                verified = self._journal[-1][1]
-                self._reply(node, verified + 1, success=True, reset=False)
+                loaded = self._owner._loaded_snapshot
+                # pysyncobj logs and swallows a failed load; acknowledging
+                # then would vouch for the old log. Without a reply the
+                # leader finds the gap and sends the snapshot again.
+                if loaded is not None and self._journal[-1] == loaded:
+                    verified = loaded[1]
+                    self._reply(node, verified + 1, success=True, reset=False)
 
         if verified is not None and leader_commit > self._SyncObj__raftCommitIndex:
             commit = min(leader_commit, verified)
@@ -382,6 +388,7 @@ class Consensus:
         self._close_lock = threading.Lock()
         self._last_role: tuple | None = None
         self._snapshot_info = {"index": None, "bytes": None, "seconds": None, "count": 0}
+        self._loaded_snapshot: tuple | None = None
 
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -655,9 +662,10 @@ class Consensus:
         for addr, node_id in header["cluster"]:
             self._ids.setdefault(addr, node_id)
             nodes.append(self._make_node(addr))
-        info = dict(self._snapshot_info, index=header["last"][1], bytes=len(raw))
-        self._snapshot_info = info
-        return tuple(header["last"]), tuple(header["prev"]), nodes
+        last = tuple(header["last"])
+        self._snapshot_info = dict(self._snapshot_info, index=last[1], bytes=len(raw))
+        self._loaded_snapshot = last
+        return last, tuple(header["prev"]), nodes
 
     # -- helpers -----------------------------------------------------------
 

@@ -59,9 +59,10 @@ def wait_until(predicate, timeout=20.0, what="condition"):
 class Recorder:
     """A deterministic state machine: the list of entries applied."""
 
-    def __init__(self, fail_on=None):
+    def __init__(self, fail_on=None, failing_restores=0):
         self.entries = []
         self.fail_on = fail_on
+        self.failing_restores = failing_restores
 
     def apply(self, entry):
         if entry == self.fail_on:
@@ -73,6 +74,9 @@ class Recorder:
         return cbor2.dumps(self.entries)
 
     def restore(self, data):
+        if self.failing_restores:
+            self.failing_restores -= 1
+            raise RuntimeError("restore failed")
         self.entries = cbor2.loads(data)
 
 
@@ -379,8 +383,10 @@ def test_snapshots_restart_and_catch_up_a_wiped_node(cluster):
         assert submit_wait(leader, b"c%d" % i)[0][1] is None
     assert leader.force_snapshot()
     wait_until(lambda: leader.status()["log_entries"] <= 3, what="compaction")
-    c.start(b)
+    # its first restore fails: it must not acknowledge, and gets the snapshot again
+    c.start(b, machine={"failing_restores": 1})
     c.converged()
+    assert c.machines[b].failing_restores == 0
     assert c.nodes[b].status()["snapshot"]["index"] >= leader.status()["snapshot"]["index"]
 
     # the whole cluster restarts from disk
