@@ -262,7 +262,8 @@ class _RaftNode(SyncObj):
             else:
                 SyncObj._SyncObj__onMessageReceived(self, node, message)
         except Exception:
-            logger.critical("failed to handle a %r message from %s", message.get("type"), node, exc_info=True)
+            kind = message.get("type") if isinstance(message, dict) else type(message).__name__
+            logger.critical("failed to handle a %r message from %s", kind, node, exc_info=True)
 
     def _on_append_entries(self, node, message):
         # pysyncobj 0.3.17's prologue: follow this leader and its term
