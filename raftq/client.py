@@ -7,7 +7,8 @@ Both speak the HTTP API of docs/api.md and behave the same way:
   timeout) they retry against the next node, with backoff, for up to
   ``retry_for`` seconds — but only calls that are safe to repeat: reads,
   acks, and puts, to which they give every message an idempotency ``id``
-  (kept across retries) so a retried put is stored exactly once;
+  (kept across retries) so a retried put is stored exactly once.  A refused
+  connection never reached a node, so any call moves on to the next one;
 - message bodies may be ``bytes`` (sent as ``body_b64``) or JSON data, and
   come back the same way.
 
@@ -226,9 +227,10 @@ class Client(_Calls):
                 conn.request(method, path, body=data, headers=route.headers)
                 reply = conn.getresponse()
                 raw = reply.read()
-            except (OSError, http.client.HTTPException):
+            except (OSError, http.client.HTTPException) as exc:
                 self._conns.pop(base, None)
-                if not retry or time.monotonic() > deadline:
+                # A refused connection never reached a node: safe to retry any call.
+                if not (retry or isinstance(exc, ConnectionRefusedError)) or time.monotonic() > deadline:
                     raise
                 route.next_node()
                 time.sleep(backoff)
@@ -280,8 +282,9 @@ class AsyncClient(_Calls):
                         timeout=aiohttp.ClientTimeout(total=timeout or route.timeout)) as reply:
                     raw = await reply.read()
                     status, location = reply.status, reply.headers.get("Location")
-            except (aiohttp.ClientError, asyncio.TimeoutError, socket.gaierror):
-                if not retry or time.monotonic() > deadline:
+            except (aiohttp.ClientError, asyncio.TimeoutError, socket.gaierror) as exc:
+                refused = isinstance(exc, aiohttp.ClientConnectorError)
+                if not (retry or refused) or time.monotonic() > deadline:
                     raise
                 route.next_node()
                 await asyncio.sleep(backoff)
