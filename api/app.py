@@ -9,9 +9,10 @@ large) and bugs (500, logged).
 import asyncio
 import hmac
 import logging
+import ssl
 from dataclasses import dataclass
 
-from aiohttp import ClientSession, web
+from aiohttp import ClientSession, TCPConnector, web
 
 from raftq.buffer import PutBuffer
 
@@ -33,6 +34,7 @@ class Settings:
     max_message_bytes: int = 1 << 20
     write_timeout_s: float = 10.0
     scheme: str = "http"
+    tls_ca: str | None = None
     buffer_max_bytes: int = 256 << 20
 
 
@@ -81,7 +83,10 @@ def make_app(node, settings: Settings) -> web.Application:
     app[buffering.BUFFER] = PutBuffer(node.data_dir / "buffer", settings.buffer_max_bytes)
 
     async def background(app: web.Application):
-        app[HTTP] = ClientSession()
+        # Node-to-node HTTP (forwarding, peer health, verify) trusts the CA
+        # the operator gave, so a private CA works without touching the system store.
+        ssl_context = ssl.create_default_context(cafile=settings.tls_ca) if settings.tls_ca else None
+        app[HTTP] = ClientSession(connector=TCPConnector(ssl=ssl_context) if ssl_context else None)
         replay = asyncio.create_task(buffering.replay(app))
         yield
         replay.cancel()

@@ -1,7 +1,8 @@
 """The `raftq` command line: run nodes, operate the cluster, use queues from a terminal.
 
 Client commands talk to the node named by RAFTQ_URL (any node will do; they
-follow redirects to the leader), with RAFTQ_TOKEN as bearer token if set.
+follow redirects to the leader), with RAFTQ_TOKEN as bearer token and
+RAFTQ_CA as the CA bundle for https:// URLs, if set.
 """
 
 import argparse
@@ -18,7 +19,7 @@ DEFAULT_URL = "http://127.0.0.1:8001"
 
 def _client(args) -> Client:
     return Client(os.environ.get("RAFTQ_URL", DEFAULT_URL), token=os.environ.get("RAFTQ_TOKEN"),
-                  retry_for=5.0)
+                  cafile=os.environ.get("RAFTQ_CA"), retry_for=5.0)
 
 
 def _print(args, value, text: str | None = None) -> None:
@@ -45,7 +46,7 @@ def cmd_node(args) -> int:
         print("raftq node: give both --tls-cert and --tls-key", file=sys.stderr)
         return 2
     settings = Settings(auth_token=token, max_message_bytes=args.max_message_bytes,
-                        scheme="https" if args.tls_cert else "http")
+                        scheme="https" if args.tls_cert else "http", tls_ca=args.tls_ca)
     asyncio.run(serve(cfg, args.id, args.data_dir or f".raftq/{args.id}", settings=settings,
                       tls=(args.tls_cert, args.tls_key) if args.tls_cert else None,
                       auto_create=not args.no_auto_create,
@@ -161,6 +162,7 @@ def parser() -> argparse.ArgumentParser:
     node.add_argument("--auth-token-file")
     node.add_argument("--tls-cert")
     node.add_argument("--tls-key")
+    node.add_argument("--tls-ca", help="CA bundle this node trusts when it calls other nodes over HTTPS")
     node.add_argument("--no-auto-create", action="store_true")
     node.add_argument("--max-message-bytes", type=int, default=1 << 20)
     node.add_argument("--log-level", default="INFO")

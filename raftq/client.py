@@ -21,6 +21,7 @@ import base64
 import http.client
 import json
 import socket
+import ssl
 import time
 import uuid
 from urllib.parse import urlsplit
@@ -154,7 +155,7 @@ class _Calls:
 class _Failover:
     """Which node to try next, and for how long to keep trying."""
 
-    def __init__(self, urls, token, retry_for: float, timeout: float):
+    def __init__(self, urls, token, retry_for: float, timeout: float, cafile: str | None):
         if isinstance(urls, str):
             urls = [urls]
         self.urls = [u.rstrip("/") for u in urls]
@@ -164,6 +165,7 @@ class _Failover:
             self.headers["Authorization"] = f"Bearer {token}"
         self.retry_for = retry_for
         self.timeout = timeout
+        self.ssl_context = ssl.create_default_context(cafile=cafile) if cafile else None
 
     @property
     def base(self) -> str:
@@ -191,8 +193,8 @@ class Client(_Calls):
     """Blocking client over http.client, with keep-alive. One per thread."""
 
     def __init__(self, urls="http://127.0.0.1:8001", *, token: str | None = None,
-                 retry_for: float = 15.0, timeout: float = 15.0):
-        self._route = _Failover(urls, token, retry_for, timeout)
+                 retry_for: float = 15.0, timeout: float = 15.0, cafile: str | None = None):
+        self._route = _Failover(urls, token, retry_for, timeout, cafile)
         self._conns: dict[str, http.client.HTTPConnection] = {}
 
     def close(self) -> None:
@@ -210,8 +212,12 @@ class Client(_Calls):
         conn = self._conns.get(base)
         if conn is None:
             parts = urlsplit(base)
-            cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-            conn = self._conns[base] = cls(parts.netloc, timeout=timeout)
+            if parts.scheme == "https":
+                conn = http.client.HTTPSConnection(parts.netloc, timeout=timeout,
+                                                   context=self._route.ssl_context)
+            else:
+                conn = http.client.HTTPConnection(parts.netloc, timeout=timeout)
+            self._conns[base] = conn
         conn.timeout = timeout
         return conn
 
@@ -252,8 +258,8 @@ class AsyncClient(_Calls):
     """asyncio client over aiohttp; share one per event loop."""
 
     def __init__(self, urls="http://127.0.0.1:8001", *, token: str | None = None,
-                 retry_for: float = 15.0, timeout: float = 15.0):
-        self._route = _Failover(urls, token, retry_for, timeout)
+                 retry_for: float = 15.0, timeout: float = 15.0, cafile: str | None = None):
+        self._route = _Failover(urls, token, retry_for, timeout, cafile)
         self._session = None
 
     async def close(self) -> None:
@@ -270,7 +276,9 @@ class AsyncClient(_Calls):
     async def _call(self, method, path, body, *, retry, timeout=None, accept_status=()):
         import aiohttp
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            ssl_context = self._route.ssl_context
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=ssl_context) if ssl_context else None)
         route = self._route
         data = None if body is None else json.dumps(body).encode()
         deadline = time.monotonic() + route.retry_for

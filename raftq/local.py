@@ -31,9 +31,11 @@ def free_ports(count: int) -> list[int]:
 
 class LocalCluster:
     def __init__(self, root: str | Path, cfg: cluster_config.ClusterConfig, *,
-                 node_args: tuple[str, ...] = (), env: dict | None = None, token: str | None = None):
+                 node_args: tuple[str, ...] = (), env: dict | None = None, token: str | None = None,
+                 cafile: str | None = None):
         self.root = Path(root).resolve()
         self.token = token
+        self.cafile = cafile      # set when the nodes serve HTTPS
         self.cfg = cfg
         self.node_args = tuple(node_args)
         self.env = env
@@ -72,7 +74,8 @@ class LocalCluster:
         return [n.id for n in self.cfg.nodes]
 
     def url(self, node_id: str) -> str:
-        return f"http://{self.cfg.node(node_id).http}"
+        scheme = "https" if self.cafile else "http"
+        return f"{scheme}://{self.cfg.node(node_id).http}"
 
     @property
     def urls(self) -> list[str]:
@@ -149,7 +152,8 @@ class LocalCluster:
     # ---- observation -------------------------------------------------------------
     def ready_view(self, node_id: str, timeout: float = 1.0) -> dict | None:
         try:
-            with Client(self.url(node_id), retry_for=0, timeout=timeout, token=self.token) as client:
+            with Client(self.url(node_id), retry_for=0, timeout=timeout, token=self.token,
+                        cafile=self.cafile) as client:
                 return client.ready()
         except (OSError, RaftqError, ValueError):
             return None
@@ -168,7 +172,7 @@ class LocalCluster:
         return None
 
     def client(self, **kwargs) -> Client:
-        return Client(self.urls, token=self.token, **kwargs)
+        return Client(self.urls, token=self.token, cafile=self.cafile, **kwargs)
 
 
 def demo(urls: list[str]) -> None:
