@@ -27,6 +27,16 @@ import uuid
 from urllib.parse import urlsplit
 
 RETRYABLE_STATUS = {503}
+# An election takes 0.15-0.35 s: retry soon and often enough to find the new
+# leader within a few tens of ms of it winning, without hammering the nodes.
+BACKOFF_FIRST_S, BACKOFF_GROWTH, BACKOFF_MAX_S = 0.01, 1.5, 0.15
+
+
+def backoff_delays():
+    delay = BACKOFF_FIRST_S
+    while True:
+        yield delay
+        delay = min(delay * BACKOFF_GROWTH, BACKOFF_MAX_S)
 
 
 class RaftqError(Exception):
@@ -225,7 +235,7 @@ class Client(_Calls):
         route = self._route
         data = None if body is None else json.dumps(body).encode()
         deadline = time.monotonic() + route.retry_for
-        backoff = 0.05
+        backoff = backoff_delays()
         for _ in range(32):   # redirects and failovers, bounded
             base = route.base
             try:
@@ -239,16 +249,14 @@ class Client(_Calls):
                 if not (retry or isinstance(exc, ConnectionRefusedError)) or time.monotonic() > deadline:
                     raise
                 route.next_node()
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
+                time.sleep(next(backoff))
                 continue
             if reply.status == 307:
                 route.follow(reply.getheader("Location"))
                 continue
             if reply.status in RETRYABLE_STATUS and retry and time.monotonic() < deadline:
                 route.next_node()
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
+                time.sleep(next(backoff))
                 continue
             return route.decode(reply.status, raw, accept_status)
         raise RaftqError(503, "no_quorum", "gave up after too many redirects and retries")
@@ -282,7 +290,7 @@ class AsyncClient(_Calls):
         route = self._route
         data = None if body is None else json.dumps(body).encode()
         deadline = time.monotonic() + route.retry_for
-        backoff = 0.05
+        backoff = backoff_delays()
         for _ in range(32):
             try:
                 async with self._session.request(
@@ -295,16 +303,14 @@ class AsyncClient(_Calls):
                 if not (retry or refused) or time.monotonic() > deadline:
                     raise
                 route.next_node()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
+                await asyncio.sleep(next(backoff))
                 continue
             if status == 307:
                 route.follow(location)
                 continue
             if status in RETRYABLE_STATUS and retry and time.monotonic() < deadline:
                 route.next_node()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
+                await asyncio.sleep(next(backoff))
                 continue
             return route.decode(status, raw, accept_status)
         raise RaftqError(503, "no_quorum", "gave up after too many redirects and retries")
