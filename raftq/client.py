@@ -26,7 +26,11 @@ import time
 import uuid
 from urllib.parse import urlsplit
 
+import aiohttp
+
 RETRYABLE_STATUS = {503}
+# A redirect answers a redirect only while leadership moves; more than this is a loop.
+MAX_REDIRECTS = 8
 # An election takes 0.15-0.35 s: retry soon and often enough to find the new
 # leader within a few tens of ms of it winning, without hammering the nodes.
 BACKOFF_FIRST_S, BACKOFF_GROWTH, BACKOFF_MAX_S = 0.01, 1.5, 0.15
@@ -236,7 +240,8 @@ class Client(_Calls):
         data = None if body is None else json.dumps(body).encode()
         deadline = time.monotonic() + route.retry_for
         backoff = backoff_delays()
-        for _ in range(32):   # redirects and failovers, bounded
+        redirects = 0
+        while True:
             base = route.base
             try:
                 conn = self._conn(base, timeout or route.timeout)
@@ -251,7 +256,8 @@ class Client(_Calls):
                 route.next_node()
                 time.sleep(next(backoff))
                 continue
-            if reply.status == 307:
+            if reply.status == 307 and redirects < MAX_REDIRECTS:
+                redirects += 1
                 route.follow(reply.getheader("Location"))
                 continue
             if reply.status in RETRYABLE_STATUS and retry and time.monotonic() < deadline:
@@ -259,7 +265,6 @@ class Client(_Calls):
                 time.sleep(next(backoff))
                 continue
             return route.decode(reply.status, raw, accept_status)
-        raise RaftqError(503, "no_quorum", "gave up after too many redirects and retries")
 
 
 class AsyncClient(_Calls):
@@ -282,7 +287,6 @@ class AsyncClient(_Calls):
         await self.close()
 
     async def _call(self, method, path, body, *, retry, timeout=None, accept_status=()):
-        import aiohttp
         if self._session is None:
             ssl_context = self._route.ssl_context
             self._session = aiohttp.ClientSession(
@@ -291,7 +295,8 @@ class AsyncClient(_Calls):
         data = None if body is None else json.dumps(body).encode()
         deadline = time.monotonic() + route.retry_for
         backoff = backoff_delays()
-        for _ in range(32):
+        redirects = 0
+        while True:
             try:
                 async with self._session.request(
                         method, route.base + path, data=data, headers=route.headers, allow_redirects=False,
@@ -305,7 +310,8 @@ class AsyncClient(_Calls):
                 route.next_node()
                 await asyncio.sleep(next(backoff))
                 continue
-            if status == 307:
+            if status == 307 and redirects < MAX_REDIRECTS:
+                redirects += 1
                 route.follow(location)
                 continue
             if status in RETRYABLE_STATUS and retry and time.monotonic() < deadline:
@@ -313,4 +319,3 @@ class AsyncClient(_Calls):
                 await asyncio.sleep(next(backoff))
                 continue
             return route.decode(status, raw, accept_status)
-        raise RaftqError(503, "no_quorum", "gave up after too many redirects and retries")
