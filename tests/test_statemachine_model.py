@@ -1,0 +1,809 @@
+"""The state machine against a deliberately simple reference model, and its determinism.
+
+The model is written from API.md's queue semantics and DESIGN.md's timer
+rules with plain lists and dicts and linear scans: a message is a dict, a
+group is a dict seq -> entry, and every question ("what is ready?", "which
+version of this key is the newest?", "does the batch fit?") is answered by
+looking at everything.  It knows nothing of the machine's indexes, so when the
+two agree after every step of a random command sequence, the indexes are
+right.
+
+Where API.md leaves an order or a moment open, the model follows what the
+machine documents:
+- timers fire lazily, when a command names the queue (its own, or as the
+  target of a dead-letter move), and on `tick`, for every queue, in creation
+  order; within a queue, per group (creation order): due delays, then
+  expired leases by (deadline, seq); then TTLs; then dedup ids;
+- a message whose deliveries are spent waits in its group (parked) and moves
+  in the order it was parked; a full `reject` dead-letter queue stops the
+  moves until it has room;
+- a transaction checks room in the queues it puts into before its acks free
+  any.
+
+Receipts are opaque: the test maps each receipt the machine hands out to the
+model's own lease, and the model judges every receipt through that map.
+"""
+
+import copy
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+import cbor2
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from statemachine import StateMachine, encode_entry, is_error
+from statemachine.validation import QUEUE_DEFAULTS
+
+QUEUES = ["a", "b", "dl"]
+GROUPS = ["default", "g1", "g2"]
+some_group = st.sampled_from(["default", "default", "default", "g1", "g2"])
+KEYS = ["k1", "k2", "k3"]
+IDS = ["i1", "i2", "i3", "i4"]
+GARBAGE = ["nonsense", "0:default:1:1", "1:default:999:1", "1:nope:1:1"]
+START = 10_000
+
+
+def body_size(body) -> int:
+    if isinstance(body, bytes):
+        return len(body)
+    if isinstance(body, str):
+        return len(body.encode())
+    return len(cbor2.dumps(body))
+
+
+def err(code, **details):
+    return {"error": code, **details}
+
+
+class Model:
+    """raftq's queues, the obvious way."""
+
+    def __init__(self):
+        self.clock = 0
+        self.queues = {}          # name -> queue dict, in creation order
+        self.created = 0          # a queue's uid: receipts of a deleted queue die with it
+        self.leases = 0
+        self.receipts = {}        # machine receipt -> (queue uid, group, seq, lease)
+
+    # ---- helpers ---------------------------------------------------------------------
+    def new_queue(self, name, config):
+        self.created += 1
+        self.queues[name] = {
+            "uid": self.created, "name": name, "config": dict(config), "next_seq": 1,
+            "messages": [], "groups": {"default": {}}, "dedup": [], "outbox": [],
+            "counters": {c: 0 for c in ("put_total", "acked_total", "redelivered_total",
+                                        "dead_lettered_total", "expired_total", "dropped_total",
+                                        "replaced_total")},
+        }
+        return self.queues[name]
+
+    @staticmethod
+    def find(q, seq):
+        for m in q["messages"]:
+            if m["seq"] == seq:
+                return m
+        return None
+
+    def remove(self, q, seq):
+        q["messages"] = [m for m in q["messages"] if m["seq"] != seq]
+        for entries in q["groups"].values():
+            entries.pop(seq, None)
+
+    def finish(self, q, group, seq, received=True):
+        entries = q["groups"][group]
+        if seq not in entries:
+            return
+        del entries[seq]
+        if received:
+            self.find(q, seq)["received"] = True
+        if not any(seq in e for e in q["groups"].values()):
+            self.remove(q, seq)
+
+    def end_delivery(self, q, group, seq, delay):
+        entry = q["groups"][group][seq]
+        limit = q["config"]["max_deliveries"]
+        if limit is not None and entry["deliveries"] >= limit:
+            entry["state"] = "parked"
+            q["outbox"].append((group, seq))
+        elif delay:
+            entry["state"], entry["until"] = "delayed", self.clock + delay
+        else:
+            entry["state"] = "ready"
+
+    def fire(self, q):
+        for name, entries in q["groups"].items():
+            for entry in entries.values():
+                if entry["state"] == "delayed" and entry["until"] <= self.clock:
+                    entry["state"] = "ready"
+            due = sorted((e["deadline"], seq) for seq, e in entries.items()
+                         if e["state"] == "leased" and e["deadline"] <= self.clock)
+            for _, seq in due:
+                self.end_delivery(q, name, seq, 0)
+        for m in list(q["messages"]):
+            if m["expires_at"] is not None and m["expires_at"] <= self.clock:
+                self.remove(q, m["seq"])
+                q["counters"]["expired_total"] += 1
+        window = q["config"]["dedup_window_ms"]
+        q["dedup"] = [d for d in q["dedup"] if d[2] + window > self.clock]
+
+    def touch(self, name):
+        q = self.queues.get(name)
+        if q is not None:
+            self.fire(q)
+            self.dead_letter(q)
+        return q
+
+    def dead_letter(self, q):
+        while q["outbox"]:
+            group, seq = q["outbox"][0]
+            entry = q["groups"].get(group, {}).get(seq)
+            if entry is None or entry["state"] != "parked":
+                q["outbox"].pop(0)
+                continue
+            target_name = q["config"]["dead_letter"]
+            if target_name is not None:
+                target = self.queues.get(target_name) or self.new_queue(target_name, QUEUE_DEFAULTS)
+                self.fire(target)
+                m = self.find(q, seq)
+                headers = dict(m["headers"] or {})
+                headers.update({"x-raftq-from-queue": q["name"], "x-raftq-from-group": group,
+                                "x-raftq-deliveries": str(entry["deliveries"]),
+                                "x-raftq-reason": "max_deliveries"})
+                moved = [{"body": m["body"], "key": m["key"], "headers": headers}]
+                if target["config"]["overflow"] == "reject" and self.too_full(target, moved):
+                    return
+                self.store(target, moved)
+            q["outbox"].pop(0)
+            self.finish(q, group, seq)
+            q["counters"]["dead_lettered_total"] += 1
+
+    def store(self, q, messages, drop=True):
+        """Put messages that are known to fit; one result each."""
+        results = []
+        for msg in messages:
+            mid, key = msg.get("id"), msg.get("key")
+            if mid is not None:
+                original = [d for d in q["dedup"] if d[0] == mid]
+                if original:
+                    results.append({"seq": original[0][1], "duplicate": True, "replaced_seq": None})
+                    continue
+            replaced = None
+            if key is not None:
+                versions = [m for m in q["messages"] if m["key"] == key]
+                if versions and not versions[-1]["received"]:
+                    replaced = versions[-1]["seq"]
+                    self.remove(q, replaced)
+                    q["counters"]["replaced_total"] += 1
+            seq = q["next_seq"]
+            q["next_seq"] += 1
+            ttl = msg.get("ttl_ms") or q["config"]["ttl_ms"]
+            delay = msg.get("delay_ms") or 0
+            q["messages"].append({
+                "seq": seq, "body": msg["body"], "key": key, "headers": msg.get("headers"),
+                "put_at": self.clock, "visible_at": self.clock + delay,
+                "expires_at": self.clock + ttl if ttl else None, "size": body_size(msg["body"]),
+                "received": False})
+            for entries in q["groups"].values():
+                entries[seq] = {"state": "delayed" if delay else "ready", "until": self.clock + delay,
+                                "deliveries": 0}
+            q["counters"]["put_total"] += 1
+            if mid is not None:
+                q["dedup"].append((mid, seq, self.clock))
+            results.append({"seq": seq, "duplicate": False, "replaced_seq": replaced})
+        if drop:
+            self.drop_overflow(q)
+        return results
+
+    @staticmethod
+    def over(q):
+        cfg = q["config"]
+        return ((cfg["max_length"] is not None and len(q["messages"]) > cfg["max_length"])
+                or (cfg["max_bytes"] is not None and sum(m["size"] for m in q["messages"]) > cfg["max_bytes"]))
+
+    def drop_overflow(self, q):
+        while q["messages"] and self.over(q):
+            self.remove(q, q["messages"][0]["seq"])
+            q["counters"]["dropped_total"] += 1
+
+    def too_full(self, q, messages):
+        """Whether storing the batch whole breaks the limits: try it on a copy."""
+        trial = copy.deepcopy(q)
+        before = {m["seq"] for m in trial["messages"]}
+        self.store(trial, messages, drop=False)
+        if q["config"]["overflow"] == "reject":
+            return self.over(trial)
+        new = {m["seq"] for m in trial["messages"]} - before
+        self.drop_overflow(trial)
+        return not new <= {m["seq"] for m in trial["messages"]}
+
+    def live(self, q, receipt):
+        lease = self.receipts.get(receipt)
+        if q is None or lease is None or lease[0] != q["uid"]:
+            return None
+        _, group, seq, token = lease
+        entry = q["groups"].get(group, {}).get(seq)
+        if entry is None or entry["state"] != "leased" or entry["lease"] != token:
+            return None
+        return group, seq
+
+    def cursor(self, q, group):
+        entries = q["groups"][group]
+        return min(entries) if entries else q["next_seq"]
+
+    def group_stats(self, q, group):
+        entries = q["groups"][group].values()
+        return {"name": group, "depth": sum(e["state"] == "ready" for e in entries),
+                "in_flight": sum(e["state"] == "leased" for e in entries), "cursor": self.cursor(q, group)}
+
+    def stats(self, q):
+        groups = {g: self.group_stats(q, g) for g in q["groups"]}
+        return {
+            "depth": len(q["messages"]), "bytes": sum(m["size"] for m in q["messages"]),
+            "in_flight": sum(s["in_flight"] for s in groups.values()),
+            "delayed": sum(e["state"] == "delayed" for g in q["groups"].values() for e in g.values()),
+            "first_seq": q["messages"][0]["seq"] if q["messages"] else None,
+            "last_seq": q["next_seq"] - 1 if q["next_seq"] > 1 else None,
+            **q["counters"],
+            "groups": {g: {k: v for k, v in s.items() if k != "name"} for g, s in groups.items()},
+        }
+
+    def browse(self, q, group):
+        entries = q["groups"][group]
+        return [(seq, self.find(q, seq)["body"], entries[seq]["deliveries"]) for seq in sorted(entries)]
+
+    # ---- commands ------------------------------------------------------------------------
+    def apply(self, cmd):
+        self.clock = max(self.clock, cmd["now_ms"])
+        return getattr(self, "op_" + cmd["op"])(cmd)
+
+    def op_create_queue(self, cmd):
+        config = {**QUEUE_DEFAULTS, **cmd["config"]}
+        if config["dead_letter"] == cmd["queue"]:
+            return err("bad_request")
+        q = self.queues.get(cmd["queue"])
+        if q is not None:
+            return {"created": False, "config": q["config"]} if q["config"] == config else err("conflict")
+        self.new_queue(cmd["queue"], config)
+        return {"created": True, "config": config}
+
+    def op_patch_queue(self, cmd):
+        q = self.touch(cmd["queue"])
+        if q is None:
+            return err("not_found")
+        config = {**q["config"], **cmd["config"]}
+        if config["dead_letter"] == q["name"]:
+            return err("bad_request")
+        q["config"] = config
+        return {"config": config}
+
+    def op_delete_queue(self, cmd):
+        if self.queues.pop(cmd["queue"], None) is None:
+            return err("not_found")
+        return {"deleted": True}
+
+    def op_put(self, cmd):
+        name = cmd["queue"]
+        if name not in self.queues and not cmd.get("auto_create", True):
+            return err("not_found")
+        q = self.touch(name) or self.new_queue(name, QUEUE_DEFAULTS)
+        if self.too_full(q, cmd["messages"]):
+            return err("queue_full")
+        return {"messages": self.store(q, cmd["messages"])}
+
+    def op_receive(self, cmd):
+        q = self.touch(cmd["queue"])
+        if q is None:
+            return err("not_found")
+        group = cmd["group"]
+        if group not in q["groups"]:
+            return err("not_found")
+        entries = q["groups"][group]
+        limit = q["config"]["max_deliveries"]
+        out = []
+        for seq in sorted(s for s, e in entries.items() if e["state"] == "ready"):
+            if len(out) == cmd["max"]:
+                break
+            entry = entries[seq]
+            if limit is not None and entry["deliveries"] >= limit:
+                entry["state"] = "parked"
+                q["outbox"].append((group, seq))
+                continue
+            self.leases += 1
+            entry.update(state="leased", lease=self.leases,
+                         deadline=self.clock + (cmd.get("lease_ms") or q["config"]["lease_ms"]))
+            entry["deliveries"] += 1
+            if entry["deliveries"] > 1:
+                q["counters"]["redelivered_total"] += 1
+            m = self.find(q, seq)
+            m["received"] = True
+            out.append({"seq": seq, "receipt": (q["uid"], group, seq, self.leases), "body": m["body"],
+                        "key": m["key"], "headers": m["headers"], "deliveries": entry["deliveries"],
+                        "put_at_ms": m["put_at"]})
+        self.dead_letter(q)
+        return {"messages": out}
+
+    def settle(self, cmd):
+        q = self.touch(cmd["queue"])
+        if q is None:
+            return err("not_found")
+        done, stale = 0, []
+        for receipt in dict.fromkeys(cmd["receipts"]):
+            live = self.live(q, receipt)
+            if live is None:
+                stale.append(receipt)
+                continue
+            group, seq = live
+            done += 1
+            entry = q["groups"][group][seq]
+            if cmd["op"] == "ack":
+                self.finish(q, group, seq)
+                q["counters"]["acked_total"] += 1
+            elif cmd["op"] == "nack":
+                self.end_delivery(q, group, seq, cmd.get("delay_ms") or 0)
+            else:
+                entry["deadline"] = max(entry["deadline"],
+                                        self.clock + (cmd.get("lease_ms") or q["config"]["lease_ms"]))
+        self.dead_letter(q)
+        if not done:
+            return err("stale_receipt", stale=stale)
+        return {{"ack": "acked", "nack": "nacked", "extend": "extended"}[cmd["op"]]: done, "stale": stale}
+
+    op_ack = op_nack = op_extend = settle
+
+    def op_add_group(self, cmd):
+        q = self.touch(cmd["queue"])
+        if q is None:
+            return err("not_found")
+        group = cmd["group"]
+        if group in q["groups"]:
+            return {"created": False, **self.group_stats(q, group)}
+        entries = q["groups"][group] = {}
+        if cmd.get("start", "earliest") == "earliest":
+            for m in q["messages"]:
+                waiting = m["visible_at"] > self.clock
+                entries[m["seq"]] = {"state": "delayed" if waiting else "ready", "until": m["visible_at"],
+                                     "deliveries": 0}
+        return {"created": True, **self.group_stats(q, group)}
+
+    def op_delete_group(self, cmd):
+        q = self.touch(cmd["queue"])
+        if q is None or cmd["group"] not in q["groups"]:
+            return err("not_found")
+        if len(q["groups"]) == 1:
+            return err("conflict")
+        for seq in list(q["groups"][cmd["group"]]):
+            self.finish(q, cmd["group"], seq, received=False)
+        q["outbox"] = [(g, s) for g, s in q["outbox"] if g != cmd["group"]]
+        del q["groups"][cmd["group"]]
+        return {"deleted": True}
+
+    def op_commit(self, cmd):
+        q = self.touch(cmd["queue"])
+        if q is None or cmd["group"] not in q["groups"]:
+            return err("not_found")
+        upto = [seq for seq in q["groups"][cmd["group"]] if seq <= cmd["seq"]]
+        for seq in upto:
+            self.finish(q, cmd["group"], seq)
+        q["counters"]["acked_total"] += len(upto)
+        return {"acked": len(upto), "cursor": self.cursor(q, cmd["group"])}
+
+    def op_tx(self, cmd):
+        auto_create = cmd.get("auto_create", True)
+        leases, stale = {}, []
+        for part in cmd.get("ack", []):
+            q = self.touch(part["queue"])
+            for receipt in part["receipts"]:
+                live = self.live(q, receipt)
+                if live is None:
+                    stale.append(receipt)
+                else:
+                    leases[(part["queue"], *live)] = q
+        if stale:
+            return err("stale_receipt", stale=stale)
+        batches = {}
+        for part in cmd.get("put", []):
+            batches.setdefault(part["queue"], []).extend(part["messages"])
+        for name, messages in batches.items():
+            q = self.touch(name)
+            if q is None:
+                if not auto_create:
+                    return err("not_found")
+            elif self.too_full(q, messages):
+                return err("queue_full")
+        for (_, group, seq), q in leases.items():
+            self.finish(q, group, seq)
+            q["counters"]["acked_total"] += 1
+        puts = [{"queue": name,
+                 "messages": self.store(self.touch(name) or self.new_queue(name, QUEUE_DEFAULTS), messages)}
+                for name, messages in batches.items()]
+        return {"acked": len(leases), "put": puts}
+
+    def op_tick(self, cmd):
+        for q in list(self.queues.values()):
+            self.fire(q)
+            self.dead_letter(q)
+        return {"clock": self.clock}
+
+
+# ---- strategies ------------------------------------------------------------------------
+
+def ms(low, high):
+    """Durations on a 50 ms grid, so that timers of every kind often fall due at
+    the same instant and time steps land exactly on them: the boundaries."""
+    return st.integers(low // 50, high // 50).map(lambda n: max(low, n * 50))
+
+
+bodies = st.one_of(st.binary(max_size=12), st.text(max_size=6), st.integers(-3, 300),
+                   st.dictionaries(st.sampled_from("xy"), st.integers(0, 3), max_size=2))
+
+
+@st.composite
+def messages(draw):
+    msg = {"body": draw(bodies)}
+    for field, values, odds in (
+            ("key", st.sampled_from(KEYS), 2), ("id", st.sampled_from(IDS), 4),
+            ("headers", st.dictionaries(st.sampled_from(["h", "x-raftq-reason"]), st.text(max_size=2),
+                                        max_size=2), 5),
+            ("ttl_ms", ms(1, 3_000), 6), ("delay_ms", ms(0, 1_000), 5)):
+        if draw(st.integers(1, odds)) == 1:
+            msg[field] = draw(values)
+    return msg
+
+
+batches = st.lists(messages(), min_size=1, max_size=6)
+
+config_fields = {
+    "lease_ms": ms(1, 1_500),
+    "max_deliveries": st.one_of(st.none(), st.integers(1, 3)),
+    "dead_letter": st.sampled_from([None, *QUEUES]),
+    "ttl_ms": st.one_of(st.none(), ms(1, 5_000)),
+    "max_length": st.one_of(st.none(), st.integers(1, 6)),
+    "max_bytes": st.one_of(st.none(), st.integers(1, 60)),
+    "overflow": st.sampled_from(["reject", "drop_oldest"]),
+    "dedup_window_ms": ms(0, 4_000),
+}
+configs = st.fixed_dictionaries({}, optional=config_fields)
+# Queues start usable (limits come later, by patch), so that the sequences
+# spend their steps on messages rather than on refusals.
+first_configs = st.fixed_dictionaries({"lease_ms": ms(200, 1_500)}, optional={
+    "max_deliveries": st.integers(1, 3), "dead_letter": st.sampled_from(["dl", "b"]),
+    "ttl_ms": ms(1_000, 8_000), "dedup_window_ms": ms(0, 4_000), "max_length": st.integers(3, 8)})
+# The dead-letter queue often starts small: moves must wait for room.
+first_dl_configs = st.fixed_dictionaries({"lease_ms": ms(200, 1_500)}, optional={
+    "max_length": st.integers(1, 3), "max_bytes": st.integers(5, 40),
+    "overflow": st.sampled_from(["reject", "drop_oldest"])})
+
+
+def normal(result):
+    """A result as the model states it: errors by code (and stale list), receipts aside."""
+    if is_error(result):
+        return {k: v for k, v in result.items() if k in ("error", "stale")}
+    return result
+
+
+class QueuesComparison(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.sm = StateMachine()
+        self.model = Model()
+        self.now = START
+        self.issued = []          # (queue, receipt) the machine handed out, newest last
+
+    def run(self, op, **fields):
+        cmd = {"op": op, "now_ms": self.now, **fields}
+        got = self.sm.apply(cmd)
+        want = self.model.apply(cmd)
+        assert got.get("error") != "internal", got
+        if op == "receive" and not is_error(got):
+            assert len(got["messages"]) == len(want["messages"]), (got, want)
+            for mine, theirs in zip(got["messages"], want["messages"]):
+                self.model.receipts[mine["receipt"]] = theirs["receipt"]
+                self.issued.append((fields["queue"], mine["receipt"]))
+                theirs["receipt"] = mine["receipt"]
+            del self.issued[:-40]
+        assert normal(got) == want, (cmd, got, want)
+        return got
+
+    def receipts(self, data):
+        """Some receipts, mostly of one queue so that acks can succeed; and that queue."""
+        pool = self.issued[-12:]
+        if not pool or data.draw(st.integers(0, 9)) == 0:
+            return data.draw(st.sampled_from(QUEUES)), data.draw(st.lists(st.sampled_from(GARBAGE), min_size=1,
+                                                                          max_size=2))
+        queue = data.draw(st.sampled_from(pool))[0]
+        mine = [r for q, r in pool if q == queue]
+        chosen = data.draw(st.lists(st.sampled_from(mine + GARBAGE[:1]), min_size=1, max_size=4))
+        if data.draw(st.integers(0, 9)) == 0:
+            queue = data.draw(st.sampled_from(QUEUES))
+        return queue, chosen
+
+    @initialize(a=first_configs, b=first_configs, dl=first_dl_configs,
+                groups=st.lists(st.tuples(st.sampled_from(QUEUES), some_group)))
+    def queues(self, a, b, dl, groups):
+        for queue, config in (("a", a), ("b", b), ("dl", dl)):
+            self.run("create_queue", queue=queue, config=config)
+        for queue, group in groups:
+            self.run("add_group", queue=queue, group=group, start="earliest")
+
+    # ---- time --------------------------------------------------------------------------
+    @rule(delta=st.sampled_from([50, 100, 250, 500, 1_000, 2_000, 1, 49, -100, -3_000]))
+    def time_passes(self, delta):
+        """Mostly forward; backwards is a new leader whose wall clock is behind the log."""
+        self.now = max(0, self.now + delta)
+
+    @rule(offset=st.sampled_from([-1, 0, 0, 1]))
+    def to_the_next_timer(self, offset):
+        """Right onto (or next to) the model's next lease end, delay or TTL: the boundaries."""
+        due = [e["deadline"] if e["state"] == "leased" else e["until"]
+               for q in self.model.queues.values() for g in q["groups"].values() for e in g.values()
+               if e["state"] in ("leased", "delayed")]
+        due += [m["expires_at"] for q in self.model.queues.values() for m in q["messages"] if m["expires_at"]]
+        due = [t for t in due if t > self.model.clock]
+        if due:
+            self.now = max(self.now, min(due) + offset)
+
+    @rule(delta=st.sampled_from([0, 50, 100, 200, 500, 1_000]))
+    def tick(self, delta):
+        self.now += delta
+        self.run("tick")
+
+    # ---- queues and groups ---------------------------------------------------------------
+    @rule(op=st.sampled_from(["create_queue", "patch_queue", "patch_queue", "delete_queue",
+                              "add_group", "add_group", "delete_group"]),
+          queue=st.sampled_from(QUEUES), group=some_group, config=configs,
+          start=st.sampled_from(["earliest", "latest"]))
+    def admin(self, op, queue, group, config, start):
+        if op in ("create_queue", "patch_queue"):
+            self.run(op, queue=queue, config=config)
+        elif op == "delete_queue":
+            self.run(op, queue=queue)
+        elif op == "add_group":
+            self.run(op, queue=queue, group=group, start=start)
+        else:
+            self.run(op, queue=queue, group=group)
+
+    @rule(queue=st.sampled_from(QUEUES), config=st.fixed_dictionaries({}, optional={
+        k: config_fields[k] for k in ("max_deliveries", "dead_letter", "max_length", "max_bytes", "overflow")}))
+    def patch_limits(self, queue, config):
+        """Limits change under live traffic: leases held, deliveries counted, messages parked."""
+        self.run("patch_queue", queue=queue, config=config)
+
+    @rule(queue=st.sampled_from(QUEUES), group=st.sampled_from(GROUPS[1:]),
+          start=st.sampled_from(["earliest", "latest"]))
+    def fanout_churn(self, queue, group, start):
+        """Groups come and go while messages are stored, leased and parked."""
+        q = self.model.queues.get(queue)
+        op = "delete_group" if q is not None and group in q["groups"] else "add_group"
+        self.run(op, queue=queue, group=group, **({"start": start} if op == "add_group" else {}))
+
+    # ---- messages ------------------------------------------------------------------------
+    @rule(queue=st.sampled_from(QUEUES), batch=batches, auto_create=st.sampled_from([True, True, True, False]))
+    def put(self, queue, batch, auto_create):
+        self.run("put", queue=queue, messages=batch, auto_create=auto_create)
+
+    @rule(queue=st.sampled_from(QUEUES), batch=batches)
+    def put_more(self, queue, batch):
+        """Producers outnumber the other rules, so that queues hold something to work on."""
+        self.run("put", queue=queue, messages=batch)
+
+    @rule(queue=st.sampled_from(QUEUES), group=some_group, count=st.integers(1, 4),
+          lease_ms=st.one_of(st.none(), ms(1, 2_000)))
+    def receive(self, queue, group, count, lease_ms):
+        """A consumer that takes its time: its leases run out unless someone settles them."""
+        fields = {} if lease_ms is None else {"lease_ms": lease_ms}
+        self.run("receive", queue=queue, group=group, max=count, **fields)
+
+    @rule(queue=st.sampled_from(QUEUES), group=some_group, count=st.integers(1, 4),
+          then=st.lists(st.sampled_from(["ack", "nack", "nack", "extend", "keep", "tx"]), min_size=4, max_size=4),
+          lease_ms=st.one_of(st.none(), ms(1, 2_000)))
+    def consume(self, queue, group, count, then, lease_ms):
+        """A consumer that settles some of what it just received, while the receipts are live."""
+        fields = {} if lease_ms is None else {"lease_ms": lease_ms}
+        got = self.run("receive", queue=queue, group=group, max=count, **fields)
+        for msg, what in zip(got.get("messages", []), then):
+            if what == "tx":
+                self.run("tx", ack=[{"queue": queue, "receipts": [msg["receipt"]]}],
+                         put=[{"queue": "b", "messages": [{"body": msg["body"], "key": "k1"}]}])
+            elif what != "keep":
+                self.run(what, queue=queue, receipts=[msg["receipt"]])
+
+    @rule(queue=st.sampled_from(QUEUES), group=some_group, rounds=st.integers(1, 3), count=st.integers(1, 3))
+    def flaky_consumer(self, queue, group, rounds, count):
+        """Receives and gives back, again and again: deliveries pile up toward max_deliveries."""
+        for _ in range(rounds):
+            got = self.run("receive", queue=queue, group=group, max=count)
+            receipts = [m["receipt"] for m in got.get("messages", [])]
+            if receipts:
+                self.run("nack", queue=queue, receipts=receipts)
+
+    @rule(data=st.data(), op=st.sampled_from(["ack", "nack", "extend"]),
+          duration=st.one_of(st.none(), ms(0, 2_000)))
+    def settle(self, data, op, duration):
+        """Receipts from earlier receives: live, expired, settled, of other queues, or garbage."""
+        queue, receipts = self.receipts(data)
+        fields = {}
+        if duration is not None and op != "ack":
+            fields["delay_ms" if op == "nack" else "lease_ms"] = duration or 1
+        self.run(op, queue=queue, receipts=receipts, **fields)
+
+    @rule(queue=st.sampled_from(QUEUES), group=some_group, mark=st.floats(0, 1.2))
+    def commit(self, queue, group, mark):
+        q = self.model.queues.get(queue)
+        self.run("commit", queue=queue, group=group, seq=int((q["next_seq"] if q else 1) * mark))
+
+    @rule(data=st.data(), puts=st.lists(st.tuples(st.sampled_from(QUEUES), batches), max_size=2),
+          auto_create=st.sampled_from([True, True, False]))
+    def tx(self, data, puts, auto_create):
+        acks = [dict(zip(("queue", "receipts"), self.receipts(data)))
+                for _ in range(data.draw(st.integers(0 if puts else 1, 2)))]
+        cmd = {"ack": acks, "put": [{"queue": q, "messages": m} for q, m in puts], "auto_create": auto_create}
+        self.run("tx", **cmd)
+
+    # ---- the machine's own life ------------------------------------------------------------
+    @rule()
+    def restart_from_snapshot(self):
+        """A replica restored from a snapshot must go on exactly like the one that took it."""
+        data = self.sm.snapshot()
+        self.sm = StateMachine()
+        self.sm.restore(data)
+        assert self.sm.snapshot() == data
+
+    @rule(cmd=st.sampled_from([
+        {"op": "put", "queue": "a", "messages": [{"body": "ok"}, {"key": "k1"}]},
+        {"op": "put", "queue": "a b", "messages": [{"body": "x"}]},
+        {"op": "receive", "queue": "a", "group": "default", "max": 0},
+        {"op": "ack", "queue": "a", "receipts": []},
+        {"op": "patch_queue", "queue": "a", "config": {"max_length": 0}},
+        {"op": "tx", "ack": [], "put": []},
+        {"op": "commit", "queue": "a", "group": "default", "seq": -1},
+    ]))
+    def invalid_command(self, cmd):
+        before = self.sm.snapshot()
+        result = self.sm.apply({**cmd, "now_ms": self.now + 1_000_000})
+        assert result["error"] == "bad_request"
+        assert self.sm.snapshot() == before
+
+    # ---- after every step -------------------------------------------------------------------
+    @invariant()
+    def same_queues(self):
+        assert [q["name"] for q in self.sm.list_queues()["queues"]] == list(self.model.queues)
+        for name, q in self.model.queues.items():
+            info = self.sm.queue_info(name)
+            assert info["config"] == q["config"]
+            assert info["stats"] == self.model.stats(q), name
+            for group in q["groups"]:
+                page = self.sm.browse(name, group, 0, 1_000)
+                assert page["last_seq"] == q["next_seq"] - 1
+                held = self.model.browse(q, group)
+                assert [(m["seq"], m["body"], m["deliveries"]) for m in page["messages"]] == held
+                if held:   # a page from the middle
+                    page = self.sm.browse(name, group, held[len(held) // 2][0], 2)["messages"]
+                    assert [m["seq"] for m in page] == [h[0] for h in held[len(held) // 2:][:2]]
+
+
+QueuesComparison.TestCase.settings = settings(
+    max_examples=int(os.environ.get("RAFTQ_MODEL_EXAMPLES", 300)), stateful_step_count=100, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+TestQueuesAgainstModel = QueuesComparison.TestCase
+
+
+# ---- determinism --------------------------------------------------------------------------
+
+def random_log(seed: int, length: int) -> list:
+    """A log of `length` entries of random commands, receipts taken from a machine fed the same log."""
+    rng = random.Random(seed)
+    sm = StateMachine()
+    receipts = []
+    now = START
+    log = []
+
+    def message():
+        msg = {"body": rng.choice([b"x" * rng.randint(0, 30), "text", {"n": rng.randint(0, 9)}])}
+        for field, value in (("key", rng.choice(KEYS)), ("id", rng.choice(IDS)), ("headers", {"h": "v"}),
+                             ("ttl_ms", rng.randint(1, 4_000)), ("delay_ms", rng.randint(0, 800))):
+            if rng.random() < 0.25:
+                msg[field] = value
+        return msg
+
+    def command():
+        queue, group = rng.choice(QUEUES), rng.choice(GROUPS)
+        if receipts and rng.random() < 0.8:   # receipts of one queue, acked there
+            queue = rng.choice(receipts)[0]
+        some = [r for q, r in receipts if q == queue][-rng.randint(1, 3):] or ["nonsense"]
+        choice = rng.randrange(12)
+        if choice < 3:
+            return {"op": "put", "queue": queue, "messages": [message() for _ in range(rng.randint(1, 5))]}
+        if choice < 5:
+            return {"op": "receive", "queue": queue, "group": group, "max": rng.randint(1, 5),
+                    "lease_ms": rng.randint(1, 2_000)}
+        if choice == 5:
+            return {"op": "ack", "queue": queue, "receipts": some}
+        if choice == 6:
+            return {"op": "nack", "queue": queue, "receipts": some, "delay_ms": rng.randint(0, 500)}
+        if choice == 7:
+            return {"op": "tick"}
+        if choice == 8:
+            return {"op": "add_group", "queue": queue, "group": group,
+                    "start": rng.choice(["earliest", "latest"])}
+        if choice == 9:
+            return {"op": "patch_queue", "queue": queue,
+                    "config": {"max_deliveries": rng.choice([None, 1, 2]), "dead_letter": rng.choice([None, "dl"]),
+                               "max_length": rng.choice([None, 5, 50]), "ttl_ms": rng.choice([None, 3_000]),
+                               "overflow": rng.choice(["reject", "drop_oldest"])}}
+        if choice == 10:
+            return {"op": "commit", "queue": queue, "group": group, "seq": rng.randint(0, 40)}
+        return {"op": "tx", "ack": [{"queue": queue, "receipts": some}],
+                "put": [{"queue": rng.choice(QUEUES), "messages": [message()]}]}
+
+    for _ in range(length):
+        now += rng.choice([0, 0, 7, 150, 900, -2_000])
+        commands = [{**command(), "now_ms": max(0, now)} for _ in range(rng.randint(1, 3))]
+        entry = encode_entry(commands)
+        log.append(entry)
+        for cmd, result in zip(commands, sm.apply_entry(entry)):
+            if cmd["op"] == "receive" and "messages" in result:
+                receipts = (receipts + [(cmd["queue"], m["receipt"]) for m in result["messages"]])[-20:]
+    return log
+
+
+def replay(log: list) -> StateMachine:
+    sm = StateMachine()
+    for entry in log:
+        sm.apply_entry(entry)
+    return sm
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32))
+def test_the_same_log_gives_byte_identical_state(seed):
+    log = random_log(seed, 200)
+    a, b = StateMachine(), StateMachine()
+    for entry in log:
+        assert a.apply_entry(entry) == b.apply_entry(entry)
+    assert a.snapshot() == b.snapshot()
+    assert a.state_digest() == b.state_digest()
+    assert a.list_queues()["queues"], "the log should have built something to compare"
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32), cut=st.integers(0, 200))
+def test_a_restored_snapshot_continues_identically(seed, cut):
+    log = random_log(seed, 200)
+    original = replay(log[:cut])
+    restored = StateMachine()
+    restored.restore(original.snapshot())
+    assert restored.snapshot() == original.snapshot()
+    for entry in log[cut:]:
+        assert restored.apply_entry(entry) == original.apply_entry(entry)
+        assert restored.state_digest() == original.state_digest()
+    assert restored.snapshot() == original.snapshot()
+
+
+REPLAY = """
+import sys, cbor2
+from statemachine import StateMachine
+sm = StateMachine()
+results = [sm.apply_entry(entry) for entry in cbor2.load(open(sys.argv[1], "rb"))]
+sys.stdout.write(sm.state_digest() + " " + __import__("hashlib").sha256(cbor2.dumps(results)).hexdigest())
+"""
+
+
+def test_replicas_in_processes_with_different_hash_seeds_agree():
+    # String hashing is salted per process, so a set or a hash-ordered
+    # structure leaking into the state would only show across processes.
+    log = random_log(7, 400)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.NamedTemporaryFile(suffix=".cbor") as f:
+        cbor2.dump(log, f)
+        f.flush()
+        answers = {subprocess.run([sys.executable, "-c", REPLAY, f.name], cwd=root, check=True,
+                                  capture_output=True, text=True,
+                                  env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": root}).stdout
+                   for seed in ("1", "2", "3")}
+    assert len(answers) == 1
+    assert answers.pop().split()[0] == replay(log).state_digest()

@@ -1,0 +1,945 @@
+"""The queue semantics of API.md and issue 2, one rule (or edge case) per test.
+
+Every test drives the state machine only through `apply` (or `apply_entry`)
+and its read-only queries, as the node does; times are explicit `now_ms`
+values so that leases, delays, TTLs and dedup windows are exact.
+"""
+
+import pytest
+
+from statemachine import StateMachine, decode_entry, encode_entry, is_error
+
+T0 = 1_000_000
+
+
+class Machine:
+    """A state machine plus a log clock that tests move by hand."""
+
+    def __init__(self):
+        self.sm = StateMachine()
+        self.now = T0
+
+    def __call__(self, op, now=None, **fields):
+        return self.sm.apply({"op": op, "now_ms": self.now if now is None else now, **fields})
+
+    def ok(self, op, now=None, **fields):
+        result = self(op, now, **fields)
+        assert not is_error(result), result
+        return result
+
+    def fails(self, code, op, now=None, **fields):
+        result = self(op, now, **fields)
+        assert is_error(result) and result["error"] == code, result
+        return result
+
+    # shorthands for the commands most tests need
+    def put(self, queue, *messages, **fields):
+        return [m["seq"] for m in self.ok("put", queue=queue, messages=list(messages), **fields)["messages"]]
+
+    def put_result(self, queue, *messages, **fields):
+        return self.ok("put", queue=queue, messages=list(messages), **fields)["messages"]
+
+    def receive(self, queue, n=10, group="default", **fields):
+        return self.ok("receive", queue=queue, group=group, max=n, **fields)["messages"]
+
+    def seqs(self, queue, n=10, group="default", **fields):
+        return [m["seq"] for m in self.receive(queue, n, group, **fields)]
+
+    def ack(self, queue, *receipts):
+        return self("ack", queue=queue, receipts=list(receipts))
+
+    def tick(self, now=None):
+        if now is not None:
+            self.now = now
+        return self.ok("tick")
+
+    def stats(self, queue):
+        return self.sm.queue_info(queue)["stats"]
+
+    def stored(self, queue, group="default"):
+        return [m["seq"] for m in self.sm.browse(queue, group, 0, 1_000_000)["messages"]]
+
+
+def msg(body="x", **fields):
+    return {"body": body, **fields}
+
+
+@pytest.fixture
+def m():
+    return Machine()
+
+
+# ---- queues -----------------------------------------------------------------------
+
+def test_create_queue_fills_defaults_and_answers_created(m):
+    result = m.ok("create_queue", queue="q", config={"lease_ms": 5_000})
+    assert result["created"] is True
+    assert result["config"] == {"lease_ms": 5_000, "max_deliveries": None, "dead_letter": None,
+                                "ttl_ms": None, "max_length": None, "max_bytes": None,
+                                "overflow": "reject", "dedup_window_ms": 300_000}
+
+
+def test_create_queue_again_with_same_config_is_not_a_change(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 5_000})
+    m.put("q", msg())
+    result = m.ok("create_queue", queue="q", config={"lease_ms": 5_000})
+    assert result["created"] is False
+    assert m.stats("q")["depth"] == 1
+
+
+def test_create_queue_with_defaults_spelled_out_equals_empty_config(m):
+    m.ok("create_queue", queue="q", config={})
+    assert m.ok("create_queue", queue="q", config={"lease_ms": 30_000})["created"] is False
+
+
+def test_create_queue_with_other_config_conflicts_and_keeps_the_old_one(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 5_000})
+    m.fails("conflict", "create_queue", queue="q", config={"lease_ms": 6_000})
+    assert m.sm.queue_info("q")["config"]["lease_ms"] == 5_000
+
+
+def test_patch_changes_only_the_given_fields(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 5_000, "max_length": 10})
+    result = m.ok("patch_queue", queue="q", config={"max_length": 20, "overflow": "drop_oldest"})
+    assert result["config"]["lease_ms"] == 5_000
+    assert result["config"]["max_length"] == 20
+    assert m.sm.queue_info("q")["config"]["overflow"] == "drop_oldest"
+
+
+def test_patch_of_a_missing_queue_is_not_found(m):
+    m.fails("not_found", "patch_queue", queue="nope", config={"lease_ms": 5})
+
+
+def test_a_queue_cannot_be_its_own_dead_letter_queue(m):
+    m.fails("bad_request", "create_queue", queue="q", config={"dead_letter": "q"})
+    m.ok("create_queue", queue="q", config={})
+    m.fails("bad_request", "patch_queue", queue="q", config={"dead_letter": "q"})
+    assert m.sm.queue_info("q")["config"]["dead_letter"] is None
+
+
+def test_delete_queue_removes_it_and_its_messages(m):
+    m.put("q", msg())
+    assert m.ok("delete_queue", queue="q") == {"deleted": True}
+    assert m.sm.queue_info("q")["error"] == "not_found"
+    m.fails("not_found", "delete_queue", queue="q")
+    m.fails("not_found", "receive", queue="q", group="default", max=1)
+
+
+def test_list_queues(m):
+    m.put("a", msg(), msg())
+    m.put("b", msg())
+    m.receive("a", 1)
+    assert m.sm.list_queues() == {"queues": [
+        {"name": "a", "depth": 2, "in_flight": 1, "groups": ["default"]},
+        {"name": "b", "depth": 1, "in_flight": 0, "groups": ["default"]}]}
+
+
+# ---- put --------------------------------------------------------------------------------
+
+def test_put_auto_creates_the_queue_with_defaults(m):
+    assert m.put_result("q", msg("a"), msg("b")) == [
+        {"seq": 1, "duplicate": False, "replaced_seq": None},
+        {"seq": 2, "duplicate": False, "replaced_seq": None}]
+    assert m.sm.queue_info("q")["config"]["lease_ms"] == 30_000
+    assert m.stats("q")["put_total"] == 2
+
+
+def test_put_without_auto_create_to_a_missing_queue_is_not_found(m):
+    m.fails("not_found", "put", queue="q", messages=[msg()], auto_create=False)
+    assert m.sm.list_queues() == {"queues": []}
+
+
+def test_put_batch_with_one_invalid_message_stores_nothing(m):
+    m.put("q", msg())
+    m.fails("bad_request", "put", queue="q", messages=[msg("ok"), {"key": "no body"}])
+    assert m.stats("q")["depth"] == 1
+    assert m.put("q", msg()) == [2]
+
+
+def test_idempotent_id_within_the_window_answers_the_original_seq(m):
+    m.ok("create_queue", queue="q", config={"dedup_window_ms": 1_000})
+    assert m.put("q", msg("a", id="x")) == [1]
+    m.now += 999
+    again = m.put_result("q", msg("changed", id="x"))
+    assert again == [{"seq": 1, "duplicate": True, "replaced_seq": None}]
+    assert m.stats("q")["depth"] == 1 and m.stats("q")["put_total"] == 1
+    assert [r["body"] for r in m.receive("q")] == ["a"]
+
+
+def test_idempotent_id_still_deduplicates_after_the_message_was_acked(m):
+    m.put("q", msg(id="x"))
+    m.ack("q", m.receive("q")[0]["receipt"])
+    assert m.put_result("q", msg(id="x"))[0] == {"seq": 1, "duplicate": True, "replaced_seq": None}
+    assert m.stats("q")["depth"] == 0
+
+
+def test_idempotent_id_after_the_window_is_a_new_message(m):
+    m.ok("create_queue", queue="q", config={"dedup_window_ms": 1_000})
+    m.put("q", msg(id="x"))
+    m.now += 1_000
+    assert m.put_result("q", msg(id="x")) == [{"seq": 2, "duplicate": False, "replaced_seq": None}]
+    # and the window restarts from the new copy
+    m.now += 500
+    assert m.put_result("q", msg(id="x"))[0]["seq"] == 2
+
+
+def test_duplicate_ids_within_one_batch_store_one_copy(m):
+    result = m.put_result("q", msg("a", id="x"), msg("b"), msg("c", id="x"))
+    assert result == [{"seq": 1, "duplicate": False, "replaced_seq": None},
+                      {"seq": 2, "duplicate": False, "replaced_seq": None},
+                      {"seq": 1, "duplicate": True, "replaced_seq": None}]
+    assert m.stored("q") == [1, 2]
+
+
+def test_idempotency_ids_are_per_queue(m):
+    m.put("a", msg(id="x"))
+    assert m.put_result("b", msg(id="x"))[0]["duplicate"] is False
+
+
+def test_keyed_put_replaces_an_unreceived_version(m):
+    m.put("q", msg("v1", key="k"), msg("other"))
+    result = m.put_result("q", msg("v2", key="k"))
+    assert result == [{"seq": 3, "duplicate": False, "replaced_seq": 1}]
+    assert m.stored("q") == [2, 3]
+    assert [r["body"] for r in m.receive("q")] == ["other", "v2"]
+    assert m.stats("q")["replaced_total"] == 1
+
+
+def test_keyed_put_leaves_a_leased_version_alone_and_appends(m):
+    m.put("q", msg("v1", key="k"))
+    leased = m.receive("q")
+    assert m.put_result("q", msg("v2", key="k")) == [{"seq": 2, "duplicate": False, "replaced_seq": None}]
+    assert m.stored("q") == [1, 2]
+    assert [r["body"] for r in m.receive("q")] == ["v2"]
+    assert m.ack("q", leased[0]["receipt"])["acked"] == 1
+
+
+def test_keyed_put_leaves_a_once_received_version_alone_even_after_a_nack(m):
+    m.put("q", msg("v1", key="k"))
+    m.ok("nack", queue="q", receipts=[m.receive("q")[0]["receipt"]])
+    assert m.put_result("q", msg("v2", key="k"))[0]["replaced_seq"] is None
+    assert [r["body"] for r in m.receive("q")] == ["v1", "v2"]
+
+
+def test_keyed_put_leaves_a_version_that_one_fanout_group_acked_alone(m):
+    m.put("q", msg("v1", key="k"))
+    m.ok("add_group", queue="q", group="g2", start="earliest")
+    m.ok("commit", queue="q", group="g2", seq=1)
+    assert m.put_result("q", msg("v2", key="k"))[0]["replaced_seq"] is None
+    assert [r["body"] for r in m.receive("q")] == ["v1", "v2"]
+
+
+def test_keyed_put_replaces_the_newest_version_only_after_an_older_one_was_received(m):
+    m.put("q", msg("v1", key="k"))
+    m.receive("q")
+    m.put("q", msg("v2", key="k"))
+    assert m.put_result("q", msg("v3", key="k"))[0]["replaced_seq"] == 2
+    assert m.stored("q") == [1, 3]
+
+
+def test_keyed_puts_within_one_batch_keep_the_last(m):
+    result = m.put_result("q", msg("v1", key="k"), msg("v2", key="k"))
+    assert [r["replaced_seq"] for r in result] == [None, 1]
+    assert [r["body"] for r in m.receive("q")] == ["v2"]
+
+
+def test_seq_numbers_are_not_reused_after_removal(m):
+    m.put("q", msg(), msg())
+    for r in m.receive("q"):
+        m.ack("q", r["receipt"])
+    assert m.put("q", msg()) == [3]
+
+
+# ---- receive --------------------------------------------------------------------------
+
+def test_receive_hands_out_in_seq_order_with_the_message_fields(m):
+    m.put("q", msg("a", key="k", headers={"h": "1"}), msg(b"\x00raw"))
+    m.now += 5
+    out = m.receive("q", 1)
+    assert len(out) == 1
+    first = out[0]
+    assert {k: v for k, v in first.items() if k != "receipt"} == {
+        "seq": 1, "body": "a", "key": "k", "headers": {"h": "1"}, "deliveries": 1, "put_at_ms": T0}
+    assert isinstance(first["receipt"], str)
+    second = m.receive("q", 5)
+    assert [(r["seq"], r["body"], r["key"], r["headers"]) for r in second] == [(2, b"\x00raw", None, None)]
+    assert m.receive("q", 5) == []
+
+
+def test_a_lease_hides_the_message_from_the_rest_of_the_group(m):
+    m.put("q", msg())
+    assert len(m.receive("q")) == 1
+    assert m.receive("q") == []
+    assert m.stats("q")["in_flight"] == 1
+    assert m.stats("q")["groups"]["default"] == {"depth": 0, "in_flight": 1, "cursor": 1}
+
+
+def test_receive_from_a_missing_group_is_not_found(m):
+    m.put("q", msg())
+    m.fails("not_found", "receive", queue="q", group="nope", max=1)
+
+
+# ---- ack / nack / extend ------------------------------------------------------------
+
+def test_ack_removes_the_message(m):
+    m.put("q", msg(), msg())
+    out = m.receive("q")
+    assert m.ack("q", out[0]["receipt"]) == {"acked": 1, "stale": []}
+    assert m.stored("q") == [2]
+    assert m.stats("q")["acked_total"] == 1
+
+
+def test_ack_after_lease_expiry_is_stale_and_cannot_touch_the_next_delivery(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 100})
+    m.put("q", msg())
+    old = m.receive("q")[0]["receipt"]
+    m.now += 100
+    again = m.receive("q")
+    assert [(r["seq"], r["deliveries"]) for r in again] == [(1, 2)]
+    result = m.fails("stale_receipt", "ack", queue="q", receipts=[old])
+    assert result["stale"] == [old]
+    assert m.stats("q")["in_flight"] == 1
+    assert m.ack("q", again[0]["receipt"])["acked"] == 1
+
+
+def test_ack_with_some_stale_receipts_acks_the_rest_and_lists_the_stale(m):
+    m.put("q", msg(), msg())
+    a, b = (r["receipt"] for r in m.receive("q"))
+    m.ack("q", a)
+    assert m.ack("q", a, b, "garbage") == {"acked": 1, "stale": [a, "garbage"]}
+    assert m.stats("q")["depth"] == 0
+
+
+def test_ack_where_every_receipt_is_stale_is_a_stale_receipt_error(m):
+    m.put("q", msg())
+    r = m.receive("q")[0]["receipt"]
+    m.ack("q", r)
+    before = m.sm.snapshot()
+    assert m.ack("q", r, "x:1:2")["error"] == "stale_receipt"
+    assert m.sm.snapshot() == before
+
+
+def test_a_stale_receipt_given_twice_is_still_all_stale(m):
+    m.put("q", msg())
+    r = m.receive("q")[0]["receipt"]
+    m.ack("q", r)
+    assert m.fails("stale_receipt", "ack", queue="q", receipts=[r, r])["stale"] == [r]
+
+
+def test_the_same_receipt_twice_in_one_ack_counts_once(m):
+    m.put("q", msg())
+    r = m.receive("q")[0]["receipt"]
+    assert m.ack("q", r, r) == {"acked": 1, "stale": []}
+    assert m.stats("q")["acked_total"] == 1
+
+
+def test_nack_of_an_already_acked_message_is_stale(m):
+    m.put("q", msg())
+    r = m.receive("q")[0]["receipt"]
+    m.ack("q", r)
+    m.fails("stale_receipt", "nack", queue="q", receipts=[r])
+    assert m.stats("q")["depth"] == 0
+
+
+def test_a_receipt_only_works_on_the_queue_that_issued_it(m):
+    m.put("a", msg())
+    m.put("b", msg())
+    ra = m.receive("a")[0]["receipt"]
+    m.receive("b")
+    m.fails("stale_receipt", "ack", queue="b", receipts=[ra])
+    assert m.stats("b")["in_flight"] == 1
+
+
+def test_a_receipt_from_a_deleted_queue_is_stale_in_the_queue_recreated_under_its_name(m):
+    m.put("q", msg())
+    old = m.receive("q")[0]["receipt"]
+    m.ok("delete_queue", queue="q")
+    m.put("q", msg())
+    m.receive("q")
+    m.fails("stale_receipt", "ack", queue="q", receipts=[old])
+    assert m.stats("q")["in_flight"] == 1
+
+
+def test_nack_makes_the_message_ready_again_keeping_its_seq(m):
+    m.put("q", msg(), msg(), msg())
+    first = m.receive("q", 1)[0]
+    assert m.seqs("q", 1) == [2]
+    assert m.ok("nack", queue="q", receipts=[first["receipt"]]) == {"nacked": 1, "stale": []}
+    again = m.receive("q", 5)
+    assert [(r["seq"], r["deliveries"]) for r in again] == [(1, 2), (3, 1)]
+    assert m.stats("q")["redelivered_total"] == 1
+
+
+def test_nack_with_delay_hides_the_message_until_the_delay_has_passed(m):
+    m.put("q", msg())
+    m.ok("nack", queue="q", receipts=[m.receive("q")[0]["receipt"]], delay_ms=500)
+    assert m.stats("q")["delayed"] == 1
+    m.now += 499
+    assert m.receive("q") == []
+    m.now += 1
+    assert m.seqs("q") == [1]
+
+
+def test_requeued_messages_keep_their_place_in_seq_order(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 100})
+    m.put("q", msg(), msg(), msg(), msg())
+    out = m.receive("q", 3)
+    m.ok("nack", queue="q", receipts=[out[2]["receipt"]])
+    m.now += 100   # 1 and 2 expire
+    assert m.seqs("q") == [1, 2, 3, 4]
+
+
+def test_extend_pushes_the_lease_out(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 100})
+    m.put("q", msg())
+    r = m.receive("q")[0]["receipt"]
+    m.now += 50
+    assert m.ok("extend", queue="q", receipts=[r], lease_ms=200) == {"extended": 1, "stale": []}
+    m.now = T0 + 249
+    assert m.receive("q") == []
+    assert m.ack("q", r)["acked"] == 1
+
+
+def test_extend_defaults_to_the_queue_lease_and_never_shortens(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 100})
+    m.put("q", msg())
+    r = m.receive("q", lease_ms=1_000)[0]["receipt"]
+    m.ok("extend", queue="q", receipts=[r])        # now + 100 < the current deadline
+    m.now += 999
+    assert m.receive("q") == []
+    m.now += 1
+    assert m.seqs("q") == [1]
+
+
+def test_extend_after_expiry_is_stale(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 100})
+    m.put("q", msg())
+    r = m.receive("q")[0]["receipt"]
+    m.now += 100
+    m.fails("stale_receipt", "extend", queue="q", receipts=[r])
+
+
+# ---- leases and log time -----------------------------------------------------------------
+
+def test_lease_expires_on_tick(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 100})
+    m.put("q", msg())
+    m.receive("q")
+    m.tick(T0 + 99)
+    assert m.stats("q")["in_flight"] == 1
+    m.tick(T0 + 100)
+    assert m.stats("q")["in_flight"] == 0
+    assert m.stats("q")["groups"]["default"]["depth"] == 1
+
+
+def test_lease_expires_lazily_on_the_next_command_that_looks_at_the_queue(m):
+    m.put("q", msg())
+    m.receive("q", lease_ms=100)
+    m.now += 100
+    # the stats are a read-only query: they show what the log has applied so far
+    assert m.stats("q")["in_flight"] == 1
+    assert [(r["seq"], r["deliveries"]) for r in m.receive("q")] == [(1, 2)]
+
+
+def test_a_command_with_an_older_now_ms_does_not_move_log_time_back(m):
+    m.put("q", msg())
+    r = m.receive("q", lease_ms=100)[0]["receipt"]
+    m.tick(T0 + 99)
+    assert m.tick(T0 - 10_000) == {"clock": T0 + 99}
+    # a receive stamped before the lease began still lives at log time T0+99
+    assert m.receive("q", now=T0 - 10_000, lease_ms=1) == []
+    assert m.ack("q", r) == {"acked": 1, "stale": []}
+
+
+def test_leases_follow_log_time_not_the_stamp_of_the_command(m):
+    m.put("q", msg())
+    m.tick(T0 + 500)
+    # a receive stamped in the past leases from the log clock, so its lease
+    # runs to T0+600, not T0+100
+    r = m.receive("q", now=T0, lease_ms=100)[0]["receipt"]
+    m.tick(T0 + 599)
+    assert m.stats("q")["in_flight"] == 1
+    assert m.ack("q", r)["acked"] == 1
+
+
+# ---- max_deliveries and dead letters -----------------------------------------------------
+
+def dead_letter_queue(m, **config):
+    m.ok("create_queue", queue="q", config={"lease_ms": 100, "max_deliveries": 2, "dead_letter": "dlq",
+                                             **config})
+
+
+def test_nack_and_lease_expiry_both_count_toward_max_deliveries(m):
+    dead_letter_queue(m)
+    m.put("q", msg("poison", key="k", headers={"h": "v"}))
+    m.ok("nack", queue="q", receipts=[m.receive("q")[0]["receipt"]])
+    assert [r["deliveries"] for r in m.receive("q")] == [2]
+    m.tick(T0 + 100)                      # the second delivery ends by expiry
+    assert m.stats("q")["depth"] == 0
+    assert m.stats("q")["dead_lettered_total"] == 1
+    moved = m.receive("dlq")
+    assert [(r["body"], r["key"]) for r in moved] == [("poison", "k")]
+    assert moved[0]["headers"] == {"h": "v", "x-raftq-from-queue": "q", "x-raftq-from-group": "default",
+                                   "x-raftq-deliveries": "2", "x-raftq-reason": "max_deliveries"}
+
+
+def test_a_message_is_not_delivered_more_than_max_deliveries_times(m):
+    dead_letter_queue(m)
+    m.put("q", msg())
+    for _ in range(2):
+        m.ok("nack", queue="q", receipts=[m.receive("q")[0]["receipt"]])
+    assert m.receive("q") == []
+    assert len(m.receive("dlq")) == 1
+
+
+def test_spent_message_without_a_dead_letter_queue_is_dropped(m):
+    m.ok("create_queue", queue="q", config={"max_deliveries": 1})
+    m.put("q", msg(), msg())
+    m.ok("nack", queue="q", receipts=[m.receive("q", 1)[0]["receipt"]])
+    assert m.stored("q") == [2]
+    assert m.stats("q")["dead_lettered_total"] == 1
+    assert [q["name"] for q in m.sm.list_queues()["queues"]] == ["q"]
+
+
+def test_lowering_max_deliveries_stops_further_deliveries_of_a_message_already_past_it(m):
+    m.put("q", msg(), msg())
+    for _ in range(3):
+        m.ok("nack", queue="q", receipts=[m.receive("q", 1)[0]["receipt"]])
+    m.ok("patch_queue", queue="q", config={"max_deliveries": 2, "dead_letter": "dlq"})
+    assert m.seqs("q") == [2]
+    moved = m.receive("dlq")
+    assert [r["headers"]["x-raftq-deliveries"] for r in moved] == ["3"]
+
+
+def test_full_dead_letter_queue_keeps_the_message_parked_until_room_appears(m):
+    dead_letter_queue(m, max_deliveries=1)
+    m.ok("create_queue", queue="dlq", config={"max_length": 1})
+    m.put("dlq", msg("occupant"))
+    m.put("q", msg("poison"), msg("next"))
+    m.ok("nack", queue="q", receipts=[m.receive("q", 1)[0]["receipt"]])
+    # parked: stored, neither ready nor leased, never handed out again
+    assert m.stored("q") == [1, 2]
+    assert m.seqs("q", lease_ms=100_000) == [2]
+    assert m.stats("q")["dead_lettered_total"] == 0
+    m.tick(T0 + 10_000)
+    assert m.stored("q") == [1, 2]
+    assert m.stats("dlq")["depth"] == 1
+    m.ack("dlq", m.receive("dlq")[0]["receipt"])
+    m.tick(T0 + 20_000)
+    assert m.stored("q") == [2]
+    assert [r["body"] for r in m.receive("dlq")] == ["poison"]
+    assert m.stats("q")["dead_lettered_total"] == 1
+
+
+def test_dead_letter_queue_with_drop_oldest_takes_the_message_and_drops_its_oldest(m):
+    dead_letter_queue(m, max_deliveries=1)
+    m.ok("create_queue", queue="dlq", config={"max_length": 1, "overflow": "drop_oldest"})
+    m.put("dlq", msg("occupant"))
+    m.put("q", msg("poison"))
+    m.ok("nack", queue="q", receipts=[m.receive("q")[0]["receipt"]])
+    assert [r["body"] for r in m.receive("dlq")] == ["poison"]
+    assert m.stats("dlq")["dropped_total"] == 1
+
+
+def test_a_dead_letter_replaces_an_unreceived_version_of_its_key(m):
+    # a move is a put into the dead-letter queue: one key keeps one unreceived version there
+    dead_letter_queue(m, max_deliveries=1)
+    m.put("dlq", msg("older", key="k"))
+    m.put("q", msg("poison", key="k"))
+    m.ok("nack", queue="q", receipts=[m.receive("q")[0]["receipt"]])
+    assert [r["body"] for r in m.receive("dlq")] == ["poison"]
+    assert m.stats("dlq")["replaced_total"] == 1
+
+
+def test_dead_lettering_in_one_fanout_group_leaves_the_message_to_the_others(m):
+    dead_letter_queue(m, max_deliveries=1)
+    m.ok("add_group", queue="q", group="g2")
+    m.put("q", msg())
+    m.ok("nack", queue="q", receipts=[m.receive("q")[0]["receipt"]])
+    assert m.receive("q") == []
+    moved = m.receive("dlq")
+    assert moved[0]["headers"]["x-raftq-from-group"] == "default"
+    assert m.seqs("q", group="g2") == [1]
+
+
+# ---- TTL and delays ------------------------------------------------------------------
+
+def test_message_ttl_expires_it_even_while_leased(m):
+    m.put("q", msg(ttl_ms=100), msg())
+    r = m.receive("q", 1)[0]["receipt"]
+    m.tick(T0 + 99)
+    assert m.stored("q") == [1, 2]
+    m.tick(T0 + 100)
+    assert m.stored("q") == [2]
+    assert m.stats("q")["expired_total"] == 1
+    m.fails("stale_receipt", "ack", queue="q", receipts=[r])
+
+
+def test_queue_ttl_applies_unless_the_message_has_its_own(m):
+    m.ok("create_queue", queue="q", config={"ttl_ms": 100})
+    m.put("q", msg(), msg(ttl_ms=1_000))
+    m.now += 100
+    assert m.seqs("q") == [2]
+
+
+def test_delay_ms_hides_a_message_until_it_is_due(m):
+    m.put("q", msg(delay_ms=100), msg())
+    assert m.stats("q")["delayed"] == 1
+    assert m.seqs("q") == [2]
+    m.tick(T0 + 100)
+    assert m.stats("q")["delayed"] == 0
+    assert m.seqs("q") == [1]
+
+
+def test_a_delayed_message_can_expire_before_it_shows(m):
+    m.put("q", msg(delay_ms=200, ttl_ms=100))
+    m.now += 200
+    assert m.receive("q") == []
+    assert m.stats("q")["expired_total"] == 1
+
+
+# ---- limits ----------------------------------------------------------------------------
+
+def test_max_length_reject_refuses_a_batch_that_does_not_fit_whole(m):
+    m.ok("create_queue", queue="q", config={"max_length": 3})
+    m.put("q", msg(), msg())
+    before = m.sm.snapshot()
+    m.fails("queue_full", "put", queue="q", messages=[msg(), msg()])
+    assert m.sm.snapshot() == before
+    assert m.put("q", msg()) == [3]
+    m.fails("queue_full", "put", queue="q", messages=[msg()])
+
+
+def test_max_bytes_reject_counts_body_bytes(m):
+    m.ok("create_queue", queue="q", config={"max_bytes": 10})
+    m.put("q", msg(b"12345"), msg("abc"))
+    m.fails("queue_full", "put", queue="q", messages=[msg(b"123")])
+    assert m.put("q", msg(b"12")) == [3]
+    assert m.stats("q")["bytes"] == 10
+
+
+def test_reject_counts_duplicates_and_replacements_as_taking_no_room(m):
+    m.ok("create_queue", queue="q", config={"max_length": 2})
+    m.put("q", msg(id="x"), msg(key="k"))
+    result = m.put_result("q", msg(id="x"), msg("new", key="k"))
+    assert [(r["duplicate"], r["replaced_seq"]) for r in result] == [(True, None), (False, 2)]
+    assert m.stored("q") == [1, 3]
+
+
+def test_reject_counts_a_key_repeated_within_the_batch_once(m):
+    m.ok("create_queue", queue="q", config={"max_length": 2})
+    m.put("q", msg())
+    result = m.put_result("q", msg("v1", key="k"), msg("v2", key="k"))
+    assert [r["replaced_seq"] for r in result] == [None, 2]
+    assert m.stored("q") == [1, 3]
+
+
+def test_reject_counts_a_received_keyed_version_as_taking_room(m):
+    m.ok("create_queue", queue="q", config={"max_length": 1})
+    m.put("q", msg(key="k"))
+    m.receive("q")
+    m.fails("queue_full", "put", queue="q", messages=[msg(key="k")])
+
+
+def test_drop_oldest_makes_room_by_dropping_the_oldest(m):
+    m.ok("create_queue", queue="q", config={"max_length": 3, "overflow": "drop_oldest"})
+    m.put("q", msg(), msg(), msg())
+    r = m.receive("q", 1)[0]["receipt"]
+    assert m.put("q", msg(), msg()) == [4, 5]
+    assert m.stored("q") == [3, 4, 5]
+    assert m.stats("q")["dropped_total"] == 2
+    m.fails("stale_receipt", "ack", queue="q", receipts=[r])
+
+
+def test_drop_oldest_by_bytes(m):
+    m.ok("create_queue", queue="q", config={"max_bytes": 10, "overflow": "drop_oldest"})
+    m.put("q", msg(b"1234"), msg(b"1234"))
+    m.put("q", msg(b"123"))
+    assert m.stored("q") == [2, 3]
+    assert m.stats("q")["bytes"] == 7
+
+
+def test_drop_oldest_still_refuses_a_batch_larger_than_the_limit_alone(m):
+    m.ok("create_queue", queue="q", config={"max_length": 2, "overflow": "drop_oldest"})
+    m.put("q", msg())
+    before = m.sm.snapshot()
+    m.fails("queue_full", "put", queue="q", messages=[msg(), msg(), msg()])
+    assert m.sm.snapshot() == before
+
+
+# ---- fanout groups -------------------------------------------------------------------
+
+def test_group_at_earliest_sees_stored_messages_and_latest_only_later_ones(m):
+    m.put("q", msg(), msg())
+    m.ack("q", m.receive("q", 1)[0]["receipt"])
+    assert m.ok("add_group", queue="q", group="early", start="earliest") == {
+        "created": True, "name": "early", "depth": 1, "in_flight": 0, "cursor": 2}
+    assert m.ok("add_group", queue="q", group="late", start="latest")["created"] is True
+    m.put("q", msg())
+    assert m.seqs("q", group="early") == [2, 3]
+    assert m.seqs("q", group="late") == [3]
+
+
+def test_group_at_earliest_keeps_a_pending_delay(m):
+    m.put("q", msg(delay_ms=100))
+    m.ok("add_group", queue="q", group="g2", start="earliest")
+    assert m.receive("q", group="g2") == []
+    m.now += 100
+    assert m.seqs("q", group="g2") == [1]
+
+
+def test_group_at_latest_ignores_a_message_still_delayed_at_its_creation(m):
+    m.put("q", msg(delay_ms=100))
+    m.ok("add_group", queue="q", group="g2", start="latest")
+    m.now += 100
+    assert m.receive("q", group="g2") == []
+    assert m.seqs("q") == [1]
+
+
+def test_adding_an_existing_group_changes_nothing(m):
+    m.put("q", msg())
+    m.receive("q")
+    assert m.ok("add_group", queue="q", group="default", start="latest") == {
+        "created": False, "name": "default", "depth": 0, "in_flight": 1, "cursor": 1}
+
+
+def test_fanout_removes_a_message_only_when_every_group_acked_it(m):
+    m.ok("create_queue", queue="q", config={})
+    m.ok("add_group", queue="q", group="g2")
+    m.put("q", msg())
+    m.ack("q", m.receive("q")[0]["receipt"])
+    assert m.stats("q")["depth"] == 1
+    assert m.receive("q") == []                       # done for default
+    m.ack("q", m.receive("q", group="g2")[0]["receipt"])
+    assert m.stats("q")["depth"] == 0
+
+
+def test_each_group_leases_on_its_own(m):
+    m.ok("create_queue", queue="q", config={})
+    m.ok("add_group", queue="q", group="g2")
+    m.put("q", msg())
+    a = m.receive("q")[0]
+    b = m.receive("q", group="g2")[0]
+    assert a["receipt"] != b["receipt"]
+    m.ok("nack", queue="q", receipts=[a["receipt"]])
+    assert m.stats("q")["groups"]["g2"]["in_flight"] == 1
+    assert m.ack("q", b["receipt"])["acked"] == 1
+
+
+def test_deleting_a_group_removes_messages_only_it_still_needed(m):
+    m.ok("create_queue", queue="q", config={})
+    m.ok("add_group", queue="q", group="g2")
+    m.put("q", msg(), msg())
+    m.ack("q", m.receive("q", 1)[0]["receipt"])
+    assert m.ok("delete_group", queue="q", group="g2") == {"deleted": True}
+    assert m.stored("q") == [2]
+    assert m.sm.group_info("q", "g2")["error"] == "not_found"
+
+
+def test_deleting_a_group_does_not_count_as_receiving_its_messages(m):
+    m.ok("create_queue", queue="q", config={})
+    m.ok("add_group", queue="q", group="g2")
+    m.put("q", msg("v1", key="k"))
+    m.ok("delete_group", queue="q", group="g2")
+    assert m.put_result("q", msg("v2", key="k"))[0]["replaced_seq"] == 1
+
+
+def test_the_last_group_cannot_be_deleted(m):
+    m.put("q", msg())
+    m.fails("conflict", "delete_group", queue="q", group="default")
+    m.fails("not_found", "delete_group", queue="q", group="nope")
+    assert m.stored("q") == [1]
+
+
+def test_group_stats(m):
+    m.put("q", msg(), msg(), msg(delay_ms=10))
+    m.receive("q", 1)
+    assert m.sm.list_groups("q") == {"groups": [{"name": "default", "depth": 1, "in_flight": 1, "cursor": 1}]}
+    stats = m.stats("q")
+    assert (stats["depth"], stats["in_flight"], stats["delayed"], stats["first_seq"], stats["last_seq"]) == (
+        3, 1, 1, 1, 3)
+
+
+# ---- browse and commit -------------------------------------------------------------------
+
+def test_browse_shows_unacked_messages_from_a_seq_without_leasing(m):
+    m.put("q", msg("a"), msg("b"), msg("c"), msg("d"))
+    m.ack("q", m.receive("q", 1)[0]["receipt"])
+    m.receive("q", 1)
+    page = m.sm.browse("q", "default", 2, 2)
+    assert [(r["seq"], r["body"], r["deliveries"]) for r in page["messages"]] == [(2, "b", 1), (3, "c", 0)]
+    assert page["last_seq"] == 4
+    assert m.seqs("q") == [3, 4]
+
+
+def test_commit_acks_everything_up_to_the_mark(m):
+    m.put("q", msg(), msg(), msg())
+    stale = m.receive("q", 1)[0]["receipt"]
+    assert m.ok("commit", queue="q", group="default", seq=2) == {"acked": 2, "cursor": 3}
+    assert m.stored("q") == [3]
+    assert m.stats("q")["acked_total"] == 2
+    m.fails("stale_receipt", "ack", queue="q", receipts=[stale])
+
+
+def test_commit_is_idempotent_and_a_lower_mark_changes_nothing(m):
+    m.put("q", msg(), msg(), msg())
+    m.ok("commit", queue="q", group="default", seq=2)
+    before = m.sm.snapshot()
+    assert m.ok("commit", queue="q", group="default", seq=2) == {"acked": 0, "cursor": 3}
+    assert m.ok("commit", queue="q", group="default", seq=1) == {"acked": 0, "cursor": 3}
+    assert m.sm.snapshot() == before
+
+
+def test_commit_in_one_group_leaves_the_others_alone(m):
+    m.ok("create_queue", queue="q", config={})
+    m.ok("add_group", queue="q", group="g2")
+    m.put("q", msg(), msg())
+    m.ok("commit", queue="q", group="g2", seq=2)
+    assert m.stored("q") == [1, 2]
+    assert m.stored("q", "g2") == []
+    assert m.sm.group_info("q", "g2")["cursor"] == 3
+    assert m.seqs("q") == [1, 2]
+
+
+def test_commit_to_a_missing_group_is_not_found(m):
+    m.put("q", msg())
+    m.fails("not_found", "commit", queue="q", group="nope", seq=1)
+
+
+# ---- transactions -----------------------------------------------------------------------
+
+def test_transaction_acks_and_puts_across_queues(m):
+    m.put("in", msg("job"))
+    r = m.receive("in")[0]["receipt"]
+    result = m.ok("tx", ack=[{"queue": "in", "receipts": [r]}],
+                  put=[{"queue": "out", "messages": [msg("r1")]}, {"queue": "audit", "messages": [msg("a")]},
+                       {"queue": "out", "messages": [msg("r2")]}])
+    assert result == {"acked": 1, "put": [
+        {"queue": "out", "messages": [{"seq": 1, "duplicate": False, "replaced_seq": None},
+                                      {"seq": 2, "duplicate": False, "replaced_seq": None}]},
+        {"queue": "audit", "messages": [{"seq": 1, "duplicate": False, "replaced_seq": None}]}]}
+    assert m.stats("in")["depth"] == 0
+    assert [x["body"] for x in m.receive("out")] == ["r1", "r2"]
+
+
+def test_transaction_with_one_stale_receipt_changes_nothing(m):
+    m.put("in", msg(), msg())
+    live, dead = (x["receipt"] for x in m.receive("in"))
+    m.ack("in", dead)
+    before = m.sm.snapshot()
+    result = m.fails("stale_receipt", "tx", ack=[{"queue": "in", "receipts": [live, dead]}],
+                     put=[{"queue": "out", "messages": [msg()]}])
+    assert result["stale"] == [dead]
+    assert m.sm.snapshot() == before
+
+
+def test_transaction_into_a_full_queue_changes_nothing(m):
+    m.ok("create_queue", queue="out", config={"max_length": 1})
+    m.put("out", msg())
+    m.put("in", msg())
+    r = m.receive("in")[0]["receipt"]
+    before = m.sm.snapshot()
+    m.fails("queue_full", "tx", ack=[{"queue": "in", "receipts": [r]}],
+            put=[{"queue": "out", "messages": [msg()]}])
+    assert m.sm.snapshot() == before
+
+
+def test_transaction_without_auto_create_into_a_missing_queue_changes_nothing(m):
+    m.put("in", msg())
+    r = m.receive("in")[0]["receipt"]
+    before = m.sm.snapshot()
+    m.fails("not_found", "tx", ack=[{"queue": "in", "receipts": [r]}],
+            put=[{"queue": "nope", "messages": [msg()]}], auto_create=False)
+    assert m.sm.snapshot() == before
+
+
+# ---- invalid commands ---------------------------------------------------------------------
+
+INVALID = [
+    {"op": "nope", "now_ms": T0},
+    {"op": "tick"},
+    {"op": "tick", "now_ms": -1},
+    {"op": "tick", "now_ms": 1.5},
+    {"op": "tick", "now_ms": True},
+    "not a dict",
+    {"op": "put", "now_ms": T0, "queue": "bad name", "messages": [msg()]},
+    {"op": "put", "now_ms": T0, "queue": "q" * 129, "messages": [msg()]},
+    {"op": "put", "now_ms": T0, "queue": "q", "messages": []},
+    {"op": "put", "now_ms": T0, "queue": "q", "messages": [msg()] * 10_001},
+    {"op": "put", "now_ms": T0, "queue": "q", "messages": [msg(), {"key": "k"}]},
+    {"op": "put", "now_ms": T0, "queue": "q", "messages": [msg(extra=1)]},
+    {"op": "put", "now_ms": T0, "queue": "q", "messages": [msg(key="")]},
+    {"op": "put", "now_ms": T0, "queue": "q", "messages": [msg(headers={"a": 1})]},
+    {"op": "put", "now_ms": T0, "queue": "q", "messages": [msg(ttl_ms=0)]},
+    {"op": "put", "now_ms": T0, "queue": "q", "messages": [msg(delay_ms=-1)]},
+    {"op": "put", "now_ms": T0, "queue": "q", "messages": [msg(body={1, 2})]},
+    {"op": "receive", "now_ms": T0, "queue": "q", "group": "default", "max": 0},
+    {"op": "receive", "now_ms": T0, "queue": "q", "group": "default", "max": 1_001},
+    {"op": "receive", "now_ms": T0, "queue": "q", "group": "a:b", "max": 1},
+    {"op": "receive", "now_ms": T0, "queue": "q", "group": "default", "max": 1, "lease_ms": 0},
+    {"op": "ack", "now_ms": T0, "queue": "q", "receipts": []},
+    {"op": "ack", "now_ms": T0, "queue": "q", "receipts": [7]},
+    {"op": "nack", "now_ms": T0, "queue": "q", "receipts": ["r"], "delay_ms": "soon"},
+    {"op": "extend", "now_ms": T0, "queue": "q", "receipts": ["r"], "lease_ms": 0},
+    {"op": "create_queue", "now_ms": T0, "queue": "q", "config": {"colour": "red"}},
+    {"op": "create_queue", "now_ms": T0, "queue": "q", "config": {"overflow": "block"}},
+    {"op": "create_queue", "now_ms": T0, "queue": "q", "config": {"max_length": 0}},
+    {"op": "patch_queue", "now_ms": T0, "queue": "q", "config": {"lease_ms": None}},
+    {"op": "patch_queue", "now_ms": T0, "queue": "q", "config": {"dead_letter": "bad name"}},
+    {"op": "add_group", "now_ms": T0, "queue": "q", "group": "g", "start": "middle"},
+    {"op": "commit", "now_ms": T0, "queue": "q", "group": "default", "seq": -1},
+    {"op": "tx", "now_ms": T0},
+    {"op": "tx", "now_ms": T0, "ack": [{"queue": "q", "receipts": []}]},
+    {"op": "tx", "now_ms": T0, "put": [{"queue": "q", "messages": [{"nobody": 1}]}]},
+]
+
+
+@pytest.mark.parametrize("cmd", INVALID, ids=range(len(INVALID)))
+def test_invalid_commands_are_refused_whole(m, cmd):
+    m.ok("create_queue", queue="q", config={"lease_ms": 1_000})
+    m.put("q", msg())
+    m.receive("q", lease_ms=1_000)
+    before = m.sm.snapshot()
+    result = m.sm.apply(cmd)
+    assert is_error(result) and result["error"] == "bad_request", result
+    assert m.sm.snapshot() == before
+
+
+# ---- log entries and snapshots ---------------------------------------------------------
+
+def test_one_log_entry_carries_many_commands_and_answers_each(m):
+    entry = encode_entry([
+        {"op": "put", "now_ms": T0, "queue": "q", "messages": [msg("a"), msg("b")]},
+        {"op": "receive", "now_ms": T0, "queue": "q", "group": "default", "max": 1},
+        {"op": "receive", "now_ms": T0, "queue": "missing", "group": "default", "max": 1},
+    ])
+    assert len(decode_entry(entry)) == 3
+    put, received, missing = m.sm.apply_entry(entry)
+    assert [x["seq"] for x in put["messages"]] == [1, 2]
+    assert [x["body"] for x in received["messages"]] == ["a"]
+    assert missing["error"] == "not_found"
+
+
+def test_a_corrupt_log_entry_is_refused(m):
+    assert m.sm.apply_entry(b"\xff\x00garbage")[0]["error"] == "bad_request"
+    assert m.sm.apply_entry(encode_entry({"op": "tick"}))[0]["error"] == "bad_request"
+
+
+def test_a_restored_machine_carries_on_with_leases_deliveries_and_keys(m):
+    m.put("q", msg("v1", key="k"), msg("other"))
+    m.ok("nack", queue="q", receipts=[m.receive("q", 1)[0]["receipt"]])
+    leased = m.receive("q", 1)[0]
+    assert (leased["seq"], leased["deliveries"]) == (1, 2)
+    m.put("q", msg("v2", key="k"))
+    data = m.sm.snapshot()
+    m.sm = StateMachine()
+    m.sm.restore(data)
+    assert m.sm.snapshot() == data
+    assert m.put_result("q", msg("v3", key="k"))[0]["replaced_seq"] == 3
+    m.ok("nack", queue="q", receipts=[leased["receipt"]])
+    assert [(r["seq"], r["deliveries"]) for r in m.receive("q")] == [(1, 3), (2, 1), (4, 1)]
+
+
+def test_restore_refuses_a_snapshot_of_another_format(m):
+    with pytest.raises(ValueError):
+        m.sm.restore(encode_entry({"format": "something", "version": 1}))
