@@ -50,7 +50,9 @@ Gaps of pysyncobj 0.3.17 closed here (../shared/PYSYNCOBJ.md)
    membership, in a checksummed file written and fsynced on the tick thread
    (no pickle of live objects, no fork). ``journalFile`` and ``fullDumpFile``
    are always both set. Compaction thresholds are jittered per node so the
-   replicas do not all stall at once.
+   replicas do not all stall at once, and the leader defers its own
+   compaction (a snapshot stalls the tick thread; on the leader that would
+   stop heartbeats and cause an election).
 5. Proxy dialing. A node's identity is its ``raft_addr``; ``Peer.dial_addr``
    only changes where this node connects to (``_DialingTransport``). It lives
    in the transport rather than in a Node subclass because Node objects are
@@ -123,6 +125,7 @@ _install_journal_hook()
 
 _FOLLOWER, _CANDIDATE, _LEADER = _syncobj._RAFT_STATE.FOLLOWER, _syncobj._RAFT_STATE.CANDIDATE, _syncobj._RAFT_STATE.LEADER
 _ROLE_NAMES = {_FOLLOWER: "follower", _CANDIDATE: "candidate", _LEADER: "leader"}
+LEADER_COMPACTION_FACTOR = 4
 _REGULAR = _syncobj._COMMAND_TYPE.REGULAR
 
 _ERRORS = {
@@ -223,6 +226,24 @@ class _RaftNode(SyncObj):
     @replicated
     def _raftq_apply(self, entry):
         return self._owner._apply_entry(entry)
+
+    # -- snapshots ---------------------------------------------------------
+
+    def _SyncObj__tryLogCompaction(self):
+        # A snapshot is taken on the tick thread and stalls this node for as
+        # long as the state machine takes to serialize (about a second per
+        # million stored messages). On a follower that only delays its
+        # acknowledgements; on the leader it stops heartbeats and triggers an
+        # election. So the leader leaves compaction to the followers until
+        # its log is LEADER_COMPACTION_FACTOR times the threshold (or one is
+        # forced); a new leader soon compacts what it owes as a follower did.
+        # A finished snapshot (serializer pid -1/-2, pysyncobj 0.3.17) must
+        # still get through, so that its log prefix is deleted.
+        finished = self._SyncObj__serializer._Serializer__pid != 0
+        if (self._SyncObj__raftState == _LEADER and not finished and not self._SyncObj__forceLogCompaction
+                and len(self._journal) <= LEADER_COMPACTION_FACTOR * self._SyncObj__conf.logCompactionMinEntries):
+            return
+        SyncObj._SyncObj__tryLogCompaction(self)
 
     # -- grouped fsyncs --------------------------------------------------
 

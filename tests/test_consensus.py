@@ -400,6 +400,24 @@ def test_snapshots_restart_and_catch_up_a_wiped_node(cluster):
     assert c.machines[leader.status()["self_id"]].entries == expected + [b"after-restart"]
 
 
+def test_the_leader_leaves_compaction_to_the_followers(cluster):
+    c = cluster(compaction_min_entries=20, compaction_min_seconds=10 ** 6).start_all()
+    leader = c.leader()
+    # the jittered threshold is at most 1.5 x 20 = 30 entries
+    for i in range(60):
+        assert submit_wait(leader, b"e%d" % i)[0][1] is None
+    c.converged()
+    followers = [n for n in c.nodes.values() if n is not leader]
+    for node in followers:
+        wait_until(lambda: node.status()["snapshot"]["count"] > 0, what="a follower snapshot")
+    assert leader.status()["snapshot"]["count"] == 0
+    assert leader.status()["log_entries"] > 60
+    # past LEADER_COMPACTION_FACTOR x the threshold the leader compacts too
+    for i in range(120):
+        assert submit_wait(leader, b"f%d" % i)[0][1] is None
+    wait_until(lambda: leader.status()["snapshot"]["count"] > 0, what="the leader's snapshot")
+
+
 # -- proxies between nodes -------------------------------------------------------------
 
 class Proxy:
