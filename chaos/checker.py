@@ -1,0 +1,525 @@
+"""The checker: judges a chaos history (chaos/history.py) against raftq's promises.
+
+Theory of operation
+-------------------
+Clients see only real time: an operation took effect at some instant between
+its invocation and its completion, and an `info` operation may have taken
+effect at any instant after its invocation, or never. Every property below is
+stated so that it is violated only when *no* choice of such instants explains
+what the clients saw; a report of a violation is therefore a proof, never a
+suspicion, and a quiet checker is evidence in proportion to the faults the run
+went through.
+
+Leases need one more fact, which raftq's design promises (DESIGN.md, "Log time,
+not wall time"): log time never runs faster than real time, so a lease of
+`lease_ms` granted by a receive invoked at real time t holds at least until
+t + lease_ms, unless the holder ends it sooner (a nack; an ack ends it for
+good). A node whose clock runs fast or jumps would break exactly this, and the
+double-lease check is how that shows.
+
+Properties (each gets a verdict; the run is valid only if all hold):
+- acked_puts_delivered: every put answered ok is received, in every group of
+  its queue, by the workload or by the drain after healing (no loss); and no
+  message is received that no put attempted, or whose every attempt certainly
+  failed.
+- no_double_lease: two deliveries of one message in one group never
+  overlap: one lease must be able to end (lease_ms after its receive was
+  invoked, or at a nack of it) before the other could have begun.
+- ack_needs_live_lease: an ack succeeds only while its lease lives. It is dead
+  once another delivery of the message has completed after this one, once its
+  own nack succeeded, or once an earlier ack of it succeeded.
+- acks_durable: a message whose ack succeeded in a group is never handed out
+  to that group again by a receive invoked after the ack's answer.
+- per_producer_order: one producer's successive puts to a queue get growing
+  seqs, and in a group their first deliveries (deliveries == 1) come in put
+  order: a later message is not handed out for the first time strictly before
+  an earlier one, still never delivered, was.
+- idempotent_once: a put id maps to one seq, however often it was retried.
+- replicas_agree: after healing, POST /v1/cluster/verify and
+  `raftq cluster verify` both find every replica at one digest.
+- log_time_not_ahead: log time (the state machine's clock, which leases,
+  delays and dedup windows are measured in) never advances faster than real
+  time. Sampled through put_at_ms: for puts A and B, A answered before B was
+  sent, put_at(B) - put_at(A) <= B's completion - A's invocation. The design
+  promises it ("a clock jump cannot expire leases early"); when it breaks,
+  double leases follow, and this names the moment and the serving node.
+- log_never_shrinks: no node's log ends below an index it had committed, or
+  that the leader had counted as acknowledged by it and committed (sampled
+  from /health/ready and /v1/cluster), and no node logs that a conflict
+  truncated applied entries.
+
+Measurements (reported, never judged): failover after a leader is killed,
+isolated, paused or terminated (from the instant the fault was applied to the
+first acknowledged put sent after it had taken effect);
+how soon an isolated leader refuses writes; time to replace a slow leader;
+put latency under a slow follower against fault-free windows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from chaos.history import Op, ops as pair_ops
+
+EXAMPLES = 5
+FAILOVER_MARKS = ("kill", "isolate")  # what the headline failover figures cover
+REFUSALS = (307, 503)
+TRUNCATION_MARKERS = ("truncates applied entries", "truncating already-applied")
+CLOCK_RESOLUTION_MS = 2  # put_at_ms is whole milliseconds; history times are rounded to microseconds
+
+
+@dataclass
+class Verdict:
+    name: str
+    ok: bool
+    violations: int = 0
+    detail: str = ""
+    examples: list = field(default_factory=list)
+
+    def line(self) -> str:
+        status = "PASS" if self.ok else "FAIL"
+        return f"{status}  {self.name:<22} {self.detail}"
+
+
+@dataclass
+class Delivery:
+    queue: str
+    group: str
+    seq: int
+    receipt: str
+    id: str | None
+    deliveries: int
+    lease_ms: int
+    op: Op
+    put_at_ms: int | None = None
+
+
+@dataclass
+class Report:
+    verdicts: list[Verdict]
+    summary: dict[str, Any]
+
+    @property
+    def valid(self) -> bool:
+        return all(v.ok for v in self.verdicts)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def _r(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+class Checker:
+    def __init__(self, events: Iterable[dict]):
+        self.events = list(events)
+        self.ops = pair_ops(self.events)
+        setups = [e for e in self.events if e["type"] == "setup"]
+        self.setup = setups[-1] if setups else {"queues": {}}
+        self.groups: dict[str, list[str]] = self.setup.get("queues", {})
+        self.by_f: dict[str, list[Op]] = defaultdict(list)
+        for o in self.ops:
+            self.by_f[o.f].append(o)
+        self.puts = self.by_f["put"]
+        self.deliveries = self._deliveries()
+        self.by_message: dict[tuple, list[Delivery]] = defaultdict(list)
+        self.by_receipt: dict[str, Delivery] = {}
+        for d in self.deliveries:
+            self.by_message[(d.queue, d.group, d.seq)].append(d)
+            self.by_receipt[d.receipt] = d
+        self.settled = self._settlements()
+        self.nemesis = [e for e in self.events if e["type"] == "nemesis"]
+
+    # ---- derived views ---------------------------------------------------------------
+    def _deliveries(self) -> list[Delivery]:
+        out = []
+        for o in self.by_f["receive"]:
+            if not o.ok:
+                continue
+            v = o.value
+            for m in o.result.get("messages", []):
+                out.append(Delivery(v["queue"], v["group"], m["seq"], m["receipt"], m.get("id"),
+                                    m.get("deliveries", 1), v["lease_ms"], o, m.get("put_at_ms")))
+        return out
+
+    def _settlements(self) -> dict[str, dict[str, list[Op]]]:
+        """receipt -> {"ack"|"nack": [ops that may have applied to it], "ack_ok"|"nack_ok": [...]}."""
+        out: dict[str, dict[str, list[Op]]] = defaultdict(lambda: defaultdict(list))
+        for f in ("ack", "nack"):
+            for o in self.by_f[f]:
+                stale = set((o.result or {}).get("stale", [])) if o.ok else set()
+                for r in o.value["receipts"]:
+                    if o.type == "info" or (o.ok and r not in stale):
+                        out[r][f].append(o)
+                    if o.ok and r not in stale:
+                        out[r][f + "_ok"].append(o)
+        return out
+
+    # ---- properties ----------------------------------------------------------------------
+    def acked_puts_delivered(self) -> tuple[Verdict, int]:
+        attempted: dict[tuple, list[Op]] = defaultdict(list)
+        for o in self.puts:
+            attempted[(o.value["queue"], o.value["id"])].append(o)
+        acked = {k for k, attempts in attempted.items() if any(a.ok for a in attempts)}
+        received = {(d.queue, d.group, d.id) for d in self.deliveries}
+        lost = []
+        for queue, mid in sorted(acked):
+            missing = [g for g in self.groups.get(queue, ["default"]) if (queue, g, mid) not in received]
+            if missing:
+                lost.append({"queue": queue, "id": mid, "groups": missing})
+        phantom = []
+        for d in self.deliveries:
+            attempts = attempted.get((d.queue, d.id))
+            if not attempts:
+                phantom.append({"queue": d.queue, "id": d.id, "seq": d.seq, "why": "never put"})
+            elif all(a.type == "fail" for a in attempts):
+                phantom.append({"queue": d.queue, "id": d.id, "seq": d.seq, "why": "every put failed"})
+        drains = [e for e in self.events if e["type"] == "note" and e.get("what") == "drain"]
+        drained = bool(drains) and all(e.get("complete") for e in drains)
+        detail = (f"{len(acked)} acked puts, {len(lost)} lost, {len(phantom)} phantom deliveries"
+                  + ("" if drained else "; queues NOT fully drained after healing"))
+        v = Verdict("acked_puts_delivered", not lost and not phantom, len(lost) + len(phantom), detail,
+                    (lost + phantom)[:EXAMPLES])
+        return v, len(lost)
+
+    def _lease_end_lower_bound(self, d: Delivery) -> float:
+        """The earliest real time this delivery's lease could have ended."""
+        end = d.op.invoke_t + d.lease_ms / 1000
+        for nack in self.settled.get(d.receipt, {}).get("nack", []):
+            end = min(end, nack.invoke_t)
+        return end
+
+    def no_double_lease(self) -> Verdict:
+        bad = []
+        for (queue, group, seq), ds in self.by_message.items():
+            for i, a in enumerate(ds):
+                for b in ds[i + 1:]:
+                    a_then_b = a.op.invoke_t < b.op.complete_t and b.op.complete_t >= self._lease_end_lower_bound(a)
+                    b_then_a = b.op.invoke_t < a.op.complete_t and a.op.complete_t >= self._lease_end_lower_bound(b)
+                    if not (a_then_b or b_then_a):
+                        bad.append({"queue": queue, "group": group, "seq": seq,
+                                    "first": self._describe(a), "second": self._describe(b)})
+        return Verdict("no_double_lease", not bad, len(bad),
+                       f"{len(self.deliveries)} deliveries, {len(bad)} overlapping lease pairs", bad[:EXAMPLES])
+
+    @staticmethod
+    def _describe(d: Delivery) -> dict:
+        return {"receipt": d.receipt, "process": d.op.process, "invoke_t": d.op.invoke_t,
+                "complete_t": d.op.complete_t, "lease_ms": d.lease_ms, "deliveries": d.deliveries}
+
+    def ack_needs_live_lease(self) -> Verdict:
+        bad = []
+        checked = 0
+        for receipt, settled in self.settled.items():
+            a = self.by_receipt.get(receipt)
+            if a is None:
+                continue
+            others = [b for b in self.by_message[(a.queue, a.group, a.seq)] if b.receipt != receipt]
+            for ack in settled.get("ack_ok", []):
+                checked += 1
+                why = None
+                for b in others:
+                    if a.op.complete_t < b.op.invoke_t and b.op.complete_t < ack.invoke_t:
+                        why = f"redelivered to {b.op.process} before the ack was sent"
+                for nack in settled.get("nack_ok", []):
+                    if nack.complete_t < ack.invoke_t:
+                        why = "its own nack had already succeeded"
+                for earlier in settled["ack_ok"]:
+                    if earlier is not ack and earlier.complete_t < ack.invoke_t:
+                        why = "an earlier ack of the same receipt had already succeeded"
+                if why:
+                    bad.append({"receipt": receipt, "ack_op": ack.op, "ack_invoke_t": ack.invoke_t,
+                                "why": why})
+        return Verdict("ack_needs_live_lease", not bad, len(bad),
+                       f"{checked} successful acks, {len(bad)} on dead leases", bad[:EXAMPLES])
+
+    def acks_durable(self) -> Verdict:
+        bad = []
+        for key, ds in self.by_message.items():
+            acked_at = min((ack.complete_t for d in ds for ack in self.settled.get(d.receipt, {}).get("ack_ok", [])),
+                           default=math.inf)
+            for d in ds:
+                if d.op.invoke_t > acked_at:
+                    bad.append({"queue": key[0], "group": key[1], "seq": key[2], "acked_at": acked_at,
+                                "redelivered": self._describe(d)})
+        return Verdict("acks_durable", not bad, len(bad),
+                       f"{len(bad)} deliveries after a successful ack", bad[:EXAMPLES])
+
+    def per_producer_order(self) -> Verdict:
+        producer_of = {}
+        sequences: dict[tuple, list[tuple[float, str, int]]] = defaultdict(list)
+        for o in self.puts:
+            producer_of[(o.value["queue"], o.value["id"])] = o.value["producer"]
+            if o.ok:
+                sequences[(o.value["producer"], o.value["queue"])].append((o.invoke_t, o.value["id"],
+                                                                           o.result["seq"]))
+        bad = []
+        for (producer, queue), puts in sequences.items():
+            puts.sort()
+            for (_, id1, s1), (_, id2, s2) in zip(puts, puts[1:]):
+                if id1 != id2 and s2 <= s1:
+                    bad.append({"producer": producer, "queue": queue, "why": "put seq went backwards",
+                                "earlier": [id1, s1], "later": [id2, s2]})
+        firsts: dict[tuple, list[Delivery]] = defaultdict(list)
+        for d in self.deliveries:
+            producer = producer_of.get((d.queue, d.id))
+            if d.deliveries == 1 and producer is not None:
+                firsts[(producer, d.queue, d.group)].append(d)
+        for (producer, queue, group), ds in firsts.items():
+            ds.sort(key=lambda d: d.seq, reverse=True)
+            later: Delivery | None = None  # the higher-seq first delivery that completed earliest
+            for d in ds:
+                if later is not None and d.op.invoke_t > later.op.complete_t:
+                    bad.append({"producer": producer, "queue": queue, "group": group,
+                                "why": "a later message was first handed out before an earlier one",
+                                "earlier": self._describe(d) | {"seq": d.seq},
+                                "later": self._describe(later) | {"seq": later.seq}})
+                if later is None or d.op.complete_t < later.op.complete_t:
+                    later = d
+        return Verdict("per_producer_order", not bad, len(bad),
+                       f"{sum(len(p) for p in sequences.values())} acked puts in {len(sequences)} "
+                       f"producer/queue streams, {len(bad)} out of order", bad[:EXAMPLES])
+
+    def idempotent_once(self) -> Verdict:
+        seqs: dict[tuple, set[int]] = defaultdict(set)
+        retried = 0
+        for o in self.puts:
+            if o.ok:
+                seqs[(o.value["queue"], o.value["id"])].add(o.result["seq"])
+                retried += bool(o.result.get("duplicate"))
+        for d in self.deliveries:
+            if d.id is not None:
+                seqs[(d.queue, d.id)].add(d.seq)
+        bad = [{"queue": q, "id": mid, "seqs": sorted(s)} for (q, mid), s in seqs.items() if len(s) > 1]
+        return Verdict("idempotent_once", not bad, len(bad),
+                       f"{len(seqs)} ids ({retried} answered as duplicates), {len(bad)} stored twice",
+                       bad[:EXAMPLES])
+
+    def replicas_agree(self) -> Verdict:
+        found = {}
+        for f in ("verify", "verify-cli"):
+            attempts = self.by_f[f]
+            last = attempts[-1] if attempts else None
+            if last is None:
+                found[f] = "not run"
+            elif not last.ok:
+                found[f] = f"{last.type}: {last.error}"
+            elif f == "verify":
+                digests = last.result.get("digests", {})
+                agree = last.result.get("agree") and None not in digests.values()
+                found[f] = "agree" if agree else f"differ: {digests}"
+            else:
+                found[f] = "agree" if last.result.get("exit") == 0 else \
+                    f"exit {last.result.get('exit')}: {last.result.get('output', '')[-300:]}"
+        ok = all(v == "agree" for v in found.values())
+        return Verdict("replicas_agree", ok, 0 if ok else 1,
+                       "; ".join(f"{k}: {v}" for k, v in found.items()))
+
+    def log_time_not_ahead(self) -> Verdict:
+        put_at = {}
+        for d in self.deliveries:
+            if d.put_at_ms is not None:
+                put_at[(d.queue, d.id)] = d.put_at_ms
+        samples = []
+        for o in self.puts:
+            at = put_at.get((o.value["queue"], o.value["id"]))
+            if o.ok and at is not None and not o.result.get("duplicate"):
+                samples.append((o, at))
+        # B is ahead of A when put_at(B) - 1000*B.complete > put_at(A) - 1000*A.invoke
+        # for an A answered before B was sent: keep the smallest right-hand side so far.
+        by_complete = sorted(samples, key=lambda s: s[0].complete_t)
+        earliest: tuple[float, Op, int] | None = None
+        known = 0
+        bad = []
+        for b, at_b in sorted(samples, key=lambda s: s[0].invoke_t):
+            while known < len(by_complete) and by_complete[known][0].complete_t < b.invoke_t:
+                a, at_a = by_complete[known]
+                known += 1
+                slack = at_a - 1000 * a.invoke_t
+                if earliest is None or slack < earliest[0]:
+                    earliest = (slack, a, at_a)
+            if earliest is None:
+                continue
+            ahead = at_b - 1000 * b.complete_t - earliest[0]
+            if ahead > CLOCK_RESOLUTION_MS:
+                a, at_a = earliest[1], earliest[2]
+                bad.append({"ahead_ms": round(ahead), "earlier_put": {"id": a.value["id"], "node": a.node,
+                                                                      "invoke_t": a.invoke_t, "put_at_ms": at_a},
+                            "later_put": {"id": b.value["id"], "node": b.node, "invoke_t": b.invoke_t,
+                                          "complete_t": b.complete_t, "put_at_ms": at_b}})
+        # Once log time has jumped, every later put is ahead of the earlier ones:
+        # show where it first happened and where it was worst.
+        worst = sorted(bad, key=lambda x: -x["ahead_ms"])
+        first = (f", first at {bad[0]['later_put']['complete_t']:.2f}s on {bad[0]['later_put']['node']}, "
+                 f"worst {worst[0]['ahead_ms']} ms") if bad else ""
+        return Verdict("log_time_not_ahead", not bad, len(bad),
+                       f"{len(samples)} puts with a known log time, {len(bad)} ahead of real time{first}",
+                       (bad[:2] + worst[:EXAMPLES - 2]) if bad else [])
+
+    def log_never_shrinks(self) -> Verdict:
+        floors: dict[str, list[tuple[float, int, str]]] = defaultdict(list)  # node -> (known at, index, source)
+        samples = [o for o in self.ops if o.ok and o.f in ("ready", "cluster")]
+        # Floors are learnt from completed samples and applied to samples invoked
+        # after that, so the two readings cannot have been taken the other way round.
+        pending = sorted(samples, key=lambda o: o.complete_t)
+        learnt = 0
+        best: dict[str, tuple[int, str, float]] = {}
+        bad = []
+        for o in sorted(samples, key=lambda o: o.invoke_t):
+            while learnt < len(pending) and pending[learnt].complete_t < o.invoke_t:
+                s = pending[learnt]
+                learnt += 1
+                for node, index, source in self._floors(s):
+                    if index > best.get(node, (-1,))[0]:
+                        best[node] = (index, source, s.complete_t)
+            if o.f == "ready" and o.result.get("last_log_index") is not None:
+                floor = best.get(o.node)
+                if floor and o.result["last_log_index"] < floor[0]:
+                    bad.append({"node": o.node, "t": o.invoke_t, "last_log_index": o.result["last_log_index"],
+                                "floor": floor[0], "floor_from": floor[1], "floor_known_at": floor[2]})
+        truncations = [e for e in self.events if e["type"] == "log"
+                       and any(m in e.get("line", "") for m in TRUNCATION_MARKERS)]
+        bad += [{"node": e.get("node"), "log": e["line"][:300]} for e in truncations]
+        return Verdict("log_never_shrinks", not bad, len(bad),
+                       f"{len(samples)} index samples, {len(truncations)} truncation log lines, "
+                       f"{len(bad)} violations", bad[:EXAMPLES])
+
+    @staticmethod
+    def _floors(sample: Op):
+        r = sample.result
+        if sample.f == "ready":
+            if r.get("last_log_index") is not None and r.get("commit_index") is not None:
+                yield sample.node, min(r["commit_index"], r["last_log_index"]), "own commit index"
+        elif r.get("leader") == sample.node and r.get("commit_index") is not None:
+            for n in r.get("nodes", []):
+                if n.get("match_index") is not None:
+                    yield n["id"], min(n["match_index"], r["commit_index"]), f"leader {sample.node} match index"
+
+    # ---- measurements -----------------------------------------------------------------
+    def _first_ack_after(self, t: float) -> float | None:
+        return min((o.complete_t for o in self.puts if o.ok and o.invoke_t >= t), default=None)
+
+    def failovers(self) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = defaultdict(list)
+        for e in self.nemesis:
+            if e.get("f") == "mark" and e["value"].get("failover"):
+                # Writes sent before the fault took effect (the mark) may still have
+                # been acknowledged by the old leader: only later ones count.
+                done = self._first_ack_after(e["t"])
+                if done is not None:
+                    out[e["value"]["failover"]].append(done - e["value"].get("since", e["t"]))
+        return out
+
+    def stale_leader_refusals(self) -> list[float]:
+        out = []
+        for e in self.nemesis:
+            probe = e.get("f") == "mark" and e["value"].get("stale_probe")
+            if not probe:
+                continue
+            refused = [o.complete_t for o in self.puts if o.process == probe and not o.ok
+                       and isinstance(o.error, dict) and o.error.get("status") in REFUSALS]
+            if refused:
+                out.append(min(refused) - e["value"].get("since", e["t"]))
+        return out
+
+    def _windows(self, kind: str | None = None) -> list[tuple[float, float, dict]]:
+        starts = {e["fault"]: e for e in self.nemesis if e.get("f") == "start"}
+        out = []
+        for e in self.nemesis:
+            if e.get("f") == "stop" and e["fault"] in starts:
+                s = starts[e["fault"]]
+                if kind is None or s["kind"] == kind:
+                    out.append((s["t"], e["t"], s))
+        return out
+
+    def slow_leader_replacements(self) -> list[float | None]:
+        out = []
+        for start, stop, s in self._windows("slow-leader"):
+            slow = s["value"].get("leader")
+            seen = [o.complete_t for o in self.by_f["ready"] if o.ok and o.invoke_t >= start
+                    and o.result.get("role") == "leader" and o.node != slow and o.complete_t <= stop + 5]
+            out.append(min(seen) - start if seen else None)
+        return out
+
+    def put_latency_p99(self) -> dict[str, float | None]:
+        faulty = self._windows()
+        slow = self._windows("slow-follower")
+
+        def within(t, windows):
+            return any(a <= t <= b for a, b, _ in windows)
+        producers = set(self.setup.get("producers", []))
+        oks = [o for o in self.puts if o.ok and o.process in producers]
+        return {"slow_follower": _r(percentile([o.latency for o in oks if within(o.invoke_t, slow)], 99)),
+                "fault_free": _r(percentile([o.latency for o in oks if not within(o.invoke_t, faulty)], 99))}
+
+    # ---- all together -------------------------------------------------------------------
+    def report(self) -> Report:
+        lost_verdict, acked_lost = self.acked_puts_delivered()
+        double = self.no_double_lease()
+        verdicts = [lost_verdict, double, self.ack_needs_live_lease(), self.acks_durable(),
+                    self.per_producer_order(), self.idempotent_once(), self.replicas_agree(),
+                    self.log_time_not_ahead(), self.log_never_shrinks()]
+        failovers = self.failovers()
+        headline = [x for k in FAILOVER_MARKS for x in failovers.get(k, [])]
+        counts = defaultdict(int)
+        for o in self.ops:
+            if o.f in ("put", "receive", "ack", "nack"):
+                counts[o.type] += 1
+        starts = [e for e in self.nemesis if e.get("f") == "start"]
+        refusals = self.stale_leader_refusals()
+        replaced = self.slow_leader_replacements()
+        summary = {
+            "valid": all(v.ok for v in verdicts),
+            "ops_ok": counts["ok"], "ops_info": counts["info"], "ops_fail": counts["fail"],
+            "acked_lost": acked_lost,
+            "double_leases": double.violations,
+            "faults_injected": len(starts),
+            "fault_kinds": sorted({e["kind"] for e in starts}),
+            "failover_count": len(headline),
+            "failover_median_s": _r(statistics.median(headline)) if headline else None,
+            "failover_p99_s": _r(percentile(headline, 99)),
+            "failover_max_s": _r(max(headline)) if headline else None,
+            "failover_by_kind": {k: {"n": len(v), "median_s": _r(statistics.median(v)), "max_s": _r(max(v))}
+                                 for k, v in sorted(failovers.items()) if v},
+            "stale_leader_refusal_s": {"n": len(refusals), "max_s": _r(max(refusals)) if refusals else None},
+            "slow_leader_replaced_s": [_r(x) for x in replaced],
+            "put_p99_s": self.put_latency_p99(),
+            "violations": {v.name: v.violations for v in verdicts if not v.ok},
+        }
+        for key in ("seed", "nodes"):
+            if key in self.setup:
+                summary[key] = self.setup[key]
+        return Report(verdicts, summary)
+
+
+def check(events: Iterable[dict]) -> Report:
+    return Checker(events).report()
+
+
+def render(report: Report) -> str:
+    """Verdicts, one per line, then measurements; the last line is the summary as JSON."""
+    s = report.summary
+    lines = [v.line() for v in report.verdicts]
+    for v in report.verdicts:
+        for example in v.examples:
+            lines.append(f"      {v.name}: {json.dumps(example, default=str)}")
+    lines.append(f"failover (kill/isolate leader -> next acked put): n={s['failover_count']} "
+                 f"median={s['failover_median_s']}s p99={s['failover_p99_s']}s max={s['failover_max_s']}s")
+    for kind, figures in s["failover_by_kind"].items():
+        lines.append(f"  after {kind:<9} n={figures['n']} median={figures['median_s']}s max={figures['max_s']}s")
+    lines.append(f"isolated leader refuses writes after: {s['stale_leader_refusal_s']}")
+    lines.append(f"slow leader replaced after (s): {s['slow_leader_replaced_s']}")
+    lines.append(f"put p99 (s): {s['put_p99_s']}")
+    lines.append(json.dumps(s, sort_keys=True, default=str))
+    return "\n".join(lines)

@@ -1,0 +1,548 @@
+"""The nemesis: which faults a campaign injects, when, and how.
+
+`plan()` is pure: from a seed it draws an endless (or `cycles`-long) schedule
+in which every kind of fault appears once per cycle, in a shuffled order, with
+its hold time, the quiet gap before it and every random choice it needs (which
+follower, which partition, which toxic) already drawn. The same seed gives the
+same schedule; only what depends on the live cluster (who leads right now) is
+resolved when the fault is applied.
+
+`Nemesis` applies a schedule to a running cluster. Network faults go through a
+Toxiproxy API (chaos/toxiproxy.py or a real toxiproxy-server): one proxy per
+pair of nodes on the Raft port, one in front of each node's HTTP port for
+clients. Process faults are signals to node PIDs. Clock faults rewrite the
+node's libfaketime timestamp file. Every fault is recorded in the history as a
+`start` and a `stop` event; the instants the checker measures failover from
+(a leader killed, isolated, terminated, paused) are `mark` events taken just
+before the action.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from chaos.history import History
+
+KINDS = (
+    "isolate-leader", "partition-halves", "partition-islands", "partition-bridge",
+    "slow-follower", "slow-leader", "flaky-link", "client-faults",
+    "kill-leader", "kill-majority", "power-loss", "pause", "terminate-leader",
+    "clock-jump", "membership",
+)
+LINK_TOXICS = ("bandwidth", "reset_peer", "limit_data", "slow_close", "timeout")
+CLIENT_TOXICS = ("latency", "bandwidth", "reset_peer", "limit_data", "slow_close", "timeout")
+CLOCK_OFFSETS_S = (-7200, -600, 600, 7200)
+RECOVERY_S = 30.0
+SLOW_FOLLOWER_MS = 200
+# libfaketime re-reads the timestamp file once per cache period; a jump must
+# last longer than that to be seen at all.
+FAKETIME_CACHE_S = 1
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    hold_s: float
+    gap_s: float
+    params: dict = field(default_factory=dict, hash=False)
+
+
+def _toxic(rng: random.Random, kinds: tuple[str, ...]) -> dict:
+    kind = rng.choice(kinds)
+    attributes = {
+        "latency": {"latency": rng.choice((150, 300)), "jitter": 50},
+        "bandwidth": {"rate": rng.choice((2, 20))},                # KB/s
+        "reset_peer": {"timeout": rng.choice((0, 200))},
+        "limit_data": {"bytes": rng.choice((300, 5000))},
+        "slow_close": {"delay": 1000},
+        "timeout": {"timeout": rng.choice((0, 1000))},
+    }[kind]
+    return {"type": kind, "stream": rng.choice(("upstream", "downstream")), "attributes": attributes}
+
+
+def _params(kind: str, nodes: int, rng: random.Random) -> dict:
+    order = list(range(nodes))
+    rng.shuffle(order)
+    majority = nodes // 2 + 1
+    method = rng.choice(("disable", "blackhole"))
+    if kind == "isolate-leader":
+        return {"method": method}
+    if kind == "partition-halves":
+        return {"method": method, "sides": [sorted(order[:majority]), sorted(order[majority:])]}
+    if kind == "partition-islands":
+        # 1|1|1 on three nodes, 2|2|1 on five: no side has a majority
+        sizes = [1, 1, 1] if nodes == 3 else [2, 2, 1]
+        sides, at = [], 0
+        for size in sizes:
+            sides.append(sorted(order[at:at + size]))
+            at += size
+        return {"method": method, "sides": sides}
+    if kind == "partition-bridge":
+        # two sides that only the bridge node still joins
+        rest = order[1:]
+        half = len(rest) // 2
+        return {"method": method, "bridge": order[0], "sides": [sorted(rest[:half]), sorted(rest[half:])]}
+    if kind == "slow-follower":
+        return {"pick": rng.random(), "jitter_ms": rng.choice((0, 20))}
+    if kind == "slow-leader":
+        return {"latency_ms": rng.choice((500, 800)), "jitter_ms": 50}
+    if kind == "flaky-link":
+        return {"pair": sorted(order[:2]), "toxic": _toxic(rng, LINK_TOXICS)}
+    if kind == "client-faults":
+        return {"leader": rng.random() < 0.5, "pick": rng.random(), "toxic": _toxic(rng, CLIENT_TOXICS)}
+    if kind == "kill-leader":
+        return {"times": 3, "down_s": round(rng.uniform(0.3, 1.5), 2)}
+    if kind == "kill-majority":
+        return {"victims": sorted(order[:majority]), "down_s": round(rng.uniform(1.0, 3.0), 2)}
+    if kind == "power-loss":
+        return {"everyone": rng.random() < 0.5, "pick": rng.random(), "down_s": round(rng.uniform(0.5, 2.0), 2)}
+    if kind == "pause":
+        return {"leader": rng.random() < 0.6, "pick": rng.random()}
+    if kind == "terminate-leader":
+        return {"down_s": round(rng.uniform(0.3, 1.5), 2)}
+    if kind == "clock-jump":
+        return {"leader": rng.random() < 0.5, "pick": rng.random(), "offset_s": rng.choice(CLOCK_OFFSETS_S)}
+    if kind == "membership":
+        return {"pick": rng.random(), "method": method}
+    raise ValueError(f"unknown fault kind {kind!r}")
+
+
+def plan(seed: int, nodes: int, cycles: int | None = None,
+         kinds: tuple[str, ...] = KINDS) -> Iterator[Fault]:
+    """The fault schedule for a seed: `cycles` shuffled rounds of `kinds` (forever if None)."""
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        raise ValueError(f"unknown fault kinds: {sorted(unknown)}")
+    rng = random.Random(seed)
+    done = 0
+    while cycles is None or done < cycles:
+        order = list(kinds)
+        rng.shuffle(order)
+        for kind in order:
+            hold = round(rng.uniform(4.0, 7.0) if kind == "slow-leader" else rng.uniform(2.0, 4.0), 2)
+            yield Fault(kind, hold, round(rng.uniform(0.5, 1.5), 2), _params(kind, nodes, rng))
+        done += 1
+
+
+def _pick(candidates: list[str], pick: float) -> str:
+    return candidates[min(int(pick * len(candidates)), len(candidates) - 1)]
+
+
+# --- the means -----------------------------------------------------------------------
+
+class Network:
+    """Partitions and toxics on the Raft pair proxies and the HTTP proxies."""
+
+    def __init__(self, client_factory: Callable, raft: dict[frozenset, str], http: dict[str, str]):
+        self._client = client_factory
+        self.raft = raft      # {frozenset({a, b}): proxy name}
+        self.http = http      # {node: proxy name}
+
+    def _proxy(self, name: str):
+        return self._client().get_proxy(name)
+
+    def cut(self, pairs: list[tuple[str, str]], method: str) -> None:
+        """Sever each pair both ways: proxy down (refused), or a black hole (silence)."""
+        for a, b in pairs:
+            proxy = self._proxy(self.raft[frozenset((a, b))])
+            if method == "disable":
+                proxy.disable()
+            else:
+                for stream in ("upstream", "downstream"):
+                    proxy.add_toxic(name=f"blackhole-{stream}", type="timeout", stream=stream,
+                                    attributes={"timeout": 0})
+
+    def slow(self, node: str, latency_ms: int, jitter_ms: int) -> None:
+        for pair, name in self.raft.items():
+            if node in pair:
+                for stream in ("upstream", "downstream"):
+                    self._proxy(name).add_toxic(name=f"slow-{stream}", type="latency", stream=stream,
+                                                attributes={"latency": latency_ms, "jitter": jitter_ms})
+
+    def toxic(self, proxy_name: str, toxic: dict) -> None:
+        self._proxy(proxy_name).add_toxic(name="nemesis", **toxic)
+
+    def heal(self) -> None:
+        """Every proxy up, every toxic gone."""
+        self._client().reset()
+
+    def destroy(self) -> None:
+        for name in [*self.raft.values(), *self.http.values()]:
+            proxy = self._proxy(name)
+            if proxy is not None:
+                proxy.destroy()
+
+    def pairs_touching(self, node: str) -> list[tuple[str, str]]:
+        return [tuple(sorted(pair)) for pair in self.raft if node in pair]
+
+
+def find_libfaketime() -> str | None:
+    for pattern in ("/usr/lib/*/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1",
+                    "/usr/local/lib/faketime/libfaketime.so.1", "/usr/lib64/faketime/libfaketime.so.1"):
+        found = sorted(glob.glob(pattern))
+        if found:
+            return found[0]
+    return None
+
+
+class Clocks:
+    """Per-node wall clocks under libfaketime, moved by rewriting a timestamp file.
+
+    Only CLOCK_REALTIME is faked (FAKETIME_DONT_FAKE_MONOTONIC=1): real clocks
+    jump, monotonic ones do not. libfaketime 0.9.10 also slows a threaded Python
+    process down badly (dozens of needless elections a minute under load), so a
+    node runs under it only while its own clock fault lasts.
+    """
+
+    def __init__(self, directory: Path, lib: str | None = None):
+        self.lib = lib if lib is not None else find_libfaketime()
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def available(self) -> bool:
+        return self.lib is not None
+
+    def _file(self, node: str) -> Path:
+        return self.directory / f"{node}.faketime"
+
+    def env(self, node: str) -> dict[str, str]:
+        """What a node process needs in its environment to run on this node's clock."""
+        site = str(Path(__file__).resolve().parent / "faketime")
+        path = os.environ.get("PYTHONPATH")
+        return {"LD_PRELOAD": self.lib, "FAKETIME_TIMESTAMP_FILE": str(self._file(node)),
+                "FAKETIME_CACHE_DURATION": str(FAKETIME_CACHE_S), "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+                "PYTHONPATH": site + (os.pathsep + path if path else "")}
+
+    def set(self, node: str, offset_s: int) -> None:
+        tmp = self._file(node).with_suffix(".tmp")
+        tmp.write_text(f"{offset_s:+d}\n")
+        tmp.replace(self._file(node))  # libfaketime must never read a half-written file
+
+
+# --- applying a schedule ------------------------------------------------------------------
+
+class Nemesis:
+    """Applies faults to a live cluster and records them.
+
+    `cluster` is a raftq.local.LocalCluster; `prober` (chaos.workload.Prober)
+    measures failover by putting until a write is acknowledged; `admin` is a
+    raftq Client for membership changes.
+    """
+
+    def __init__(self, cluster, network: Network, clocks: Clocks, history: History, prober, admin,
+                 log: Callable[[str], None] = print):
+        self.cluster = cluster
+        self.net = network
+        self.clocks = clocks
+        self.history = history
+        self.prober = prober
+        self.admin = admin
+        self.log = log
+        self._faults = 0
+        self.expected_up: set[str] = set(cluster.ids)
+
+    # ---- helpers ------------------------------------------------------------------------
+    def leader(self, timeout: float = RECOVERY_S) -> str | None:
+        return self.cluster.wait_for_leader(timeout)
+
+    def followers(self, leader: str | None) -> list[str]:
+        return [n for n in self.cluster.ids if n != leader]
+
+    def _mark(self, fault: int, **value) -> None:
+        self.history.event("nemesis", f="mark", fault=fault, value=value)
+
+    def _node_ids(self, indexes) -> list[str]:
+        ids = self.cluster.ids
+        return [ids[i] for i in indexes]
+
+    def _start(self, node: str) -> None:
+        self.cluster.start(node)
+        self.expected_up.add(node)
+
+    def _restart(self, node: str, *, faked: bool) -> None:
+        """SIGTERM (a leader hands over first) and start again, on a fake clock or not."""
+        self.expected_up.discard(node)
+        self.cluster.stop(node)
+        if faked:
+            self.clocks.set(node, 0)
+            self.cluster.faked.add(node)
+        else:
+            self.cluster.faked.discard(node)
+        self._start(node)
+
+    def _kill(self, node: str) -> None:
+        self.expected_up.discard(node)
+        self.cluster.kill(node)
+
+    def _wait_ready(self, node: str, timeout: float = RECOVERY_S) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            view = self.cluster.ready_view(node, timeout=0.5)
+            if view and view.get("ready"):
+                return True
+            time.sleep(0.1)
+        return False
+
+    # ---- one fault ----------------------------------------------------------------------------
+    def apply(self, fault: Fault) -> None:
+        time.sleep(fault.gap_s)
+        self._check_processes()
+        self._faults += 1
+        fid = self._faults
+        start = self.history.event("nemesis", f="start", fault=fid, kind=fault.kind,
+                                   value={"hold_s": fault.hold_s, **fault.params})
+        self.log(f"[{start['t']:7.1f}s] fault {fid}: {fault.kind} {fault.params}")
+        details: dict = {}
+        try:
+            getattr(self, "_" + fault.kind.replace("-", "_"))(fid, fault, details)
+        finally:
+            self.heal()
+            leader = self.leader()
+            self.history.event("nemesis", f="stop", fault=fid, kind=fault.kind,
+                               value={**details, "leader_after": leader})
+            if leader is None:
+                self.log(f"  no leader {RECOVERY_S:.0f}s after healing fault {fid}")
+
+    def heal(self) -> None:
+        """Undo every fault: links, toxics, pauses, fake clocks, dead nodes."""
+        self.net.heal()
+        for node in self.cluster.ids:
+            self.cluster.signal(node, signal.SIGCONT)
+            if node in self.cluster.faked:
+                self._restart(node, faked=False)
+            elif not self.cluster.running(node):
+                self._start(node)
+
+    def _check_processes(self) -> None:
+        """A node that died without being killed is a crash: recorded, then restarted."""
+        for node in sorted(self.expected_up):
+            proc = self.cluster.procs.get(node)
+            if proc is not None and proc.poll() is not None:
+                self.history.event("crash", node=node, exit_code=proc.returncode)
+                self.log(f"  node {node} exited by itself with status {proc.returncode}")
+                self.cluster.procs.pop(node)
+                self._start(node)
+
+    def _wait_hold(self, started: float, fault: Fault) -> None:
+        left = fault.hold_s - (time.monotonic() - started)
+        if left > 0:
+            time.sleep(left)
+
+    def _mark_failover(self, fid: int, why: str, leader: str, since: float, stale: bool = False) -> None:
+        """Mark, once the fault has taken effect, that failover is measured from
+        `since` (just before it was applied); for an isolated leader, also start
+        asking it for writes until it refuses them."""
+        stale_probe = None
+        if stale:
+            stale_probe = f"stale-{fid}"
+            threading.Thread(target=self.prober.until_refused, args=(leader, stale_probe),
+                             daemon=True).start()
+        self._mark(fid, failover=why, leader=leader, since=since, stale_probe=stale_probe)
+
+    # ---- network faults --------------------------------------------------------------------------
+    def _cut_sides(self, sides: list[list[str]], method: str) -> list[tuple[str, str]]:
+        pairs = [(a, b) for i, x in enumerate(sides) for y in sides[i + 1:] for a in x for b in y]
+        self.net.cut(pairs, method)
+        return pairs
+
+    def _isolate_leader(self, fid, fault, details):
+        leader = self.leader()
+        if leader is None:
+            details["skipped"] = "no leader"
+            return
+        started, since = time.monotonic(), self.history.now()
+        self.net.cut(self.net.pairs_touching(leader), fault.params["method"])
+        self._mark_failover(fid, "isolate", leader, since, stale=True)
+        details["leader"] = leader
+        details["acked_after_s"] = self.prober.until_acked(f"probe-{fid}")
+        self._wait_hold(started, fault)
+
+    def _partition(self, fid, fault, details):
+        sides = [self._node_ids(side) for side in fault.params["sides"]]
+        details["sides"] = sides
+        started = time.monotonic()
+        self._cut_sides(sides, fault.params["method"])
+        self._wait_hold(started, fault)
+
+    _partition_halves = _partition
+    _partition_islands = _partition
+    _partition_bridge = _partition
+
+    def _slow_follower(self, fid, fault, details):
+        leader = self.leader()
+        follower = _pick(self.followers(leader), fault.params["pick"])
+        details.update(leader=leader, follower=follower)
+        started = time.monotonic()
+        self.net.slow(follower, SLOW_FOLLOWER_MS, fault.params["jitter_ms"])
+        self._wait_hold(started, fault)
+
+    def _slow_leader(self, fid, fault, details):
+        leader = self.leader()
+        if leader is None:
+            details["skipped"] = "no leader"
+            return
+        self.history.event("nemesis", f="mark", fault=fid, value={"slow_leader": leader})
+        details["leader"] = leader
+        started = time.monotonic()
+        self.net.slow(leader, fault.params["latency_ms"], fault.params["jitter_ms"])
+        self._wait_hold(started, fault)
+
+    def _flaky_link(self, fid, fault, details):
+        a, b = self._node_ids(fault.params["pair"])
+        started = time.monotonic()
+        self.net.toxic(self.net.raft[frozenset((a, b))], fault.params["toxic"])
+        details["pair"] = [a, b]
+        self._wait_hold(started, fault)
+
+    def _client_faults(self, fid, fault, details):
+        leader = self.leader()
+        node = leader if fault.params["leader"] and leader else _pick(self.cluster.ids, fault.params["pick"])
+        started = time.monotonic()
+        self.net.toxic(self.net.http[node], fault.params["toxic"])
+        details["node"] = node
+        self._wait_hold(started, fault)
+
+    # ---- process faults -----------------------------------------------------------------------------
+    def _kill_leader(self, fid, fault, details):
+        killed = []
+        for _ in range(fault.params["times"]):
+            leader = self.leader()
+            if leader is None:
+                break
+            since = self.history.now()
+            self._kill(leader)
+            self._mark_failover(fid, "kill", leader, since)
+            killed.append(leader)
+            self.prober.until_acked(f"probe-{fid}")
+            time.sleep(fault.params["down_s"])
+            self._start(leader)
+            self._wait_ready(leader)
+        details["killed"] = killed
+
+    def _kill_majority(self, fid, fault, details):
+        victims = self._node_ids(fault.params["victims"])
+        started = time.monotonic()
+        for node in victims:
+            self._kill(node)
+            time.sleep(0.2)
+        details["killed"] = victims
+        time.sleep(fault.params["down_s"])
+        for node in victims:
+            self._start(node)
+        self._wait_hold(started, fault)
+
+    def _power_loss(self, fid, fault, details):
+        """kill -9 at one instant of the leader and enough others for a majority (or all):
+        nodes run with --unsynced-test-mode, so what they had not fsynced is gone."""
+        leader = self.leader()
+        others = self.followers(leader)
+        if fault.params["everyone"] or leader is None:
+            victims = list(self.cluster.ids)
+        else:
+            need = len(self.cluster.ids) // 2
+            first = int(fault.params["pick"] * len(others)) % len(others)
+            victims = [leader] + [others[(first + i) % len(others)] for i in range(need)]
+        for node in victims:
+            self.expected_up.discard(node)
+            self.cluster.signal(node, signal.SIGKILL)
+        for node in victims:
+            self.cluster.kill(node)  # reaps; the SIGKILLs above landed together
+        details["killed"] = victims
+        time.sleep(fault.params["down_s"])
+        for node in victims:
+            self._start(node)
+
+    def _pause(self, fid, fault, details):
+        leader = self.leader()
+        node = leader if fault.params["leader"] and leader else _pick(self.followers(leader), fault.params["pick"])
+        started, since = time.monotonic(), self.history.now()
+        self.cluster.signal(node, signal.SIGSTOP)
+        details["paused"] = node
+        if node == leader:
+            self._mark_failover(fid, "pause", leader, since)
+        if node == leader:
+            self.prober.until_acked(f"probe-{fid}", timeout=fault.hold_s)
+        self._wait_hold(started, fault)
+        self.cluster.signal(node, signal.SIGCONT)
+
+    def _terminate_leader(self, fid, fault, details):
+        leader = self.leader()
+        if leader is None:
+            details["skipped"] = "no leader"
+            return
+        since = self.history.now()
+        self.expected_up.discard(leader)
+        self.cluster.stop(leader)
+        self._mark_failover(fid, "terminate", leader, since)
+        details["stopped"] = leader
+        self.prober.until_acked(f"probe-{fid}")
+        time.sleep(fault.params["down_s"])
+        self._start(leader)
+
+    # ---- clocks and membership -----------------------------------------------------------------------------
+    def _clock_jump(self, fid, fault, details):
+        """Restart a node on a fake clock, let it lead if the plan says so, then jump
+        its wall clock by offset_s, and back again."""
+        if not self.clocks.available:
+            details["skipped"] = "libfaketime is not installed"
+            return
+        node = _pick(self.cluster.ids, fault.params["pick"])
+        self._restart(node, faked=True)
+        details.update(node=node, offset_s=fault.params["offset_s"], ready=self._wait_ready(node))
+        if fault.params["leader"]:
+            details["elections_forced"] = self._make_leader(node)
+        leader = self.leader()
+        started = time.monotonic()
+        self.clocks.set(node, fault.params["offset_s"])
+        self._mark(fid, clock_jump=node, offset_s=fault.params["offset_s"], leader=leader)
+        details["led_when_jumped"] = leader == node
+        time.sleep(max(fault.hold_s, 2 * FAKETIME_CACHE_S))
+        self.clocks.set(node, 0)   # a second jump, the other way
+        time.sleep(2 * FAKETIME_CACHE_S)
+        self._wait_hold(started, fault)
+        self._restart(node, faked=False)
+
+    def _make_leader(self, node: str, tries: int = 3) -> int:
+        """Pause whoever leads, briefly, until `node` wins an election; returns the pauses."""
+        for attempt in range(tries):
+            leader = self.leader()
+            if leader is None or leader == node:
+                return attempt
+            self.cluster.signal(leader, signal.SIGSTOP)
+            time.sleep(1.0)
+            self.cluster.signal(leader, signal.SIGCONT)
+            self._wait_ready(leader, timeout=5)
+        return tries
+
+    def _membership(self, fid, fault, details):
+        """Cut a follower off, remove it and add it back while it is cut off, then heal."""
+        leader = self.leader()
+        if leader is None:
+            details["skipped"] = "no leader"
+            return
+        node = _pick(self.followers(leader), fault.params["pick"])
+        spec = self.cluster.cfg.node(node)
+        started = time.monotonic()
+        self.net.cut(self.net.pairs_touching(node), fault.params["method"])
+        details["node"] = node
+        for f, call in (("remove-node", lambda: self.admin.remove_node(node)),
+                        ("add-node", lambda: self.admin.add_node(node, spec.raft, spec.http))):
+            op = self.history.invoke("nemesis", f, {"node": node})
+            try:
+                result = call()
+            except Exception as exc:  # recorded: a refused change is a finding, not a crash of the run
+                self.history.complete(op, "info", error=f"{type(exc).__name__}: {exc}")
+                details[f] = f"failed: {exc}"
+                break
+            self.history.complete(op, "ok", result)
+            details[f] = "ok"
+        self._wait_hold(started, fault)

@@ -1,0 +1,370 @@
+"""The chaos checker and nemesis plan on synthetic histories: each property is
+shown to pass on a history that keeps it and to fail, with the right count, on
+one that breaks it in exactly one way. No processes, no network."""
+
+import json
+
+import pytest
+
+from chaos.checker import check, percentile, render
+from chaos.history import History, load, ops
+from chaos.nemesis import KINDS, plan
+
+LEASE_MS = 1000
+
+
+class Run:
+    """Builds a history with a hand-driven clock."""
+
+    def __init__(self, groups=("default",)):
+        self.t = 0.0
+        self.h = History(clock=lambda: self.t)
+        self.h.event("setup", queues={"q": list(groups)}, producers=["p1", "p2"], lease_ms=LEASE_MS,
+                     seed=7, nodes=3)
+        self.receipts = 0
+
+    def op(self, process, f, value, start, end, type="ok", result=None, error=None, node="n1"):
+        self.t = start
+        op = self.h.invoke(process, f, value, node)
+        if end is not None:
+            self.t = end
+            self.h.complete(op, type, result, error)
+
+    def put(self, mid, seq, start, end=None, type="ok", producer="p1", error=None):
+        end = start + 0.01 if end is None else end
+        self.op(producer, "put", {"queue": "q", "id": mid, "producer": producer}, start, end, type,
+                {"seq": seq, "duplicate": False} if type == "ok" else None, error)
+
+    def receive(self, messages, start, end=None, process="c1", group="default", type="ok"):
+        """messages: [(id, seq, deliveries)]; returns their receipts."""
+        receipts = []
+        out = []
+        for mid, seq, deliveries in messages:
+            self.receipts += 1
+            receipts.append(f"{group}:{seq}:{self.receipts}")
+            out.append({"seq": seq, "receipt": receipts[-1], "id": mid, "deliveries": deliveries})
+        self.op(process, "receive", {"queue": "q", "group": group, "max": 10, "lease_ms": LEASE_MS},
+                start, start + 0.01 if end is None else end, type, {"messages": out} if type == "ok" else None)
+        return receipts
+
+    def settle(self, f, receipts, start, end=None, type="ok", stale=(), process="c1", group="default"):
+        result = {"acked" if f == "ack" else "nacked": len(receipts) - len(stale), "stale": list(stale)}
+        self.op(process, f, {"queue": "q", "group": group, "receipts": receipts}, start,
+                start + 0.01 if end is None else end, type, result if type == "ok" else None,
+                {"status": 409, "code": "stale_receipt"} if type == "fail" else None)
+
+    def healed(self, agree=True, cli_exit=0):
+        self.h.event("note", what="drain", complete=True)
+        self.op("checker", "verify", None, 100, 100.5, "ok",
+                {"agree": agree, "digests": {"n1": "a", "n2": "a" if agree else "b", "n3": "a"}})
+        self.op("checker", "verify-cli", None, 101, 101.5, "ok", {"exit": cli_exit, "output": ""})
+
+    def report(self):
+        return check(self.h.events)
+
+
+def clean_run() -> Run:
+    run = Run()
+    run.put("a", 1, 0.0)
+    run.put("b", 2, 0.1)
+    [ra, rb] = run.receive([("a", 1, 1), ("b", 2, 1)], 0.2)
+    run.settle("ack", [ra], 0.3)
+    run.settle("nack", [rb], 0.3)
+    [rb2] = run.receive([("b", 2, 2)], 0.4, process="c2")
+    run.settle("ack", [rb2], 0.5, process="c2")
+    run.healed()
+    return run
+
+
+def verdicts(report) -> dict:
+    return {v.name: v for v in report.verdicts}
+
+
+def test_a_clean_history_is_valid_and_summarised():
+    report = clean_run().report()
+    assert report.valid, render(report)
+    last = json.loads(render(report).splitlines()[-1])
+    assert last["valid"] is True and last["acked_lost"] == 0 and last["double_leases"] == 0
+    for key in ("ops_ok", "faults_injected", "failover_median_s", "failover_max_s"):
+        assert key in last
+    assert last["ops_ok"] == 7 and last["seed"] == 7
+
+
+def test_history_file_round_trip_and_unfinished_ops(tmp_path):
+    path = tmp_path / "history.jsonl"
+    h = History(path)
+    done = h.invoke("p1", "put", {"queue": "q", "id": "x", "producer": "p1"}, "n1")
+    h.complete(done, "ok", {"seq": 1, "duplicate": False})
+    h.invoke("p1", "put", {"queue": "q", "id": "y", "producer": "p1"}, "n2")
+    h.close()
+    with open(path, "a") as f:
+        f.write('{"torn": ')  # the writer was killed mid-line
+    events = load(path)
+    assert len(events) == 3
+    first, second = ops(events)
+    assert first.ok and first.result["seq"] == 1
+    assert second.type == "info" and second.complete_t == float("inf")
+    with pytest.raises(ValueError):
+        History().complete(History().invoke("p", "put"), "maybe")
+
+
+def test_lost_acked_put_is_reported():
+    run = clean_run()
+    run.put("c", 3, 1.0)
+    report = run.report()
+    assert not report.valid and report.summary["acked_lost"] == 1
+    assert verdicts(report)["acked_puts_delivered"].examples[0]["id"] == "c"
+
+
+def test_a_put_of_unknown_outcome_may_be_missing_or_present():
+    run = clean_run()
+    run.put("c", None, 1.0, 2.0, type="info", error={"status": 503})
+    run.put("d", None, 1.0, None, type="info")
+    assert run.report().valid
+
+
+def test_every_group_must_receive_an_acked_put():
+    run = Run(groups=("default", "audit"))
+    run.put("a", 1, 0.0)
+    [r] = run.receive([("a", 1, 1)], 0.1)
+    run.settle("ack", [r], 0.2)
+    run.healed()
+    v = verdicts(run.report())["acked_puts_delivered"]
+    assert not v.ok and v.examples[0]["groups"] == ["audit"]
+
+
+def test_phantom_deliveries_are_reported():
+    run = clean_run()
+    run.put("failed", None, 1.0, type="fail", error={"status": 400})
+    run.receive([("failed", 9, 1), ("nobody", 10, 1)], 1.1)
+    v = verdicts(run.report())["acked_puts_delivered"]
+    assert not v.ok and v.violations == 2
+
+
+@pytest.mark.parametrize("second_at, nack, expect", [
+    (0.5, None, 1),           # within the first lease: double lease
+    (1.2, None, 0),           # after lease_ms from the first receive's invocation
+    (0.5, "ok", 0),           # the holder nacked first
+    (0.5, "info", 0),         # a nack of unknown outcome may have ended it
+    (0.5, "fail", 1),         # a stale nack ended nothing
+])
+def test_double_lease(second_at, nack, expect):
+    run = Run()
+    run.put("a", 1, 0.0)
+    [r1] = run.receive([("a", 1, 1)], 0.1, 0.2)
+    if nack:
+        run.settle("nack", [r1], 0.3, 0.35, type=nack)
+    run.receive([("a", 1, 2)], second_at, second_at + 0.05, process="c2")
+    assert verdicts(run.report())["no_double_lease"].violations == expect
+    assert run.report().summary["double_leases"] == expect
+
+
+def test_concurrent_receives_of_one_message_are_a_double_lease():
+    run = Run()
+    run.put("a", 1, 0.0)
+    run.receive([("a", 1, 1)], 0.1, 0.3)
+    run.receive([("a", 1, 1)], 0.1, 0.3, process="c2")
+    assert verdicts(run.report())["no_double_lease"].violations == 1
+
+
+@pytest.mark.parametrize("case, expect", [
+    ("fresh", 0), ("after redelivery", 1), ("after own nack", 1), ("second ack", 1), ("stale answer", 0)])
+def test_ack_needs_live_lease(case, expect):
+    run = Run()
+    run.put("a", 1, 0.0)
+    [r1] = run.receive([("a", 1, 1)], 0.1)
+    if case == "after redelivery":
+        run.receive([("a", 1, 2)], 2.0, process="c2")
+    if case == "after own nack":
+        run.settle("nack", [r1], 0.5)
+    if case == "second ack":
+        run.settle("ack", [r1], 0.5)
+    if case == "stale answer":
+        run.receive([("a", 1, 2)], 2.0, process="c2")
+        run.settle("ack", [r1], 3.0, type="fail")
+    else:
+        run.settle("ack", [r1], 3.0)
+    assert verdicts(run.report())["ack_needs_live_lease"].violations == expect
+
+
+def test_a_stale_receipt_in_a_successful_batch_is_not_judged():
+    run = Run()
+    run.put("a", 1, 0.0)
+    run.put("b", 2, 0.0)
+    [ra, rb] = run.receive([("a", 1, 1), ("b", 2, 1)], 0.1)
+    run.receive([("a", 1, 2)], 2.0, process="c2")
+    run.settle("ack", [ra, rb], 3.0, stale=[ra])
+    assert verdicts(run.report())["ack_needs_live_lease"].ok
+
+
+def test_redelivery_after_a_successful_ack_is_reported():
+    run = Run()
+    run.put("a", 1, 0.0)
+    [r1] = run.receive([("a", 1, 1)], 0.1)
+    run.settle("ack", [r1], 0.2, 0.3)
+    run.receive([("a", 1, 2)], 5.0, process="c2")
+    v = verdicts(run.report())["acks_durable"]
+    assert not v.ok and v.violations == 1
+
+
+def test_put_seqs_must_grow_per_producer():
+    run = Run()
+    run.put("a", 2, 0.0)
+    run.put("b", 1, 0.1)
+    run.put("x", 0, 0.2, producer="p2")  # another producer's stream is its own
+    assert verdicts(run.report())["per_producer_order"].violations == 1
+
+
+def test_retries_of_one_put_are_not_an_order_violation():
+    run = Run()
+    run.put("a", 5, 0.0, type="info")
+    run.put("a", 5, 0.5)
+    run.put("b", 6, 1.0)
+    assert verdicts(run.report())["per_producer_order"].ok
+
+
+@pytest.mark.parametrize("earlier_first_at, deliveries, expect", [
+    (1.0, 1, 1),    # b first handed out strictly before a, which was ready
+    (0.15, 1, 0),   # the two receives overlap: either order is possible
+    (1.0, 2, 0),    # a's first delivery was not observed (a lost receive): no judgement
+])
+def test_first_deliveries_follow_put_order(earlier_first_at, deliveries, expect):
+    run = Run()
+    run.put("a", 1, 0.0)
+    run.put("b", 2, 0.05)
+    run.receive([("b", 2, 1)], 0.1, 0.2, process="c2")
+    run.receive([("a", 1, deliveries)], earlier_first_at, earlier_first_at + 0.1)
+    assert verdicts(run.report())["per_producer_order"].violations == expect
+
+
+def test_idempotent_retries_store_one_copy():
+    run = Run()
+    run.put("a", 1, 0.0, type="info")
+    run.op("p1", "put", {"queue": "q", "id": "a", "producer": "p1"}, 0.5, 0.6, "ok", {"seq": 1, "duplicate": True})
+    run.receive([("a", 1, 1)], 1.0)
+    assert verdicts(run.report())["idempotent_once"].ok
+    run.receive([("a", 7, 1)], 3.0, process="c2")
+    assert verdicts(run.report())["idempotent_once"].violations == 1
+
+
+@pytest.mark.parametrize("agree, cli_exit, ok", [(True, 0, True), (False, 0, False), (True, 1, False)])
+def test_replicas_agree(agree, cli_exit, ok):
+    run = Run()
+    run.healed(agree=agree, cli_exit=cli_exit)
+    assert verdicts(run.report())["replicas_agree"].ok is ok
+
+
+def test_replicas_not_verified_is_a_failure():
+    assert not verdicts(Run().report())["replicas_agree"].ok
+
+
+def sample(run, node, start, end, last, commit, f="ready", result=None):
+    run.op("monitor", f, None, start, end, "ok",
+           result or {"role": "follower", "last_log_index": last, "commit_index": commit}, node=node)
+
+
+def test_log_shrinking_below_its_commit_index_is_reported():
+    run = Run()
+    sample(run, "n2", 1.0, 1.1, last=12, commit=10)
+    sample(run, "n2", 2.0, 2.1, last=11, commit=10)   # uncommitted tail dropped: allowed
+    sample(run, "n2", 3.0, 3.1, last=8, commit=8)     # below 10: violation
+    v = verdicts(run.report())["log_never_shrinks"]
+    assert v.violations == 1 and v.examples[0]["floor"] == 10
+
+
+def test_log_floor_from_the_leaders_match_index():
+    run = Run()
+    view = {"leader": "n1", "commit_index": 20, "nodes": [{"id": "n1", "match_index": 25},
+                                                         {"id": "n3", "match_index": 18}]}
+    sample(run, "n1", 1.0, 1.1, None, None, f="cluster", result=view)
+    sample(run, "n3", 1.05, 1.2, last=5, commit=5)    # overlapping the leader's sample: not judged
+    sample(run, "n3", 2.0, 2.1, last=17, commit=5)    # acknowledged 18, committed 20: violation
+    v = verdicts(run.report())["log_never_shrinks"]
+    assert v.violations == 1 and v.examples[0]["floor"] == 18
+
+
+def test_truncation_log_lines_are_violations():
+    run = Run()
+    run.h.event("log", node="n2", line="conflict truncates applied entries from index 7 (last applied 9)")
+    assert verdicts(run.report())["log_never_shrinks"].violations == 1
+
+
+def test_failover_is_measured_from_the_mark_to_the_next_acked_put():
+    run = clean_run()
+    run.t = 10.0
+    fault = run.h.event("nemesis", f="start", fault=1, kind="kill-leader", value={})
+    run.h.event("nemesis", f="mark", fault=1, value={"failover": "kill", "leader": "n1", "since": 9.9})
+    run.put("c", 3, 9.95, 10.3)                # sent before the kill took effect: does not count
+    run.put("d", 4, 10.1, 10.2, type="info")
+    run.put("e", 5, 10.2, 10.6, producer="p2")
+    run.t = 12.0
+    run.h.event("nemesis", f="stop", fault=fault["fault"], value={})
+    run.receive([("c", 3, 1), ("e", 5, 1)], 13.0)
+    s = run.report().summary
+    assert s["faults_injected"] == 1 and s["failover_count"] == 1
+    # measured from the instant the kill was applied (since), not from the mark
+    assert s["failover_median_s"] == pytest.approx(0.7) and s["failover_max_s"] == pytest.approx(0.7)
+
+
+def test_stale_leader_refusal_and_slow_leader_replacement_are_measured():
+    run = Run()
+    run.t = 5.0
+    run.h.event("nemesis", f="start", fault=1, kind="slow-leader", value={"leader": "n1"})
+    run.h.event("nemesis", f="mark", fault=1, value={"stale_probe": "stale-1", "since": 4.9})
+    run.op("stale-1", "put", {"queue": "q", "id": "s1", "producer": "stale-1"}, 5.0, 5.3, "info")
+    run.op("stale-1", "put", {"queue": "q", "id": "s2", "producer": "stale-1"}, 5.3, 5.4, "fail",
+           error={"status": 307})
+    sample(run, "n2", 5.5, 5.6, 0, 0, result={"role": "leader", "last_log_index": 3, "commit_index": 3})
+    run.t = 8.0
+    run.h.event("nemesis", f="stop", fault=1, value={})
+    s = run.report().summary
+    assert s["stale_leader_refusal_s"]["max_s"] == pytest.approx(0.5)
+    assert s["slow_leader_replaced_s"] == [pytest.approx(0.6)]
+
+
+def test_percentile_is_nearest_rank():
+    assert percentile([], 99) is None
+    assert percentile([3, 1, 2], 50) == 2
+    assert percentile(list(range(1, 101)), 99) == 99
+
+
+def test_the_plan_is_reproducible_and_covers_every_kind_per_cycle():
+    a = list(plan(seed=42, nodes=3, cycles=2))
+    assert a == list(plan(seed=42, nodes=3, cycles=2))
+    assert a != list(plan(seed=43, nodes=3, cycles=2))
+    kinds = KINDS
+    assert len(a) == 2 * len(kinds)
+    assert sorted(f.kind for f in a[:len(kinds)]) == sorted(kinds)
+    assert all(f.hold_s > 0 and f.gap_s > 0 for f in a)
+
+
+def test_the_plan_shapes_partitions_for_the_cluster_size():
+    for nodes in (3, 5):
+        for fault in plan(seed=1, nodes=nodes, cycles=3):
+            if fault.kind.startswith("partition"):
+                sides = fault.params["sides"]
+                bridge = [fault.params["bridge"]] if "bridge" in fault.params else []
+                assert sorted([i for side in sides for i in side] + bridge) == list(range(nodes))
+                assert all(side for side in sides)
+                if fault.kind == "partition-islands" and nodes == 5:
+                    assert sorted(len(s) for s in sides) == [1, 2, 2]
+
+
+def timed_put(run, mid, seq, start, end, put_at_ms, node="n1"):
+    run.op("p1", "put", {"queue": "q", "id": mid, "producer": "p1"}, start, end, "ok",
+           {"seq": seq, "duplicate": False}, node=node)
+    run.op("c1", "receive", {"queue": "q", "group": "default", "max": 1, "lease_ms": LEASE_MS}, end + 0.01,
+           end + 0.02, "ok", {"messages": [{"seq": seq, "receipt": f"r{seq}", "id": mid, "deliveries": 1,
+                                            "put_at_ms": put_at_ms}]})
+
+
+def test_log_time_may_stand_still_but_never_run_ahead_of_real_time():
+    run = Run()
+    timed_put(run, "a", 1, 1.0, 1.1, put_at_ms=50_000)
+    timed_put(run, "b", 2, 2.0, 2.1, put_at_ms=50_100)     # an election cost log time: fine
+    timed_put(run, "c", 3, 3.0, 3.1, put_at_ms=51_150)     # 1.05 s of log time in 1.1 s of real time
+    assert verdicts(run.report())["log_time_not_ahead"].ok
+    timed_put(run, "d", 4, 4.0, 4.05, put_at_ms=56_000, node="n2")  # 5.9 s of log time in 2.05 s after b
+    v = verdicts(run.report())["log_time_not_ahead"]
+    assert not v.ok and v.violations == 1
+    assert v.examples[0]["later_put"]["node"] == "n2" and v.examples[0]["ahead_ms"] == 3850
