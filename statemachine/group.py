@@ -96,23 +96,25 @@ class Group:
         times = [t[0][0] for t in (self.lease_deadlines, self.delayed_times) if t]
         return min(times) if times else None
 
-    # Snapshot form: only the authoritative structures; indexes are rebuilt.
+    # Snapshot form: only the authoritative structures, as columns (one list
+    # per field, like the messages'); the ordered indexes are rebuilt.
     def to_state(self) -> list:
+        leases = self.leases.values()
         return [self.name, self.first_seq, list(self.ready),
-                [[seq, token, deadline] for seq, (token, deadline) in self.leases.items()],
-                [[seq, at] for seq, at in self.delayed.items()],
-                [[seq, n] for seq, n in self.deliveries.items()],
-                [[seq, reason] for seq, reason in self.parked.items()]]
+                [list(self.leases), [t for t, _ in leases], [d for _, d in leases]],
+                [list(self.delayed), list(self.delayed.values())],
+                [list(self.deliveries), list(self.deliveries.values())],
+                [list(self.parked), list(self.parked.values())]]
 
     @classmethod
     def from_state(cls, state: list) -> "Group":
-        name, first_seq, ready, leases, delayed, deliveries, parked = state
+        name, first_seq, ready, (lease_seqs, tokens, deadlines), delayed, deliveries, parked = state
         group = cls(name, first_seq)
         group.ready = SortedList(ready)
-        group.leases = SortedDict({seq: (token, deadline) for seq, token, deadline in leases})
-        group.lease_deadlines = SortedList((deadline, seq) for seq, _, deadline in leases)
-        group.delayed = SortedDict({seq: at for seq, at in delayed})
-        group.delayed_times = SortedList((at, seq) for seq, at in delayed)
-        group.deliveries = {seq: n for seq, n in deliveries}
-        group.parked = SortedDict({seq: reason for seq, reason in parked})
+        group.leases = SortedDict(zip(lease_seqs, zip(tokens, deadlines)))
+        group.lease_deadlines = SortedList(zip(deadlines, lease_seqs))
+        group.delayed = SortedDict(zip(*delayed))
+        group.delayed_times = SortedList(zip(delayed[1], delayed[0]))
+        group.deliveries = dict(zip(*deliveries))
+        group.parked = SortedDict(zip(*parked))
         return group

@@ -29,6 +29,7 @@ Rules that keep replicas identical:
   every replica because it comes from the log.
 """
 
+import gc
 import hashlib
 
 import cbor2
@@ -38,7 +39,7 @@ from .results import BAD_REQUEST, CONFLICT, INTERNAL, NOT_FOUND, STALE_RECEIPT, 
 from .validation import check_command, full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
 
 
 def encode_entry(commands: list) -> bytes:
@@ -346,7 +347,18 @@ class StateMachine:
         self.clock = state["clock"]
         self.incarnations = state["incarnations"]
         self.members = state["members"]
-        self.queues = {q[0]: Queue.from_state(q) for q in state["queues"]}
+        # Building a million messages would trigger one full garbage collection
+        # after another, each scanning every message built so far and freeing
+        # nothing (the state holds no cycles): three quarters of the restore
+        # time. Collection is paused while the queues are rebuilt; no result
+        # depends on it.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self.queues = {q[0]: Queue.from_state(q) for q in state["queues"]}
+        finally:
+            if collecting:
+                gc.enable()
 
     def state_digest(self) -> str:
         return hashlib.sha256(self.snapshot()).hexdigest()
