@@ -192,10 +192,15 @@ class StateMachine:
     def _tx(self, cmd):
         """Acks and puts across queues, all or nothing: every check before any change."""
         auto_create = cmd.get("auto_create", True)
+        # Every queue's timers fire before the first check: firing one queue's
+        # may move a dead letter into another and drop (drop_oldest) a message
+        # whose lease was already checked.
+        for name in dict.fromkeys(part["queue"] for part in cmd.get("ack", []) + cmd.get("put", [])):
+            self._touch(name)
         leases = {}   # (queue, group, seq) -> (Queue, Group, seq), in receipt order
         stale = []
         for part in cmd.get("ack", []):
-            queue = self._touch(part["queue"])
+            queue = self.queues.get(part["queue"])
             for receipt in part["receipts"]:
                 live = queue.live_lease(receipt) if queue is not None else None
                 if live is None:
@@ -209,7 +214,7 @@ class StateMachine:
         for part in cmd.get("put", []):
             batches.setdefault(part["queue"], []).extend(part["messages"])
         for name, messages in batches.items():
-            queue = self._touch(name)
+            queue = self.queues.get(name)
             if queue is None:
                 if not auto_create:
                     return self._missing(name)
