@@ -17,8 +17,9 @@ machine documents:
 - a message whose deliveries are spent waits in its group (parked) and moves
   in the order it was parked; a full `reject` dead-letter queue stops the
   moves until it has room;
-- a transaction checks room in the queues it puts into before its acks free
-  any.
+- a transaction fires the timers of every queue it names first, then
+  checks its receipts, then room in the queues it puts into (before its acks
+  free any), then acks and puts.
 
 Receipts are opaque: the test maps each receipt the machine hands out to the
 model's own lease, and the model judges every receipt through that map.
@@ -252,6 +253,13 @@ class Model:
             "groups": {g: {k: v for k, v in s.items() if k != "name"} for g, s in groups.items()},
         }
 
+    def timers(self):
+        """When each pending lease end, delay and TTL falls due."""
+        due = [e["deadline"] if e["state"] == "leased" else e["until"]
+               for q in self.queues.values() for g in q["groups"].values() for e in g.values()
+               if e["state"] in ("leased", "delayed")]
+        return due + [m["expires_at"] for q in self.queues.values() for m in q["messages"] if m["expires_at"]]
+
     def browse(self, q, group):
         entries = q["groups"][group]
         return [(seq, self.find(q, seq)["body"], entries[seq]["deliveries"]) for seq in sorted(entries)]
@@ -394,9 +402,11 @@ class Model:
 
     def op_tx(self, cmd):
         auto_create = cmd.get("auto_create", True)
+        for name in dict.fromkeys(part["queue"] for part in cmd.get("ack", []) + cmd.get("put", [])):
+            self.touch(name)
         leases, stale = {}, []
         for part in cmd.get("ack", []):
-            q = self.touch(part["queue"])
+            q = self.queues.get(part["queue"])
             for receipt in part["receipts"]:
                 live = self.live(q, receipt)
                 if live is None:
@@ -409,7 +419,7 @@ class Model:
         for part in cmd.get("put", []):
             batches.setdefault(part["queue"], []).extend(part["messages"])
         for name, messages in batches.items():
-            q = self.touch(name)
+            q = self.queues.get(name)
             if q is None:
                 if not auto_create:
                     return err("not_found")
@@ -539,11 +549,7 @@ class QueuesComparison(RuleBasedStateMachine):
     @rule(offset=st.sampled_from([-1, 0, 0, 1]))
     def to_the_next_timer(self, offset):
         """Right onto (or next to) the model's next lease end, delay or TTL: the boundaries."""
-        due = [e["deadline"] if e["state"] == "leased" else e["until"]
-               for q in self.model.queues.values() for g in q["groups"].values() for e in g.values()
-               if e["state"] in ("leased", "delayed")]
-        due += [m["expires_at"] for q in self.model.queues.values() for m in q["messages"] if m["expires_at"]]
-        due = [t for t in due if t > self.model.clock]
+        due = [t for t in self.model.timers() if t > self.model.clock]
         if due:
             self.now = max(self.now, min(due) + offset)
 
@@ -672,10 +678,17 @@ class QueuesComparison(RuleBasedStateMachine):
     @invariant()
     def same_queues(self):
         assert [q["name"] for q in self.sm.list_queues()["queues"]] == list(self.model.queues)
+        due = self.model.timers()
+        if due:   # the node ticks at next_timer(): nothing may fall due before it
+            assert self.sm.next_timer() is not None and self.sm.next_timer() <= min(due)
         for name, q in self.model.queues.items():
             info = self.sm.queue_info(name)
             assert info["config"] == q["config"]
             assert info["stats"] == self.model.stats(q), name
+            assert self.sm.list_groups(name)["groups"] == [self.model.group_stats(q, g) for g in q["groups"]]
+            for group in GROUPS:
+                assert self.sm.has_ready(name, group) == any(
+                    e["state"] == "ready" for e in q["groups"].get(group, {}).values())
             for group in q["groups"]:
                 page = self.sm.browse(name, group, 0, 1_000)
                 assert page["last_seq"] == q["next_seq"] - 1
@@ -687,7 +700,7 @@ class QueuesComparison(RuleBasedStateMachine):
 
 
 QueuesComparison.TestCase.settings = settings(
-    max_examples=int(os.environ.get("RAFTQ_MODEL_EXAMPLES", 300)), stateful_step_count=100, deadline=None,
+    max_examples=int(os.environ.get("RAFTQ_MODEL_EXAMPLES", 250)), stateful_step_count=100, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 TestQueuesAgainstModel = QueuesComparison.TestCase
 

@@ -853,6 +853,23 @@ def test_transaction_without_auto_create_into_a_missing_queue_changes_nothing(m)
     assert m.sm.snapshot() == before
 
 
+def test_transaction_fires_every_timer_before_it_checks_a_receipt(m):
+    # Expiring "src"'s lease dead-letters its message into "in" (drop_oldest,
+    # full), which drops the message the transaction acks: its lease ended
+    # before the transaction, so the transaction is refused, not counted.
+    m.ok("create_queue", queue="in", config={"max_length": 1, "overflow": "drop_oldest"})
+    m.ok("create_queue", queue="src", config={"max_deliveries": 1, "dead_letter": "in"})
+    m.put("in", msg("job"))
+    r = m.receive("in")[0]["receipt"]
+    m.put("src", msg("poison"))
+    m.receive("src", lease_ms=100)
+    m.now += 100
+    m.fails("stale_receipt", "tx", ack=[{"queue": "in", "receipts": [r]}],
+            put=[{"queue": "src", "messages": [msg()]}])
+    assert (m.stats("in")["acked_total"], m.stats("in")["dropped_total"]) == (0, 1)
+    assert [x["body"] for x in m.receive("in")] == ["poison"]
+
+
 # ---- invalid commands ---------------------------------------------------------------------
 
 INVALID = [
