@@ -13,7 +13,7 @@ Workloads, each at a depth of 1 k, 100 k and 1 M stored messages:
 - mixed:        put 100, receive 100, ack 90, nack 10 (they come back), and a
                 tick every 10 rounds;                       counts 100 messages
 
-Each workload runs five times and the best run counts (as `timeit` does):
+Each workload runs seven times and the best run counts (as `timeit` does):
 other processes share the two cores, and the least disturbed run is the
 closest to the machine's own cost.  The cyclic garbage collector stays on, as
 in a node; it is run once after each fill so that no run pays for the fill.
@@ -36,7 +36,7 @@ BATCH = 100
 BODY = bytes(range(100))
 DEPTHS = (1_000, 100_000, 1_000_000)
 ROUNDS = {"put": 500, "receive_ack": 500, "mixed": 300}   # rounds of 100 messages
-REPEATS = 5
+REPEATS = 7
 QUEUE = "bench"
 # A long lease: nothing may expire while a round is measured.
 LEASE_MS = 3_600_000
