@@ -477,6 +477,8 @@ class Checker:
             if o.f in ("put", "receive", "ack", "nack"):
                 counts[o.type] += 1
         starts = [e for e in self.nemesis if e.get("f") == "start"]
+        skipped = {e["fault"]: e["value"]["skipped"] for e in self.nemesis
+                   if e.get("f") == "stop" and e["value"].get("skipped")}
         refusals = self.stale_leader_refusals()
         replaced = self.slow_leader_replacements()
         summary = {
@@ -484,8 +486,9 @@ class Checker:
             "ops_ok": counts["ok"], "ops_info": counts["info"], "ops_fail": counts["fail"],
             "acked_lost": acked_lost,
             "double_leases": double.violations,
-            "faults_injected": len(starts),
-            "fault_kinds": sorted({e["kind"] for e in starts}),
+            "faults_injected": len(starts) - len(skipped),
+            "fault_kinds": sorted({e["kind"] for e in starts if e["fault"] not in skipped}),
+            "faults_skipped": [f"{e['kind']}: {skipped[e['fault']]}" for e in starts if e["fault"] in skipped],
             "failover_count": len(headline),
             "failover_median_s": _r(statistics.median(headline)) if headline else None,
             "failover_p99_s": _r(percentile(headline, 99)),

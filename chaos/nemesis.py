@@ -20,12 +20,14 @@ before the action.
 from __future__ import annotations
 
 import glob
+import http.client
 import os
 import random
 import signal
 import threading
 import time
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -499,29 +501,44 @@ class Nemesis:
         self._restart(node, faked=True)
         details.update(node=node, offset_s=fault.params["offset_s"], ready=self._wait_ready(node))
         if fault.params["leader"]:
-            details["elections_forced"] = self._make_leader(node)
+            details["election_forced"] = self._force_election(node)
         leader = self.leader()
         started = time.monotonic()
         self.clocks.set(node, fault.params["offset_s"])
         self._mark(fid, clock_jump=node, offset_s=fault.params["offset_s"], leader=leader)
         details["led_when_jumped"] = leader == node
-        time.sleep(max(fault.hold_s, 2 * FAKETIME_CACHE_S))
+        time.sleep(2 * FAKETIME_CACHE_S)
+        details["observed_skew_s"] = self._wall_skew(node)
+        time.sleep(max(0.0, fault.hold_s - 2 * FAKETIME_CACHE_S))
         self.clocks.set(node, 0)   # a second jump, the other way
         time.sleep(2 * FAKETIME_CACHE_S)
         self._wait_hold(started, fault)
         self._restart(node, faked=False)
 
-    def _make_leader(self, node: str, tries: int = 3) -> int:
-        """Pause whoever leads, briefly, until `node` wins an election; returns the pauses."""
-        for attempt in range(tries):
-            leader = self.leader()
-            if leader is None or leader == node:
-                return attempt
-            self.cluster.signal(leader, signal.SIGSTOP)
-            time.sleep(1.0)
-            self.cluster.signal(leader, signal.SIGCONT)
-            self._wait_ready(leader, timeout=5)
-        return tries
+    def _wall_skew(self, node: str) -> float | None:
+        """How far the node's wall clock is from ours, read from its HTTP Date header."""
+        try:
+            conn = http.client.HTTPConnection(self.cluster.cfg.node(node).http, timeout=5)
+            conn.request("GET", "/health/live")
+            reply = conn.getresponse()
+            reply.read()
+            conn.close()
+            return round(parsedate_to_datetime(reply.getheader("Date")).timestamp() - time.time())
+        except (OSError, http.client.HTTPException, TypeError, ValueError):
+            return None
+
+    def _force_election(self, node: str) -> bool:
+        """Pause whoever leads for a moment, so that `node` may win the election.
+
+        Best effort: a node slowed by libfaketime seldom wins, and whether it
+        led when its clock jumped is recorded (led_when_jumped)."""
+        leader = self.leader()
+        if leader is None or leader == node:
+            return False
+        self.cluster.signal(leader, signal.SIGSTOP)
+        time.sleep(1.0)
+        self.cluster.signal(leader, signal.SIGCONT)
+        return True
 
     def _membership(self, fid, fault, details):
         """Cut a follower off, remove it and add it back while it is cut off, then heal."""

@@ -368,3 +368,15 @@ def test_log_time_may_stand_still_but_never_run_ahead_of_real_time():
     v = verdicts(run.report())["log_time_not_ahead"]
     assert not v.ok and v.violations == 1
     assert v.examples[0]["later_put"]["node"] == "n2" and v.examples[0]["ahead_ms"] == 3850
+
+
+def test_skipped_faults_are_not_counted_as_injected():
+    run = clean_run()
+    run.t = 20.0
+    run.h.event("nemesis", f="start", fault=1, kind="clock-jump", value={})
+    run.h.event("nemesis", f="stop", fault=1, kind="clock-jump", value={"skipped": "libfaketime is not installed"})
+    run.h.event("nemesis", f="start", fault=2, kind="pause", value={})
+    run.h.event("nemesis", f="stop", fault=2, kind="pause", value={})
+    s = run.report().summary
+    assert s["faults_injected"] == 1 and s["fault_kinds"] == ["pause"]
+    assert s["faults_skipped"] == ["clock-jump: libfaketime is not installed"]

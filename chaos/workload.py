@@ -1,0 +1,471 @@
+"""What runs against the cluster during a campaign, and records every step.
+
+Clients here are deliberately plain: one HTTP request per recorded attempt,
+so that each attempt's outcome is exactly what the checker needs. raftq's own
+client retries inside one call, which would hide whether a 409 on an ack
+means "already acked by my first try" or "never acked". Clients reach the
+nodes through their HTTP proxies, and a 307 to a node's real address is
+followed to that node's proxy, so client-side faults stay in the path.
+
+Outcomes: a 2xx is `ok`; a 4xx, a redirect not followed, or a refused
+connection (nothing was sent) is `fail`; a timeout, a dropped connection,
+a 503 (raftq answers it when a write's fate is unknown) or another 5xx is
+`info`.
+
+- Producers put one message at a time with an idempotency id, retrying the
+  same id on other nodes until acknowledged, and now and then re-send an
+  acknowledged one on purpose (it must come back as a duplicate).
+- Consumers long-poll, then ack most messages, nack some and drop a few
+  (their lease runs out and they are delivered again).
+- The prober measures failover (puts from every node at once until one is
+  acknowledged) and how soon an isolated leader refuses writes.
+- The monitor samples every node's /health/ready and the leader's
+  /v1/cluster view, for the log-shrink check and the timeline.
+- After healing, `drain` empties every group and `verify` compares replicas.
+"""
+
+from __future__ import annotations
+
+import http.client
+import itertools
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from chaos.history import History
+
+TIMEOUT_S = 3.0
+WAIT_MS = 300
+PUT_RETRY_FOR_S = 20.0
+PRODUCER_PACE_S = 0.03
+DUPLICATE_CHANCE = 0.1
+ACK_CHANCE, NACK_CHANCE = 0.8, 0.1   # the rest is dropped
+PROBE_TIMEOUT_S = 0.5
+MONITOR_PERIOD_S = 0.2
+CLUSTER_PERIOD_S = 0.5
+PROBE_QUEUE = "probe"
+
+
+class Refused(OSError):
+    """The connection was refused: the request was never sent."""
+
+
+@dataclass
+class Reply:
+    status: int
+    body: object
+    node: str
+
+
+class Endpoints:
+    """Where clients reach each node (its HTTP proxy) and where observers do (directly)."""
+
+    def __init__(self, client_urls: dict[str, str], direct_urls: dict[str, str]):
+        self.client = client_urls
+        self.direct = direct_urls
+        self._by_addr = {urlsplit(u).netloc: n for n, u in {**direct_urls, **client_urls}.items()}
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self.client)
+
+    def node_at(self, url: str) -> str | None:
+        return self._by_addr.get(urlsplit(url).netloc)
+
+
+class Caller:
+    """HTTP/1.1 with keep-alive; one per thread."""
+
+    def __init__(self, endpoints: Endpoints, *, direct: bool = False):
+        self.endpoints = endpoints
+        self.urls = endpoints.direct if direct else endpoints.client
+        self._conns: dict[str, http.client.HTTPConnection] = {}
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+    def _once(self, node: str, method: str, path: str, data: bytes | None, timeout: float):
+        conn = self._conns.get(node)
+        if conn is None:
+            conn = http.client.HTTPConnection(urlsplit(self.urls[node]).netloc, timeout=timeout)
+            try:
+                conn.connect()
+            except ConnectionRefusedError as exc:
+                raise Refused(str(exc)) from None
+            self._conns[node] = conn
+        conn.timeout = timeout
+        conn.sock.settimeout(timeout)
+        try:
+            conn.request(method, path, body=data, headers={"Content-Type": "application/json",
+                                                           "Accept": "application/json"})
+            reply = conn.getresponse()
+            raw = reply.read()
+        except BaseException:
+            conn.close()
+            self._conns.pop(node, None)
+            raise
+        if reply.will_close:
+            conn.close()
+            self._conns.pop(node, None)
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = {"raw": raw[:200].decode(errors="replace")}
+        return reply.status, body, reply.getheader("Location")
+
+    def request(self, node: str, method: str, path: str, body=None, *, timeout: float = TIMEOUT_S,
+                follow: bool = True) -> Reply:
+        data = None if body is None else json.dumps(body).encode()
+        for _ in range(4):
+            status, payload, location = self._once(node, method, path, data, timeout)
+            target = self.endpoints.node_at(location) if status == 307 and location else None
+            if not follow or target is None:
+                return Reply(status, payload, node)
+            node = target
+        return Reply(status, payload, node)
+
+
+def attempt(history: History, caller: Caller, process: str, f: str, value: dict, node: str,
+            method: str, path: str, body=None, *, timeout: float = TIMEOUT_S, follow: bool = True,
+            result=lambda payload: payload) -> tuple[str, object]:
+    """One request, recorded as one operation; returns (outcome, payload or error)."""
+    op = history.invoke(process, f, value, node)
+    try:
+        reply = caller.request(node, method, path, body, timeout=timeout, follow=follow)
+    except Refused as exc:
+        error = {"exception": f"refused: {exc}"}
+        history.complete(op, "fail", error=error)
+        return "fail", error
+    except (OSError, http.client.HTTPException) as exc:
+        error = {"exception": f"{type(exc).__name__}: {exc}"}
+        history.complete(op, "info", error=error)
+        return "info", error
+    if 200 <= reply.status < 300:
+        value = result(reply.body)
+        history.complete(op, "ok", value, node=reply.node)
+        return "ok", value
+    error = {"status": reply.status, "code": (reply.body or {}).get("error") if isinstance(reply.body, dict) else None}
+    outcome = "fail" if reply.status < 500 else "info"
+    history.complete(op, outcome, error=error, node=reply.node)
+    return outcome, error
+
+
+def put_path(queue: str) -> str:
+    return f"/v1/queues/{queue}/messages"
+
+
+def put_body(mid: str, producer: str, n: int) -> dict:
+    return {"messages": [{"body": {"id": mid, "p": producer, "n": n}, "id": mid}]}
+
+
+def put_result(payload) -> dict:
+    m = payload["messages"][0]
+    return {"seq": m["seq"], "duplicate": m["duplicate"]}
+
+
+def receive_result(payload) -> dict:
+    return {"messages": [{"seq": m["seq"], "receipt": m["receipt"], "deliveries": m["deliveries"],
+                          "put_at_ms": m.get("put_at_ms"),
+                          "id": m["body"].get("id") if isinstance(m.get("body"), dict) else None}
+                         for m in payload["messages"]]}
+
+
+def settle(history: History, caller: Caller, process: str, f: str, queue: str, group: str,
+           receipts: list[str], node: str, stop: threading.Event | None, retry_for: float) -> str:
+    """ack or nack, retried while its outcome is unknown; returns the node last used."""
+    deadline = time.monotonic() + retry_for
+    ids = itertools.cycle(caller.urls)
+    while True:
+        outcome, _ = attempt(history, caller, process, f, {"queue": queue, "group": group, "receipts": receipts},
+                             node, "POST", f"/v1/queues/{queue}/{f}", {"receipts": receipts})
+        if outcome != "info" or time.monotonic() > deadline or (stop is not None and stop.is_set()):
+            return node
+        node = next(ids)
+        time.sleep(0.05)
+
+
+class Workload:
+    """Producers and consumers on their own threads, until `stop()`."""
+
+    def __init__(self, history: History, endpoints: Endpoints, queues: dict[str, list[str]], *,
+                 seed: int, lease_ms: int, producers: int = 4, consumers_per_group: int = 2):
+        self.history = history
+        self.endpoints = endpoints
+        self.queues = queues
+        self.seed = seed
+        self.lease_ms = lease_ms
+        self.producer_names = [f"p{i + 1}" for i in range(producers)]
+        self.consumers_per_group = consumers_per_group
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for name in self.producer_names:
+            self._spawn(name, self._produce, name)
+        k = 0
+        for queue, groups in self.queues.items():
+            for group in groups:
+                for _ in range(self.consumers_per_group):
+                    k += 1
+                    self._spawn(f"c{k}", self._consume, f"c{k}", queue, group)
+
+    def _spawn(self, name, target, *args) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+    def _produce(self, name: str) -> None:
+        rng = random.Random(f"{self.seed}-{name}")
+        caller = Caller(self.endpoints)
+        node = rng.choice(self.endpoints.ids)
+        n = 0
+        try:
+            while not self._stop.is_set():
+                n += 1
+                mid, queue = f"{name}-{n}", rng.choice(list(self.queues))
+                node, acked = self._put(caller, name, queue, mid, n, node)
+                if acked and rng.random() < DUPLICATE_CHANCE:
+                    node, _ = self._put(caller, name, queue, mid, n, node)
+                self._stop.wait(PRODUCER_PACE_S)
+        finally:
+            caller.close()
+
+    def _put(self, caller, name, queue, mid, n, node) -> tuple[str, bool]:
+        deadline = time.monotonic() + PUT_RETRY_FOR_S
+        others = itertools.cycle(self.endpoints.ids)
+        backoff = 0.05
+        while True:
+            outcome, error = attempt(self.history, caller, name, "put", {"queue": queue, "id": mid, "producer": name},
+                                     node, "POST", put_path(queue), put_body(mid, name, n), result=put_result)
+            if outcome == "ok":
+                return node, True
+            if "status" in error and 400 <= error["status"] < 500:
+                return node, False   # refused for good; the checker judges what came of it
+            if time.monotonic() > deadline or self._stop.is_set():
+                return node, False
+            node = next(others)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 0.5)
+
+    def _consume(self, name: str, queue: str, group: str) -> None:
+        rng = random.Random(f"{self.seed}-{name}")
+        caller = Caller(self.endpoints)
+        node = rng.choice(self.endpoints.ids)
+        others = itertools.cycle(self.endpoints.ids)
+        request = {"group": group, "max": 5, "wait_ms": WAIT_MS, "lease_ms": self.lease_ms}
+        try:
+            while not self._stop.is_set():
+                outcome, got = attempt(self.history, caller, name, "receive", {"queue": queue, **request},
+                                       node, "POST", f"/v1/queues/{queue}/receive", request,
+                                       timeout=TIMEOUT_S + WAIT_MS / 1000, result=receive_result)
+                if outcome != "ok":
+                    node = next(others)
+                    self._stop.wait(0.05)
+                    continue
+                acks, nacks = [], []
+                for m in got["messages"]:
+                    draw = rng.random()
+                    if draw < ACK_CHANCE:
+                        acks.append(m["receipt"])
+                    elif draw < ACK_CHANCE + NACK_CHANCE:
+                        nacks.append(m["receipt"])
+                if got["messages"]:
+                    time.sleep(rng.uniform(0, 0.05))  # "processing"
+                for f, receipts in (("ack", acks), ("nack", nacks)):
+                    if receipts:
+                        node = settle(self.history, caller, name, f, queue, group, receipts, node,
+                                      self._stop, retry_for=self.lease_ms / 1000)
+        finally:
+            caller.close()
+
+
+class Prober:
+    """Failover measurements: put from every node until one acknowledges; ask an
+    isolated leader for writes until it refuses."""
+
+    def __init__(self, history: History, endpoints: Endpoints):
+        self.history = history
+        self.endpoints = endpoints
+        self._ids = itertools.count(1)
+
+    def _probe_put(self, caller: Caller, name: str, node: str, *, follow: bool, timeout: float):
+        n = next(self._ids)
+        mid = f"{name}-{node}-{n}"
+        return attempt(self.history, caller, name, "put", {"queue": PROBE_QUEUE, "id": mid, "producer": name},
+                       node, "POST", put_path(PROBE_QUEUE), put_body(mid, name, n),
+                       timeout=timeout, follow=follow, result=put_result)
+
+    def until_acked(self, name: str, timeout: float = 30.0) -> float | None:
+        """Seconds until some put from `name`'s probes was acknowledged (None: never)."""
+        started = time.monotonic()
+        done = threading.Event()
+
+        def probe(node: str) -> None:
+            caller = Caller(self.endpoints)
+            try:
+                while not done.is_set() and time.monotonic() - started < timeout:
+                    outcome, _ = self._probe_put(caller, f"{name}@{node}", node, follow=True,
+                                                 timeout=PROBE_TIMEOUT_S)
+                    if outcome == "ok":
+                        done.set()
+                    else:
+                        done.wait(0.02)
+            finally:
+                caller.close()
+
+        threads = [threading.Thread(target=probe, args=(n,), daemon=True) for n in self.endpoints.ids]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return round(time.monotonic() - started, 3) if done.is_set() else None
+
+    def until_refused(self, node: str, name: str, timeout: float = 10.0) -> None:
+        caller = Caller(self.endpoints)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                outcome, error = self._probe_put(caller, name, node, follow=False, timeout=PROBE_TIMEOUT_S)
+                if outcome != "ok" and error.get("status") in (307, 503):
+                    return
+                time.sleep(0.02)
+        finally:
+            caller.close()
+
+
+class Monitor:
+    """Samples every node's indexes and role, and the leader's view of its followers."""
+
+    def __init__(self, history: History, endpoints: Endpoints):
+        self.history = history
+        self.endpoints = endpoints
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.last_leader: str | None = None
+
+    def start(self) -> None:
+        for node in self.endpoints.ids:
+            self._threads.append(threading.Thread(target=self._ready, args=(node,), daemon=True))
+        self._threads.append(threading.Thread(target=self._cluster, daemon=True))
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+
+    def _sample(self, caller: Caller, f: str, node: str, path: str) -> dict | None:
+        op = self.history.invoke("monitor", f, None, node)
+        try:
+            reply = caller.request(node, "GET", path, timeout=0.5, follow=False)
+        except (OSError, http.client.HTTPException) as exc:
+            self.history.complete(op, "info", error={"exception": f"{type(exc).__name__}: {exc}"})
+            return None
+        if not isinstance(reply.body, dict) or reply.status not in (200, 503):
+            self.history.complete(op, "info", error={"status": reply.status})
+            return None
+        self.history.complete(op, "ok", reply.body)   # a 503 from /health/ready still carries the indexes
+        return reply.body
+
+    def _ready(self, node: str) -> None:
+        caller = Caller(self.endpoints, direct=True)
+        while not self._stop.wait(MONITOR_PERIOD_S):
+            view = self._sample(caller, "ready", node, "/health/ready")
+            if view and view.get("role") == "leader":
+                self.last_leader = node
+        caller.close()
+
+    def _cluster(self) -> None:
+        caller = Caller(self.endpoints, direct=True)
+        while not self._stop.wait(CLUSTER_PERIOD_S):
+            if self.last_leader:
+                self._sample(caller, "cluster", self.last_leader, "/v1/cluster")
+        caller.close()
+
+
+def drain(history: History, endpoints: Endpoints, queues: dict[str, list[str]], *,
+          timeout: float = 120.0) -> bool:
+    """Receive and ack everything left in every group; True once all are empty."""
+    caller = Caller(endpoints)
+    deadline = time.monotonic() + timeout
+    nodes = itertools.cycle(endpoints.ids)
+    node = next(nodes)
+    request = {"max": 100, "wait_ms": 0, "lease_ms": 30_000}
+    try:
+        for queue, groups in queues.items():
+            for group in groups:
+                while True:
+                    if time.monotonic() > deadline:
+                        history.event("note", what="drain", complete=False, queue=queue, group=group)
+                        return False
+                    body = {**request, "group": group}
+                    outcome, got = attempt(history, caller, "drain", "receive", {"queue": queue, **body}, node,
+                                           "POST", f"/v1/queues/{queue}/receive", body, result=receive_result)
+                    if outcome != "ok":
+                        node = next(nodes)
+                        time.sleep(0.2)
+                        continue
+                    if got["messages"]:
+                        node = settle(history, caller, "drain", "ack", queue, group,
+                                      [m["receipt"] for m in got["messages"]], node, None, retry_for=30)
+                        continue
+                    if _group_empty(caller, node, queue, group):
+                        break
+                    time.sleep(0.5)   # leases held by stopped consumers must run out first
+    finally:
+        caller.close()
+    history.event("note", what="drain", complete=True)
+    return True
+
+
+def _group_empty(caller: Caller, node: str, queue: str, group: str) -> bool:
+    try:
+        reply = caller.request(node, "GET", f"/v1/queues/{queue}")
+    except (OSError, http.client.HTTPException):
+        return False
+    if reply.status != 200:
+        return False
+    stats = reply.body["stats"]["groups"][group]
+    return stats["depth"] == 0 and stats["in_flight"] == 0
+
+
+def verify(history: History, endpoints: Endpoints, leader: str, attempts: int = 5) -> None:
+    """Compare replica digests over HTTP and with `raftq cluster verify`, both recorded.
+
+    Only a digest nobody answered (a node still catching up) is retried; digests
+    that differ are a verdict, not a reason to ask again.
+    """
+    caller = Caller(endpoints, direct=True)
+    try:
+        for _ in range(attempts):
+            outcome, result = attempt(history, caller, "checker", "verify", None, leader, "POST",
+                                      "/v1/cluster/verify", timeout=30)
+            if outcome == "ok" and None not in result.get("digests", {}).values():
+                break
+            time.sleep(1)
+    finally:
+        caller.close()
+    for _ in range(attempts):
+        op = history.invoke("checker", "verify-cli", None, leader)
+        env = {**os.environ, "RAFTQ_URL": endpoints.direct[leader]}
+        done = subprocess.run([sys.executable, "-m", "raftq", "cluster", "verify", "--json"], env=env,
+                              capture_output=True, text=True, timeout=60)
+        output = done.stdout + done.stderr
+        history.complete(op, "ok", {"exit": done.returncode, "output": output[-2000:]})
+        if done.returncode == 0 or '"agree": false' in output:
+            return
+        time.sleep(1)
