@@ -247,7 +247,7 @@ class StateMachine:
             group_name, seq = queue.outbox[0]
             group = queue.groups.get(group_name)
             if group is None or seq not in group.parked:
-                queue.outbox.pop(0)
+                queue.outbox.popleft()
                 continue
             msg = queue.messages[seq]
             target_name = queue.config["dead_letter"]
@@ -269,7 +269,7 @@ class StateMachine:
                 if target.config["overflow"] == "reject" and target.check_capacity(moved):
                     return
                 target.put(moved, self.clock)
-            queue.outbox.pop(0)
+            queue.outbox.popleft()
             queue.finish(group, seq)
             queue.counters["dead_lettered_total"] += 1
 

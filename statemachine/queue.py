@@ -95,7 +95,7 @@ class Queue:
         self.dedup_order = deque()          # (put_at, id), oldest first: log time only grows
         self.expiries = SortedList()        # (expires_at, seq)
         self.groups = {"default": Group("default", 1)}
-        self.outbox = []                    # (group, seq) parked for the dead-letter queue
+        self.outbox = deque()               # (group, seq) parked for the dead-letter queue
 
     # ---- timers -------------------------------------------------------
     def advance(self, clock: int) -> None:
@@ -364,7 +364,7 @@ class Queue:
             return error(CONFLICT, "a queue keeps at least one group; delete the queue instead")
         for seq in group.held():
             self.finish(group, seq, received=False)
-        self.outbox = [(g, s) for g, s in self.outbox if g != name]
+        self.outbox = deque((g, s) for g, s in self.outbox if g != name)
         del self.groups[name]
         return {"deleted": True}
 
@@ -428,5 +428,5 @@ class Queue:
         queue.dedup = {mid: (seq, put_at) for mid, seq, put_at in dedup}
         queue.dedup_order = deque((put_at, mid) for mid, _, put_at in dedup)
         queue.groups = {g[0]: Group.from_state(g) for g in groups}
-        queue.outbox = [(g, s) for g, s in outbox]
+        queue.outbox = deque((g, s) for g, s in outbox)
         return queue
