@@ -701,7 +701,7 @@ class QueuesComparison(RuleBasedStateMachine):
 
 QueuesComparison.TestCase.settings = settings(
     max_examples=int(os.environ.get("RAFTQ_MODEL_EXAMPLES", 250)), stateful_step_count=100, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    suppress_health_check=[HealthCheck.too_slow])
 TestQueuesAgainstModel = QueuesComparison.TestCase
 
 
