@@ -495,7 +495,8 @@ class Checker:
             "failover_max_s": _r(max(headline)) if headline else None,
             "failover_by_kind": {k: {"n": len(v), "median_s": _r(statistics.median(v)), "max_s": _r(max(v))}
                                  for k, v in sorted(failovers.items()) if v},
-            "stale_leader_refusal_s": {"n": len(refusals), "max_s": _r(max(refusals)) if refusals else None},
+            "stale_leader_refusal_s": {"n": len(refusals), "median_s": _r(statistics.median(refusals)) if refusals else None,
+                                       "max_s": _r(max(refusals)) if refusals else None},
             "slow_leader_replaced_s": [_r(x) for x in replaced],
             "put_p99_s": self.put_latency_p99(),
             "violations": {v.name: v.violations for v in verdicts if not v.ok},

@@ -47,6 +47,9 @@ PRODUCER_PACE_S = 0.03
 DUPLICATE_CHANCE = 0.1
 ACK_CHANCE, NACK_CHANCE = 0.8, 0.1   # the rest is dropped
 PROBE_TIMEOUT_S = 0.5
+# A write to an isolated leader hangs until it steps down; short attempts show
+# when it starts refusing new ones to within this much.
+STALE_PROBE_TIMEOUT_S = 0.1
 MONITOR_PERIOD_S = 0.2
 CLUSTER_PERIOD_S = 0.5
 PROBE_QUEUE = "probe"
@@ -338,7 +341,7 @@ class Prober:
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
-                outcome, error = self._probe_put(caller, name, node, follow=False, timeout=PROBE_TIMEOUT_S)
+                outcome, error = self._probe_put(caller, name, node, follow=False, timeout=STALE_PROBE_TIMEOUT_S)
                 if outcome != "ok" and error.get("status") in (307, 503):
                     return
                 time.sleep(0.02)
