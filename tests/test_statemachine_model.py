@@ -254,11 +254,12 @@ class Model:
         }
 
     def timers(self):
-        """When each pending lease end, delay and TTL falls due."""
+        """When each pending lease end, delay, TTL and idempotency id falls due."""
         due = [e["deadline"] if e["state"] == "leased" else e["until"]
                for q in self.queues.values() for g in q["groups"].values() for e in g.values()
                if e["state"] in ("leased", "delayed")]
-        return due + [m["expires_at"] for q in self.queues.values() for m in q["messages"] if m["expires_at"]]
+        due += [m["expires_at"] for q in self.queues.values() for m in q["messages"] if m["expires_at"]]
+        return due + [d[2] + q["config"]["dedup_window_ms"] for q in self.queues.values() for d in q["dedup"]]
 
     def browse(self, q, group):
         entries = q["groups"][group]
@@ -503,6 +504,7 @@ class QueuesComparison(RuleBasedStateMachine):
         self.model = Model()
         self.now = START
         self.issued = []          # (queue, receipt) the machine handed out, newest last
+        self.last_put = None
 
     def run(self, op, **fields):
         cmd = {"op": op, "now_ms": self.now, **fields}
@@ -548,7 +550,7 @@ class QueuesComparison(RuleBasedStateMachine):
 
     @rule(offset=st.sampled_from([-1, 0, 0, 1]))
     def to_the_next_timer(self, offset):
-        """Right onto (or next to) the model's next lease end, delay or TTL: the boundaries."""
+        """Right onto (or next to) the model's next timer: the boundaries."""
         due = [t for t in self.model.timers() if t > self.model.clock]
         if due:
             self.now = max(self.now, min(due) + offset)
@@ -596,6 +598,14 @@ class QueuesComparison(RuleBasedStateMachine):
     def put_more(self, queue, batch):
         """Producers outnumber the other rules, so that queues hold something to work on."""
         self.run("put", queue=queue, messages=batch)
+        self.last_put = (queue, batch)
+
+    @rule()
+    def producer_retries(self):
+        """The same batch again, as a producer does after a timeout: idempotency ids at work."""
+        if self.last_put:
+            queue, batch = self.last_put
+            self.run("put", queue=queue, messages=batch)
 
     @rule(queue=st.sampled_from(QUEUES), group=some_group, count=st.integers(1, 4),
           lease_ms=st.one_of(st.none(), ms(1, 2_000)))

@@ -520,6 +520,7 @@ def test_full_dead_letter_queue_keeps_the_message_parked_until_room_appears(m):
     # parked: stored, neither ready nor leased, never handed out again
     assert m.stored("q") == [1, 2]
     assert m.seqs("q", lease_ms=100_000) == [2]
+    assert m.sm.group_info("q", "default")["cursor"] == 1
     assert m.stats("q")["dead_lettered_total"] == 0
     m.tick(T0 + 10_000)
     assert m.stored("q") == [1, 2]
