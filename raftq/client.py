@@ -93,9 +93,9 @@ class _Calls:
         body = {"group": group, "max": max, "wait_ms": wait_ms}
         if lease_ms is not None:
             body["lease_ms"] = lease_ms
-        # Not retried: a lost answer leased messages nobody holds; their lease
-        # expires and they are delivered again, so nothing is lost.
-        return self._call("POST", f"/v1/queues/{queue}/receive", body, retry=False,
+        # Retried like the rest: if a lost answer had leased messages, nobody
+        # holds them; their lease expires and they are delivered again.
+        return self._call("POST", f"/v1/queues/{queue}/receive", body, retry=True,
                           timeout=wait_ms / 1000 + 10)
 
     def ack(self, queue: str, receipts: list):

@@ -171,6 +171,16 @@ class LocalCluster:
             time.sleep(0.05)
         return None
 
+    def wait_all_ready(self, timeout: float = 30.0) -> bool:
+        """Every running node serves HTTP and follows a leader with a quorum."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            views = [self.ready_view(nid) for nid in self.ids if self.running(nid)]
+            if views and all(v and v.get("ready") for v in views):
+                return True
+            time.sleep(0.05)
+        return False
+
     def client(self, **kwargs) -> Client:
         return Client(self.urls, token=self.token, cafile=self.cafile, **kwargs)
 

@@ -33,17 +33,34 @@ CHECKPOINTS_KEPT = 64
 
 
 class LogClock:
+    """The leader's source of `now_ms`: log time, continued with a monotonic clock.
+
+    After an election the clock is *unsettled*: it stamps the last applied
+    log time, so time stands still, until a barrier entry of the new term has
+    been applied — only then is the applied log time known to be the
+    cluster's latest, and the clock continues from it.  The wall clock is
+    read once in a cluster's life: to start log time for a brand-new cluster
+    (nothing with a time was ever applied).
+    """
+
     def __init__(self, machine: StateMachine):
         self._machine = machine
-        self.restart()
+        self._settled = False
+        self._base = 0
+        self._mono = 0.0
 
-    def restart(self) -> None:
-        """Continue from the applied log time (or wall time for a brand-new cluster)."""
+    def unsettle(self) -> None:
+        self._settled = False
+
+    def settle(self) -> None:
         applied = self._machine.clock
         self._base = applied if applied > 0 else int(time.time() * 1000)
         self._mono = time.monotonic()
+        self._settled = True
 
     def now_ms(self) -> int:
+        if not self._settled:
+            return self._machine.clock
         return max(self._machine.clock, self._base + int((time.monotonic() - self._mono) * 1000))
 
 
@@ -123,13 +140,27 @@ class Node:
     def _role_changed(self) -> None:
         leader = self.is_leader()
         if leader and not self._was_leader:
-            self.clock.restart()
+            self.clock.unsettle()
             self.elections_seen += 1
             log.info("became leader at term %s", self.consensus.status()["term"])
+            asyncio.create_task(self._settle_clock())
         elif not leader and self._was_leader:
+            self.clock.unsettle()
             log.info("stepped down; leader is now %s", self.consensus.leader_id())
             self.committer.fail_pending("leader_changed")
         self._was_leader = leader
+
+    async def _settle_clock(self) -> None:
+        """A barrier of the new term: once applied, the applied log time is the latest."""
+        while self.is_leader():
+            try:
+                await self.submit({"op": "tick"})
+            except CommitError:
+                await asyncio.sleep(TICK_INTERVAL_S)
+                continue
+            if self.is_leader():
+                self.clock.settle()
+            return
 
     # ---- writes -------------------------------------------------------------------------
     def _submit_entry(self, entry: bytes, callback) -> None:

@@ -10,9 +10,9 @@ def start_cluster(root, nodes: int = 3, **kwargs):
     cluster = LocalCluster.create(root, nodes, **kwargs)
     try:
         cluster.start()
-        if cluster.wait_for_leader(60) is None:
+        if cluster.wait_for_leader(60) is None or not cluster.wait_all_ready(60):
             logs = "\n".join(f"--- {nid}\n{cluster.log_path(nid).read_text()[-3000:]}" for nid in cluster.ids)
-            raise RuntimeError(f"no leader elected\n{logs}")
+            raise RuntimeError(f"the cluster did not come up\n{logs}")
     except BaseException:
         cluster.close()
         raise
