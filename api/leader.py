@@ -108,5 +108,7 @@ async def read(request: web.Request, query: str, *args) -> web.Response:
             await write(request, {"op": "tick"})
     result = node.read(query, *args)
     if isinstance(result, dict) and "error" in result:
-        raise from_result(result)
+        refusal = from_result(result)
+        refusal.headers.update(headers)   # a 404 from a stale replica says how stale it is
+        raise refusal
     return respond(request, result, headers=headers)
