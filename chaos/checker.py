@@ -47,6 +47,8 @@ Properties (each gets a verdict; the run is valid only if all hold):
   that the leader had counted as acknowledged by it and committed (sampled
   from /health/ready and /v1/cluster), and no node logs that a conflict
   truncated applied entries.
+- nodes_never_fail: no node process exits unless the nemesis stopped it, and
+  none logs a CRITICAL line (raftq logs CRITICAL only for broken invariants).
 
 Measurements (reported, never judged): failover after a leader is killed,
 isolated, paused or terminated (from the instant the fault was applied to the
@@ -395,6 +397,16 @@ class Checker:
                        f"{len(samples)} index samples, {len(truncations)} truncation log lines, "
                        f"{len(bad)} violations", bad[:EXAMPLES])
 
+    def nodes_never_fail(self) -> Verdict:
+        crashes = [{"node": e["node"], "t": e["t"], "exit_code": e.get("exit_code")}
+                   for e in self.events if e["type"] == "crash"]
+        critical = [{"node": e.get("node"), "log": e.get("line", "")[:300]} for e in self.events
+                    if e["type"] == "log" and e.get("level") == "critical"
+                    and not any(m in e.get("line", "") for m in TRUNCATION_MARKERS)]
+        bad = crashes + critical
+        return Verdict("nodes_never_fail", not bad, len(bad),
+                       f"{len(crashes)} unexpected exits, {len(critical)} critical log lines", bad[:EXAMPLES])
+
     @staticmethod
     def _floors(sample: Op):
         r = sample.result
@@ -469,7 +481,7 @@ class Checker:
         double = self.no_double_lease()
         verdicts = [lost_verdict, double, self.ack_needs_live_lease(), self.acks_durable(),
                     self.per_producer_order(), self.idempotent_once(), self.replicas_agree(),
-                    self.log_time_not_ahead(), self.log_never_shrinks()]
+                    self.log_time_not_ahead(), self.log_never_shrinks(), self.nodes_never_fail()]
         failovers = self.failovers()
         headline = [x for k in FAILOVER_MARKS for x in failovers.get(k, [])]
         counts = defaultdict(int)

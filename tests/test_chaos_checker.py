@@ -380,3 +380,13 @@ def test_skipped_faults_are_not_counted_as_injected():
     s = run.report().summary
     assert s["faults_injected"] == 1 and s["fault_kinds"] == ["pause"]
     assert s["faults_skipped"] == ["clock-jump: libfaketime is not installed"]
+
+
+def test_crashes_and_critical_log_lines_are_failures():
+    run = clean_run()
+    assert verdicts(run.report())["nodes_never_fail"].ok
+    run.h.event("log", node="n1", level="critical", line="state machine apply raised; recorded as an internal error")
+    run.h.event("crash", node="n2", exit_code=1)
+    run.h.event("log", node="n3", level="critical", line="conflict truncates applied entries from index 3")
+    v = verdicts(run.report())["nodes_never_fail"]
+    assert v.violations == 2   # the truncation is log_never_shrinks' to judge
