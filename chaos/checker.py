@@ -370,7 +370,6 @@ class Checker:
                        (bad[:2] + worst[:EXAMPLES - 2]) if bad else [])
 
     def log_never_shrinks(self) -> Verdict:
-        floors: dict[str, list[tuple[float, int, str]]] = defaultdict(list)  # node -> (known at, index, source)
         samples = [o for o in self.ops if o.ok and o.f in ("ready", "cluster")]
         # Floors are learnt from completed samples and applied to samples invoked
         # after that, so the two readings cannot have been taken the other way round.

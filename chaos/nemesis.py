@@ -235,7 +235,8 @@ class Clocks:
 class Nemesis:
     """Applies faults to a live cluster and records them.
 
-    `cluster` is a raftq.local.LocalCluster; `prober` (chaos.workload.Prober)
+    `cluster` is a chaos.runner.ChaosCluster (a LocalCluster that can start a
+    node on a fake clock); `prober` (chaos.workload.Prober)
     measures failover by putting until a write is acknowledged; `admin` is a
     raftq Client for membership changes.
     """
@@ -317,6 +318,7 @@ class Nemesis:
     def heal(self) -> None:
         """Undo every fault: links, toxics, pauses, fake clocks, dead nodes."""
         self.net.heal()
+        self._check_processes()
         for node in self.cluster.ids:
             self.cluster.signal(node, signal.SIGCONT)
             if node in self.cluster.faked:
