@@ -19,14 +19,11 @@ from sortedcontainers import SortedDict, SortedList
 
 
 class Group:
-    __slots__ = ("name", "first_seq", "ready", "leases", "lease_deadlines", "delayed",
+    __slots__ = ("name", "ready", "leases", "lease_deadlines", "delayed",
                  "delayed_times", "deliveries", "parked")
 
-    def __init__(self, name: str, first_seq: int):
+    def __init__(self, name: str):
         self.name = name
-        # Messages with a lower seq were put before this group existed (start
-        # "latest") and are none of its business.
-        self.first_seq = first_seq
         self.ready = SortedList()
         self.leases = SortedDict()          # seq -> (token, deadline)
         self.lease_deadlines = SortedList()  # (deadline, seq)
@@ -100,7 +97,7 @@ class Group:
     # per field, like the messages'); the ordered indexes are rebuilt.
     def to_state(self) -> list:
         leases = self.leases.values()
-        return [self.name, self.first_seq, list(self.ready),
+        return [self.name, list(self.ready),
                 [list(self.leases), [t for t, _ in leases], [d for _, d in leases]],
                 [list(self.delayed), list(self.delayed.values())],
                 [list(self.deliveries), list(self.deliveries.values())],
@@ -108,8 +105,8 @@ class Group:
 
     @classmethod
     def from_state(cls, state: list) -> "Group":
-        name, first_seq, ready, (lease_seqs, tokens, deadlines), delayed, deliveries, parked = state
-        group = cls(name, first_seq)
+        name, ready, (lease_seqs, tokens, deadlines), delayed, deliveries, parked = state
+        group = cls(name)
         group.ready = SortedList(ready)
         group.leases = SortedDict(zip(lease_seqs, zip(tokens, deadlines)))
         group.lease_deadlines = SortedList(zip(deadlines, lease_seqs))

@@ -39,7 +39,7 @@ from .results import BAD_REQUEST, CONFLICT, INTERNAL, NOT_FOUND, STALE_RECEIPT, 
 from .validation import check_command, full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 3
+SNAPSHOT_VERSION = 4
 
 
 def encode_entry(commands: list) -> bytes:

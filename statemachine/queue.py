@@ -94,7 +94,7 @@ class Queue:
         self.dedup = {}                     # id -> (seq, put_at)
         self.dedup_order = deque()          # (put_at, id), oldest first: log time only grows
         self.expiries = SortedList()        # (expires_at, seq)
-        self.groups = {"default": Group("default", 1)}
+        self.groups = {"default": Group("default")}
         self.outbox = deque()               # (group, seq) parked for the dead-letter queue
 
     # ---- timers -------------------------------------------------------
@@ -128,9 +128,6 @@ class Queue:
         times = [t for t in times if t is not None]
         return min(times) if times else None
 
-    def has_parked(self) -> bool:
-        return any(g.parked for g in self.groups.values())
-
     # ---- put ------------------------------------------------------------
     def check_capacity(self, messages: list):
         """Refuse (without changing anything) a batch this queue cannot take whole."""
@@ -159,9 +156,14 @@ class Queue:
                         count, size = count - 1, size - old.size
                 batch_keys[key] = nbytes
         if self.config["overflow"] == "drop_oldest":
-            count, size = batch_count, batch_size   # older messages make room
-        if (limit_count is not None and count > limit_count) or (
-                limit_bytes is not None and size > limit_bytes):
+            over_count = limit_count is not None and batch_count > limit_count   # older messages make room
+            over_bytes = limit_bytes is not None and batch_size > limit_bytes
+        else:
+            # A batch that does not grow the queue (retried duplicates, a same-size
+            # replacement) is taken even when a PATCH left the queue over its limits.
+            over_count = limit_count is not None and count > limit_count and count > len(self.messages)
+            over_bytes = limit_bytes is not None and size > limit_bytes and size > self.bytes
+        if over_count or over_bytes:
             return error(QUEUE_FULL, f"queue {self.name!r} is full "
                          f"(max_length={limit_count}, max_bytes={limit_bytes})")
         return None
@@ -218,6 +220,9 @@ class Queue:
         return seq
 
     def drop_overflow(self) -> None:
+        """drop_oldest: evict from the head until the queue fits (reject never evicts)."""
+        if self.config["overflow"] != "drop_oldest":
+            return
         limit_count, limit_bytes = self.config["max_length"], self.config["max_bytes"]
         while self.messages and (
                 (limit_count is not None and len(self.messages) > limit_count)
@@ -341,10 +346,8 @@ class Queue:
     def add_group(self, name: str, start: str, clock: int):
         if name in self.groups:
             return {"created": False, **self.group_stats(self.groups[name])}
-        if start == "latest":
-            group = Group(name, self.next_seq)
-        else:
-            group = Group(name, 0)
+        group = Group(name)
+        if start == "earliest":
             ready = []
             for seq, msg in self.messages.items():
                 msg.pending += 1

@@ -196,7 +196,7 @@ class Model:
             if mid is not None:
                 q["dedup"].append((mid, seq, self.clock))
             results.append({"seq": seq, "duplicate": False, "replaced_seq": replaced})
-        if drop:
+        if drop and q["config"]["overflow"] == "drop_oldest":
             self.drop_overflow(q)
         return results
 
@@ -217,7 +217,13 @@ class Model:
         before = {m["seq"] for m in trial["messages"]}
         self.store(trial, messages, drop=False)
         if q["config"]["overflow"] == "reject":
-            return self.over(trial)
+            # only a batch that grows the queue past a limit is refused
+            cfg = q["config"]
+            size = lambda queue: sum(m["size"] for m in queue["messages"])  # noqa: E731
+            return ((cfg["max_length"] is not None and len(trial["messages"]) > cfg["max_length"]
+                     and len(trial["messages"]) > len(q["messages"]))
+                    or (cfg["max_bytes"] is not None and size(trial) > cfg["max_bytes"]
+                        and size(trial) > size(q)))
         new = {m["seq"] for m in trial["messages"]} - before
         self.drop_overflow(trial)
         return not new <= {m["seq"] for m in trial["messages"]}

@@ -627,6 +627,16 @@ def test_reject_counts_duplicates_and_replacements_as_taking_no_room(m):
     assert m.stored("q") == [1, 3]
 
 
+def test_a_retried_put_is_answered_even_when_a_patch_left_the_queue_over_its_limit(m):
+    m.ok("create_queue", queue="q", config={"max_length": 3})
+    m.put("q", msg(id="a"), msg(id="b"), msg(id="c"))
+    m.ok("patch_queue", queue="q", config={"max_length": 1})
+    retried = m.put_result("q", msg(id="b"))
+    assert retried == [{"seq": 2, "duplicate": True, "replaced_seq": None}]
+    m.fails("queue_full", "put", queue="q", messages=[msg(id="d")])
+    assert m.stored("q") == [1, 2, 3]
+
+
 def test_reject_counts_a_key_repeated_within_the_batch_once(m):
     m.ok("create_queue", queue="q", config={"max_length": 2})
     m.put("q", msg())
