@@ -518,6 +518,10 @@ class Consensus:
             "snapshot": dict(self._snapshot_info),
         }
 
+    def term(self) -> int:
+        """The current term, cheaply (status() builds the whole picture)."""
+        return self._node.raftCurrentTerm
+
     def leader_id(self) -> str | None:
         leader = self._node._SyncObj__raftLeader
         return None if leader is None else self._id_of(leader)
@@ -619,6 +623,14 @@ class Consensus:
         node = self._node
         role = (node._SyncObj__raftState, node._SyncObj__raftLeader, node.raftCurrentTerm)
         if role != self._last_role:
+            if self._last_role is not None and self._last_role[0] == _LEADER:
+                # Deposed (or re-elected in a new term): pysyncobj answers the
+                # old term's commands only once an entry at their index is
+                # applied, which may take until submit_timeout while callers
+                # (group commit's in-flight window) wait. Their outcome is
+                # unknown now; say so at once.
+                while tickets:
+                    tickets.popleft().resolve(None, "leader_changed")
             self._last_role = role
             if self._on_role_change is not None:
                 try:

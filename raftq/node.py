@@ -35,31 +35,33 @@ CHECKPOINTS_KEPT = 64
 class LogClock:
     """The leader's source of `now_ms`: log time, continued with a monotonic clock.
 
-    After an election the clock is *unsettled*: it stamps the last applied
-    log time, so time stands still, until a barrier entry of the new term has
-    been applied — only then is the applied log time known to be the
-    cluster's latest, and the clock continues from it.  The wall clock is
-    read once in a cluster's life: to start log time for a brand-new cluster
+    The clock is settled for one term at a time.  In a term it has not
+    settled for, it stamps the last applied log time (time stands still)
+    until the new leader's barrier entry is applied: only then is the applied
+    log time known to be the cluster's latest, and the clock continues from
+    it.  Keying on the term at every stamp means a node deposed and
+    re-elected in between never reuses an old base.  The wall clock is read
+    once in a cluster's life: to start log time for a brand-new cluster
     (nothing with a time was ever applied).
     """
 
     def __init__(self, machine: StateMachine):
         self._machine = machine
-        self._settled = False
+        self._term = None
         self._base = 0
         self._mono = 0.0
 
-    def unsettle(self) -> None:
-        self._settled = False
-
-    def settle(self) -> None:
+    def settle(self, term: int) -> None:
         applied = self._machine.clock
         self._base = applied if applied > 0 else int(time.time() * 1000)
         self._mono = time.monotonic()
-        self._settled = True
+        self._term = term
 
-    def now_ms(self) -> int:
-        if not self._settled:
+    def settled_for(self, term: int) -> bool:
+        return self._term == term
+
+    def now_ms(self, term: int) -> int:
+        if term != self._term:
             return self._machine.clock
         return max(self._machine.clock, self._base + int((time.monotonic() - self._mono) * 1000))
 
@@ -140,27 +142,12 @@ class Node:
     def _role_changed(self) -> None:
         leader = self.is_leader()
         if leader and not self._was_leader:
-            self.clock.unsettle()
             self.elections_seen += 1
-            log.info("became leader at term %s", self.consensus.status()["term"])
-            asyncio.create_task(self._settle_clock())
+            log.info("became leader at term %s", self.consensus.term())
         elif not leader and self._was_leader:
-            self.clock.unsettle()
             log.info("stepped down; leader is now %s", self.consensus.leader_id())
             self.committer.fail_pending("leader_changed")
         self._was_leader = leader
-
-    async def _settle_clock(self) -> None:
-        """A barrier of the new term: once applied, the applied log time is the latest."""
-        while self.is_leader():
-            try:
-                await self.submit({"op": "tick"})
-            except CommitError:
-                await asyncio.sleep(TICK_INTERVAL_S)
-                continue
-            if self.is_leader():
-                self.clock.settle()
-            return
 
     # ---- writes -------------------------------------------------------------------------
     def _submit_entry(self, entry: bytes, callback) -> None:
@@ -168,12 +155,8 @@ class Node:
 
     async def submit(self, command: dict) -> dict:
         """Apply one command through the log; its result, or CommitError."""
-        command["now_ms"] = self.clock.now_ms()
+        command["now_ms"] = self.clock.now_ms(self.consensus.term())
         return await self.committer.submit(command)
-
-    async def barrier(self) -> None:
-        """Returns once everything committed before the call is applied here."""
-        await self.submit({"op": "tick"})
 
     async def checkpoint(self) -> tuple[str, str]:
         token = uuid.uuid4().hex
@@ -184,17 +167,25 @@ class Node:
         return self._checkpoints.get(token)
 
     async def _tick_loop(self) -> None:
-        """While leading, fire due timers through the log so every replica sees them."""
+        """While leading: settle the log clock for the term, then fire due timers
+        through the log so that every replica sees them."""
         while True:
             await asyncio.sleep(TICK_INTERVAL_S)
             if not self.is_leader():
                 continue
-            due = self.machine.next_timer()
-            if due is not None and due <= self.clock.now_ms():
-                try:
+            term = self.consensus.term()
+            try:
+                if not self.clock.settled_for(term):
+                    # The barrier: once applied, the applied log time is the latest.
                     await self.submit({"op": "tick"})
-                except CommitError:
-                    pass   # lost leadership or quorum; the next leader ticks
+                    if self.is_leader() and self.consensus.term() == term:
+                        self.clock.settle(term)
+                    continue
+                due = self.machine.next_timer()
+                if due is not None and due <= self.clock.now_ms(term):
+                    await self.submit({"op": "tick"})
+            except CommitError:
+                pass   # lost leadership or quorum; the next leader ticks
 
     # ---- reads ----------------------------------------------------------------------------
     def read(self, query: str, *args):
