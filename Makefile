@@ -29,6 +29,11 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/statemachine_bench.py
+	$(BIN)/python bench/put_bench.py
+
+# A longer campaign than CI's: results (history, verdicts, timeline plot) in results/.
+chaos: $(STAMP)
+	$(BIN)/python -m chaos run --nodes 3 --minutes 10
 
 clean:
 	rm -rf $(VENV) .raftq
