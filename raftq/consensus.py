@@ -407,6 +407,7 @@ class Consensus:
         self._tickets: collections.deque[_Ticket] = collections.deque()
         self._tasks: collections.deque[Callable[[], None]] = collections.deque()
         self._closed = False
+        self._retired = False
         self._close_lock = threading.Lock()
         self._last_role: tuple | None = None
         self._snapshot_info = {"index": None, "bytes": None, "seconds": None, "count": 0}
@@ -569,6 +570,19 @@ class Consensus:
             self._run_on_tick(self._step_down)
         return False
 
+    def retire(self) -> None:
+        """Never stand for election again (a node shutting down): without
+        this, a node that just handed leadership over can win the next
+        election during its own shutdown and stall writes once more."""
+        self._retired = True
+        self._run_on_tick(self._hold_back)
+
+    def _hold_back(self) -> None:
+        node = self._node
+        node._SyncObj__raftElectionDeadline = monotonic() + 10 * self._election_timeout
+        if node._SyncObj__raftState == _LEADER:
+            self._step_down()
+
     def force_snapshot(self, timeout: float = 60.0) -> bool:
         """Compact the log now; True if a new snapshot was written."""
         done = threading.Event()
@@ -610,6 +624,8 @@ class Consensus:
     # -- tick thread -------------------------------------------------------
 
     def _on_tick(self) -> None:
+        if self._retired:
+            self._hold_back()
         for _ in range(len(self._tasks)):
             task = self._tasks.popleft()
             try:

@@ -107,6 +107,7 @@ class Node:
         if self.is_leader():
             moved = await asyncio.to_thread(self.consensus.transfer_leadership, 2.0)
             log.info("leadership %s before shutdown", "handed over" if moved else "given up")
+        self.consensus.retire()
         self.committer.fail_pending("shutting_down")
 
     async def close(self) -> None:
