@@ -92,9 +92,21 @@ async def failover_once(cluster: LocalCluster) -> float:
                 await asyncio.sleep(0.005)
         took = time.perf_counter() - killed_at
     cluster.start(leader)
-    cluster.wait_for_leader(30)
-    await asyncio.sleep(1.0)   # let the restarted node catch up before the next round
+    await asyncio.to_thread(caught_up, cluster, leader)
     return took
+
+
+def caught_up(cluster: LocalCluster, node_id: str, timeout: float = 120.0) -> None:
+    """Wait until a restarted node has replayed and caught up: until then the
+    cluster cannot elect without it, and the next round would time its replay."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        leader = cluster.wait_for_leader(30)
+        mine, theirs = cluster.ready_view(node_id), cluster.ready_view(leader) if leader else None
+        if mine and theirs and mine["ready"] and mine["applied_index"] >= theirs["commit_index"]:
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"{node_id} did not catch up within {timeout} s")
 
 
 async def run(args) -> dict:
