@@ -49,10 +49,7 @@ def setup_logging(node_id: str, level: str = "INFO") -> None:
 async def serve(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings: Settings,
                 tls: tuple[str, str] | None = None, auto_create: bool = True,
                 unsynced_test_mode: bool = False) -> None:
-    if cluster.secret is None:
-        log.warning("SECURITY: cluster.toml has no [cluster] secret: node-to-node traffic is neither "
-                    "authenticated nor encrypted, and anyone who reaches a Raft port can run code on "
-                    "this node (pysyncobj unpickles peer messages). Set a secret and firewall the Raft port.")
+    # Without a [cluster] secret the consensus module logs a loud security warning.
     node = Node(cluster, node_id, data_dir, auto_create=auto_create,
                 unsynced_test_mode=unsynced_test_mode)
     await node.start()
