@@ -1,6 +1,5 @@
 """raftq.journal.DurableJournal: what survives a reopen, a torn write, a kill -9."""
 
-import os
 import re
 import shutil
 import signal
