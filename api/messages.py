@@ -4,15 +4,21 @@ import time
 
 from aiohttp import web
 
-from statemachine.validation import MAX_RECEIVE, MAX_WAIT_MS, is_int
+from statemachine.queue import body_size
+from statemachine.validation import MAX_RECEIVE, MAX_WAIT_MS, is_int, is_plain
 
+from .buffering import buffer_put, with_ids
 from .codec import message_from_wire, read_body, respond
 from .errors import ApiError
-from .buffering import buffer_put, with_ids
 from .leader import NODE, SETTINGS, validate, read, route_to_leader, write
 from .routing import leader_only, queue_name, group_name
 
 DURABILITY = ("quorum", "all", "leader")
+
+
+def is_plain_or_bytes(body) -> bool:
+    """Sizes are taken only of bodies the state machine would take at all."""
+    return isinstance(body, bytes) or is_plain(body)
 
 
 def _messages(request: web.Request, raw) -> list:
@@ -25,9 +31,7 @@ def _messages(request: web.Request, raw) -> list:
     messages = [message_from_wire(m, i) for i, m in enumerate(raw)]
     limit = request.app[SETTINGS].max_message_bytes
     for index, message in enumerate(messages):
-        body = message.get("body")
-        size = len(body) if isinstance(body, (bytes, str)) else 0
-        if size > limit:
+        if "body" in message and is_plain_or_bytes(message["body"]) and body_size(message["body"]) > limit:
             raise ApiError("too_large", f"message {index} is larger than {limit} bytes")
     return messages
 

@@ -96,6 +96,8 @@ def test_huge_body_is_too_large(cluster3):
     assert reply.status == 413 and reply.body["error"] == "too_large"
     one_big = call("POST", f"{url}/v1/queues/big/messages", {"body": "y" * ((1 << 20) + 1)})
     assert one_big.status == 413 and one_big.body["error"] == "too_large"
+    big_json = call("POST", f"{url}/v1/queues/big/messages", {"body": {"k": ["z" * 1000] * 1100}})
+    assert big_json.status == 413 and big_json.body["error"] == "too_large"
     assert call("GET", f"{url}/v1/queues/big").status == 404
 
 
