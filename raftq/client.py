@@ -203,6 +203,40 @@ class _Failover:
         raise RaftqError(status, payload.get("error", "http_error"), payload.get("message", raw[:200]), payload)
 
 
+class _Attempts:
+    """One call's walk through redirects and failovers: what to do after each try.
+
+    Both clients ask it, so they follow the same rules; each returns the delay
+    before the next try, or None when there is no next try.
+    """
+
+    def __init__(self, route: _Failover, retry: bool):
+        self.route = route
+        self.retry = retry
+        self.deadline = time.monotonic() + route.retry_for
+        self.backoff = backoff_delays()
+        self.redirects = 0
+
+    def after_failure(self, refused: bool) -> float | None:
+        """No answer: None means give up (the caller re-raises)."""
+        # A refused connection never reached a node: safe to retry any call.
+        if not (self.retry or refused) or time.monotonic() > self.deadline:
+            return None
+        self.route.next_node()
+        return next(self.backoff)
+
+    def after_reply(self, status: int, location: str | None) -> float | None:
+        """An answer: None means it is the call's result."""
+        if status == 307 and self.redirects < MAX_REDIRECTS:
+            self.redirects += 1
+            self.route.follow(location)
+            return 0.0
+        if status in RETRYABLE_STATUS and self.retry and time.monotonic() < self.deadline:
+            self.route.next_node()
+            return next(self.backoff)
+        return None
+
+
 class Client(_Calls):
     """Blocking client over http.client, with keep-alive. One per thread."""
 
@@ -238,9 +272,7 @@ class Client(_Calls):
     def _call(self, method, path, body, *, retry, timeout=None, accept_status=()):
         route = self._route
         data = None if body is None else json.dumps(body).encode()
-        deadline = time.monotonic() + route.retry_for
-        backoff = backoff_delays()
-        redirects = 0
+        attempts = _Attempts(route, retry)
         while True:
             base = route.base
             try:
@@ -250,21 +282,15 @@ class Client(_Calls):
                 raw = reply.read()
             except (OSError, http.client.HTTPException) as exc:
                 self._conns.pop(base, None)
-                # A refused connection never reached a node: safe to retry any call.
-                if not (retry or isinstance(exc, ConnectionRefusedError)) or time.monotonic() > deadline:
+                delay = attempts.after_failure(isinstance(exc, ConnectionRefusedError))
+                if delay is None:
                     raise
-                route.next_node()
-                time.sleep(next(backoff))
+                time.sleep(delay)
                 continue
-            if reply.status == 307 and redirects < MAX_REDIRECTS:
-                redirects += 1
-                route.follow(reply.getheader("Location"))
-                continue
-            if reply.status in RETRYABLE_STATUS and retry and time.monotonic() < deadline:
-                route.next_node()
-                time.sleep(next(backoff))
-                continue
-            return route.decode(reply.status, raw, accept_status)
+            delay = attempts.after_reply(reply.status, reply.getheader("Location"))
+            if delay is None:
+                return route.decode(reply.status, raw, accept_status)
+            time.sleep(delay)
 
 
 class AsyncClient(_Calls):
@@ -293,9 +319,7 @@ class AsyncClient(_Calls):
                 connector=aiohttp.TCPConnector(ssl=ssl_context) if ssl_context else None)
         route = self._route
         data = None if body is None else json.dumps(body).encode()
-        deadline = time.monotonic() + route.retry_for
-        backoff = backoff_delays()
-        redirects = 0
+        attempts = _Attempts(route, retry)
         while True:
             try:
                 async with self._session.request(
@@ -304,18 +328,12 @@ class AsyncClient(_Calls):
                     raw = await reply.read()
                     status, location = reply.status, reply.headers.get("Location")
             except (aiohttp.ClientError, asyncio.TimeoutError, socket.gaierror) as exc:
-                refused = isinstance(exc, aiohttp.ClientConnectorError)
-                if not (retry or refused) or time.monotonic() > deadline:
+                delay = attempts.after_failure(isinstance(exc, aiohttp.ClientConnectorError))
+                if delay is None:
                     raise
-                route.next_node()
-                await asyncio.sleep(next(backoff))
+                await asyncio.sleep(delay)
                 continue
-            if status == 307 and redirects < MAX_REDIRECTS:
-                redirects += 1
-                route.follow(location)
-                continue
-            if status in RETRYABLE_STATUS and retry and time.monotonic() < deadline:
-                route.next_node()
-                await asyncio.sleep(next(backoff))
-                continue
-            return route.decode(status, raw, accept_status)
+            delay = attempts.after_reply(status, location)
+            if delay is None:
+                return route.decode(status, raw, accept_status)
+            await asyncio.sleep(delay)
