@@ -29,7 +29,7 @@ def measure(node, args) -> dict:
     def one(entry):
         done = threading.Event()
         out = []
-        node.submit(entry, lambda r, e: (out.append(e), done.set()))
+        node.submit(entry, lambda r, e: (out.append(e), done.set()), term=node.term())
         done.wait(30)
         return out[0] if out else "no-callback"
 
@@ -59,7 +59,7 @@ def measure(node, args) -> dict:
         sent = 0
         while time.perf_counter() < deadline:
             slots.acquire()
-            node.submit(payload, callback)
+            node.submit(payload, callback, term=node.term())
             sent += 1
         for _ in range(args.window):
             slots.acquire()

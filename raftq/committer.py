@@ -9,6 +9,10 @@ waiting for their commit.  A lone request therefore leaves at once, and
 under load requests pile up behind the in-flight entries and share the next
 one.  When the entry is applied, each request is answered from its own slot
 of the entry's result list.
+
+Commands are stamped with the leader's log time for one term (see
+``raftq.node.LogClock``), so an entry only ever packs commands stamped in the
+same term, and is submitted for that term.
 """
 
 import asyncio
@@ -38,7 +42,7 @@ def cbor_array_header(length: int) -> bytes:
 
 
 class GroupCommitter:
-    def __init__(self, submit_entry: Callable[[bytes, Callable], None], *,
+    def __init__(self, submit_entry: Callable[[bytes, int, Callable], None], *,
                  max_commands: int = 2_000, pack_bytes: int = 1 << 20,
                  max_entry_bytes: int = 17 << 20, max_in_flight: int = 4):
         self._submit_entry = submit_entry
@@ -50,20 +54,23 @@ class GroupCommitter:
         self.max_entry_bytes = max_entry_bytes
         self.max_in_flight = max_in_flight
         self._on_entry: Callable[[int, int], None] | None = None
-        self._pending: deque[tuple[bytes, asyncio.Future]] = deque()
+        self._pending: deque[tuple[bytes, int, asyncio.Future]] = deque()
         self._in_flight = 0
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def submit(self, command: dict) -> asyncio.Future:
-        """A future resolved with the command's result once its entry is applied here."""
+    def submit(self, command: dict, term: int) -> asyncio.Future:
+        """A future resolved with the command's result once its entry is applied here.
+
+        ``term`` is the term the command was stamped in.
+        """
         loop = self._loop = self._loop or asyncio.get_running_loop()
         encoded = cbor2.dumps(command)
         future = loop.create_future()
         if len(encoded) + 8 > self.max_entry_bytes:
             future.set_exception(CommitError("too_large"))
             return future
-        self._pending.append((encoded, future))
+        self._pending.append((encoded, term, future))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
@@ -80,16 +87,17 @@ class GroupCommitter:
     def _flush(self) -> None:
         self._flush_scheduled = False
         while self._pending and self._in_flight < self.max_in_flight:
-            items, futures, size = [], [], 0
+            items, futures, size, term = [], [], 0, None
             while self._pending and len(items) < self.max_commands:
-                encoded, future = self._pending[0]
-                if items and size + len(encoded) > self.pack_bytes:
+                encoded, stamped_in, future = self._pending[0]
+                if items and (size + len(encoded) > self.pack_bytes or stamped_in != term):
                     break
                 self._pending.popleft()
                 if future.cancelled():
                     # The caller gave up before the command reached the log, so
                     # it never will: nothing to answer, nothing applied.
                     continue
+                term = stamped_in
                 items.append(encoded)
                 futures.append(future)
                 size += len(encoded)
@@ -100,7 +108,7 @@ class GroupCommitter:
             if self._on_entry:
                 self._on_entry(len(items), len(entry))
             loop = self._loop
-            self._submit_entry(entry, lambda result, err, f=futures: loop.call_soon_threadsafe(
+            self._submit_entry(entry, term, lambda result, err, f=futures: loop.call_soon_threadsafe(
                 self._resolve, f, result, err))
 
     def _resolve(self, futures: list, results, err) -> None:
@@ -119,6 +127,6 @@ class GroupCommitter:
     def fail_pending(self, code: str) -> None:
         """Refuse what has not reached the log yet (lost leadership, shutdown)."""
         while self._pending:
-            _, future = self._pending.popleft()
+            _, _, future = self._pending.popleft()
             if not future.done():
                 future.set_exception(CommitError(code))

@@ -6,7 +6,7 @@ pysyncobj (pinned to 0.3.17, checked at import) runs the Raft protocol on its
 own *tick thread*: network I/O, elections, replication, commit, apply. raftq
 gives it one replicated method, ``_raftq_apply(entry: bytes)``, which hands the
 entry to the state machine's ``apply``. Everything above this module sees
-``Consensus``: ``submit(entry, callback)``, ``status()``, membership,
+``Consensus``: ``submit(entry, callback, term=...)``, ``status()``, membership,
 leadership transfer and snapshots, with raftq's own node ids; pysyncobj knows
 nodes only by their Raft addresses, so an id <-> address map lives here.
 
@@ -59,6 +59,9 @@ Gaps of pysyncobj 0.3.17 closed here (../shared/PYSYNCOBJ.md)
    pickled into the replicated log on membership changes, where one node's
    dial address would leak to the others.
 6. Commit callbacks drive ``bench/consensus_bench.py``.
+7. No forwarding. pysyncobj sends a command queued on a node that has lost
+   the lead to the new leader; raftq entries carry their proposer's log
+   time, valid for one term only, so ``_TermCheckedQueue`` refuses them.
 
 Also: fast failover timing, a low ``leaderFallbackTimeout`` and a quorum check
 before accepting a write (pysyncobj has no check-quorum), entries above
@@ -89,6 +92,7 @@ import pysyncobj.syncobj as _syncobj
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import FAIL_REASON
 from pysyncobj.dns_resolver import globalDnsResolver
+from pysyncobj.fast_queue import FastQueue
 from pysyncobj.journal import Journal
 from pysyncobj.monotonic import monotonic
 from pysyncobj.node import TCPNode
@@ -151,13 +155,18 @@ class Peer:
 
 
 class _Ticket:
-    """One caller's callback, resolved exactly once, on the tick thread."""
+    """One caller's callback, resolved exactly once, on the tick thread.
 
-    __slots__ = ("callback", "deadline", "done")
+    ``term`` is the term the caller prepared its entry for: the entry may enter
+    the log only while this node leads that term.
+    """
 
-    def __init__(self, callback, deadline: float):
+    __slots__ = ("callback", "deadline", "term", "done")
+
+    def __init__(self, callback, deadline: float, term: int):
         self.callback = callback
         self.deadline = deadline
+        self.term = term
         self.done = False
 
     def resolve(self, result, error: str | None) -> None:
@@ -174,6 +183,36 @@ class _Ticket:
             self.resolve(result, None)
         else:
             self.resolve(None, _ERRORS.get(fail_reason, "unknown_outcome"))
+
+
+class _TermCheckedQueue(FastQueue):
+    """pysyncobj's command queue, handing out only what may enter the log now.
+
+    pysyncobj takes a queued command off this queue on the tick thread and,
+    if the node has meanwhile lost the lead, sends it to the new leader
+    (``apply_command``), which appends it to its log. A raftq entry carries
+    its proposer's log time (``now_ms``), which is only right for the term it
+    was stamped in: forwarded, an old leader's clock would run the new term's
+    log time ahead of real time and expire leases early (found by the chaos
+    suite: a paused leader woke up and put its tick into the new leader's
+    log, 223 ms ahead). So a command is handed out only while this node leads
+    the term it was submitted for; any other is refused, definitely not
+    applied, and its caller retries with the current leader. The check runs
+    on the tick thread at the moment pysyncobj decides, so no role change can
+    slip in between.
+    """
+
+    def __init__(self, node: "_RaftNode", max_size: int):
+        super().__init__(max_size)
+        self._node = node
+
+    def get_nowait(self):
+        while True:
+            command, callback = super().get_nowait()
+            ticket = getattr(callback, "__self__", None)
+            if not isinstance(ticket, _Ticket) or self._node.leads(ticket.term):
+                return command, callback
+            ticket.resolve(None, "not_leader")
 
 
 class _DialingTransport(TCPTransport):
@@ -221,11 +260,15 @@ class _RaftNode(SyncObj):
         # pysyncobj stops ticking when the thread that built it exits; tie
         # the tick thread to the process instead (close() stops it).
         self._SyncObj__mainThread = threading.main_thread()
+        self._SyncObj__commandsQueue = _TermCheckedQueue(self, conf.commandsQueueSize)
         self.apply_func_id = self._methodToID[self._getFuncName("_raftq_apply")]
 
     @replicated
     def _raftq_apply(self, entry):
         return self._owner._apply_entry(entry)
+
+    def leads(self, term: int) -> bool:
+        return self._SyncObj__raftState == _LEADER and self._SyncObj__raftCurrentTerm == term
 
     # -- snapshots ---------------------------------------------------------
 
@@ -466,8 +509,9 @@ class Consensus:
 
     # -- public interface --------------------------------------------------
 
-    def submit(self, entry: bytes, callback: Callable[[object | None, str | None], None]) -> None:
-        ticket = self._ticket(callback)
+    def submit(self, entry: bytes, callback: Callable[[object | None, str | None], None], *, term: int) -> None:
+        """Propose ``entry``, prepared for ``term``: it enters the log only while this node leads that term."""
+        ticket = self._ticket(callback, term)
         if ticket is None:
             return
         if len(entry) > self._max_entry_bytes:
@@ -528,7 +572,7 @@ class Consensus:
         return None if leader is None else self._id_of(leader)
 
     def add_node(self, peer: Peer, callback) -> None:
-        ticket = self._ticket(callback)
+        ticket = self._ticket(callback, self.term())
         if ticket is None:
             return
         refusal = self._refusal()
@@ -541,7 +585,7 @@ class Consensus:
         self._node.addNodeToCluster(self._make_node(peer.raft_addr), callback=ticket.on_pysyncobj_result)
 
     def remove_node(self, node_id: str, callback) -> None:
-        ticket = self._ticket(callback)
+        ticket = self._ticket(callback, self.term())
         if ticket is None:
             return
         refusal = self._refusal()
@@ -743,8 +787,8 @@ class Consensus:
             return "no_quorum"
         return None
 
-    def _ticket(self, callback) -> _Ticket | None:
-        ticket = _Ticket(callback, time.monotonic() + self._submit_timeout)
+    def _ticket(self, callback, term: int) -> _Ticket | None:
+        ticket = _Ticket(callback, time.monotonic() + self._submit_timeout, term)
         with self._close_lock:
             if not self._closed:
                 self._tickets.append(ticket)

@@ -151,13 +151,14 @@ class Node:
         self._was_leader = leader
 
     # ---- writes -------------------------------------------------------------------------
-    def _submit_entry(self, entry: bytes, callback) -> None:
-        self.consensus.submit(entry, callback)
+    def _submit_entry(self, entry: bytes, term: int, callback) -> None:
+        self.consensus.submit(entry, callback, term=term)
 
     async def submit(self, command: dict) -> dict:
         """Apply one command through the log; its result, or CommitError."""
-        command["now_ms"] = self.clock.now_ms(self.consensus.term())
-        return await self.committer.submit(command)
+        term = self.consensus.term()
+        command["now_ms"] = self.clock.now_ms(term)
+        return await self.committer.submit(command, term)
 
     async def checkpoint(self) -> tuple[str, str]:
         token = uuid.uuid4().hex

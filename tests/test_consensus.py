@@ -137,8 +137,9 @@ def cluster(tmp_path):
         c.close()
 
 
-def submit_wait(node, entry, timeout=20.0):
-    """Submit and wait; returns the list of (result, error) callbacks seen."""
+def submit_wait(node, entry, timeout=20.0, term=None):
+    """Submit (for the node's current term unless told) and wait; returns the
+    list of (result, error) callbacks seen."""
     calls = []
     done = threading.Event()
 
@@ -146,7 +147,7 @@ def submit_wait(node, entry, timeout=20.0):
         calls.append((result, error))
         done.set()
 
-    node.submit(entry, callback)
+    node.submit(entry, callback, term=node.term() if term is None else term)
     assert done.wait(timeout), "no callback"
     return calls
 
@@ -165,7 +166,7 @@ def test_replicates_and_answers_every_submitter_once(cluster):
         return callback
 
     for entry in entries:
-        leader.submit(entry, callback_for(entry))
+        leader.submit(entry, callback_for(entry), term=leader.term())
     for _ in entries:
         assert done.acquire(timeout=20)
     c.converged()
@@ -195,6 +196,46 @@ def test_refusals_before_the_log(cluster):
     assert submit_wait(leader, b"x" * 1000)[0][1] is None
     c.converged()
     assert all(m.entries == [b"x" * 1000] for m in c.machines.values())
+
+
+def test_an_entry_prepared_for_another_term_never_enters_the_log(cluster):
+    c = cluster().start_all()
+    leader = c.leader()
+    assert submit_wait(leader, b"stale", term=leader.term() - 1) == [(None, "not_leader")]
+    assert submit_wait(leader, b"current")[0][1] is None
+    c.converged()
+    assert all(m.entries == [b"current"] for m in c.machines.values())
+
+
+def test_a_command_queued_before_losing_the_lead_is_not_forwarded_to_the_new_leader(cluster):
+    """pysyncobj hands a queued command to the new leader once this node has
+    lost the lead; raftq must refuse it, as its log time belongs to the old term."""
+    c = cluster().start_all()
+    old = c.leader()
+    old_term = old.term()
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_tick_thread():
+        holding.set()
+        release.wait(20)
+
+    old._run_on_tick(hold_tick_thread)
+    try:
+        assert holding.wait(5)
+        calls = []
+        old.submit(b"queued-while-leading", lambda result, error: calls.append(error), term=old_term)
+        others = [n for n in c.nodes.values() if n is not old]
+        wait_until(lambda: any(n.status()["role"] == "leader" and n.term() > old_term for n in others),
+                   what="another node to take the lead")
+    finally:
+        release.set()
+    new = c.leader()
+    assert new is not old
+    assert submit_wait(new, b"after")[0][1] is None
+    wait_until(lambda: calls, what="the queued command's answer")
+    c.converged()
+    assert calls in (["not_leader"], ["leader_changed"])
+    assert all(m.entries == [b"after"] for m in c.machines.values())
 
 
 def test_no_quorum_when_the_followers_are_gone(cluster):
@@ -228,7 +269,7 @@ def test_a_callback_that_raises_does_not_reapply_the_entry(cluster):
         raised.set()
         raise RuntimeError("caller bug")
 
-    leader.submit(b"once", bad_callback)
+    leader.submit(b"once", bad_callback, term=leader.term())
     assert raised.wait(20)
     assert submit_wait(leader, b"twice?")[0][1] is None
     c.converged()
