@@ -46,7 +46,7 @@ from chaos.toxiproxy import ToxiproxyServer, start_toxiproxy
 from chaos.workload import PROBE_QUEUE, Endpoints, Monitor, Prober, Workload, drain, verify
 from raftq.client import Client
 from raftq.config import Link
-from raftq.local import LocalCluster
+from raftq.local import LocalCluster, free_ports
 
 GROUPS = ["default", "audit"]
 WORK_QUEUES = ["chaos-0", "chaos-1"]
@@ -84,15 +84,20 @@ def wire_proxies(server: ToxiproxyServer, cluster: LocalCluster) -> tuple[Networ
     """One proxy per node pair on the Raft ports and one per node on HTTP; links in cluster.toml."""
     client = server.client()
     raft, http, links, client_urls = {}, {}, [], {}
-    for a, b in combinations(cluster.cfg.nodes, 2):
+    pairs = list(combinations(cluster.cfg.nodes, 2))
+    # A node's ports are free whenever it is down; a proxy listening on port 0
+    # could be given one of them and keep that node from ever starting again.
+    node_ports = {int(addr.rsplit(":", 1)[1]) for spec in cluster.cfg.nodes for addr in (spec.raft, spec.http)}
+    listen_ports = iter(free_ports(len(pairs) + len(cluster.cfg.nodes), avoid=node_ports))
+    for a, b in pairs:
         dialer, acceptor = (a, b) if a.raft > b.raft else (b, a)  # pysyncobj's rule
         name = f"raft-{dialer.id}-{acceptor.id}"
-        proxy = client.create(upstream=acceptor.raft, name=name, listen="127.0.0.1:0")
+        proxy = client.create(upstream=acceptor.raft, name=name, listen=f"127.0.0.1:{next(listen_ports)}")
         raft[frozenset((a.id, b.id))] = name
         links.append(Link(source=dialer.id, target=acceptor.id, dial=proxy.listen))
     for spec in cluster.cfg.nodes:
         name = f"http-{spec.id}"
-        proxy = client.create(upstream=spec.http, name=name, listen="127.0.0.1:0")
+        proxy = client.create(upstream=spec.http, name=name, listen=f"127.0.0.1:{next(listen_ports)}")
         http[spec.id] = name
         client_urls[spec.id] = f"http://{proxy.listen}"
     cluster.cfg = replace(cluster.cfg, links=tuple(links))

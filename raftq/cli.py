@@ -47,10 +47,14 @@ def cmd_node(args) -> int:
         return 2
     settings = Settings(auth_token=token, max_message_bytes=args.max_message_bytes,
                         scheme="https" if args.tls_cert else "http", tls_ca=args.tls_ca)
-    asyncio.run(serve(cfg, args.id, args.data_dir or f".raftq/{args.id}", settings=settings,
-                      tls=(args.tls_cert, args.tls_key) if args.tls_cert else None,
-                      auto_create=not args.no_auto_create,
-                      unsynced_test_mode=args.unsynced_test_mode))
+    try:
+        asyncio.run(serve(cfg, args.id, args.data_dir or f".raftq/{args.id}", settings=settings,
+                          tls=(args.tls_cert, args.tls_key) if args.tls_cert else None,
+                          auto_create=not args.no_auto_create,
+                          unsynced_test_mode=args.unsynced_test_mode))
+    except OSError as exc:
+        print(f"raftq node: cannot serve {args.id}: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -12,20 +12,31 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterable
 
 from . import config as cluster_config
 from .client import Client, RaftqError
 
 
-def free_ports(count: int) -> list[int]:
+def free_ports(count: int, *, avoid: Iterable[int] = ()) -> list[int]:
+    """`count` distinct ports free on 127.0.0.1 now, none of them in `avoid`.
+
+    A port handed out earlier is free again until its owner binds it, and the
+    kernel would give it to the next bind to port 0: pass such ports as `avoid`.
+    """
+    avoid = set(avoid)
     sockets, ports = [], []
-    for _ in range(count):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        sockets.append(s)
-        ports.append(s.getsockname()[1])
-    for s in sockets:
-        s.close()
+    try:
+        while len(ports) < count:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+            port = s.getsockname()[1]
+            if port not in avoid:
+                ports.append(port)
+    finally:
+        for s in sockets:
+            s.close()
     return ports
 
 

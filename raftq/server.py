@@ -53,28 +53,31 @@ async def serve(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings
     node = Node(cluster, node_id, data_dir, auto_create=auto_create,
                 unsynced_test_mode=unsynced_test_mode)
     await node.start()
-    app = make_app(node, settings)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    host, _, port = node.spec.http.rpartition(":")
-    ssl_context = None
-    if tls:
-        ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ssl_context.load_cert_chain(*tls)
-    site = web.TCPSite(runner, host, int(port), ssl_context=ssl_context, reuse_address=True)
-    await site.start()
-    log.info("node %s serving HTTP on %s, Raft on %s", node_id, node.spec.http, node.spec.raft)
+    runner = web.AppRunner(make_app(node, settings), access_log=None, handle_signals=False)
+    try:
+        await runner.setup()
+        host, _, port = node.spec.http.rpartition(":")
+        ssl_context = None
+        if tls:
+            ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ssl_context.load_cert_chain(*tls)
+        site = web.TCPSite(runner, host, int(port), ssl_context=ssl_context, reuse_address=True)
+        await site.start()
+        log.info("node %s serving HTTP on %s, Raft on %s", node_id, node.spec.http, node.spec.raft)
 
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
-    await stopping.wait()
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopping.set)
+        await stopping.wait()
 
-    started = time.monotonic()
-    log.info("shutting down")
-    await node.hand_over()            # clients are redirected to the next leader at once
-    await runner.shutdown()           # stop accepting; in-flight requests finish or fail cleanly
-    await runner.cleanup()
-    await node.close()                # journal flushed and closed
+        started = time.monotonic()
+        log.info("shutting down")
+        await node.hand_over()            # clients are redirected to the next leader at once
+        await runner.shutdown()           # stop accepting; in-flight requests finish or fail cleanly
+    finally:
+        # also when the HTTP port cannot be bound: a node nobody can reach
+        # must not go on voting and leading
+        await runner.cleanup()
+        await node.close()                # journal flushed and closed
     log.info("stopped in %.2fs", time.monotonic() - started)

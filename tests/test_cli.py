@@ -3,13 +3,14 @@
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
-from raftq.local import free_ports
+from raftq.local import LocalCluster, free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -70,6 +71,22 @@ def test_unreachable_node_is_a_clear_error():
     port, = free_ports(1)
     done = raftq("queues", url=f"http://127.0.0.1:{port}", check=False)
     assert done.returncode == 1 and "cannot reach" in done.stderr
+
+
+def test_a_node_whose_http_port_is_taken_exits_with_a_clear_error(tmp_path):
+    cluster = LocalCluster.create(tmp_path / "c", 1)
+    host, port = cluster.cfg.node("n1").http.rsplit(":", 1)
+    squatter = socket.socket()
+    try:
+        squatter.bind((host, int(port)))
+        squatter.listen()
+        done = raftq("node", "--config", str(cluster.config_path), "--id", "n1",
+                     "--data-dir", str(tmp_path / "n1"), check=False)
+    finally:
+        squatter.close()
+    assert done.returncode == 1
+    assert "raftq node: cannot serve n1" in done.stderr and "in use" in done.stderr
+    assert "Unclosed" not in done.stderr
 
 
 def test_up_starts_demo_and_stops_cleanly_keeping_data(tmp_path):
