@@ -94,7 +94,7 @@ class Cluster:
         others = peers if peers is not None else [p for p in self.peers if p.id != node_id]
         node = Consensus(self_peer=me, peers=others, data_dir=self.root / node_id,
                          apply=machine.apply, snapshot=machine.snapshot, restore=machine.restore,
-                         secret=SECRET, **{**self.knobs, **knobs})
+                         **{"secret": SECRET, **self.knobs, **knobs})
         self.nodes[node_id] = node
         self.machines[node_id] = machine
         return node
@@ -236,6 +236,21 @@ def test_a_command_queued_before_losing_the_lead_is_not_forwarded_to_the_new_lea
     c.converged()
     assert calls in (["not_leader"], ["leader_changed"])
     assert all(m.entries == [b"after"] for m in c.machines.values())
+
+
+def test_a_node_with_another_secret_takes_no_part(cluster):
+    c = cluster()
+    ids = [p.id for p in c.peers]
+    for node_id in ids[:2]:
+        c.start(node_id)
+    c.start(ids[2], secret="not-the-cluster-secret")
+    leader = c.leader()
+    assert leader.status()["self_id"] in ids[:2]
+    assert submit_wait(leader, b"sealed")[0][1] is None
+    c.converged(ids[:2])
+    time.sleep(0.5)
+    assert c.machines[ids[2]].entries == []
+    assert c.nodes[ids[2]].leader_id() is None
 
 
 def test_no_quorum_when_the_followers_are_gone(cluster):
