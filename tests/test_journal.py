@@ -1,5 +1,8 @@
 """raftq.journal.DurableJournal: what survives a reopen, a torn write, a kill -9."""
 
+import errno
+import logging
+import os
 import re
 import shutil
 import signal
@@ -10,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from raftq.journal import SEGMENT_HEADER, DurableJournal, encode_record
+from raftq.journal import PREALLOCATE_BYTES, SEGMENT_HEADER, DurableJournal, encode_record
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,6 +71,72 @@ def test_garbage_tail_is_truncated(tmp_path):
         f.write(b"\0" * 4096)          # a file extended but never written
     assert [e[1] for e in contents(DurableJournal(tmp_path))] == [1, 2, 3, 4]
     assert seg.stat().st_size == good
+
+
+def records_bytes(journal):
+    return SEGMENT_HEADER.size + sum(len(encode_record(*e)) for e in contents(journal))
+
+
+def crash(journal):
+    """Stop using a journal the way kill -9 would (no sync of its own, no trim)."""
+    os.close(journal._fd)
+    journal._fd = None
+
+
+def test_the_live_segment_is_preallocated_and_trimmed_when_closed(tmp_path):
+    j = DurableJournal(tmp_path)
+    fill(j, 1, 10)
+    seg = segments(tmp_path)[-1]
+    assert seg.stat().st_size == PREALLOCATE_BYTES + SEGMENT_HEADER.size
+    j._destroy()
+    assert seg.stat().st_size == records_bytes(DurableJournal(tmp_path))
+
+
+def test_after_a_crash_the_unused_preallocation_is_not_damage(tmp_path, caplog):
+    j = DurableJournal(tmp_path)
+    fill(j, 1, 10)
+    crash(j)
+    with caplog.at_level(logging.WARNING, logger="raftq.journal"):
+        j = DurableJournal(tmp_path)
+    assert [e[1] for e in contents(j)] == list(range(1, 11))
+    assert not caplog.records
+    fill(j, 11, 3)                     # appends go right after the last record, into fresh space
+    crash(j)
+    assert [e[1] for e in contents(DurableJournal(tmp_path))] == list(range(1, 14))
+
+
+def test_zeros_after_a_rolled_segment_keep_the_segments_after_it(tmp_path, caplog):
+    j = DurableJournal(tmp_path, segment_bytes=300)
+    fill(j, 1, 40)
+    j._destroy()
+    first = segments(tmp_path)[0]
+    with open(first, "ab") as f:
+        f.write(b"\0" * 1000)
+    with caplog.at_level(logging.WARNING, logger="raftq.journal"):
+        j = DurableJournal(tmp_path, segment_bytes=300)
+    assert [e[1] for e in contents(j)] == list(range(1, 41))
+    assert not caplog.records
+
+
+def test_without_fallocate_the_journal_writes_as_it_goes(tmp_path, monkeypatch):
+    def unsupported(fd, offset, length):
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+    monkeypatch.setattr(os, "posix_fallocate", unsupported)
+    j = DurableJournal(tmp_path, segment_bytes=300)
+    fill(j, 1, 30)
+    assert segments(tmp_path)[-1].stat().st_size < 300 + 100
+    crash(j)
+    assert [e[1] for e in contents(DurableJournal(tmp_path))] == list(range(1, 31))
+
+
+def test_a_truncation_inside_the_preallocation_then_appends(tmp_path):
+    j = DurableJournal(tmp_path)
+    fill(j, 1, 20)
+    j.deleteEntriesFrom(8)
+    fill(j, 9, 4, term=2)
+    crash(j)
+    reopened = contents(DurableJournal(tmp_path))
+    assert [(e[1], e[2]) for e in reopened] == [(i, 1) for i in range(1, 9)] + [(i, 2) for i in range(9, 13)]
 
 
 def test_flipped_bit_truncates_from_the_damaged_record(tmp_path):
