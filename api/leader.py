@@ -76,8 +76,8 @@ async def write(request: web.Request, command: dict) -> dict:
     validate(command)
     node = request.app[NODE]
     try:
-        result = await asyncio.wait_for(node.submit(command),
-                                        request.app[SETTINGS].write_timeout_s)
+        async with asyncio.timeout(request.app[SETTINGS].write_timeout_s):
+            result = await node.submit(command)
     except CommitError as exc:
         if exc.code == "too_large":
             raise ApiError("too_large", "the request does not fit in one log entry") from None

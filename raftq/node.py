@@ -123,7 +123,9 @@ class Node:
                 self._checkpoints[result["checkpoint"]] = result["digest"]
                 while len(self._checkpoints) > CHECKPOINTS_KEPT:
                     del self._checkpoints[next(iter(self._checkpoints))]
-        if self._loop is not None and not self._wake_scheduled:
+        # Only for long polls: most applies have nobody to wake. A waiter
+        # registers before it checks has_ready, so none is missed.
+        if self._loop is not None and self._waiters and not self._wake_scheduled:
             self._wake_scheduled = True
             self._loop.call_soon_threadsafe(self._wake_waiters)
         return results
@@ -197,12 +199,13 @@ class Node:
     # ---- long poll ---------------------------------------------------------------------------
     async def wait_ready(self, queue: str, group: str, timeout: float) -> None:
         """Returns when the group may have a ready message, or after `timeout`."""
-        if self.read("has_ready", queue, group):
-            return
         future = self._loop.create_future()
+        # Registered before looking: an apply that makes the group ready after
+        # the look below then finds a waiter and wakes it (_apply_entry).
         self._waiters.setdefault((queue, group), []).append(future)
         try:
-            await asyncio.wait_for(future, timeout)
+            if not self.read("has_ready", queue, group):
+                await asyncio.wait_for(future, timeout)
         except asyncio.TimeoutError:
             pass
         finally:
