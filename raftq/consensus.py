@@ -67,12 +67,12 @@ Also: node-to-node messages sealed with AES-GCM (``raftq.sealer``) instead of
 pysyncobj's Fernet, at a fraction of its cost per message; followers told the
 commit index with the next append or heartbeat rather than by an extra round
 after every apply; fast failover timing, a low ``leaderFallbackTimeout`` and a
-quorum check before accepting a write (pysyncobj has no check-quorum), entries above
-``max_entry_bytes`` refused before they reach pysyncobj (its chunked path for
-big entries is broken), the Raft port bound to the configured host rather than
-0.0.0.0, and a loud warning when no cluster secret is set (node-to-node
-messages are unpickled: without the secret anyone reaching the port can run
-code).
+quorum check before accepting a write (pysyncobj has no check-quorum), entries
+above ``max_entry_bytes`` refused before they reach pysyncobj (its chunked
+path for big entries is broken), the Raft port bound to the configured host
+rather than 0.0.0.0, and a loud warning when no cluster secret is set
+(node-to-node messages are unpickled: without the secret anyone reaching the port
+can run code).
 """
 
 from __future__ import annotations
