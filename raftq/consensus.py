@@ -464,6 +464,12 @@ class Consensus:
         self._submit_timeout = submit_timeout
         self._max_entry_bytes = max_entry_bytes
         self._election_timeout = election_timeout[1]
+        # How recently a leader must have heard from a majority to act as
+        # leader (writes, leader reads, readiness). A follower cut off from us
+        # may start an election raftMinTimeout after our last heartbeat, and
+        # the others vote at once (no PreVote), so from then on a new leader
+        # may exist: an isolated leader stops answering before that.
+        self._leader_lease = election_timeout[0]
         self._fsync_policy = ("unsynced-test-mode" if unsynced_test_mode
                               else "fsync-per-append" if fsync else "no-fsync")
 
@@ -799,7 +805,7 @@ class Consensus:
         state = node._SyncObj__raftState
         if state == _LEADER:
             others = list(node._SyncObj__otherNodes)
-            recent = sum(1 for n in others if now - self._last_heard.get(n.id, 0.0) < self._election_timeout)
+            recent = sum(1 for n in others if now - self._last_heard.get(n.id, 0.0) < self._leader_lease)
             return recent + 1 > (len(others) + 1) / 2
         if state == _FOLLOWER and node._SyncObj__raftLeader is not None:
             return now - self._leader_contact < self._election_timeout
