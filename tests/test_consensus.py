@@ -22,9 +22,12 @@ from pathlib import Path
 import cbor2
 import pytest
 from pysyncobj import SyncObj, SyncObjConf
+from pysyncobj.poller import createPoller
+from pysyncobj.tcp_connection import CONNECTION_STATE
 
-from raftq.consensus import Consensus, Peer
+from raftq.consensus import FRAME, Consensus, Peer, _Connection
 from raftq.journal import DurableJournal
+from raftq.sealer import Sealer
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "test-cluster-secret"
@@ -291,28 +294,78 @@ def test_a_callback_that_raises_does_not_reapply_the_entry(cluster):
     assert all(m.entries == [b"once", b"twice?"] for m in c.machines.values())
 
 
+# -- the wire ---------------------------------------------------------------------------
+
+def test_the_wire_refuses_backward_timestamps_and_foreign_frames():
+    poller = createPoller("auto")
+    ours, theirs = socket.socketpair()
+    peer = Sealer(SECRET)
+
+    def frame(message, stamp, sealer=peer):
+        data = sealer.encrypt_at_time(pickle.dumps(message), stamp)
+        return FRAME.pack(len(data)) + data
+
+    def connection():
+        ours.setblocking(False)      # as pysyncobj's server hands sockets over
+        conn = _Connection(poller=poller, socket=ours)
+        conn.encryptor = Sealer(SECRET)
+        conn.setOnMessageReceivedCallback(received.append)
+        return conn
+
+    def pump():
+        for _ in range(20):
+            poller.poll(0.01)
+
+    try:
+        received = []
+        conn = connection()
+        theirs.sendall(frame("first", 100) + frame("same second", 100))
+        pump()
+        assert received == ["first", "same second"]
+        theirs.sendall(frame("from the past", 99))
+        pump()
+        assert received == ["first", "same second"] and conn.state == CONNECTION_STATE.DISCONNECTED
+
+        ours, theirs = socket.socketpair()
+        received = []
+        conn = connection()
+        theirs.sendall(frame("forged", 100, sealer=Sealer("not-the-cluster-secret")))
+        pump()
+        assert received == [] and conn.state == CONNECTION_STATE.DISCONNECTED
+    finally:
+        ours.close()
+        theirs.close()
+
+
 # -- the follower fix, driven over the wire by a test acting as the leader ------------
 
 class FakeLeader:
-    """Speaks pysyncobj 0.3.17's unencrypted wire format to one follower."""
+    """Speaks the Raft wire format, unencrypted, to one follower: raftq's
+    (pysyncobj's messages framed by raftq.consensus.FRAME), or with
+    ``pysyncobj_framing`` plain pysyncobj 0.3.17's (native int length, zlib)."""
 
-    def __init__(self, own_addr, follower_addr):
+    def __init__(self, own_addr, follower_addr, *, pysyncobj_framing=False):
         host, port = follower_addr.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=20)
         self.buf = b""
+        self.pysyncobj_framing = pysyncobj_framing
+        self.frame = struct.Struct("i") if pysyncobj_framing else FRAME
         self.send(own_addr)          # the connecting side announces its address
 
     def send(self, message):
-        data = zlib.compress(pickle.dumps(message, 2), 3)
-        self.sock.sendall(struct.pack("i", len(data)) + data)
+        data = pickle.dumps(message, 2)
+        if self.pysyncobj_framing:
+            data = zlib.compress(data, 3)
+        self.sock.sendall(self.frame.pack(len(data)) + data)
 
     def recv(self):
+        size = self.frame.size
         while True:
-            if len(self.buf) >= 4:
-                (n,) = struct.unpack("i", self.buf[:4])
-                if len(self.buf) >= 4 + n:
-                    data, self.buf = self.buf[4:4 + n], self.buf[4 + n:]
-                    return pickle.loads(zlib.decompress(data))
+            if len(self.buf) >= size:
+                (n,) = self.frame.unpack_from(self.buf)
+                if len(self.buf) >= size + n:
+                    data, self.buf = self.buf[size:size + n], self.buf[size + n:]
+                    return pickle.loads(zlib.decompress(data) if self.pysyncobj_framing else data)
             chunk = self.sock.recv(65536)
             assert chunk, "follower closed the connection"
             self.buf += chunk
@@ -396,7 +449,7 @@ def test_unpatched_pysyncobj_drops_acknowledged_entries(tmp_path):
     plain = SyncObj(f_addr, [l_addr], conf)
     leader = None
     try:
-        leader = FakeLeader(l_addr, f_addr)
+        leader = FakeLeader(l_addr, f_addr, pysyncobj_framing=True)
         noop = b"\x01"
         leader.append(1, (1, 0), [(noop, i, 1) for i in range(2, 7)], commit=1)
         assert plain.getStatus()["log_len"] == 6
