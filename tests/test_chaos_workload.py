@@ -1,0 +1,50 @@
+"""chaos.workload: how a client operation's outcome is classified."""
+
+import socket
+import threading
+
+from chaos.history import History, ops
+from chaos.workload import Caller, Endpoints, attempt, receive_result
+
+
+def serve_once(reply: bytes) -> tuple[str, threading.Thread, socket.socket]:
+    """A server on 127.0.0.1 that reads one request, sends `reply` and closes."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def run():
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(reply)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return f"http://127.0.0.1:{server.getsockname()[1]}", thread, server
+
+
+def classify(reply: bytes) -> tuple[str, object, list]:
+    url, thread, server = serve_once(reply)
+    history = History()
+    caller = Caller(Endpoints({"n1": url}, {"n1": url}))
+    try:
+        outcome, value = attempt(history, caller, "c1", "receive", {"queue": "q"}, "n1", "POST",
+                                 "/v1/queues/q/receive", {"max": 1}, timeout=5, result=receive_result)
+    finally:
+        caller.close()
+        thread.join(5)
+        server.close()
+    return outcome, value, ops(history.events)
+
+
+def test_a_reply_cut_inside_its_headers_is_an_unknown_outcome():
+    outcome, value, [op] = classify(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+    assert outcome == "info" and "IncompleteRead" in value["exception"]
+    assert op.type == "info"
+
+
+def test_a_whole_reply_is_ok():
+    body = b'{"messages": [{"seq": 1, "receipt": "r", "deliveries": 1, "put_at_ms": 5, "body": {"id": "p1-1"}}]}'
+    outcome, value, [op] = classify(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                    b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    assert outcome == "ok" and op.ok
+    assert value["messages"][0]["seq"] == 1
