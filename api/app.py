@@ -1,7 +1,7 @@
 """The aiohttp application: routes, auth, the error contract, metrics.
 
 Handlers are thin: parse and validate, build a command, submit it through the
-node, render the result.  Every failure leaves as {"error", "message"} with
+node, render the result.  The routes and the role each needs are routes.ROUTES.  Every failure leaves as {"error", "message"} with
 its status (errors.py), including aiohttp's own (unknown route, body too
 large) and bugs (500, logged).
 """
@@ -10,32 +10,55 @@ import asyncio
 import hmac
 import logging
 import ssl
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
 from aiohttp import ClientSession, TCPConnector, web
 
 from raftq.buffer import PutBuffer
+from raftq.config import Tokens
 
-from . import buffering, cluster, messages, queues
+from . import buffering, openapi
 from .codec import respond
 from .errors import ApiError
 from .leader import HTTP, NODE, SETTINGS
 from .metrics import Metrics
+from .routes import ACCEPTED, DATA, ROUTES
 
 log = logging.getLogger("raftq.api")
 
-MAX_REQUEST_BYTES = 16 << 20
 AIOHTTP_ERRORS = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
 
 @dataclass(frozen=True)
 class Settings:
-    auth_token: str | None = None
+    tokens: Tokens = field(default_factory=Tokens)
     max_message_bytes: int = 1 << 20
     write_timeout_s: float = 10.0
     scheme: str = "http"
     tls_ca: str | None = None
     buffer_max_bytes: int = 256 << 20
+    limits: "Limits" = None
+
+    def __post_init__(self):
+        if self.limits is None:
+            object.__setattr__(self, "limits", Limits())
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The node's caps (docs/security.md); each is a `raftq node` option."""
+    max_request_bytes: int = 4 << 20       # a put of a full log entry, base64 included, fits
+    max_long_polls: int = 1000             # receives waiting at once on this node
+    max_connections: int = 2000            # HTTP connections open at once on this node
+    header_timeout_s: float = 10.0         # to send a request's line and headers
+    idle_timeout_s: float = 75.0           # a keep-alive connection with no request
+    max_queues: int = 10_000
+    max_groups_per_queue: int = 100
+    max_dedup_bytes: int = 16 << 20        # per queue: ids kept for deduplication after ack
+    max_dedup_window_ms: int = 86_400_000  # one day
+
+    def as_dict(self) -> dict:
+        return asdict(self)
 
 
 def _error_middleware():
@@ -57,15 +80,32 @@ def _error_middleware():
     return errors
 
 
-def _auth_middleware(token: str):
-    expected = f"Bearer {token}".encode()
+def _auth_middleware(tokens: Tokens):
+    roles = {(r.method, r.path): r.role for r in ROUTES}
+    expected = {role: f"Bearer {getattr(tokens, role)}".encode()
+                for role in ("admin", "data", "metrics") if getattr(tokens, role)}
+
+    def holder(given: bytes) -> str | None:
+        found = None
+        for role, token in expected.items():   # every comparison runs: no timing hint
+            if hmac.compare_digest(given, token):
+                found = role
+        return found
 
     @web.middleware
     async def auth(request: web.Request, handler):
-        if request.path != "/health/live":
-            given = request.headers.get("Authorization", "").encode()
-            if not hmac.compare_digest(given, expected):
+        resource = request.match_info.route.resource
+        method = "GET" if request.method == "HEAD" else request.method
+        # an unknown route is answered 404 only to a caller with a token
+        need = roles.get((method, resource.canonical), DATA) if resource is not None else DATA
+        if need is not None:
+            # surrogateescape: aiohttp decodes non-UTF-8 header bytes that way
+            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+            role = holder(given)
+            if role is None:
                 raise ApiError("unauthorized", "a valid 'Authorization: Bearer <token>' header is required")
+            if role not in ACCEPTED[need]:
+                raise ApiError("forbidden", f"this route needs the {need} role; the token is {role}'s")
         return await handler(request)
     return auth
 
@@ -74,9 +114,9 @@ def make_app(node, settings: Settings) -> web.Application:
     metrics = Metrics(node)
     node.committer_observer(metrics.observe_entry)
     middlewares = [metrics.middleware(), _error_middleware()]
-    if settings.auth_token:
-        middlewares.append(_auth_middleware(settings.auth_token))
-    app = web.Application(middlewares=middlewares, client_max_size=MAX_REQUEST_BYTES)
+    if settings.tokens.any():
+        middlewares.append(_auth_middleware(settings.tokens))
+    app = web.Application(middlewares=middlewares, client_max_size=settings.limits.max_request_bytes)
     app[NODE] = node
     app[SETTINGS] = settings
 
@@ -94,32 +134,11 @@ def make_app(node, settings: Settings) -> web.Application:
         app[buffering.BUFFER].close()
     app.cleanup_ctx.append(background)
 
-    q = "/v1/queues/{queue}"
-    app.router.add_routes([
-        web.get("/health/live", cluster.live),
-        web.get("/health/ready", cluster.ready),
-        web.get("/metrics", metrics.handler),
-        web.get("/v1/cluster", cluster.show),
-        web.post("/v1/cluster/nodes", cluster.add_node),
-        web.delete("/v1/cluster/nodes/{node}", cluster.remove_node),
-        web.post("/v1/cluster/verify", cluster.verify),
-        web.get("/v1/cluster/checkpoints/{token}", cluster.checkpoint),
-        web.get("/v1/queues", queues.list_all),
-        web.put(q, queues.create),
-        web.patch(q, queues.patch),
-        web.get(q, queues.show),
-        web.delete(q, queues.delete),
-        web.post(q + "/messages", messages.put),
-        web.get(q + "/messages", messages.browse),
-        web.post(q + "/receive", messages.receive),
-        web.post(q + "/ack", messages.ack),
-        web.post(q + "/nack", messages.nack),
-        web.post(q + "/extend", messages.extend),
-        web.get(q + "/groups", queues.list_groups),
-        web.put(q + "/groups/{group}", queues.add_group),
-        web.get(q + "/groups/{group}", queues.show_group),
-        web.delete(q + "/groups/{group}", queues.delete_group),
-        web.post(q + "/groups/{group}/commit", messages.commit),
-        web.post("/v1/tx", messages.transaction),
-    ])
+    document = openapi.document(ROUTES, limits=settings.limits.as_dict())
+
+    async def serve_document(request: web.Request) -> web.Response:
+        return web.json_response(document)
+
+    special = {"/v1/openapi.json": serve_document, "/metrics": metrics.handler}
+    app.router.add_routes([web.route(r.method, r.path, r.handler or special[r.path]) for r in ROUTES])
     return app

@@ -57,7 +57,8 @@ async def _forward(app: web.Application, queue: str, messages: list) -> bool:
             return False
         return True
     url = f"{app[SETTINGS].scheme}://{node.http_addr(status['leader_id'])}/v1/queues/{queue}/messages"
-    headers = {"Authorization": f"Bearer {app[SETTINGS].auth_token}"} if app[SETTINGS].auth_token else {}
+    token = app[SETTINGS].tokens.admin
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         async with app[HTTP].post(url, json={"messages": [_wire(m) for m in messages]}, headers=headers,
                                   allow_redirects=False, timeout=ClientTimeout(total=15)) as reply:

@@ -31,7 +31,7 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
-async def put_load(urls, queue: str, producers: int, batch: int, seconds: float) -> tuple[float, list[float]]:
+async def put_load(urls, token: str, queue: str, producers: int, batch: int, seconds: float) -> tuple[float, list[float]]:
     """Messages/s acknowledged and per-request latencies (s)."""
     latencies: list[float] = []
     count = 0
@@ -45,7 +45,7 @@ async def put_load(urls, queue: str, producers: int, batch: int, seconds: float)
             latencies.append(time.perf_counter() - started)
             count += batch
 
-    clients = [AsyncClient(urls) for _ in range(producers)]
+    clients = [AsyncClient(urls, token=token) for _ in range(producers)]
     started = time.perf_counter()
     await asyncio.gather(*(producer(c) for c in clients))
     elapsed = time.perf_counter() - started
@@ -54,7 +54,7 @@ async def put_load(urls, queue: str, producers: int, batch: int, seconds: float)
     return count / elapsed, latencies
 
 
-async def receive_ack_load(urls, queue: str, consumers: int, seconds: float) -> float:
+async def receive_ack_load(urls, token: str, queue: str, consumers: int, seconds: float) -> float:
     count = 0
     stop_at = time.perf_counter() + seconds
 
@@ -67,7 +67,7 @@ async def receive_ack_load(urls, queue: str, consumers: int, seconds: float) -> 
             await client.ack(queue, [m["receipt"] for m in got])
             count += len(got)
 
-    clients = [AsyncClient(urls) for _ in range(consumers)]
+    clients = [AsyncClient(urls, token=token) for _ in range(consumers)]
     started = time.perf_counter()
     await asyncio.gather(*(consumer(c) for c in clients))
     elapsed = time.perf_counter() - started
@@ -80,7 +80,7 @@ async def failover_once(cluster: LocalCluster) -> float:
     """kill -9 of the leader → the next acknowledged put, in seconds."""
     leader = cluster.wait_for_leader(30)
     others = [cluster.url(n) for n in cluster.ids if n != leader]
-    async with AsyncClient(others, retry_for=60, timeout=2) as client:
+    async with AsyncClient(others, retry_for=60, timeout=2, token=cluster.token) as client:
         await client.put("failover", "warm-up")
         killed_at = time.perf_counter()
         cluster.kill(leader)
@@ -119,10 +119,10 @@ async def run(args) -> dict:
                 raise SystemExit("no leader")
             urls = cluster.urls
 
-            await put_load(urls, "warmup", 4, 10, 1.0)
+            await put_load(urls, cluster.token, "warmup", 4, 10, 1.0)
             for producers, batch, key in ((1, 1, "put_single_1p"), (16, 1, "put_single_16p"),
                                           (1, 100, "put_batch_1p"), (16, 100, "put_batch_16p")):
-                rate, lat = await put_load(urls, f"bench-{key}", producers, batch, args.seconds)
+                rate, lat = await put_load(urls, cluster.token, f"bench-{key}", producers, batch, args.seconds)
                 figures[f"{key}_msgs_per_s"] = round(rate)
                 figures[f"{key}_p50_ms"] = round(percentile(lat, 50) * 1000, 3)
                 figures[f"{key}_p99_ms"] = round(percentile(lat, 99) * 1000, 3)
@@ -133,7 +133,7 @@ async def run(args) -> dict:
             figures["put_batch_msgs_per_s"] = max(figures["put_batch_1p_msgs_per_s"],
                                                   figures["put_batch_16p_msgs_per_s"])
 
-            rate = await receive_ack_load(urls, "bench-put_batch_16p", 8, args.seconds)
+            rate = await receive_ack_load(urls, cluster.token, "bench-put_batch_16p", 8, args.seconds)
             figures["receive_ack_msgs_per_s"] = round(rate)
             print(f"receive+ack consumers=8 max=100      {rate:>10,.0f} msgs/s", flush=True)
 

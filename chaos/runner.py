@@ -103,13 +103,13 @@ def wire_proxies(server: ToxiproxyServer, cluster: LocalCluster) -> tuple[Networ
     cluster.cfg = replace(cluster.cfg, links=tuple(links))
     cluster.write_config()
     direct = {nid: cluster.url(nid) for nid in cluster.ids}
-    return Network(server.client, raft, http), Endpoints(client_urls, direct)
+    return Network(server.client, raft, http), Endpoints(client_urls, direct, cluster.token)
 
 
-def create_queues(urls: list[str], lease_ms: int) -> dict[str, list[str]]:
+def create_queues(urls: list[str], lease_ms: int, token: str | None) -> dict[str, list[str]]:
     queues = {q: list(GROUPS) for q in WORK_QUEUES}
     queues[PROBE_QUEUE] = ["default"]
-    with Client(urls, retry_for=30) as client:
+    with Client(urls, retry_for=30, token=token) as client:
         for queue, groups in queues.items():
             client.create_queue(queue, lease_ms=lease_ms)
             for group in groups:
@@ -181,7 +181,7 @@ def _campaign(options: Options, seed: int, cluster: ChaosCluster, network: Netwo
     cluster.start()
     if cluster.wait_for_leader(60) is None:
         raise RuntimeError(f"no leader elected; see the node logs in {cluster.root}")
-    queues = create_queues(list(endpoints.direct.values()), options.lease_ms)
+    queues = create_queues(list(endpoints.direct.values()), options.lease_ms, cluster.token)
     workload = Workload(history, endpoints, {q: g for q, g in queues.items() if q != PROBE_QUEUE},
                         seed=seed, lease_ms=options.lease_ms, producers=options.producers,
                         consumers_per_group=options.consumers_per_group)
@@ -192,7 +192,7 @@ def _campaign(options: Options, seed: int, cluster: ChaosCluster, network: Netwo
     monitor.start()
     workload.start()
     try:
-        with Client(list(endpoints.direct.values()), retry_for=15, timeout=5) as admin:
+        with Client(list(endpoints.direct.values()), retry_for=15, timeout=5, token=cluster.token) as admin:
             nemesis = Nemesis(cluster, network, cluster.clocks, history, Prober(history, endpoints), admin, log)
             try:
                 time.sleep(options.calm_s)

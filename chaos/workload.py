@@ -69,9 +69,10 @@ class Reply:
 class Endpoints:
     """Where clients reach each node (its HTTP proxy) and where observers do (directly)."""
 
-    def __init__(self, client_urls: dict[str, str], direct_urls: dict[str, str]):
+    def __init__(self, client_urls: dict[str, str], direct_urls: dict[str, str], token: str | None = None):
         self.client = client_urls
         self.direct = direct_urls
+        self.token = token          # the cluster's admin token, sent with every call
         self._by_addr = {urlsplit(u).netloc: n for n, u in {**direct_urls, **client_urls}.items()}
 
     @property
@@ -107,8 +108,10 @@ class Caller:
         conn.timeout = timeout
         conn.sock.settimeout(timeout)
         try:
-            conn.request(method, path, body=data, headers={"Content-Type": "application/json",
-                                                           "Accept": "application/json"})
+            headers = {"Content-Type": "application/json", "Accept": "application/json"}
+            if self.endpoints.token:
+                headers["Authorization"] = f"Bearer {self.endpoints.token}"
+            conn.request(method, path, body=data, headers=headers)
             reply = conn.getresponse()
             raw = reply.read()
             if reply.getheader("Content-Length") is None:

@@ -1,13 +1,16 @@
 """The `raftq` command line: run nodes, operate the cluster, use queues from a terminal.
 
 Client commands talk to the node named by RAFTQ_URL (any node will do; they
-follow redirects to the leader), with RAFTQ_TOKEN as bearer token and
-RAFTQ_CA as the CA bundle for https:// URLs, if set.
+follow redirects to the leader), with RAFTQ_CA as the CA bundle for https://
+URLs, if set.  Their bearer token is RAFTQ_TOKEN, else the admin token of the
+cluster config named by RAFTQ_CONFIG (default: the local `raftq up`
+cluster's, .raftq/cluster.toml) when that file exists.
 """
 
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -15,10 +18,22 @@ from pathlib import Path
 from .client import Client, RaftqError
 
 DEFAULT_URL = "http://127.0.0.1:8001"
+DEFAULT_CONFIG = ".raftq/cluster.toml"
+
+
+def client_token() -> str | None:
+    """RAFTQ_TOKEN, else the admin token of the local cluster config (if any)."""
+    if os.environ.get("RAFTQ_TOKEN"):
+        return os.environ["RAFTQ_TOKEN"]
+    path = Path(os.environ.get("RAFTQ_CONFIG", DEFAULT_CONFIG))
+    if not path.exists():
+        return None
+    from . import config as cluster_config
+    return cluster_config.load(path).tokens.admin
 
 
 def _client(args) -> Client:
-    return Client(os.environ.get("RAFTQ_URL", DEFAULT_URL), token=os.environ.get("RAFTQ_TOKEN"),
+    return Client(os.environ.get("RAFTQ_URL", DEFAULT_URL), token=client_token(),
                   cafile=os.environ.get("RAFTQ_CA"), retry_for=5.0)
 
 
@@ -35,20 +50,38 @@ def cmd_node(args) -> int:
     from . import config as cluster_config
     from .server import serve, setup_logging
     setup_logging(args.id, args.log_level)
+    # Message bodies are on disk: every file and directory this node makes is its owner's only.
+    os.umask(0o077)
     try:
         cfg = cluster_config.load(args.config)
         cfg.node(args.id)
     except cluster_config.ConfigError as exc:
         print(f"raftq node: {exc}", file=sys.stderr)
         return 2
-    token = Path(args.auth_token_file).read_text().strip() if args.auth_token_file else None
+    if cfg.secret is None and not args.insecure_no_secret:
+        print(f"raftq node: {args.config} has no [cluster] secret; without one anyone who reaches the Raft "
+              "port can run code on this node. Add one (raftq up makes one), or pass --insecure-no-secret "
+              "for a throw-away test cluster", file=sys.stderr)
+        return 2
+    if not cfg.tokens.any() and not args.insecure_no_auth:
+        print(f"raftq node: {args.config} has no [auth] admin token; without one anyone who reaches the HTTP "
+              "port can read, delete and reconfigure everything. Add one, or pass --insecure-no-auth "
+              "for a throw-away test cluster", file=sys.stderr)
+        return 2
+    for flag, given in (("--insecure-no-secret", args.insecure_no_secret),
+                        ("--insecure-no-auth", args.insecure_no_auth)):
+        if given:
+            logging.getLogger("raftq.server").warning("INSECURE: started with %s; for tests only", flag)
     if bool(args.tls_cert) != bool(args.tls_key):
         print("raftq node: give both --tls-cert and --tls-key", file=sys.stderr)
         return 2
-    settings = Settings(auth_token=token, max_message_bytes=args.max_message_bytes,
+    settings = Settings(tokens=cfg.tokens, max_message_bytes=args.max_message_bytes,
                         scheme="https" if args.tls_cert else "http", tls_ca=args.tls_ca)
+    data_dir = Path(args.data_dir or f".raftq/{args.id}")
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    data_dir.chmod(0o700)
     try:
-        asyncio.run(serve(cfg, args.id, args.data_dir or f".raftq/{args.id}", settings=settings,
+        asyncio.run(serve(cfg, args.id, str(data_dir), settings=settings,
                           tls=(args.tls_cert, args.tls_key) if args.tls_cert else None,
                           auto_create=not args.no_auto_create,
                           unsynced_test_mode=args.unsynced_test_mode))
@@ -163,7 +196,10 @@ def parser() -> argparse.ArgumentParser:
     node.add_argument("--config", required=True)
     node.add_argument("--id", required=True)
     node.add_argument("--data-dir")
-    node.add_argument("--auth-token-file")
+    node.add_argument("--insecure-no-secret", action="store_true",
+                      help="run without a cluster secret: anyone reaching the Raft port can run code (tests only)")
+    node.add_argument("--insecure-no-auth", action="store_true",
+                      help="serve HTTP without tokens when the config has none (tests only)")
     node.add_argument("--tls-cert")
     node.add_argument("--tls-key")
     node.add_argument("--tls-ca", help="CA bundle this node trusts when it calls other nodes over HTTPS")

@@ -72,7 +72,15 @@ write (pysyncobj has no check-quorum), entries above ``max_entry_bytes``
 refused before they reach pysyncobj (its chunked path for big entries is
 broken), the Raft port bound to the configured host rather than 0.0.0.0, and a
 loud warning when no cluster secret is set (node-to-node messages are
-unpickled: without the secret anyone reaching the port can run code).
+unpickled: without the secret anyone reaching the port can run code; the
+node process refuses to start without one unless told it is a test).
+
+The Raft port faces whoever can reach it (docs/security.md): a frame longer
+than ``max_frame_bytes`` closes its connection as soon as its length is read;
+an incoming connection must name a configured peer within
+``HANDSHAKE_DEADLINE_S`` (pysyncobj's read-only peers and utility commands
+are refused), and an address may hold only ``PENDING_PER_ADDRESS`` such
+connections at a time.
 """
 
 from __future__ import annotations
@@ -221,6 +229,23 @@ class _TermCheckedQueue(FastQueue):
 
 
 FRAME = struct.Struct("<I")   # a Raft message on the wire: <length><sealed pickle>
+# Until a connection has named a configured peer (sealed with the cluster
+# secret), it may take this long, and one address may hold this many such
+# connections at once (all addresses together: PENDING_LIMIT); anything
+# beyond is closed at once, so garbage or stalled sockets cost nothing.
+HANDSHAKE_DEADLINE_S = 2.0
+PENDING_PER_ADDRESS = 4
+PENDING_LIMIT = 64
+
+
+def max_frame_bytes(max_entry_bytes: int) -> int:
+    """The largest Raft message a peer can legitimately send.
+
+    pysyncobj packs entries up to the batch size (max entry + 64 KiB) and may
+    overshoot by one entry; snapshots travel in 1 MiB chunks.  The rest is
+    pickle and seal overhead.
+    """
+    return 2 * (max_entry_bytes + 64 * 1024) + (1 << 20)
 
 
 class _Connection(TcpConnection):
@@ -235,8 +260,32 @@ class _Connection(TcpConnection):
 
     The checks pysyncobj makes with ``assert`` (gone under ``python -O``)
     are explicit here, and a connection's last timestamp moves only after
-    the message authenticated.
+    the message authenticated.  A frame may declare at most ``max_frame``
+    bytes (a longer one drops the connection as soon as its length is read),
+    and the socket is read only until one frame is complete: pysyncobj reads
+    whatever arrives into one growing buffer, which a peer streaming zeros
+    turned into hundreds of MiB and a busy tick thread.
     """
+
+    max_frame = max_frame_bytes(2 * 1024 * 1024)
+    accepted_at = 0.0
+
+    def _TcpConnection__processRead(self):
+        if not self._room_to_read():
+            return False
+        return TcpConnection._TcpConnection__processRead(self)
+
+    def _room_to_read(self) -> bool:
+        """False once the buffer holds a whole frame (parse it first) or declares too big a one."""
+        buffer = self._TcpConnection__readBuffer
+        if len(buffer) < FRAME.size:
+            return True
+        declared = FRAME.unpack_from(buffer)[0]
+        if declared > self.max_frame:
+            logger.warning("a Raft connection declared a %d-byte frame (limit %d); closed", declared, self.max_frame)
+            self.disconnect()
+            return False
+        return len(buffer) < FRAME.size + declared
 
     def send(self, message):
         if self.sendRandKey:
@@ -251,7 +300,11 @@ class _Connection(TcpConnection):
         buffer = self._TcpConnection__readBuffer
         if len(buffer) < FRAME.size:
             return None
-        end = FRAME.size + FRAME.unpack_from(buffer)[0]
+        declared = FRAME.unpack_from(buffer)[0]
+        if declared > self.max_frame:
+            self.disconnect()
+            return None
+        end = FRAME.size + declared
         if len(buffer) < end:
             return None
         try:
@@ -286,8 +339,9 @@ class _DialingTransport(TCPTransport):
     peer's Raft address; only the TCP destination changes.
     """
 
-    def __init__(self, syncObj, selfNode, otherNodes, *, dial_addrs: dict[str, str]):
+    def __init__(self, syncObj, selfNode, otherNodes, *, dial_addrs: dict[str, str], max_frame: int):
         self._dial_addrs = dial_addrs
+        self._max_frame = max_frame
         super().__init__(syncObj, selfNode, otherNodes)
 
     # pysyncobj builds its TcpConnection objects inline, here and in its TCP
@@ -296,11 +350,46 @@ class _DialingTransport(TCPTransport):
     def addNode(self, node):
         super().addNode(node)
         if node in self._connections:
-            self._connections[node].__class__ = _Connection
+            self._adopt(self._connections[node])
+
+    def _adopt(self, conn) -> None:
+        conn.__class__ = _Connection
+        conn.max_frame = self._max_frame
+        conn.accepted_at = monotonic()
 
     def _onNewIncomingConnection(self, conn):
-        conn.__class__ = _Connection
+        self._adopt(conn)
+        address = _remote_address(conn)
+        pending = [c for c in self._unknownConnections if c.state != CONNECTION_STATE.DISCONNECTED]
+        if len(pending) >= PENDING_LIMIT or \
+                sum(1 for c in pending if _remote_address(c) == address) >= PENDING_PER_ADDRESS:
+            logger.warning("too many Raft connections from %s that named no peer yet; closed", address)
+            conn.disconnect()
+            return
         super()._onNewIncomingConnection(conn)
+
+    def _onIncomingMessageReceived(self, conn, message):
+        # After the key exchange the first message names the sender. Only a
+        # configured peer may connect: pysyncobj would also take 'readonly'
+        # (a node that receives every entry) and utility commands (lists).
+        if conn.sendRandKey or not self._syncObj.encryptor:
+            if not isinstance(message, str) or message not in self._nodeAddrToNode:
+                logger.warning("a Raft connection from %s did not name a configured peer; closed",
+                               _remote_address(conn))
+                conn.disconnect()
+                self._unknownConnections.discard(conn)
+                return
+        super()._onIncomingMessageReceived(conn, message)
+
+    def _onTick(self):
+        super()._onTick()
+        if self._unknownConnections:
+            expired = monotonic() - HANDSHAKE_DEADLINE_S
+            for conn in [c for c in self._unknownConnections if c.accepted_at < expired]:
+                logger.warning("a Raft connection from %s named no peer within %.0f s; closed",
+                               _remote_address(conn), HANDSHAKE_DEADLINE_S)
+                conn.disconnect()
+                self._unknownConnections.discard(conn)
 
     def _connectIfNecessarySingle(self, node):
         # pysyncobj 0.3.17's method, with the destination looked up in _dial_addrs
@@ -319,6 +408,13 @@ class _DialingTransport(TCPTransport):
         return self._connections[node].connect(globalDnsResolver().resolve(host), int(port))
 
 
+def _remote_address(conn) -> str:
+    try:
+        return conn._TcpConnection__socket.getpeername()[0]
+    except (OSError, AttributeError):
+        return "?"
+
+
 class _RaftNode(SyncObj):
     """SyncObj with raftq's follower fix, grouped fsyncs and one replicated method.
 
@@ -327,14 +423,15 @@ class _RaftNode(SyncObj):
     """
 
     def __init__(self, owner: "Consensus", self_node, other_nodes, conf, journal: DurableJournal, dial_addrs,
-                 *, sealer: Sealer | None):
+                 *, sealer: Sealer | None, max_frame: int):
         self._owner = owner
         self._sealer = sealer
         self._journal = journal
         self._replies: list[tuple[object, dict]] = []
         journal.before_rewrite = self._flush_replies
         super().__init__(self_node, other_nodes, conf,
-                         transportClass=functools.partial(_DialingTransport, dial_addrs=dial_addrs))
+                         transportClass=functools.partial(_DialingTransport, dial_addrs=dial_addrs,
+                                                         max_frame=max_frame))
         # pysyncobj stops ticking when the thread that built it exits; tie
         # the tick thread to the process instead (close() stops it).
         self._SyncObj__mainThread = threading.main_thread()
@@ -604,7 +701,8 @@ class Consensus:
             self._node = _RaftNode(self, self._make_node(self_peer.raft_addr),
                                    [self._make_node(p.raft_addr) for p in peers],
                                    conf, self._journal, self._dial_addrs,
-                                   sealer=Sealer(secret) if secret is not None else None)
+                                   sealer=Sealer(secret) if secret is not None else None,
+                                   max_frame=max_frame_bytes(max_entry_bytes))
         except BaseException:
             self._journal._destroy()
             raise

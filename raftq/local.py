@@ -1,11 +1,16 @@
 """Local clusters of real node processes: `raftq up`, and the harness that
 tests, benchmarks and the chaos suite drive raftq through.
 
-A cluster lives in one directory: cluster.toml (with a generated secret), one
+A cluster lives in one directory (mode 0700): cluster.toml (mode 0600, with a
+generated cluster secret and generated admin, data and metrics tokens), one
 data directory and one log file per node.  Running it again keeps its
 queues.  Every process is started here and stopped here, by PID.
+
+Clients of a local cluster authenticate with ``LocalCluster.token`` (the
+admin token, which every route accepts); ``client()`` passes it on.
 """
 
+import dataclasses
 import signal
 import socket
 import subprocess
@@ -42,16 +47,15 @@ def free_ports(count: int, *, avoid: Iterable[int] = ()) -> list[int]:
 
 class LocalCluster:
     def __init__(self, root: str | Path, cfg: cluster_config.ClusterConfig, *,
-                 node_args: tuple[str, ...] = (), env: dict | None = None, token: str | None = None,
+                 node_args: tuple[str, ...] = (), env: dict | None = None,
                  cafile: str | None = None):
         self.root = Path(root).resolve()
-        self.token = token
         self.cafile = cafile      # set when the nodes serve HTTPS
         self.cfg = cfg
         self.node_args = tuple(node_args)
         self.env = env
         self.procs: dict[str, subprocess.Popen] = {}
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.config_path = self.root / "cluster.toml"
         self.write_config()
 
@@ -68,7 +72,7 @@ class LocalCluster:
         cfg = cluster_config.ClusterConfig(
             nodes=tuple(cluster_config.NodeSpec(id=f"n{i + 1}", raft=f"127.0.0.1:{rafts[i]}",
                                                 http=f"127.0.0.1:{https[i]}") for i in range(nodes)),
-            secret=cluster_config.new_secret())
+            secret=cluster_config.new_secret(), tokens=cluster_config.Tokens.generate())
         return cls(root, cfg, **kwargs)
 
     @classmethod
@@ -76,8 +80,20 @@ class LocalCluster:
         return cls(root, cluster_config.load(Path(root) / "cluster.toml"), **kwargs)
 
     def write_config(self) -> None:
-        self.config_path.write_text(self.cfg.to_toml())
-        self.config_path.chmod(0o600)
+        cluster_config.write_private(self.config_path, self.cfg.to_toml())
+
+    def secure(self) -> None:
+        """Give a cluster made before secrets and tokens were the default both."""
+        if self.cfg.secret is None or not self.cfg.tokens.any():
+            self.cfg = dataclasses.replace(
+                self.cfg, secret=self.cfg.secret or cluster_config.new_secret(),
+                tokens=self.cfg.tokens if self.cfg.tokens.any() else cluster_config.Tokens.generate())
+            self.write_config()
+
+    @property
+    def token(self) -> str | None:
+        """The admin token: every route takes it."""
+        return self.cfg.tokens.admin
 
     # ---- processes -------------------------------------------------------------
     @property
@@ -196,8 +212,8 @@ class LocalCluster:
         return Client(self.urls, token=self.token, cafile=self.cafile, **kwargs)
 
 
-def demo(urls: list[str]) -> None:
-    with Client(urls) as client:
+def demo(cluster: LocalCluster) -> None:
+    with cluster.client() as client:
         put = client.put("demo", {"hello": "raftq"})
         print(f"  put      demo  -> seq {put['messages'][0]['seq']}")
         got = client.receive("demo", max=1, wait_ms=1000)["messages"]
@@ -213,11 +229,16 @@ def demo(urls: list[str]) -> None:
 def up(nodes: int, data_dir: str, http_port: int, raft_port: int, run_demo: bool) -> int:
     root = Path(data_dir)
     if (root / "cluster.toml").exists():
-        cluster = LocalCluster.open(root)
+        try:
+            cluster = LocalCluster.open(root)
+        except cluster_config.ConfigError as exc:
+            print(f"raftq up: {exc}", file=sys.stderr)
+            return 2
         if len(cluster.ids) != nodes:
             print(f"{root / 'cluster.toml'} describes {len(cluster.ids)} nodes, not {nodes}; "
                   f"use --nodes {len(cluster.ids)} or another --data-dir", file=sys.stderr)
             return 2
+        cluster.secure()
     else:
         cluster = LocalCluster.create(root, nodes, http_port=http_port, raft_port=raft_port)
     stopping = []
@@ -231,10 +252,13 @@ def up(nodes: int, data_dir: str, http_port: int, raft_port: int, run_demo: bool
         print(f"raftq: {nodes}-node cluster up in {cluster.root} (leader {leader})")
         for nid in cluster.ids:
             print(f"  {nid}  {cluster.url(nid)}   pid {cluster.pid(nid)}   log {cluster.log_path(nid)}")
+        print(f"  auth:  the secret and the admin, data and metrics tokens are in {cluster.config_path}"
+              " (mode 0600);\n         the raftq CLI run here reads the admin token from it, or give RAFTQ_TOKEN")
         print(f"  try:   RAFTQ_URL={cluster.urls[0]} raftq cluster status")
-        print(f"         curl -L -XPOST {cluster.urls[0]}/v1/queues/jobs/messages -d '{{\"body\": \"hi\"}}'")
+        print(f"         curl --location-trusted -H 'Authorization: Bearer {cluster.cfg.tokens.data}' "
+              f"-XPOST {cluster.urls[0]}/v1/queues/jobs/messages -d '{{\"body\": \"hi\"}}'")
         if run_demo:
-            demo(cluster.urls)
+            demo(cluster)
         print("Ctrl-C stops the cluster; its data stays for the next run.", flush=True)
         while not stopping:
             for nid in cluster.ids:

@@ -6,8 +6,10 @@ import pytest
 def start_cluster(root, nodes: int = 3, **kwargs):
     # Imported here so that the pure tests (state machine, proxies) need none of the node.
     from raftq.local import LocalCluster
+    from tests.wire import register
 
     cluster = LocalCluster.create(root, nodes, **kwargs)
+    register(cluster)
     try:
         cluster.start()
         if cluster.wait_for_leader(60) is None or not cluster.wait_all_ready(60):

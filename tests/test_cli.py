@@ -11,6 +11,7 @@ import time
 import pytest
 
 from raftq.local import LocalCluster, free_ports
+from tests.wire import token_for
 
 pytestmark = pytest.mark.integration
 
@@ -19,6 +20,8 @@ def raftq(*args, url=None, check=True, timeout=60) -> subprocess.CompletedProces
     env = dict(os.environ)
     if url:
         env["RAFTQ_URL"] = url
+        if token_for(url):
+            env["RAFTQ_TOKEN"] = token_for(url)
     done = subprocess.run([sys.executable, "-m", "raftq", *args], capture_output=True, text=True,
                           env=env, timeout=timeout)
     if check and done.returncode != 0:

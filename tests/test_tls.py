@@ -35,7 +35,7 @@ def test_https_end_to_end(fresh_cluster, tmp_path):
     cert, key = self_signed(tmp_path)
     cluster = fresh_cluster(3, node_args=("--tls-cert", cert, "--tls-key", key, "--tls-ca", cert), cafile=cert)
     assert all(url.startswith("https://") for url in cluster.urls)
-    with Client(cluster.urls[::-1], cafile=cert) as client:   # a follower first: redirects stay https
+    with Client(cluster.urls[::-1], cafile=cert, token=cluster.token) as client:   # a follower first: redirects stay https
         client.put("secure", {"over": "tls"})
         got = client.receive("secure", max=1)["messages"]
         assert got[0]["body"] == {"over": "tls"}
@@ -43,5 +43,5 @@ def test_https_end_to_end(fresh_cluster, tmp_path):
         assert all(n["healthy"] for n in client.cluster()["nodes"])   # node-to-node over https
         assert client.verify()["agree"] is True
     with pytest.raises(OSError):      # an unknown CA is refused
-        with Client(cluster.urls[0], retry_for=0) as untrusting:
+        with Client(cluster.urls[0], retry_for=0, token=cluster.token) as untrusting:
             untrusting.queues()

@@ -1,10 +1,26 @@
-"""Raw HTTP for tests that check statuses, headers and bodies byte for byte."""
+"""Raw HTTP for tests that check statuses, headers and bodies byte for byte.
+
+Nodes take a bearer token by default: ``call`` sends the admin token of the
+cluster a URL belongs to, as registered by ``register`` (conftest's
+``start_cluster`` does it), unless the caller sets Authorization itself.
+"""
 
 import http.client
 import json
 from urllib.parse import urlsplit
 
 import cbor2
+
+TOKENS: dict[str, str] = {}   # host:port -> admin token of the cluster serving there
+
+
+def register(cluster) -> None:
+    for url in cluster.urls:
+        TOKENS[urlsplit(url).netloc] = cluster.token
+
+
+def token_for(url: str) -> str | None:
+    return TOKENS.get(urlsplit(url).netloc)
 
 
 class Reply:
@@ -28,6 +44,8 @@ def call(method: str, url: str, body=None, *, headers=None, raw: bytes | None = 
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.netloc, timeout=timeout)
     sent = dict(headers or {})
+    if "Authorization" not in sent and token_for(url):
+        sent["Authorization"] = f"Bearer {token_for(url)}"
     if raw is None and body is not None:
         if cbor:
             raw = cbor2.dumps(body)

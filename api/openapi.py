@@ -1,0 +1,72 @@
+"""The OpenAPI 3.1 document served at /v1/openapi.json, built from routes.ROUTES."""
+
+import re
+
+from .errors import STATUS
+from .openapi_schemas import ERROR, NAME
+
+REASONS = {200: "OK", 201: "Created", 202: "Accepted (buffered)", 204: "No content"}
+PATH_PARAMS = {"queue": NAME, "group": NAME, "node": NAME,
+               "token": {"type": "string", "minLength": 1, "maxLength": 64}}
+CODES_BY_STATUS: dict[int, list[str]] = {}
+for _code, _status in STATUS.items():
+    CODES_BY_STATUS.setdefault(_status, []).append(_code)
+
+
+def _responses(route) -> dict:
+    statuses = set(route.errors) | {400}
+    if route.role is not None:
+        statuses |= {401, 403}
+    if route.body is not None:
+        statuses.add(413)
+    if route.leader:
+        statuses |= {307, 503}
+    if "{" in route.path:
+        statuses.add(404)
+    responses = {str(s): {"description": REASONS.get(s, "")} for s in route.ok}
+    for status in sorted(statuses):
+        codes = ", ".join(CODES_BY_STATUS.get(status, ["bad_request"]))
+        responses[str(status)] = {
+            "description": f"error: {codes}",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    return responses
+
+
+def _operation(route) -> dict:
+    op = {"summary": route.summary, "operationId": f"{route.method.lower()}{_camel(route.path)}",
+          "x-raftq-role": route.role or "open",
+          "security": [] if route.role is None else [{"bearer": []}],
+          "responses": _responses(route)}
+    params = [{"name": name, "in": "path", "required": True, "schema": PATH_PARAMS[name]}
+              for name in re.findall(r"{(\w+)}", route.path)]
+    params += [{"name": name, "in": "query", "required": False, "schema": schema} for name, schema in route.query]
+    if params:
+        op["parameters"] = params
+    if route.body is not None:
+        op["requestBody"] = {"required": route.body_required, "content": {
+            "application/json": {"schema": route.body}}}
+    return op
+
+
+def _camel(path: str) -> str:
+    return "".join(part.strip("{}").title().replace("_", "").replace(".", "")
+                   for part in path.split("/") if part)
+
+
+def document(routes, *, limits: dict) -> dict:
+    paths: dict[str, dict] = {}
+    for route in routes:
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "raftq", "version": "1",
+                 "description": "A Raft-replicated durable queue cluster. Limits of this node: "
+                                + ", ".join(f"{k}={v}" for k, v in limits.items())},
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                           "description": "the token of the role the route names "
+                                                          "(x-raftq-role); admin's is taken everywhere"}},
+            "schemas": {"Error": ERROR},
+        },
+    }

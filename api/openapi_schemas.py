@@ -1,0 +1,89 @@
+"""JSON schemas of the request bodies, for the OpenAPI document.
+
+They describe what the handlers and statemachine/validation.py accept; the
+limits come from the same constants.
+"""
+
+from statemachine.validation import MAX_BATCH, MAX_DURATION_MS, MAX_RECEIVE, MAX_WAIT_MS, QUEUE_DEFAULTS
+
+NAME = {"type": "string", "pattern": "^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$"}
+DURATION = {"type": "integer", "minimum": 0, "maximum": MAX_DURATION_MS}
+OPTIONAL_DURATION = {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_DURATION_MS}
+
+MESSAGE = {
+    "type": "object",
+    "properties": {
+        "body": {},
+        "body_b64": {"type": "string", "contentEncoding": "base64"},
+        "key": {"type": "string", "minLength": 1, "maxLength": 1024},
+        "id": {"type": "string", "minLength": 1, "maxLength": 1024},
+        "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+        "ttl_ms": OPTIONAL_DURATION,
+        "delay_ms": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_DURATION_MS},
+    },
+    "additionalProperties": False,
+}
+MESSAGES = {"type": "array", "items": MESSAGE, "minItems": 1, "maxItems": MAX_BATCH}
+PUT = {"oneOf": [
+    {"type": "object", "properties": {"messages": MESSAGES}, "required": ["messages"],
+     "additionalProperties": False},
+    {**MESSAGE, "required": ["body"]},
+]}
+
+QUEUE_CONFIG = {
+    "type": "object",
+    "properties": {
+        "lease_ms": {"type": "integer", "minimum": 1, "maximum": MAX_DURATION_MS},
+        "max_deliveries": OPTIONAL_DURATION,
+        "dead_letter": {"oneOf": [NAME, {"type": "null"}]},
+        "ttl_ms": OPTIONAL_DURATION,
+        "max_length": OPTIONAL_DURATION,
+        "max_bytes": OPTIONAL_DURATION,
+        "overflow": {"type": "string", "enum": ["reject", "drop_oldest"]},
+        "dedup_window_ms": DURATION,
+    },
+    "additionalProperties": False,
+}
+assert set(QUEUE_CONFIG["properties"]) == set(QUEUE_DEFAULTS)
+
+RECEIVE = {
+    "type": "object",
+    "properties": {
+        "group": NAME,
+        "max": {"type": "integer", "minimum": 1, "maximum": MAX_RECEIVE},
+        "wait_ms": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_MS},
+        "lease_ms": OPTIONAL_DURATION,
+    },
+}
+RECEIPT_LIST = {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 300},
+                "minItems": 1, "maxItems": MAX_BATCH}
+RECEIPTS = {
+    "type": "object",
+    "properties": {"receipts": RECEIPT_LIST,
+                   "delay_ms": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_DURATION_MS},
+                   "lease_ms": OPTIONAL_DURATION},
+    "required": ["receipts"],
+}
+GROUP = {"type": "object", "properties": {"start": {"type": "string", "enum": ["earliest", "latest"]}}}
+COMMIT = {"type": "object", "properties": {"seq": {"type": "integer", "minimum": 0}}, "required": ["seq"]}
+TX = {
+    "type": "object",
+    "properties": {
+        "ack": {"type": "array", "items": {"type": "object", "properties": {"queue": NAME, "receipts": RECEIPT_LIST},
+                                           "required": ["queue", "receipts"]}},
+        "put": {"type": "array", "items": {"type": "object", "properties": {"queue": NAME, "messages": MESSAGES},
+                                           "required": ["queue", "messages"]}},
+    },
+    "additionalProperties": False,
+}
+NEW_NODE = {
+    "type": "object",
+    "properties": {"id": NAME, "raft_addr": {"type": "string", "minLength": 1},
+                   "http_addr": {"type": "string", "minLength": 1}},
+    "required": ["id", "raft_addr", "http_addr"],
+}
+ERROR = {
+    "type": "object",
+    "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
+    "required": ["error", "message"],
+}

@@ -1,0 +1,90 @@
+"""Every route once: method, path, handler, the role it needs, and what the
+OpenAPI document (openapi.py) says about it.  app.py builds the router and
+the auth check from this table, so the served document cannot drift from
+what the node does.
+
+Roles (docs/security.md): ``None`` is open to anyone (health, the API
+document); ``data`` is queues' messages and consumer groups; ``metrics`` is
+``/metrics``; ``admin`` is queue configuration, membership and verification,
+and its token is also taken wherever ``data`` or ``metrics`` is asked for.
+"""
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import cluster, messages, openapi_schemas as schemas, queues
+
+OPEN, DATA, METRICS, ADMIN = None, "data", "metrics", "admin"
+ACCEPTED = {DATA: ("data", "admin"), METRICS: ("metrics", "admin"), ADMIN: ("admin",)}
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    handler: Callable
+    role: str | None
+    summary: str
+    ok: tuple[int, ...] = (200,)
+    errors: tuple[int, ...] = ()         # besides those every route of its kind may answer
+    body: dict | None = None             # JSON schema of the request body
+    body_required: bool = False
+    query: tuple[tuple[str, dict], ...] = field(default=())
+    leader: bool = False                 # served by the leader: 307 / 503 from a follower
+
+
+Q = "/v1/queues/{queue}"
+CONSISTENCY = ("consistency", {"type": "string", "enum": ["leader", "strong", "any"]})
+
+ROUTES = (
+    Route("GET", "/health/live", cluster.live, OPEN, "The process serves HTTP"),
+    Route("GET", "/health/ready", cluster.ready, OPEN, "This node follows a leader with a quorum",
+          errors=(503,)),
+    Route("GET", "/v1/openapi.json", None, OPEN, "This document"),
+    Route("GET", "/metrics", None, METRICS, "Prometheus metrics"),
+    Route("GET", "/v1/cluster", cluster.show, ADMIN, "Members and their replication state"),
+    Route("POST", "/v1/cluster/nodes", cluster.add_node, ADMIN, "Add a voter", ok=(201,),
+          errors=(409,), body=schemas.NEW_NODE, body_required=True, leader=True),
+    Route("DELETE", "/v1/cluster/nodes/{node}", cluster.remove_node, ADMIN, "Remove a voter", ok=(204,),
+          errors=(404, 409), query=(("force", {"type": "string", "enum": ["true"]}),), leader=True),
+    Route("POST", "/v1/cluster/verify", cluster.verify, ADMIN, "Compare every replica's state digest",
+          leader=True),
+    Route("GET", "/v1/cluster/checkpoints/{token}", cluster.checkpoint, ADMIN,
+          "This replica's digest at a checkpoint", errors=(404,)),
+    Route("GET", "/v1/queues", queues.list_all, DATA, "List queues", query=(CONSISTENCY,), leader=True),
+    Route("PUT", Q, queues.create, ADMIN, "Create a queue", ok=(200, 201), errors=(409, 429),
+          body=schemas.QUEUE_CONFIG, leader=True),
+    Route("PATCH", Q, queues.patch, ADMIN, "Change a queue's config", errors=(404,),
+          body=schemas.QUEUE_CONFIG, body_required=True, leader=True),
+    Route("GET", Q, queues.show, DATA, "A queue's config and stats", errors=(404,), query=(CONSISTENCY,),
+          leader=True),
+    Route("DELETE", Q, queues.delete, ADMIN, "Delete a queue", ok=(204,), errors=(404,), leader=True),
+    Route("POST", Q + "/messages", messages.put, DATA, "Put messages", ok=(201, 202),
+          errors=(404, 429, 507), body=schemas.PUT, body_required=True,
+          query=(("durability", {"type": "string", "enum": ["quorum", "all", "leader"]}),
+                 ("buffer", {"type": "string", "enum": ["allow"]})), leader=True),
+    Route("GET", Q + "/messages", messages.browse, DATA, "Browse a group's messages without leasing",
+          errors=(404,), query=(("group", schemas.NAME), ("from_seq", {"type": "integer", "minimum": 0}),
+                                ("limit", {"type": "integer", "minimum": 1, "maximum": 10_000}), CONSISTENCY),
+          leader=True),
+    Route("POST", Q + "/receive", messages.receive, DATA, "Lease ready messages (long poll)",
+          errors=(404, 429), body=schemas.RECEIVE, leader=True),
+    Route("POST", Q + "/ack", messages.ack, DATA, "Acknowledge leases", errors=(404, 409),
+          body=schemas.RECEIPTS, body_required=True, leader=True),
+    Route("POST", Q + "/nack", messages.nack, DATA, "Give leases back", errors=(404, 409),
+          body=schemas.RECEIPTS, body_required=True, leader=True),
+    Route("POST", Q + "/extend", messages.extend, DATA, "Extend leases", errors=(404, 409),
+          body=schemas.RECEIPTS, body_required=True, leader=True),
+    Route("GET", Q + "/groups", queues.list_groups, DATA, "List a queue's consumer groups", errors=(404,),
+          query=(CONSISTENCY,), leader=True),
+    Route("PUT", Q + "/groups/{group}", queues.add_group, DATA, "Add a consumer group", ok=(200, 201),
+          errors=(404, 429), body=schemas.GROUP, leader=True),
+    Route("GET", Q + "/groups/{group}", queues.show_group, DATA, "A consumer group's cursor and stats",
+          errors=(404,), query=(CONSISTENCY,), leader=True),
+    Route("DELETE", Q + "/groups/{group}", queues.delete_group, DATA, "Delete a consumer group", ok=(204,),
+          errors=(404, 409), leader=True),
+    Route("POST", Q + "/groups/{group}/commit", messages.commit, DATA, "Move a group's cursor",
+          errors=(404,), body=schemas.COMMIT, body_required=True, leader=True),
+    Route("POST", "/v1/tx", messages.transaction, DATA, "Acks and puts, all or nothing", ok=(200, 201),
+          errors=(404, 409, 429), body=schemas.TX, body_required=True, leader=True),
+)
