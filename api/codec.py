@@ -12,6 +12,7 @@ import cbor2
 import orjson
 from aiohttp import web
 
+from .bounded import check_cbor, check_json
 from .errors import ApiError
 
 CBOR = "application/cbor"
@@ -30,10 +31,12 @@ async def read_body(request: web.Request, *, required: bool = True):
             raise ApiError("bad_request", "the request needs a body")
         return None
     if request.content_type == CBOR:
+        check_cbor(raw)
         try:
             return cbor2.loads(raw)
         except Exception as exc:
             raise ApiError("bad_request", f"body is not valid CBOR: {exc}") from None
+    check_json(raw)
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

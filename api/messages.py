@@ -1,24 +1,21 @@
 """Put, receive (long poll), ack/nack/extend, browse, commit and transactions."""
 
+import re
 import time
 
 from aiohttp import web
 
-from statemachine.queue import body_size
-from statemachine.validation import MAX_RECEIVE, MAX_WAIT_MS, is_int, is_plain
+from statemachine.queue import message_size
+from statemachine.validation import MAX_RECEIVE, MAX_WAIT_MS, check_message, is_int
 
 from .buffering import buffer_put, with_ids
 from .codec import message_from_wire, read_body, respond
-from .errors import ApiError
+from .errors import ApiError, from_result
 from .leader import NODE, SETTINGS, validate, read, route_to_leader, write
 from .routing import leader_only, queue_name, group_name
 
 DURABILITY = ("quorum", "all", "leader")
-
-
-def is_plain_or_bytes(body) -> bool:
-    """Sizes are taken only of bodies the state machine would take at all."""
-    return isinstance(body, bytes) or is_plain(body)
+QUERY_INT = re.compile(r"[0-9]{1,19}")
 
 
 def _messages(request: web.Request, raw) -> list:
@@ -31,8 +28,12 @@ def _messages(request: web.Request, raw) -> list:
     messages = [message_from_wire(m, i) for i, m in enumerate(raw)]
     limit = request.app[SETTINGS].max_message_bytes
     for index, message in enumerate(messages):
-        if "body" in message and is_plain_or_bytes(message["body"]) and body_size(message["body"]) > limit:
-            raise ApiError("too_large", f"message {index} is larger than {limit} bytes")
+        problem = check_message(message, index)
+        if problem:
+            raise from_result(problem)
+        if message_size(message) > limit:
+            raise ApiError("too_large", f"message {index} is larger than {limit} bytes "
+                                        "(body, key, id and headers together)")
     return messages
 
 
@@ -42,21 +43,33 @@ async def put(request: web.Request) -> web.Response:
     if durability not in DURABILITY:
         raise ApiError("bad_request", "durability must be quorum, all or leader")
     may_buffer = request.query.get("buffer") == "allow"
-    messages = _messages(request, await read_body(request))
-    if may_buffer:
-        messages = with_ids(messages)
     node = request.app[NODE]
-    command = {"op": "put", "queue": name, "messages": messages, "auto_create": node.auto_create}
+
+    async def command() -> dict:
+        messages = _messages(request, await read_body(request))
+        return {"op": "put", "queue": name, "messages": with_ids(messages) if may_buffer else messages,
+                "auto_create": node.auto_create}
+
+    def buffered(cmd: dict) -> web.Response:
+        validate(cmd)
+        return buffer_put(request, name, cmd["messages"])
+
+    # A follower redirects before it reads the body: decoding is the leader's cost.
     try:
         elsewhere = await route_to_leader(request)
-        if elsewhere is not None:
-            return elsewhere
-        result = await write(request, command)
     except ApiError as exc:
         # Only when no leader can take the write; a refusal (400, 429) is final.
         if may_buffer and exc.code == "no_quorum":
-            validate(command)
-            return buffer_put(request, name, messages)
+            return buffered(await command())
+        raise
+    if elsewhere is not None:
+        return elsewhere
+    put_command = await command()
+    try:
+        result = await write(request, put_command)
+    except ApiError as exc:
+        if may_buffer and exc.code == "no_quorum":
+            return buffered(put_command)
         raise
     commit_index = node.status()["commit_index"]
     if durability == "all":
@@ -135,7 +148,8 @@ def _query_int(request: web.Request, field: str, default: int, low: int, high: i
     raw = request.query.get(field)
     if raw is None:
         return default
-    if not raw.isdigit() or not low <= int(raw) <= high:
+    # ASCII digits only: str.isdigit() also takes '²', which int() refuses
+    if not QUERY_INT.fullmatch(raw) or not low <= int(raw) <= high:
         raise ApiError("bad_request", f"{field} must be an integer from {low} to {high}")
     return int(raw)
 

@@ -42,12 +42,12 @@ class NodeCollector:
                                         ("dead_lettered_total", "Messages dead-lettered"),
                                         ("expired_total", "Messages expired by TTL"),
                                         ("dropped_total", "Messages dropped by overflow"))}
-        for queue in self.node.read("list_queues")["queues"]:
-            stats = self.node.read("queue_info", queue["name"])["stats"]
+        # one read: a queue deleted between listing and reading it made a scrape fail
+        for queue, stats in self.node.read("all_queue_stats"):
             for name, family in gauges.items():
-                family.add_metric([queue["name"]], stats[name])
+                family.add_metric([queue], stats[name])
             for name, family in counters.items():
-                family.add_metric([queue["name"]], stats[name])
+                family.add_metric([queue], stats[name])
         yield from gauges.values()
         yield from counters.values()
 

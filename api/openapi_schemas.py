@@ -4,9 +4,10 @@ They describe what the handlers and statemachine/validation.py accept; the
 limits come from the same constants.
 """
 
-from statemachine.validation import MAX_BATCH, MAX_DURATION_MS, MAX_RECEIVE, MAX_WAIT_MS, QUEUE_DEFAULTS
+from statemachine.validation import (MAX_BATCH, MAX_DURATION_MS, MAX_RECEIVE, MAX_WAIT_MS, NAME_PATTERN,
+                                     QUEUE_DEFAULTS)
 
-NAME = {"type": "string", "pattern": "^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$"}
+NAME = {"type": "string", "pattern": f"^{NAME_PATTERN}$"}
 DURATION = {"type": "integer", "minimum": 0, "maximum": MAX_DURATION_MS}
 OPTIONAL_DURATION = {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_DURATION_MS}
 

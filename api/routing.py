@@ -4,7 +4,7 @@ import functools
 
 from aiohttp import web
 
-from statemachine.validation import NAME_RE
+from statemachine.validation import NAME_PATTERN, NAME_RE
 
 from .errors import ApiError
 from .leader import route_to_leader
@@ -12,7 +12,7 @@ from .leader import route_to_leader
 
 def _name(value: str, what: str) -> str:
     if not NAME_RE.fullmatch(value):
-        raise ApiError("bad_request", f"{what} must match [A-Za-z0-9._-]{{1,128}}")
+        raise ApiError("bad_request", f"{what} must match {NAME_PATTERN}")
     return value
 
 

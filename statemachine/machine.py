@@ -293,6 +293,10 @@ class StateMachine:
                             "in_flight": sum(len(g.leases) for g in q.groups.values()),
                             "groups": list(q.groups)} for q in self.queues.values()]}
 
+    def all_queue_stats(self) -> list:
+        """(name, stats) of every queue, in one read (metrics)."""
+        return [(q.name, q.stats()) for q in self.queues.values()]
+
     def queue_info(self, name: str):
         queue = self.queues.get(name)
         if queue is None:

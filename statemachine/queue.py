@@ -65,6 +65,19 @@ def body_size(body) -> int:
     return len(cbor2.dumps(body))
 
 
+def message_size(message: dict) -> int:
+    """Bytes a message counts toward max_bytes (and a node's --max-message-bytes):
+    its body, plus its key, id, header names and values in UTF-8 -- else
+    megabytes of headers would fit in a queue of max_bytes=100."""
+    size = body_size(message["body"])
+    for field in ("key", "id"):
+        if message.get(field) is not None:
+            size += len(message[field].encode())
+    for name, value in (message.get("headers") or {}).items():
+        size += len(name.encode()) + len(value.encode())
+    return size
+
+
 def make_receipt(incarnation: int, group: str, seq: int, token: int) -> str:
     return RECEIPT_SEPARATOR.join((str(incarnation), group, str(seq), str(token)))
 
@@ -143,7 +156,7 @@ class Queue:
                 if mid in self.dedup or mid in ids:
                     continue
                 ids.add(mid)
-            nbytes = body_size(m["body"])
+            nbytes = message_size(m)
             count, size = count + 1, size + nbytes
             batch_count, batch_size = batch_count + 1, batch_size + nbytes
             if key is not None:
@@ -186,7 +199,7 @@ class Queue:
                     self.counters["replaced_total"] += 1
             ttl = m.get("ttl_ms") or self.config["ttl_ms"]
             seq = self.insert(m["body"], key, m.get("headers"), clock,
-                              clock + ttl if ttl else None, m.get("delay_ms") or 0)
+                              clock + ttl if ttl else None, m.get("delay_ms") or 0, message_size(m))
             if mid is not None:
                 self.dedup[mid] = (seq, clock)
                 self.dedup_order.append((clock, mid))
@@ -194,14 +207,14 @@ class Queue:
         self.drop_overflow()
         return results
 
-    def insert(self, body, key, headers, clock: int, expires_at, delay_ms: int) -> int:
-        """Append one message at the tail, visible to every current group."""
+    def insert(self, body, key, headers, clock: int, expires_at, delay_ms: int, size: int) -> int:
+        """Append one message of `size` bytes (message_size) at the tail, visible to every current group."""
         msg = Message()
         seq = msg.seq = self.next_seq
         self.next_seq = seq + 1
         msg.body, msg.key, msg.headers = body, key, headers
         msg.put_at, msg.visible_at = clock, clock + delay_ms
-        msg.expires_at, msg.size = expires_at, body_size(body)
+        msg.expires_at, msg.size = expires_at, size
         msg.pending, msg.received = len(self.groups), False
         self.messages[seq] = msg
         self.bytes += msg.size

@@ -11,7 +11,10 @@ import re
 
 from .results import BAD_REQUEST, error
 
-NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+# Names travel in URL paths: no "." or ".." (a client or proxy collapses them),
+# and no leading "-" (read as an option on a command line).
+NAME_PATTERN = "[A-Za-z0-9_][A-Za-z0-9._-]{0,127}"
+NAME_RE = re.compile(NAME_PATTERN)
 MAX_BATCH = 10_000
 MAX_RECEIVE = 1_000
 MAX_WAIT_MS = 30_000
@@ -39,7 +42,7 @@ def is_int(value) -> bool:
 
 def check_name(value, what: str):
     if not isinstance(value, str) or not NAME_RE.fullmatch(value):
-        return error(BAD_REQUEST, f"{what} must match [A-Za-z0-9._-]{{1,128}}")
+        return error(BAD_REQUEST, f"{what} must match {NAME_PATTERN}")
     return None
 
 
@@ -206,7 +209,7 @@ def _check_tx(cmd):
 
 def _check_member(cmd):
     if not isinstance(cmd.get("id"), str) or check_name(cmd["id"], "node id"):
-        return error(BAD_REQUEST, "node id must match [A-Za-z0-9._-]{1,128}")
+        return error(BAD_REQUEST, f"node id must match {NAME_PATTERN}")
     if cmd["op"] == "set_member":
         for field in ("raft_addr", "http_addr"):
             if not isinstance(cmd.get(field), str) or not cmd[field]:

@@ -57,6 +57,13 @@ def body_size(body) -> int:
     return len(cbor2.dumps(body))
 
 
+def message_size(msg) -> int:
+    """Body, key, id and headers all count toward max_bytes."""
+    text = [msg.get("key"), msg.get("id"), *(msg.get("headers") or {}).keys(),
+            *(msg.get("headers") or {}).values()]
+    return body_size(msg["body"]) + sum(len(t.encode()) for t in text if t is not None)
+
+
 def err(code, **details):
     return {"error": code, **details}
 
@@ -187,7 +194,7 @@ class Model:
             q["messages"].append({
                 "seq": seq, "body": msg["body"], "key": key, "headers": msg.get("headers"),
                 "put_at": self.clock, "visible_at": self.clock + delay,
-                "expires_at": self.clock + ttl if ttl else None, "size": body_size(msg["body"]),
+                "expires_at": self.clock + ttl if ttl else None, "size": message_size(msg),
                 "received": False})
             for entries in q["groups"].values():
                 entries[seq] = {"state": "delayed" if delay else "ready", "until": self.clock + delay,

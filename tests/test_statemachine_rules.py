@@ -619,6 +619,15 @@ def test_max_bytes_reject_counts_body_bytes(m):
     assert m.stats("q")["bytes"] == 10
 
 
+def test_headers_key_and_id_count_toward_max_bytes(m):
+    m.ok("create_queue", queue="q", config={"max_bytes": 100})
+    m.fails("queue_full", "put", queue="q", messages=[msg(b"", headers={"h": "v" * 100})])
+    m.fails("queue_full", "put", queue="q", messages=[msg(b"", key="k" * 101)])
+    m.fails("queue_full", "put", queue="q", messages=[msg(b"", id="i" * 101)])
+    m.put("q", msg(b"12", key="k", id="i", headers={"ab": "cd"}))
+    assert m.stats("q")["bytes"] == 2 + 1 + 1 + 4
+
+
 def test_reject_counts_duplicates_and_replacements_as_taking_no_room(m):
     m.ok("create_queue", queue="q", config={"max_length": 2})
     m.put("q", msg(id="x"), msg(key="k"))

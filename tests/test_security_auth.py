@@ -1,0 +1,129 @@
+"""Who may do what: the auth matrix of every route and role, a node that
+will not start insecurely, and files only their owner can read."""
+
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from api.routes import ACCEPTED, ROUTES
+from raftq import config as cluster_config
+from raftq.local import LocalCluster
+from tests.wire import call
+
+pytestmark = pytest.mark.integration
+
+PATH_VALUES = {"{queue}": "authq", "{group}": "default", "{node}": "n9", "{token}": "nope"}
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    from tests.conftest import start_cluster
+    cluster = start_cluster(tmp_path_factory.mktemp("auth"), 1)
+    yield cluster
+    cluster.close()
+
+
+def concrete(path: str) -> str:
+    for name, value in PATH_VALUES.items():
+        path = path.replace(name, value)
+    return path
+
+
+def credentials(cluster) -> dict:
+    tokens = cluster.cfg.tokens
+    return {
+        "none": None,
+        "wrong": "Bearer " + "x" * 43,
+        "non-utf8": "Bearer \udcff\udcfe",       # sent as the raw bytes ff fe
+        "data": f"Bearer {tokens.data}",
+        "metrics": f"Bearer {tokens.metrics}",
+        "admin": f"Bearer {tokens.admin}",
+    }
+
+
+def send(url: str, method: str, authorization: str | None):
+    headers = {"Authorization": authorization} if authorization else {"Authorization": ""}
+    if authorization and not authorization.isascii():
+        headers["Authorization"] = authorization.encode("utf-8", "surrogateescape").decode("latin-1")
+    body = {} if method in ("POST", "PUT", "PATCH") else None
+    return call(method, url, body, headers=headers, timeout=15)
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: f"{r.method} {r.path}")
+def test_every_route_takes_exactly_the_roles_it_names(node, route):
+    url = node.urls[0] + concrete(route.path)
+    for who, authorization in credentials(node).items():
+        reply = send(url, route.method, authorization)
+        assert reply.status != 500, (who, reply)
+        if route.role is None:
+            assert reply.status not in (401, 403), (who, reply)
+        elif who in ("none", "wrong", "non-utf8"):
+            assert (reply.status, reply.body["error"]) == (401, "unauthorized"), (who, reply)
+        elif who in ACCEPTED[route.role]:
+            assert reply.status not in (401, 403), (who, reply)
+        else:
+            assert (reply.status, reply.body["error"]) == (403, "forbidden"), (who, reply)
+            assert set(reply.body) == {"error", "message"}
+
+
+def test_an_unknown_route_needs_a_token_before_it_is_a_404(node):
+    assert call("GET", node.urls[0] + "/v1/nothing", headers={"Authorization": ""}).status == 401
+    assert call("GET", node.urls[0] + "/v1/nothing").status == 404
+
+
+def test_health_is_open_and_reveals_no_data(node):
+    ready = call("GET", node.urls[0] + "/health/ready", headers={"Authorization": ""})
+    assert ready.status == 200 and set(ready.body) == {
+        "id", "role", "leader", "term", "commit_index", "applied_index", "last_log_index", "fsync_policy", "ready"}
+
+
+def run_node(cfg_path, data_dir, *extra) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "raftq", "node", "--config", str(cfg_path), "--id", "n1",
+                           "--data-dir", str(data_dir), *extra], capture_output=True, text=True, timeout=60)
+
+
+def test_a_node_without_a_secret_or_a_token_refuses_to_start(tmp_path):
+    cluster = LocalCluster.create(tmp_path / "c", 1)
+    bare = cluster_config.ClusterConfig(nodes=cluster.cfg.nodes)
+    path = tmp_path / "bare.toml"
+    path.write_text(bare.to_toml())
+    done = run_node(path, tmp_path / "d")
+    assert done.returncode == 2 and "--insecure-no-secret" in done.stderr
+    assert not (tmp_path / "d" / "raft").exists()
+
+    with_secret = tmp_path / "secret.toml"
+    cluster_config.write_private(with_secret, cluster_config.ClusterConfig(
+        nodes=cluster.cfg.nodes, secret=cluster_config.new_secret()).to_toml())
+    done = run_node(with_secret, tmp_path / "d")
+    assert done.returncode == 2 and "--insecure-no-auth" in done.stderr
+
+
+def test_a_config_readable_by_others_is_refused_with_the_chmod_to_run(tmp_path):
+    cluster = LocalCluster.create(tmp_path / "c", 1)
+    cluster.config_path.chmod(0o644)
+    done = run_node(cluster.config_path, tmp_path / "d")
+    assert done.returncode == 2
+    assert f"chmod 600 {cluster.config_path}" in done.stderr
+
+
+def test_the_config_is_written_0600_from_the_start(tmp_path):
+    cluster = LocalCluster.create(tmp_path / "c", 1)
+    assert stat.S_IMODE(cluster.config_path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(cluster.root.stat().st_mode) == 0o700
+
+
+def test_a_nodes_files_are_its_owners_only(node):
+    with node.client() as client:
+        client.put("perm", "secret body")
+    client_dir = node.root / "n1"
+    found = 0
+    for dirpath, dirnames, filenames in os.walk(client_dir):
+        assert stat.S_IMODE(os.stat(dirpath).st_mode) == 0o700, dirpath
+        for name in filenames:
+            found += 1
+            mode = stat.S_IMODE(os.stat(os.path.join(dirpath, name)).st_mode)
+            assert mode & 0o077 == 0, (name, oct(mode))
+    assert found > 0

@@ -1,0 +1,157 @@
+"""The Raft port against a client that is not a peer: oversized frames,
+garbage, stalled and impersonating connections.  Each attack runs against
+the leader of a real 3-node cluster; the leader must stay leader in the same
+term and grow by less than 50 MiB."""
+
+import os
+import pickle
+import socket
+import time
+
+import pytest
+
+from raftq.consensus import FRAME, HANDSHAKE_DEADLINE_S
+from raftq.sealer import Sealer
+
+pytestmark = pytest.mark.integration
+
+RSS_GROWTH_LIMIT = 50 << 20
+
+
+def rss_bytes(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def raft_addr(cluster, node_id: str) -> tuple[str, int]:
+    host, port = cluster.cfg.node(node_id).raft.rsplit(":", 1)
+    return host, int(port)
+
+
+def closed_by_peer(sock: socket.socket, timeout: float) -> bool:
+    """True once the other side closed the connection (EOF or reset) within `timeout`."""
+    sock.settimeout(timeout)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not sock.recv(65536):
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+    return False
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    from tests.conftest import start_cluster
+    cluster = start_cluster(tmp_path_factory.mktemp("raft-attack"))
+    yield cluster
+    cluster.close()
+
+
+class Watch:
+    """The leader's term and RSS before an attack, checked after it."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.leader = cluster.wait_for_leader(30)
+        self.term = cluster.ready_view(self.leader)["term"]
+        self.pid = cluster.pid(self.leader)
+        self.rss = rss_bytes(self.pid)
+
+    def check(self):
+        time.sleep(1.0)   # an election the attack caused would have started by now
+        view = self.cluster.ready_view(self.leader)
+        assert view is not None and view["role"] == "leader" and view["term"] == self.term, view
+        growth = rss_bytes(self.pid) - self.rss
+        assert growth < RSS_GROWTH_LIMIT, f"leader grew by {growth / 2**20:.0f} MiB"
+
+
+def test_a_frame_declaring_2_gib_is_cut_off_at_its_length(target):
+    watch = Watch(target)
+    sent = 0
+    with socket.create_connection(raft_addr(target, watch.leader), timeout=10) as sock:
+        zeros = bytes(1 << 20)
+        try:
+            sock.sendall(FRAME.pack((2 << 30) - 1))
+            while sent < 512 << 20:
+                sock.sendall(zeros)
+                sent += len(zeros)
+        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+            pass
+    # pysyncobj read all of it into one buffer; now the length alone closes the connection
+    assert sent < 64 << 20, f"the leader kept reading: {sent >> 20} MiB accepted"
+    watch.check()
+
+
+def test_garbage_connections_are_all_closed(target):
+    watch = Watch(target)
+    rng = os.urandom
+    socks = []
+    try:
+        for i in range(300):
+            sock = socket.create_connection(raft_addr(target, watch.leader), timeout=10)
+            # half declare a plausible length and send junk, half send junk from the first byte
+            payload = FRAME.pack(40) + rng(40) if i % 2 else rng(64)
+            try:
+                sock.sendall(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            socks.append(sock)
+        still_open = [s for s in socks if not closed_by_peer(s, HANDSHAKE_DEADLINE_S + 10)]
+        assert still_open == []
+    finally:
+        for sock in socks:
+            sock.close()
+    watch.check()
+
+
+def test_stalled_connections_are_closed_after_the_handshake_deadline(target):
+    watch = Watch(target)
+    socks = [socket.create_connection(raft_addr(target, watch.leader), timeout=10) for _ in range(100)]
+    try:
+        still_open = [s for s in socks if not closed_by_peer(s, HANDSHAKE_DEADLINE_S + 10)]
+        assert still_open == []
+    finally:
+        for sock in socks:
+            sock.close()
+    watch.check()
+
+
+def sealed(sealer: Sealer, message, stamp: int) -> bytes:
+    data = sealer.encrypt_at_time(pickle.dumps(message), stamp)
+    return FRAME.pack(len(data)) + data
+
+
+@pytest.mark.parametrize("announce", ["readonly", ["status"], "127.0.0.1:1"],
+                         ids=["readonly-peer", "utility-command", "unknown-address"])
+def test_a_sealed_connection_that_names_no_configured_peer_is_closed(target, announce):
+    """Even with the cluster secret, only a configured peer may connect (pysyncobj
+    also served read-only peers every entry, and utility commands)."""
+    watch = Watch(target)
+    sealer = Sealer(target.cfg.secret)
+    with socket.create_connection(raft_addr(target, watch.leader), timeout=10) as sock:
+        our_key = os.urandom(32)
+        sock.sendall(sealed(sealer, our_key, 1))          # the key exchange
+        sock.sendall(sealed(sealer, announce, 1))
+        received = b""
+        sock.settimeout(HANDSHAKE_DEADLINE_S + 10)
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except ConnectionResetError:
+            pass
+    # the only message the node sent is its half of the key exchange: no entries, no status
+    messages = []
+    while len(received) >= FRAME.size:
+        end = FRAME.size + FRAME.unpack_from(received)[0]
+        messages.append(pickle.loads(sealer.decrypt(received[FRAME.size:end])))
+        received = received[end:]
+    assert len(messages) == 1, messages
+    key, their_key = messages[0]
+    assert key == our_key and isinstance(their_key, bytes) and len(their_key) == 32
+    watch.check()
