@@ -46,19 +46,35 @@ class Settings:
 
 @dataclass(frozen=True)
 class Limits:
-    """The node's caps (docs/security.md); each is a `raftq node` option."""
-    max_request_bytes: int = 4 << 20       # a put of a full log entry, base64 included, fits
-    max_long_polls: int = 1000             # receives waiting at once on this node
-    max_connections: int = 2000            # HTTP connections open at once on this node
-    header_timeout_s: float = 10.0         # to send a request's line and headers
-    idle_timeout_s: float = 75.0           # a keep-alive connection with no request
+    """The node's caps (docs/security.md); each is a `raftq node` option of the same name."""
+    max_request_bytes: int = 4 << 20
+    max_long_polls: int = 1000
+    max_connections: int = 2000
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
     max_queues: int = 10_000
     max_groups_per_queue: int = 100
-    max_dedup_bytes: int = 16 << 20        # per queue: ids kept for deduplication after ack
-    max_dedup_window_ms: int = 86_400_000  # one day
+    max_dedup_bytes: int = 16 << 20
+    max_dedup_window_ms: int = 86_400_000
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+LIMIT_HELP = {
+    "max_request_bytes": "largest request body; a full log entry as JSON with base64 bodies fits",
+    "max_long_polls": "receives waiting at once on this node; beyond, 429 too_many_waiters",
+    "max_connections": "HTTP connections open at once; beyond, new ones are closed",
+    "header_timeout_s": "seconds to send a request's headers, from connecting or from the last answer "
+                        "(an idle keep-alive connection is closed after it too)",
+    "body_timeout_s": "seconds to send a request's body",
+    "max_queues": "queues in the cluster; creating more is 429 limit_reached",
+    "max_groups_per_queue": "consumer groups per queue; adding more is 429 limit_reached",
+    "max_dedup_bytes": "bytes of message ids a queue keeps for deduplication; the oldest are forgotten "
+                       "beyond it, before their window ends",
+    "max_dedup_window_ms": "largest dedup_window_ms a queue may be given",
+}
+assert set(LIMIT_HELP) == {f for f in Limits.__dataclass_fields__}
 
 
 def _error_middleware():
@@ -111,7 +127,8 @@ def _auth_middleware(tokens: Tokens):
 
 
 def make_app(node, settings: Settings) -> web.Application:
-    metrics = Metrics(node)
+    buffer = PutBuffer(node.data_dir / "buffer", settings.buffer_max_bytes)
+    metrics = Metrics(node, buffer)
     node.committer_observer(metrics.observe_entry)
     middlewares = [metrics.middleware(), _error_middleware()]
     if settings.tokens.any():
@@ -120,7 +137,7 @@ def make_app(node, settings: Settings) -> web.Application:
     app[NODE] = node
     app[SETTINGS] = settings
 
-    app[buffering.BUFFER] = PutBuffer(node.data_dir / "buffer", settings.buffer_max_bytes)
+    app[buffering.BUFFER] = buffer
 
     async def background(app: web.Application):
         # Node-to-node HTTP (forwarding, peer health, verify) trusts the CA

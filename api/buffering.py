@@ -2,25 +2,31 @@
 
 The buffer itself (raftq/buffer.py) is a durable FIFO on this node's disk.
 Forwarding goes through the same door as any client: the local node when it
-leads, else an HTTP put to the leader.  Only a put the leader answered 201
-advances the buffer; anything else is tried again later, in order, so a
-refused record (a full queue) holds back the ones behind it rather than
-letting them overtake it.
+leads, else an HTTP put to the leader.  A put the leader answered 201
+advances the buffer.  One it refused for good (400, 404, 409, 413: the
+same put would be refused again) is set aside in the buffer's dead.log,
+counted (``raftq_buffer_dead_lettered``, ``raftq cluster status``) and
+logged once, and the records behind it go on.  Anything else (no leader, a
+full queue, 401/403 while tokens are rotated) is tried again later, in
+order, so that a record held back is not overtaken.
 """
 
 import asyncio
 import base64
 import logging
 import uuid
+from urllib.parse import quote
 
 from aiohttp import ClientError, ClientTimeout, web
 
 from raftq.buffer import BufferFull, PutBuffer
 from raftq.committer import CommitError
 
+from . import caps
 from .codec import respond
 from .errors import ApiError
-from .leader import HTTP, NODE, SETTINGS
+from .keys import HTTP, NODE, SETTINGS
+from .leader import validate
 
 log = logging.getLogger("raftq.buffer")
 
@@ -41,33 +47,47 @@ def buffer_put(request: web.Request, queue: str, messages: list) -> web.Response
     return respond(request, {"buffered": True, "ids": [m["id"] for m in messages]}, status=202)
 
 
-async def _forward(app: web.Application, queue: str, messages: list) -> bool:
+# Answers after which the same put can never succeed.
+FINAL_CODES = {"bad_request", "not_found", "conflict", "too_large", "limit_reached"}
+FINAL_STATUS = {400, 404, 409, 413}
+
+
+async def _forward(app: web.Application, queue: str, messages: list) -> str | None:
+    """None once the leader stored the put; "retry"; or why it refused it for good."""
     node = app[NODE]
     status = node.status()
     if status["leader_id"] is None or not status["quorum_ok"]:
-        return False
+        return "retry"
     command = {"op": "put", "queue": queue, "messages": messages, "auto_create": node.auto_create}
     if status["role"] == "leader":
         try:
+            validate(command)
+            caps.check(node, app[SETTINGS].limits, command)
             result = await node.submit(command)
         except CommitError:
-            return False
-        if "error" in result:
-            log.warning("buffered put to %s refused (%s); will retry", queue, result["error"])
-            return False
-        return True
-    url = f"{app[SETTINGS].scheme}://{node.http_addr(status['leader_id'])}/v1/queues/{queue}/messages"
+            return "retry"
+        except ApiError as exc:
+            result = exc.body()
+        if "error" not in result:
+            return None
+        if result["error"] in FINAL_CODES:
+            return f"{result['error']}: {result.get('message', '')}"
+        log.warning("buffered put to %s refused (%s); will retry", queue, result["error"])
+        return "retry"
+    url = f"{app[SETTINGS].scheme}://{node.http_addr(status['leader_id'])}/v1/queues/{quote(queue, safe='')}/messages"
     token = app[SETTINGS].tokens.admin
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         async with app[HTTP].post(url, json={"messages": [_wire(m) for m in messages]}, headers=headers,
                                   allow_redirects=False, timeout=ClientTimeout(total=15)) as reply:
             if reply.status == 201:
-                return True
+                return None
+            if reply.status in FINAL_STATUS:
+                return f"HTTP {reply.status}: {(await reply.text())[:300]}"
             log.warning("buffered put to %s answered %s; will retry", queue, reply.status)
     except (ClientError, asyncio.TimeoutError):
         pass
-    return False
+    return "retry"
 
 
 def _wire(message: dict) -> dict:
@@ -84,8 +104,14 @@ async def replay(app: web.Application) -> None:
         record = buffer.oldest()
         while record is not None:
             next_pos, queue, messages = record
-            if not await _forward(app, queue, messages):
+            outcome = await _forward(app, queue, messages)
+            if outcome == "retry":
                 break
-            buffer.forwarded(next_pos)
-            log.info("forwarded %d buffered message(s) to %s", len(messages), queue)
+            if outcome is None:
+                buffer.forwarded(next_pos)
+                log.info("forwarded %d buffered message(s) to %s", len(messages), queue)
+            else:
+                buffer.dead_letter(next_pos, queue, messages, outcome)
+                log.error("a buffered put of %d message(s) to %s was refused for good (%s); set aside in %s",
+                          len(messages), queue, outcome, buffer.dead_path)
             record = buffer.oldest()

@@ -6,12 +6,14 @@ from aiohttp import ClientError, ClientTimeout, web
 
 from raftq.committer import CommitError
 
+from .buffering import BUFFER
 from .codec import read_body, respond
 from .errors import ApiError
-from .leader import HTTP, NODE, no_quorum, write
+from .leader import HTTP, NODE, SETTINGS, no_quorum, write
 from .routing import leader_only
 
 PEER_TIMEOUT = ClientTimeout(total=0.7)
+LIVE_CONTACT_MS = 1000
 
 
 async def live(request: web.Request) -> web.Response:
@@ -48,6 +50,7 @@ async def _peer_ready(request: web.Request, http_addr: str) -> dict | None:
 async def show(request: web.Request) -> web.Response:
     """The cluster as this node sees it, each member asked for its own indexes."""
     node = request.app[NODE]
+    buffer = request.app[BUFFER]
     status = node.status()
     members = node.members()
     views = await asyncio.gather(*(
@@ -68,7 +71,28 @@ async def show(request: web.Request) -> web.Response:
             "healthy": bool(view and view["ready"]),
         })
     return respond(request, {"id": node.id, "leader": status["leader_id"], "term": status["term"],
-                             "commit_index": status["commit_index"], "nodes": nodes})
+                             "commit_index": status["commit_index"], "nodes": nodes,
+                             "limits": request.app[SETTINGS].limits.as_dict(),
+                             "buffer": {"pending_bytes": buffer.pending_bytes, "dead_lettered": buffer.dead_lettered,
+                                        "dead_letter_file": str(buffer.dead_path)}})
+
+
+def _keeps_quorum(request: web.Request, voters_after: list[str]) -> None:
+    """Refuse (409) a change after which the live voters would be no majority, unless ?force=true.
+
+    Live: this leader, and each peer it heard from within LIVE_CONTACT_MS. A
+    node being added counts as not live yet: it has not caught up.
+    """
+    if request.query.get("force") == "true":
+        return
+    node = request.app[NODE]
+    peers = node.status()["peers"]
+    live = [v for v in voters_after if v == node.id or (
+        peers.get(v, {}).get("last_contact_ms") is not None and peers[v]["last_contact_ms"] < LIVE_CONTACT_MS)]
+    if len(live) <= len(voters_after) / 2:
+        raise ApiError("conflict", f"after this change {len(live)} of {len(voters_after)} voters would be live "
+                                   f"({', '.join(live)}): no majority, so no leader. Bring nodes back first, "
+                                   "or repeat with ?force=true", live=live, voters=voters_after)
 
 
 @leader_only
@@ -80,6 +104,7 @@ async def add_node(request: web.Request) -> web.Response:
     node = request.app[NODE]
     if any(m["id"] == body["id"] for m in node.members()):
         raise ApiError("conflict", f"node {body['id']!r} is already a member")
+    _keeps_quorum(request, [m["id"] for m in node.members()] + [body["id"]])
     # Validated like any command before it reaches the log.
     await write(request, {"op": "set_member", "id": body["id"], "raft_addr": body["raft_addr"],
                           "http_addr": body["http_addr"]})
@@ -96,6 +121,7 @@ async def remove_node(request: web.Request) -> web.Response:
     node_id = request.match_info["node"]
     if not any(m["id"] == node_id for m in node.members()):
         raise ApiError("not_found", f"node {node_id!r} is not a member")
+    _keeps_quorum(request, [m["id"] for m in node.members() if m["id"] != node_id])
     if node_id == node.id:
         await asyncio.to_thread(node.consensus.transfer_leadership, 2.0)
         raise no_quorum("this node led the cluster and has handed leadership over; "

@@ -5,6 +5,7 @@ byte string ``body`` in CBOR).  The state machine stores what it was given
 — bytes stay bytes — so a reply echoes the form the body was put in.
 """
 
+import asyncio
 import base64
 import binascii
 
@@ -14,6 +15,7 @@ from aiohttp import web
 
 from .bounded import check_cbor, check_json
 from .errors import ApiError
+from .keys import SETTINGS
 
 CBOR = "application/cbor"
 JSON = "application/json"
@@ -25,7 +27,12 @@ def wants_cbor(request: web.Request) -> bool:
 
 async def read_body(request: web.Request, *, required: bool = True):
     """The request's decoded body (None when empty and optional)."""
-    raw = await request.read()
+    limit = request.app[SETTINGS].limits.body_timeout_s
+    try:
+        async with asyncio.timeout(limit):
+            raw = await request.read()
+    except TimeoutError:
+        raise ApiError("timeout", f"the request body did not arrive within {limit} s") from None
     if not raw:
         if required:
             raise ApiError("bad_request", "the request needs a body")

@@ -6,6 +6,7 @@ STATUS = {
     "forbidden": 403,
     "not_found": 404,
     "method_not_allowed": 405,
+    "timeout": 408,
     "conflict": 409,
     "stale_receipt": 409,
     "too_large": 413,

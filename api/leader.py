@@ -10,17 +10,16 @@ from the majority never serves a stale or doomed request.
 
 import asyncio
 
-from aiohttp import ClientError, ClientSession, ClientTimeout, web
+from aiohttp import ClientError, ClientTimeout, web
 
 from raftq.committer import CommitError
 from statemachine import check_command
 
+from . import caps
 from .codec import respond
 from .errors import ApiError, from_result
+from .keys import HTTP, NODE, SETTINGS  # noqa: F401  (the handlers import them from here)
 
-NODE = web.AppKey("node", object)
-SETTINGS = web.AppKey("settings", object)
-HTTP = web.AppKey("http", ClientSession)
 
 CONSISTENCY_LEVELS = ("leader", "strong", "any")
 FORWARD_HEADERS = ("Content-Type", "Accept", "Authorization")
@@ -72,9 +71,10 @@ def validate(command: dict) -> None:
 
 
 async def write(request: web.Request, command: dict) -> dict:
-    """Validate, apply through the log, and return the command's successful result."""
+    """Validate, check the node's caps, apply through the log, and return the command's successful result."""
     validate(command)
     node = request.app[NODE]
+    caps.check(node, request.app[SETTINGS].limits, command)
     try:
         async with asyncio.timeout(request.app[SETTINGS].write_timeout_s):
             result = await node.submit(command)

@@ -102,18 +102,30 @@ async def receive(request: web.Request) -> web.Response:
     lease_ms = _int_field(body, "lease_ms", None, 1, 1 << 40, nullable=True)
     command = {"op": "receive", "queue": name, "group": group, "max": count, "lease_ms": lease_ms}
     node = request.app[NODE]
+    cap = request.app[SETTINGS].limits.max_long_polls
+    if wait_ms and node.waiting >= cap:
+        raise ApiError("too_many_waiters", f"{cap} receives are already waiting on this node "
+                                           "(--max-long-polls); retry later or poll another way",
+                       headers={"Retry-After": "1"})
     deadline = time.monotonic() + wait_ms / 1000
-    while True:
-        remaining = deadline - time.monotonic()
-        # Waiting costs no log entry: only a receive that can lease something
-        # (or the last try, or one for a missing queue, to get its error) is written.
-        if remaining > 0 and not node.read("has_ready", name, group) \
-                and "error" not in node.read("group_info", name, group):
-            await node.wait_ready(name, group, remaining)
-            continue
-        result = await write(request, dict(command))
-        if result["messages"] or remaining <= 0:
-            return respond(request, result)
+    woken = False
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            # Waiting costs no log entry: only a receive that can lease something
+            # (or the last try, or one for a missing queue, to get its error) is written.
+            if remaining > 0 and not node.read("has_ready", name, group) \
+                    and "error" not in node.read("group_info", name, group):
+                if woken:
+                    node.woken_done(name, group)
+                woken = await node.wait_ready(name, group, remaining)
+                continue
+            result = await write(request, dict(command))
+            if result["messages"] or remaining <= 0:
+                return respond(request, result)
+    finally:
+        if woken:
+            node.woken_done(name, group)
 
 
 async def _settle(request: web.Request, op: str) -> web.Response:

@@ -13,8 +13,9 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 class NodeCollector:
     """Read at scrape time from the node and its state machine: nothing to keep in sync."""
 
-    def __init__(self, node):
+    def __init__(self, node, buffer):
         self.node = node
+        self.buffer = buffer
 
     def collect(self):
         status = self.node.status()
@@ -28,6 +29,10 @@ class NodeCollector:
                                   value=self.node.elections_seen)
         yield CounterMetricFamily("raftq_entries_applied", "Log entries applied by this node",
                                   value=self.node.entries_applied)
+        yield GaugeMetricFamily("raftq_buffer_pending_bytes", "Bytes of buffered puts not forwarded yet",
+                                value=self.buffer.pending_bytes)
+        yield CounterMetricFamily("raftq_buffer_dead_lettered", "Buffered puts the leader refused for good",
+                                  value=self.buffer.dead_lettered)
         snapshot = status.get("snapshot") or {}
         yield GaugeMetricFamily("raftq_snapshot_bytes", "Size of the last snapshot",
                                 value=snapshot.get("bytes") or 0)
@@ -53,7 +58,7 @@ class NodeCollector:
 
 
 class Metrics:
-    def __init__(self, node):
+    def __init__(self, node, buffer):
         self.registry = CollectorRegistry()
         self.requests = Counter("raftq_http_requests", "HTTP requests", ["method", "route", "status"],
                                 registry=self.registry)
@@ -65,7 +70,7 @@ class Metrics:
         self.entry_bytes = Histogram("raftq_log_entry_bytes", "Bytes per log entry",
                                      buckets=(256, 1024, 4096, 16384, 65536, 262144, 1 << 20, 4 << 20),
                                      registry=self.registry)
-        self.registry.register(NodeCollector(node))
+        self.registry.register(NodeCollector(node, buffer))
 
     def observe_entry(self, commands: int, size: int) -> None:
         self.entry_commands.observe(commands)

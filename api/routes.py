@@ -34,6 +34,7 @@ class Route:
 
 
 Q = "/v1/queues/{queue}"
+FORCE = ("force", {"type": "string", "enum": ["true"]})
 CONSISTENCY = ("consistency", {"type": "string", "enum": ["leader", "strong", "any"]})
 
 ROUTES = (
@@ -44,9 +45,9 @@ ROUTES = (
     Route("GET", "/metrics", None, METRICS, "Prometheus metrics"),
     Route("GET", "/v1/cluster", cluster.show, ADMIN, "Members and their replication state"),
     Route("POST", "/v1/cluster/nodes", cluster.add_node, ADMIN, "Add a voter", ok=(201,),
-          errors=(409,), body=schemas.NEW_NODE, body_required=True, leader=True),
+          errors=(409,), body=schemas.NEW_NODE, body_required=True, query=(FORCE,), leader=True),
     Route("DELETE", "/v1/cluster/nodes/{node}", cluster.remove_node, ADMIN, "Remove a voter", ok=(204,),
-          errors=(404, 409), query=(("force", {"type": "string", "enum": ["true"]}),), leader=True),
+          errors=(404, 409), query=(FORCE,), leader=True),
     Route("POST", "/v1/cluster/verify", cluster.verify, ADMIN, "Compare every replica's state digest",
           leader=True),
     Route("GET", "/v1/cluster/checkpoints/{token}", cluster.checkpoint, ADMIN,

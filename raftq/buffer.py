@@ -11,6 +11,11 @@ appended to ``buffer.log``; ``buffer.pos`` holds the offset of the first
 record not yet forwarded (temp file, fsync, rename).  A torn tail from a
 crash fails its checksum and is cut at start-up.  When everything has been
 forwarded, both are reset to empty.
+
+A record the leader refuses for good (a bad request, a missing queue) must
+not hold back the ones behind it: it moves to ``dead.log`` (records
+``<u32 length><u32 crc32><CBOR [queue, messages, reason]>``), where an
+operator finds it; ``dead_lettered`` counts them.
 """
 
 import os
@@ -37,23 +42,54 @@ class PutBuffer:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._pos = int(self.pos_path.read_text()) if self.pos_path.exists() else 0
+        self.dead_path = self.dir / "dead.log"
         self._file = open(self.log_path, "a+b")
-        self._end = self._valid_end()
+        self._end = self._valid_end(self._file)
+        self.dead_lettered = self._count_dead()
         self._file.truncate(self._end)
         # A crash between emptying the log and recording it leaves an old offset.
         self._pos = min(self._pos, self._end)
 
-    def _valid_end(self) -> int:
-        self._file.seek(0)
-        data = self._file.read()
+    @staticmethod
+    def _records(data: bytes):
+        """(offset after, payload) of each whole record, up to the first torn one."""
         offset = 0
         while offset + RECORD.size <= len(data):
             length, crc = RECORD.unpack_from(data, offset)
             payload = data[offset + RECORD.size: offset + RECORD.size + length]
             if len(payload) < length or zlib.crc32(payload) != crc:
-                break
+                return
             offset += RECORD.size + length
-        return offset
+            yield offset, payload
+
+    def _valid_end(self, file) -> int:
+        file.seek(0)
+        end = 0
+        for end, _ in self._records(file.read()):
+            pass
+        return end
+
+    def _count_dead(self) -> int:
+        if not self.dead_path.exists():
+            return 0
+        return sum(1 for _ in self._records(self.dead_path.read_bytes()))
+
+    def dead_letter(self, next_pos: int, queue: str, messages: list, reason: str) -> None:
+        """Set the oldest record aside in dead.log (durably) and move past it."""
+        payload = cbor2.dumps([queue, messages, reason])
+        with self._lock:
+            with open(self.dead_path, "ab") as dead:
+                dead.write(RECORD.pack(len(payload), zlib.crc32(payload)) + payload)
+                dead.flush()
+                os.fdatasync(dead.fileno())
+            self.dead_lettered += 1
+        self.forwarded(next_pos)
+
+    def dead_records(self) -> list:
+        """[queue, messages, reason] of every record set aside, oldest first."""
+        if not self.dead_path.exists():
+            return []
+        return [cbor2.loads(p) for _, p in self._records(self.dead_path.read_bytes())]
 
     @property
     def pending_bytes(self) -> int:

@@ -9,6 +9,7 @@ cluster's, .raftq/cluster.toml) when that file exists.
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -45,7 +46,7 @@ def _print(args, value, text: str | None = None) -> None:
 
 
 def cmd_node(args) -> int:
-    from api.app import Settings
+    from api.app import Limits, Settings
 
     from . import config as cluster_config
     from .server import serve, setup_logging
@@ -75,8 +76,9 @@ def cmd_node(args) -> int:
     if bool(args.tls_cert) != bool(args.tls_key):
         print("raftq node: give both --tls-cert and --tls-key", file=sys.stderr)
         return 2
+    limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
     settings = Settings(tokens=cfg.tokens, max_message_bytes=args.max_message_bytes,
-                        scheme="https" if args.tls_cert else "http", tls_ca=args.tls_ca)
+                        scheme="https" if args.tls_cert else "http", tls_ca=args.tls_ca, limits=limits)
     data_dir = Path(args.data_dir or f".raftq/{args.id}")
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     data_dir.chmod(0o700)
@@ -110,7 +112,12 @@ def status_table(view: dict) -> str:
     cells = [columns] + [tuple("-" if c is None else str(c) for c in row) for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-    return "\n".join(lines + [f"leader: {view.get('leader') or 'none'}   (* marks the leader)"])
+    lines.append(f"leader: {view.get('leader') or 'none'}   (* marks the leader)")
+    buffer = view.get("buffer") or {}
+    if buffer.get("dead_lettered"):
+        lines.append(f"put buffer of {view['id']}: {buffer['dead_lettered']} buffered put(s) refused for good, "
+                     f"set aside in {buffer['dead_letter_file']}")
+    return "\n".join(lines)
 
 
 def has_quorum(view: dict) -> bool:
@@ -204,7 +211,12 @@ def parser() -> argparse.ArgumentParser:
     node.add_argument("--tls-key")
     node.add_argument("--tls-ca", help="CA bundle this node trusts when it calls other nodes over HTTPS")
     node.add_argument("--no-auto-create", action="store_true")
-    node.add_argument("--max-message-bytes", type=int, default=1 << 20)
+    node.add_argument("--max-message-bytes", type=int, default=1 << 20,
+                      help="a message's body, key, id and headers together")
+    from api.app import LIMIT_HELP, Limits
+    for f in dataclasses.fields(Limits):
+        node.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
+                          help=f"{LIMIT_HELP[f.name]} (default {f.default})")
     node.add_argument("--log-level", default="INFO")
     # Test-only: keep journal bytes that were not fsynced in memory, so that
     # kill -9 loses exactly what a power cut would.

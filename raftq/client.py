@@ -155,12 +155,14 @@ class _Calls:
     def verify(self):
         return self._call("POST", "/v1/cluster/verify", None, retry=True, timeout=30)
 
-    def add_node(self, node_id: str, raft_addr: str, http_addr: str):
-        return self._call("POST", "/v1/cluster/nodes",
+    def add_node(self, node_id: str, raft_addr: str, http_addr: str, *, force: bool = False):
+        """force: even if the live voters would then be no majority (409 otherwise)."""
+        return self._call("POST", "/v1/cluster/nodes" + ("?force=true" if force else ""),
                           {"id": node_id, "raft_addr": raft_addr, "http_addr": http_addr}, retry=True)
 
-    def remove_node(self, node_id: str):
-        return self._call("DELETE", f"/v1/cluster/nodes/{node_id}", None, retry=True)
+    def remove_node(self, node_id: str, *, force: bool = False):
+        return self._call("DELETE", f"/v1/cluster/nodes/{node_id}" + ("?force=true" if force else ""),
+                          None, retry=True)
 
     def ready(self):
         return self._call("GET", "/health/ready", None, retry=False, accept_status=(200, 503))

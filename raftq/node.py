@@ -80,6 +80,7 @@ class Node:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: dict[tuple[str, str], list[asyncio.Future]] = {}
+        self._claims: dict[tuple[str, str], int] = {}   # woken receivers not done yet, per group
         self._wake_scheduled = False
         self._checkpoints: dict[str, str] = {}
         self._was_leader = False
@@ -197,34 +198,67 @@ class Node:
             return getattr(self.machine, query)(*args)
 
     # ---- long poll ---------------------------------------------------------------------------
-    async def wait_ready(self, queue: str, group: str, timeout: float) -> None:
-        """Returns when the group may have a ready message, or after `timeout`."""
+    @property
+    def waiting(self) -> int:
+        """Long polls waiting on this node now."""
+        return sum(len(w) for w in self._waiters.values())
+
+    async def wait_ready(self, queue: str, group: str, timeout: float) -> bool:
+        """Wait until the group may have a ready message for this caller.
+
+        True when an apply woke this caller: it was counted as claiming one
+        ready message, and must call ``woken_done`` once it has tried to
+        lease (before waiting again, too), so that what it left ready wakes
+        the next waiter.  False when something was ready already or after
+        `timeout`.
+        """
+        key = (queue, group)
         future = self._loop.create_future()
         # Registered before looking: an apply that makes the group ready after
         # the look below then finds a waiter and wakes it (_apply_entry).
-        self._waiters.setdefault((queue, group), []).append(future)
+        self._waiters.setdefault(key, []).append(future)
         try:
-            if not self.read("has_ready", queue, group):
-                await asyncio.wait_for(future, timeout)
+            if self.read("has_ready", queue, group):
+                return False
+            await asyncio.wait_for(future, timeout)
+            return True
         except asyncio.TimeoutError:
-            pass
+            return False
         finally:
-            waiting = self._waiters.get((queue, group))
+            waiting = self._waiters.get(key)
             if waiting is not None and future in waiting:
                 waiting.remove(future)
                 if not waiting:
-                    del self._waiters[(queue, group)]
+                    del self._waiters[key]
+
+    def woken_done(self, queue: str, group: str) -> None:
+        key = (queue, group)
+        self._claims[key] -= 1
+        if not self._claims[key]:
+            del self._claims[key]
+        if self._waiters and not self._wake_scheduled:
+            self._wake_scheduled = True
+            self._loop.call_soon(self._wake_waiters)
 
     def _wake_waiters(self) -> None:
+        # A ready message wakes one waiter, oldest first, unless a receiver
+        # woken before is still on its way to it: waking every waiter of a
+        # group made each one write a receive to the log (500 waiters: 496
+        # empty receives per put).
         self._wake_scheduled = False
         if not self._waiters:
             return
         with self._lock:
-            ready = [key for key in self._waiters if self.machine.has_ready(*key)]
-        for key in ready:
-            for future in self._waiters.pop(key):
+            ready = {key: self.machine.ready_count(*key) for key in self._waiters}
+        for key, count in ready.items():
+            waiting = self._waiters[key]
+            while waiting and count > self._claims.get(key, 0):
+                future = waiting.pop(0)
                 if not future.done():
                     future.set_result(None)
+                    self._claims[key] = self._claims.get(key, 0) + 1
+            if not waiting:
+                del self._waiters[key]
 
     # ---- cluster ------------------------------------------------------------------------------
     def is_leader(self) -> bool:

@@ -46,6 +46,21 @@ def setup_logging(node_id: str, level: str = "INFO") -> None:
     root.setLevel(level)
 
 
+def cap_connections(server: web.Server, limit: int) -> None:
+    """Close any connection beyond `limit` as soon as it is made (aiohttp has no such cap)."""
+    track = server.connection_made
+    refused = [0]
+
+    def connection_made(handler, transport) -> None:
+        track(handler, transport)
+        if len(server.connections) > limit:
+            if not refused[0]:
+                log.warning("more than %d HTTP connections (--max-connections); closing the excess", limit)
+            refused[0] += 1
+            transport.close()
+    server.connection_made = connection_made
+
+
 async def serve(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings: Settings,
                 tls: tuple[str, str] | None = None, auto_create: bool = True,
                 unsynced_test_mode: bool = False) -> None:
@@ -53,9 +68,15 @@ async def serve(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings
     node = Node(cluster, node_id, data_dir, auto_create=auto_create,
                 unsynced_test_mode=unsynced_test_mode)
     await node.start()
-    runner = web.AppRunner(make_app(node, settings), access_log=None, handle_signals=False)
+    limits = settings.limits
+    # aiohttp's keep-alive timer also runs from the moment a connection is
+    # made, and closes it unless a request's headers are complete: the
+    # header timeout, which is therefore the idle timeout as well.
+    runner = web.AppRunner(make_app(node, settings), access_log=None, handle_signals=False,
+                           keepalive_timeout=limits.header_timeout_s)
     try:
         await runner.setup()
+        cap_connections(runner.server, limits.max_connections)
         host, _, port = node.spec.http.rpartition(":")
         ssl_context = None
         if tls:

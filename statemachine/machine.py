@@ -148,7 +148,9 @@ class StateMachine:
         problem = queue.check_capacity(cmd["messages"])
         if problem:
             return problem
-        return {"messages": queue.put(cmd["messages"], self.clock)}
+        result = {"messages": queue.put(cmd["messages"], self.clock)}
+        queue.forget_ids_beyond(cmd.get("dedup_max_bytes"))
+        return result
 
     def _receive(self, cmd):
         queue = self._touch(cmd["queue"])
@@ -228,6 +230,8 @@ class StateMachine:
         puts = [{"queue": name,
                  "messages": self._queue_for_put(name, True).put(messages, self.clock)}
                 for name, messages in batches.items()]
+        for name in batches:
+            self.queues[name].forget_ids_beyond(cmd.get("dedup_max_bytes"))
         return {"acked": len(leases), "put": puts}
 
     # ---- timers and dead letters -------------------------------------------------
@@ -293,6 +297,13 @@ class StateMachine:
                             "in_flight": sum(len(g.leases) for g in q.groups.values()),
                             "groups": list(q.groups)} for q in self.queues.values()]}
 
+    def usage(self, names: list) -> dict:
+        """What the node's caps are checked against: queues in all, and the
+        number of groups of each named queue (None if missing)."""
+        return {"queues": len(self.queues),
+                "named": {name: len(self.queues[name].groups) if name in self.queues else None
+                          for name in names}}
+
     def all_queue_stats(self) -> list:
         """(name, stats) of every queue, in one read (metrics)."""
         return [(q.name, q.stats()) for q in self.queues.values()]
@@ -324,8 +335,11 @@ class StateMachine:
         return queue.browse(group, from_seq, limit)
 
     def has_ready(self, name: str, group: str) -> bool:
+        return self.ready_count(name, group) > 0
+
+    def ready_count(self, name: str, group: str) -> int:
         queue = self.queues.get(name)
-        return bool(queue and group in queue.groups and queue.groups[group].ready)
+        return len(queue.groups[group].ready) if queue and group in queue.groups else 0
 
     def next_timer(self):
         """The earliest log time at which a tick would change something, or None."""

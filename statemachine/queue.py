@@ -105,6 +105,7 @@ class Queue:
         self.bytes = 0
         self.keys = {}                      # key -> seq of its newest stored version
         self.dedup = {}                     # id -> (seq, put_at)
+        self.dedup_bytes = 0                # UTF-8 bytes of the ids in dedup (derived, not snapshot)
         self.dedup_order = deque()          # (put_at, id), oldest first: log time only grows
         self.expiries = SortedList()        # (expires_at, seq)
         self.groups = {"default": Group("default")}
@@ -130,6 +131,7 @@ class Queue:
             put_at, mid = self.dedup_order.popleft()
             if self.dedup.get(mid, (None, None))[1] == put_at:
                 del self.dedup[mid]
+                self.dedup_bytes -= len(mid.encode())
 
     def next_timer(self):
         """The earliest log time at which `advance` has work, or None."""
@@ -203,9 +205,21 @@ class Queue:
             if mid is not None:
                 self.dedup[mid] = (seq, clock)
                 self.dedup_order.append((clock, mid))
+                self.dedup_bytes += len(mid.encode())
             results.append({"seq": seq, "duplicate": False, "replaced_seq": replaced})
         self.drop_overflow()
         return results
+
+    def forget_ids_beyond(self, max_bytes) -> None:
+        """Keep at most `max_bytes` of idempotency ids (None: no limit): the
+        oldest are forgotten before their dedup window ends."""
+        if max_bytes is None:
+            return
+        while self.dedup_bytes > max_bytes and self.dedup_order:
+            put_at, mid = self.dedup_order.popleft()
+            if self.dedup.get(mid, (None, None))[1] == put_at:
+                del self.dedup[mid]
+                self.dedup_bytes -= len(mid.encode())
 
     def insert(self, body, key, headers, clock: int, expires_at, delay_ms: int, size: int) -> int:
         """Append one message of `size` bytes (message_size) at the tail, visible to every current group."""
@@ -443,6 +457,7 @@ class Queue:
         queue.expiries = SortedList((m.expires_at, m.seq) for m in msgs if m.expires_at is not None)
         queue.dedup = {mid: (seq, put_at) for mid, seq, put_at in dedup}
         queue.dedup_order = deque((put_at, mid) for mid, _, put_at in dedup)
+        queue.dedup_bytes = sum(len(mid.encode()) for mid in queue.dedup)
         queue.groups = {g[0]: Group.from_state(g) for g in groups}
         queue.outbox = deque((g, s) for g, s in outbox)
         return queue

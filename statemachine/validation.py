@@ -143,8 +143,16 @@ def check_receipts(receipts):
     return None
 
 
+def _check_dedup_budget(cmd):
+    budget = cmd.get("dedup_max_bytes")
+    if budget is not None and (not is_int(budget) or budget < 0):
+        return error(BAD_REQUEST, "dedup_max_bytes must be a non-negative integer")
+    return None
+
+
 def _check_put(cmd):
-    return check_name(cmd.get("queue"), "queue name") or check_messages(cmd.get("messages"))
+    return (check_name(cmd.get("queue"), "queue name") or check_messages(cmd.get("messages"))
+            or _check_dedup_budget(cmd))
 
 
 def _check_receive(cmd):
@@ -204,7 +212,7 @@ def _check_tx(cmd):
         total += len(part["messages"])
     if total > MAX_BATCH:
         return error(BAD_REQUEST, f"a transaction puts at most {MAX_BATCH} messages")
-    return None
+    return _check_dedup_budget(cmd)
 
 
 def _check_member(cmd):

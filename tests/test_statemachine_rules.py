@@ -628,6 +628,14 @@ def test_headers_key_and_id_count_toward_max_bytes(m):
     assert m.stats("q")["bytes"] == 2 + 1 + 1 + 4
 
 
+def test_a_put_with_a_dedup_budget_forgets_the_oldest_ids_beyond_it(m):
+    m.put("q", msg(id="aaaa"), msg(id="bbbb"), dedup_max_bytes=8)
+    m.put("q", msg(id="cc"), dedup_max_bytes=8)          # 10 bytes of ids: "aaaa" goes
+    assert [r["duplicate"] for r in m.put_result("q", msg(id="bbbb"), msg(id="cc"))] == [True, True]
+    assert m.put_result("q", msg(id="aaaa"))[0]["duplicate"] is False
+    m.fails("bad_request", "put", queue="q", messages=[msg()], dedup_max_bytes=-1)
+
+
 def test_reject_counts_duplicates_and_replacements_as_taking_no_room(m):
     m.ok("create_queue", queue="q", config={"max_length": 2})
     m.put("q", msg(id="x"), msg(key="k"))
