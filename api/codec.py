@@ -27,7 +27,11 @@ def wants_cbor(request: web.Request) -> bool:
 
 async def read_body(request: web.Request, *, required: bool = True):
     """The request's decoded body (None when empty and optional)."""
-    limit = request.app[SETTINGS].limits.body_timeout_s
+    limits = request.app[SETTINGS].limits
+    if (request.content_length or 0) > limits.max_request_bytes:
+        # refused on the declared length, before waiting for any of it
+        raise ApiError("too_large", f"the request body may be at most {limits.max_request_bytes} bytes")
+    limit = limits.body_timeout_s
     try:
         async with asyncio.timeout(limit):
             raw = await request.read()
