@@ -18,7 +18,7 @@ def _responses(route) -> dict:
     if route.role is not None:
         statuses |= {401, 403}
     if route.body is not None:
-        statuses.add(413)
+        statuses |= {408, 413}
     if route.leader:
         statuses |= {307, 503}
     if "{" in route.path:

@@ -14,6 +14,7 @@ import time
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from api.app import Settings, make_app
 
@@ -38,12 +39,27 @@ class JsonLogFormatter(logging.Formatter):
         return orjson.dumps(entry).decode()
 
 
+class MalformedRequestFilter(logging.Filter):
+    """aiohttp answers a malformed request (bad header bytes, a broken request
+    line) with 400 itself, then logs it as an error with a traceback: any
+    client could fill the log that way. One line at debug level instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], HttpProcessingError):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            record.msg, record.args = "malformed request answered 400: %s", (record.exc_info[1],)
+            record.exc_info = None
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
+
+
 def setup_logging(node_id: str, level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLogFormatter(node_id))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    logging.getLogger("aiohttp.server").addFilter(MalformedRequestFilter())
 
 
 def cap_connections(server: web.Server, limit: int) -> None:
