@@ -159,3 +159,32 @@ def test_a_sealed_connection_that_names_no_configured_peer_is_closed(target, ann
     key, their_key = messages[0]
     assert key == our_key and isinstance(their_key, bytes) and len(their_key) == 32
     watch.check()
+
+
+def test_without_a_secret_a_read_only_peer_gets_no_entries(tmp_path):
+    """pysyncobj serves every entry to a connection that says 'readonly'; on an
+    insecure test node (the only kind without a secret) it is closed now."""
+    import dataclasses
+
+    from raftq.local import LocalCluster
+    cluster = LocalCluster.create(tmp_path / "insecure", 1, node_args=("--insecure-no-secret",))
+    cluster.cfg = dataclasses.replace(cluster.cfg, secret=None)
+    cluster.write_config()
+    try:
+        cluster.start()
+        assert cluster.wait_for_leader(60) == "n1"
+        with cluster.client() as client:
+            client.put("visible", "replicated entry")
+        with socket.create_connection(raft_addr(cluster, "n1"), timeout=10) as sock:
+            data = pickle.dumps("readonly")
+            sock.sendall(FRAME.pack(len(data)) + data)
+            assert still_open_after([sock], HANDSHAKE_DEADLINE_S + 10) == []
+            sock.settimeout(1)
+            try:
+                leftover = sock.recv(1 << 20)
+            except OSError:
+                leftover = b""
+        assert leftover == b""
+        assert "INSECURE: started with --insecure-no-secret" in cluster.log_path("n1").read_text()
+    finally:
+        cluster.close()
