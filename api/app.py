@@ -30,21 +30,6 @@ AIOHTTP_ERRORS = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
 
 @dataclass(frozen=True)
-class Settings:
-    tokens: Tokens = field(default_factory=Tokens)
-    max_message_bytes: int = 1 << 20
-    write_timeout_s: float = 10.0
-    scheme: str = "http"
-    tls_ca: str | None = None
-    buffer_max_bytes: int = 256 << 20
-    limits: "Limits" = None
-
-    def __post_init__(self):
-        if self.limits is None:
-            object.__setattr__(self, "limits", Limits())
-
-
-@dataclass(frozen=True)
 class Limits:
     """The node's caps (docs/security.md); each is a `raftq node` option of the same name."""
     max_request_bytes: int = 4 << 20
@@ -75,6 +60,17 @@ LIMIT_HELP = {
     "max_dedup_window_ms": "largest dedup_window_ms a queue may be given",
 }
 assert set(LIMIT_HELP) == {f for f in Limits.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class Settings:
+    tokens: Tokens = field(default_factory=Tokens)
+    max_message_bytes: int = 1 << 20
+    write_timeout_s: float = 10.0
+    scheme: str = "http"
+    tls_ca: str | None = None
+    buffer_max_bytes: int = 256 << 20
+    limits: Limits = field(default_factory=Limits)
 
 
 def _error_middleware():
