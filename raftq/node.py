@@ -30,6 +30,9 @@ log = logging.getLogger("raftq.node")
 
 TICK_INTERVAL_S = 0.02
 CHECKPOINTS_KEPT = 64
+# A woken receiver that never says it is done (a bug, a dropped task) stops
+# holding back the other waiters after this long.
+CLAIM_EXPIRY_S = 5.0
 
 
 class LogClock:
@@ -80,7 +83,8 @@ class Node:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: dict[tuple[str, str], list[asyncio.Future]] = {}
-        self._claims: dict[tuple[str, str], int] = {}   # woken receivers not done yet, per group
+        # per group, when each woken receiver not done yet was woken
+        self._claims: dict[tuple[str, str], list[float]] = {}
         self._wake_scheduled = False
         self._checkpoints: dict[str, str] = {}
         self._was_leader = False
@@ -232,10 +236,11 @@ class Node:
                     del self._waiters[key]
 
     def woken_done(self, queue: str, group: str) -> None:
-        key = (queue, group)
-        self._claims[key] -= 1
-        if not self._claims[key]:
-            del self._claims[key]
+        claims = self._claims.get((queue, group))
+        if claims:
+            claims.pop(0)
+            if not claims:
+                del self._claims[(queue, group)]
         if self._waiters and not self._wake_scheduled:
             self._wake_scheduled = True
             self._loop.call_soon(self._wake_waiters)
@@ -250,13 +255,19 @@ class Node:
             return
         with self._lock:
             ready = {key: self.machine.ready_count(*key) for key in self._waiters}
+        stale = time.monotonic() - CLAIM_EXPIRY_S
         for key, count in ready.items():
+            claims = self._claims.setdefault(key, [])
+            while claims and claims[0] < stale:
+                claims.pop(0)
             waiting = self._waiters[key]
-            while waiting and count > self._claims.get(key, 0):
+            while waiting and count > len(claims):
                 future = waiting.pop(0)
                 if not future.done():
                     future.set_result(None)
-                    self._claims[key] = self._claims.get(key, 0) + 1
+                    claims.append(time.monotonic())
+            if not claims:
+                del self._claims[key]
             if not waiting:
                 del self._waiters[key]
 
