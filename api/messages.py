@@ -59,13 +59,21 @@ async def put(request: web.Request) -> web.Response:
             return buffer_put(request, name, messages)
         raise
     commit_index = node.status()["commit_index"]
+    reply = {"messages": result["messages"], "commit_index": commit_index}
+    # The answer names the durability actually given, never more (docs/api.md):
+    # durability=leader is served as quorum, which is strictly stronger, and an
+    # `all` that some connected voter did not reach in time is only `quorum`.
+    reply["durability"] = "quorum" if durability == "leader" else durability
     if durability == "all":
-        await node.replicated_everywhere(commit_index, request.app[SETTINGS].write_timeout_s)
-    # durability=leader is served as quorum, which is strictly stronger; the
-    # answer names what was actually given (docs/api.md).
-    given = "quorum" if durability == "leader" else durability
-    return respond(request, {"messages": result["messages"], "commit_index": commit_index,
-                             "durability": given}, status=201)
+        timeout = request.app[SETTINGS].write_timeout_s
+        lagging = await node.replicated_everywhere(commit_index, timeout)
+        if lagging:
+            reply["durability"] = "quorum"
+            reply["durability_not_reached"] = {
+                "requested": "all", "lagging": lagging,
+                "message": f"stored on a majority, but {', '.join(lagging)} did not hold it "
+                           f"within {timeout:g} s: durability=all was NOT reached"}
+    return respond(request, reply, status=201)
 
 
 def _int_field(body: dict, field: str, default, low: int, high: int, *, nullable=False):

@@ -255,15 +255,16 @@ class Node:
             out.append({"id": node_id, "raft_addr": raft, "http_addr": self.http_addr(node_id)})
         return out
 
-    async def replicated_everywhere(self, index: int, timeout: float) -> bool:
-        """Wait until every connected voter's log holds `index` (durability=all)."""
+    async def replicated_everywhere(self, index: int, timeout: float) -> list[str]:
+        """Wait until every connected voter's log holds `index` (durability=all);
+        the voters still without it after `timeout` (none: all reached)."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            peers = self.consensus.status()["peers"].values()
-            if all(p["match_index"] >= index for p in peers if p["connected"]):
-                return True
+        while True:
+            peers = self.consensus.status()["peers"]
+            lagging = sorted(i for i, p in peers.items() if p["connected"] and p["match_index"] < index)
+            if not lagging or time.monotonic() >= deadline:
+                return lagging
             await asyncio.sleep(0.002)
-        return False
 
     def committer_observer(self, observe) -> None:
         self.committer.observe(observe)
