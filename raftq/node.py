@@ -215,6 +215,9 @@ class Node:
                 if not waiting:
                     del self._waiters[(queue, group)]
 
+    def long_polls_waiting(self) -> int:
+        return sum(len(waiting) for waiting in self._waiters.values())
+
     def _wake_waiters(self) -> None:
         self._wake_scheduled = False
         if not self._waiters:

@@ -4,6 +4,7 @@ The promise under test: a message that was acknowledged to its producer
 survives the loss of any minority of nodes, and a full crash of every node.
 """
 
+import json
 import signal
 import threading
 import time
@@ -12,6 +13,7 @@ import uuid
 import pytest
 
 from raftq.client import Client, RaftqError
+from tests.waiting import wait_until
 from tests.wire import call
 
 pytestmark = pytest.mark.integration
@@ -140,6 +142,11 @@ def test_sigterm_leader_hands_over_and_exits_cleanly(fresh_cluster):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
     cluster.procs.pop(leader)
+    # A hand-over, not an election after a silence: the old leader saw another
+    # node take the lead before it shut down (it logs "given up" otherwise).
+    lines = [json.loads(line)["msg"] for line in cluster.log_path(leader).read_text().splitlines()
+             if line.startswith("{")]
+    assert "leadership handed over before shutdown" in lines, lines[-10:]
     successor = cluster.wait_for_leader(10)
     assert successor not in (None, leader)
     with cluster.client(retry_for=10) as client:
@@ -165,12 +172,8 @@ def test_membership_add_remove_replace_under_load(fresh_cluster, tmp_path):
                                     secret=cluster.cfg.secret)
         cluster.write_config()
         cluster.start("n4")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            view = cluster.ready_view("n4")
-            if view and view["ready"] and view["applied_index"] > 0:
-                break
-            time.sleep(0.2)
+        wait_until(lambda: (lambda v: v and v["ready"] and v["applied_index"] > 0)(cluster.ready_view("n4")),
+                   what="n4 to follow the leader and apply")
         ids = sorted(n["id"] for n in call("GET", cluster.url(cluster.wait_for_leader(30)) + "/v1/cluster").body["nodes"])
         assert ids == ["n1", "n2", "n4"]
         # The new member carries the quorum: losing another original node is survivable.
