@@ -249,6 +249,39 @@ def test_damaged_meta_is_detected(tmp_path):
     assert DurableJournal(tmp_path).getCurrentTerm() == 0
 
 
+def test_the_snapshot_is_fsynced_before_the_entries_it_replaces_are_dropped(tmp_path, monkeypatch):
+    snapshot = tmp_path / "snapshot.bin"
+    j = DurableJournal(tmp_path / "journal", segment_bytes=300, snapshot_path=snapshot)
+    fill(j, 1, 40)
+    snapshot.write_bytes(b"state up to entry 30")   # as pysyncobj leaves it: written, renamed, not synced
+    events = []
+    real_fsync, real_replace, real_unlink = os.fsync, os.replace, os.unlink
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", str(dst)))
+        real_replace(src, dst)
+
+    def unlink(path):
+        events.append(("unlink", str(path)))
+        real_unlink(path)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "unlink", unlink)
+    j.deleteEntriesTo(30)
+    monkeypatch.undo()
+    synced = events.index(("fsync", str(snapshot)))
+    moved = events.index(("replace", str(tmp_path / "journal" / "meta.json")))
+    dropped = [i for i, e in enumerate(events) if e[0] == "unlink" and "/seg-" in e[1]]
+    assert dropped and synced < moved < min(dropped)
+    j._destroy()
+    assert [e[1] for e in contents(DurableJournal(tmp_path / "journal"))] == list(range(31, 41))
+
+
 def test_rewrites_flush_queued_acknowledgements_first(tmp_path):
     j = DurableJournal(tmp_path)
     fill(j, 1, 5)
