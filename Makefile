@@ -21,11 +21,11 @@ up: $(STAMP)
 # The whole suite: unit, property, integration (real node processes) and the
 # bounded chaos campaign.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider
 
 # Without the chaos campaign, for quick iterations.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not chaos"
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -m "not chaos"
 
 bench: $(STAMP)
 	$(BIN)/python bench/statemachine_bench.py

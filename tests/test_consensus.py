@@ -29,6 +29,7 @@ from raftq.consensus import FRAME, Consensus, Peer, _Connection
 from raftq.journal import DurableJournal
 from raftq.local import free_ports as local_free_ports
 from raftq.sealer import Sealer
+from tests.tools import require_strace
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "test-cluster-secret"
@@ -742,8 +743,8 @@ CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed (CI installs it)")
 def test_a_follower_syncs_its_journal_before_any_acknowledgement(cluster, tmp_path):
+    require_strace()
     c = cluster()
     child_peer = c.peers[2]
     for p in c.peers[:2]:

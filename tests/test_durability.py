@@ -4,18 +4,26 @@ paused by SIGSTOP (and resumed by the test, by PID, whatever happens).
 - `durability=all` is answered only once a lagging voter holds the entry;
 - when a connected voter does not get it within the write timeout, the answer
   says `quorum`, names the voter, and the client raises DurabilityNotReached;
-- `consistency=strong` puts exactly one no-op through the log.
+- `consistency=strong` puts exactly one no-op through the log;
+- a production node fdatasyncs before it answers (strace).
 """
 
 import http.client
 import json
+import os
+import re
 import select
 import signal
+import subprocess
+import sys
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
 from raftq.client import Client, DurabilityNotReached
+from raftq.local import LocalCluster
+from tests.tools import require_strace
 from tests.waiting import wait_until
 from tests.wire import call
 
@@ -121,3 +129,72 @@ def test_a_strong_read_puts_one_no_op_through_the_log_and_a_leader_read_none(fre
     strong = call("GET", f"{url}/v1/queues/quiet?consistency=strong", headers=auth(cluster))
     assert strong.status == 200 and strong.body["stats"]["depth"] == 0
     assert commit_index() == before + 1
+
+
+def test_a_production_node_fdatasyncs_its_journal_before_it_answers_a_put(tmp_path):
+    """`raftq node` as an operator runs it, traced at the syscall level: every
+    201 leaves after an fdatasync of each journal write before it."""
+    strace = require_strace()
+    cluster = LocalCluster.create(tmp_path / "c", 1)
+    trace = tmp_path / "trace"
+    with open(tmp_path / "n1.log", "wb") as log:
+        tracer = subprocess.Popen(
+            [strace, "-f", "-yy", "-s", "16", "-o", str(trace), "-e", "trace=pwrite64,fdatasync,fsync,sendto,write",
+             sys.executable, "-m", "raftq", "node", "--config", str(cluster.config_path), "--id", "n1",
+             "--data-dir", str(tmp_path / "n1")], stdout=log, stderr=subprocess.STDOUT)
+    puts = 20
+    try:
+        node_pid = wait_until(lambda: child_of(tracer.pid), what="the traced node to start")
+        cluster.procs["n1"] = tracer     # for wait_for_leader's running() check only
+        assert cluster.wait_for_leader(60) == "n1"
+        with Client(cluster.urls, token=cluster.token) as client:
+            for i in range(puts):
+                assert client.put("synced", i)["messages"][0]["seq"] == i + 1
+        os.kill(node_pid, signal.SIGTERM)
+        assert tracer.wait(60) == 0
+    finally:
+        cluster.procs.pop("n1", None)
+        if tracer.poll() is None:
+            tracer.kill()
+            tracer.wait()
+    http_port = cluster.cfg.node("n1").http.rsplit(":", 1)[1]
+    unsynced, answered, syncs = False, 0, 0
+    for call, target, line in calls(trace.read_text()):
+        if re.search(r"/seg-\d+\.log$", target):
+            if call in ("fsync", "fdatasync"):
+                unsynced, syncs = False, syncs + 1
+            else:
+                unsynced = True
+        elif f"127.0.0.1:{http_port}->" in target and "HTTP/1.1 201" in line:
+            assert not unsynced, "a put was answered while a journal write was not yet synced"
+            answered += 1
+    assert answered == puts
+    assert syncs >= puts
+
+
+def calls(trace: str):
+    """(call, fd target, line) from `strace -f -yy` output, in the order they
+    took effect: a write or send when it starts, a sync when it has returned."""
+    started = re.compile(r"^(\d+) (pwrite64|fdatasync|fsync|sendto|write)\(\d+<(.+?)>[,)]")
+    resumed = re.compile(r"^(\d+) <\.\.\. (fdatasync|fsync) resumed>")
+    waiting_syncs = {}
+    for line in trace.splitlines():
+        m = started.match(line)
+        if m:
+            pid, call, target = m.groups()
+            if call in ("fsync", "fdatasync") and "<unfinished" in line:
+                waiting_syncs[pid] = (call, target, line)
+            else:
+                yield call, target, line
+            continue
+        m = resumed.match(line)
+        if m and m.group(1) in waiting_syncs:
+            yield waiting_syncs.pop(m.group(1))
+
+
+def child_of(pid: int) -> int | None:
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None

@@ -4,7 +4,6 @@ import errno
 import logging
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from raftq.journal import PREALLOCATE_BYTES, SEGMENT_HEADER, DurableJournal, encode_record
+from tests.tools import require_strace
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -350,8 +350,8 @@ def test_without_test_mode_kill9_keeps_the_page_cache(tmp_path):
     assert len(DurableJournal(jdir)) == 10
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed (CI installs it)")
 def test_every_add_is_fdatasynced_before_it_returns(tmp_path):
+    require_strace()
     trace = tmp_path / "trace"
     n = 25
     proc, jdir = spawn_writer(tmp_path, fsync=True, unsynced=False, n_synced=n, n_unsynced=0,
