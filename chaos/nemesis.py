@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import glob
 import http.client
-import os
 import random
 import signal
 import threading
@@ -217,12 +216,10 @@ class Clocks:
         return self.directory / f"{node}.faketime"
 
     def env(self, node: str) -> dict[str, str]:
-        """What a node process needs in its environment to run on this node's clock."""
-        site = str(Path(__file__).resolve().parent / "faketime")
-        path = os.environ.get("PYTHONPATH")
+        """What a node process needs in its environment to run on this node's clock
+        (besides chaos/node_site on PYTHONPATH, which chaos.power gives every node)."""
         return {"LD_PRELOAD": self.lib, "FAKETIME_TIMESTAMP_FILE": str(self._file(node)),
-                "FAKETIME_CACHE_DURATION": str(FAKETIME_CACHE_S), "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-                "PYTHONPATH": site + (os.pathsep + path if path else "")}
+                "FAKETIME_CACHE_DURATION": str(FAKETIME_CACHE_S), "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 
     def set(self, node: str, offset_s: int) -> None:
         tmp = self._file(node).with_suffix(".tmp")
@@ -446,7 +443,7 @@ class Nemesis:
 
     def _power_loss(self, fid, fault, details):
         """kill -9 at one instant of the leader and enough others for a majority (or all):
-        nodes run with --unsynced-test-mode, so what they had not fsynced is gone."""
+        each kill is a power cut (chaos.power), so what they had not fsynced is gone."""
         leader = self.leader()
         others = self.followers(leader)
         if fault.params["everyone"] or leader is None:

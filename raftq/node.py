@@ -74,7 +74,7 @@ class LogClock:
 
 class Node:
     def __init__(self, cluster: ClusterConfig, node_id: str, data_dir: str | Path, *,
-                 unsynced_test_mode: bool = False, auto_create: bool = True):
+                 auto_create: bool = True):
         self.cluster = cluster
         self.spec: NodeSpec = cluster.node(node_id)
         self.id = node_id
@@ -97,7 +97,7 @@ class Node:
             peers=cluster.peers_for(node_id),
             data_dir=self.data_dir / "raft",
             apply=self._apply_entry, snapshot=self._snapshot, restore=self._restore,
-            secret=cluster.secret, unsynced_test_mode=unsynced_test_mode,
+            secret=cluster.secret,
             on_role_change=self._on_role_change, max_entry_bytes=self.committer.max_entry_bytes)
         self._ticker: asyncio.Task | None = None
         self._ticker_wake = asyncio.Event()

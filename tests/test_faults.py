@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from chaos.power import PowerCutCluster
 from raftq.client import Client, RaftqError
 from tests.waiting import wait_until
 from tests.wire import call
@@ -251,3 +252,34 @@ def test_buffer_allow_takes_puts_without_a_leader_and_forwards_them(fresh_cluste
         time.sleep(0.1)
     assert sorted(drain(cluster, "buffered")) == ["b1", "b2"]
 
+
+
+def test_power_loss_of_every_node_under_load_loses_no_acknowledged_put(tmp_path):
+    """Every node killed -9 at one instant and its journal cut back to what it
+    had fsynced (chaos/power.py: the production write path, then a power cut)."""
+    cluster = PowerCutCluster.create(tmp_path / "c", 3)
+    producer = None
+    try:
+        cluster.start()
+        assert cluster.wait_for_leader(60) is not None
+        producer = Producer(cluster, "powered")
+        producer.start()
+        wait_until(lambda: len(producer.acked) >= 200, what="200 acknowledged puts")
+        for nid in cluster.ids:
+            cluster.signal(nid, signal.SIGKILL)
+        for nid in cluster.ids:
+            cluster.kill(nid)          # reaps the process, then cuts its journal
+        acked_before_the_cut = list(producer.acked)
+        cluster.start()
+        assert cluster.wait_for_leader(60) is not None
+        producer.stop.set()
+        producer.join(60)
+        received = drain(cluster, "powered")
+    finally:
+        if producer is not None:
+            producer.stop.set()
+        cluster.close()
+    missing = set(acked_before_the_cut) - set(received)
+    assert not missing, f"acknowledged but lost in the power cut: {sorted(missing)[:20]}"
+    assert not set(producer.acked) - set(received)
+    assert len(received) == len(set(received))
