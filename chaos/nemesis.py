@@ -30,6 +30,7 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Callable, Iterator
 
+from chaos.checker import STALE_READER
 from chaos.history import History
 
 KINDS = (
@@ -341,11 +342,14 @@ class Nemesis:
     def _mark_failover(self, fid: int, why: str, leader: str, since: float, stale: bool = False) -> None:
         """Mark, once the fault has taken effect, that failover is measured from
         `since` (just before it was applied); for an isolated leader, also start
-        asking it for writes until it refuses them."""
+        asking it for writes, and for reads (judged by no_stale_reads), until it
+        refuses them."""
         stale_probe = None
         if stale:
             stale_probe = f"stale-{fid}"
             threading.Thread(target=self.prober.until_refused, args=(leader, stale_probe),
+                             daemon=True).start()
+            threading.Thread(target=self.prober.reads_until_refused, args=(leader, f"{STALE_READER}-{fid}"),
                              daemon=True).start()
         self._mark(fid, failover=why, leader=leader, since=since, stale_probe=stale_probe)
 

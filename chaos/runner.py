@@ -206,7 +206,7 @@ def _campaign(options: Options, seed: int, cluster: ChaosCluster, network: Netwo
             raise RuntimeError(f"no leader elected; see the node logs in {cluster.root}")
     try:
         with Client(list(endpoints.direct.values()), retry_for=15, timeout=5) as admin:
-            nemesis = Nemesis(cluster, network, cluster.clocks, history, Prober(history, endpoints), admin, log)
+            nemesis = Nemesis(cluster, network, cluster.clocks, history, Prober(history, endpoints, read_queue=WORK_QUEUES[0]), admin, log)
             try:
                 time.sleep(options.calm_s)
                 deadline = time.monotonic() + options.minutes * 60 if options.minutes else None

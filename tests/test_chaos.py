@@ -39,4 +39,5 @@ def test_every_fault_kind_keeps_every_promise(nodes, load_at_birth, tmp_path):
     summary = report.summary
     assert not summary["faults_skipped"], f"faults not injected: {summary['faults_skipped']}"
     assert sorted(summary["fault_kinds"]) == sorted(KINDS)
+    assert summary["reads_checked"] > 0      # no_stale_reads judged something
     assert report.valid, render(report)

@@ -242,6 +242,14 @@ def test_meta_survives_reopen(tmp_path):
     assert reread.getCurrentTerm() == 7
 
 
+def test_term_and_vote_are_on_disk_when_set_current_term_returns(tmp_path):
+    j = DurableJournal(tmp_path)
+    j.setCurrentTerm(3, "127.0.0.1:4002")
+    crash(j)                           # no clean close, no one-second timer
+    reread = DurableJournal(tmp_path)
+    assert (reread.getCurrentTerm(), reread.getVotedForNodeId()) == (3, "127.0.0.1:4002")
+
+
 def test_damaged_meta_is_detected(tmp_path):
     j = DurableJournal(tmp_path)
     j.setCurrentTerm(5, "x")
