@@ -281,7 +281,6 @@ def test_a_leader_cut_off_from_the_majority_refuses_before_another_could_lead(cl
 
 def test_an_apply_that_raises_becomes_a_result_and_the_log_goes_on(cluster):
     c = cluster().start_all(machine={"fail_on": b"boom"})
-    leader = c.leader()
     result = commit(c, b"boom")
     assert result["error"] == "internal" and "refuses" in result["detail"]
     commit(c, b"after")
@@ -651,7 +650,6 @@ def proxied_cluster(cluster):
 
 def test_nodes_dial_proxies_but_keep_their_identity(proxied_cluster):
     c, proxies = proxied_cluster()
-    leader = c.leader()
     for i in range(20):
         commit(c, b"p%d" % i)
     c.converged()
