@@ -113,8 +113,9 @@ def test_a_node_whose_http_port_is_taken_exits_with_a_clear_error(tmp_path):
 
 def test_up_starts_demo_and_stops_cleanly_keeping_data(tmp_path):
     http_port = free_ports(1)[0]
-    raft_port = free_ports(1)[0]
-    # Consecutive ports from a free one are very likely free on a quiet machine.
+    raft_port = http_port + 3
+    # `up` takes three consecutive ports from each: below the ephemeral range
+    # (raftq.local.free_ports) the ones next to a free port are free unless named.
     args = [sys.executable, "-m", "raftq", "up", "--nodes", "3", "--data-dir", str(tmp_path / "up"),
             "--http-port", str(http_port), "--raft-port", str(raft_port), "--demo"]
     for run in range(2):
