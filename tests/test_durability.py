@@ -175,8 +175,8 @@ def test_a_production_node_fdatasyncs_its_journal_before_it_answers_a_put(tmp_pa
 def calls(trace: str):
     """(call, fd target, line) from `strace -f -yy` output, in the order they
     took effect: a write or send when it starts, a sync when it has returned."""
-    started = re.compile(r"^(\d+) (pwrite64|fdatasync|fsync|sendto|write)\(\d+<(.+?)>[,)]")
-    resumed = re.compile(r"^(\d+) <\.\.\. (fdatasync|fsync) resumed>")
+    started = re.compile(r"^(\d+)\s+(pwrite64|fdatasync|fsync|sendto|write)\(\d+<(.+?)>[,)]")
+    resumed = re.compile(r"^(\d+)\s+<\.\.\. (fdatasync|fsync) resumed>")
     waiting_syncs = {}
     for line in trace.splitlines():
         m = started.match(line)
