@@ -149,7 +149,7 @@ MUTANTS = [
            (T_API + "test_durability_leader_is_served_and_answered_as_quorum",)),
     Mutant("durability-all-shortfall-hidden", "an answer never claims a durability it did not reach",
            "api/messages.py", '            reply["durability"] = "quorum"\n', "",
-           (T_DUR + "test_durability_all_not_reached_in_time_says_quorum_and_the_client_raises",)),
+           (T_DUR + "test_durability_all_not_reached_in_time_says_quorum_and_the_clients_raise",)),
     Mutant("strong-read-without-no-op", "a strong read first puts a no-op through the log",
            "api/leader.py", 'if level == "strong":', "if False:",
            (T_DUR + "test_a_strong_read_puts_one_no_op_through_the_log_and_a_leader_read_none",)),

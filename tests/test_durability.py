@@ -8,6 +8,7 @@ paused by SIGSTOP (and resumed by the test, by PID, whatever happens).
 - a production node fdatasyncs before it answers (strace).
 """
 
+import asyncio
 import http.client
 import json
 import os
@@ -21,7 +22,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from raftq.client import Client, DurabilityNotReached
+from raftq.client import Client, DurabilityNotReached, Producer
 from raftq.local import LocalCluster
 from tests.tools import require_strace
 from tests.waiting import wait_until
@@ -85,25 +86,39 @@ def test_durability_all_is_answered_only_after_a_lagging_voter_caught_up(fresh_c
     assert view["last_log_index"] >= body["commit_index"]
 
 
-def test_durability_all_not_reached_in_time_says_quorum_and_the_client_raises(fresh_cluster):
+def test_durability_all_not_reached_in_time_says_quorum_and_the_clients_raise(fresh_cluster):
     cluster = fresh_cluster(3)
     leader = cluster.wait_for_leader(30)
     paused = followers(cluster, leader)[0]
+
+    def http_put():
+        with Client([cluster.url(leader)], token=cluster.token, timeout=60) as client:
+            client.put("short", "not everywhere", id="m-1", durability="all")
+
+    async def stream_put():
+        async with Producer([cluster.url(leader)], token=cluster.token, durability="all") as producer:
+            await (await producer.send("streamed", "not everywhere", id="s-1"))
+
+    async def both():
+        # at once: the write timeout (10 s) is waited out once
+        return await asyncio.gather(asyncio.to_thread(http_put), stream_put(), return_exceptions=True)
+
     cluster.signal(paused, signal.SIGSTOP)
     try:
-        with Client([cluster.url(leader)], token=cluster.token, timeout=60) as client:
-            with pytest.raises(DurabilityNotReached) as caught:
-                client.put("short", "not everywhere", id="m-1", durability="all")
+        over_http, over_stream = asyncio.run(both())
     finally:
         cluster.signal(paused, signal.SIGCONT)
-    shortfall = caught.value
-    assert (shortfall.status, shortfall.code) == (201, "durability_not_reached")
-    body = shortfall.body
+    assert isinstance(over_http, DurabilityNotReached), over_http
+    assert (over_http.status, over_http.code) == (201, "durability_not_reached")
+    body = over_http.body
     assert body["durability"] == "quorum"
     assert body["durability_not_reached"]["requested"] == "all"
     assert body["durability_not_reached"]["lagging"] == [paused]
-    assert "durability=all was NOT reached" in shortfall.message
+    assert "durability=all was NOT reached" in over_http.message
     assert body["messages"] == [{"seq": 1, "duplicate": False, "replaced_seq": None}]
+    assert isinstance(over_stream, DurabilityNotReached), over_stream
+    assert over_stream.body["durability"] == "quorum" and over_stream.body["seq"] == 1
+    assert over_stream.body["durability_not_reached"]["lagging"] == [paused]
     # Once the voter is back, the same put (same id) stores nothing and reaches all.
     with Client([cluster.url(leader)], token=cluster.token, timeout=60) as client:
         again = client.put("short", "not everywhere", id="m-1", durability="all")
