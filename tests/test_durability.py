@@ -208,8 +208,17 @@ def calls(trace: str):
 
 
 def child_of(pid: int) -> int | None:
+    """The `raftq node` process among `pid`'s children (strace also forks
+    short-lived children of its own at start)."""
     try:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
         return None
-    return int(children[0]) if children else None
+    for child in map(int, children):
+        try:
+            command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"raftq" in command and b"node" in command:
+            return child
+    return None
