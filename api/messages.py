@@ -62,23 +62,34 @@ async def put(request: web.Request) -> web.Response:
             validate(command)
             return buffer_put(request, name, messages)
         raise
-    commit_index, given = await reach_durability(request.app, durability)
-    return respond(request, {"messages": result["messages"], "commit_index": commit_index,
-                             "durability": given}, status=201)
+    commit_index, given, shortfall = await reach_durability(request.app, durability)
+    reply = {"messages": result["messages"], "commit_index": commit_index, "durability": given}
+    if shortfall:
+        reply["durability_not_reached"] = shortfall
+    return respond(request, reply, status=201)
 
 
-async def reach_durability(app: web.Application, durability: str) -> tuple[int, str]:
+async def reach_durability(app: web.Application, durability: str) -> tuple[int, str, dict | None]:
     """After a put was applied: wait for what `durability` asks beyond a quorum.
 
-    Returns the commit index and the level given. durability=leader is served
-    as quorum, which is strictly stronger; the answer names what was actually
-    given (docs/api.md).
+    Returns the commit index, the level given and, when `all` was asked but
+    not reached, what fell short. The level named is what was actually given,
+    never more (docs/api.md): durability=leader is served as quorum, which is
+    strictly stronger, and an `all` that some connected voter did not reach
+    within the write timeout is only `quorum`.
     """
     node = app[NODE]
     commit_index = node.status()["commit_index"]
-    if durability == "all":
-        await node.replicated_everywhere(commit_index, app[SETTINGS].write_timeout_s)
-    return commit_index, "quorum" if durability == "leader" else durability
+    if durability != "all":
+        return commit_index, "quorum", None
+    timeout = app[SETTINGS].write_timeout_s
+    lagging = await node.replicated_everywhere(commit_index, timeout)
+    if not lagging:
+        return commit_index, "all", None
+    return commit_index, "quorum", {
+        "requested": "all", "lagging": lagging,
+        "message": f"stored on a majority, but {', '.join(lagging)} did not hold it "
+                   f"within {timeout:g} s: durability=all was NOT reached"}
 
 
 def _int_field(body: dict, field: str, default, low: int, high: int, *, nullable=False):

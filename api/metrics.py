@@ -28,6 +28,8 @@ class NodeCollector:
                                   value=self.node.elections_seen)
         yield CounterMetricFamily("raftq_entries_applied", "Log entries applied by this node",
                                   value=self.node.entries_applied)
+        yield GaugeMetricFamily("raftq_long_polls_waiting", "Receives waiting for a ready message",
+                                value=self.node.long_polls_waiting())
         snapshot = status.get("snapshot") or {}
         yield GaugeMetricFamily("raftq_snapshot_bytes", "Size of the last snapshot",
                                 value=snapshot.get("bytes") or 0)

@@ -236,12 +236,13 @@ class Session:
                                             "auto_create": self.node.auto_create})
                 if "error" in result:
                     raise from_result(result)
-                _, given = await reach_durability(self.app, durability)
+                _, given, shortfall = await reach_durability(self.app, durability)
             except ApiError as exc:
                 refused.extend(_refusal(cid, exc) for cid in accepted_cids)
             else:
                 results = [{"cid": cid, "seq": m["seq"], "duplicate": m["duplicate"],
-                            "replaced_seq": m.get("replaced_seq"), "durability": given}
+                            "replaced_seq": m.get("replaced_seq"), "durability": given,
+                            **({"durability_not_reached": shortfall} if shortfall else {})}
                            for cid, m in zip(accepted_cids, result["messages"])]
         self.send({"op": "confirm", "queue": queue, "results": results, "refused": refused})
 

@@ -10,9 +10,9 @@ Theory of operation
    The nodes still know each other by their real Raft addresses, so cutting a
    pair's proxy cuts exactly that pair. Each node's HTTP port gets a proxy too,
    and clients only ever use those.
-2. The nodes start as real processes (raftq.local.LocalCluster), each with
-   --unsynced-test-mode, so that every kill -9 loses what was not fsynced, as a
-   power cut would. A clock fault restarts its node under libfaketime for the
+2. The nodes start as real processes (raftq.local.LocalCluster), running
+   production code; every kill -9 is made a power cut (chaos/power.py): the
+   node's journal segments are cut back to what its fsyncs covered. A clock fault restarts its node under libfaketime for the
    length of the fault (chaos/nemesis.py, `Clocks`).
 3. Queues are created, the monitor starts sampling every node, producers and
    consumers start (chaos/workload.py), and after a fault-free stretch the
@@ -35,7 +35,6 @@ whatever happens.
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 from dataclasses import dataclass, replace
@@ -46,6 +45,7 @@ from typing import Callable
 from chaos.checker import Report, check, render
 from chaos.history import History
 from chaos.nemesis import KINDS, Clocks, Nemesis, Network, plan
+from chaos.power import PowerCutCluster
 from chaos.toxiproxy import ToxiproxyServer, start_toxiproxy
 from chaos.workload import PROBE_QUEUE, Endpoints, Monitor, Prober, Workload, drain, verify
 from raftq.client import Client
@@ -72,17 +72,15 @@ class Options:
     load_at_birth: bool = False      # clients start with the node processes, not once a leader exists
 
 
-class ChaosCluster(LocalCluster):
-    """A LocalCluster that can start chosen nodes on a fake clock (those in `faked`)."""
+class ChaosCluster(PowerCutCluster):
+    """A cluster whose every kill -9 is a power cut, and that can start chosen
+    nodes on a fake clock (those in `faked`)."""
 
     clocks: Clocks
     faked: set[str]
 
-    def start(self, node_id: str | None = None, extra_args: tuple[str, ...] = ()) -> None:
-        for nid in [node_id] if node_id else self.ids:
-            # LocalCluster takes one environment for all nodes; choose it per start.
-            self.env = {**os.environ, **self.clocks.env(nid)} if nid in self.faked else None
-            super().start(nid, extra_args)
+    def node_env(self, node_id: str) -> dict[str, str]:
+        return self.clocks.env(node_id) if node_id in self.faked else {}
 
 
 def wire_proxies(server: ToxiproxyServer, cluster: LocalCluster) -> tuple[Network, Endpoints]:
@@ -154,7 +152,7 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
         server = start_toxiproxy(seed=seed, stderr=proxy_log)
         cluster = network = None
         try:
-            cluster = ChaosCluster.create(results / "cluster", options.nodes, node_args=("--unsynced-test-mode",))
+            cluster = ChaosCluster.create(results / "cluster", options.nodes)
             cluster.clocks, cluster.faked = Clocks(results / "clocks"), set()
             network, endpoints = wire_proxies(server, cluster)
             _campaign(options, seed, cluster, network, endpoints, history, log)
@@ -208,7 +206,7 @@ def _campaign(options: Options, seed: int, cluster: ChaosCluster, network: Netwo
             raise RuntimeError(f"no leader elected; see the node logs in {cluster.root}")
     try:
         with Client(list(endpoints.direct.values()), retry_for=15, timeout=5) as admin:
-            nemesis = Nemesis(cluster, network, cluster.clocks, history, Prober(history, endpoints), admin, log)
+            nemesis = Nemesis(cluster, network, cluster.clocks, history, Prober(history, endpoints, read_queue=WORK_QUEUES[0]), admin, log)
             try:
                 time.sleep(options.calm_s)
                 deadline = time.monotonic() + options.minutes * 60 if options.minutes else None

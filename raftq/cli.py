@@ -50,8 +50,7 @@ def cmd_node(args) -> int:
     try:
         asyncio.run(serve(cfg, args.id, args.data_dir or f".raftq/{args.id}", settings=settings,
                           tls=(args.tls_cert, args.tls_key) if args.tls_cert else None,
-                          auto_create=not args.no_auto_create,
-                          unsynced_test_mode=args.unsynced_test_mode))
+                          auto_create=not args.no_auto_create))
     except OSError as exc:
         print(f"raftq node: cannot serve {args.id}: {exc}", file=sys.stderr)
         return 1
@@ -172,7 +171,6 @@ def parser() -> argparse.ArgumentParser:
     node.add_argument("--log-level", default="INFO")
     # Test-only: keep journal bytes that were not fsynced in memory, so that
     # kill -9 loses exactly what a power cut would.
-    node.add_argument("--unsynced-test-mode", action="store_true", help=argparse.SUPPRESS)
     node.set_defaults(run=cmd_node)
 
     cluster = sub.add_parser("cluster", help="operate the cluster")

@@ -51,6 +51,13 @@ class RaftqError(Exception):
         self.status, self.code, self.message, self.body = status, code, message, body or {}
 
 
+class DurabilityNotReached(RaftqError):
+    """A put with ``durability=all`` was stored on a majority (201), but some
+    connected voter did not hold it within the write timeout. ``body`` is the
+    whole answer (messages, seqs, ``durability: "quorum"``); putting again with
+    the same ids stores nothing new and waits for every voter once more."""
+
+
 def _wire_message(message) -> dict:
     if not isinstance(message, dict):
         message = {"body": message}
@@ -200,6 +207,9 @@ class _Failover:
     @staticmethod
     def decode(status: int, raw: bytes, accept_status):
         payload = json.loads(raw) if raw else {}
+        if isinstance(payload, dict) and "durability_not_reached" in payload:
+            shortfall = payload["durability_not_reached"]
+            raise DurabilityNotReached(status, "durability_not_reached", shortfall["message"], _from_wire(payload))
         if 200 <= status < 300 or status in accept_status:
             return _from_wire(payload)
         raise RaftqError(status, payload.get("error", "http_error"), payload.get("message", raw[:200]), payload)

@@ -513,7 +513,6 @@ class Consensus:
     def __init__(self, *, self_peer: Peer, peers: list[Peer], data_dir: str | Path,
                  apply: Callable[[bytes], object], snapshot: Callable[[], bytes],
                  restore: Callable[[bytes], None], secret: str | None, fsync: bool = True,
-                 unsynced_test_mode: bool = False,
                  on_role_change: Callable[[], None] | None = None,
                  election_timeout: tuple[float, float] = (0.15, 0.35),
                  heartbeat: float = 0.03,
@@ -542,8 +541,7 @@ class Consensus:
         # the others vote at once (no PreVote), so from then on a new leader
         # may exist: an isolated leader stops answering before that.
         self._leader_lease = election_timeout[0]
-        self._fsync_policy = ("unsynced-test-mode" if unsynced_test_mode
-                              else "fsync-per-append" if fsync else "no-fsync")
+        self._fsync_policy = "fsync-per-append" if fsync else "no-fsync"
 
         self._ids = {p.raft_addr: p.id for p in [self_peer, *peers]}
         self._dial_addrs = {p.raft_addr: p.dial_addr for p in peers if p.dial_addr}
@@ -562,7 +560,6 @@ class Consensus:
         data_dir.mkdir(parents=True, exist_ok=True)
         self._snapshot_path = data_dir / SNAPSHOT_FILE
         self._journal = DurableJournal(data_dir / JOURNAL_DIR, fsync=fsync,
-                                       unsynced_test_mode=unsynced_test_mode,
                                        segment_bytes=segment_bytes, snapshot_path=self._snapshot_path)
         # Replicas apply the same entries, so equal thresholds would make them
         # all stall for a snapshot at the same moment; spread them per node.

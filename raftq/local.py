@@ -6,6 +6,7 @@ data directory and one log file per node.  Running it again keeps its
 queues.  Every process is started here and stopped here, by PID.
 """
 
+import random
 import signal
 import socket
 import subprocess
@@ -18,25 +19,45 @@ from . import config as cluster_config
 from .client import Client, RaftqError
 
 
-def free_ports(count: int, *, avoid: Iterable[int] = ()) -> list[int]:
-    """`count` distinct ports free on 127.0.0.1 now, none of them in `avoid`.
-
-    A port handed out earlier is free again until its owner binds it, and the
-    kernel would give it to the next bind to port 0: pass such ports as `avoid`.
-    """
-    avoid = set(avoid)
-    sockets, ports = [], []
+def _ephemeral_low() -> int:
     try:
-        while len(ports) < count:
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-            port = s.getsockname()[1]
-            if port not in avoid:
-                ports.append(port)
-    finally:
-        for s in sockets:
-            s.close()
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_handed_out: set[int] = set()
+
+
+def free_ports(count: int, *, avoid: Iterable[int] = ()) -> list[int]:
+    """`count` distinct ports free on 127.0.0.1 now, none in `avoid` and none
+    this process handed out before.
+
+    A port is free until its owner binds it. They are picked below the
+    kernel's ephemeral range: every outgoing connection on the machine (and
+    every bind to port 0) takes a port from that range, so a freed ephemeral
+    port could be taken before its owner binds it; below it, only someone who
+    names the port can.
+    """
+    avoid = set(avoid) | _handed_out
+    low, high = 10000, _ephemeral_low()
+    rng = random.SystemRandom()
+    ports: list[int] = []
+    for _ in range(100 * count):
+        if len(ports) == count:
+            break
+        port = rng.randrange(low, high)
+        if port in avoid or port in ports:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+    if len(ports) < count:
+        raise RuntimeError(f"found only {len(ports)} free ports of {count} between {low} and {high}")
+    _handed_out.update(ports)
     return ports
 
 

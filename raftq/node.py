@@ -74,7 +74,7 @@ class LogClock:
 
 class Node:
     def __init__(self, cluster: ClusterConfig, node_id: str, data_dir: str | Path, *,
-                 unsynced_test_mode: bool = False, auto_create: bool = True):
+                 auto_create: bool = True):
         self.cluster = cluster
         self.spec: NodeSpec = cluster.node(node_id)
         self.id = node_id
@@ -97,7 +97,7 @@ class Node:
             peers=cluster.peers_for(node_id),
             data_dir=self.data_dir / "raft",
             apply=self._apply_entry, snapshot=self._snapshot, restore=self._restore,
-            secret=cluster.secret, unsynced_test_mode=unsynced_test_mode,
+            secret=cluster.secret,
             on_role_change=self._on_role_change, max_entry_bytes=self.committer.max_entry_bytes)
         self._ticker: asyncio.Task | None = None
         self._ticker_wake = asyncio.Event()
@@ -280,6 +280,9 @@ class Node:
                 if not waiting:
                     del self._waiters[(queue, group)]
 
+    def long_polls_waiting(self) -> int:
+        return sum(len(waiting) for waiting in self._waiters.values())
+
     def _wake_waiters(self) -> None:
         self._wake_scheduled = False
         if not self._waiters:
@@ -320,15 +323,16 @@ class Node:
             out.append({"id": node_id, "raft_addr": raft, "http_addr": self.http_addr(node_id)})
         return out
 
-    async def replicated_everywhere(self, index: int, timeout: float) -> bool:
-        """Wait until every connected voter's log holds `index` (durability=all)."""
+    async def replicated_everywhere(self, index: int, timeout: float) -> list[str]:
+        """Wait until every connected voter's log holds `index` (durability=all);
+        the voters still without it after `timeout` (none: all reached)."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            peers = self.consensus.status()["peers"].values()
-            if all(p["match_index"] >= index for p in peers if p["connected"]):
-                return True
+        while True:
+            peers = self.consensus.status()["peers"]
+            lagging = sorted(i for i, p in peers.items() if p["connected"] and p["match_index"] < index)
+            if not lagging or time.monotonic() >= deadline:
+                return lagging
             await asyncio.sleep(0.002)
-        return False
 
     def committer_observer(self, observe) -> None:
         self.committer.observe(observe)

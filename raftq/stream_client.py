@@ -29,7 +29,7 @@ from typing import Any, Callable
 import aiohttp
 import cbor2
 
-from .client import RaftqError, _Failover, backoff_delays
+from .client import DurabilityNotReached, RaftqError, _Failover, backoff_delays
 
 log = logging.getLogger("raftq.stream_client")
 
@@ -169,7 +169,8 @@ class Producer:
                    headers: dict | None = None, ttl_ms: int | None = None,
                    delay_ms: int | None = None) -> asyncio.Future:
         """Wait for room in the window; returns a future of the message's confirm
-        ({"seq", "duplicate", "replaced_seq", "durability"}) or its RaftqError."""
+        ({"seq", "duplicate", "replaced_seq", "durability"}) or its RaftqError
+        (DurabilityNotReached when `all` was asked and not reached in time)."""
         if self._wire.failed is not None:
             raise self._wire.failed
         await self._slots.acquire()
@@ -240,7 +241,9 @@ class Producer:
         op = frame.get("op")
         if op == "confirm":
             for result in frame.get("results", []):
-                self._resolve(result.pop("cid"), result)
+                cid, shortfall = result.pop("cid"), result.get("durability_not_reached")
+                self._resolve(cid, DurabilityNotReached(201, "durability_not_reached", shortfall["message"], result)
+                              if shortfall else result)
             retry = []
             for refusal in frame.get("refused", []):
                 if refusal["error"] == UNKNOWN_OUTCOME and refusal["cid"] in self._unconfirmed:

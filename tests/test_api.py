@@ -2,11 +2,13 @@
 
 import base64
 import threading
-import time
 import uuid
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from statemachine.queue import body_size
+from tests.waiting import wait_until
 from tests.wire import call
 
 pytestmark = pytest.mark.integration
@@ -39,7 +41,8 @@ def test_health_and_cluster_view(cluster3):
     for node in view["nodes"]:
         assert node["healthy"] is True
         assert {"raft_addr", "http_addr", "role", "match_index", "applied_index", "last_contact_ms"} <= set(node)
-        assert node["fsync_policy"]
+        # what `raftq node` runs in production: an fdatasync before every acknowledgement
+        assert node["fsync_policy"] == "fsync-per-append"
 
 
 def test_queue_lifecycle(cluster3):
@@ -157,8 +160,13 @@ def test_follower_redirects_and_forwards(cluster3):
     assert call("GET", f"{cluster3.url(leader)}/v1/queues/{q}").status == 404   # nothing was applied
     forwarded = call("POST", f"{follower}/v1/queues/{q}/messages", {"body": "x"}, headers={"X-Raftq-Forward": "1"})
     assert forwarded.status == 201, forwarded
-    stale_read = call("GET", f"{follower}/v1/queues/{q}?consistency=any")
-    assert stale_read.status in (200, 404) and int(stale_read.headers["X-Raftq-Applied-Index"]) > 0
+    # consistency=any answers from the follower's own replica, saying how far it has applied
+    commit = forwarded.body["commit_index"]
+    follower_id = next(n for n in cluster3.ids if cluster3.url(n) == follower)
+    wait_until(lambda: cluster3.ready_view(follower_id)["applied_index"] >= commit, what="the follower to apply")
+    local_read = call("GET", f"{follower}/v1/queues/{q}?consistency=any")
+    assert local_read.status == 200 and local_read.body["stats"]["depth"] == 1
+    assert int(local_read.headers["X-Raftq-Applied-Index"]) >= commit
     assert call("GET", f"{follower}/v1/queues/{q}").status == 307
     strong = call("GET", f"{cluster3.url(leader)}/v1/queues/{q}?consistency=strong")
     assert strong.status == 200 and strong.body["stats"]["depth"] == 1
@@ -171,19 +179,21 @@ def test_long_poll_wakes_on_put(cluster3):
     result = {}
 
     def consumer():
-        started = time.monotonic()
-        result["reply"] = call("POST", f"{url}/v1/queues/{q}/receive", {"wait_ms": 20000})
-        result["elapsed"] = time.monotonic() - started
+        result["reply"] = call("POST", f"{url}/v1/queues/{q}/receive", {"wait_ms": 30000})
 
     thread = threading.Thread(target=consumer)
     thread.start()
-    time.sleep(0.5)
-    call("POST", f"{url}/v1/queues/{q}/messages", {"body": "wake"})
-    thread.join(30)
+    try:
+        # The receive is waiting before the put is sent: it cannot just find the message.
+        wait_until(lambda: metric(url, "raftq_long_polls_waiting") == 1, what="the receive to wait")
+        call("POST", f"{url}/v1/queues/{q}/messages", {"body": "wake"})
+    finally:
+        # Woken by the put, not by the end of the 30 s wait.
+        thread.join(20)
+    assert not thread.is_alive(), "the put did not wake the waiting receive"
     assert result["reply"].status == 200
     assert [m["body"] for m in result["reply"].body["messages"]] == ["wake"]
-    # Woken by the put, not by the end of the 20 s wait.
-    assert result["elapsed"] < 20
+    assert metric(url, "raftq_long_polls_waiting") == 0
     empty = call("POST", f"{url}/v1/queues/{q}/receive", {"wait_ms": 200})
     assert empty.status == 200 and empty.body["messages"] == []
 
@@ -225,7 +235,7 @@ def test_dead_letter_over_http(cluster3):
     assert dead["body"] == "poison"
     assert dead["headers"]["x-raftq-from-queue"] == q
     assert dead["headers"]["x-raftq-deliveries"] == "1"
-    assert dead["headers"]["x-raftq-reason"]
+    assert dead["headers"]["x-raftq-reason"] == "max_deliveries"
 
 
 def test_groups_fanout_browse_and_commit(cluster3):
@@ -277,20 +287,55 @@ def test_queue_full_rejects_whole_batch(cluster3):
     assert call("GET", f"{url}/v1/queues/{q}").body["stats"]["depth"] == 2
 
 
-def test_metrics_exposed(cluster3):
-    url = leader_url(cluster3)
-    call("POST", f"{url}/v1/queues/metered/messages", {"body": "m"})
+def metrics(url: str) -> dict:
+    """Every sample of a node's /metrics: {(name, ((label, value), ...)): value}."""
     text = call("GET", f"{url}/metrics").raw.decode()
-    for name in ("raftq_http_requests_total", "raftq_http_request_seconds_bucket", "raftq_commit_index",
-                 "raftq_apply_lag_entries", 'raftq_queue_depth{queue="metered"}', "raftq_log_entry_commands",
-                 "raftq_queue_dead_lettered_total", "raftq_elections_won_total", "raftq_snapshot_bytes"):
-        assert name in text, name
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def metric(url: str, name: str, **labels) -> float | None:
+    return metrics(url).get((name, tuple(sorted(labels.items()))))
+
+
+def test_metrics_exposed(cluster3):
+    leader = cluster3.wait_for_leader(30)
+    url, q = cluster3.url(leader), qname()
+    call("POST", f"{url}/v1/queues/{q}/messages", {"messages": [{"body": "m1"}, {"body": "m2"}]})
+    got = call("POST", f"{url}/v1/queues/{q}/receive", {"max": 1}).body["messages"]
+    call("POST", f"{url}/v1/queues/{q}/ack", {"receipts": [got[0]["receipt"]]})
+    seen = metrics(url)
+    for name, value in (("raftq_queue_depth", 1), ("raftq_queue_in_flight", 0), ("raftq_queue_put_total", 2),
+                        ("raftq_queue_acked_total", 1), ("raftq_queue_dead_lettered_total", 0),
+                        ("raftq_queue_redelivered_total", 0), ("raftq_queue_bytes", body_size("m2"))):
+        assert seen[(name, (("queue", q),))] == value, name
+    assert seen[("raftq_is_leader", ())] == 1
+    assert seen[("raftq_long_polls_waiting", ())] == 0
+    ready = call("GET", url + "/health/ready").body
+    assert seen[("raftq_term", ())] == ready["term"]
+    assert seen[("raftq_elections_won_total", ())] >= 1
+    assert seen[("raftq_http_requests_total", (("method", "POST"), ("route", "/v1/queues/{queue}/ack"),
+                                               ("status", "200")))] >= 1
+    for follower in (n for n in cluster3.ids if n != leader):
+        assert metric(cluster3.url(follower), "raftq_is_leader") == 0
 
 
 def test_durability_all_and_verify(cluster3):
     url, q = leader_url(cluster3), qname()
     put = call("POST", f"{url}/v1/queues/{q}/messages?durability=all", {"body": "everywhere"})
     assert put.status == 201 and put.body["durability"] == "all"
+    # every voter is connected and running: each log holds the entry
+    for nid in cluster3.ids:
+        assert cluster3.ready_view(nid)["last_log_index"] >= put.body["commit_index"]
     verify = call("POST", f"{url}/v1/cluster/verify")
     assert verify.status == 200 and verify.body["agree"] is True
     assert len(verify.body["digests"]) == 3 and len(set(verify.body["digests"].values())) == 1
+
+
+def test_durability_leader_is_served_and_answered_as_quorum(cluster3):
+    url, q = leader_url(cluster3), qname()
+    put = call("POST", f"{url}/v1/queues/{q}/messages?durability=leader", {"body": "safe"})
+    assert put.status == 201 and put.body["durability"] == "quorum"
+    assert "durability_not_reached" not in put.body
+    quorum = call("POST", f"{url}/v1/queues/{q}/messages", {"body": "default"})
+    assert quorum.status == 201 and quorum.body["durability"] == "quorum"

@@ -54,6 +54,11 @@ class Run:
                 start + 0.01 if end is None else end, type, result if type == "ok" else None,
                 {"status": 409, "code": "stale_receipt"} if type == "fail" else None)
 
+    def read(self, last_seq, start, end=None, type="ok", consistency="leader", kind="stats", process="r1"):
+        self.op(process, "read", {"queue": "q", "kind": kind, "consistency": consistency}, start,
+                start + 0.01 if end is None else end, type, {"last_seq": last_seq} if type == "ok" else None,
+                {"status": 503} if type == "info" else None)
+
     def healed(self, agree=True, cli_exit=0):
         self.h.event("note", what="drain", complete=True)
         self.op("checker", "verify", None, 100, 100.5, "ok",
@@ -418,3 +423,55 @@ def test_crashes_and_critical_log_lines_are_failures():
     run.h.event("log", node="n3", level="critical", line="conflict truncates applied entries from index 3")
     v = verdicts(run.report())["nodes_never_fail"]
     assert v.violations == 2   # the truncation is log_never_shrinks' to judge
+
+
+# ---- no_stale_reads ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("consistency", ["leader", "strong"])
+@pytest.mark.parametrize("kind", ["stats", "browse"])
+def test_a_read_begun_after_a_put_was_acknowledged_must_reflect_it(consistency, kind):
+    run = clean_run()                      # puts seq 1 and 2, answered by 0.11
+    run.read(2, 1.0, consistency=consistency, kind=kind)
+    assert run.report().valid
+    run.read(1, 1.1, consistency=consistency, kind=kind, process="r2")
+    report = run.report()
+    v = verdicts(report)["no_stale_reads"]
+    assert not v.ok and v.violations == 1
+    assert v.examples[0]["process"] == "r2" and v.examples[0]["acked_seq"] == 2
+    assert report.summary["violations"] == {"no_stale_reads": 1}
+
+
+def test_a_read_of_a_queue_with_nothing_ever_put_after_a_put_is_stale():
+    run = clean_run()
+    run.read(None, 1.0)
+    assert verdicts(run.report())["no_stale_reads"].violations == 1
+
+
+def test_a_read_overlapping_the_put_may_miss_it():
+    run = clean_run()
+    run.put("c", 3, 1.0, 1.5)
+    run.read(2, 1.2, 1.3)                  # while the put was in flight
+    run.read(2, 1.4, 1.6)                  # begun before the put's answer
+    run.read(2, 1.5, 1.6)                  # begun at the instant of the answer: not strictly after
+    [received] = run.receive([("c", 3, 1)], 2.0)
+    run.settle("ack", [received], 2.1)
+    run.healed()
+    assert run.report().valid, render(run.report())
+
+
+def test_only_answered_leader_and_strong_reads_are_judged():
+    run = clean_run()
+    run.read(1, 1.0, consistency="any")    # a local replica may lag, by contract
+    run.read(None, 1.0, type="info")
+    run.read(None, 1.0, type="fail")
+    report = run.report()
+    assert report.valid and report.summary["reads_checked"] == 0
+
+
+def test_reads_answered_by_an_isolated_leader_are_counted_and_judged():
+    run = clean_run()
+    run.read(2, 1.0, process="stale-read-4")
+    run.read(1, 1.1, process="stale-read-4")
+    report = run.report()
+    assert report.summary["reads_checked"] == 2 and report.summary["isolated_leader_reads"] == 2
+    assert verdicts(report)["no_stale_reads"].violations == 1

@@ -63,3 +63,34 @@ def test_a_brand_new_cluster_stamps_its_first_commands_with_real_time(tmp_path):
         assert stats["depth"] == 0
     finally:
         cluster.close()
+
+
+def put_at_ms(client, queue: str, seq: int) -> int:
+    [message] = client.browse(queue, from_seq=seq, limit=1)["messages"]
+    assert message["seq"] == seq
+    return message["put_at_ms"]
+
+
+def test_log_time_does_not_run_while_no_node_leads(fresh_cluster):
+    """Log time continues from the applied log time with the leaders'
+    monotonic clocks: the time the whole cluster was down is not counted, as
+    it would be by a wall clock."""
+    cluster = fresh_cluster(3)
+    first_sent = time.monotonic()
+    with cluster.client() as client:
+        first = client.put("clock", "before")["messages"][0]["seq"]
+        before = put_at_ms(client, "clock", first)
+    for nid in cluster.ids:
+        cluster.kill(nid)
+    down = time.monotonic()
+    time.sleep(2.0)   # the outage: how long it lasts is what log time must leave out
+    up = time.monotonic()
+    cluster.start()
+    assert cluster.wait_for_leader(60) is not None
+    with cluster.client(retry_for=30) as client:
+        second = client.put("clock", "after")["messages"][0]["seq"]
+        answered = time.monotonic()
+        after = put_at_ms(client, "clock", second)
+    led_ms = ((answered - first_sent) - (up - down)) * 1000
+    # put_at_ms is whole milliseconds: one for each stamp's rounding
+    assert before <= after <= before + led_ms + 2, (before, after, led_ms)

@@ -33,7 +33,9 @@ import sys
 import tempfile
 
 import cbor2
+import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis.internal.conjecture import engine as hypothesis_engine
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -718,7 +720,11 @@ class QueuesComparison(RuleBasedStateMachine):
 QueuesComparison.TestCase.settings = settings(
     max_examples=int(os.environ.get("RAFTQ_MODEL_EXAMPLES", 250)), stateful_step_count=100, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
-TestQueuesAgainstModel = QueuesComparison.TestCase
+# A found bug is shrunk for up to MAX_SHRINKING_SECONDS (300 s, Hypothesis's
+# own cap) after up to a few minutes of generating under load; pytest's default
+# 300 s would cut that off and report a timeout instead of the shrunk example.
+SHRINK_BUDGET_S = getattr(hypothesis_engine, "MAX_SHRINKING_SECONDS", 300)
+TestQueuesAgainstModel = pytest.mark.timeout(SHRINK_BUDGET_S + 600)(QueuesComparison.TestCase)
 
 
 # ---- determinism --------------------------------------------------------------------------
