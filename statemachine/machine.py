@@ -35,11 +35,12 @@ import hashlib
 import cbor2
 
 from .queue import PARKED_RETRY_MS, Queue
+from .redrive import redrive
 from .results import BAD_REQUEST, CONFLICT, INTERNAL, NOT_FOUND, STALE_RECEIPT, error, is_error
 from .validation import check_command, full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 4
+SNAPSHOT_VERSION = 5
 
 
 def encode_entry(commands: list) -> bytes:
@@ -272,6 +273,9 @@ class StateMachine:
             queue.outbox.popleft()
             queue.finish(group, seq)
             queue.counters["dead_lettered_total"] += 1
+
+    def _redrive(self, cmd):
+        return redrive(self, cmd)
 
     # ---- cluster directory and checkpoints ------------------------------------------
     def _set_member(self, cmd):
