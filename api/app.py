@@ -120,6 +120,7 @@ def make_app(node, settings: Settings) -> web.Application:
         web.get(q + "/groups/{group}", queues.show_group),
         web.delete(q + "/groups/{group}", queues.delete_group),
         web.post(q + "/groups/{group}/commit", messages.commit),
+        web.post(q + "/redrive", queues.redrive),
         web.post("/v1/tx", messages.transaction),
     ])
     return app

@@ -149,6 +149,15 @@ class _Calls:
                                           for p in put or []]}
         return self._call("POST", "/v1/tx", body, retry=True)
 
+    def redrive(self, dead_letter_queue: str, *, from_queue: str | None = None, max: int | None = None):
+        """Move dead letters back to their source queues; retried with one id, so moved once."""
+        body = {"id": uuid.uuid4().hex}
+        if from_queue is not None:
+            body["from_queue"] = from_queue
+        if max is not None:
+            body["max"] = max
+        return self._call("POST", f"/v1/queues/{dead_letter_queue}/redrive", body, retry=True)
+
     def cluster(self):
         return self._call("GET", "/v1/cluster", None, retry=True)
 

@@ -228,6 +228,32 @@ def test_dead_letter_over_http(cluster3):
     assert dead["headers"]["x-raftq-reason"]
 
 
+def test_redrive_over_http(cluster3):
+    url, q = leader_url(cluster3), qname()
+    dlq = q + "-dlq"
+    call("PUT", f"{url}/v1/queues/{q}", {"max_deliveries": 1, "dead_letter": dlq})
+    call("POST", f"{url}/v1/queues/{q}/messages", {"messages": [{"body": n} for n in range(3)]})
+    got = call("POST", f"{url}/v1/queues/{q}/receive", {"max": 3}).body["messages"]
+    call("POST", f"{url}/v1/queues/{q}/nack", {"receipts": [m["receipt"] for m in got]})
+    # sent to a follower, the redrive is redirected to the leader like any write
+    first = call("POST", f"{follower_url(cluster3)}/v1/queues/{dlq}/redrive", {"max": 2, "id": "once"})
+    assert first.status == 307
+    moved = call("POST", f"{url}/v1/queues/{dlq}/redrive", {"from_queue": q, "max": 2, "id": "once"})
+    assert moved.status == 200 and moved.body == {"moved": 2, "to": {q: 2}, "duplicate": False}
+    retried = call("POST", f"{url}/v1/queues/{dlq}/redrive", {"from_queue": q, "max": 2, "id": "once"})
+    assert retried.body == {"moved": 2, "to": {q: 2}, "duplicate": True}
+    stats = call("GET", f"{url}/v1/queues/{dlq}").body["stats"]
+    assert (stats["depth"], stats["redriven_total"]) == (1, 2)
+    back = call("POST", f"{url}/v1/queues/{q}/receive", {"max": 3}).body["messages"]
+    assert [(m["body"], m["headers"]) for m in back] == [(0, None), (1, None)]
+    assert call("POST", f"{url}/v1/queues/{dlq}/redrive").body["moved"] == 1
+    for body in ({"max": 0}, {"from_queue": "a b"}, {"colour": 1}, [1]):
+        refused = call("POST", f"{url}/v1/queues/{dlq}/redrive", body)
+        assert (refused.status, refused.body["error"]) == (400, "bad_request"), body
+    missing = call("POST", f"{url}/v1/queues/{qname()}/redrive", {})
+    assert (missing.status, missing.body["error"]) == (404, "not_found")
+
+
 def test_groups_fanout_browse_and_commit(cluster3):
     url, q = leader_url(cluster3), qname()
     call("PUT", f"{url}/v1/queues/{q}", {})
