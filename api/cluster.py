@@ -1,6 +1,7 @@
 """Health, cluster status, membership and replica verification."""
 
 import asyncio
+import os
 
 from aiohttp import ClientError, ClientTimeout, web
 
@@ -25,7 +26,8 @@ def readiness(node) -> tuple[bool, dict]:
         "id": node.id, "role": status["role"], "leader": status["leader_id"], "term": status["term"],
         "commit_index": status["commit_index"], "applied_index": status["applied_index"],
         "last_log_index": status["last_log_index"], "fsync_policy": status["fsync_policy"],
-        "ready": ready}
+        # so that whoever started the node can tell it from another process on its port
+        "pid": os.getpid(), "ready": ready}
 
 
 async def ready(request: web.Request) -> web.Response:

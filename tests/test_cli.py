@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-from raftq.local import LocalCluster, free_ports
+from raftq.local import LocalCluster, free_ports, port_free
 
 pytestmark = pytest.mark.integration
 
@@ -90,9 +91,10 @@ def test_a_node_whose_http_port_is_taken_exits_with_a_clear_error(tmp_path):
 
 
 def test_up_starts_demo_and_stops_cleanly_keeping_data(tmp_path):
-    http_port = free_ports(1)[0]
-    raft_port = free_ports(1)[0]
-    # Consecutive ports from a free one are very likely free on a quiet machine.
+    http_port = consecutive_free_port(3)
+    raft_port = consecutive_free_port(3)
+    while abs(raft_port - http_port) < 3:
+        raft_port = consecutive_free_port(3)
     args = [sys.executable, "-m", "raftq", "up", "--nodes", "3", "--data-dir", str(tmp_path / "up"),
             "--http-port", str(http_port), "--raft-port", str(raft_port), "--demo"]
     for run in range(2):
@@ -128,3 +130,89 @@ def test_up_starts_demo_and_stops_cleanly_keeping_data(tmp_path):
                     os.kill(int(pid_file.read_text()), signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+def consecutive_free_port(count: int) -> int:
+    """The first of `count` consecutive ports free now (`raftq up` takes them in a row)."""
+    while True:
+        base = free_ports(1)[0]
+        if base + count <= 65535 and all(port_free(base + i) for i in range(count)):
+            return base
+
+
+def start_up(data_dir, *extra):
+    """`raftq up` in its own session, read until it says it is up; (process, output)."""
+    http_port = consecutive_free_port(3)
+    raft_port = consecutive_free_port(3)
+    while abs(raft_port - http_port) < 3:
+        raft_port = consecutive_free_port(3)
+    proc = subprocess.Popen([sys.executable, "-m", "raftq", "up", "--nodes", "3", "--data-dir", str(data_dir),
+                             "--http-port", str(http_port), "--raft-port", str(raft_port), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if "Ctrl-C stops" in line:
+            break
+    return proc, "".join(lines)
+
+
+def stop_everything(proc, data_dir):
+    """Whatever a test left: `raftq up` and every node it wrote a PID file for."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for pid_file in data_dir.glob("*.pid"):
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_up_stops_its_nodes_on_every_stop_signal(tmp_path, sig):
+    data_dir = tmp_path / "up"
+    proc, output = start_up(data_dir)
+    try:
+        assert "cluster up" in output, output
+        pids = [int(p) for p in re.findall(r"pid (\d+)", output)]
+        assert len(pids) == 3 and all(alive(p) for p in pids)
+        proc.send_signal(sig)
+        assert proc.wait(60) == 0
+        assert "stopped." in proc.stdout.read()
+        assert [p for p in pids if alive(p)] == []
+        assert list(data_dir.glob("*.pid")) == []
+    finally:
+        stop_everything(proc, data_dir)
+
+
+def test_up_refuses_to_report_up_while_orphans_hold_its_ports(tmp_path):
+    data_dir = tmp_path / "up"
+    first, output = start_up(data_dir)
+    second = None
+    try:
+        assert "cluster up" in output, output
+        orphans = [int(p) for p in re.findall(r"pid (\d+)", output)]
+        first.kill()              # as a lost terminal did before: `up` gone, its nodes not
+        first.wait()
+        assert all(alive(p) for p in orphans)
+        second = subprocess.run([sys.executable, "-m", "raftq", "up", "--data-dir", str(data_dir)],
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1
+        assert "cluster up" not in second.stdout
+        assert "ports already in use" in second.stderr
+        assert all(f"pid {p}" in second.stderr for p in orphans), second.stderr
+    finally:
+        stop_everything(first, data_dir)
