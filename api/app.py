@@ -103,6 +103,7 @@ def make_app(node, settings: Settings) -> web.Application:
         web.post("/v1/cluster/nodes", cluster.add_node),
         web.delete("/v1/cluster/nodes/{node}", cluster.remove_node),
         web.post("/v1/cluster/verify", cluster.verify),
+        web.post("/v1/cluster/leader", cluster.transfer_leadership),
         web.get("/v1/cluster/checkpoints/{token}", cluster.checkpoint),
         web.get("/v1/queues", queues.list_all),
         web.put(q, queues.create),

@@ -13,6 +13,7 @@ from .leader import HTTP, NODE, no_quorum, write
 from .routing import leader_only
 
 PEER_TIMEOUT = ClientTimeout(total=0.7)
+LEADERSHIP_TRANSFER_S = 3.0
 
 
 async def live(request: web.Request) -> web.Response:
@@ -65,7 +66,8 @@ async def show(request: web.Request) -> web.Response:
             "commit_index": view["commit_index"] if view else None,
             "applied_index": view["applied_index"] if view else None,
             "match_index": status["last_log_index"] if member["id"] == node.id else peer.get("match_index"),
-            "last_contact_ms": 0 if member["id"] == node.id else peer.get("last_contact_ms"),
+            # how long ago this node last heard from that one (a node does not hear from itself)
+            "last_contact_ms": None if member["id"] == node.id else peer.get("last_contact_ms"),
             "fsync_policy": view["fsync_policy"] if view else None,
             "healthy": bool(view and view["ready"]),
         })
@@ -107,6 +109,24 @@ async def remove_node(request: web.Request) -> web.Response:
     except CommitError as exc:
         raise no_quorum(f"the membership change did not complete ({exc.code}); retry") from None
     return web.Response(status=204)
+
+
+@leader_only
+async def transfer_leadership(request: web.Request) -> web.Response:
+    """Hand leadership to another voter (`to`, or the most caught-up one)."""
+    body = await read_body(request, required=False) or {}
+    if not isinstance(body, dict) or set(body) - {"to"}:
+        raise ApiError("bad_request", "the body is an object with an optional 'to' node id")
+    node = request.app[NODE]
+    target = body.get("to")
+    if target is not None and not isinstance(target, str):
+        raise ApiError("bad_request", "'to' must be a node id")
+    if target is not None and not any(m["id"] == target for m in node.members()):
+        raise ApiError("not_found", f"node {target!r} is not a member")
+    if target == node.id:
+        return respond(request, {"moved": False, "previous": node.id, "leader": node.id})
+    moved = await asyncio.to_thread(node.consensus.transfer_leadership, LEADERSHIP_TRANSFER_S, target)
+    return respond(request, {"moved": moved, "previous": node.id, "leader": node.status()["leader_id"]})
 
 
 @leader_only

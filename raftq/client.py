@@ -171,6 +171,24 @@ class _Calls:
     def remove_node(self, node_id: str):
         return self._call("DELETE", f"/v1/cluster/nodes/{node_id}", None, retry=True)
 
+    def transfer_leadership(self, to: str | None = None):
+        return self._call("POST", "/v1/cluster/leader", {} if to is None else {"to": to}, retry=False,
+                          timeout=30)
+
+    def group(self, queue: str, group: str, *, consistency: str = "leader"):
+        return self._call("GET", f"/v1/queues/{queue}/groups/{group}?consistency={consistency}", None,
+                          retry=True)
+
+    def groups(self, queue: str, *, consistency: str = "leader"):
+        return self._call("GET", f"/v1/queues/{queue}/groups?consistency={consistency}", None, retry=True)
+
+    def live(self):
+        return self._call("GET", "/health/live", None, retry=False)
+
+    def metrics(self) -> str:
+        """This node's Prometheus text."""
+        return self._call("GET", "/metrics", None, retry=False, text=True)
+
     def ready(self):
         return self._call("GET", "/health/ready", None, retry=False, accept_status=(200, 503))
 
@@ -205,7 +223,9 @@ class _Failover:
         self.current = (self.current + 1) % len(self.urls)
 
     @staticmethod
-    def decode(status: int, raw: bytes, accept_status):
+    def decode(status: int, raw: bytes, accept_status, text: bool = False):
+        if text and status == 200:
+            return raw.decode()
         payload = json.loads(raw) if raw else {}
         if 200 <= status < 300 or status in accept_status:
             return _from_wire(payload)
@@ -278,7 +298,7 @@ class Client(_Calls):
         conn.timeout = timeout
         return conn
 
-    def _call(self, method, path, body, *, retry, timeout=None, accept_status=()):
+    def _call(self, method, path, body, *, retry, timeout=None, accept_status=(), text=False):
         route = self._route
         data = None if body is None else json.dumps(body).encode()
         attempts = _Attempts(route, retry)
@@ -298,7 +318,7 @@ class Client(_Calls):
                 continue
             delay = attempts.after_reply(reply.status, reply.getheader("Location"))
             if delay is None:
-                return route.decode(reply.status, raw, accept_status)
+                return route.decode(reply.status, raw, accept_status, text)
             time.sleep(delay)
 
 
@@ -321,7 +341,7 @@ class AsyncClient(_Calls):
     async def __aexit__(self, *exc):
         await self.close()
 
-    async def _call(self, method, path, body, *, retry, timeout=None, accept_status=()):
+    async def _call(self, method, path, body, *, retry, timeout=None, accept_status=(), text=False):
         if self._session is None:
             ssl_context = self._route.ssl_context
             self._session = aiohttp.ClientSession(
@@ -344,5 +364,5 @@ class AsyncClient(_Calls):
                 continue
             delay = attempts.after_reply(status, location)
             if delay is None:
-                return route.decode(status, raw, accept_status)
+                return route.decode(status, raw, accept_status, text)
             await asyncio.sleep(delay)

@@ -16,40 +16,49 @@ from raftq.local import LocalCluster, free_ports, port_free
 pytestmark = pytest.mark.integration
 
 
-def raftq(*args, url=None, check=True, timeout=60) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
+def raftq(*args, url=None, cluster=None, cwd=None, check=True, timeout=60) -> subprocess.CompletedProcess:
+    """Run the CLI; `cluster` gives it every node's URL (RAFTQ_URL) and the cluster's token."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAFTQ_URL", "RAFTQ_TOKEN")}
+    if cluster is not None:
+        env["RAFTQ_URL"] = ",".join(cluster.urls)
     if url:
         env["RAFTQ_URL"] = url
+    if cluster is not None and cluster.token:
+        env["RAFTQ_TOKEN"] = cluster.token
     done = subprocess.run([sys.executable, "-m", "raftq", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+                          env=env, timeout=timeout, cwd=cwd)
     if check and done.returncode != 0:
         raise AssertionError(f"raftq {' '.join(args)} exited {done.returncode}: {done.stderr}")
     return done
 
 
+def as_json(*args, **kwargs):
+    return json.loads(raftq(*args, "--json", **kwargs).stdout)
+
+
 def test_cluster_status_table_and_json(cluster3):
     url = cluster3.urls[0]
     leader = cluster3.wait_for_leader(30)
-    table = raftq("cluster", "status", url=url).stdout
+    table = raftq("cluster", "status", url=url, cluster=cluster3).stdout
     assert f"{leader} *" in table and "fsync" in table
     for nid in cluster3.ids:
         assert nid in table
-    view = json.loads(raftq("cluster", "status", "--json", url=url).stdout)
+    view = json.loads(raftq("cluster", "status", "--json", url=url, cluster=cluster3).stdout)
     assert view["leader"] == leader and all(n["healthy"] for n in view["nodes"])
     assert all(n["fsync_policy"] for n in view["nodes"])
 
 
 def test_put_receive_ack_queues_and_verify(cluster3):
     url = cluster3.urls[1]     # any node: the CLI follows redirects
-    put = json.loads(raftq("put", "cli-q", '{"n": 1}', "--id", "cli-1", "--json", url=url).stdout)
+    put = json.loads(raftq("put", "cli-q", '{"n": 1}', "--id", "cli-1", "--json", url=url, cluster=cluster3).stdout)
     assert put["messages"][0]["duplicate"] is False
-    again = raftq("put", "cli-q", '{"n": 1}', "--id", "cli-1", url=url).stdout
+    again = raftq("put", "cli-q", '{"n": 1}', "--id", "cli-1", url=url, cluster=cluster3).stdout
     assert "duplicate" in again
-    got = json.loads(raftq("receive", "cli-q", "--max", "5", "--json", url=url).stdout)["messages"]
+    got = json.loads(raftq("receive", "cli-q", "--max", "5", "--json", url=url, cluster=cluster3).stdout)["messages"]
     assert [m["body"] for m in got] == [{"n": 1}]
-    assert "acked 1" in raftq("ack", "cli-q", got[0]["receipt"], url=url).stdout
-    assert "cli-q" in raftq("queues", url=url).stdout
-    verify = raftq("cluster", "verify", url=url).stdout
+    assert "acked 1" in raftq("ack", "cli-q", got[0]["receipt"], url=url, cluster=cluster3).stdout
+    assert "cli-q" in raftq("queues", url=url, cluster=cluster3).stdout
+    verify = raftq("cluster", "verify", url=url, cluster=cluster3).stdout
     assert "replicas agree" in verify
 
 
@@ -60,7 +69,7 @@ def test_status_exits_1_without_quorum(fresh_cluster):
         cluster.kill(nid)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        done = raftq("cluster", "status", url=cluster.url(survivor), check=False)
+        done = raftq("cluster", "status", url=cluster.url(survivor), cluster=cluster, check=False)
         if done.returncode == 1:
             break
         time.sleep(0.2)
@@ -130,6 +139,142 @@ def test_up_starts_demo_and_stops_cleanly_keeping_data(tmp_path):
                     os.kill(int(pid_file.read_text()), signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+def test_queue_commands_create_show_patch_list_delete(cluster3):
+    created = as_json("queue", "create", "cli-admin", "--lease-ms", "5000", "--max-deliveries", "3",
+                      "--dead-letter", "cli-admin-dlq", "--config", '{"ttl_ms": 60000}', cluster=cluster3)
+    assert created["config"]["lease_ms"] == 5000 and created["config"]["max_deliveries"] == 3
+    assert created["config"]["dead_letter"] == "cli-admin-dlq" and created["config"]["ttl_ms"] == 60000
+    conflict = raftq("queue", "create", "cli-admin", "--lease-ms", "6000", cluster=cluster3, check=False)
+    assert conflict.returncode == 1 and "conflict" in conflict.stderr
+    patched = as_json("queue", "patch", "cli-admin", "--max-deliveries", "none", "--overflow", "drop_oldest",
+                      cluster=cluster3)
+    assert patched["config"]["max_deliveries"] is None and patched["config"]["overflow"] == "drop_oldest"
+    raftq("put", "cli-admin", "x", cluster=cluster3)
+    shown = raftq("queue", "show", "cli-admin", cluster=cluster3).stdout
+    assert "depth 1" in shown and "lease_ms=5000" in shown and "default" in shown
+    assert as_json("queue", "show", "cli-admin", cluster=cluster3)["stats"]["put_total"] == 1
+    assert "cli-admin" in raftq("queues", cluster=cluster3).stdout
+    assert raftq("queue", "delete", "cli-admin", cluster=cluster3).stdout.strip() == "deleted cli-admin"
+    gone = raftq("queue", "show", "cli-admin", cluster=cluster3, check=False)
+    assert gone.returncode == 1 and "not_found" in gone.stderr
+    bad = raftq("queue", "create", "cli-bad", "--max-length", "lots", cluster=cluster3, check=False)
+    assert bad.returncode == 2 and "not an integer" in bad.stderr
+
+
+def test_group_commands(cluster3):
+    raftq("put", "cli-groups", "1", cluster=cluster3)
+    added = as_json("group", "add", "cli-groups", "audit", "--start", "earliest", cluster=cluster3)
+    assert (added["name"], added["depth"]) == ("audit", 1)
+    listed = as_json("group", "list", "cli-groups", cluster=cluster3)["groups"]
+    assert [g["name"] for g in listed] == ["default", "audit"]
+    assert as_json("group", "show", "cli-groups", "audit", cluster=cluster3)["cursor"] == 1
+    assert "audit" in raftq("group", "list", "cli-groups", cluster=cluster3).stdout
+    raftq("group", "delete", "cli-groups", "audit", cluster=cluster3)
+    assert [g["name"] for g in as_json("group", "list", "cli-groups", cluster=cluster3)["groups"]] == ["default"]
+
+
+def test_message_commands_put_receive_nack_extend_ack_browse_commit_tx(cluster3):
+    q = "cli-msgs"
+    put = as_json("put", q, '{"n": 1}', "--key", "k", "--header", "trace=abc", "--ttl-ms", "600000",
+                  cluster=cluster3)
+    assert put["messages"][0]["seq"] == 1
+    raftq("put", q, "two", cluster=cluster3)
+    browsed = as_json("browse", q, "--from-seq", "1", "--limit", "5", cluster=cluster3)
+    assert [(m["seq"], m["body"], m["key"], m["headers"]) for m in browsed["messages"]] == [
+        (1, {"n": 1}, "k", {"trace": "abc"}), (2, "two", None, None)]
+    assert "key k" in raftq("browse", q, cluster=cluster3).stdout
+    first = as_json("receive", q, "--lease-ms", "60000", cluster=cluster3)["messages"][0]
+    assert raftq("nack", q, first["receipt"], cluster=cluster3).stdout.strip() == "nacked 1"
+    again = as_json("receive", q, cluster=cluster3)["messages"][0]
+    assert (again["seq"], again["deliveries"]) == (1, 2)
+    assert as_json("extend", q, again["receipt"], "--lease-ms", "90000", cluster=cluster3)["extended"] == 1
+    stale = raftq("ack", q, first["receipt"], cluster=cluster3, check=False)
+    assert stale.returncode == 1 and "stale_receipt" in stale.stderr
+    committed = as_json("commit", q, "default", "1", cluster=cluster3)
+    assert committed == {"acked": 1, "cursor": 2}
+    second = as_json("receive", q, cluster=cluster3)["messages"][0]
+    tx = as_json("tx", "--ack", q, second["receipt"], "--put", "cli-msgs-out", '{"done": 2}', cluster=cluster3)
+    assert tx["acked"] == 1 and tx["put"][0]["queue"] == "cli-msgs-out"
+    assert as_json("queue", "show", q, cluster=cluster3)["stats"]["depth"] == 0
+    assert [m["body"] for m in as_json("browse", "cli-msgs-out", cluster=cluster3)["messages"]] == [{"done": 2}]
+    empty = raftq("tx", cluster=cluster3, check=False)
+    assert empty.returncode != 0 and "--ack" in empty.stderr
+
+
+def test_redrive_command(cluster3):
+    raftq("queue", "create", "cli-work", "--max-deliveries", "1", "--dead-letter", "cli-dead", cluster=cluster3)
+    for n in range(3):
+        raftq("put", "cli-work", str(n), cluster=cluster3)
+    for m in as_json("receive", "cli-work", "--max", "3", cluster=cluster3)["messages"]:
+        raftq("nack", "cli-work", m["receipt"], cluster=cluster3)
+    dead = as_json("browse", "cli-dead", cluster=cluster3)["messages"]
+    assert [m["headers"]["x-raftq-from-queue"] for m in dead] == ["cli-work"] * 3
+    assert raftq("redrive", "cli-dead", "--from-queue", "cli-work", "--max", "2",
+                 cluster=cluster3).stdout.strip() == "moved 2 to cli-work"
+    assert as_json("redrive", "cli-dead", cluster=cluster3)["to"] == {"cli-work": 1}
+    assert [m["body"] for m in as_json("browse", "cli-work", cluster=cluster3)["messages"]] == [0, 1, 2]
+    assert as_json("queue", "show", "cli-dead", cluster=cluster3)["stats"]["redriven_total"] == 3
+
+
+def test_health_metrics_top_and_bench(cluster3):
+    health = as_json("health", cluster=cluster3)["nodes"]
+    assert [h["url"] for h in health] == cluster3.urls and all(h["live"] and h["ready"] for h in health)
+    assert "raftq_commit_index" in raftq("metrics", cluster=cluster3).stdout
+    bench = raftq("bench", "--count", "300", "--producers", "2", "--consumers", "2", "--size", "64",
+                  "--batch", "10", "--queue", "cli-bench", "--keep", cluster=cluster3, timeout=120).stdout
+    figures = json.loads(bench.strip().splitlines()[-1])
+    assert figures["consumed"] == 300 and figures["put_calls"] == 30 and figures["errors"] == []
+    assert figures["put_msgs_per_s"] > 0 and set(figures["end_to_end_latency"]) == {"p50_ms", "p90_ms",
+                                                                                     "p99_ms", "max_ms"}
+    stats = as_json("queue", "show", "cli-bench", cluster=cluster3)["stats"]
+    assert (stats["put_total"], stats["acked_total"], stats["depth"]) == (300, 300, 0)
+    top = raftq("top", "--iterations", "2", "--interval", "0.3", cluster=cluster3).stdout
+    frames = top.strip().split("\n\n\n") if "\n\n\n" in top else top.strip().split("raftq top")[1:]
+    assert len(frames) == 2
+    for nid in cluster3.ids:
+        assert nid in frames[-1]
+    assert "cli-bench" in frames[-1] and "put/s" in frames[-1]
+    row = next(line for line in frames[-1].splitlines() if line.startswith("cli-bench"))
+    assert row.split()[1:4] == ["0", "0", "0"]      # depth, in flight, delayed
+    assert row.split()[6:8] == ["0.0", "0.0"]         # nothing put or acked between the two looks
+
+
+def test_status_with_the_first_node_dead_finds_the_cluster_through_cluster_toml(fresh_cluster, tmp_path):
+    cluster = fresh_cluster(3)
+    cluster.kill(cluster.ids[0])
+    leader = cluster.wait_for_leader(30, among=cluster.ids[1:])
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / ".raftq").symlink_to(cluster.root)
+    # no RAFTQ_URL, no --url: ./.raftq/cluster.toml names the nodes (and gives the token)
+    done = raftq("cluster", "status", cwd=workdir, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    dead = next(line for line in lines if line.startswith(cluster.ids[0]))
+    assert "unreachable" in dead and " NO " in dead
+    mine = next(line for line in lines if line.startswith(f"{leader} *"))
+    assert mine.split()[7] == "-"          # the leader does not hear from itself
+    other = next(n for n in cluster.ids[1:] if n != leader)
+    follower = next(line for line in lines if line.startswith(other + " "))
+    assert follower.split()[6].endswith("ms")
+    assert "heard: how long ago the leader last heard" in done.stdout
+    urls = [arg for u in cluster.urls for arg in ("--url", u)]
+    view = as_json("cluster", "status", *urls, cwd=workdir)
+    assert view["leader"] == leader and view["id"] == leader
+    assert [n["healthy"] for n in view["nodes"]].count(True) == 2
+
+
+def test_cluster_transfer_hands_leadership_over(fresh_cluster):
+    cluster = fresh_cluster(3)
+    leader = cluster.wait_for_leader(30)
+    chosen = next(n for n in cluster.ids if n != leader)
+    moved = as_json("cluster", "transfer", chosen, cluster=cluster)
+    assert (moved["moved"], moved["previous"], moved["leader"]) == (True, leader, chosen)
+    assert cluster.wait_for_leader(30) == chosen
+    unknown = raftq("cluster", "transfer", "n9", cluster=cluster, check=False)
+    assert unknown.returncode == 1 and "not_found" in unknown.stderr
 
 
 def consecutive_free_port(count: int) -> int:
