@@ -83,7 +83,7 @@ class Node:
         self._wake_scheduled = False
         self._checkpoints: dict[str, str] = {}
         self._was_leader = False
-        self.elections_seen = 0
+        self.times_became_leader = 0
         self.entries_applied = 0
         self.committer = GroupCommitter(self._submit_entry)
         self.consensus = Consensus(
@@ -145,7 +145,7 @@ class Node:
     def _role_changed(self) -> None:
         leader = self.is_leader()
         if leader and not self._was_leader:
-            self.elections_seen += 1
+            self.times_became_leader += 1
             log.info("became leader at term %s", self.consensus.term())
         elif not leader and self._was_leader:
             log.info("stepped down; leader is now %s", self.consensus.leader_id())

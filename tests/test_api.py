@@ -303,14 +303,66 @@ def test_queue_full_rejects_whole_batch(cluster3):
     assert call("GET", f"{url}/v1/queues/{q}").body["stats"]["depth"] == 2
 
 
-def test_metrics_exposed(cluster3):
-    url = leader_url(cluster3)
-    call("POST", f"{url}/v1/queues/metered/messages", {"body": "m"})
+def metric_values(text: str) -> dict:
+    """{'name{labels}': value} of a Prometheus text page."""
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
+
+
+def test_metrics_follow_prometheus_naming(cluster3):
+    url, q = leader_url(cluster3), qname()
+    call("POST", f"{url}/v1/queues/{q}/messages", {"messages": [{"body": "m"}, {"body": "n"}]})
+    got = call("POST", f"{url}/v1/queues/{q}/receive", {}).body["messages"][0]
+    call("POST", f"{url}/v1/queues/{q}/ack", {"receipts": [got["receipt"]]})
     text = call("GET", f"{url}/metrics").raw.decode()
-    for name in ("raftq_http_requests_total", "raftq_http_request_seconds_bucket", "raftq_commit_index",
-                 "raftq_apply_lag_entries", 'raftq_queue_depth{queue="metered"}', "raftq_log_entry_commands",
-                 "raftq_queue_dead_lettered_total", "raftq_elections_won_total", "raftq_snapshot_bytes"):
+    values = metric_values(text)
+    assert values[f'raftq_queue_depth{{queue="{q}"}}'] == 1
+    assert values[f'raftq_queue_messages_put_total{{queue="{q}"}}'] == 2
+    assert values[f'raftq_queue_messages_acked_total{{queue="{q}"}}'] == 1
+    for counter in ("redelivered", "dead_lettered", "expired", "dropped", "replaced", "redriven"):
+        assert values[f'raftq_queue_messages_{counter}_total{{queue="{q}"}}'] == 0
+    assert values["raftq_is_leader"] == 1 and values["raftq_ready"] == 1 and values["raftq_cluster_voters"] == 3
+    assert values["raftq_became_leader_total"] >= 1
+    assert values["raftq_journal_size_bytes"] > 0 and values["raftq_journal_syncs_total"] > 0
+    assert 0 < values["raftq_data_dir_free_bytes"] <= values["raftq_data_dir_capacity_bytes"]
+    for name in ("raftq_http_requests_total", "raftq_http_request_duration_seconds_bucket",
+                 "raftq_commit_index", "raftq_apply_lag_entries", "raftq_log_entry_commands_bucket",
+                 "raftq_log_entry_size_bytes_bucket", "raftq_snapshot_size_bytes",
+                 "raftq_snapshot_duration_seconds", "raftq_entries_applied_total", "raftq_term"):
         assert name in text, name
+    # every counter ends in _total; no name keeps a unit-less duration or size
+    for line in text.splitlines():
+        if line.startswith("# TYPE") and line.endswith(" counter"):
+            assert line.split()[2].endswith("_total"), line
+    assert "raftq_elections_won" not in text and "raftq_http_request_seconds" not in text
+
+
+def test_dashboard_and_alert_rules_read_only_metrics_the_nodes_export(cluster3):
+    import json
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    deploy = Path(__file__).resolve().parent.parent / "deploy"
+    url = leader_url(cluster3)
+    call("POST", f"{url}/v1/queues/{qname()}/messages", {"body": "so that queue metrics exist"})
+    exported = set()
+    for name in metric_values(call("GET", f"{url}/metrics").raw.decode()):
+        exported.add(name.split("{")[0])
+    dashboard = json.loads((deploy / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    rules = yaml.safe_load((deploy / "prometheus-alerts.yaml").read_text())["groups"][0]["rules"]
+    assert {r["alert"] for r in rules} >= {"RaftqNoQuorum", "RaftqReplicaLagging", "RaftqFrequentElections",
+                                          "RaftqDeadLettersGrowing", "RaftqJournalDiskLow"}
+    assert all(r["labels"]["severity"] and r["annotations"]["summary"] for r in rules)
+    used = {name for expr in exprs + [r["expr"] for r in rules] for name in re.findall(r"raftq_[a-z_]+", expr)}
+    assert used and used <= exported, used - exported
+    assert len(exprs) >= 15
 
 
 def test_durability_all_and_verify(cluster3):
