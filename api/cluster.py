@@ -48,7 +48,7 @@ async def _peer_ready(request: web.Request, http_addr: str) -> dict | None:
         return None
 
 
-async def show(request: web.Request) -> web.Response:
+async def view(request: web.Request) -> dict:
     """The cluster as this node sees it, each member asked for its own indexes."""
     node = request.app[NODE]
     status = node.status()
@@ -57,22 +57,26 @@ async def show(request: web.Request) -> web.Response:
         _peer_ready(request, m["http_addr"]) if m["id"] != node.id else asyncio.sleep(0, readiness(node)[1])
         for m in members))
     nodes = []
-    for member, view in zip(members, views):
+    for member, seen in zip(members, views):
         peer = status["peers"].get(member["id"], {})
         nodes.append({
             "id": member["id"], "raft_addr": member["raft_addr"], "http_addr": member["http_addr"],
-            "role": view["role"] if view else "unreachable",
-            "term": view["term"] if view else None,
-            "commit_index": view["commit_index"] if view else None,
-            "applied_index": view["applied_index"] if view else None,
+            "role": seen["role"] if seen else "unreachable",
+            "term": seen["term"] if seen else None,
+            "commit_index": seen["commit_index"] if seen else None,
+            "applied_index": seen["applied_index"] if seen else None,
             "match_index": status["last_log_index"] if member["id"] == node.id else peer.get("match_index"),
             # how long ago this node last heard from that one (a node does not hear from itself)
             "last_contact_ms": None if member["id"] == node.id else peer.get("last_contact_ms"),
-            "fsync_policy": view["fsync_policy"] if view else None,
-            "healthy": bool(view and view["ready"]),
+            "fsync_policy": seen["fsync_policy"] if seen else None,
+            "healthy": bool(seen and seen["ready"]),
         })
-    return respond(request, {"id": node.id, "leader": status["leader_id"], "term": status["term"],
-                             "commit_index": status["commit_index"], "nodes": nodes})
+    return {"id": node.id, "leader": status["leader_id"], "term": status["term"],
+            "commit_index": status["commit_index"], "nodes": nodes}
+
+
+async def show(request: web.Request) -> web.Response:
+    return respond(request, await view(request))
 
 
 @leader_only
