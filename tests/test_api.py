@@ -372,3 +372,97 @@ def test_durability_all_and_verify(cluster3):
     verify = call("POST", f"{url}/v1/cluster/verify")
     assert verify.status == 200 and verify.body["agree"] is True
     assert len(verify.body["digests"]) == 3 and len(set(verify.body["digests"].values())) == 1
+
+
+def read_events(url: str, count: int, timeout: float = 10.0) -> list:
+    """The first `count` snapshot events of GET /v1/events."""
+    import http.client
+    import json
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.netloc, timeout=timeout)
+    try:
+        conn.request("GET", parts.path + "?" + parts.query, headers={"Accept": "text/event-stream"})
+        reply = conn.getresponse()
+        assert reply.status == 200 and reply.getheader("Content-Type").startswith("text/event-stream")
+        events, block = [], []
+        while len(events) < count:
+            line = reply.readline().decode().rstrip("\r\n")
+            if line:
+                block.append(line)
+                continue
+            assert block[0] == "event: snapshot", block
+            events.append(json.loads(block[1].removeprefix("data: ")))
+            block = []
+        return events
+    finally:
+        conn.close()
+
+
+def test_events_stream_a_snapshot_every_interval(cluster3):
+    leader = cluster3.wait_for_leader(30)
+    follower = next(n for n in cluster3.ids if n != leader)
+    q = qname()
+    call("POST", f"{cluster3.url(leader)}/v1/queues/{q}/messages", {"body": "seen"})
+    started = time.monotonic()
+    first, second = read_events(f"{cluster3.url(follower)}/v1/events?interval_ms=250", 2)
+    assert time.monotonic() - started >= 0.2          # paced, not a burst
+    assert first["node"] == follower and second["at_ms"] > first["at_ms"]
+    assert first["cluster"]["leader"] == leader
+    assert sorted(n["id"] for n in first["cluster"]["nodes"]) == sorted(cluster3.ids)
+    assert any(e["leader"] == leader for e in first["elections"])
+    mine = next(info for info in second["queues"] if info["name"] == q)
+    assert mine["stats"]["depth"] == 1 and mine["config"]["lease_ms"] == 30000
+    for bad in ("interval_ms=10", "interval_ms=soon"):
+        refused = call("GET", f"{cluster3.url(leader)}/v1/events?{bad}")
+        assert (refused.status, refused.body["error"]) == (400, "bad_request")
+
+
+def test_console_files_are_served_by_every_node(cluster3):
+    for url in cluster3.urls:
+        moved = call("GET", f"{url}/ui")
+        assert moved.status == 302 and moved.headers["Location"] == "/ui/"
+        page = call("GET", f"{url}/ui/")
+        assert page.status == 200 and page.headers["Content-Type"].startswith("text/html")
+        assert b'<script src="console.js">' in page.raw
+    for name, kind in (("console.js", "text/javascript"), ("console.css", "text/css")):
+        served = call("GET", f"{cluster3.urls[0]}/ui/{name}")
+        assert served.status == 200 and served.headers["Content-Type"].startswith(kind)
+        assert b"http://" not in served.raw and b"https://" not in served.raw   # nothing fetched from elsewhere
+    for missing in ("nothing.js", "..%2Fapp.py", ".hidden.js", "index.py"):
+        assert call("GET", f"{cluster3.urls[0]}/ui/{missing}").status == 404, missing
+
+
+def test_leadership_transfer(fresh_cluster):
+    cluster = fresh_cluster(3)
+    leader = cluster.wait_for_leader(30)
+    target = next(n for n in cluster.ids if n != leader)
+    via_follower = call("POST", f"{cluster.url(target)}/v1/cluster/leader", {"to": target})
+    assert via_follower.status == 307
+    moved = call("POST", f"{cluster.url(leader)}/v1/cluster/leader", {"to": target})
+    assert moved.status == 200 and moved.body == {"moved": True, "previous": leader, "leader": target}
+    assert cluster.wait_for_leader(30) == target
+    for body, status in (({"to": "n9"}, 404), ({"to": 3}, 400), ({"who": "n1"}, 400)):
+        assert call("POST", f"{cluster.url(target)}/v1/cluster/leader", body).status == status, body
+
+
+def test_a_node_with_open_event_streams_still_shuts_down_cleanly(fresh_cluster):
+    import http.client
+    import signal
+    from urllib.parse import urlsplit
+
+    cluster = fresh_cluster(3)
+    node = cluster.ids[0]
+    conn = http.client.HTTPConnection(urlsplit(cluster.url(node)).netloc, timeout=30)
+    try:
+        conn.request("GET", "/v1/events?interval_ms=60000")
+        reply = conn.getresponse()
+        assert reply.readline().startswith(b"event: snapshot")
+        proc = cluster.procs[node]
+        cluster.signal(node, signal.SIGTERM)
+        assert proc.wait(30) == 0          # not killed after aiohttp's 60 s shutdown grace
+        rest = reply.read()                # the stream ended with the node
+        assert b"event: snapshot" not in rest
+    finally:
+        conn.close()
