@@ -43,6 +43,13 @@ Properties (each gets a verdict; the run is valid only if all hold):
   sent, put_at(B) - put_at(A) <= B's completion - A's invocation. The design
   promises it ("a clock jump cannot expire leases early"); when it breaks,
   double leases follow, and this names the moment and the serving node.
+- log_time_not_behind_at_birth: a brand-new cluster's log time starts from
+  real time, not from 0: no put acknowledged before the first fault is
+  stamped more than BIRTH_SLACK_MS before the instant it was sent (read from
+  the wall clock the history was started at, `wall_ms_at_t0` in the setup).
+  Faults are left out because log time rightly pauses while a cluster has no
+  leader. A put stamped from 0 would carry a TTL, lease or dedup window that
+  ended the moment log time caught up with the wall clock.
 - log_never_shrinks: no node's log ends below an index it had committed, or
   that the leader had counted as acknowledged by it and committed (sampled
   from /health/ready and /v1/cluster), and no node logs that a conflict
@@ -73,6 +80,7 @@ FAILOVER_MARKS = ("kill", "isolate")  # what the headline failover figures cover
 REFUSALS = (307, 503)
 TRUNCATION_MARKERS = ("truncates applied entries", "truncating already-applied")
 CLOCK_RESOLUTION_MS = 2  # put_at_ms is whole milliseconds; history times are rounded to microseconds
+BIRTH_SLACK_MS = 1000
 
 
 @dataclass
@@ -329,15 +337,7 @@ class Checker:
                        "; ".join(f"{k}: {v}" for k, v in found.items()))
 
     def log_time_not_ahead(self) -> Verdict:
-        put_at = {}
-        for d in self.deliveries:
-            if d.put_at_ms is not None:
-                put_at[(d.queue, d.id)] = d.put_at_ms
-        samples = []
-        for o in self.puts:
-            at = put_at.get((o.value["queue"], o.value["id"]))
-            if o.ok and at is not None and not o.result.get("duplicate"):
-                samples.append((o, at))
+        samples = self._put_at()
         # B is ahead of A when put_at(B) - 1000*B.complete > put_at(A) - 1000*A.invoke
         # for an A answered before B was sent: keep the smallest right-hand side so far.
         by_complete = sorted(samples, key=lambda s: s[0].complete_t)
@@ -368,6 +368,34 @@ class Checker:
         return Verdict("log_time_not_ahead", not bad, len(bad),
                        f"{len(samples)} puts with a known log time, {len(bad)} ahead of real time{first}",
                        (bad[:2] + worst[:EXAMPLES - 2]) if bad else [])
+
+    def _put_at(self) -> list[tuple[Op, int]]:
+        """Acknowledged first puts of a message, each with the log time it was stamped with."""
+        put_at = {(d.queue, d.id): d.put_at_ms for d in self.deliveries if d.put_at_ms is not None}
+        samples = []
+        for o in self.puts:
+            at = put_at.get((o.value["queue"], o.value["id"]))
+            if o.ok and at is not None and not o.result.get("duplicate"):
+                samples.append((o, at))
+        return samples
+
+    def log_time_not_behind_at_birth(self) -> Verdict:
+        wall_at_t0 = self.setup.get("wall_ms_at_t0")
+        if wall_at_t0 is None:
+            return Verdict("log_time_not_behind_at_birth", False, 1,
+                           "the history has no wall clock to compare with (setup.wall_ms_at_t0)")
+        first_fault = min((e["t"] for e in self.nemesis if e.get("f") == "start"), default=math.inf)
+        samples = [(o, at) for o, at in self._put_at() if o.invoke_t < first_fault]
+        bad = []
+        for o, at in samples:
+            behind = wall_at_t0 + 1000 * o.invoke_t - at
+            if behind > BIRTH_SLACK_MS:
+                bad.append({"behind_ms": round(behind), "id": o.value["id"], "node": o.node,
+                            "invoke_t": o.invoke_t, "put_at_ms": at})
+        return Verdict("log_time_not_behind_at_birth", not bad, len(bad),
+                       f"{len(samples)} puts before the first fault with a known log time, "
+                       f"{len(bad)} stamped over {BIRTH_SLACK_MS} ms before they were sent",
+                       sorted(bad, key=lambda x: -x["behind_ms"])[:EXAMPLES])
 
     def log_never_shrinks(self) -> Verdict:
         samples = [o for o in self.ops if o.ok and o.f in ("ready", "cluster")]
@@ -481,7 +509,7 @@ class Checker:
         double = self.no_double_lease()
         verdicts = [lost_verdict, double, self.ack_needs_live_lease(), self.acks_durable(),
                     self.per_producer_order(), self.idempotent_once(), self.replicas_agree(),
-                    self.log_time_not_ahead(), self.log_never_shrinks(), self.nodes_never_fail()]
+                    self.log_time_not_ahead(), self.log_time_not_behind_at_birth(), self.log_never_shrinks(), self.nodes_never_fail()]
         failovers = self.failovers()
         headline = [x for k in FAILOVER_MARKS for x in failovers.get(k, [])]
         counts = defaultdict(int)

@@ -17,7 +17,11 @@ Theory of operation
 3. Queues are created, the monitor starts sampling every node, producers and
    consumers start (chaos/workload.py), and after a fault-free stretch the
    nemesis applies its seeded schedule: each fault, its hold, healing, and a
-   wait for a leader before the next.
+   wait for a leader before the next. With `load_at_birth` the monitor,
+   producers and consumers start together with the node processes, before
+   any leader exists, so a cluster's first moments are under load too; the
+   queues then come into being with their first put, each with its default
+   group only (a group added later would not see what was acked before it).
 4. Then everything is healed, the workload runs fault-free for a moment and
    stops, every group is drained, replicas are verified over HTTP and with the
    CLI, and the nodes' logs are scanned for lines the checker judges.
@@ -65,6 +69,7 @@ class Options:
     consumers_per_group: int = 2
     lease_ms: int = 2000
     calm_s: float = 3.0              # fault-free time before the first fault and after the last
+    load_at_birth: bool = False      # clients start with the node processes, not once a leader exists
 
 
 class ChaosCluster(LocalCluster):
@@ -140,7 +145,8 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
     results.mkdir(parents=True, exist_ok=True)
     log(f"chaos: seed {seed}, {options.nodes} nodes; reproduce the schedule with "
         f"python -m chaos run --nodes {options.nodes} --seed {seed}"
-        + (f" --minutes {options.minutes}" if options.minutes else f" --cycles {options.cycles}"))
+        + (f" --minutes {options.minutes}" if options.minutes else f" --cycles {options.cycles}")
+        + (" --load-at-birth" if options.load_at_birth else ""))
     log(f"chaos: results in {results}")
     history = History(results / "history.jsonl")
     started = time.monotonic()
@@ -178,19 +184,28 @@ def _campaign(options: Options, seed: int, cluster: ChaosCluster, network: Netwo
               history: History, log: Callable[[str], None]) -> None:
     if not cluster.clocks.available:
         log("chaos: libfaketime not found (apt-get install faketime); clock faults are skipped")
-    cluster.start()
-    if cluster.wait_for_leader(60) is None:
-        raise RuntimeError(f"no leader elected; see the node logs in {cluster.root}")
-    queues = create_queues(list(endpoints.direct.values()), options.lease_ms)
+    if options.load_at_birth:
+        queues = {queue: ["default"] for queue in [*WORK_QUEUES, PROBE_QUEUE]}
+    else:
+        cluster.start()
+        if cluster.wait_for_leader(60) is None:
+            raise RuntimeError(f"no leader elected; see the node logs in {cluster.root}")
+        queues = create_queues(list(endpoints.direct.values()), options.lease_ms)
     workload = Workload(history, endpoints, {q: g for q, g in queues.items() if q != PROBE_QUEUE},
                         seed=seed, lease_ms=options.lease_ms, producers=options.producers,
-                        consumers_per_group=options.consumers_per_group)
+                        consumers_per_group=options.consumers_per_group,
+                        eager_first_put=options.load_at_birth)
     history.event("setup", seed=seed, nodes=options.nodes, queues=queues, lease_ms=options.lease_ms,
                   producers=workload.producer_names, kinds=list(options.kinds),
-                  faketime=cluster.clocks.available)
+                  faketime=cluster.clocks.available, load_at_birth=options.load_at_birth,
+                  wall_ms_at_t0=round(time.time() * 1000 - history.now() * 1000))
     monitor = Monitor(history, endpoints)
     monitor.start()
     workload.start()
+    if options.load_at_birth:
+        cluster.start()
+        if cluster.wait_for_leader(60) is None:
+            raise RuntimeError(f"no leader elected; see the node logs in {cluster.root}")
     try:
         with Client(list(endpoints.direct.values()), retry_for=15, timeout=5) as admin:
             nemesis = Nemesis(cluster, network, cluster.clocks, history, Prober(history, endpoints), admin, log)

@@ -14,7 +14,10 @@ a 503 (raftq answers it when a write's fate is unknown) or another 5xx is
 
 - Producers put one message at a time with an idempotency id, retrying the
   same id on other nodes until acknowledged, and now and then re-send an
-  acknowledged one on purpose (it must come back as a duplicate).
+  acknowledged one on purpose (it must come back as a duplicate). Started
+  with the nodes (`eager_first_put`), a producer retries without backing off
+  until its first put is acknowledged, so the first puts of a brand-new
+  cluster reach its first leader the moment it can take them.
 - Consumers long-poll, then ack most messages, nack some and drop a few
   (their lease runs out and they are delivered again).
 - The prober measures failover (puts from every node at once until one is
@@ -44,6 +47,7 @@ TIMEOUT_S = 3.0
 WAIT_MS = 300
 PUT_RETRY_FOR_S = 20.0
 PRODUCER_PACE_S = 0.03
+EAGER_RETRY_S = 0.002
 DUPLICATE_CHANCE = 0.1
 ACK_CHANCE, NACK_CHANCE = 0.8, 0.1   # the rest is dropped
 PROBE_TIMEOUT_S = 0.5
@@ -204,7 +208,8 @@ class Workload:
     """Producers and consumers on their own threads, until `stop()`."""
 
     def __init__(self, history: History, endpoints: Endpoints, queues: dict[str, list[str]], *,
-                 seed: int, lease_ms: int, producers: int = 4, consumers_per_group: int = 2):
+                 seed: int, lease_ms: int, producers: int = 4, consumers_per_group: int = 2,
+                 eager_first_put: bool = False):
         self.history = history
         self.endpoints = endpoints
         self.queues = queues
@@ -212,6 +217,7 @@ class Workload:
         self.lease_ms = lease_ms
         self.producer_names = [f"p{i + 1}" for i in range(producers)]
         self.consumers_per_group = consumers_per_group
+        self.eager_first_put = eager_first_put
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -240,18 +246,20 @@ class Workload:
         caller = Caller(self.endpoints)
         node = rng.choice(self.endpoints.ids)
         n = 0
+        eager = self.eager_first_put
         try:
             while not self._stop.is_set():
                 n += 1
                 mid, queue = f"{name}-{n}", rng.choice(list(self.queues))
-                node, acked = self._put(caller, name, queue, mid, n, node)
+                node, acked = self._put(caller, name, queue, mid, n, node, eager)
+                eager = eager and not acked
                 if acked and rng.random() < DUPLICATE_CHANCE:
                     node, _ = self._put(caller, name, queue, mid, n, node)
                 self._stop.wait(PRODUCER_PACE_S)
         finally:
             caller.close()
 
-    def _put(self, caller, name, queue, mid, n, node) -> tuple[str, bool]:
+    def _put(self, caller, name, queue, mid, n, node, eager: bool = False) -> tuple[str, bool]:
         deadline = time.monotonic() + PUT_RETRY_FOR_S
         others = itertools.cycle(self.endpoints.ids)
         backoff = 0.05
@@ -265,7 +273,7 @@ class Workload:
             if time.monotonic() > deadline or self._stop.is_set():
                 return node, False
             node = next(others)
-            time.sleep(backoff)
+            time.sleep(EAGER_RETRY_S if eager else backoff)
             backoff = min(backoff * 2, 0.5)
 
     def _consume(self, name: str, queue: str, group: str) -> None:

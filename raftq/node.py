@@ -10,7 +10,9 @@ Log time: the leader stamps every command with ``now_ms`` from
 ``LogClock``, which continues from the last applied log time with this
 machine's monotonic clock.  A wall clock that jumps (NTP, a VM resumed, a
 faulty node) therefore never makes a lease expire early, and an election
-only ever extends leases, never cuts them.
+only ever extends leases, never cuts them.  A new leader stamps nothing
+but its barrier until the barrier is applied: commands submitted earlier
+wait for it (see ``Node.submit``).
 """
 
 import asyncio
@@ -35,14 +37,15 @@ CHECKPOINTS_KEPT = 64
 class LogClock:
     """The leader's source of `now_ms`: log time, continued with a monotonic clock.
 
-    The clock is settled for one term at a time.  In a term it has not
-    settled for, it stamps the last applied log time (time stands still)
-    until the new leader's barrier entry is applied: only then is the applied
-    log time known to be the cluster's latest, and the clock continues from
-    it.  Keying on the term at every stamp means a node deposed and
-    re-elected in between never reuses an old base.  The wall clock is read
-    once in a cluster's life: to start log time for a brand-new cluster
-    (nothing with a time was ever applied).
+    The clock is settled for one term at a time, once the new leader's
+    barrier entry is applied: only then is the applied log time known to be
+    the cluster's latest, and the clock continues from it.  Before that the
+    leader stamps nothing but the barrier itself, with the applied log time
+    (time stands still).  Keying on the term at every stamp means a node
+    deposed and re-elected in between never reuses an old base.  The wall
+    clock is read once in a cluster's life: when the first barrier of a
+    brand-new cluster (nothing with a time was ever applied) is applied, so
+    no lease, TTL, delay or dedup window is ever computed from log time 0.
     """
 
     def __init__(self, machine: StateMachine):
@@ -60,9 +63,12 @@ class LogClock:
     def settled_for(self, term: int) -> bool:
         return self._term == term
 
-    def now_ms(self, term: int) -> int:
-        if term != self._term:
-            return self._machine.clock
+    def barrier_ms(self) -> int:
+        """The stamp of a barrier: the applied log time, which it cannot move."""
+        return self._machine.clock
+
+    def now_ms(self) -> int:
+        """Log time now; only for the term the clock is settled for."""
         return max(self._machine.clock, self._base + int((time.monotonic() - self._mono) * 1000))
 
 
@@ -94,6 +100,10 @@ class Node:
             secret=cluster.secret, unsynced_test_mode=unsynced_test_mode,
             on_role_change=self._on_role_change, max_entry_bytes=self.committer.max_entry_bytes)
         self._ticker: asyncio.Task | None = None
+        self._ticker_wake = asyncio.Event()
+        # Commands that arrived before the clock settled for the term they
+        # were submitted in: future -> that term.
+        self._settle_waiters: dict[asyncio.Future, int] = {}
 
     # ---- life cycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -109,6 +119,7 @@ class Node:
             log.info("leadership %s before shutdown", "handed over" if moved else "given up")
         self.consensus.retire()
         self.committer.fail_pending("shutting_down")
+        self._release_settle_waiters(None)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.consensus.close)
@@ -147,9 +158,11 @@ class Node:
         if leader and not self._was_leader:
             self.times_became_leader += 1
             log.info("became leader at term %s", self.consensus.term())
+            self._ticker_wake.set()   # the barrier goes out now, not at the next tick
         elif not leader and self._was_leader:
             log.info("stepped down; leader is now %s", self.consensus.leader_id())
             self.committer.fail_pending("leader_changed")
+            self._release_settle_waiters(None)
         self._was_leader = leader
 
     # ---- writes -------------------------------------------------------------------------
@@ -157,10 +170,37 @@ class Node:
         self.consensus.submit(entry, callback, term=term)
 
     async def submit(self, command: dict) -> dict:
-        """Apply one command through the log; its result, or CommitError."""
+        """Apply one command through the log; its result, or CommitError.
+
+        A leader whose clock is not settled for its term (its barrier is not
+        applied yet) holds the command until it is: stamped earlier it could
+        only carry the last applied log time, which lags real time by the
+        election, and is 0 in a brand-new cluster.
+        """
         term = self.consensus.term()
-        command["now_ms"] = self.clock.now_ms(term)
+        if not self.clock.settled_for(term):
+            await self._clock_settled(term)
+        command["now_ms"] = self.clock.now_ms()
         return await self.committer.submit(command, term)
+
+    async def _clock_settled(self, term: int) -> None:
+        if not self.is_leader():
+            raise CommitError("not_leader")
+        waiter = self._loop.create_future()
+        self._settle_waiters[waiter] = term
+        waiter.add_done_callback(lambda f: self._settle_waiters.pop(f, None))
+        self._ticker_wake.set()
+        await waiter
+
+    def _release_settle_waiters(self, settled_term: int | None) -> None:
+        """Let the commands held for `settled_term` go; the others lost their leader."""
+        for waiter, term in list(self._settle_waiters.items()):
+            if waiter.done():
+                continue
+            if term == settled_term:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(CommitError("leader_changed"))
 
     async def checkpoint(self) -> tuple[str, str]:
         token = uuid.uuid4().hex
@@ -174,19 +214,24 @@ class Node:
         """While leading: settle the log clock for the term, then fire due timers
         through the log so that every replica sees them."""
         while True:
-            await asyncio.sleep(TICK_INTERVAL_S)
+            try:
+                await asyncio.wait_for(self._ticker_wake.wait(), TICK_INTERVAL_S)
+            except asyncio.TimeoutError:
+                pass
+            self._ticker_wake.clear()
             if not self.is_leader():
                 continue
             term = self.consensus.term()
             try:
                 if not self.clock.settled_for(term):
                     # The barrier: once applied, the applied log time is the latest.
-                    await self.submit({"op": "tick"})
+                    await self.committer.submit({"op": "tick", "now_ms": self.clock.barrier_ms()}, term)
                     if self.is_leader() and self.consensus.term() == term:
                         self.clock.settle(term)
+                        self._release_settle_waiters(term)
                     continue
                 due = self.machine.next_timer()
-                if due is not None and due <= self.clock.now_ms(term):
+                if due is not None and due <= self.clock.now_ms():
                     await self.submit({"op": "tick"})
             except CommitError:
                 pass   # lost leadership or quorum; the next leader ticks

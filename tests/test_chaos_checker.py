@@ -11,6 +11,7 @@ from chaos.history import History, load, ops
 from chaos.nemesis import KINDS, plan
 
 LEASE_MS = 1000
+WALL_MS_AT_T0 = 49_000   # the wall clock when the synthetic history starts
 
 
 class Run:
@@ -20,7 +21,7 @@ class Run:
         self.t = 0.0
         self.h = History(clock=lambda: self.t)
         self.h.event("setup", queues={"q": list(groups)}, producers=["p1", "p2"], lease_ms=LEASE_MS,
-                     seed=7, nodes=3)
+                     seed=7, nodes=3, wall_ms_at_t0=WALL_MS_AT_T0)
         self.receipts = 0
 
     def op(self, process, f, value, start, end, type="ok", result=None, error=None, node="n1"):
@@ -368,6 +369,33 @@ def test_log_time_may_stand_still_but_never_run_ahead_of_real_time():
     v = verdicts(run.report())["log_time_not_ahead"]
     assert not v.ok and v.violations == 1
     assert v.examples[0]["later_put"]["node"] == "n2" and v.examples[0]["ahead_ms"] == 3850
+
+
+def test_a_new_clusters_log_time_starts_from_real_time_not_from_zero():
+    run = Run()
+    timed_put(run, "a", 1, 1.0, 1.1, put_at_ms=WALL_MS_AT_T0 + 1000)     # stamped as it was sent
+    timed_put(run, "b", 2, 2.0, 2.1, put_at_ms=WALL_MS_AT_T0 + 1100)     # 0.9 s behind: an election
+    assert verdicts(run.report())["log_time_not_behind_at_birth"].ok
+    timed_put(run, "c", 3, 0.5, 0.6, put_at_ms=0)                        # a brand-new cluster's log time 0
+    v = verdicts(run.report())["log_time_not_behind_at_birth"]
+    assert not v.ok and v.violations == 1
+    assert v.examples[0] == {"behind_ms": WALL_MS_AT_T0 + 500, "id": "c", "node": "n1", "invoke_t": 0.5,
+                             "put_at_ms": 0}
+
+
+def test_log_time_may_fall_behind_real_time_once_faults_begin():
+    run = Run()
+    timed_put(run, "a", 1, 1.0, 1.1, put_at_ms=WALL_MS_AT_T0 + 1000)
+    run.t = 2.0
+    run.h.event("nemesis", f="start", fault=1, kind="kill", value={})
+    timed_put(run, "b", 2, 9.0, 9.1, put_at_ms=WALL_MS_AT_T0 + 3000)     # 6 s behind after outages: fine
+    assert verdicts(run.report())["log_time_not_behind_at_birth"].ok
+
+
+def test_a_history_without_a_wall_clock_cannot_pass_the_birth_check():
+    run = Run()
+    run.h.events[0].pop("wall_ms_at_t0")
+    assert not verdicts(run.report())["log_time_not_behind_at_birth"].ok
 
 
 def test_skipped_faults_are_not_counted_as_injected():
