@@ -41,6 +41,8 @@ from .validation import check_command, full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
 SNAPSHOT_VERSION = 5
+# Version 4 is version 5 without redrive: a node upgraded in place restores it.
+READABLE_SNAPSHOT_VERSIONS = (4, 5)
 
 
 def encode_entry(commands: list) -> bytes:
@@ -351,7 +353,7 @@ class StateMachine:
 
     def restore(self, data: bytes) -> None:
         state = cbor2.loads(data)
-        if state.get("format") != SNAPSHOT_FORMAT or state.get("version") != SNAPSHOT_VERSION:
+        if state.get("format") != SNAPSHOT_FORMAT or state.get("version") not in READABLE_SNAPSHOT_VERSIONS:
             raise ValueError(f"not a raftq state machine snapshot of version {SNAPSHOT_VERSION}")
         self.clock = state["clock"]
         self.incarnations = state["incarnations"]

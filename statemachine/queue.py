@@ -428,11 +428,12 @@ class Queue:
 
     @classmethod
     def from_state(cls, state: list) -> "Queue":
-        (name, config, incarnation, next_seq, next_lease, counters, messages, dedup, groups, outbox,
-         redrives) = state
+        # A version-4 snapshot has neither redrives nor the counters added since.
+        name, config, incarnation, next_seq, next_lease, counters, messages, dedup, groups, outbox, *newer = state
+        redrives = newer[0] if newer else []
         queue = cls(name, config, incarnation)
         queue.next_seq, queue.next_lease = next_seq, next_lease
-        queue.counters = dict(zip(COUNTERS, counters))
+        queue.counters = {**dict.fromkeys(COUNTERS, 0), **dict(zip(COUNTERS, counters))}
         msgs = Message.from_columns(messages)
         queue.messages = SortedDict(zip(messages[0], msgs))
         queue.bytes = sum(messages[7])

@@ -654,6 +654,20 @@ def test_a_redriven_message_that_dies_again_returns_to_the_dead_letter_queue(m):
     assert [(r["body"], r["headers"]["x-raftq-deliveries"]) for r in again] == [("poison", "1")]
 
 
+def test_a_version_4_snapshot_from_before_redrive_restores_with_nothing_redriven(m):
+    import cbor2
+    dead_letter_queue(m, max_deliveries=1)
+    m.put("q", msg("a"))
+    spend(m, "q")
+    state = cbor2.loads(m.sm.snapshot())
+    state["version"] = 4
+    state["queues"] = [q[:5] + [q[5][:7]] + q[6:10] for q in state["queues"]]
+    restored = StateMachine()
+    restored.restore(cbor2.dumps(state))
+    assert restored.queue_info("dlq")["stats"]["redriven_total"] == 0
+    assert restored.apply({"op": "redrive", "queue": "dlq", "now_ms": T0})["moved"] == 1
+
+
 def test_redrive_of_a_missing_queue_is_not_found(m):
     m.fails("not_found", "redrive", queue="nothing")
 
