@@ -266,13 +266,35 @@ def test_status_with_the_first_node_dead_finds_the_cluster_through_cluster_toml(
     assert [n["healthy"] for n in view["nodes"]].count(True) == 2
 
 
-def test_cluster_transfer_hands_leadership_over(fresh_cluster):
+def test_cluster_remove_add_and_transfer_replace_a_dead_node(fresh_cluster):
+    import dataclasses
+
+    from raftq.config import NodeSpec
+
     cluster = fresh_cluster(3)
-    leader = cluster.wait_for_leader(30)
-    chosen = next(n for n in cluster.ids if n != leader)
-    moved = as_json("cluster", "transfer", chosen, cluster=cluster)
-    assert (moved["moved"], moved["previous"], moved["leader"]) == (True, leader, chosen)
-    assert cluster.wait_for_leader(30) == chosen
+    cluster.kill("n3")
+    http_port, raft_port = free_ports(2)
+    n4 = NodeSpec(id="n4", raft=f"127.0.0.1:{raft_port}", http=f"127.0.0.1:{http_port}")
+    assert raftq("cluster", "remove", "n3", cluster=cluster).stdout.strip() == "removed n3"
+    added = as_json("cluster", "add", n4.id, n4.raft, n4.http, cluster=cluster)
+    assert added == {"id": "n4", "raft_addr": n4.raft, "http_addr": n4.http}
+    cluster.cfg = dataclasses.replace(cluster.cfg, nodes=tuple(n for n in cluster.cfg.nodes if n.id != "n3") + (n4,))
+    cluster.write_config()
+    cluster.start("n4")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        view = cluster.ready_view("n4")
+        if view and view["ready"] and view["applied_index"] >= view["commit_index"] > 0:
+            break
+        time.sleep(0.2)
+    status = as_json("cluster", "status", cluster=cluster)
+    assert sorted(n["id"] for n in status["nodes"]) == ["n1", "n2", "n4"]
+    assert all(n["healthy"] for n in status["nodes"])
+    leader = status["leader"]
+    moved = as_json("cluster", "transfer", "n4", cluster=cluster)
+    assert (moved["moved"], moved["previous"], moved["leader"]) == (True, leader, "n4")
+    assert cluster.wait_for_leader(30) == "n4"
+    assert "leader: n4" in raftq("cluster", "transfer", "n4", cluster=cluster).stdout   # already leads
     unknown = raftq("cluster", "transfer", "n9", cluster=cluster, check=False)
     assert unknown.returncode == 1 and "not_found" in unknown.stderr
 
