@@ -16,7 +16,7 @@ from aiohttp import ClientSession, TCPConnector, web
 
 from raftq.buffer import PutBuffer
 
-from . import buffering, cluster, console, events, messages, queues
+from . import buffering, cluster, console, events, messages, queues, stream
 from .codec import respond
 from .errors import ApiError
 from .leader import HTTP, NODE, SETTINGS
@@ -123,6 +123,7 @@ def make_app(node, settings: Settings) -> web.Application:
         web.delete(q + "/groups/{group}", queues.delete_group),
         web.post(q + "/groups/{group}/commit", messages.commit),
         web.post("/v1/tx", messages.transaction),
+        web.get("/v1/stream", stream.stream),
         web.post(q + "/redrive", queues.redrive),
         web.get("/v1/events", events.stream),
         web.get("/ui", console.root),

@@ -1,6 +1,6 @@
 """python -m bench compare: raftq beside RabbitMQ and NATS, in one run.
 
-    python -m bench compare [--systems raftq,rabbitmq,nats] [--reps 2] [--seconds 5]
+    python -m bench compare [--systems raftq,raftq-http,rabbitmq,nats] [--reps 2] [--seconds 5]
                             [--backlog 100000] [--failovers 3] [--stored 1000000] [--out results]
 
 RabbitMQ and NATS come from Debian's packages: run bench/peers/setup once.
@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-SYSTEMS = ("raftq", "rabbitmq", "nats")
+SYSTEMS = ("raftq", "raftq-http", "rabbitmq", "nats")
 
 
 def _systems(value: str) -> list[str]:

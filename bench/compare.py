@@ -12,7 +12,8 @@ another day. Everything started is stopped by PID, whatever happens.
 
 Workloads (100-byte messages, durable as each system allows):
 - W1  one message at a time, each acknowledged before the next: rate, p50, p99
-- W2  pipelined single messages (raftq: 64 concurrent puts; RabbitMQ: 1 000
+- W2  pipelined single messages (raftq: a Producer with a window of 1 000;
+      raftq-http: 64 concurrent single-message puts; RabbitMQ: 1 000
       unconfirmed publishes; NATS: 1 000 async publishes in flight)
 - W3  consume and ack a backlog of `--backlog` messages in each system's best mode
 - W4  kill -9 of the leader under one-at-a-time writes: time to the next
@@ -41,11 +42,18 @@ from bench.measure import cpu_seconds, percentile
 NATS_NOTE = "NATS 2.9 does not fsync each message: its acks mean a majority holds it in memory"
 
 
-def _system_classes() -> dict:
+def make_systems(names: list[str], root: Path) -> list:
+    """The sides to compare, in the order given; raftq-http shares raftq's cluster when both run."""
     from bench.nats_side import Nats
     from bench.rabbitmq_side import RabbitMQ
-    from bench.raftq_side import Raftq
-    return {"raftq": Raftq, "rabbitmq": RabbitMQ, "nats": Nats}
+    from bench.raftq_side import Raftq, RaftqHttp
+    made: dict = {}
+    for name in names:
+        if name == "raftq-http":
+            made[name] = RaftqHttp(root, cluster_of=made.get("raftq"))
+        else:
+            made[name] = {"raftq": Raftq, "rabbitmq": RabbitMQ, "nats": Nats}[name](root)
+    return list(made.values())
 
 
 def measured(system, workload, *args) -> dict:
@@ -79,11 +87,10 @@ def _latency_figures(figures: dict, key: str) -> None:
 
 
 def run(args, log=print) -> dict:
-    classes = _system_classes()
     root = Path(tempfile.mkdtemp(prefix="raftq-compare-"))
     out = Path(args.out) / time.strftime("compare-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    systems = [classes[name](root) for name in args.systems]
+    systems = make_systems(args.systems, root)
     raw: dict[str, dict[str, list]] = {s.name: defaultdict(list) for s in systems}
     extra: dict = {}
     started = []
@@ -114,7 +121,7 @@ def run(args, log=print) -> dict:
                 raw[system.name]["w5"].append(w5)
                 log(f"rep {rep + 1} {system.name:<9} W5 at {rate:7.0f}/s: e2e p50 {w5['p50_ms']:.2f} ms "
                     f"p99 {w5['p99_ms']:.2f} ms ({w5['n']} of {w5['sent']} delivered)")
-        for system in systems:
+        for system in [s for s in systems if s.fails_over]:
             w4 = system.w4(args.failovers)
             w4["median_s"] = statistics.median(w4["rounds_s"])
             raw[system.name]["w4"].append(w4)

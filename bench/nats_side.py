@@ -49,6 +49,7 @@ cluster {{
 class Nats:
     name = "nats"
     label = "NATS 2.9 JetStream R3 (3 nodes, no fsync per message)"
+    fails_over = True
     durability = "acked once a majority has it in memory; NOT fsynced per message"
 
     def __init__(self, root: Path):

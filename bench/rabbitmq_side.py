@@ -40,6 +40,7 @@ disk_free_limit.absolute = 1GB
 class RabbitMQ:
     name = "rabbitmq"
     label = "RabbitMQ 3.10 quorum queue (3 nodes)"
+    fails_over = True
     durability = "confirmed after a majority fsynced it (quorum queue, persistent messages)"
 
     def __init__(self, root: Path):

@@ -1,5 +1,8 @@
 """raftq as one side of `python -m bench compare`: a local 3-node cluster driven
-through raftq's own Python client (AsyncClient over HTTP)."""
+through raftq's own Python clients — `Raftq` with the streaming wire's
+Producer and Consumer (what a user pushing many messages uses), `RaftqHttp`
+with AsyncClient over the HTTP API, on the same cluster, so the two are
+compared in the same run."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import time
 from pathlib import Path
 
 from bench.measure import Pacer, rss_mib
-from raftq.client import AsyncClient, RaftqError
+from raftq.client import AsyncClient, Consumer, Producer, RaftqError
 from raftq.local import LocalCluster
 
 BODY = "x" * 100
@@ -24,25 +27,30 @@ def _e2e_body(sent_at: float) -> str:
     return stamp + " " * (100 - len(stamp))
 
 
-class Raftq:
-    name = "raftq"
-    label = "raftq (3 nodes, fsync per append)"
+class RaftqHttp:
+    name = "raftq-http"
+    label = "raftq over HTTP (AsyncClient)"
     durability = "acked after a majority fsynced the entry"
+    fails_over = False     # W4 and the stored-messages figures are the cluster's, measured once (Raftq)
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, cluster_of: "Raftq | None" = None):
         self.root = root
+        self._owner = cluster_of
         self.cluster: LocalCluster | None = None
         self._rounds = 0
 
     # ---- life cycle ----------------------------------------------------------------------------
     def start(self) -> None:
+        if self._owner is not None:
+            self.cluster = self._owner.cluster
+            return
         self.cluster = LocalCluster.create(self.root / "raftq", 3)
         self.cluster.start()
         if self.cluster.wait_for_leader(60) is None or not self.cluster.wait_all_ready(60):
             raise RuntimeError(f"raftq did not come up; see {self.cluster.root}")
 
     def stop(self) -> None:
-        if self.cluster is not None:
+        if self.cluster is not None and self._owner is None:
             self.cluster.stop()
 
     def server_pids(self) -> list[int]:
@@ -53,7 +61,7 @@ class Raftq:
 
     def _queue(self, what: str) -> str:
         self._rounds += 1
-        return f"bench-{what}-{self._rounds}"
+        return f"bench-{self.name}-{what}-{self._rounds}"
 
     # ---- workloads ---------------------------------------------------------------------------------
     def w1(self, seconds: float) -> dict:
@@ -218,3 +226,97 @@ class Raftq:
         restart = time.perf_counter() - started
         return {"stored": count, "rss_mib_max": max(r for r in rss if r is not None), "restart_s": restart,
                 "leader_after_restart": leader}
+
+
+class Raftq(RaftqHttp):
+    name = "raftq"
+    label = "raftq (Producer/Consumer, streaming wire)"
+    fails_over = True
+
+    def __init__(self, root: Path):
+        super().__init__(root)
+
+    def _producer(self, **kwargs) -> Producer:
+        return Producer(self.cluster.urls, token=self.cluster.token, **kwargs)
+
+    def _consumer(self, queue: str, **kwargs) -> Consumer:
+        return Consumer(self.cluster.urls, queue, token=self.cluster.token, **kwargs)
+
+    def w1(self, seconds: float) -> dict:
+        async def run():
+            queue = self._queue("w1")
+            latencies = []
+            async with self._producer(window=1, linger_ms=0) as producer:
+                await (await producer.send(queue, BODY))
+                started = time.perf_counter()
+                stop_at = started + seconds
+                while time.perf_counter() < stop_at:
+                    sent = time.perf_counter()
+                    await (await producer.send(queue, BODY))
+                    latencies.append((time.perf_counter() - sent) * 1000)
+                return {"n": len(latencies), "secs": time.perf_counter() - started, "latencies_ms": latencies}
+        return asyncio.run(run())
+
+    def w2(self, seconds: float) -> dict:
+        """Single messages through one Producer (its window and linger do the batching)."""
+        async def run():
+            queue = self._queue("w2")
+            async with self._producer() as producer:
+                await (await producer.send(queue, BODY))
+                count = 0
+                started = time.perf_counter()
+                stop_at = started + seconds
+                while time.perf_counter() < stop_at:
+                    for _ in range(100):
+                        await producer.send(queue, BODY)
+                    count += 100
+                await producer.flush()
+                return {"n": count, "secs": time.perf_counter() - started}
+        return asyncio.run(run())
+
+    def w3(self, queue: str, count: int) -> dict:
+        """Consume and ack a backlog through one Consumer (prefetch 1 000, acks batched)."""
+        async def run():
+            done = 0
+            started = time.perf_counter()
+            async with self._consumer(queue, prefetch=1000) as consumer:
+                while done < count:
+                    message = await consumer.receive(timeout=5)
+                    if message is None:
+                        break
+                    message.ack()
+                    done += 1
+                await consumer.flush()
+            return {"n": done, "secs": time.perf_counter() - started}
+        return asyncio.run(run())
+
+    def w5(self, rate: float, seconds: float) -> dict:
+        async def run():
+            queue = self._queue("w5")
+            e2e = []
+            async with self._producer() as producer:
+                await (await producer.send(queue, _e2e_body(time.perf_counter())))   # creates the queue
+                consumer = await self._consumer(queue, prefetch=1000).__aenter__()
+                stop_at = time.perf_counter() + seconds
+
+                async def consume():
+                    while True:
+                        message = await consumer.receive(timeout=1)
+                        if message is None and time.perf_counter() > stop_at:
+                            return
+                        if message is not None:
+                            e2e.append((time.perf_counter() - float(message.body)) * 1000)
+                            message.ack()
+
+                reader = asyncio.create_task(consume())
+                pacer = Pacer(rate)
+                while time.perf_counter() < stop_at:
+                    for _ in range(pacer.due()):
+                        await producer.send(queue, _e2e_body(time.perf_counter()))
+                        pacer.took(1)
+                    await asyncio.sleep(0.001)
+                await producer.flush()
+                await reader
+                await consumer.close()
+            return {"n": len(e2e), "sent": pacer.sent + 1, "e2e_ms": e2e}
+        return asyncio.run(run())

@@ -13,7 +13,9 @@ Both speak the HTTP API of docs/api.md and behave the same way:
   come back the same way.
 
 The request/response shapes live once, in ``_Calls``; the two classes differ
-only in how they carry a request.
+only in how they carry a request. ``Producer``, ``Consumer`` and
+``BlockingConsumer`` (raftq/stream_client.py) speak the streaming wire and
+are importable from here too.
 """
 
 import asyncio
@@ -323,11 +325,20 @@ class Client(_Calls):
 
 
 class AsyncClient(_Calls):
-    """asyncio client over aiohttp; share one per event loop."""
+    """asyncio client over aiohttp; share one per event loop.
+
+    At most `pool_size` connections are open at once; callers beyond that
+    wait their turn for one, and `timeout` starts only once they have it, so
+    no caller is starved by many others (thousands of concurrent calls are
+    fine). For many single messages, the streaming `Producer` and
+    `Consumer` cost far less per message.
+    """
 
     def __init__(self, urls="http://127.0.0.1:8001", *, token: str | None = None,
-                 retry_for: float = 15.0, timeout: float = 15.0, cafile: str | None = None):
+                 retry_for: float = 15.0, timeout: float = 15.0, cafile: str | None = None,
+                 pool_size: int = 100):
         self._route = _Failover(urls, token, retry_for, timeout, cafile)
+        self._pool_size = pool_size
         self._session = None
 
     async def close(self) -> None:
@@ -345,7 +356,7 @@ class AsyncClient(_Calls):
         if self._session is None:
             ssl_context = self._route.ssl_context
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=ssl_context) if ssl_context else None)
+                connector=aiohttp.TCPConnector(ssl=ssl_context or True, limit=self._pool_size))
         route = self._route
         data = None if body is None else json.dumps(body).encode()
         attempts = _Attempts(route, retry)
@@ -353,7 +364,8 @@ class AsyncClient(_Calls):
             try:
                 async with self._session.request(
                         method, route.base + path, data=data, headers=route.headers, allow_redirects=False,
-                        timeout=aiohttp.ClientTimeout(total=timeout or route.timeout)) as reply:
+                        timeout=aiohttp.ClientTimeout(sock_connect=timeout or route.timeout,
+                                                      sock_read=timeout or route.timeout)) as reply:
                     raw = await reply.read()
                     status, location = reply.status, reply.headers.get("Location")
             except (aiohttp.ClientError, asyncio.TimeoutError, socket.gaierror) as exc:
@@ -366,3 +378,11 @@ class AsyncClient(_Calls):
             if delay is None:
                 return route.decode(status, raw, accept_status, text)
             await asyncio.sleep(delay)
+
+
+def __getattr__(name: str):
+    # The streaming clients live in their own module, which builds on this one.
+    if name in ("Producer", "Consumer", "BlockingConsumer", "Message"):
+        from . import stream_client
+        return getattr(stream_client, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
