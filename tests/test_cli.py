@@ -203,6 +203,17 @@ def test_message_commands_put_receive_nack_extend_ack_browse_commit_tx(cluster3)
     assert empty.returncode != 0 and "--ack" in empty.stderr
 
 
+def test_subscribe_prints_pushed_messages_and_acks_them(cluster3):
+    for n in range(3):
+        raftq("put", "cli-sub", str(n), cluster=cluster3)
+    lines = raftq("subscribe", "cli-sub", "--count", "3", "--json", cluster=cluster3).stdout.splitlines()
+    assert [json.loads(line)["body"] for line in lines] == [0, 1, 2]
+    assert as_json("queue", "show", "cli-sub", cluster=cluster3)["stats"]["acked_total"] == 3
+    raftq("put", "cli-sub", '"kept"', cluster=cluster3)
+    text = raftq("subscribe", "cli-sub", "--no-ack", "--idle", "2", cluster=cluster3).stdout
+    assert "body 'kept'" in text and "receipt" in text
+
+
 def test_redrive_command(cluster3):
     raftq("queue", "create", "cli-work", "--max-deliveries", "1", "--dead-letter", "cli-dead", cluster=cluster3)
     for n in range(3):

@@ -1,4 +1,4 @@
-"""Messages from a terminal: put, receive, ack, nack, extend, browse, commit, tx."""
+"""Messages from a terminal: put, receive, ack, nack, extend, browse, commit, tx, subscribe."""
 
 import argparse
 import json
@@ -103,6 +103,27 @@ def cmd_tx(args) -> int:
     return 0
 
 
+def cmd_subscribe(args) -> int:
+    """Messages pushed over the streaming wire (GET /v1/stream), printed as they come."""
+    from ..client import BlockingConsumer
+    where = target(args)
+    seen = 0
+    with BlockingConsumer(where.urls, args.queue, group=args.group, prefetch=args.prefetch, token=where.token,
+                          cafile=where.cafile) as consumer:
+        while args.count == 0 or seen < args.count:
+            message = consumer.receive(timeout=args.idle)
+            if message is None:
+                break
+            if not args.no_ack:
+                message.ack()
+            fields = {name: getattr(message, name) for name in
+                      ("seq", "receipt", "body", "key", "headers", "deliveries", "put_at_ms")}
+            emit(args, fields, show_messages([fields], receipts=args.no_ack))
+            seen += 1
+        consumer.flush()
+    return 0
+
+
 def add_parsers(sub, common) -> None:
     put = sub.add_parser("put", parents=[common], help="put one message (BODY is JSON, or else a string)")
     put.add_argument("queue")
@@ -152,3 +173,13 @@ def add_parsers(sub, common) -> None:
     tx.add_argument("--ack", nargs=2, action="append", metavar=("QUEUE", "RECEIPT"))
     tx.add_argument("--put", nargs=2, action="append", metavar=("QUEUE", "BODY"))
     tx.set_defaults(run=cmd_tx)
+
+    subscribe = sub.add_parser("subscribe", parents=[common],
+                               help="messages pushed over the streaming wire as they come, acked unless --no-ack")
+    subscribe.add_argument("queue")
+    subscribe.add_argument("--group", default="default")
+    subscribe.add_argument("--count", type=int, default=0, help="stop after this many (0: never)")
+    subscribe.add_argument("--idle", type=float, default=None, help="stop after this many seconds without one")
+    subscribe.add_argument("--prefetch", type=int, default=100, help="messages pushed before they are settled")
+    subscribe.add_argument("--no-ack", action="store_true", help="leave them leased: they come back when it ends")
+    subscribe.set_defaults(run=cmd_subscribe)
