@@ -236,11 +236,17 @@ def test_health_metrics_top_and_bench(cluster3):
     bench = raftq("bench", "--count", "300", "--producers", "2", "--consumers", "2", "--size", "64",
                   "--batch", "10", "--queue", "cli-bench", "--keep", cluster=cluster3, timeout=120).stdout
     figures = json.loads(bench.strip().splitlines()[-1])
-    assert figures["consumed"] == 300 and figures["put_calls"] == 30 and figures["errors"] == []
+    assert figures["consumed"] == 300 and figures["put_samples"] == 30 and figures["errors"] == []
     assert figures["put_msgs_per_s"] > 0 and set(figures["end_to_end_latency"]) == {"p50_ms", "p90_ms",
                                                                                      "p99_ms", "max_ms"}
     stats = as_json("queue", "show", "cli-bench", cluster=cluster3)["stats"]
     assert (stats["put_total"], stats["acked_total"], stats["depth"]) == (300, 300, 0)
+    streamed = raftq("bench", "--wire", "stream", "--count", "500", "--producers", "2", "--consumers", "1",
+                     "--queue", "cli-bench-stream", "--keep", cluster=cluster3, timeout=120).stdout
+    figures = json.loads(streamed.strip().splitlines()[-1])
+    assert (figures["wire"], figures["consumed"], figures["put_samples"], figures["errors"]) == ("stream", 500, 500, [])
+    stats = as_json("queue", "show", "cli-bench-stream", cluster=cluster3)["stats"]
+    assert (stats["put_total"], stats["acked_total"], stats["depth"]) == (500, 500, 0)
     top = raftq("top", "--iterations", "2", "--interval", "0.3", cluster=cluster3).stdout
     frames = top.strip().split("\n\n\n") if "\n\n\n" in top else top.strip().split("raftq top")[1:]
     assert len(frames) == 2

@@ -1,11 +1,15 @@
 """`raftq bench`: a quick load generator (like `nats bench`).
 
-Producers put `--count` messages of `--size` bytes in batches of `--batch`
-into a fresh queue while consumers receive and ack them; it prints rates and
-latency percentiles, the last line one JSON object of every figure.  A body
-starts with its send time, so a consumer measures put-to-receive latency.
+Producers put `--count` messages of `--size` bytes into a fresh queue while
+consumers receive and ack them; it prints rates and latency percentiles, the
+last line one JSON object of every figure.  A body starts with its send time,
+so a consumer measures put-to-receive latency.  `--wire http` puts in batches
+of `--batch` and receives by long poll (put latency is per call);
+`--wire stream` publishes with confirms and consumes pushed messages over
+GET /v1/stream (put latency is send-to-confirm per message).
 """
 
+import asyncio
 import json
 import math
 import struct
@@ -71,6 +75,66 @@ class Run:
         except Exception as exc:
             self.errors.append(f"consumer: {exc}")
 
+    async def produce_stream(self, count: int) -> None:
+        from ..client import Producer
+        padding = b"\0" * max(0, self.args.size - STAMP.size)
+        try:
+            async with Producer(self.where.urls, token=self.where.token, cafile=self.where.cafile) as producer:
+                confirms = []
+                for _ in range(count):
+                    if time.monotonic() > self.deadline:
+                        break
+                    started = time.perf_counter()
+                    confirm = await producer.send(self.queue, STAMP.pack(time.time()) + padding)
+                    confirm.add_done_callback(
+                        lambda _, started=started: self.put_latencies.append(time.perf_counter() - started))
+                    confirms.append(confirm)
+                await producer.flush()
+                self.errors.extend(f"producer: {c.exception()}" for c in confirms if c.exception())
+        except Exception as exc:
+            self.errors.append(f"producer: {exc}")
+
+    async def consume_stream(self) -> None:
+        from ..client import Consumer
+        try:
+            async with Consumer(self.where.urls, self.queue, token=self.where.token,
+                                cafile=self.where.cafile) as consumer:
+                while self.consumed < self.args.count and time.monotonic() < self.deadline:
+                    message = await consumer.receive(timeout=0.5)
+                    if message is None:
+                        continue
+                    self.end_to_end.append(time.time() - STAMP.unpack_from(message.body)[0])
+                    self.consumed += 1
+                    consumer.ack(message)
+                await consumer.flush()
+        except Exception as exc:
+            self.errors.append(f"consumer: {exc}")
+
+    def run_stream(self, shares: list[int]) -> tuple[float, float]:
+        """Both sides on one event loop; (seconds to produce, seconds to consume)."""
+        async def main():
+            started = time.perf_counter()
+            consumers = [asyncio.create_task(self.consume_stream()) for _ in range(self.args.consumers)]
+            await asyncio.gather(*(self.produce_stream(n) for n in shares))
+            produced_in = time.perf_counter() - started
+            await asyncio.gather(*consumers)
+            return produced_in, time.perf_counter() - started
+        return asyncio.run(main())
+
+    def run_http(self, shares: list[int]) -> tuple[float, float]:
+        """A thread per producer and consumer; (seconds to produce, seconds to consume)."""
+        producers = [threading.Thread(target=self.produce, args=(n,)) for n in shares]
+        consumers = [threading.Thread(target=self.consume) for _ in range(self.args.consumers)]
+        started = time.perf_counter()
+        for thread in producers + consumers:
+            thread.start()
+        for thread in producers:
+            thread.join()
+        produced_in = time.perf_counter() - started
+        for thread in consumers:
+            thread.join()
+        return produced_in, time.perf_counter() - started
+
 
 def cmd_bench(args) -> int:
     if args.size < STAMP.size:
@@ -82,32 +146,23 @@ def cmd_bench(args) -> int:
     run = Run(args, where, queue)
     shares = [args.count // args.producers + (1 if i < args.count % args.producers else 0)
               for i in range(args.producers)]
-    producers = [threading.Thread(target=run.produce, args=(n,)) for n in shares]
-    consumers = [threading.Thread(target=run.consume) for _ in range(args.consumers)]
-    started = time.perf_counter()
-    for thread in producers + consumers:
-        thread.start()
-    for thread in producers:
-        thread.join()
-    produced_in = time.perf_counter() - started
-    for thread in consumers:
-        thread.join()
-    consumed_in = time.perf_counter() - started
+    produced_in, consumed_in = (run.run_stream if args.wire == "stream" else run.run_http)(shares)
     if not args.keep:
         with where.client() as admin:
             admin.delete_queue(queue)
     figures = {
-        "queue": queue, "producers": args.producers, "consumers": args.consumers, "size": args.size,
-        "batch": args.batch, "count": args.count,
+        "queue": queue, "wire": args.wire, "producers": args.producers, "consumers": args.consumers,
+        "size": args.size, "batch": args.batch, "count": args.count,
         "put_msgs_per_s": round(args.count / produced_in, 1) if not run.errors else None,
-        "put_calls": len(run.put_latencies), "put_latency": percentiles(run.put_latencies),
+        "put_samples": len(run.put_latencies), "put_latency": percentiles(run.put_latencies),
         "consumed": run.consumed,
         "consume_msgs_per_s": round(run.consumed / consumed_in, 1) if args.consumers else None,
         "end_to_end_latency": percentiles(run.end_to_end),
         "errors": run.errors[:5],
     }
-    print(f"put      {args.count} x {args.size} B by {args.producers} producer(s), batch {args.batch}: "
-          f"{figures['put_msgs_per_s']} msgs/s; per call {figures['put_latency']}")
+    print(f"put      {args.count} x {args.size} B by {args.producers} producer(s) over {args.wire}"
+          + (f", batch {args.batch}" if args.wire == "http" else "") + ": "
+          f"{figures['put_msgs_per_s']} msgs/s; put latency {figures['put_latency']}")
     if args.consumers:
         print(f"consume  {run.consumed} by {args.consumers} consumer(s): {figures['consume_msgs_per_s']} msgs/s; "
               f"put-to-receive {figures['end_to_end_latency']}")
@@ -123,7 +178,9 @@ def add_parser(sub, common) -> None:
     bench.add_argument("--consumers", type=int, default=1)
     bench.add_argument("--count", type=int, default=10_000, help="messages in all")
     bench.add_argument("--size", type=int, default=128, help="bytes per message body")
-    bench.add_argument("--batch", type=int, default=1, help="messages per put")
+    bench.add_argument("--batch", type=int, default=1, help="messages per put (http)")
+    bench.add_argument("--wire", choices=("http", "stream"), default="http",
+                       help="HTTP calls, or the streaming wire (confirms, pushed messages)")
     bench.add_argument("--queue", help="default: a fresh bench-<random> queue, deleted afterwards")
     bench.add_argument("--keep", action="store_true", help="keep the queue afterwards")
     bench.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")
