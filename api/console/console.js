@@ -91,8 +91,9 @@ async function follow() {
     try {
       const reply = await fetch("/v1/events?interval_ms=1000",
                                 {headers: headers({"Accept": "text/event-stream"}), cache: "no-store"});
-      if (reply.status === 401) {
-        setConnection("a token is needed", "bad");
+      if (reply.status === 401 || reply.status === 403) {
+        // the node answers: the token is missing or lacks the admin role, nothing to move away from
+        setConnection(reply.status === 401 ? "a token is needed" : "this token may not see the cluster (admin)", "bad");
         await sleep(1500);
         continue;
       }
