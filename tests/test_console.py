@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -69,7 +68,8 @@ def test_console_shows_and_steers_the_cluster_through_a_failover(fresh_cluster):
             for nid in cluster.ids:
                 page.wait_for_selector(f'#nodes tr[data-node="{nid}"]', timeout=WAIT_MS)
             page.wait_for_selector(f'#nodes tr[data-node="{leader}"] .badge.leader', timeout=WAIT_MS)
-            assert page.locator("#nodes .badge.good").count() == 3
+            page.wait_for_function("() => document.querySelectorAll('#nodes .badge.good').length === 3",
+                                   timeout=WAIT_MS)
             assert page.inner_text("#connection") == f"live · leader {leader}"
             page.evaluate("window.stillTheSamePage = true")
 
