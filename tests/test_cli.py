@@ -256,6 +256,12 @@ def test_health_metrics_top_and_bench(cluster3):
     row = next(line for line in frames[-1].splitlines() if line.startswith("cli-bench"))
     assert row.split()[1:4] == ["0", "0", "0"]      # depth, in flight, delayed
     assert row.split()[6:8] == ["0.0", "0.0"]         # nothing put or acked between the two looks
+    looks = [json.loads(line) for line in raftq("top", "--iterations", "2", "--interval", "0.3", "--json",
+                                                  cluster=cluster3).stdout.splitlines()]
+    assert len(looks) == 2 and looks[1]["cluster"]["leader"] == cluster3.wait_for_leader(30)
+    bench_queue = next(q for q in looks[1]["queues"] if q["name"] == "cli-bench")
+    assert (bench_queue["stats"]["depth"], bench_queue["put_per_s"], bench_queue["ack_per_s"]) == (0, 0.0, 0.0)
+    assert next(q for q in looks[0]["queues"] if q["name"] == "cli-bench")["put_per_s"] is None
 
 
 def test_status_with_the_first_node_dead_finds_the_cluster_through_cluster_toml(fresh_cluster, tmp_path):

@@ -1,5 +1,6 @@
 """`raftq top`: a live terminal view of the nodes and the queues, refreshed each second."""
 
+import json
 import sys
 import time
 
@@ -32,45 +33,59 @@ def behind(stats: dict) -> int:
     return max((end - g["cursor"] for g in stats["groups"].values()), default=0)
 
 
-def frame(where, client, rates: Rates) -> str:
-    lines = [f"raftq top   {time.strftime('%H:%M:%S')}   {where.describe()}"]
-    try:
-        view = cluster_view(where, client)
-        listing = client.queues()["queues"]
-        infos = [client.queue(q["name"]) for q in listing]
-    except (OSError, RaftqError) as exc:
-        return "\n".join(lines + [f"no node answers: {exc}"])
+def look(where, client, rates: Rates) -> dict:
+    """One look at the cluster: its view, and every queue's stats with the rates since the last look."""
+    view = cluster_view(where, client)
+    infos = [client.queue(q["name"]) for q in client.queues()["queues"]]
     now = time.monotonic()
-    commit = view.get("commit_index") or 0
-    lines.append(f"leader {view.get('leader') or 'NONE'}   term {view.get('term')}   commit {commit}")
-    lines.append(table(("node", "role", "term", "commit", "applied", "lag", "healthy", "fsync", "http"), [
-        (n["id"] + (" *" if n["id"] == view.get("leader") else ""), n["role"], n.get("term"),
-         n.get("commit_index"), n.get("applied_index"),
-         None if n.get("applied_index") is None else max(0, commit - n["applied_index"]),
-         "yes" if n["healthy"] else "NO", n.get("fsync_policy"), n["http_addr"]) for n in view["nodes"]]))
-    lines.append("")
-    rows = []
+    queues = []
     for info in infos:
-        stats = info["stats"]
-        rate = rates.update(info["name"], stats, now)
-        rows.append((info["name"], stats["depth"], stats["in_flight"], stats["delayed"], behind(stats),
-                     stats["dead_lettered_total"],
-                     f"{rate['put_total']:.1f}" if rate else "…", f"{rate['acked_total']:.1f}" if rate else "…",
-                     len(stats["groups"])))
+        rate = rates.update(info["name"], info["stats"], now)
+        queues.append({"name": info["name"], "stats": info["stats"], "behind": behind(info["stats"]),
+                       "put_per_s": rate.get("put_total"), "ack_per_s": rate.get("acked_total")})
+    return {"at": time.time(), "cluster": view, "queues": queues}
+
+
+def frame(where, seen: dict) -> str:
+    view = seen["cluster"]
+    commit = view.get("commit_index") or 0
+    lines = [f"raftq top   {time.strftime('%H:%M:%S')}   {where.describe()}",
+             f"leader {view.get('leader') or 'NONE'}   term {view.get('term')}   commit {commit}",
+             table(("node", "role", "term", "commit", "applied", "lag", "healthy", "fsync", "http"), [
+                 (n["id"] + (" *" if n["id"] == view.get("leader") else ""), n["role"], n.get("term"),
+                  n.get("commit_index"), n.get("applied_index"),
+                  None if n.get("applied_index") is None else max(0, commit - n["applied_index"]),
+                  "yes" if n["healthy"] else "NO", n.get("fsync_policy"), n["http_addr"]) for n in view["nodes"]]),
+             ""]
+    rows = [(q["name"], q["stats"]["depth"], q["stats"]["in_flight"], q["stats"]["delayed"], q["behind"],
+             q["stats"]["dead_lettered_total"],
+             "…" if q["put_per_s"] is None else f"{q['put_per_s']:.1f}",
+             "…" if q["ack_per_s"] is None else f"{q['ack_per_s']:.1f}", len(q["stats"]["groups"]))
+            for q in seen["queues"]]
     lines.append(table(("queue", "depth", "in_flight", "delayed", "behind", "dead", "put/s", "ack/s", "groups"), rows)
                  if rows else "(no queues)")
     return "\n".join(lines)
 
 
 def cmd_top(args) -> int:
+    """A frame each --interval; with --json, one JSON object per look instead."""
     where = target(args)
     rates = Rates()
     shown = 0
     with where.client(retry_for=1.0, timeout=3.0) as client:
         while args.iterations == 0 or shown < args.iterations:
             started = time.monotonic()
-            text = frame(where, client, rates)
-            sys.stdout.write((CLEAR if sys.stdout.isatty() else "") + text + "\n\n")
+            try:
+                seen = look(where, client, rates)
+            except (OSError, RaftqError) as exc:
+                seen = {"at": time.time(), "error": f"no node answers: {exc}"}
+            if args.json:
+                text = json.dumps(seen, default=str)
+            elif "error" in seen:
+                text = seen["error"]
+            else:
+                text = (CLEAR if sys.stdout.isatty() else "") + frame(where, seen) + "\n"
+            sys.stdout.write(text + "\n")
             sys.stdout.flush()
             shown += 1
             if args.iterations == 0 or shown < args.iterations:
