@@ -53,13 +53,14 @@ def test_console_shows_and_steers_the_cluster_through_a_failover(fresh_cluster):
     sync_playwright = browser_or_skip()
     RESULTS.mkdir(parents=True, exist_ok=True)
     cluster = fresh_cluster(3)
-    leader = cluster.wait_for_leader(30)
+    first_leader = cluster.wait_for_leader(30)
+    serving = next(n for n in cluster.ids if n != first_leader)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.on("dialog", lambda dialog: dialog.accept())
-            page.goto(cluster.url(leader) + "/ui")
+            page.goto(cluster.url(serving) + "/ui")
             if cluster.token:
                 page.fill("#token", cluster.token)
                 page.click("#token-form button")
@@ -67,11 +68,17 @@ def test_console_shows_and_steers_the_cluster_through_a_failover(fresh_cluster):
             # the cluster: every node, the leader marked, all healthy
             for nid in cluster.ids:
                 page.wait_for_selector(f'#nodes tr[data-node="{nid}"]', timeout=WAIT_MS)
-            page.wait_for_selector(f'#nodes tr[data-node="{leader}"] .badge.leader', timeout=WAIT_MS)
+            page.wait_for_selector(f'#nodes tr[data-node="{first_leader}"] .badge.leader', timeout=WAIT_MS)
             page.wait_for_function("() => document.querySelectorAll('#nodes .badge.good').length === 3",
                                    timeout=WAIT_MS)
-            assert page.inner_text("#connection") == f"live · leader {leader}"
             page.evaluate("window.stillTheSamePage = true")
+
+            # hand leadership to the node that serves the console
+            page.click(f'#nodes tr[data-node="{serving}"] button[data-lead]')
+            page.wait_for_selector(f'#nodes tr[data-node="{serving}"] .badge.leader', timeout=WAIT_MS)
+            leader = serving
+            assert cluster.wait_for_leader(30) == leader
+            assert page.inner_text("#connection") == f"live · leader {leader}"
 
             # create a queue from the console
             page.click("#create-queue summary")
@@ -120,12 +127,40 @@ def test_console_shows_and_steers_the_cluster_through_a_failover(fresh_cluster):
                                    timeout=WAIT_MS)
             assert page.input_value("#patch-form input[name=max_deliveries]") == "1"
             assert page.locator('#groups tr[data-group="default"]').count() == 1
+
+            # patch the config, add and delete a group
+            page.fill("#patch-form input[name=lease_ms]", "5000")
+            page.fill("#patch-form input[name=max_deliveries]", "")
+            page.click("#patch-form button[type=submit]")
+            page.wait_for_function("() => document.querySelector('#toast')?.textContent === 'patch queue orders — done'",
+                                   timeout=WAIT_MS)
+            with cluster.client() as client:
+                config = client.queue("orders")["config"]
+            assert (config["lease_ms"], config["max_deliveries"], config["dead_letter"]) == (5000, None, "orders-dlq")
+            page.fill("#group-form input[name=group]", "audit")
+            page.click("#group-form button[type=submit]")
+            page.wait_for_selector('#groups tr[data-group="audit"]', timeout=WAIT_MS)
+            assert page.inner_text('#groups tr[data-group="audit"]').split()[:4] == ["audit", "3", "0", "3"]
             page.screenshot(path=str(RESULTS / "queue.png"), full_page=True)
+            page.click('#groups tr[data-group="audit"] button[data-delete-group]')
+            page.wait_for_selector('#groups tr[data-group="audit"]', state="detached", timeout=WAIT_MS)
+            with cluster.client() as client:
+                assert [g["name"] for g in client.groups("orders")["groups"]] == ["default"]
+
+            # delete a queue
+            with cluster.client() as client:
+                client.create_queue("scratch")
+            page.evaluate("location.hash = '#/queue/scratch'")
+            page.wait_for_selector('[data-stat="depth"]', timeout=WAIT_MS)
+            page.click("#delete-queue")
+            page.wait_for_function("() => location.hash === '#/'", timeout=WAIT_MS)
+            page.wait_for_selector('#queues tr[data-queue="scratch"]', state="detached", timeout=WAIT_MS)
+            with cluster.client() as client:
+                assert "scratch" not in [q["name"] for q in client.queues()["queues"]]
             assert page.evaluate("window.stillTheSamePage") is True   # all of it live, no reload
 
             # kill the leader, which served the console: it moves to a live node and
             # shows the new leader and the dead node
-            page.evaluate("location.hash = '#/'")
             cluster.kill(leader)
             new_leader = cluster.wait_for_leader(30, among=[n for n in cluster.ids if n != leader])
             assert new_leader is not None

@@ -5,7 +5,8 @@
 // the node that served this page with X-Raftq-Forward: 1, so a follower
 // forwards them to the leader and the page never leaves its origin.  When the
 // serving node stops answering, the page moves itself to another node of the
-// last cluster view (the token rides along in window.name, never in a URL).
+// last cluster view (the token and the charts' history ride along in
+// window.name, never in a URL).
 "use strict";
 
 const CONFIG_FIELDS = [
@@ -61,8 +62,8 @@ async function api(method, path, body) {
   if (body !== undefined) init.body = JSON.stringify(body);
   const reply = await fetch(path, init);
   const text = await reply.text();
-  let data = null;
-  try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
+  let data = {};     // an empty answer (204) is a success with nothing to say
+  try { data = text ? JSON.parse(text) : {}; } catch (e) { data = null; }
   if (!reply.ok) {
     throw new Error(data && data.error ? `${data.error}: ${data.message}` : `HTTP ${reply.status}`);
   }
@@ -150,7 +151,7 @@ async function hop() {
   others.sort((a, b) => (a.id === leader) - (b.id === leader));   // the old leader last
   for (const node of others) {
     if (await answers(node.http_addr)) {
-      window.name = JSON.stringify({raftqToken: state.token, movedFrom: here});
+      window.name = JSON.stringify({raftqToken: state.token, movedFrom: here, history: [...state.history]});
       location.href = `${location.protocol}//${node.http_addr}/ui/${location.hash}`;
       return true;
     }
@@ -166,6 +167,7 @@ function arrive() {
       state.token = carried.raftqToken;
       sessionStorage.setItem("raftq-token", state.token);
     }
+    if (Array.isArray(carried.history)) state.history = new Map(carried.history);   // the charts go on
     if (carried.movedFrom) {
       const banner = $("#banner");
       banner.textContent = `Node ${carried.movedFrom} stopped answering; the console moved to ${location.host}.`;
