@@ -374,7 +374,11 @@ def test_durability_all_and_verify(cluster3):
     assert len(verify.body["digests"]) == 3 and len(set(verify.body["digests"].values())) == 1
 
 
-def read_events(url: str, count: int, timeout: float = 10.0) -> list:
+def auth(cluster) -> dict:
+    return {"Authorization": f"Bearer {cluster.token}"} if cluster.token else {}
+
+
+def read_events(url: str, count: int, headers: dict, timeout: float = 10.0) -> list:
     """The first `count` snapshot events of GET /v1/events."""
     import http.client
     import json
@@ -383,7 +387,7 @@ def read_events(url: str, count: int, timeout: float = 10.0) -> list:
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.netloc, timeout=timeout)
     try:
-        conn.request("GET", parts.path + "?" + parts.query, headers={"Accept": "text/event-stream"})
+        conn.request("GET", parts.path + "?" + parts.query, headers={"Accept": "text/event-stream", **headers})
         reply = conn.getresponse()
         assert reply.status == 200 and reply.getheader("Content-Type").startswith("text/event-stream")
         events, block = [], []
@@ -406,7 +410,7 @@ def test_events_stream_a_snapshot_every_interval(cluster3):
     q = qname()
     call("POST", f"{cluster3.url(leader)}/v1/queues/{q}/messages", {"body": "seen"})
     started = time.monotonic()
-    first, second = read_events(f"{cluster3.url(follower)}/v1/events?interval_ms=250", 2)
+    first, second = read_events(f"{cluster3.url(follower)}/v1/events?interval_ms=250", 2, auth(cluster3))
     assert time.monotonic() - started >= 0.2          # paced, not a burst
     assert first["node"] == follower and second["at_ms"] > first["at_ms"]
     assert first["cluster"]["leader"] == leader
@@ -456,7 +460,7 @@ def test_a_node_with_open_event_streams_still_shuts_down_cleanly(fresh_cluster):
     node = cluster.ids[0]
     conn = http.client.HTTPConnection(urlsplit(cluster.url(node)).netloc, timeout=30)
     try:
-        conn.request("GET", "/v1/events?interval_ms=60000")
+        conn.request("GET", "/v1/events?interval_ms=60000", headers=auth(cluster))
         reply = conn.getresponse()
         assert reply.readline().startswith(b"event: snapshot")
         proc = cluster.procs[node]
