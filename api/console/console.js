@@ -314,6 +314,7 @@ function renderQueue(name) {
   if (state.shownQueue !== name) {
     state.shownQueue = name;
     state.patchDirty = false;
+    state.sawDeadLetters = false;
     refreshMessages();
   }
   if (!info) return;
