@@ -181,7 +181,10 @@ class Node:
         if not self.clock.settled_for(term):
             await self._clock_settled(term)
         command["now_ms"] = self.clock.now_ms()
-        return await self.committer.submit(command, term)
+        try:
+            return await self.committer.submit(command, term)
+        finally:
+            self._ticker_wake.set()   # the command may have set a timer
 
     async def _clock_settled(self, term: int) -> None:
         if not self.is_leader():
@@ -212,12 +215,15 @@ class Node:
 
     async def _tick_loop(self) -> None:
         """While leading: settle the log clock for the term, then fire due timers
-        through the log so that every replica sees them."""
+        through the log so that every replica sees them.
+
+        It sleeps until something can be due — a follower until it leads, a
+        leader until its next timer or until a command of its own was applied
+        (which may have set one) — so an idle cluster wakes for heartbeats
+        only; and however busy, it makes at most one round per TICK_INTERVAL_S.
+        """
         while True:
-            try:
-                await asyncio.wait_for(self._ticker_wake.wait(), TICK_INTERVAL_S)
-            except asyncio.TimeoutError:
-                pass
+            await self._sleep_until_due()
             self._ticker_wake.clear()
             if not self.is_leader():
                 continue
@@ -235,6 +241,20 @@ class Node:
                     await self.submit({"op": "tick"})
             except CommitError:
                 pass   # lost leadership or quorum; the next leader ticks
+            await asyncio.sleep(TICK_INTERVAL_S)
+
+    async def _sleep_until_due(self) -> None:
+        timeout = None
+        if self.is_leader():
+            if not self.clock.settled_for(self.consensus.term()):
+                return
+            due = self.machine.next_timer()
+            if due is not None:
+                timeout = max(0.0, (due - self.clock.now_ms()) / 1000)
+        try:
+            await asyncio.wait_for(self._ticker_wake.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
 
     # ---- reads ----------------------------------------------------------------------------
     def read(self, query: str, *args):
