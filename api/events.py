@@ -25,7 +25,7 @@ from .leader import NODE
 ELECTIONS = web.AppKey("elections", collections.deque)
 STOPPING = web.AppKey("events_stopping", asyncio.Event)
 ELECTIONS_KEPT = 20
-SAMPLE_PERIOD_S = 0.05
+SAMPLE_PERIOD_S = 0.1     # elections take longer than this; two inside one sample show as one
 INTERVALS_MS = (250, 60_000)
 
 
