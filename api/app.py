@@ -17,7 +17,7 @@ from aiohttp import ClientSession, TCPConnector, web
 from raftq.buffer import PutBuffer
 from raftq.config import Tokens
 
-from . import buffering, openapi
+from . import buffering, events, openapi
 from .codec import respond
 from .errors import ApiError
 from .leader import HTTP, NODE, SETTINGS
@@ -146,6 +146,7 @@ def make_app(node, settings: Settings) -> web.Application:
         await app[HTTP].close()
         app[buffering.BUFFER].close()
     app.cleanup_ctx.append(background)
+    events.install(app)
 
     document = openapi.document(ROUTES, limits=settings.limits.as_dict())
 

@@ -83,6 +83,11 @@ NEW_NODE = {
                    "http_addr": {"type": "string", "minLength": 1}},
     "required": ["id", "raft_addr", "http_addr"],
 }
+LEADER = {"type": "object", "properties": {"to": NAME}, "additionalProperties": False}
+REDRIVE = {"type": "object", "properties": {"from_queue": NAME,
+                                            "max": {"type": "integer", "minimum": 1, "maximum": MAX_BATCH},
+                                            "id": {"type": "string", "minLength": 1, "maxLength": 1024}},
+           "additionalProperties": False}
 ERROR = {
     "type": "object",
     "properties": {"error": {"type": "string"}, "message": {"type": "string"}},

@@ -4,15 +4,17 @@ the auth check from this table, so the served document cannot drift from
 what the node does.
 
 Roles (docs/security.md): ``None`` is open to anyone (health, the API
-document); ``data`` is queues' messages and consumer groups; ``metrics`` is
-``/metrics``; ``admin`` is queue configuration, membership and verification,
-and its token is also taken wherever ``data`` or ``metrics`` is asked for.
+document, the console's static files); ``data`` is queues' messages and
+consumer groups, over HTTP or the stream; ``metrics`` is ``/metrics``;
+``admin`` is queue configuration, redrive, membership, leadership,
+verification and the console's event stream, and its token is also taken
+wherever ``data`` or ``metrics`` is asked for.
 """
 
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import cluster, messages, openapi_schemas as schemas, queues
+from . import cluster, console, events, messages, openapi_schemas as schemas, queues, stream
 
 OPEN, DATA, METRICS, ADMIN = None, "data", "metrics", "admin"
 ACCEPTED = {DATA: ("data", "admin"), METRICS: ("metrics", "admin"), ADMIN: ("admin",)}
@@ -50,6 +52,10 @@ ROUTES = (
           errors=(404, 409), query=(FORCE,), leader=True),
     Route("POST", "/v1/cluster/verify", cluster.verify, ADMIN, "Compare every replica's state digest",
           leader=True),
+    Route("POST", "/v1/cluster/leader", cluster.transfer_leadership, ADMIN,
+          "Hand leadership to another voter", errors=(404,), body=schemas.LEADER, leader=True),
+    Route("GET", "/v1/events", events.stream, ADMIN, "Server-sent events: what the console shows",
+          query=(("interval_ms", {"type": "integer", "minimum": 250, "maximum": 60_000}),)),
     Route("GET", "/v1/cluster/checkpoints/{token}", cluster.checkpoint, ADMIN,
           "This replica's digest at a checkpoint", errors=(404,)),
     Route("GET", "/v1/queues", queues.list_all, DATA, "List queues", query=(CONSISTENCY,), leader=True),
@@ -86,6 +92,13 @@ ROUTES = (
           errors=(404, 409), leader=True),
     Route("POST", Q + "/groups/{group}/commit", messages.commit, DATA, "Move a group's cursor",
           errors=(404,), body=schemas.COMMIT, body_required=True, leader=True),
+    Route("POST", Q + "/redrive", queues.redrive, ADMIN, "Move dead letters back to their queues",
+          errors=(404, 409, 429), body=schemas.REDRIVE, leader=True),
     Route("POST", "/v1/tx", messages.transaction, DATA, "Acks and puts, all or nothing", ok=(200, 201),
           errors=(404, 409, 429), body=schemas.TX, body_required=True, leader=True),
+    Route("GET", "/v1/stream", stream.stream, DATA, "The streaming wire: a WebSocket of CBOR frames "
+          "(docs/stream.md)", ok=(101,)),
+    Route("GET", "/ui", console.root, OPEN, "The web console", ok=(302,)),
+    Route("GET", "/ui/", console.asset, OPEN, "The web console's page"),
+    Route("GET", "/ui/{name}", console.asset, OPEN, "The web console's files", errors=(404,)),
 )

@@ -78,11 +78,9 @@ def cap_connections(server: web.Server, limit: int) -> None:
 
 
 async def serve(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings: Settings,
-                tls: tuple[str, str] | None = None, auto_create: bool = True,
-                unsynced_test_mode: bool = False) -> None:
+                tls: tuple[str, str] | None = None, auto_create: bool = True) -> None:
     # Without a [cluster] secret the consensus module logs a loud security warning.
-    node = Node(cluster, node_id, data_dir, auto_create=auto_create,
-                unsynced_test_mode=unsynced_test_mode)
+    node = Node(cluster, node_id, data_dir, auto_create=auto_create)
     await node.start()
     limits = settings.limits
     # aiohttp's keep-alive timer also runs from the moment a connection is

@@ -1,0 +1,92 @@
+"""`raftq node` (one node of a deployment) and `raftq up` (a local cluster in the foreground)."""
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import os
+import sys
+from pathlib import Path
+
+
+def cmd_node(args) -> int:
+    from api.app import Limits, Settings
+
+    from .. import config as cluster_config
+    from ..server import serve, setup_logging
+    setup_logging(args.id, args.log_level)
+    # Message bodies are on disk: every file and directory this node makes is its owner's only.
+    os.umask(0o077)
+    try:
+        cfg = cluster_config.load(args.config)
+        cfg.node(args.id)
+    except cluster_config.ConfigError as exc:
+        print(f"raftq node: {exc}", file=sys.stderr)
+        return 2
+    if cfg.secret is None and not args.insecure_no_secret:
+        print(f"raftq node: {args.config} has no [cluster] secret; without one anyone who reaches the Raft "
+              "port can run code on this node. Add one (raftq up makes one), or pass --insecure-no-secret "
+              "for a throw-away test cluster", file=sys.stderr)
+        return 2
+    if not cfg.tokens.any() and not args.insecure_no_auth:
+        print(f"raftq node: {args.config} has no [auth] admin token; without one anyone who reaches the HTTP "
+              "port can read, delete and reconfigure everything. Add one, or pass --insecure-no-auth "
+              "for a throw-away test cluster", file=sys.stderr)
+        return 2
+    for flag, given in (("--insecure-no-secret", args.insecure_no_secret),
+                        ("--insecure-no-auth", args.insecure_no_auth)):
+        if given:
+            logging.getLogger("raftq.server").warning("INSECURE: started with %s; for tests only", flag)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        print("raftq node: give both --tls-cert and --tls-key", file=sys.stderr)
+        return 2
+    limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
+    settings = Settings(tokens=cfg.tokens, max_message_bytes=args.max_message_bytes,
+                        scheme="https" if args.tls_cert else "http", tls_ca=args.tls_ca, limits=limits)
+    data_dir = Path(args.data_dir or f".raftq/{args.id}")
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    data_dir.chmod(0o700)
+    try:
+        asyncio.run(serve(cfg, args.id, str(data_dir), settings=settings,
+                          tls=(args.tls_cert, args.tls_key) if args.tls_cert else None,
+                          auto_create=not args.no_auto_create))
+    except OSError as exc:
+        print(f"raftq node: cannot serve {args.id}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_up(args) -> int:
+    from ..local import up
+    return up(args.nodes, args.data_dir, args.http_port, args.raft_port, args.demo)
+
+
+def add_parsers(sub) -> None:
+    up = sub.add_parser("up", help="run a local cluster in the foreground (Ctrl-C, SIGTERM or SIGHUP stops it)")
+    up.add_argument("--nodes", type=int, choices=(3, 5), default=3)
+    up.add_argument("--data-dir", default=".raftq")
+    up.add_argument("--http-port", type=int, default=8001)
+    up.add_argument("--raft-port", type=int, default=7001)
+    up.add_argument("--demo", action="store_true", help="put, receive and ack one message once it is up")
+    up.set_defaults(run=cmd_up)
+
+    node = sub.add_parser("node", help="run one node of a cluster")
+    node.add_argument("--config", required=True)
+    node.add_argument("--id", required=True)
+    node.add_argument("--data-dir")
+    node.add_argument("--insecure-no-secret", action="store_true",
+                      help="run without a cluster secret: anyone reaching the Raft port can run code (tests only)")
+    node.add_argument("--insecure-no-auth", action="store_true",
+                      help="serve HTTP without tokens when the config has none (tests only)")
+    node.add_argument("--tls-cert")
+    node.add_argument("--tls-key")
+    node.add_argument("--tls-ca", help="CA bundle this node trusts when it calls other nodes over HTTPS")
+    node.add_argument("--no-auto-create", action="store_true")
+    node.add_argument("--max-message-bytes", type=int, default=1 << 20,
+                      help="a message's body, key, id and headers together")
+    from api.app import LIMIT_HELP, Limits
+    for f in dataclasses.fields(Limits):
+        node.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
+                          help=f"{LIMIT_HELP[f.name]} (default {f.default})")
+    node.add_argument("--log-level", default="INFO")
+    node.set_defaults(run=cmd_node)
