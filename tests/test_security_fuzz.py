@@ -45,7 +45,7 @@ def test_the_document_is_openapi_3_1_open_to_all_and_names_every_route_once(node
         assert op["x-raftq-role"] == (route.role or "open")
         assert "500" not in op["responses"]
         for status, response in op["responses"].items():
-            if int(status) >= 300:
+            if int(status) >= 400:
                 assert response["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
 
 

@@ -5,8 +5,9 @@ The nodes are, first found wins: ``--url`` (repeatable, or comma-separated),
 ``.raftq/cluster.toml`` (``--cluster-dir``/``RAFTQ_CLUSTER_DIR`` name another
 directory), and last ``http://127.0.0.1:8001``.  Every node of the list is
 tried in turn, so a command works while any of them answers.  The bearer
-token is ``--token``, ``RAFTQ_TOKEN``, or the local cluster's own; the CA
-bundle for https:// is ``--ca`` or ``RAFTQ_CA``.
+token is ``--token``, ``RAFTQ_TOKEN``, or the local cluster's own (its admin
+token, whichever way the nodes were named); the CA bundle for https:// is
+``--ca`` or ``RAFTQ_CA``.
 """
 
 import json
@@ -41,15 +42,18 @@ def _split(values) -> list[str]:
 def target(args) -> Target:
     token = getattr(args, "token", None) or os.environ.get("RAFTQ_TOKEN")
     cafile = getattr(args, "ca", None) or os.environ.get("RAFTQ_CA")
+    root = Path(getattr(args, "cluster_dir", None) or os.environ.get("RAFTQ_CLUSTER_DIR") or DEFAULT_CLUSTER_DIR)
+    local = None
+    if (root / "cluster.toml").exists():
+        from ..local import LocalCluster
+        local = LocalCluster.open(root)
+        token, cafile = token or local.token, cafile or local.cafile
     if getattr(args, "url", None):
         return Target(_split(args.url), token, cafile, "--url")
     if os.environ.get("RAFTQ_URL"):
         return Target(_split([os.environ["RAFTQ_URL"]]), token, cafile, "RAFTQ_URL")
-    root = Path(getattr(args, "cluster_dir", None) or os.environ.get("RAFTQ_CLUSTER_DIR") or DEFAULT_CLUSTER_DIR)
-    if (root / "cluster.toml").exists():
-        from ..local import LocalCluster
-        local = LocalCluster.open(root)
-        return Target(local.urls, token or local.token, cafile or local.cafile, str(root / "cluster.toml"))
+    if local is not None:
+        return Target(local.urls, token, cafile, str(root / "cluster.toml"))
     return Target([DEFAULT_URL], token, cafile, "the default")
 
 
