@@ -539,6 +539,8 @@ def verify(history: History, endpoints: Endpoints, leader: str, attempts: int = 
     for _ in range(attempts):
         op = history.invoke("checker", "verify-cli", None, leader)
         env = {**os.environ, "RAFTQ_URL": endpoints.direct[leader]}
+        if endpoints.token:
+            env["RAFTQ_TOKEN"] = endpoints.token
         done = subprocess.run([sys.executable, "-m", "raftq", "cluster", "verify", "--json"], env=env,
                               capture_output=True, text=True, timeout=60)
         output = done.stdout + done.stderr
