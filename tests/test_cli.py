@@ -75,11 +75,13 @@ def test_status_exits_1_without_quorum(fresh_cluster):
         cluster.kill(nid)
     # The survivor answers for itself and finds the others unreachable: no
     # healthy majority, exit 1. (It may still name the dead leader: pysyncobj
-    # starts no election while connected to nobody.)
+    # starts no election while connected to nobody.) It calls itself ready
+    # until an election timeout has passed without hearing the leader.
     def minority_status():
         done = raftq("cluster", "status", url=cluster.url(survivor), cluster=cluster, check=False)
         rows = status_rows(done.stdout)
-        return (done, rows) if all(rows.get(n, [None, None])[1] == "unreachable" for n in cluster.ids[1:]) else None
+        others_gone = all(rows.get(n, [None, None])[1] == "unreachable" for n in cluster.ids[1:])
+        return (done, rows) if others_gone and "NO" in rows.get(survivor, []) else None
 
     done, rows = wait_until(minority_status, what="the survivor to find the others unreachable")
     assert done.returncode == 1, done.stderr
