@@ -430,3 +430,19 @@ def test_up_refuses_to_report_up_while_orphans_hold_its_ports(tmp_path):
         assert all(f"pid {p}" in second.stderr for p in orphans), second.stderr
     finally:
         stop_everything(first, data_dir)
+
+
+def test_a_leader_on_our_port_counts_only_when_it_is_our_process(fresh_cluster):
+    # What `raftq up` relies on when a node it started lost its port to another process.
+    cluster = fresh_cluster(1)
+    assert cluster.wait_for_leader(30) == "n1"
+    impostor_view = LocalCluster.open(cluster.root)
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        impostor_view.procs["n1"] = stand_in       # "we started n1", but n1's port answers from another pid
+        assert impostor_view.ready_view("n1") is None
+        assert impostor_view.wait_for_leader(2) is None
+        assert cluster.ready_view("n1")["pid"] == cluster.pid("n1")
+    finally:
+        stand_in.kill()
+        stand_in.wait()
