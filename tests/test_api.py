@@ -484,6 +484,8 @@ def test_console_files_are_served_by_every_node(cluster3):
         page = call("GET", f"{url}/ui/")
         assert page.status == 200 and page.headers["Content-Type"].startswith("text/html")
         assert b'<script src="console.js">' in page.raw
+        assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]
+        assert page.headers["X-Frame-Options"] == "DENY"
     for name, kind in (("console.js", "text/javascript"), ("console.css", "text/css")):
         served = call("GET", f"{cluster3.urls[0]}/ui/{name}")
         assert served.status == 200 and served.headers["Content-Type"].startswith(kind)
