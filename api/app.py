@@ -16,7 +16,7 @@ from aiohttp import ClientSession, TCPConnector, web
 
 from raftq.buffer import PutBuffer
 
-from . import buffering, cluster, messages, queues
+from . import buffering, cluster, messages, queues, staging
 from .codec import respond
 from .errors import ApiError
 from .leader import HTTP, NODE, SETTINGS
@@ -121,5 +121,10 @@ def make_app(node, settings: Settings) -> web.Application:
         web.delete(q + "/groups/{group}", queues.delete_group),
         web.post(q + "/groups/{group}/commit", messages.commit),
         web.post("/v1/tx", messages.transaction),
+        web.get("/v1/producers/{producer}", staging.show),
+        web.delete("/v1/producers/{producer}", staging.delete),
+        web.post("/v1/producers/{producer}/stage", staging.stage),
+        web.post("/v1/producers/{producer}/commit", staging.commit),
+        web.post("/v1/producers/{producer}/abort", staging.abort),
     ])
     return app
