@@ -36,10 +36,10 @@ class Connection:
     request_timeout_s: float
     retry_for_s: float
 
-    def client(self, *, urls=None, cbor: bool = True):
+    def client(self, *, urls=None, retry_for_s: float | None = None):
         from raftq.client import Client
         return Client(list(urls or self.urls), token=self.token, timeout=self.request_timeout_s,
-                      retry_for=self.retry_for_s, cbor=cbor)
+                      retry_for=self.retry_for_s if retry_for_s is None else retry_for_s, cbor=True)
 
 
 @dataclass(frozen=True)

@@ -67,10 +67,14 @@ def committed_view(opts: ReadOptions):
 
 
 def split(opts: ReadOptions, start: int, end: int, min_index: int) -> list:
+    """Partitions of partition_size seqs; an empty range is one empty partition (for
+    no partitions at all, Spark would run one of its own that carries no range)."""
     nodes = len(opts.connection.urls)
-    return [RangePartition(opts.connection, opts.queue, opts.group, lo, min(lo + opts.partition_size, end),
-                           min_index, opts.fetch_size, opts.replica_reads, i % nodes)
-            for i, lo in enumerate(range(start, end, opts.partition_size))]
+    bounds = range(start, end, opts.partition_size) if start < end else [start]
+    return [RangePartition(opts.connection, opts.queue, opts.group, lo,
+                           max(lo, min(lo + opts.partition_size, end)), min_index, opts.fetch_size,
+                           opts.replica_reads, i % nodes)
+            for i, lo in enumerate(bounds)]
 
 
 def read_range(p: RangePartition) -> Iterator[pa.RecordBatch]:
@@ -96,9 +100,9 @@ class _PageReader:
         self.p = p
         urls = p.connection.urls
         order = urls[p.first_node:] + urls[:p.first_node]
-        # One client per replica, each with a short failover of its own: a
-        # dead or stale replica sends the page to the next one, not to a retry loop.
-        self.replicas = [p.connection.client(urls=[u]) for u in order] if p.replica_reads else []
+        # One client per replica, without failover of its own: a dead or stale
+        # replica sends the page to the next one at once, not into a retry loop.
+        self.replicas = [p.connection.client(urls=[u], retry_for_s=0) for u in order] if p.replica_reads else []
         self.current = 0
         self.leader = p.connection.client(urls=order)
 

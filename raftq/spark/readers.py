@@ -38,7 +38,7 @@ class BatchReader(DataSourceReader):
             opts.starting) if isinstance(opts.starting, str) else opts.starting["seq"]
         # Never past what is committed: a later end would read whatever is there at read time.
         end = _next_seq(stats) if opts.ending == "latest" else min(opts.ending["seq"], _next_seq(stats))
-        return split(opts, start, end, index) if start < end else []
+        return split(opts, start, end, index)
 
     def read(self, partition):
         return read_range(partition)
@@ -87,8 +87,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.newest
 
     def partitions(self, start: dict, end: dict):
-        if end["seq"] <= start["seq"]:
-            return []
         if self.latest is not None and self.latest[0] == end["seq"]:
             index = self.latest[1]
         else:
