@@ -11,8 +11,9 @@ Figures (the last line is one JSON object with all of them):
   the same in CBOR, as the connector reads;
 - put_batch_msgs_per_s: bench/put_bench.py's batched put load (16 producers,
   100 messages a request), in this run, as the yardstick for writes;
-- stream_write_msgs_per_s: a streaming query copying a queue into another
-  through the exactly-once sink (its rows over its wall time);
+- stream_write_msgs_per_s: a streaming query (Trigger.AvailableNow, 100k
+  messages a batch) copying a queue of --stream-messages into another through
+  the exactly-once sink: rows over the query's wall time, reading included;
 - stream_lag_p50_s / p90: a producer puts a message every 20 ms stamped with
   its send time; a streaming read with the fastest trigger hands each batch to
   foreachBatch, which takes now - send time for every row.
@@ -42,7 +43,7 @@ BODY = b"x" * 100
 PAGE = 10_000
 
 
-def session(master: str):
+def session(master: str, token: str | None):
     os.environ.update({"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
                        "SPARK_LOCAL_IP": "127.0.0.1",
                        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
@@ -53,21 +54,23 @@ def session(master: str):
     spark.sparkContext.setLogLevel("ERROR")
     import raftq.spark
     raftq.spark.register(spark)
+    if token:
+        os.environ["RAFTQ_TOKEN"] = token      # the connector's default for its `token` option
     return spark
 
 
-def fill(urls, queue: str, count: int) -> float:
+def fill(urls, token, queue: str, count: int) -> float:
     started = time.perf_counter()
-    with Client(urls, cbor=True) as client:
+    with Client(urls, token=token, cbor=True) as client:
         for start in range(0, count, PAGE):
             client.put_batch(queue, [{"body": BODY} for _ in range(min(PAGE, count - start))])
     return count / (time.perf_counter() - started)
 
 
-def raw_browse(urls, queue: str, *, cbor: bool) -> tuple[float, int]:
+def raw_browse(urls, token, queue: str, *, cbor: bool) -> tuple[float, int]:
     started = time.perf_counter()
     seen, cursor = 0, 0
-    with Client(urls, cbor=cbor) as client:
+    with Client(urls, token=token, cbor=cbor) as client:
         while True:
             page = client.browse(queue, from_seq=cursor, limit=PAGE)["messages"]
             seen += len(page)
@@ -87,7 +90,7 @@ def batch_read(spark, urls, queue: str, messages: int, partitions: int) -> float
     return messages / elapsed
 
 
-def stream_write(spark, urls, source: str, sink: str, messages: int, checkpoint: str) -> float:
+def stream_write(spark, urls, token, source: str, sink: str, messages: int, checkpoint: str) -> float:
     url = ",".join(urls)
     query = (spark.readStream.format("raftq").option("url", url).option("queue", source)
              .option("group", "bench-copy").option("maxMessagesPerTrigger", 100_000).load()
@@ -98,13 +101,13 @@ def stream_write(spark, urls, source: str, sink: str, messages: int, checkpoint:
     query = query.start()
     query.awaitTermination()
     elapsed = time.perf_counter() - started
-    with Client(urls) as client:
+    with Client(urls, token=token) as client:
         stored = client.queue(sink)["stats"]["depth"]
     assert stored == messages, (stored, messages)
     return messages / elapsed
 
 
-def stream_lag(spark, urls, queue: str, seconds: float, checkpoint: str) -> list:
+def stream_lag(spark, urls, token, queue: str, seconds: float, checkpoint: str) -> list:
     lags: list[float] = []
 
     def collect(batch, _batch_id):
@@ -112,7 +115,7 @@ def stream_lag(spark, urls, queue: str, seconds: float, checkpoint: str) -> list
         lags.extend(now - json.loads(r.body_json)["sent"] for r in batch.select("body_json").collect())
 
     url = ",".join(urls)
-    with Client(urls) as client:
+    with Client(urls, token=token) as client:
         client.create_queue(queue)
     query = (spark.readStream.format("raftq").option("url", url).option("queue", queue).option("group", "lag")
              .option("startingOffsets", "latest").load().writeStream.foreachBatch(collect)
@@ -121,7 +124,7 @@ def stream_lag(spark, urls, queue: str, seconds: float, checkpoint: str) -> list
     stop = threading.Event()
 
     def produce():
-        with Client(urls) as client:
+        with Client(urls, token=token) as client:
             while not stop.is_set():
                 client.put(queue, {"sent": time.time()})
                 time.sleep(0.02)
@@ -143,20 +146,20 @@ def run(args) -> dict:
             cluster.start()
             if cluster.wait_for_leader(60) is None:
                 raise SystemExit("no leader")
-            urls = cluster.urls
+            urls, token = cluster.urls, cluster.token
             rate, _ = asyncio.run(put_load(urls, "bench-put", 16, 100, 5.0))
             figures["put_batch_msgs_per_s"] = round(rate)
             print(f"put (16 producers x 100)     {rate:>10,.0f} msgs/s", flush=True)
-            rate = fill(urls, "bench", args.messages)
+            rate = fill(urls, token, "bench", args.messages)
             print(f"fill (1 client x 10000)      {rate:>10,.0f} msgs/s", flush=True)
 
             for cbor, key in ((False, "raw_browse_msgs_per_s"), (True, "raw_browse_cbor_msgs_per_s")):
-                rate, seen = raw_browse(urls, "bench", cbor=cbor)
+                rate, seen = raw_browse(urls, token, "bench", cbor=cbor)
                 assert seen == args.messages, seen
                 figures[key] = round(rate)
                 print(f"{key:<28} {rate:>10,.0f} msgs/s", flush=True)
 
-            spark = session(args.master)
+            spark = session(args.master, token)
             batch_read(spark, urls, "bench", args.messages, 2)      # warm-up: planner, workers
             for partitions in (1, 2, 4):
                 rate = batch_read(spark, urls, "bench", args.messages, partitions)
@@ -165,13 +168,15 @@ def run(args) -> dict:
             figures["batch_read_vs_raw_browse_2p"] = round(
                 figures["batch_read_msgs_per_s_2p"] / figures["raw_browse_msgs_per_s"], 3)
 
-            copied = min(args.messages, args.stream_messages)
-            rate = stream_write(spark, urls, "bench", "bench-copy", copied, str(Path(tmp) / "ck-write"))
+            copied = args.stream_messages
+            fill(urls, token, "bench-stream", copied)
+            rate = stream_write(spark, urls, token, "bench-stream", "bench-copy", copied,
+                                str(Path(tmp) / "ck-write"))
             figures["stream_write_msgs_per_s"] = round(rate)
             figures["stream_write_vs_put_batch"] = round(rate / figures["put_batch_msgs_per_s"], 3)
             print(f"stream write ({copied} msgs)  {rate:>10,.0f} msgs/s", flush=True)
 
-            lags = stream_lag(spark, urls, "bench-lag", args.lag_seconds, str(Path(tmp) / "ck-lag"))
+            lags = stream_lag(spark, urls, token, "bench-lag", args.lag_seconds, str(Path(tmp) / "ck-lag"))
             figures["stream_lag_p50_s"] = round(percentile(lags, 50), 3)
             figures["stream_lag_p90_s"] = round(percentile(lags, 90), 3)
             figures["stream_lag_rows"] = len(lags)
@@ -186,7 +191,7 @@ def run(args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
-    parser.add_argument("--stream-messages", type=int, default=300_000)
+    parser.add_argument("--stream-messages", type=int, default=200_000)
     parser.add_argument("--lag-seconds", type=float, default=15.0)
     parser.add_argument("--master", default="local[2]")
     print(json.dumps(run(parser.parse_args())))

@@ -13,7 +13,8 @@ watermark past every earlier minute, so their counts are final and written.
 
     .venv/bin/python examples/spark_pipeline.py [--events 3000] [--url http://...]
 
-With --url it uses that cluster instead of starting one.
+With --url it uses that cluster instead of starting one (and the token in
+RAFTQ_TOKEN, if it needs one).
 """
 
 import argparse
@@ -125,7 +126,8 @@ def main() -> int:
         if args.url:
             urls = args.url.split(",")
         else:
-            cluster = LocalCluster.create(work / "cluster", 3, token=token)
+            cluster = LocalCluster.create(work / "cluster", 3)
+            token = cluster.token
             cluster.start()
             if cluster.wait_for_leader(60) is None:
                 print("the local cluster elected no leader", file=sys.stderr)

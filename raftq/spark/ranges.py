@@ -13,6 +13,8 @@ partitions spread their pages over the replicas, starting at a different
 node each, and fall back to the leader only when no replica is fresh enough.
 """
 
+import queue
+import threading
 import time
 from dataclasses import dataclass
 from typing import Iterator
@@ -78,7 +80,13 @@ def split(opts: ReadOptions, start: int, end: int, min_index: int) -> list:
 
 
 def read_range(p: RangePartition) -> Iterator[pa.RecordBatch]:
-    """The messages of [start, end) the group still holds, page by page, as Arrow batches."""
+    """The messages of [start, end) the group still holds, as Arrow batches, one per page;
+    the next page is fetched while this one is converted and handed to Spark."""
+    for messages in _ahead(_pages(p)):
+        yield to_batch(messages, p.queue)
+
+
+def _pages(p: RangePartition) -> Iterator[list]:
     reader = _PageReader(p)
     try:
         cursor = p.start
@@ -87,12 +95,54 @@ def read_range(p: RangePartition) -> Iterator[pa.RecordBatch]:
             page = reader.page(cursor, limit)
             messages = [m for m in page if m["seq"] < p.end]
             if messages:
-                yield to_batch(messages, p.queue)
+                yield messages
             if len(page) < limit or len(messages) < len(page):
                 return      # nothing more is stored in the range
             cursor = messages[-1]["seq"] + 1
     finally:
         reader.close()
+
+
+def _ahead(items: Iterator, depth: int = 2) -> Iterator:
+    """`items`, produced by a thread up to `depth` ahead; its exception is raised here.
+
+    Python workers are reused across tasks, so the thread must end even when
+    the consumer stops early: it gives up once `stop` is set.
+    """
+    handoff: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+    end = object()
+
+    def offer(entry) -> bool:
+        while not stop.is_set():
+            try:
+                handoff.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def produce():
+        try:
+            for item in items:
+                if not offer((item, None)):
+                    return
+            offer((end, None))
+        except BaseException as exc:    # handed to the consumer, which raises it
+            offer((None, exc))
+
+    worker = threading.Thread(target=produce, name="raftq-prefetch", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item, failure = handoff.get()
+            if failure is not None:
+                raise failure
+            if item is end:
+                return
+            yield item
+    finally:
+        stop.set()
 
 
 class _PageReader:

@@ -8,12 +8,8 @@ cursor moves only through ``commit``, which Spark calls only for batches it
 has durably processed.  An explicit ``{"seq": N}`` start is used as given.
 """
 
-import time
-
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
-
-from raftq.client import RaftqError
 
 from .options import OptionError, ReadOptions
 from .ranges import committed_view, read_range, split
