@@ -121,6 +121,7 @@ def make_app(node, settings: Settings) -> web.Application:
         web.delete(q + "/groups/{group}", queues.delete_group),
         web.post(q + "/groups/{group}/commit", messages.commit),
         web.post("/v1/tx", messages.transaction),
+        web.get("/v1/producers", staging.list_all),
         web.get("/v1/producers/{producer}", staging.show),
         web.delete("/v1/producers/{producer}", staging.delete),
         web.post("/v1/producers/{producer}/stage", staging.stage),

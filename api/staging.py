@@ -8,7 +8,7 @@ from aiohttp import web
 
 from .codec import read_body, respond
 from .errors import ApiError
-from .leader import NODE, write
+from .leader import NODE, read, write
 from .messages import _messages as parse_messages
 from .routing import _name, leader_only
 
@@ -59,6 +59,10 @@ async def abort(request: web.Request) -> web.Response:
     body = await _object(request, {"tokens"}, {"tokens"})
     return respond(request, await write(request, {"op": "stage_abort", "producer": producer_id(request),
                                                   "tokens": body["tokens"]}))
+
+
+async def list_all(request: web.Request) -> web.Response:
+    return await read(request, "list_producers")
 
 
 @leader_only

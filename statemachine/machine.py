@@ -382,6 +382,9 @@ class StateMachine:
     def producer_info(self, producer: str) -> dict:
         return self.staging.producer_info(producer)
 
+    def list_producers(self) -> dict:
+        return self.staging.list_producers()
+
     def has_ready(self, name: str, group: str) -> bool:
         queue = self.queues.get(name)
         return bool(queue and group in queue.groups and queue.groups[group].ready)

@@ -135,9 +135,16 @@ class Staging:
         return {"producer": producer, "committed_batch": None if record is None else record["batch"],
                 "expires_at": None if record is None else record["expires_at"], "stages": stages}
 
-    def stats(self) -> dict:
-        return {"producers": len(self.producers), "stages": len(self.stages),
-                "staged_messages": sum(sum(map(len, s["chunks"].values())) for s in self.stages.values())}
+    def list_producers(self) -> dict:
+        """Every producer with a mark or stages: what staging holds, for operators."""
+        names = list(dict.fromkeys([*self.producers, *(s["producer"] for s in self.stages.values())]))
+        out = []
+        for name in names:
+            info = self.producer_info(name)
+            out.append({"producer": name, "committed_batch": info["committed_batch"],
+                        "stages": len(info["stages"]),
+                        "staged_messages": sum(s["messages"] for s in info["stages"])})
+        return {"producers": out}
 
     # ---- snapshot ---------------------------------------------------------------------
     def to_state(self) -> list:

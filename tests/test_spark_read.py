@@ -55,6 +55,15 @@ def test_batch_read_of_100k_messages_with_1_and_4_partitions(spark, cluster3):
         assert row.asDict() == {"n": 100_000, "d": 100_000, "lo": 1, "hi": 100_000, "bodies": 100_000}
 
 
+def test_register_makes_the_source_known_by_hand_too(spark, cluster3):
+    # The other tests find it with Spark's own lookup (pyspark_raftq on the path).
+    import raftq.spark
+    raftq.spark.register(spark)
+    queue = name("reg")
+    fill(cluster3, queue, 3, batch=3)
+    assert spark.read.format("raftq").options(**options(cluster3, queue)).load().count() == 3
+
+
 def test_batch_read_honours_offsets_and_fills_every_column(spark, cluster3):
     queue = name("cols")
     with cluster3.client() as client:

@@ -214,3 +214,13 @@ def test_a_version_4_snapshot_restores_with_no_staging(m):
     restored = StateMachine()
     restored.restore(cbor2.dumps(state))
     assert restored.producer_info("p")["stages"] == [] and restored.queue_info("q")["stats"]["depth"] == 1
+
+
+def test_list_producers_shows_marks_and_pending_stages(m):
+    stage(m, "t1", 0, "a", "b", producer="p1")
+    stage(m, "t2", 0, "c", producer="p2")
+    commit(m, 1, ("t2", 1), producer="p2")
+    stage(m, "t3", 0, "d", producer="p2")
+    assert m.sm.list_producers() == {"producers": [
+        {"producer": "p2", "committed_batch": 1, "stages": 1, "staged_messages": 1},
+        {"producer": "p1", "committed_batch": None, "stages": 1, "staged_messages": 2}]}
