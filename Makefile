@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.spark-installed
 
-.PHONY: up test test-fast bench chaos clean spark-deps pipeline
+.PHONY: up test test-fast mutate bench chaos clean spark-deps pipeline
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,11 +36,16 @@ up: $(STAMP)
 # The whole suite: unit, property, integration (real node processes) and the
 # bounded chaos campaign.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider
 
 # Without the chaos campaign, for quick iterations.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not chaos"
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -m "not chaos"
+
+# Plant known bugs one at a time in a copy of the tree and show which the tests
+# catch (tests/mutate.py); the last line is one JSON object.
+mutate: $(STAMP)
+	$(BIN)/python tests/mutate.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/statemachine_bench.py

@@ -74,10 +74,21 @@ def validate(command: dict) -> None:
 async def write(request: web.Request, command: dict) -> dict:
     """Validate, apply through the log, and return the command's successful result."""
     validate(command)
-    node = request.app[NODE]
+    result = await apply(request.app, command)
+    if "error" in result:
+        raise from_result(result)
+    return result
+
+
+async def apply(app: web.Application, command: dict) -> dict:
+    """Apply a validated command through the log; its result, refusals included.
+
+    A write whose fate is unknown (lost leadership, no majority in time) is
+    ApiError no_quorum: retried with the same ids, it is stored once.
+    """
     try:
-        async with asyncio.timeout(request.app[SETTINGS].write_timeout_s):
-            result = await node.submit(command)
+        async with asyncio.timeout(app[SETTINGS].write_timeout_s):
+            return await app[NODE].submit(command)
     except CommitError as exc:
         if exc.code == "too_large":
             raise ApiError("too_large", "the request does not fit in one log entry") from None
@@ -86,9 +97,6 @@ async def write(request: web.Request, command: dict) -> dict:
     except asyncio.TimeoutError:
         raise no_quorum("no majority acknowledged the write in time; its outcome is unknown, "
                         "retry it with the same message ids") from None
-    if "error" in result:
-        raise from_result(result)
-    return result
 
 
 async def read(request: web.Request, query: str, *args) -> web.Response:

@@ -28,12 +28,16 @@ def _messages(request: web.Request, raw) -> list:
             raise ApiError("bad_request", "messages must be a list")
     else:
         raw = [raw]
-    messages = [message_from_wire(m, i) for i, m in enumerate(raw)]
-    limit = request.app[SETTINGS].max_message_bytes
-    for index, message in enumerate(messages):
-        if "body" in message and is_plain_or_bytes(message["body"]) and body_size(message["body"]) > limit:
-            raise ApiError("too_large", f"message {index} is larger than {limit} bytes")
-    return messages
+    return [checked_message(request.app, m, i) for i, m in enumerate(raw)]
+
+
+def checked_message(app: web.Application, raw, index: int) -> dict:
+    """A client's message as the state machine takes it, refused if its body is too large."""
+    message = message_from_wire(raw, index)
+    limit = app[SETTINGS].max_message_bytes
+    if "body" in message and is_plain_or_bytes(message["body"]) and body_size(message["body"]) > limit:
+        raise ApiError("too_large", f"message {index} is larger than {limit} bytes")
+    return message
 
 
 async def put(request: web.Request) -> web.Response:
@@ -58,14 +62,34 @@ async def put(request: web.Request) -> web.Response:
             validate(command)
             return buffer_put(request, name, messages)
         raise
+    commit_index, given, shortfall = await reach_durability(request.app, durability)
+    reply = {"messages": result["messages"], "commit_index": commit_index, "durability": given}
+    if shortfall:
+        reply["durability_not_reached"] = shortfall
+    return respond(request, reply, status=201)
+
+
+async def reach_durability(app: web.Application, durability: str) -> tuple[int, str, dict | None]:
+    """After a put was applied: wait for what `durability` asks beyond a quorum.
+
+    Returns the commit index, the level given and, when `all` was asked but
+    not reached, what fell short. The level named is what was actually given,
+    never more (docs/api.md): durability=leader is served as quorum, which is
+    strictly stronger, and an `all` that some connected voter did not reach
+    within the write timeout is only `quorum`.
+    """
+    node = app[NODE]
     commit_index = node.status()["commit_index"]
-    if durability == "all":
-        await node.replicated_everywhere(commit_index, request.app[SETTINGS].write_timeout_s)
-    # durability=leader is served as quorum, which is strictly stronger; the
-    # answer names what was actually given (docs/api.md).
-    given = "quorum" if durability == "leader" else durability
-    return respond(request, {"messages": result["messages"], "commit_index": commit_index,
-                             "durability": given}, status=201)
+    if durability != "all":
+        return commit_index, "quorum", None
+    timeout = app[SETTINGS].write_timeout_s
+    lagging = await node.replicated_everywhere(commit_index, timeout)
+    if not lagging:
+        return commit_index, "all", None
+    return commit_index, "quorum", {
+        "requested": "all", "lagging": lagging,
+        "message": f"stored on a majority, but {', '.join(lagging)} did not hold it "
+                   f"within {timeout:g} s: durability=all was NOT reached"}
 
 
 def _int_field(body: dict, field: str, default, low: int, high: int, *, nullable=False):

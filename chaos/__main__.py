@@ -1,6 +1,6 @@
 """python -m chaos: run a chaos campaign, re-check a saved history, or print a schedule.
 
-    python -m chaos run --nodes 3|5 --minutes N [--seed S] [--out results]
+    python -m chaos run --nodes 3|5 --minutes N [--seed S] [--out results] [--load-at-birth]
     python -m chaos check results/<run>/history.jsonl
     python -m chaos plan --nodes 3 --seed S [--cycles 1]
 
@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--seed", type=int, help="schedule seed (default: random, printed)")
     run.add_argument("--kinds", type=_kinds, default=KINDS, help="comma-separated fault kinds (default: all)")
     run.add_argument("--out", type=Path, default=Path("results"), help="parent folder of the results")
+    run.add_argument("--load-at-birth", action="store_true",
+                     help="start producers and consumers with the nodes, before any leader exists")
     check = sub.add_parser("check", help="judge a saved history again")
     check.add_argument("history", type=Path)
     show = sub.add_parser("plan", help="print the fault schedule a seed gives")
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--minutes must be at least 1")
     minutes = None if args.cycles is not None else (args.minutes if args.minutes is not None else 1.0)
     report = campaign(Options(nodes=args.nodes, minutes=minutes, cycles=args.cycles, seed=args.seed,
-                              kinds=args.kinds, out=args.out))
+                              kinds=args.kinds, out=args.out, load_at_birth=args.load_at_birth))
     return 0 if report.valid else 1
 
 

@@ -43,6 +43,18 @@ Properties (each gets a verdict; the run is valid only if all hold):
   sent, put_at(B) - put_at(A) <= B's completion - A's invocation. The design
   promises it ("a clock jump cannot expire leases early"); when it breaks,
   double leases follow, and this names the moment and the serving node.
+- log_time_not_behind_at_birth: a brand-new cluster's log time starts from
+  real time, not from 0: no put acknowledged before the first fault is
+  stamped more than BIRTH_SLACK_MS before the instant it was sent (read from
+  the wall clock the history was started at, `wall_ms_at_t0` in the setup).
+  Faults are left out because log time rightly pauses while a cluster has no
+  leader. A put stamped from 0 would carry a TTL, lease or dedup window that
+  ended the moment log time caught up with the wall clock.
+- no_stale_reads: a `consistency=leader` or `strong` read (queue stats or
+  browse) that was invoked after a put to its queue was acknowledged reflects
+  it: the read's `last_seq` is at least that put's seq. An isolated leader
+  that kept answering after a new leader acknowledged writes would break it;
+  the nemesis asks isolated leaders for reads until they refuse.
 - log_never_shrinks: no node's log ends below an index it had committed, or
   that the leader had counted as acknowledged by it and committed (sampled
   from /health/ready and /v1/cluster), and no node logs that a conflict
@@ -59,6 +71,7 @@ put latency under a slow follower against fault-free windows.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import statistics
@@ -72,7 +85,9 @@ EXAMPLES = 5
 FAILOVER_MARKS = ("kill", "isolate")  # what the headline failover figures cover
 REFUSALS = (307, 503)
 TRUNCATION_MARKERS = ("truncates applied entries", "truncating already-applied")
+STALE_READER = "stale-read"  # the process names of reads sent to an isolated leader
 CLOCK_RESOLUTION_MS = 2  # put_at_ms is whole milliseconds; history times are rounded to microseconds
+BIRTH_SLACK_MS = 1000
 
 
 @dataclass
@@ -329,15 +344,7 @@ class Checker:
                        "; ".join(f"{k}: {v}" for k, v in found.items()))
 
     def log_time_not_ahead(self) -> Verdict:
-        put_at = {}
-        for d in self.deliveries:
-            if d.put_at_ms is not None:
-                put_at[(d.queue, d.id)] = d.put_at_ms
-        samples = []
-        for o in self.puts:
-            at = put_at.get((o.value["queue"], o.value["id"]))
-            if o.ok and at is not None and not o.result.get("duplicate"):
-                samples.append((o, at))
+        samples = self._put_at()
         # B is ahead of A when put_at(B) - 1000*B.complete > put_at(A) - 1000*A.invoke
         # for an A answered before B was sent: keep the smallest right-hand side so far.
         by_complete = sorted(samples, key=lambda s: s[0].complete_t)
@@ -368,6 +375,64 @@ class Checker:
         return Verdict("log_time_not_ahead", not bad, len(bad),
                        f"{len(samples)} puts with a known log time, {len(bad)} ahead of real time{first}",
                        (bad[:2] + worst[:EXAMPLES - 2]) if bad else [])
+
+    def _put_at(self) -> list[tuple[Op, int]]:
+        """Acknowledged first puts of a message, each with the log time it was stamped with."""
+        put_at = {(d.queue, d.id): d.put_at_ms for d in self.deliveries if d.put_at_ms is not None}
+        samples = []
+        for o in self.puts:
+            at = put_at.get((o.value["queue"], o.value["id"]))
+            if o.ok and at is not None and not o.result.get("duplicate"):
+                samples.append((o, at))
+        return samples
+
+    def log_time_not_behind_at_birth(self) -> Verdict:
+        wall_at_t0 = self.setup.get("wall_ms_at_t0")
+        if wall_at_t0 is None:
+            return Verdict("log_time_not_behind_at_birth", False, 1,
+                           "the history has no wall clock to compare with (setup.wall_ms_at_t0)")
+        first_fault = min((e["t"] for e in self.nemesis if e.get("f") == "start"), default=math.inf)
+        samples = [(o, at) for o, at in self._put_at() if o.invoke_t < first_fault]
+        bad = []
+        for o, at in samples:
+            behind = wall_at_t0 + 1000 * o.invoke_t - at
+            if behind > BIRTH_SLACK_MS:
+                bad.append({"behind_ms": round(behind), "id": o.value["id"], "node": o.node,
+                            "invoke_t": o.invoke_t, "put_at_ms": at})
+        return Verdict("log_time_not_behind_at_birth", not bad, len(bad),
+                       f"{len(samples)} puts before the first fault with a known log time, "
+                       f"{len(bad)} stamped over {BIRTH_SLACK_MS} ms before they were sent",
+                       sorted(bad, key=lambda x: -x["behind_ms"])[:EXAMPLES])
+
+    def no_stale_reads(self) -> tuple[Verdict, dict]:
+        acked: dict[str, list[tuple[float, int]]] = defaultdict(list)
+        for o in self.puts:
+            if o.ok and o.result.get("seq") is not None:
+                acked[o.value["queue"]].append((o.complete_t, o.result["seq"]))
+        floors = {}     # queue -> (completion times, highest seq acknowledged by then)
+        for queue, puts in acked.items():
+            puts.sort()
+            times, highest, top = [], [], 0
+            for t, seq in puts:
+                top = max(top, seq)
+                times.append(t)
+                highest.append(top)
+            floors[queue] = (times, highest)
+        reads = [o for o in self.by_f["read"] if o.ok and o.value.get("consistency") in ("leader", "strong")]
+        bad = []
+        for o in reads:
+            times, highest = floors.get(o.value["queue"], ([], []))
+            known = bisect.bisect_left(times, o.invoke_t)   # puts answered strictly before the read began
+            if known and (o.result.get("last_seq") or 0) < highest[known - 1]:
+                bad.append({"queue": o.value["queue"], "process": o.process, "node": o.node,
+                            "consistency": o.value["consistency"], "kind": o.value.get("kind"),
+                            "invoke_t": o.invoke_t, "last_seq": o.result.get("last_seq"),
+                            "acked_seq": highest[known - 1]})
+        isolated = sum(1 for o in reads if o.process.startswith(STALE_READER))
+        counts = {"reads_checked": len(reads), "isolated_leader_reads": isolated}
+        return Verdict("no_stale_reads", not bad, len(bad),
+                       f"{len(reads)} leader/strong reads ({isolated} answered by an isolated leader), "
+                       f"{len(bad)} missing an acknowledged put", bad[:EXAMPLES]), counts
 
     def log_never_shrinks(self) -> Verdict:
         samples = [o for o in self.ops if o.ok and o.f in ("ready", "cluster")]
@@ -479,14 +544,16 @@ class Checker:
     def report(self) -> Report:
         lost_verdict, acked_lost = self.acked_puts_delivered()
         double = self.no_double_lease()
+        stale_reads, read_counts = self.no_stale_reads()
         verdicts = [lost_verdict, double, self.ack_needs_live_lease(), self.acks_durable(),
-                    self.per_producer_order(), self.idempotent_once(), self.replicas_agree(),
-                    self.log_time_not_ahead(), self.log_never_shrinks(), self.nodes_never_fail()]
+                    self.per_producer_order(), self.idempotent_once(), stale_reads, self.replicas_agree(),
+                    self.log_time_not_ahead(), self.log_time_not_behind_at_birth(), self.log_never_shrinks(),
+                    self.nodes_never_fail()]
         failovers = self.failovers()
         headline = [x for k in FAILOVER_MARKS for x in failovers.get(k, [])]
         counts = defaultdict(int)
         for o in self.ops:
-            if o.f in ("put", "receive", "ack", "nack"):
+            if o.f in ("put", "receive", "ack", "nack", "read"):
                 counts[o.type] += 1
         starts = [e for e in self.nemesis if e.get("f") == "start"]
         skipped = {e["fault"]: e["value"]["skipped"] for e in self.nemesis
@@ -511,6 +578,7 @@ class Checker:
                                        "max_s": _r(max(refusals)) if refusals else None},
             "slow_leader_replaced_s": [_r(x) for x in replaced],
             "put_p99_s": self.put_latency_p99(),
+            **read_counts,
             "violations": {v.name: v.violations for v in verdicts if not v.ok},
         }
         for key in ("seed", "nodes"):

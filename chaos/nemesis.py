@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import glob
 import http.client
-import os
 import random
 import signal
 import threading
@@ -31,6 +30,7 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Callable, Iterator
 
+from chaos.checker import STALE_READER
 from chaos.history import History
 
 KINDS = (
@@ -217,12 +217,10 @@ class Clocks:
         return self.directory / f"{node}.faketime"
 
     def env(self, node: str) -> dict[str, str]:
-        """What a node process needs in its environment to run on this node's clock."""
-        site = str(Path(__file__).resolve().parent / "faketime")
-        path = os.environ.get("PYTHONPATH")
+        """What a node process needs in its environment to run on this node's clock
+        (besides chaos/node_site on PYTHONPATH, which chaos.power gives every node)."""
         return {"LD_PRELOAD": self.lib, "FAKETIME_TIMESTAMP_FILE": str(self._file(node)),
-                "FAKETIME_CACHE_DURATION": str(FAKETIME_CACHE_S), "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-                "PYTHONPATH": site + (os.pathsep + path if path else "")}
+                "FAKETIME_CACHE_DURATION": str(FAKETIME_CACHE_S), "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 
     def set(self, node: str, offset_s: int) -> None:
         tmp = self._file(node).with_suffix(".tmp")
@@ -344,11 +342,14 @@ class Nemesis:
     def _mark_failover(self, fid: int, why: str, leader: str, since: float, stale: bool = False) -> None:
         """Mark, once the fault has taken effect, that failover is measured from
         `since` (just before it was applied); for an isolated leader, also start
-        asking it for writes until it refuses them."""
+        asking it for writes, and for reads (judged by no_stale_reads), until it
+        refuses them."""
         stale_probe = None
         if stale:
             stale_probe = f"stale-{fid}"
             threading.Thread(target=self.prober.until_refused, args=(leader, stale_probe),
+                             daemon=True).start()
+            threading.Thread(target=self.prober.reads_until_refused, args=(leader, f"{STALE_READER}-{fid}"),
                              daemon=True).start()
         self._mark(fid, failover=why, leader=leader, since=since, stale_probe=stale_probe)
 
@@ -446,7 +447,7 @@ class Nemesis:
 
     def _power_loss(self, fid, fault, details):
         """kill -9 at one instant of the leader and enough others for a majority (or all):
-        nodes run with --unsynced-test-mode, so what they had not fsynced is gone."""
+        each kill is a power cut (chaos.power), so what they had not fsynced is gone."""
         leader = self.leader()
         others = self.followers(leader)
         if fault.params["everyone"] or leader is None:

@@ -10,14 +10,18 @@ Theory of operation
    The nodes still know each other by their real Raft addresses, so cutting a
    pair's proxy cuts exactly that pair. Each node's HTTP port gets a proxy too,
    and clients only ever use those.
-2. The nodes start as real processes (raftq.local.LocalCluster), each with
-   --unsynced-test-mode, so that every kill -9 loses what was not fsynced, as a
-   power cut would. A clock fault restarts its node under libfaketime for the
+2. The nodes start as real processes (raftq.local.LocalCluster), running
+   production code; every kill -9 is made a power cut (chaos/power.py): the
+   node's journal segments are cut back to what its fsyncs covered. A clock fault restarts its node under libfaketime for the
    length of the fault (chaos/nemesis.py, `Clocks`).
 3. Queues are created, the monitor starts sampling every node, producers and
    consumers start (chaos/workload.py), and after a fault-free stretch the
    nemesis applies its seeded schedule: each fault, its hold, healing, and a
-   wait for a leader before the next.
+   wait for a leader before the next. With `load_at_birth` the monitor,
+   producers and consumers start together with the node processes, before
+   any leader exists, so a cluster's first moments are under load too; the
+   queues then come into being with their first put, each with its default
+   group only (a group added later would not see what was acked before it).
 4. Then everything is healed, the workload runs fault-free for a moment and
    stops, every group is drained, replicas are verified over HTTP and with the
    CLI, and the nodes' logs are scanned for lines the checker judges.
@@ -31,7 +35,6 @@ whatever happens.
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 from dataclasses import dataclass, replace
@@ -42,6 +45,7 @@ from typing import Callable
 from chaos.checker import Report, check, render
 from chaos.history import History
 from chaos.nemesis import KINDS, Clocks, Nemesis, Network, plan
+from chaos.power import PowerCutCluster
 from chaos.toxiproxy import ToxiproxyServer, start_toxiproxy
 from chaos.workload import PROBE_QUEUE, Endpoints, Monitor, Prober, Workload, drain, verify
 from raftq.client import Client
@@ -65,19 +69,18 @@ class Options:
     consumers_per_group: int = 2
     lease_ms: int = 2000
     calm_s: float = 3.0              # fault-free time before the first fault and after the last
+    load_at_birth: bool = False      # clients start with the node processes, not once a leader exists
 
 
-class ChaosCluster(LocalCluster):
-    """A LocalCluster that can start chosen nodes on a fake clock (those in `faked`)."""
+class ChaosCluster(PowerCutCluster):
+    """A cluster whose every kill -9 is a power cut, and that can start chosen
+    nodes on a fake clock (those in `faked`)."""
 
     clocks: Clocks
     faked: set[str]
 
-    def start(self, node_id: str | None = None, extra_args: tuple[str, ...] = ()) -> None:
-        for nid in [node_id] if node_id else self.ids:
-            # LocalCluster takes one environment for all nodes; choose it per start.
-            self.env = {**os.environ, **self.clocks.env(nid)} if nid in self.faked else None
-            super().start(nid, extra_args)
+    def node_env(self, node_id: str) -> dict[str, str]:
+        return self.clocks.env(node_id) if node_id in self.faked else {}
 
 
 def wire_proxies(server: ToxiproxyServer, cluster: LocalCluster) -> tuple[Network, Endpoints]:
@@ -140,7 +143,8 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
     results.mkdir(parents=True, exist_ok=True)
     log(f"chaos: seed {seed}, {options.nodes} nodes; reproduce the schedule with "
         f"python -m chaos run --nodes {options.nodes} --seed {seed}"
-        + (f" --minutes {options.minutes}" if options.minutes else f" --cycles {options.cycles}"))
+        + (f" --minutes {options.minutes}" if options.minutes else f" --cycles {options.cycles}")
+        + (" --load-at-birth" if options.load_at_birth else ""))
     log(f"chaos: results in {results}")
     history = History(results / "history.jsonl")
     started = time.monotonic()
@@ -148,7 +152,7 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
         server = start_toxiproxy(seed=seed, stderr=proxy_log)
         cluster = network = None
         try:
-            cluster = ChaosCluster.create(results / "cluster", options.nodes, node_args=("--unsynced-test-mode",))
+            cluster = ChaosCluster.create(results / "cluster", options.nodes)
             cluster.clocks, cluster.faked = Clocks(results / "clocks"), set()
             network, endpoints = wire_proxies(server, cluster)
             _campaign(options, seed, cluster, network, endpoints, history, log)
@@ -178,22 +182,31 @@ def _campaign(options: Options, seed: int, cluster: ChaosCluster, network: Netwo
               history: History, log: Callable[[str], None]) -> None:
     if not cluster.clocks.available:
         log("chaos: libfaketime not found (apt-get install faketime); clock faults are skipped")
-    cluster.start()
-    if cluster.wait_for_leader(60) is None:
-        raise RuntimeError(f"no leader elected; see the node logs in {cluster.root}")
-    queues = create_queues(list(endpoints.direct.values()), options.lease_ms)
+    if options.load_at_birth:
+        queues = {queue: ["default"] for queue in [*WORK_QUEUES, PROBE_QUEUE]}
+    else:
+        cluster.start()
+        if cluster.wait_for_leader(60) is None:
+            raise RuntimeError(f"no leader elected; see the node logs in {cluster.root}")
+        queues = create_queues(list(endpoints.direct.values()), options.lease_ms)
     workload = Workload(history, endpoints, {q: g for q, g in queues.items() if q != PROBE_QUEUE},
                         seed=seed, lease_ms=options.lease_ms, producers=options.producers,
-                        consumers_per_group=options.consumers_per_group)
+                        consumers_per_group=options.consumers_per_group,
+                        eager_first_put=options.load_at_birth)
     history.event("setup", seed=seed, nodes=options.nodes, queues=queues, lease_ms=options.lease_ms,
                   producers=workload.producer_names, kinds=list(options.kinds),
-                  faketime=cluster.clocks.available)
+                  faketime=cluster.clocks.available, load_at_birth=options.load_at_birth,
+                  wall_ms_at_t0=round(time.time() * 1000 - history.now() * 1000))
     monitor = Monitor(history, endpoints)
     monitor.start()
     workload.start()
+    if options.load_at_birth:
+        cluster.start()
+        if cluster.wait_for_leader(60) is None:
+            raise RuntimeError(f"no leader elected; see the node logs in {cluster.root}")
     try:
         with Client(list(endpoints.direct.values()), retry_for=15, timeout=5) as admin:
-            nemesis = Nemesis(cluster, network, cluster.clocks, history, Prober(history, endpoints), admin, log)
+            nemesis = Nemesis(cluster, network, cluster.clocks, history, Prober(history, endpoints, read_queue=WORK_QUEUES[0]), admin, log)
             try:
                 time.sleep(options.calm_s)
                 deadline = time.monotonic() + options.minutes * 60 if options.minutes else None

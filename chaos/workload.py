@@ -14,9 +14,14 @@ a 503 (raftq answers it when a write's fate is unknown) or another 5xx is
 
 - Producers put one message at a time with an idempotency id, retrying the
   same id on other nodes until acknowledged, and now and then re-send an
-  acknowledged one on purpose (it must come back as a duplicate).
+  acknowledged one on purpose (it must come back as a duplicate). Started
+  with the nodes (`eager_first_put`), a producer retries without backing off
+  until its first put is acknowledged, so the first puts of a brand-new
+  cluster reach its first leader the moment it can take them.
 - Consumers long-poll, then ack most messages, nack some and drop a few
   (their lease runs out and they are delivered again).
+- Readers read queue stats and browse pages at `consistency=leader` and
+  `strong`, for the stale-read check (each read's `last_seq`).
 - The prober measures failover (puts from every node at once until one is
   acknowledged) and how soon an isolated leader refuses writes.
 - The monitor samples every node's /health/ready and the leader's
@@ -44,6 +49,7 @@ TIMEOUT_S = 3.0
 WAIT_MS = 300
 PUT_RETRY_FOR_S = 20.0
 PRODUCER_PACE_S = 0.03
+EAGER_RETRY_S = 0.002
 DUPLICATE_CHANCE = 0.1
 ACK_CHANCE, NACK_CHANCE = 0.8, 0.1   # the rest is dropped
 PROBE_TIMEOUT_S = 0.5
@@ -53,6 +59,8 @@ STALE_PROBE_TIMEOUT_S = 0.1
 MONITOR_PERIOD_S = 0.2
 CLUSTER_PERIOD_S = 0.5
 PROBE_QUEUE = "probe"
+READER_PACE_S = 0.05
+READ_LEVELS = ("leader", "strong")
 
 
 class Refused(OSError):
@@ -186,6 +194,26 @@ def receive_result(payload) -> dict:
                          for m in payload["messages"]]}
 
 
+def read_path(queue: str, kind: str, consistency: str) -> str:
+    if kind == "stats":
+        return f"/v1/queues/{queue}?consistency={consistency}"
+    # a page past the end: only last_seq matters, and it costs the node nothing
+    return f"/v1/queues/{queue}/messages?from_seq={1 << 40}&limit=1&consistency={consistency}"
+
+
+def read_result(kind: str):
+    def result(payload) -> dict:
+        return {"last_seq": payload["stats"]["last_seq"] if kind == "stats" else payload["last_seq"]}
+    return result
+
+
+def read(history: History, caller: Caller, process: str, queue: str, kind: str, consistency: str, node: str,
+         *, timeout: float = TIMEOUT_S, follow: bool = True) -> tuple[str, object]:
+    return attempt(history, caller, process, "read", {"queue": queue, "kind": kind, "consistency": consistency},
+                   node, "GET", read_path(queue, kind, consistency), timeout=timeout, follow=follow,
+                   result=read_result(kind))
+
+
 def settle(history: History, caller: Caller, process: str, f: str, queue: str, group: str,
            receipts: list[str], node: str, stop: threading.Event | None, retry_for: float) -> str:
     """ack or nack, retried while its outcome is unknown; returns the node last used."""
@@ -204,7 +232,8 @@ class Workload:
     """Producers and consumers on their own threads, until `stop()`."""
 
     def __init__(self, history: History, endpoints: Endpoints, queues: dict[str, list[str]], *,
-                 seed: int, lease_ms: int, producers: int = 4, consumers_per_group: int = 2):
+                 seed: int, lease_ms: int, producers: int = 4, consumers_per_group: int = 2,
+                 readers: int = 2, eager_first_put: bool = False):
         self.history = history
         self.endpoints = endpoints
         self.queues = queues
@@ -212,6 +241,8 @@ class Workload:
         self.lease_ms = lease_ms
         self.producer_names = [f"p{i + 1}" for i in range(producers)]
         self.consumers_per_group = consumers_per_group
+        self.reader_names = [f"r{i + 1}" for i in range(readers)]
+        self.eager_first_put = eager_first_put
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -224,6 +255,8 @@ class Workload:
                 for _ in range(self.consumers_per_group):
                     k += 1
                     self._spawn(f"c{k}", self._consume, f"c{k}", queue, group)
+        for name in self.reader_names:
+            self._spawn(name, self._read, name)
 
     def _spawn(self, name, target, *args) -> None:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
@@ -240,18 +273,20 @@ class Workload:
         caller = Caller(self.endpoints)
         node = rng.choice(self.endpoints.ids)
         n = 0
+        eager = self.eager_first_put
         try:
             while not self._stop.is_set():
                 n += 1
                 mid, queue = f"{name}-{n}", rng.choice(list(self.queues))
-                node, acked = self._put(caller, name, queue, mid, n, node)
+                node, acked = self._put(caller, name, queue, mid, n, node, eager)
+                eager = eager and not acked
                 if acked and rng.random() < DUPLICATE_CHANCE:
                     node, _ = self._put(caller, name, queue, mid, n, node)
                 self._stop.wait(PRODUCER_PACE_S)
         finally:
             caller.close()
 
-    def _put(self, caller, name, queue, mid, n, node) -> tuple[str, bool]:
+    def _put(self, caller, name, queue, mid, n, node, eager: bool = False) -> tuple[str, bool]:
         deadline = time.monotonic() + PUT_RETRY_FOR_S
         others = itertools.cycle(self.endpoints.ids)
         backoff = 0.05
@@ -265,7 +300,7 @@ class Workload:
             if time.monotonic() > deadline or self._stop.is_set():
                 return node, False
             node = next(others)
-            time.sleep(backoff)
+            time.sleep(EAGER_RETRY_S if eager else backoff)
             backoff = min(backoff * 2, 0.5)
 
     def _consume(self, name: str, queue: str, group: str) -> None:
@@ -300,13 +335,27 @@ class Workload:
             caller.close()
 
 
+    def _read(self, name: str) -> None:
+        rng = random.Random(f"{self.seed}-{name}")
+        caller = Caller(self.endpoints)
+        try:
+            while not self._stop.is_set():
+                read(self.history, caller, name, rng.choice(list(self.queues)),
+                                  rng.choice(("stats", "browse")), rng.choice(READ_LEVELS),
+                                  rng.choice(self.endpoints.ids))
+                self._stop.wait(READER_PACE_S)
+        finally:
+            caller.close()
+
+
 class Prober:
     """Failover measurements: put from every node until one acknowledges; ask an
-    isolated leader for writes until it refuses."""
+    isolated leader for writes, and for reads, until it refuses."""
 
-    def __init__(self, history: History, endpoints: Endpoints):
+    def __init__(self, history: History, endpoints: Endpoints, read_queue: str):
         self.history = history
         self.endpoints = endpoints
+        self.read_queue = read_queue     # where the producers keep writing (through the new leader)
         self._ids = itertools.count(1)
 
     def _probe_put(self, caller: Caller, name: str, node: str, *, follow: bool, timeout: float):
@@ -340,6 +389,23 @@ class Prober:
         for t in threads:
             t.join()
         return round(time.monotonic() - started, 3) if done.is_set() else None
+
+    def reads_until_refused(self, node: str, name: str, timeout: float = 10.0) -> None:
+        """Ask `node` (an isolated leader) for reads, directly, until it refuses
+        one: what it answers meanwhile is judged by no_stale_reads."""
+        caller = Caller(self.endpoints)
+        deadline = time.monotonic() + timeout
+        levels = itertools.cycle(READ_LEVELS)
+        kinds = itertools.cycle(("stats", "stats", "browse"))
+        try:
+            while time.monotonic() < deadline:
+                outcome, error = read(self.history, caller, name, self.read_queue, next(kinds), next(levels), node,
+                                      timeout=STALE_PROBE_TIMEOUT_S, follow=False)
+                if outcome != "ok" and error.get("status") in (307, 503):
+                    return
+                time.sleep(0.01)
+        finally:
+            caller.close()
 
     def until_refused(self, node: str, name: str, timeout: float = 10.0) -> None:
         caller = Caller(self.endpoints)

@@ -13,7 +13,9 @@ Both speak the HTTP API of docs/api.md and behave the same way:
   strings with ``cbor=True``) or JSON data, and come back the same way.
 
 The request/response shapes live once, in ``_Calls``; the two classes differ
-only in how they carry a request.
+only in how they carry a request. ``Producer``, ``Consumer`` and
+``BlockingConsumer`` (raftq/stream_client.py) speak the streaming wire and
+are importable from here too.
 """
 
 import asyncio
@@ -51,6 +53,13 @@ class RaftqError(Exception):
     def __init__(self, status: int, code: str, message: str, body: dict | None = None):
         super().__init__(f"{status} {code}: {message}")
         self.status, self.code, self.message, self.body = status, code, message, body or {}
+
+
+class DurabilityNotReached(RaftqError):
+    """A put with ``durability=all`` was stored on a majority (201), but some
+    connected voter did not hold it within the write timeout. ``body`` is the
+    whole answer (messages, seqs, ``durability: "quorum"``); putting again with
+    the same ids stores nothing new and waits for every voter once more."""
 
 
 def _wire_message(message) -> dict:
@@ -190,6 +199,15 @@ class _Calls:
                                           for p in put or []]}
         return self._call("POST", "/v1/tx", body, retry=True)
 
+    def redrive(self, dead_letter_queue: str, *, from_queue: str | None = None, max: int | None = None):
+        """Move dead letters back to their source queues; retried with one id, so moved once."""
+        body = {"id": uuid.uuid4().hex}
+        if from_queue is not None:
+            body["from_queue"] = from_queue
+        if max is not None:
+            body["max"] = max
+        return self._call("POST", f"/v1/queues/{dead_letter_queue}/redrive", body, retry=True)
+
     def cluster(self):
         return self._call("GET", "/v1/cluster", None, retry=True)
 
@@ -202,6 +220,24 @@ class _Calls:
 
     def remove_node(self, node_id: str):
         return self._call("DELETE", f"/v1/cluster/nodes/{node_id}", None, retry=True)
+
+    def transfer_leadership(self, to: str | None = None):
+        return self._call("POST", "/v1/cluster/leader", {} if to is None else {"to": to}, retry=False,
+                          timeout=30)
+
+    def group(self, queue: str, group: str, *, consistency: str = "leader"):
+        return self._call("GET", f"/v1/queues/{queue}/groups/{group}?consistency={consistency}", None,
+                          retry=True)
+
+    def groups(self, queue: str, *, consistency: str = "leader"):
+        return self._call("GET", f"/v1/queues/{queue}/groups?consistency={consistency}", None, retry=True)
+
+    def live(self):
+        return self._call("GET", "/health/live", None, retry=False)
+
+    def metrics(self) -> str:
+        """This node's Prometheus text."""
+        return self._call("GET", "/metrics", None, retry=False, text=True)
 
     def ready(self):
         return self._call("GET", "/health/ready", None, retry=False, accept_status=(200, 503))
@@ -245,14 +281,19 @@ class _Failover:
         return cbor2.dumps(body) if self.cbor else json.dumps(body).encode()
 
     @staticmethod
-    def decode(status: int, raw: bytes, accept_status, content_type: str | None = None,
+    def decode(status: int, raw: bytes, accept_status, text: bool = False, content_type: str | None = None,
                applied_index: str | None = None):
+        if text and status == 200:
+            return raw.decode()
         if not raw:
             payload = {}
         elif (content_type or "").startswith(CBOR):
             payload = cbor2.loads(raw)
         else:
             payload = json.loads(raw)
+        if isinstance(payload, dict) and "durability_not_reached" in payload:
+            shortfall = payload["durability_not_reached"]
+            raise DurabilityNotReached(status, "durability_not_reached", shortfall["message"], _from_wire(payload))
         if 200 <= status < 300 or status in accept_status:
             result = _from_wire(payload)
             if applied_index is not None and isinstance(result, dict):
@@ -331,7 +372,7 @@ class Client(_Calls):
         conn.timeout = timeout
         return conn
 
-    def _call(self, method, path, body, *, retry, timeout=None, accept_status=()):
+    def _call(self, method, path, body, *, retry, timeout=None, accept_status=(), text=False):
         route = self._route
         data = route.encode(body)
         attempts = _Attempts(route, retry)
@@ -351,18 +392,26 @@ class Client(_Calls):
                 continue
             delay = attempts.after_reply(reply.status, reply.getheader("Location"))
             if delay is None:
-                return route.decode(reply.status, raw, accept_status, reply.getheader("Content-Type"),
+                return route.decode(reply.status, raw, accept_status, text, reply.getheader("Content-Type"),
                                     reply.getheader(APPLIED_INDEX_HEADER))
             time.sleep(delay)
 
 
 class AsyncClient(_Calls):
-    """asyncio client over aiohttp; share one per event loop."""
+    """asyncio client over aiohttp; share one per event loop.
+
+    At most `pool_size` connections are open at once; callers beyond that
+    wait their turn for one, and `timeout` starts only once they have it, so
+    no caller is starved by many others (thousands of concurrent calls are
+    fine). For many single messages, the streaming `Producer` and
+    `Consumer` cost far less per message.
+    """
 
     def __init__(self, urls="http://127.0.0.1:8001", *, token: str | None = None,
                  retry_for: float = 15.0, timeout: float = 15.0, cafile: str | None = None,
-                 cbor: bool = False):
+                 pool_size: int = 100, cbor: bool = False):
         self._route = _Failover(urls, token, retry_for, timeout, cafile, cbor)
+        self._pool_size = pool_size
         self._session = None
 
     async def close(self) -> None:
@@ -376,11 +425,11 @@ class AsyncClient(_Calls):
     async def __aexit__(self, *exc):
         await self.close()
 
-    async def _call(self, method, path, body, *, retry, timeout=None, accept_status=()):
+    async def _call(self, method, path, body, *, retry, timeout=None, accept_status=(), text=False):
         if self._session is None:
             ssl_context = self._route.ssl_context
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=ssl_context) if ssl_context else None)
+                connector=aiohttp.TCPConnector(ssl=ssl_context or True, limit=self._pool_size))
         route = self._route
         data = route.encode(body)
         attempts = _Attempts(route, retry)
@@ -388,7 +437,8 @@ class AsyncClient(_Calls):
             try:
                 async with self._session.request(
                         method, route.base + path, data=data, headers=route.headers, allow_redirects=False,
-                        timeout=aiohttp.ClientTimeout(total=timeout or route.timeout)) as reply:
+                        timeout=aiohttp.ClientTimeout(sock_connect=timeout or route.timeout,
+                                                      sock_read=timeout or route.timeout)) as reply:
                     raw = await reply.read()
                     status, location = reply.status, reply.headers.get("Location")
                     content_type = reply.headers.get("Content-Type")
@@ -401,5 +451,13 @@ class AsyncClient(_Calls):
                 continue
             delay = attempts.after_reply(status, location)
             if delay is None:
-                return route.decode(status, raw, accept_status, content_type, applied_index)
+                return route.decode(status, raw, accept_status, text, content_type, applied_index)
             await asyncio.sleep(delay)
+
+
+def __getattr__(name: str):
+    # The streaming clients live in their own module, which builds on this one.
+    if name in ("Producer", "Consumer", "BlockingConsumer", "Message"):
+        from . import stream_client
+        return getattr(stream_client, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -513,7 +513,6 @@ class Consensus:
     def __init__(self, *, self_peer: Peer, peers: list[Peer], data_dir: str | Path,
                  apply: Callable[[bytes], object], snapshot: Callable[[], bytes],
                  restore: Callable[[bytes], None], secret: str | None, fsync: bool = True,
-                 unsynced_test_mode: bool = False,
                  on_role_change: Callable[[], None] | None = None,
                  election_timeout: tuple[float, float] = (0.15, 0.35),
                  heartbeat: float = 0.03,
@@ -542,8 +541,7 @@ class Consensus:
         # the others vote at once (no PreVote), so from then on a new leader
         # may exist: an isolated leader stops answering before that.
         self._leader_lease = election_timeout[0]
-        self._fsync_policy = ("unsynced-test-mode" if unsynced_test_mode
-                              else "fsync-per-append" if fsync else "no-fsync")
+        self._fsync_policy = "fsync-per-append" if fsync else "no-fsync"
 
         self._ids = {p.raft_addr: p.id for p in [self_peer, *peers]}
         self._dial_addrs = {p.raft_addr: p.dial_addr for p in peers if p.dial_addr}
@@ -562,7 +560,6 @@ class Consensus:
         data_dir.mkdir(parents=True, exist_ok=True)
         self._snapshot_path = data_dir / SNAPSHOT_FILE
         self._journal = DurableJournal(data_dir / JOURNAL_DIR, fsync=fsync,
-                                       unsynced_test_mode=unsynced_test_mode,
                                        segment_bytes=segment_bytes, snapshot_path=self._snapshot_path)
         # Replicas apply the same entries, so equal thresholds would make them
         # all stall for a snapshot at the same moment; spread them per node.
@@ -698,20 +695,23 @@ class Consensus:
             return
         self._node.removeNodeFromCluster(self._make_node(addr), callback=ticket.on_pysyncobj_result)
 
-    def transfer_leadership(self, timeout: float) -> bool:
-        """Hand leadership to a caught-up follower; True once another node leads.
+    def transfer_leadership(self, timeout: float, to: str | None = None) -> bool:
+        """Hand leadership to a caught-up follower (``to``, or the most caught-up
+        one); True once another node leads.
 
         Retries until ``timeout`` (a follower may need to catch up first); if
         no other node took over by then, this node steps down and holds back
         from campaigning for a while, and the result is False.
         """
+        addr = next((a for a, i in self._ids.items() if i == to), None) if to else None
+        target = self._make_node(addr) if addr else None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             leader = self.leader_id()
             if leader is not None and leader != self.self_peer.id:
                 return True
             if self._node._isLeader():
-                self._run_on_tick(lambda: self._node.transferLeadership())
+                self._run_on_tick(lambda: self._node.transferLeadership(target))
             time.sleep(0.02)
         if self._node._isLeader():
             self._run_on_tick(self._step_down)

@@ -34,8 +34,6 @@ opened a ``deferred()`` block, in which case the block's end syncs once for all
 its appends (the consensus module uses this to overlap the leader's fsync with
 replication and to sync a follower once per network poll, never acknowledging
 before the sync). ``fsync=False`` skips data syncs (tests, benchmarks).
-``unsynced_test_mode`` keeps the bytes not yet synced in memory only, never in
-the file, so that kill -9 of the process behaves like a power loss.
 """
 
 from __future__ import annotations
@@ -91,13 +89,11 @@ class DurableJournal(Journal):
     """
 
     def __init__(self, directory: str | Path, *, fsync: bool = True,
-                 unsynced_test_mode: bool = False,
                  segment_bytes: int = 64 * 1024 * 1024,
                  snapshot_path: str | Path | None = None):
         self._dir = Path(directory)
         self._dir.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
-        self._unsynced_mode = unsynced_test_mode
         self._segment_bytes = segment_bytes
         # Compaction and snapshot installation drop log entries that only the
         # snapshot file then holds: pysyncobj renames that file into place
@@ -109,8 +105,7 @@ class DurableJournal(Journal):
 
         self._entries: list[tuple[bytes, int, int]] = []
         self._positions: list[tuple[int, int]] = []  # (segment seq, offset) per entry
-        self._segment_sizes: dict[int, int] = {}     # seq -> logical size incl. unsynced bytes
-        self._unsynced = bytearray()                 # unsynced_test_mode: bytes not in the file
+        self._segment_sizes: dict[int, int] = {}     # seq -> size of its records
         self._dirty = False                          # appended since the last data sync
         self._deferred = 0
         self._meta_dirty = False
@@ -245,8 +240,8 @@ class DurableJournal(Journal):
         self._allocated = os.fstat(self._fd).st_size
 
     def _file_size(self) -> int:
-        """Bytes of records in the live segment's file (not the ones held in memory)."""
-        return self._segment_sizes[self._seq] - len(self._unsynced)
+        """Bytes of records in the live segment's file."""
+        return self._segment_sizes[self._seq]
 
     def _put(self, data: bytes, offset: int) -> None:
         end = offset + len(data)
@@ -269,10 +264,7 @@ class DurableJournal(Journal):
             self._allocated = size
 
     def _write(self, data: bytes) -> None:
-        if self._unsynced_mode:
-            self._unsynced += data
-        else:
-            self._put(data, self._segment_sizes[self._seq])
+        self._put(data, self._segment_sizes[self._seq])
         self._segment_sizes[self._seq] += len(data)
         self._dirty = True
 
@@ -282,9 +274,6 @@ class DurableJournal(Journal):
             return
         if not (self._fsync or force):
             return
-        if self._unsynced:
-            self._put(bytes(self._unsynced), self._file_size())
-            self._unsynced.clear()
         os.fdatasync(self._fd)
         self.syncs += 1
         self._dirty = False
@@ -344,23 +333,17 @@ class DurableJournal(Journal):
         dropped = [s for s in self._segment_sizes if s > seq]
         if dropped:
             os.close(self._fd)
-            self._unsynced.clear()
             for s in dropped:
                 os.unlink(self._dir / _segment_name(s))
                 del self._segment_sizes[s]
             fsync_dir(self._dir)
             self._seq = seq
             self._open_segment()
-        file_size = self._file_size()
-        if offset >= file_size:
-            del self._unsynced[offset - file_size:]
-        else:
-            self._unsynced.clear()
-            os.ftruncate(self._fd, offset)
-            self._allocated = offset
-            # A lost truncation followed by a shorter rewrite would resurrect
-            # stale records with continuous indexes: sync it now.
-            os.fsync(self._fd)
+        os.ftruncate(self._fd, offset)
+        self._allocated = offset
+        # A lost truncation followed by a shorter rewrite would resurrect
+        # stale records with continuous indexes: sync it now.
+        os.fsync(self._fd)
         self._segment_sizes[seq] = offset
         del self._entries[entryFrom:]
         del self._positions[entryFrom:]
@@ -383,7 +366,6 @@ class DurableJournal(Journal):
         self._make_snapshot_durable()
         old = list(self._segment_sizes)
         os.close(self._fd)
-        self._unsynced.clear()
         self._dirty = False
         self._seq += 1
         self._write_new_segment_file(self._seq)
@@ -423,10 +405,6 @@ class DurableJournal(Journal):
             "start": list(start or self._log_start()),
         }
         sync = self._fsync or durable_now
-        if self._unsynced_mode and not sync:
-            # never fsynced, so never on disk in this mode: a crash loses it
-            self._meta_dirty = True
-            return
         self._meta_dirty = False
         text = json.dumps({"body": body, "crc": zlib.crc32(json.dumps(body, sort_keys=True).encode())})
         tmp = self._dir / (META_NAME + ".tmp")

@@ -10,7 +10,9 @@ Log time: the leader stamps every command with ``now_ms`` from
 ``LogClock``, which continues from the last applied log time with this
 machine's monotonic clock.  A wall clock that jumps (NTP, a VM resumed, a
 faulty node) therefore never makes a lease expire early, and an election
-only ever extends leases, never cuts them.
+only ever extends leases, never cuts them.  A new leader stamps nothing
+but its barrier until the barrier is applied: commands submitted earlier
+wait for it (see ``Node.submit``).
 """
 
 import asyncio
@@ -35,14 +37,15 @@ CHECKPOINTS_KEPT = 64
 class LogClock:
     """The leader's source of `now_ms`: log time, continued with a monotonic clock.
 
-    The clock is settled for one term at a time.  In a term it has not
-    settled for, it stamps the last applied log time (time stands still)
-    until the new leader's barrier entry is applied: only then is the applied
-    log time known to be the cluster's latest, and the clock continues from
-    it.  Keying on the term at every stamp means a node deposed and
-    re-elected in between never reuses an old base.  The wall clock is read
-    once in a cluster's life: to start log time for a brand-new cluster
-    (nothing with a time was ever applied).
+    The clock is settled for one term at a time, once the new leader's
+    barrier entry is applied: only then is the applied log time known to be
+    the cluster's latest, and the clock continues from it.  Before that the
+    leader stamps nothing but the barrier itself, with the applied log time
+    (time stands still).  Keying on the term at every stamp means a node
+    deposed and re-elected in between never reuses an old base.  The wall
+    clock is read once in a cluster's life: when the first barrier of a
+    brand-new cluster (nothing with a time was ever applied) is applied, so
+    no lease, TTL, delay or dedup window is ever computed from log time 0.
     """
 
     def __init__(self, machine: StateMachine):
@@ -60,15 +63,18 @@ class LogClock:
     def settled_for(self, term: int) -> bool:
         return self._term == term
 
-    def now_ms(self, term: int) -> int:
-        if term != self._term:
-            return self._machine.clock
+    def barrier_ms(self) -> int:
+        """The stamp of a barrier: the applied log time, which it cannot move."""
+        return self._machine.clock
+
+    def now_ms(self) -> int:
+        """Log time now; only for the term the clock is settled for."""
         return max(self._machine.clock, self._base + int((time.monotonic() - self._mono) * 1000))
 
 
 class Node:
     def __init__(self, cluster: ClusterConfig, node_id: str, data_dir: str | Path, *,
-                 unsynced_test_mode: bool = False, auto_create: bool = True):
+                 auto_create: bool = True):
         self.cluster = cluster
         self.spec: NodeSpec = cluster.node(node_id)
         self.id = node_id
@@ -83,7 +89,7 @@ class Node:
         self._wake_scheduled = False
         self._checkpoints: dict[str, str] = {}
         self._was_leader = False
-        self.elections_seen = 0
+        self.times_became_leader = 0
         self.entries_applied = 0
         self.committer = GroupCommitter(self._submit_entry)
         self.consensus = Consensus(
@@ -91,9 +97,13 @@ class Node:
             peers=cluster.peers_for(node_id),
             data_dir=self.data_dir / "raft",
             apply=self._apply_entry, snapshot=self._snapshot, restore=self._restore,
-            secret=cluster.secret, unsynced_test_mode=unsynced_test_mode,
+            secret=cluster.secret,
             on_role_change=self._on_role_change, max_entry_bytes=self.committer.max_entry_bytes)
         self._ticker: asyncio.Task | None = None
+        self._ticker_wake = asyncio.Event()
+        # Commands that arrived before the clock settled for the term they
+        # were submitted in: future -> that term.
+        self._settle_waiters: dict[asyncio.Future, int] = {}
 
     # ---- life cycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -109,6 +119,7 @@ class Node:
             log.info("leadership %s before shutdown", "handed over" if moved else "given up")
         self.consensus.retire()
         self.committer.fail_pending("shutting_down")
+        self._release_settle_waiters(None)
 
     async def close(self) -> None:
         await asyncio.to_thread(self.consensus.close)
@@ -145,11 +156,13 @@ class Node:
     def _role_changed(self) -> None:
         leader = self.is_leader()
         if leader and not self._was_leader:
-            self.elections_seen += 1
+            self.times_became_leader += 1
             log.info("became leader at term %s", self.consensus.term())
+            self._ticker_wake.set()   # the barrier goes out now, not at the next tick
         elif not leader and self._was_leader:
             log.info("stepped down; leader is now %s", self.consensus.leader_id())
             self.committer.fail_pending("leader_changed")
+            self._release_settle_waiters(None)
         self._was_leader = leader
 
     # ---- writes -------------------------------------------------------------------------
@@ -157,10 +170,40 @@ class Node:
         self.consensus.submit(entry, callback, term=term)
 
     async def submit(self, command: dict) -> dict:
-        """Apply one command through the log; its result, or CommitError."""
+        """Apply one command through the log; its result, or CommitError.
+
+        A leader whose clock is not settled for its term (its barrier is not
+        applied yet) holds the command until it is: stamped earlier it could
+        only carry the last applied log time, which lags real time by the
+        election, and is 0 in a brand-new cluster.
+        """
         term = self.consensus.term()
-        command["now_ms"] = self.clock.now_ms(term)
-        return await self.committer.submit(command, term)
+        if not self.clock.settled_for(term):
+            await self._clock_settled(term)
+        command["now_ms"] = self.clock.now_ms()
+        try:
+            return await self.committer.submit(command, term)
+        finally:
+            self._ticker_wake.set()   # the command may have set a timer
+
+    async def _clock_settled(self, term: int) -> None:
+        if not self.is_leader():
+            raise CommitError("not_leader")
+        waiter = self._loop.create_future()
+        self._settle_waiters[waiter] = term
+        waiter.add_done_callback(lambda f: self._settle_waiters.pop(f, None))
+        self._ticker_wake.set()
+        await waiter
+
+    def _release_settle_waiters(self, settled_term: int | None) -> None:
+        """Let the commands held for `settled_term` go; the others lost their leader."""
+        for waiter, term in list(self._settle_waiters.items()):
+            if waiter.done():
+                continue
+            if term == settled_term:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(CommitError("leader_changed"))
 
     async def checkpoint(self) -> tuple[str, str]:
         token = uuid.uuid4().hex
@@ -172,24 +215,46 @@ class Node:
 
     async def _tick_loop(self) -> None:
         """While leading: settle the log clock for the term, then fire due timers
-        through the log so that every replica sees them."""
+        through the log so that every replica sees them.
+
+        It sleeps until something can be due — a follower until it leads, a
+        leader until its next timer or until a command of its own was applied
+        (which may have set one) — so an idle cluster wakes for heartbeats
+        only; and however busy, it makes at most one round per TICK_INTERVAL_S.
+        """
         while True:
-            await asyncio.sleep(TICK_INTERVAL_S)
+            await self._sleep_until_due()
+            self._ticker_wake.clear()
             if not self.is_leader():
                 continue
             term = self.consensus.term()
             try:
                 if not self.clock.settled_for(term):
                     # The barrier: once applied, the applied log time is the latest.
-                    await self.submit({"op": "tick"})
+                    await self.committer.submit({"op": "tick", "now_ms": self.clock.barrier_ms()}, term)
                     if self.is_leader() and self.consensus.term() == term:
                         self.clock.settle(term)
+                        self._release_settle_waiters(term)
                     continue
                 due = self.machine.next_timer()
-                if due is not None and due <= self.clock.now_ms(term):
+                if due is not None and due <= self.clock.now_ms():
                     await self.submit({"op": "tick"})
             except CommitError:
                 pass   # lost leadership or quorum; the next leader ticks
+            await asyncio.sleep(TICK_INTERVAL_S)
+
+    async def _sleep_until_due(self) -> None:
+        timeout = None
+        if self.is_leader():
+            if not self.clock.settled_for(self.consensus.term()):
+                return
+            due = self.machine.next_timer()
+            if due is not None:
+                timeout = max(0.0, (due - self.clock.now_ms()) / 1000)
+        try:
+            await asyncio.wait_for(self._ticker_wake.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
 
     # ---- reads ----------------------------------------------------------------------------
     def read(self, query: str, *args):
@@ -214,6 +279,9 @@ class Node:
                 waiting.remove(future)
                 if not waiting:
                     del self._waiters[(queue, group)]
+
+    def long_polls_waiting(self) -> int:
+        return sum(len(waiting) for waiting in self._waiters.values())
 
     def _wake_waiters(self) -> None:
         self._wake_scheduled = False
@@ -255,15 +323,16 @@ class Node:
             out.append({"id": node_id, "raft_addr": raft, "http_addr": self.http_addr(node_id)})
         return out
 
-    async def replicated_everywhere(self, index: int, timeout: float) -> bool:
-        """Wait until every connected voter's log holds `index` (durability=all)."""
+    async def replicated_everywhere(self, index: int, timeout: float) -> list[str]:
+        """Wait until every connected voter's log holds `index` (durability=all);
+        the voters still without it after `timeout` (none: all reached)."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            peers = self.consensus.status()["peers"].values()
-            if all(p["match_index"] >= index for p in peers if p["connected"]):
-                return True
+        while True:
+            peers = self.consensus.status()["peers"]
+            lagging = sorted(i for i, p in peers.items() if p["connected"] and p["match_index"] < index)
+            if not lagging or time.monotonic() >= deadline:
+                return lagging
             await asyncio.sleep(0.002)
-        return False
 
     def committer_observer(self, observe) -> None:
         self.committer.observe(observe)

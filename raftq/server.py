@@ -47,11 +47,9 @@ def setup_logging(node_id: str, level: str = "INFO") -> None:
 
 
 async def serve(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings: Settings,
-                tls: tuple[str, str] | None = None, auto_create: bool = True,
-                unsynced_test_mode: bool = False) -> None:
+                tls: tuple[str, str] | None = None, auto_create: bool = True) -> None:
     # Without a [cluster] secret the consensus module logs a loud security warning.
-    node = Node(cluster, node_id, data_dir, auto_create=auto_create,
-                unsynced_test_mode=unsynced_test_mode)
+    node = Node(cluster, node_id, data_dir, auto_create=auto_create)
     await node.start()
     runner = web.AppRunner(make_app(node, settings), access_log=None, handle_signals=False)
     try:

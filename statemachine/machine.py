@@ -38,14 +38,16 @@ import hashlib
 import cbor2
 
 from .queue import PARKED_RETRY_MS, Queue
+from .redrive import redrive
 from .results import BAD_REQUEST, CONFLICT, INTERNAL, NOT_FOUND, STALE_RECEIPT, error, is_error
 from .staging import DEFAULT_STAGE_TTL_MS, Staging
 from .validation import check_command, full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 5
-# Version 4 is version 5 without staged writes: a node upgraded in place restores it.
-READABLE_SNAPSHOT_VERSIONS = (4, 5)
+SNAPSHOT_VERSION = 6
+# Version 5 is version 6 without staged writes, version 4 also without redrive:
+# a node upgraded in place restores either.
+READABLE_SNAPSHOT_VERSIONS = (4, 5, 6)
 
 
 def encode_entry(commands: list) -> bytes:
@@ -332,6 +334,9 @@ class StateMachine:
             queue.outbox.popleft()
             queue.finish(group, seq)
             queue.counters["dead_lettered_total"] += 1
+
+    def _redrive(self, cmd):
+        return redrive(self, cmd)
 
     # ---- cluster directory and checkpoints ------------------------------------------
     def _set_member(self, cmd):

@@ -1,33 +1,27 @@
 """A local Spark session for the connector's tests, and what every Spark test module needs.
 
-The tests skip when pyspark or Java is missing — except under CI=true, where
-they fail instead: CI installs both, so a skip there would hide a broken setup.
+The tests skip when pyspark or Java is missing — except in CI (tests/tools.py),
+where they fail instead: .ci/run installs both, so a skip there would hide a
+broken setup.
 """
 
+import importlib.util
 import os
 import shutil
 import sys
 from pathlib import Path
 
-import pytest
+from tests.tools import require
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def require_spark() -> None:
-    missing = []
-    try:
-        import pyarrow  # noqa: F401
-        import pyspark  # noqa: F401
-    except ImportError as exc:
-        missing.append(f"python package {exc.name}")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        missing.append("java")
-    if missing:
-        reason = f"the Spark tests need {', '.join(missing)} (pip install -e '.[spark]', Java 17)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason, allow_module_level=True)
+    """Called by each Spark module's session fixture, before anything starts."""
+    for module in ("pyspark", "pyarrow"):
+        require(importlib.util.find_spec(module), f"the python package {module}",
+                "make spark-deps (pip install -e '.[spark]')")
+    require(shutil.which("java") or os.environ.get("JAVA_HOME"), "java", "apt-get install openjdk-17-jre-headless")
 
 
 def spark_env() -> dict:

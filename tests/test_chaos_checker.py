@@ -11,6 +11,7 @@ from chaos.history import History, load, ops
 from chaos.nemesis import KINDS, plan
 
 LEASE_MS = 1000
+WALL_MS_AT_T0 = 49_000   # the wall clock when the synthetic history starts
 
 
 class Run:
@@ -20,7 +21,7 @@ class Run:
         self.t = 0.0
         self.h = History(clock=lambda: self.t)
         self.h.event("setup", queues={"q": list(groups)}, producers=["p1", "p2"], lease_ms=LEASE_MS,
-                     seed=7, nodes=3)
+                     seed=7, nodes=3, wall_ms_at_t0=WALL_MS_AT_T0)
         self.receipts = 0
 
     def op(self, process, f, value, start, end, type="ok", result=None, error=None, node="n1"):
@@ -52,6 +53,11 @@ class Run:
         self.op(process, f, {"queue": "q", "group": group, "receipts": receipts}, start,
                 start + 0.01 if end is None else end, type, result if type == "ok" else None,
                 {"status": 409, "code": "stale_receipt"} if type == "fail" else None)
+
+    def read(self, last_seq, start, end=None, type="ok", consistency="leader", kind="stats", process="r1"):
+        self.op(process, "read", {"queue": "q", "kind": kind, "consistency": consistency}, start,
+                start + 0.01 if end is None else end, type, {"last_seq": last_seq} if type == "ok" else None,
+                {"status": 503} if type == "info" else None)
 
     def healed(self, agree=True, cli_exit=0):
         self.h.event("note", what="drain", complete=True)
@@ -370,6 +376,33 @@ def test_log_time_may_stand_still_but_never_run_ahead_of_real_time():
     assert v.examples[0]["later_put"]["node"] == "n2" and v.examples[0]["ahead_ms"] == 3850
 
 
+def test_a_new_clusters_log_time_starts_from_real_time_not_from_zero():
+    run = Run()
+    timed_put(run, "a", 1, 1.0, 1.1, put_at_ms=WALL_MS_AT_T0 + 1000)     # stamped as it was sent
+    timed_put(run, "b", 2, 2.0, 2.1, put_at_ms=WALL_MS_AT_T0 + 1100)     # 0.9 s behind: an election
+    assert verdicts(run.report())["log_time_not_behind_at_birth"].ok
+    timed_put(run, "c", 3, 0.5, 0.6, put_at_ms=0)                        # a brand-new cluster's log time 0
+    v = verdicts(run.report())["log_time_not_behind_at_birth"]
+    assert not v.ok and v.violations == 1
+    assert v.examples[0] == {"behind_ms": WALL_MS_AT_T0 + 500, "id": "c", "node": "n1", "invoke_t": 0.5,
+                             "put_at_ms": 0}
+
+
+def test_log_time_may_fall_behind_real_time_once_faults_begin():
+    run = Run()
+    timed_put(run, "a", 1, 1.0, 1.1, put_at_ms=WALL_MS_AT_T0 + 1000)
+    run.t = 2.0
+    run.h.event("nemesis", f="start", fault=1, kind="kill", value={})
+    timed_put(run, "b", 2, 9.0, 9.1, put_at_ms=WALL_MS_AT_T0 + 3000)     # 6 s behind after outages: fine
+    assert verdicts(run.report())["log_time_not_behind_at_birth"].ok
+
+
+def test_a_history_without_a_wall_clock_cannot_pass_the_birth_check():
+    run = Run()
+    run.h.events[0].pop("wall_ms_at_t0")
+    assert not verdicts(run.report())["log_time_not_behind_at_birth"].ok
+
+
 def test_skipped_faults_are_not_counted_as_injected():
     run = clean_run()
     run.t = 20.0
@@ -390,3 +423,55 @@ def test_crashes_and_critical_log_lines_are_failures():
     run.h.event("log", node="n3", level="critical", line="conflict truncates applied entries from index 3")
     v = verdicts(run.report())["nodes_never_fail"]
     assert v.violations == 2   # the truncation is log_never_shrinks' to judge
+
+
+# ---- no_stale_reads ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("consistency", ["leader", "strong"])
+@pytest.mark.parametrize("kind", ["stats", "browse"])
+def test_a_read_begun_after_a_put_was_acknowledged_must_reflect_it(consistency, kind):
+    run = clean_run()                      # puts seq 1 and 2, answered by 0.11
+    run.read(2, 1.0, consistency=consistency, kind=kind)
+    assert run.report().valid
+    run.read(1, 1.1, consistency=consistency, kind=kind, process="r2")
+    report = run.report()
+    v = verdicts(report)["no_stale_reads"]
+    assert not v.ok and v.violations == 1
+    assert v.examples[0]["process"] == "r2" and v.examples[0]["acked_seq"] == 2
+    assert report.summary["violations"] == {"no_stale_reads": 1}
+
+
+def test_a_read_of_a_queue_with_nothing_ever_put_after_a_put_is_stale():
+    run = clean_run()
+    run.read(None, 1.0)
+    assert verdicts(run.report())["no_stale_reads"].violations == 1
+
+
+def test_a_read_overlapping_the_put_may_miss_it():
+    run = clean_run()
+    run.put("c", 3, 1.0, 1.5)
+    run.read(2, 1.2, 1.3)                  # while the put was in flight
+    run.read(2, 1.4, 1.6)                  # begun before the put's answer
+    run.read(2, 1.5, 1.6)                  # begun at the instant of the answer: not strictly after
+    [received] = run.receive([("c", 3, 1)], 2.0)
+    run.settle("ack", [received], 2.1)
+    run.healed()
+    assert run.report().valid, render(run.report())
+
+
+def test_only_answered_leader_and_strong_reads_are_judged():
+    run = clean_run()
+    run.read(1, 1.0, consistency="any")    # a local replica may lag, by contract
+    run.read(None, 1.0, type="info")
+    run.read(None, 1.0, type="fail")
+    report = run.report()
+    assert report.valid and report.summary["reads_checked"] == 0
+
+
+def test_reads_answered_by_an_isolated_leader_are_counted_and_judged():
+    run = clean_run()
+    run.read(2, 1.0, process="stale-read-4")
+    run.read(1, 1.1, process="stale-read-4")
+    report = run.report()
+    assert report.summary["reads_checked"] == 2 and report.summary["isolated_leader_reads"] == 2
+    assert verdicts(report)["no_stale_reads"].violations == 1

@@ -7,6 +7,19 @@ from chaos.history import History, ops
 from chaos.workload import Caller, Endpoints, attempt, receive_result
 
 
+def read_request(conn: socket.socket) -> None:
+    """All of one request: closing with part of it unread would reset the
+    connection, and the client would see a reset instead of `reply`."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    while len(body) < length:
+        body += conn.recv(65536)
+
+
 def serve_once(reply: bytes) -> tuple[str, threading.Thread, socket.socket]:
     """A server on 127.0.0.1 that reads one request, sends `reply` and closes."""
     server = socket.create_server(("127.0.0.1", 0))
@@ -14,7 +27,7 @@ def serve_once(reply: bytes) -> tuple[str, threading.Thread, socket.socket]:
     def run():
         conn, _ = server.accept()
         with conn:
-            conn.recv(65536)
+            read_request(conn)
             conn.sendall(reply)
 
     thread = threading.Thread(target=run, daemon=True)

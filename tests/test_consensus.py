@@ -27,24 +27,18 @@ from pysyncobj.tcp_connection import CONNECTION_STATE
 
 from raftq.consensus import FRAME, Consensus, Peer, _Connection
 from raftq.journal import DurableJournal
+from raftq.local import free_ports as local_free_ports
 from raftq.sealer import Sealer
+from tests.tools import require_strace
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "test-cluster-secret"
+CALM_ELECTIONS = (0.6, 1.2)
 
 
 def free_ports(n):
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        ports = sorted(s.getsockname()[1] for s in socks)
-    finally:
-        for s in socks:
-            s.close()
-    # pysyncobj orders nodes by their address strings
+    ports = sorted(local_free_ports(n))
+    # pysyncobj orders nodes by their address strings (free_ports picks 5-digit ports)
     assert len({len(str(p)) for p in ports}) == 1
     return ports
 
@@ -95,9 +89,11 @@ class Cluster:
         me = next(p for p in self.peers if p.id == node_id)
         machine = Recorder(**knobs.pop("machine", {}))
         others = peers if peers is not None else [p for p in self.peers if p.id != node_id]
+        # Every node of a Cluster shares this process: a stall of the test
+        # process (load, GC) must not depose a leader unless a test wants it.
         node = Consensus(self_peer=me, peers=others, data_dir=self.root / node_id,
                          apply=machine.apply, snapshot=machine.snapshot, restore=machine.restore,
-                         **{"secret": SECRET, **self.knobs, **knobs})
+                         **{"secret": SECRET, "election_timeout": CALM_ELECTIONS, **self.knobs, **knobs})
         self.nodes[node_id] = node
         self.machines[node_id] = machine
         return node
@@ -155,6 +151,18 @@ def submit_wait(node, entry, timeout=20.0, term=None):
     return calls
 
 
+def commit(c, entry, timeout=20.0):
+    """Commit `entry` through whichever node leads now. An election between
+    finding the leader and submitting gets a refusal made before the log
+    (`not_leader`, `no_quorum`: certainly not applied), so that is retried."""
+    deadline = time.monotonic() + timeout
+    while True:
+        [(result, error)] = submit_wait(c.leader(), entry, timeout)
+        if error not in ("not_leader", "no_quorum") or time.monotonic() > deadline:
+            assert error is None, error
+            return result
+
+
 def test_replicates_and_answers_every_submitter_once(cluster):
     c = cluster().start_all()
     leader = c.leader()
@@ -196,7 +204,7 @@ def test_refusals_before_the_log(cluster):
     follower = next(n for n in c.nodes.values() if n is not leader)
     assert submit_wait(follower, b"x") == [(None, "not_leader")]
     assert submit_wait(leader, b"x" * 1001) == [(None, "too_large")]
-    assert submit_wait(leader, b"x" * 1000)[0][1] is None
+    commit(c, b"x" * 1000)
     c.converged()
     assert all(m.entries == [b"x" * 1000] for m in c.machines.values())
 
@@ -205,7 +213,7 @@ def test_an_entry_prepared_for_another_term_never_enters_the_log(cluster):
     c = cluster().start_all()
     leader = c.leader()
     assert submit_wait(leader, b"stale", term=leader.term() - 1) == [(None, "not_leader")]
-    assert submit_wait(leader, b"current")[0][1] is None
+    commit(c, b"current")
     c.converged()
     assert all(m.entries == [b"current"] for m in c.machines.values())
 
@@ -234,7 +242,7 @@ def test_a_command_queued_before_losing_the_lead_is_not_forwarded_to_the_new_lea
         release.set()
     new = c.leader()
     assert new is not old
-    assert submit_wait(new, b"after")[0][1] is None
+    commit(c, b"after")
     wait_until(lambda: calls, what="the queued command's answer")
     c.converged()
     assert calls in (["not_leader"], ["leader_changed"])
@@ -249,31 +257,33 @@ def test_a_node_with_another_secret_takes_no_part(cluster):
     c.start(ids[2], secret="not-the-cluster-secret")
     leader = c.leader()
     assert leader.status()["self_id"] in ids[:2]
-    assert submit_wait(leader, b"sealed")[0][1] is None
+    commit(c, b"sealed")
     c.converged(ids[:2])
     time.sleep(0.5)
     assert c.machines[ids[2]].entries == []
     assert c.nodes[ids[2]].leader_id() is None
 
 
-def test_no_quorum_when_the_followers_are_gone(cluster):
-    c = cluster().start_all()
+def test_a_leader_cut_off_from_the_majority_refuses_before_another_could_lead(cluster):
+    """The leader lease: without a majority heard within the minimum election
+    timeout (here 1 s), the leader refuses (`no_quorum`) and is not ready,
+    while pysyncobj still has it leading (its own fallback waits the maximum
+    election timeout, 5 s here): the refusal is raftq's lease, not pysyncobj."""
+    c = cluster(election_timeout=(1.0, 5.0)).start_all()
     leader = c.leader()
     for node_id in [i for i, n in c.nodes.items() if n is not leader]:
         c.stop(node_id)
-    wait_until(lambda: not leader.status()["quorum_ok"], what="the leader to notice")
-    [(result, error)] = submit_wait(leader, b"lonely")
-    assert result is None and error in ("no_quorum", "not_leader")
+    wait_until(lambda: not leader.status()["quorum_ok"], what="the lease to run out")
+    assert leader.status()["role"] == "leader"
+    assert submit_wait(leader, b"lonely") == [(None, "no_quorum")]
     assert c.machines[leader.status()["self_id"]].entries == []
 
 
 def test_an_apply_that_raises_becomes_a_result_and_the_log_goes_on(cluster):
     c = cluster().start_all(machine={"fail_on": b"boom"})
-    leader = c.leader()
-    [(result, error)] = submit_wait(leader, b"boom")
-    assert error is None
+    result = commit(c, b"boom")
     assert result["error"] == "internal" and "refuses" in result["detail"]
-    assert submit_wait(leader, b"after")[0][1] is None
+    commit(c, b"after")
     c.converged()
     assert all(m.entries == [b"after"] for m in c.machines.values())
 
@@ -289,7 +299,7 @@ def test_a_callback_that_raises_does_not_reapply_the_entry(cluster):
 
     leader.submit(b"once", bad_callback, term=leader.term())
     assert raised.wait(20)
-    assert submit_wait(leader, b"twice?")[0][1] is None
+    commit(c, b"twice?")
     c.converged()
     assert all(m.entries == [b"once", b"twice?"] for m in c.machines.values())
 
@@ -467,7 +477,7 @@ def test_snapshots_restart_and_catch_up_a_wiped_node(cluster):
     c = cluster(compaction_min_entries=10 ** 6, compaction_min_seconds=10 ** 6).start_all()
     leader = c.leader()
     for i in range(30):
-        assert submit_wait(leader, b"a%d" % i)[0][1] is None
+        commit(c, b"a%d" % i)
     c.converged()
     for node in c.nodes.values():
         assert node.force_snapshot()
@@ -480,7 +490,7 @@ def test_snapshots_restart_and_catch_up_a_wiped_node(cluster):
     # a node restarts from its snapshot and journal, and catches up on what it missed
     c.stop(a)
     for i in range(10):
-        assert submit_wait(leader, b"b%d" % i)[0][1] is None
+        commit(c, b"b%d" % i)
     c.start(a)
     c.converged()
     assert len(c.machines[a].entries) == 40
@@ -489,7 +499,7 @@ def test_snapshots_restart_and_catch_up_a_wiped_node(cluster):
     c.stop(b)
     shutil.rmtree(c.root / b)
     for i in range(10):
-        assert submit_wait(leader, b"c%d" % i)[0][1] is None
+        commit(c, b"c%d" % i)
     assert leader.force_snapshot()
     wait_until(lambda: leader.status()["log_entries"] <= 3, what="compaction")
     # its first restore fails: it must not acknowledge, and gets the snapshot again
@@ -504,9 +514,30 @@ def test_snapshots_restart_and_catch_up_a_wiped_node(cluster):
     c.close()
     c.start_all()
     leader = c.leader()
-    assert submit_wait(leader, b"after-restart")[0][1] is None
+    commit(c, b"after-restart")
     c.converged()
     assert c.machines[leader.status()["self_id"]].entries == expected + [b"after-restart"]
+
+
+def test_a_damaged_snapshot_is_refused_and_restores_nothing(cluster):
+    c = cluster(compaction_min_entries=10 ** 6, compaction_min_seconds=10 ** 6).start_all()
+    for i in range(5):
+        commit(c, b"entry-%d" % i)
+    c.converged()
+    node_id, reader_id = sorted(c.nodes)[:2]
+    assert c.nodes[node_id].force_snapshot()
+    path = c.root / node_id / "snapshot.bin"
+    data = bytearray(path.read_bytes())
+    data[data.rindex(b"entry-4") + 6] ^= 0x01      # "entry-4" becomes "entry-5": still valid CBOR
+    damaged = c.root / "damaged.bin"
+    damaged.write_bytes(bytes(data))
+    reader = c.machines[reader_id]
+    held = list(reader.entries)
+    with pytest.raises(ValueError, match="damaged snapshot"):
+        c.nodes[reader_id]._read_snapshot(str(damaged))
+    assert reader.entries == held
+    c.nodes[reader_id]._read_snapshot(str(path))    # the intact file loads
+    assert reader.entries == held
 
 
 def test_the_leader_leaves_compaction_to_the_followers(cluster):
@@ -514,7 +545,7 @@ def test_the_leader_leaves_compaction_to_the_followers(cluster):
     leader = c.leader()
     # the jittered threshold is at most 1.5 x 20 = 30 entries
     for i in range(60):
-        assert submit_wait(leader, b"e%d" % i)[0][1] is None
+        commit(c, b"e%d" % i)
     c.converged()
     followers = [n for n in c.nodes.values() if n is not leader]
     for node in followers:
@@ -523,7 +554,7 @@ def test_the_leader_leaves_compaction_to_the_followers(cluster):
     assert leader.status()["log_entries"] > 60
     # past LEADER_COMPACTION_FACTOR x the threshold the leader compacts too
     for i in range(120):
-        assert submit_wait(leader, b"f%d" % i)[0][1] is None
+        commit(c, b"f%d" % i)
     wait_until(lambda: leader.status()["snapshot"]["count"] > 0, what="the leader's snapshot")
 
 
@@ -619,9 +650,8 @@ def proxied_cluster(cluster):
 
 def test_nodes_dial_proxies_but_keep_their_identity(proxied_cluster):
     c, proxies = proxied_cluster()
-    leader = c.leader()
     for i in range(20):
-        assert submit_wait(leader, b"p%d" % i)[0][1] is None
+        commit(c, b"p%d" % i)
     c.converged()
     assert all(proxy.accepted >= 1 for proxy in proxies)
     # every link is a proxied one: the nodes know each other by Raft address
@@ -635,7 +665,7 @@ def test_a_timed_out_submission_is_answered_once(proxied_cluster):
     # Long election timeouts keep the leader in place while its links pause.
     c, proxies = proxied_cluster(election_timeout=(4.0, 5.0), submit_timeout=0.5)
     leader = c.leader()
-    assert submit_wait(leader, b"first")[0][1] is None
+    commit(c, b"first")
     for proxy in proxies:
         proxy.paused = True
     calls = submit_wait(leader, b"stalled")
@@ -656,7 +686,7 @@ def test_add_and_remove_a_node(cluster):
     for p in first3:
         c.start(p.id, peers=[q for q in first3 if q != p])
     leader = c.leader()
-    assert submit_wait(leader, b"before")[0][1] is None
+    commit(c, b"before")
     c.start(newcomer.id, peers=first3)
 
     def membership(call, arg):
@@ -667,7 +697,7 @@ def test_add_and_remove_a_node(cluster):
         return out
 
     assert membership(leader.add_node, newcomer) == [None]
-    assert submit_wait(leader, b"with-four")[0][1] is None
+    commit(c, b"with-four")
     c.converged()
     assert c.machines[newcomer.id].entries == [b"before", b"with-four"]
     assert newcomer.id in leader.status()["peers"]
@@ -677,19 +707,19 @@ def test_add_and_remove_a_node(cluster):
     assert membership(leader.remove_node, newcomer.id) == [None]
     c.stop(newcomer.id)
     assert newcomer.id not in leader.status()["peers"]
-    assert submit_wait(leader, b"three-again")[0][1] is None
+    commit(c, b"three-again")
     c.converged()
 
 
 def test_transfer_leadership(cluster):
     c = cluster().start_all()
     leader = c.leader()
-    assert submit_wait(leader, b"x")[0][1] is None
+    commit(c, b"x")
     old = leader.status()["self_id"]
     assert leader.transfer_leadership(5.0)
     new = c.leader()
     assert new.status()["self_id"] != old
-    assert submit_wait(new, b"y")[0][1] is None
+    commit(c, b"y")
     c.converged()
 
 
@@ -711,8 +741,8 @@ CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed (CI installs it)")
 def test_a_follower_syncs_its_journal_before_any_acknowledgement(cluster, tmp_path):
+    require_strace()
     c = cluster()
     child_peer = c.peers[2]
     for p in c.peers[:2]:
@@ -730,7 +760,7 @@ def test_a_follower_syncs_its_journal_before_any_acknowledgement(cluster, tmp_pa
         assert proc.stdout.readline().strip() == "ready"
         leader = c.leader()
         for i in range(30):
-            assert submit_wait(leader, b"s%d" % i)[0][1] is None
+            commit(c, b"s%d" % i)
         wait_until(lambda: leader.status()["peers"][child_peer.id]["match_index"] ==
                    leader.status()["last_log_index"], what="the child to acknowledge everything")
         proc.stdin.close()

@@ -4,7 +4,6 @@ import errno
 import logging
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from chaos import sync_ledger
+from chaos.power import node_site_env
 from raftq.journal import PREALLOCATE_BYTES, SEGMENT_HEADER, DurableJournal, encode_record
+from tests.tools import require_strace
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -240,6 +242,14 @@ def test_meta_survives_reopen(tmp_path):
     assert reread.getCurrentTerm() == 7
 
 
+def test_term_and_vote_are_on_disk_when_set_current_term_returns(tmp_path):
+    j = DurableJournal(tmp_path)
+    j.setCurrentTerm(3, "127.0.0.1:4002")
+    crash(j)                           # no clean close, no one-second timer
+    reread = DurableJournal(tmp_path)
+    assert (reread.getCurrentTerm(), reread.getVotedForNodeId()) == (3, "127.0.0.1:4002")
+
+
 def test_damaged_meta_is_detected(tmp_path):
     j = DurableJournal(tmp_path)
     j.setCurrentTerm(5, "x")
@@ -247,6 +257,39 @@ def test_damaged_meta_is_detected(tmp_path):
     meta = tmp_path / "meta.json"
     meta.write_text(meta.read_text().replace('"term": 5', '"term": 6'))
     assert DurableJournal(tmp_path).getCurrentTerm() == 0
+
+
+def test_the_snapshot_is_fsynced_before_the_entries_it_replaces_are_dropped(tmp_path, monkeypatch):
+    snapshot = tmp_path / "snapshot.bin"
+    j = DurableJournal(tmp_path / "journal", segment_bytes=300, snapshot_path=snapshot)
+    fill(j, 1, 40)
+    snapshot.write_bytes(b"state up to entry 30")   # as pysyncobj leaves it: written, renamed, not synced
+    events = []
+    real_fsync, real_replace, real_unlink = os.fsync, os.replace, os.unlink
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", str(dst)))
+        real_replace(src, dst)
+
+    def unlink(path):
+        events.append(("unlink", str(path)))
+        real_unlink(path)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "unlink", unlink)
+    j.deleteEntriesTo(30)
+    monkeypatch.undo()
+    synced = events.index(("fsync", str(snapshot)))
+    moved = events.index(("replace", str(tmp_path / "journal" / "meta.json")))
+    dropped = [i for i, e in enumerate(events) if e[0] == "unlink" and "/seg-" in e[1]]
+    assert dropped and synced < moved < min(dropped)
+    j._destroy()
+    assert [e[1] for e in contents(DurableJournal(tmp_path / "journal"))] == list(range(31, 41))
 
 
 def test_rewrites_flush_queued_acknowledgements_first(tmp_path):
@@ -264,27 +307,29 @@ WRITER = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {root!r})
     from raftq.journal import DurableJournal
-    path, fsync, unsynced, n_synced, n_unsynced = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1", int(sys.argv[4]), int(sys.argv[5])
+    path, fsync, n_synced, n_unsynced = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), int(sys.argv[4])
     marker = os.open(os.path.join(os.path.dirname(path), "marker"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    j = DurableJournal(path, fsync=fsync, unsynced_test_mode=unsynced)
+    j = DurableJournal(path, fsync=fsync)
     for i in range(n_synced):
         j.add(b"entry-%d" % i, i + 1, 1)
         os.write(marker, b"A")         # add() has returned
     j.flush()
-    for i in range(n_synced, n_synced + n_unsynced):
-        j.add(b"entry-%d" % i, i + 1, 1)
-    print("ready", flush=True)
-    sys.stdin.read()
+    # what the consensus module does between a round of appends and its sync
+    with j.deferred():
+        for i in range(n_synced, n_synced + n_unsynced):
+            j.add(b"entry-%d" % i, i + 1, 1)
+        print("ready", flush=True)
+        sys.stdin.read()
 """)
 
 
-def spawn_writer(tmp_path, *, fsync, unsynced, n_synced, n_unsynced, prefix=()):
+def spawn_writer(tmp_path, *, fsync, n_synced, n_unsynced, prefix=(), env=None):
     script = tmp_path / "writer.py"
     script.write_text(WRITER.format(root=str(ROOT)))
     jdir = tmp_path / "journal"
     proc = subprocess.Popen([*prefix, sys.executable, str(script), str(jdir), "1" if fsync else "0",
-                             "1" if unsynced else "0", str(n_synced), str(n_unsynced)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                             str(n_synced), str(n_unsynced)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     return proc, jdir
 
 
@@ -296,32 +341,29 @@ def kill9(proc):
 
 
 @pytest.mark.parametrize("fsync", [False, True])
-def test_unsynced_test_mode_kill9_loses_exactly_the_unsynced_tail(tmp_path, fsync):
-    proc, jdir = spawn_writer(tmp_path, fsync=fsync, unsynced=True, n_synced=20, n_unsynced=15)
+def test_a_power_cut_loses_exactly_what_was_not_synced(tmp_path, fsync):
+    """The production write path (pwrite into the preallocated segment, then
+    fdatasync), killed -9 and then cut back to what its syncs covered
+    (chaos/sync_ledger.py): exactly the synced entries come back."""
+    ledger = tmp_path / "ledger"
+    proc, jdir = spawn_writer(tmp_path, fsync=fsync, n_synced=20, n_unsynced=15,
+                              env=node_site_env({"RAFTQ_SYNC_LEDGER": str(ledger)}))
     try:
         assert proc.stdout.readline().strip() == "ready"
     finally:
         kill9(proc)
-    survivors = [e[1] for e in contents(DurableJournal(jdir))]
-    # with fsync on every add() is a sync point; with it off only flush() is
-    assert survivors == list(range(1, 36 if fsync else 21))
+    # the written tail is in the file (the page cache) until the power goes
+    assert [e[1] for e in contents(DurableJournal(jdir, fsync=False))] == list(range(1, 36))
+    dropped = sync_ledger.cut(jdir, ledger, baseline={})
+    assert list(dropped.values()) == [sum(len(encode_record(b"entry-%d" % i, i + 1, 1)) for i in range(20, 35))]
+    assert [e[1] for e in contents(DurableJournal(jdir))] == list(range(1, 21))
 
 
-def test_without_test_mode_kill9_keeps_the_page_cache(tmp_path):
-    # the contrast that makes the mode necessary: a plain kill -9 loses nothing
-    proc, jdir = spawn_writer(tmp_path, fsync=False, unsynced=False, n_synced=5, n_unsynced=5)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-    finally:
-        kill9(proc)
-    assert len(DurableJournal(jdir)) == 10
-
-
-@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed (CI installs it)")
 def test_every_add_is_fdatasynced_before_it_returns(tmp_path):
+    require_strace()
     trace = tmp_path / "trace"
     n = 25
-    proc, jdir = spawn_writer(tmp_path, fsync=True, unsynced=False, n_synced=n, n_unsynced=0,
+    proc, jdir = spawn_writer(tmp_path, fsync=True, n_synced=n, n_unsynced=0,
                               prefix=("strace", "-f", "-y", "-o", str(trace),
                                       "-e", "trace=write,pwrite64,fsync,fdatasync"))
     try:

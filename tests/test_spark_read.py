@@ -16,12 +16,12 @@ import pytest
 
 from tests.sparkutil import REPO, require_spark, spark_env, start_session
 
-require_spark()
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 
 @pytest.fixture(scope="module")
 def spark():
+    require_spark()
     session = start_session("local[2]", "raftq-read-tests")
     yield session
     session.stop()

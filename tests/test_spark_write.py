@@ -10,12 +10,12 @@ import pytest
 
 from tests.sparkutil import require_spark, start_session
 
-require_spark()
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 
 @pytest.fixture(scope="module")
 def spark():
+    require_spark()
     # local[2,2]: a failed task is tried again once (plain local[N] never retries).
     session = start_session("local[2,2]", "raftq-write-tests")
     yield session

@@ -17,6 +17,8 @@ machine documents:
 - a message whose deliveries are spent waits in its group (parked) and moves
   in the order it was parked; a full `reject` dead-letter queue stops the
   moves until it has room;
+- a redrive takes the dead-letter queue's messages in seq order and fires a
+  source queue's timers (not its dead-letter moves) before putting into it;
 - a transaction fires the timers of every queue it names first, then
   checks its receipts, then room in the queues it puts into (before its acks
   free any), then acks and puts.
@@ -33,7 +35,9 @@ import sys
 import tempfile
 
 import cbor2
+import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis.internal.conjecture import engine as hypothesis_engine
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -78,10 +82,10 @@ class Model:
         self.created += 1
         self.queues[name] = {
             "uid": self.created, "name": name, "config": dict(config), "next_seq": 1,
-            "messages": [], "groups": {"default": {}}, "dedup": [], "outbox": [],
+            "messages": [], "groups": {"default": {}}, "dedup": [], "outbox": [], "redrives": [],
             "counters": {c: 0 for c in ("put_total", "acked_total", "redelivered_total",
                                         "dead_lettered_total", "expired_total", "dropped_total",
-                                        "replaced_total")},
+                                        "replaced_total", "redriven_total")},
         }
         return self.queues[name]
 
@@ -133,6 +137,7 @@ class Model:
                 q["counters"]["expired_total"] += 1
         window = q["config"]["dedup_window_ms"]
         q["dedup"] = [d for d in q["dedup"] if d[2] + window > self.clock]
+        q["redrives"] = [r for r in q["redrives"] if r[2] + window > self.clock]
 
     def touch(self, name):
         q = self.queues.get(name)
@@ -282,7 +287,8 @@ class Model:
         due += [m["expires_at"] for q in self.queues.values() for m in q["messages"] if m["expires_at"]]
         due += [s["expires_at"] for s in self.stages.values()]
         due += [r["expires_at"] for r in self.producers.values() if r["expires_at"] is not None]
-        return due + [d[2] + q["config"]["dedup_window_ms"] for q in self.queues.values() for d in q["dedup"]]
+        return due + [d[2] + q["config"]["dedup_window_ms"] for q in self.queues.values()
+                      for d in q["dedup"] + q["redrives"]]
 
     def browse(self, q, group):
         entries = q["groups"][group]
@@ -456,6 +462,40 @@ class Model:
                  "messages": self.store(self.touch(name) or self.new_queue(name, QUEUE_DEFAULTS), messages)}
                 for name, messages in batches.items()]
         return {"acked": len(leases), "put": puts}
+
+    def op_redrive(self, cmd):
+        dlq = self.touch(cmd["queue"])
+        if dlq is None:
+            return err("not_found")
+        earlier = [r for r in dlq["redrives"] if r[0] == cmd.get("id")]
+        if cmd.get("id") is not None and earlier:
+            return {**earlier[0][1], "duplicate": True}
+        moved, to, blocked = 0, {}, set()
+        for m in list(dlq["messages"]):
+            if moved == (cmd.get("max") or 1_000):
+                break
+            source = (m["headers"] or {}).get("x-raftq-from-queue")
+            if source in (None, dlq["name"]) or source in blocked or cmd.get("from_queue") not in (None, source):
+                continue
+            if any(g.get(m["seq"], {}).get("state") == "leased" for g in dlq["groups"].values()):
+                continue
+            target = self.queues.get(source)
+            if target is not None:
+                self.fire(target)
+            headers = {k: v for k, v in m["headers"].items() if k not in (
+                "x-raftq-from-queue", "x-raftq-from-group", "x-raftq-deliveries", "x-raftq-reason")} or None
+            back = [{"body": m["body"], "key": m["key"], "headers": headers}]
+            if target is None or self.too_full(target, back):
+                blocked.add(source)
+                continue
+            self.store(target, back)
+            self.remove(dlq, m["seq"])
+            dlq["counters"]["redriven_total"] += 1
+            moved += 1
+            to[source] = to.get(source, 0) + 1
+        if cmd.get("id") is not None:
+            dlq["redrives"].append((cmd["id"], {"moved": moved, "to": to}, self.clock))
+        return {"moved": moved, "to": to, "duplicate": False}
 
     def op_tick(self, cmd):
         for q in list(self.queues.values()):
@@ -754,6 +794,22 @@ class QueuesComparison(RuleBasedStateMachine):
         cmd = {"ack": acks, "put": [{"queue": q, "messages": m} for q, m in puts], "auto_create": auto_create}
         self.run("tx", **cmd)
 
+    @rule(queue=st.sampled_from(["dl", "dl", "dl", "b", "a"]), from_queue=st.sampled_from([None, None, *QUEUES]),
+          count=st.one_of(st.none(), st.integers(1, 4)), request_id=st.sampled_from([None, None, "r1", "r2"]))
+    def redrive(self, queue, from_queue, count, request_id):
+        """An operator sends dead letters home, and retries the request."""
+        fields = {k: v for k, v in (("from_queue", from_queue), ("max", count), ("id", request_id))
+                  if v is not None}
+        self.run("redrive", queue=queue, **fields)
+
+    @rule(queue=st.sampled_from(["a", "b"]), count=st.one_of(st.none(), st.integers(1, 4)))
+    def poison_then_redrive(self, queue, count):
+        """Consumers fail a queue's messages until they die, then the operator sends them home."""
+        self.flaky_consumer(queue, "default", 3, 3)
+        q = self.model.queues.get(queue)
+        if q is not None and q["config"]["dead_letter"] is not None:
+            self.redrive(q["config"]["dead_letter"], None, count, None)
+
     # ---- staged writes -----------------------------------------------------------------------
     @rule(producer=st.sampled_from(PRODUCERS), token=st.sampled_from(TOKENS), chunk=st.sampled_from([0, 0, 0, 1, 2]),
           queue=st.sampled_from(QUEUES), batch=batches, ttl_ms=st.one_of(st.none(), ms(50, 3_000)),
@@ -857,7 +913,11 @@ class QueuesComparison(RuleBasedStateMachine):
 QueuesComparison.TestCase.settings = settings(
     max_examples=int(os.environ.get("RAFTQ_MODEL_EXAMPLES", 250)), stateful_step_count=100, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
-TestQueuesAgainstModel = QueuesComparison.TestCase
+# A found bug is shrunk for up to MAX_SHRINKING_SECONDS (300 s, Hypothesis's
+# own cap) after up to a few minutes of generating under load; pytest's default
+# 300 s would cut that off and report a timeout instead of the shrunk example.
+SHRINK_BUDGET_S = getattr(hypothesis_engine, "MAX_SHRINKING_SECONDS", 300)
+TestQueuesAgainstModel = pytest.mark.timeout(SHRINK_BUDGET_S + 600)(QueuesComparison.TestCase)
 
 
 # ---- determinism --------------------------------------------------------------------------

@@ -206,11 +206,11 @@ def test_stages_and_marks_survive_snapshot_and_restore(m):
     assert commit(m, 0, ("t1", 1))["put"] == 1
 
 
-def test_a_version_4_snapshot_restores_with_no_staging(m):
+def test_a_version_5_snapshot_restores_with_no_staging(m):
     m.put("q", msg("a"))
     state = cbor2.loads(m.sm.snapshot())
     del state["staging"]
-    state["version"] = 4
+    state["version"] = 5
     restored = StateMachine()
     restored.restore(cbor2.dumps(state))
     assert restored.producer_info("p")["stages"] == [] and restored.queue_info("q")["stats"]["depth"] == 1

@@ -2,6 +2,7 @@
 
 import datetime
 import ipaddress
+import ssl
 
 import pytest
 from cryptography import x509
@@ -42,6 +43,7 @@ def test_https_end_to_end(fresh_cluster, tmp_path):
         assert client.ack("secure", [got[0]["receipt"]])["acked"] == 1
         assert all(n["healthy"] for n in client.cluster()["nodes"])   # node-to-node over https
         assert client.verify()["agree"] is True
-    with pytest.raises(OSError):      # an unknown CA is refused
+    # a client that does not trust the private CA refuses the node's certificate
+    with pytest.raises(ssl.SSLCertVerificationError, match="certificate verify failed"):
         with Client(cluster.urls[0], retry_for=0) as untrusting:
             untrusting.queues()

@@ -1,0 +1,384 @@
+"""The streaming wire: `GET /v1/stream`, a WebSocket of CBOR frames (docs/stream.md).
+
+Theory of operation
+-------------------
+One connection carries publishes with a confirm per message and any number of
+subscriptions with credit. It is a thin handler over the same node face as
+the HTTP routes — commands go through `leader.apply` into the group
+committer, long polls through `node.wait_ready` — so its semantics are the
+HTTP API's: idempotency ids, keys, durability levels, leases and receipts.
+What it saves is a request per message: many messages ride in one frame, many
+frames (from many connections) share one log entry, and deliveries are
+pushed instead of polled.
+
+- Only the leader serves. Every connection opens with a `hello` frame from
+  the node; a follower's names the leader's URL and the node closes with
+  4307. A leader that loses the lead sends `redirect` and closes likewise;
+  the client reconnects and resends what was not confirmed, with the same
+  ids, so nothing is stored twice.
+- Frames being applied per connection are bounded (MAX_FRAMES_IN_FLIGHT):
+  past it the node stops reading until one is answered, which is the
+  producer's back-pressure besides its own window.
+- A subscription holds at most `prefetch` messages leased to this
+  connection and not yet settled; an ack or nack of one (stale or not) or the
+  end of its lease gives its credit back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import cbor2
+from aiohttp import WSMsgType, web
+
+from statemachine import check_command
+from statemachine.validation import MAX_RECEIVE, NAME_RE, is_int
+
+from .errors import ApiError, from_result
+from .leader import NODE, apply
+from .messages import DURABILITY, checked_message, reach_durability
+
+log = logging.getLogger("raftq.api.stream")
+
+PROTOCOL_VERSION = 1
+MAX_FRAME_BYTES = 16 << 20
+MAX_FRAMES_IN_FLIGHT = 256
+MAX_PREFETCH = 10_000
+CLOSE_NOT_LEADER = 4307
+CLOSE_PROTOCOL_ERROR = 4400
+SETTLE_OPS = {"ack": "acked", "nack": "nacked", "extend": "extended"}
+IDLE_RECHECK_S = 1.0    # a subscription re-reads readiness at least this often
+
+
+def _name(value, what: str) -> str:
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
+        raise ApiError("bad_request", f"{what} must match [A-Za-z0-9._-]{{1,128}}")
+    return value
+
+
+def _leader_url(request: web.Request) -> str | None:
+    node = request.app[NODE]
+    address = node.http_addr(node.status()["leader_id"])
+    return None if address is None else f"{request.scheme}://{address}"
+
+
+async def stream(request: web.Request) -> web.WebSocketResponse:
+    ws = web.WebSocketResponse(max_msg_size=MAX_FRAME_BYTES, heartbeat=20, compress=False)
+    await ws.prepare(request)
+    session = Session(request, ws)
+    try:
+        await session.run()
+    finally:
+        await session.close()
+    return ws
+
+
+class LeadershipLost(Exception):
+    """This node no longer leads: the connection goes to the leader."""
+
+
+class Session:
+    def __init__(self, request: web.Request, ws: web.WebSocketResponse):
+        self.request = request
+        self.app = request.app
+        self.node = request.app[NODE]
+        self.ws = ws
+        self.outbox: asyncio.Queue = asyncio.Queue()
+        self.slots = asyncio.Semaphore(MAX_FRAMES_IN_FLIGHT)
+        self.tasks: set[asyncio.Task] = set()
+        self.subscriptions: dict[object, Subscription] = {}
+        self.receipts: dict[str, Subscription] = {}   # unsettled deliveries of this connection
+        self.leaving = asyncio.Event()
+
+    # ---- the connection ------------------------------------------------------------------------
+    async def run(self) -> None:
+        status = self.node.status()
+        leads = status["role"] == "leader" and status["quorum_ok"]
+        await self._send_now({"op": "hello", "version": PROTOCOL_VERSION, "node": self.node.id,
+                              "leader": leads, "leader_url": _leader_url(self.request),
+                              "max_frame_bytes": MAX_FRAME_BYTES, "max_prefetch": MAX_PREFETCH})
+        if not leads:
+            await self.ws.close(code=CLOSE_NOT_LEADER, message=b"not the leader")
+            return
+        writer = asyncio.create_task(self._write())
+        reader = asyncio.create_task(self._read())
+        leaving = asyncio.create_task(self.leaving.wait())
+        await asyncio.wait({reader, leaving}, return_when=asyncio.FIRST_COMPLETED)
+        if self.leaving.is_set() and not self.ws.closed:
+            self.outbox.put_nowait({"op": "redirect", "leader_url": _leader_url(self.request)})
+        reader.cancel()
+        leaving.cancel()
+        for task in list(self.tasks):
+            task.cancel()
+        self.outbox.put_nowait(None)
+        await asyncio.gather(writer, return_exceptions=True)
+        if not self.ws.closed:
+            code = CLOSE_NOT_LEADER if self.leaving.is_set() else 1000
+            await self.ws.close(code=code)
+
+    async def close(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def _send_now(self, frame: dict) -> None:
+        await self.ws.send_bytes(cbor2.dumps(frame))
+
+    def send(self, frame: dict) -> None:
+        self.outbox.put_nowait(frame)
+
+    async def _write(self) -> None:
+        while True:
+            frame = await self.outbox.get()
+            if frame is None or self.ws.closed:
+                return
+            await self._send_now(frame)
+
+    async def _read(self) -> None:
+        async for msg in self.ws:
+            if msg.type != WSMsgType.BINARY:
+                if msg.type == WSMsgType.TEXT:
+                    self.send({"op": "error", "error": "bad_request", "status": 400,
+                               "message": "frames are binary CBOR, not text"})
+                    await self._protocol_error()
+                return
+            try:
+                frame = cbor2.loads(msg.data)
+            except Exception as exc:
+                self.send({"op": "error", "error": "bad_request", "status": 400,
+                           "message": f"a frame is not valid CBOR: {exc}"})
+                await self._protocol_error()
+                return
+            await self._dispatch(frame)
+
+    async def _protocol_error(self) -> None:
+        self.outbox.put_nowait(None)
+        await asyncio.sleep(0)   # let the writer send the error first
+        await self.ws.close(code=CLOSE_PROTOCOL_ERROR, message=b"protocol error")
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and isinstance(task.exception(), LeadershipLost):
+            self.leaving.set()
+        elif not task.cancelled() and task.exception() is not None:
+            log.error("stream task failed", exc_info=task.exception())
+
+    # ---- frames ------------------------------------------------------------------------------------------
+    async def _dispatch(self, frame) -> None:
+        op = frame.get("op") if isinstance(frame, dict) else None
+        if op == "publish" or op in SETTLE_OPS:
+            await self.slots.acquire()
+            task = self._spawn(self._publish(frame) if op == "publish" else self._settle(op, frame))
+            task.add_done_callback(lambda _: self.slots.release())
+        elif op == "subscribe":
+            self._subscribe(frame)
+        elif op == "unsubscribe":
+            sub = self.subscriptions.pop(frame.get("sub"), None)
+            if sub is not None:
+                sub.task.cancel()
+            self.send({"op": "unsubscribed", "sub": frame.get("sub")})
+        else:
+            self.send({"op": "error", "error": "bad_request", "status": 400,
+                       "message": "a frame is a map whose op is publish, subscribe, unsubscribe, "
+                                  "ack, nack or extend"})
+
+    async def _apply(self, command: dict) -> dict:
+        """The command's result, refusals included; LeadershipLost when it cannot be known here."""
+        try:
+            return await apply(self.app, command)
+        except ApiError as exc:
+            if exc.code == "no_quorum" and self.node.status()["role"] != "leader":
+                raise LeadershipLost() from None
+            raise
+
+    async def _publish(self, frame: dict) -> None:
+        messages = frame.get("messages")
+        cids = [m.get("cid") if isinstance(m, dict) else None for m in messages] \
+            if isinstance(messages, list) else []
+        try:
+            queue = _name(frame.get("queue"), "queue")
+            durability = frame.get("durability", "quorum")
+            if durability not in DURABILITY:
+                raise ApiError("bad_request", "durability must be quorum, all or leader")
+            if not cids or not all(is_int(c) for c in cids):
+                raise ApiError("bad_request", "messages must be a non-empty list of maps, each with an integer cid")
+        except ApiError as exc:
+            self.send({"op": "confirm", "queue": frame.get("queue"), "results": [],
+                       "refused": [_refusal(c, exc) for c in cids if is_int(c)]} if any(is_int(c) for c in cids)
+                      else {"op": "error", "error": exc.code, "status": exc.status, "message": exc.message})
+            return
+        accepted, accepted_cids, refused = [], [], []
+        for index, raw in enumerate(messages):
+            cid = raw["cid"]
+            try:
+                message = checked_message(self.app, {k: v for k, v in raw.items() if k != "cid"}, index)
+                problem = check_command({"op": "put", "queue": queue, "messages": [message], "now_ms": 0,
+                                         "auto_create": self.node.auto_create})
+                if problem:
+                    raise from_result(problem)
+            except ApiError as exc:
+                refused.append(_refusal(cid, exc))
+                continue
+            accepted.append(message)
+            accepted_cids.append(cid)
+        results = []
+        if accepted:
+            try:
+                result = await self._apply({"op": "put", "queue": queue, "messages": accepted,
+                                            "auto_create": self.node.auto_create})
+                if "error" in result:
+                    raise from_result(result)
+                _, given, shortfall = await reach_durability(self.app, durability)
+            except ApiError as exc:
+                refused.extend(_refusal(cid, exc) for cid in accepted_cids)
+            else:
+                results = [{"cid": cid, "seq": m["seq"], "duplicate": m["duplicate"],
+                            "replaced_seq": m.get("replaced_seq"), "durability": given,
+                            **({"durability_not_reached": shortfall} if shortfall else {})}
+                           for cid, m in zip(accepted_cids, result["messages"])]
+        self.send({"op": "confirm", "queue": queue, "results": results, "refused": refused})
+
+    async def _settle(self, op: str, frame: dict) -> None:
+        rid = frame.get("rid")
+        receipts = frame.get("receipts")
+        try:
+            queue = _name(frame.get("queue"), "queue")
+            if not isinstance(receipts, list) or not receipts or not all(isinstance(r, str) for r in receipts):
+                raise ApiError("bad_request", "receipts must be a non-empty list of strings")
+            command = {"op": op, "queue": queue, "receipts": receipts}
+            for field in ("delay_ms", "lease_ms"):
+                if frame.get(field) is not None:
+                    command[field] = frame[field]
+            problem = check_command({**command, "now_ms": 0})
+            if problem:
+                raise from_result(problem)
+            result = await self._apply(command)
+        except ApiError as exc:
+            self.send({"op": "error", "rid": rid, "error": exc.code, "status": exc.status, "message": exc.message})
+            return
+        if result.get("error") == "stale_receipt":
+            result = {SETTLE_OPS[op]: 0, "stale": result.get("stale", receipts)}
+        elif "error" in result:
+            refusal = from_result(result)
+            self.send({"op": "error", "rid": rid, "error": refusal.code, "status": refusal.status,
+                       "message": refusal.message})
+            return
+        if op == "extend":
+            for receipt in receipts:
+                sub = self.receipts.get(receipt)
+                if sub is not None:
+                    sub.extended(receipt, command.get("lease_ms"))
+        else:
+            # Settled or stale, the lease is no longer this connection's.
+            for receipt in receipts:
+                sub = self.receipts.pop(receipt, None)
+                if sub is not None:
+                    sub.settled(receipt)
+        self.send({"op": "settled", "rid": rid, **result})
+
+    def _subscribe(self, frame: dict) -> None:
+        sub_id = frame.get("sub")
+        try:
+            if sub_id is None or sub_id in self.subscriptions:
+                raise ApiError("bad_request", "a subscription needs a 'sub' id not already in use")
+            queue = _name(frame.get("queue"), "queue")
+            group = _name(frame.get("group", "default"), "group")
+            prefetch = frame.get("prefetch", 100)
+            if not is_int(prefetch) or not 1 <= prefetch <= MAX_PREFETCH:
+                raise ApiError("bad_request", f"prefetch must be an integer from 1 to {MAX_PREFETCH}")
+            lease_ms = frame.get("lease_ms")
+            if lease_ms is not None and (not is_int(lease_ms) or not 1 <= lease_ms <= 1 << 40):
+                raise ApiError("bad_request", "lease_ms must be a positive integer")
+            info = self.node.read("queue_info", queue)
+            if "error" in info:
+                raise from_result(info)
+            if group not in info["stats"]["groups"]:
+                raise ApiError("not_found", f"group {group!r} does not exist in queue {queue!r}")
+        except ApiError as exc:
+            self.send({"op": "error", "sub": sub_id, "error": exc.code, "status": exc.status,
+                       "message": exc.message})
+            return
+        sub = Subscription(self, sub_id, queue, group, prefetch, lease_ms or info["config"]["lease_ms"])
+        self.subscriptions[sub_id] = sub
+        sub.task = self._spawn(sub.run())
+        self.send({"op": "subscribed", "sub": sub_id})
+
+
+def _refusal(cid, exc: ApiError) -> dict:
+    return {"cid": cid, "error": exc.code, "status": exc.status, "message": exc.message}
+
+
+class Subscription:
+    """Pushes a group's ready messages to one connection, `prefetch` unsettled at most."""
+
+    def __init__(self, session: Session, sub_id, queue: str, group: str, prefetch: int, lease_ms: int):
+        self.session = session
+        self.id = sub_id
+        self.queue = queue
+        self.group = group
+        self.prefetch = prefetch
+        self.lease_ms = lease_ms
+        self.leases: dict[str, float] = {}   # receipt -> when its lease ends (monotonic)
+        self.credit = asyncio.Event()
+        self.task: asyncio.Task | None = None
+
+    def settled(self, receipt: str) -> None:
+        if self.leases.pop(receipt, None) is not None:
+            self.credit.set()
+
+    def extended(self, receipt: str, lease_ms: int | None) -> None:
+        if receipt in self.leases:
+            self.leases[receipt] = time.monotonic() + (lease_ms or self.lease_ms) / 1000
+
+    def _free(self) -> int:
+        now = time.monotonic()
+        for receipt in [r for r, ends in self.leases.items() if ends <= now]:
+            del self.leases[receipt]            # its lease ended: the message is someone else's now
+            self.session.receipts.pop(receipt, None)
+        return self.prefetch - len(self.leases)
+
+    async def run(self) -> None:
+        node, session = self.session.node, self.session
+        while True:
+            free = self._free()
+            if free <= 0:
+                self.credit.clear()
+                next_end = min(self.leases.values()) - time.monotonic()
+                try:
+                    await asyncio.wait_for(self.credit.wait(), max(0.001, next_end))
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            if not node.read("has_ready", self.queue, self.group):
+                await node.wait_ready(self.queue, self.group, IDLE_RECHECK_S)
+                if node.status()["role"] != "leader":
+                    raise LeadershipLost()
+                continue
+            try:
+                result = await session._apply({"op": "receive", "queue": self.queue, "group": self.group,
+                                               "max": min(free, MAX_RECEIVE), "lease_ms": self.lease_ms})
+            except ApiError as exc:
+                session.send({"op": "error", "sub": self.id, "error": exc.code, "status": exc.status,
+                              "message": exc.message})
+                await asyncio.sleep(IDLE_RECHECK_S)
+                continue
+            if "error" in result:     # the queue or group was deleted: the subscription ends
+                refusal = from_result(result)
+                session.send({"op": "error", "sub": self.id, "error": refusal.code, "status": refusal.status,
+                              "message": refusal.message})
+                session.subscriptions.pop(self.id, None)
+                return
+            ends = time.monotonic() + self.lease_ms / 1000
+            for message in result["messages"]:
+                self.leases[message["receipt"]] = ends
+                session.receipts[message["receipt"]] = self
+            if result["messages"]:
+                session.send({"op": "deliver", "sub": self.id, "messages": result["messages"]})

@@ -1,0 +1,230 @@
+"""`python -m bench compare`: raftq, RabbitMQ quorum queues and NATS JetStream,
+each a 3-node cluster on 127.0.0.1, measured side by side in one run.
+
+Theory of operation
+-------------------
+All systems are started first (each by its own side module) and stay up, idle
+while another is measured; then every workload runs on each system in turn,
+and the whole round is repeated (`--reps`), so that the machine's noise falls
+on every system alike: raftq, RabbitMQ, NATS, raftq, RabbitMQ, NATS, ...
+Ratios are raftq ÷ peer from medians of this run, never against a figure from
+another day. Everything started is stopped by PID, whatever happens.
+
+Workloads (100-byte messages, durable as each system allows):
+- W1  one message at a time, each acknowledged before the next: rate, p50, p99
+- W2  pipelined single messages (raftq: a Producer with a window of 1 000;
+      raftq-http: 64 concurrent single-message puts; RabbitMQ: 1 000
+      unconfirmed publishes; NATS: 1 000 async publishes in flight)
+- W3  consume and ack a backlog of `--backlog` messages in each system's best mode
+- W4  kill -9 of the leader under one-at-a-time writes: time to the next
+      acknowledged write (median over `--failovers` rounds), acked writes lost
+- W5  produce at half of what the system can both take and hand out (the
+      lower of its own W2 and W3 rates) while consuming: put -> delivered
+      latency p50, p99
+- raftq alone: RSS per node holding `--stored` messages, and a whole-cluster
+  restart to ready with them.
+CPU per message (server: the nodes' processes; client: this process) is
+reported beside each throughput figure.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from bench.measure import cpu_seconds, percentile
+
+NATS_NOTE = "NATS 2.9 does not fsync each message: its acks mean a majority holds it in memory"
+
+
+def make_systems(names: list[str], root: Path) -> list:
+    """The sides to compare, in the order given; raftq-http shares raftq's cluster when both run."""
+    from bench.nats_side import Nats
+    from bench.rabbitmq_side import RabbitMQ
+    from bench.raftq_side import Raftq, RaftqHttp
+    made: dict = {}
+    for name in names:
+        if name == "raftq-http":
+            made[name] = RaftqHttp(root, cluster_of=made.get("raftq"))
+        else:
+            made[name] = {"raftq": Raftq, "rabbitmq": RabbitMQ, "nats": Nats}[name](root)
+    return list(made.values())
+
+
+def measured(system, workload, *args) -> dict:
+    """Run one workload, adding its rate and the CPU it cost per message."""
+    pids = system.server_pids()
+    server0, client0 = cpu_seconds(pids), time.process_time()
+    figures = workload(*args)
+    server, client = cpu_seconds(pids) - server0, time.process_time() - client0
+    n = max(figures["n"], 1)
+    figures["msgs_per_s"] = figures["n"] / figures["secs"] if figures.get("secs") else None
+    figures["server_cpu_us_per_msg"] = server / n * 1e6
+    figures["client_cpu_us_per_msg"] = client / n * 1e6
+    return figures
+
+
+def _summary(runs: list[dict]) -> dict:
+    """Medians over repetitions of what a workload reported."""
+    out = {}
+    for key in ("msgs_per_s", "server_cpu_us_per_msg", "client_cpu_us_per_msg", "p50_ms", "p99_ms"):
+        values = [r[key] for r in runs if r.get(key) is not None]
+        if values:
+            out[key] = statistics.median(values)
+    return out
+
+
+def _latency_figures(figures: dict, key: str) -> None:
+    values = figures.pop(key)
+    figures["p50_ms"] = percentile(values, 50)
+    figures["p99_ms"] = percentile(values, 99)
+    figures["_" + key] = values
+
+
+def run(args, log=print) -> dict:
+    root = Path(tempfile.mkdtemp(prefix="raftq-compare-"))
+    out = Path(args.out) / time.strftime("compare-%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    systems = make_systems(args.systems, root)
+    raw: dict[str, dict[str, list]] = {s.name: defaultdict(list) for s in systems}
+    extra: dict = {}
+    started = []
+    try:
+        for system in systems:
+            t = time.perf_counter()
+            system.start()
+            started.append(system)
+            log(f"{system.label}: up in {time.perf_counter() - t:.1f} s")
+        for rep in range(args.reps):
+            for system in systems:
+                w1 = measured(system, system.w1, args.seconds)
+                _latency_figures(w1, "latencies_ms")
+                w2 = measured(system, system.w2, args.seconds)
+                backlog = system.fill(args.backlog)
+                w3 = measured(system, system.w3, backlog, args.backlog)
+                for name, figures in (("w1", w1), ("w2", w2), ("w3", w3)):
+                    raw[system.name][name].append(figures)
+                log(f"rep {rep + 1} {system.name:<9} W1 {w1['msgs_per_s']:8.0f}/s p50 {w1['p50_ms']:.2f} ms "
+                    f"p99 {w1['p99_ms']:.2f} ms | W2 {w2['msgs_per_s']:8.0f}/s | W3 {w3['msgs_per_s']:8.0f}/s")
+        for rep in range(args.reps):
+            for system in systems:
+                rate = 0.5 * min(statistics.median(r["msgs_per_s"] for r in raw[system.name][w])
+                                 for w in ("w2", "w3"))
+                w5 = measured(system, system.w5, rate, args.seconds)
+                _latency_figures(w5, "e2e_ms")
+                w5["rate"] = rate
+                raw[system.name]["w5"].append(w5)
+                log(f"rep {rep + 1} {system.name:<9} W5 at {rate:7.0f}/s: e2e p50 {w5['p50_ms']:.2f} ms "
+                    f"p99 {w5['p99_ms']:.2f} ms ({w5['n']} of {w5['sent']} delivered)")
+        for system in [s for s in systems if s.fails_over]:
+            w4 = system.w4(args.failovers)
+            w4["median_s"] = statistics.median(w4["rounds_s"])
+            raw[system.name]["w4"].append(w4)
+            log(f"{system.name:<9} W4 kill -9 leader -> next acked write: median {w4['median_s'] * 1000:.0f} ms "
+                f"over {len(w4['rounds_s'])} rounds, {w4['lost']} acked writes lost")
+        raftq = next((s for s in systems if s.name == "raftq"), None)
+        if raftq is not None and args.stored:
+            extra = raftq.memory_and_restart(args.stored)
+            log(f"raftq holding {args.stored:,} messages: RSS {extra['rss_mib_max']:.0f} MiB per node (max), "
+                f"restart to ready {extra['restart_s']:.1f} s")
+    finally:
+        for system in reversed(started):
+            system.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    report = build_report(raw, extra, args)
+    write_outputs(out, raw, report, systems)
+    log(f"results in {out}")
+    return report
+
+
+def _ratio(a, b) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+def build_report(raw: dict, extra: dict, args) -> dict:
+    table: dict[str, dict] = {}
+    for name, workloads in raw.items():
+        table[name] = {w: _summary(runs) for w, runs in workloads.items() if w != "w4"}
+        if workloads.get("w4"):
+            w4 = workloads["w4"][0]
+            table[name]["w4"] = {"median_s": w4["median_s"], "lost": w4["lost"], "rounds_s": w4["rounds_s"]}
+    figures: dict = {"reps": args.reps, "seconds": args.seconds, "backlog": args.backlog, "systems": table}
+
+    def get(system, workload, key):
+        return table.get(system, {}).get(workload, {}).get(key)
+
+    for peer in ("rabbitmq", "nats"):
+        if peer not in table or "raftq" not in table:
+            continue
+        figures[f"w1_p50_vs_{peer}"] = _ratio(get("raftq", "w1", "p50_ms"), get(peer, "w1", "p50_ms"))
+        figures[f"w1_p99_vs_{peer}"] = _ratio(get("raftq", "w1", "p99_ms"), get(peer, "w1", "p99_ms"))
+        for w in ("w1", "w2", "w3"):
+            figures[f"{w}_vs_{peer}"] = _ratio(get("raftq", w, "msgs_per_s"), get(peer, w, "msgs_per_s"))
+        figures[f"w4_median_vs_{peer}"] = _ratio(get("raftq", "w4", "median_s"), get(peer, "w4", "median_s"))
+        figures[f"w5_p50_vs_{peer}"] = _ratio(get("raftq", "w5", "p50_ms"), get(peer, "w5", "p50_ms"))
+        figures[f"w5_p99_vs_{peer}"] = _ratio(get("raftq", "w5", "p99_ms"), get(peer, "w5", "p99_ms"))
+    figures["acked_lost"] = {name: t["w4"]["lost"] for name, t in table.items() if "w4" in t}
+    if extra:
+        figures["rss_1m_mib"] = round(extra["rss_mib_max"], 1)
+        figures["restart_1m_s"] = round(extra["restart_s"], 2)
+        figures["stored_for_rss"] = extra["stored"]
+    return figures
+
+
+def markdown(report: dict, systems) -> str:
+    table = report["systems"]
+    names = [s.name for s in systems]
+    labels = {s.name: s.label for s in systems}
+    peers = [p for p in ("rabbitmq", "nats") if p in names and "raftq" in names]
+
+    def cell(system, workload, key, scale=1.0, digits=0):
+        value = table.get(system, {}).get(workload, {}).get(key)
+        return "—" if value is None else f"{value * scale:,.{digits}f}"
+
+    rows = [
+        ("W1 one at a time, acked: msgs/s", "w1", "msgs_per_s", 1, 0, "rate"),
+        ("W1 p50 ms", "w1", "p50_ms", 1, 2, "latency"),
+        ("W1 p99 ms", "w1", "p99_ms", 1, 2, "latency"),
+        ("W2 pipelined single messages: msgs/s", "w2", "msgs_per_s", 1, 0, "rate"),
+        ("W2 server CPU µs/msg", "w2", "server_cpu_us_per_msg", 1, 0, None),
+        ("W2 client CPU µs/msg", "w2", "client_cpu_us_per_msg", 1, 0, None),
+        (f"W3 consume+ack {report['backlog']:,} backlog: msgs/s", "w3", "msgs_per_s", 1, 0, "rate"),
+        ("W4 kill -9 leader -> next acked write: median ms", "w4", "median_s", 1000, 0, "latency"),
+        ("W4 acked writes lost", "w4", "lost", 1, 0, None),
+        ("W5 at half of own max: e2e p50 ms", "w5", "p50_ms", 1, 2, "latency"),
+        ("W5 e2e p99 ms", "w5", "p99_ms", 1, 2, "latency"),
+    ]
+    head = ["workload", *[labels[n] for n in names], *[f"raftq ÷ {p}" for p in peers]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for title, workload, key, scale, digits, kind in rows:
+        cells = [cell(n, workload, key, scale, digits) for n in names]
+        ratios = []
+        for p in peers:
+            a = table["raftq"].get(workload, {}).get(key)
+            b = table[p].get(workload, {}).get(key)
+            ratios.append(f"{a / b:.2f}" if kind and a is not None and b else "")
+        lines.append("| " + " | ".join([title, *cells, *ratios]) + " |")
+    notes = [f"Medians of {report['reps']} interleaved repetitions of {report['seconds']} s each; "
+             "throughput ratios above 1 and latency ratios below 1 favour raftq."]
+    if "nats" in names:
+        notes.append(NATS_NOTE + ".")
+    if "rss_1m_mib" in report:
+        notes.append(f"raftq holding {report['stored_for_rss']:,} stored 100-byte messages: "
+                     f"{report['rss_1m_mib']} MiB RSS per node (max), whole-cluster restart to ready "
+                     f"{report['restart_1m_s']} s.")
+    return "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+
+
+def write_outputs(out: Path, raw: dict, report: dict, systems) -> None:
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "report.md").write_text(markdown(report, systems))
+    try:
+        from bench.compare_plots import plot
+    except ImportError:
+        return   # matplotlib is in the [plot] extra
+    plot(out, raw, {s.name: s.label for s in systems})

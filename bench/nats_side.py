@@ -1,0 +1,273 @@
+"""NATS JetStream as one side of `python -m bench compare`: three nats-server
+(Debian's package) processes clustered on 127.0.0.1, a file-stored stream
+with three replicas and work-queue retention, driven with nats-py.
+
+NATS 2.9 does not fsync each message (its `sync_interval` came later): an
+acknowledged publish is in the memory of a majority, not on their disks.
+Every figure of it is reported with that note.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import nats
+from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
+
+from bench.measure import Pacer
+from raftq.local import free_ports
+
+PAYLOAD = b"x" * 100
+W2_IN_FLIGHT = 1000
+W3_FETCH = 100
+NODE_CONFIG = """server_name: n{n}
+host: 127.0.0.1
+port: {client}
+http: 127.0.0.1:{monitor}
+jetstream {{
+  store_dir: {store}
+  max_memory_store: 256MB
+  max_file_store: 4GB
+}}
+cluster {{
+  name: bench
+  host: 127.0.0.1
+  port: {route}
+  routes: [
+{routes}
+  ]
+}}
+"""
+
+
+class Nats:
+    name = "nats"
+    label = "NATS 2.9 JetStream R3 (3 nodes, no fsync per message)"
+    fails_over = True
+    durability = "acked once a majority has it in memory; NOT fsynced per message"
+
+    def __init__(self, root: Path):
+        self.root = root / "nats"
+        self.nodes = [1, 2, 3]
+        ports = free_ports(9)
+        self.client = dict(zip(self.nodes, ports[0:3]))
+        self.route = dict(zip(self.nodes, ports[3:6]))
+        self.monitor = dict(zip(self.nodes, ports[6:9]))
+        self.procs: dict[int, subprocess.Popen] = {}
+        self._rounds = 0
+
+    # ---- life cycle ----------------------------------------------------------------------------
+    def _start_node(self, n: int) -> None:
+        with open(self.root / f"n{n}.log", "ab") as log:
+            self.procs[n] = subprocess.Popen(["nats-server", "-c", str(self.root / f"n{n}.conf")],
+                                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def _healthy(self, n: int) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.monitor[n]}/healthz?js-enabled-only=true",
+                                        timeout=1) as reply:
+                return reply.status == 200
+        except OSError:
+            return False
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        routes = "\n".join(f"    nats-route://127.0.0.1:{self.route[n]}" for n in self.nodes)
+        for n in self.nodes:
+            (self.root / f"n{n}.conf").write_text(NODE_CONFIG.format(
+                n=n, client=self.client[n], monitor=self.monitor[n], route=self.route[n],
+                store=self.root / "data" / f"n{n}", routes=routes))
+            self._start_node(n)
+        deadline = time.monotonic() + 60
+        while not all(self._healthy(n) for n in self.nodes):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nats did not come up; see {self.root}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def server_pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values() if p.poll() is None]
+
+    # ---- clients ---------------------------------------------------------------------------------
+    def _urls(self, nodes=None) -> list[str]:
+        return [f"nats://127.0.0.1:{self.client[n]}" for n in (nodes or self.nodes)]
+
+    async def _connect(self, nodes=None, **kwargs):
+        return await nats.connect(servers=self._urls(nodes), connect_timeout=2, max_reconnect_attempts=-1,
+                                  reconnect_time_wait=0.05, **kwargs)
+
+    async def _stream(self, what: str) -> tuple[str, str]:
+        """A fresh R3 stream and its subject, with a durable pull consumer `c`."""
+        self._rounds += 1
+        name = f"BENCH{self._rounds}"
+        subject = f"bench.{what}.{self._rounds}"
+        nc = await self._connect()
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name=name, subjects=[subject], storage=StorageType.FILE,
+                                         retention=RetentionPolicy.WORK_QUEUE, num_replicas=3))
+        await js.add_consumer(name, ConsumerConfig(durable_name="c", ack_policy=AckPolicy.EXPLICIT,
+                                                   max_ack_pending=100_000))
+        await nc.close()
+        return name, subject
+
+    # ---- workloads ---------------------------------------------------------------------------------
+    def w1(self, seconds: float) -> dict:
+        async def run():
+            _, subject = await self._stream("w1")
+            nc = await self._connect()
+            js = nc.jetstream()
+            await js.publish(subject, PAYLOAD)
+            latencies = []
+            started = time.perf_counter()
+            stop_at = started + seconds
+            while time.perf_counter() < stop_at:
+                sent = time.perf_counter()
+                await js.publish(subject, PAYLOAD)
+                latencies.append((time.perf_counter() - sent) * 1000)
+            elapsed = time.perf_counter() - started
+            await nc.close()
+            return {"n": len(latencies), "secs": elapsed, "latencies_ms": latencies}
+        return asyncio.run(run())
+
+    async def _publish_async(self, subject: str, seconds: float, count: int | None,
+                             pacer: Pacer | None = None, stamp: bool = False) -> dict:
+        nc = await self._connect(pending_size=64 * 1024 * 1024)
+        js = nc.jetstream(publish_async_max_pending=W2_IN_FLIGHT)
+        sent = 0
+        started = time.perf_counter()
+        stop_at = started + seconds
+        while (count is None or sent < count) and time.perf_counter() < stop_at:
+            due = pacer.due() if pacer is not None else 1
+            if due == 0:
+                await asyncio.sleep(0.001)
+                continue
+            for _ in range(due):
+                body = repr(time.perf_counter()).encode().ljust(100) if stamp else PAYLOAD
+                await js.publish_async(subject, body, wait_stall=5)
+                sent += 1
+            if pacer is not None:
+                pacer.took(due)
+        await asyncio.wait_for(js.publish_async_completed(), timeout=60)
+        elapsed = time.perf_counter() - started
+        await nc.close()
+        return {"n": sent, "secs": elapsed}
+
+    def w2(self, seconds: float) -> dict:
+        async def run():
+            _, subject = await self._stream("w2")
+            return await self._publish_async(subject, seconds, None)
+        return asyncio.run(run())
+
+    def fill(self, count: int) -> tuple[str, str]:
+        async def run():
+            stream = await self._stream("backlog")
+            await self._publish_async(stream[1], 600, count)
+            return stream
+        return asyncio.run(run())
+
+    async def _consume(self, stream: str, subject: str, count: int | None, until: float, on_message=None) -> int:
+        nc = await self._connect()
+        sub = await nc.jetstream().pull_subscribe(subject, durable="c", stream=stream)
+        received = 0
+        while (count is None or received < count) and time.perf_counter() < until:
+            try:
+                messages = await sub.fetch(W3_FETCH, timeout=0.2)
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                if count is not None and time.perf_counter() > until:
+                    break
+                continue
+            for m in messages:
+                if on_message is not None:
+                    on_message(m.data)
+                await m.ack()
+            received += len(messages)
+        await nc.flush()
+        await nc.close()
+        return received
+
+    def w3(self, stream: tuple[str, str], count: int) -> dict:
+        """Consume and ack a backlog: pull fetch of 100, one ack per message (not waited for)."""
+        async def run():
+            started = time.perf_counter()
+            received = await self._consume(*stream, count, started + 300)
+            return {"n": received, "secs": time.perf_counter() - started}
+        return asyncio.run(run())
+
+    def w4(self, rounds: int) -> dict:
+        took, lost = [], 0
+        for _ in range(rounds):
+            seconds, acked, stored = asyncio.run(self._failover_once())
+            took.append(seconds)
+            lost += max(0, acked - stored)
+        return {"rounds_s": took, "lost": lost}
+
+    async def _failover_once(self) -> tuple[float, int, int]:
+        stream, subject = await self._stream("w4")
+        nc = await self._connect()
+        leader = int((await nc.jetstream().stream_info(stream)).cluster.leader.removeprefix("n"))
+        await nc.close()
+        others = [n for n in self.nodes if n != leader]
+        nc = await nats.connect(servers=self._urls(others), connect_timeout=1, max_reconnect_attempts=-1,
+                                reconnect_time_wait=0.05, dont_randomize=True)
+        js = nc.jetstream(timeout=0.25)
+        acked = 0
+        warm_until = time.perf_counter() + 1.0
+        while time.perf_counter() < warm_until:
+            await js.publish(subject, PAYLOAD)
+            acked += 1
+        os.kill(self.procs[leader].pid, signal.SIGKILL)
+        killed_at = time.perf_counter()
+        while time.perf_counter() - killed_at < 60:
+            try:
+                await js.publish(subject, PAYLOAD, timeout=0.25)
+                acked += 1
+                break
+            except Exception:   # nats-py raises timeouts, no-responders and others while electing
+                await asyncio.sleep(0.01)
+        took = time.perf_counter() - killed_at
+        await nc.close()
+        self.procs[leader].wait()
+        self._start_node(leader)
+        stored = 0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            try:
+                nc = await self._connect(others)
+                info = await nc.jetstream().stream_info(stream)
+                await nc.close()
+            except Exception:
+                continue
+            stored = info.state.messages
+            if info.cluster.replicas and len(info.cluster.replicas) == 2 and \
+                    all(r.current for r in info.cluster.replicas):
+                break
+        return took, acked, stored
+
+    def w5(self, rate: float, seconds: float) -> dict:
+        async def run():
+            stream, subject = await self._stream("w5")
+            e2e: list[float] = []
+            consumer = asyncio.create_task(self._consume(
+                stream, subject, None, time.perf_counter() + seconds + 1,
+                lambda data: e2e.append((time.perf_counter() - float(data)) * 1000)))
+            sent = (await self._publish_async(subject, seconds, None, pacer=Pacer(rate), stamp=True))["n"]
+            await consumer
+            return {"n": len(e2e), "sent": sent, "e2e_ms": e2e}
+        return asyncio.run(run())

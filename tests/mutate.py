@@ -1,0 +1,245 @@
+"""Mutation run: plant one known bug at a time and check that the tests catch it.
+
+Each mutant names a guarantee of docs/guarantees.md (or a finding of issue 13),
+one exact piece of source and its replacement, and the tests that must fail
+with it. The run copies the working tree (tracked and untracked files, not
+.venv or results) to a temporary directory, checks that those tests pass there
+unmutated, then applies each mutant in the copy, runs its tests, and restores
+the file. The working tree itself is never touched.
+
+    .venv/bin/python tests/mutate.py              # every mutant (make mutate)
+    .venv/bin/python tests/mutate.py NAME ...     # some of them
+    .venv/bin/python tests/mutate.py --list
+
+Output: one line per mutant, a table, and as the last line one JSON object
+({"killed", "survived", "mutants": {name: "killed" | "survived"}}). Exit 1 if
+any mutant survived.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TEST_TIMEOUT_S = 600
+# The model test's examples are cut down: each mutant below is caught within them.
+ENV = {"RAFTQ_MODEL_EXAMPLES": "60"}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    guarantee: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+T_API = "tests/test_api.py::"
+T_CLI = "tests/test_cli.py::"
+T_DUR = "tests/test_durability.py::"
+T_CON = "tests/test_consensus.py::"
+T_JRN = "tests/test_journal.py::"
+T_FLT = "tests/test_faults.py::"
+RULES = ("tests/test_statemachine_rules.py", "tests/test_statemachine_model.py")
+
+MUTANTS = [
+    # ---- the mutants issue 13 found surviving ------------------------------------------------
+    Mutant("durability-all-never-waits", "durability=all waits for every connected voter",
+           "api/messages.py",
+           "lagging = await node.replicated_everywhere(commit_index, timeout)", "lagging = []",
+           (T_DUR + "test_durability_all_is_answered_only_after_a_lagging_voter_caught_up",)),
+    Mutant("node-fsync-off", "the production node fsyncs every append",
+           "raftq/node.py", "secret=cluster.secret,", "secret=cluster.secret, fsync=False,",
+           (T_API + "test_health_and_cluster_view", T_CLI + "test_cluster_status_table_and_json",
+            T_DUR + "test_a_production_node_fdatasyncs_its_journal_before_it_answers_a_put")),
+    Mutant("log-clock-is-wall-clock", "log time continues from the applied time, never the wall clock",
+           "raftq/node.py",
+           "return max(self._machine.clock, self._base + int((time.monotonic() - self._mono) * 1000))",
+           "return int(time.time() * 1000)",
+           ("tests/test_log_clock.py", "tests/test_log_time.py::test_log_time_does_not_run_while_no_node_leads")),
+    Mutant("submit-stamps-wall-clock", "log time does not run while no node leads",
+           "raftq/node.py", 'command["now_ms"] = self.clock.now_ms()', 'command["now_ms"] = int(time.time() * 1000)',
+           ("tests/test_log_time.py::test_log_time_does_not_run_while_no_node_leads",)),
+    # ---- the mutants issue 13 found caught ---------------------------------------------------------
+    Mutant("stale-receipt-accepted", "an ack with a stale receipt changes nothing",
+           "statemachine/queue.py", "if lease is None or lease[0] != token:", "if lease is None:", RULES),
+    Mutant("keyed-replacement-of-received", "keyed replacement only replaces what no group received",
+           "statemachine/queue.py", "if not old.received:", "if True:", RULES),
+    Mutant("follower-truncates-short-batch", "a follower deletes entries only on a real conflict",
+           "raftq/consensus.py", "if same < len(entries) and same < have:", "if same < have:",
+           (T_CON + "test_follower_truncates_only_on_a_real_conflict",)),
+    Mutant("follower-ignores-terms", "a follower deletes entries on a real conflict (same index, other term)",
+           "raftq/consensus.py",
+           "while same < len(entries) and same < have and log[base + 1 + same][2] == entries[same][2]:",
+           "while same < len(entries) and same < have:",
+           (T_CON + "test_follower_truncates_only_on_a_real_conflict",)),
+    Mutant("torn-record-accepted", "the first record with a bad checksum ends the log",
+           "raftq/journal.py", "if zlib.crc32(payload, zlib.crc32(data[offset:offset + 4])) != crc:", "if False:",
+           (T_JRN + "test_flipped_bit_truncates_from_the_damaged_record",)),
+    Mutant("journal-skips-fdatasync", "an acknowledged write is in the fsynced journal",
+           "raftq/journal.py", "        os.fdatasync(self._fd)\n        self.syncs += 1", "        self.syncs += 1",
+           (T_JRN + "test_a_power_cut_loses_exactly_what_was_not_synced",
+            T_JRN + "test_every_add_is_fdatasynced_before_it_returns")),
+    # ---- one per guarantee of docs/guarantees.md -----------------------------------------------------
+    Mutant("follower-acks-before-sync", "a follower fsyncs before it acknowledges",
+           "raftq/consensus.py",
+           "            super()._onTick(timeToWait)\n        self._send_replies()",
+           "            super()._onTick(timeToWait)\n            self._send_replies()",
+           (T_CON + "test_a_follower_syncs_its_journal_before_any_acknowledgement",)),
+    Mutant("vote-not-durable", "term and vote are durable before any message reflects them",
+           "raftq/journal.py",
+           "        # Raft: term and vote are durable before any message reflecting them.\n        self._write_meta()",
+           "        self._meta_dirty = True",
+           (T_JRN + "test_term_and_vote_are_on_disk_when_set_current_term_returns",)),
+    Mutant("snapshot-not-synced-before-compaction", "the snapshot is fsynced before log entries are dropped",
+           "raftq/journal.py",
+           "        self._make_snapshot_durable()\n        self._write_meta(start=start, durable_now=True)",
+           "        self._write_meta(start=start, durable_now=True)",
+           (T_JRN + "test_the_snapshot_is_fsynced_before_the_entries_it_replaces_are_dropped",)),
+    Mutant("damaged-snapshot-loaded", "a damaged snapshot is refused",
+           "raftq/consensus.py",
+           'if not body.startswith(SNAPSHOT_MAGIC) or struct.pack("<I", zlib.crc32(body)) != crc:',
+           "if not body.startswith(SNAPSHOT_MAGIC):",
+           (T_CON + "test_a_damaged_snapshot_is_refused_and_restores_nothing",)),
+    Mutant("apply-exception-escapes", "a replicated apply that raises becomes a result",
+           "raftq/consensus.py",
+           "            return self._apply(entry)\n        except Exception as exc:",
+           "            return self._apply(entry)\n        except ZeroDivisionError as exc:",
+           (T_CON + "test_an_apply_that_raises_becomes_a_result_and_the_log_goes_on",)),
+    Mutant("oversized-entry-accepted", "entries above the batch size are refused before the log",
+           "raftq/consensus.py", "if len(entry) > self._max_entry_bytes:", "if False:",
+           (T_CON + "test_refusals_before_the_log",)),
+    Mutant("no-leader-lease", "a leader cut off from the majority stops before another can lead",
+           "raftq/consensus.py", "return recent + 1 > (len(others) + 1) / 2", "return True",
+           (T_CON + "test_a_leader_cut_off_from_the_majority_refuses_before_another_could_lead",)),
+    Mutant("command-forwarded-across-terms", "a command enters the log only in the term it was stamped for",
+           "raftq/consensus.py", "if not isinstance(ticket, _Ticket) or self._node.leads(ticket.term):", "if True:",
+           (T_CON + "test_an_entry_prepared_for_another_term_never_enters_the_log",)),
+    Mutant("replayed-frames-accepted", "the Raft wire refuses replayed and forged frames",
+           "raftq/consensus.py", "if stamp < self.recvLastTimestamp:", "if False:",
+           (T_CON + "test_the_wire_refuses_backward_timestamps_and_foreign_frames",)),
+    Mutant("new-term-reuses-old-clock", "a new leader's log time stands still until its barrier",
+           "raftq/node.py", "return self._term == term", "return self._term is not None",
+           ("tests/test_log_clock.py",)),
+    Mutant("dedup-ignored", "a put whose id was stored within the dedup window stores nothing new",
+           "statemachine/queue.py", "if mid is not None and mid in self.dedup:", "if False:", RULES),
+    Mutant("expired-lease-never-redelivered", "at least once: an expired lease is delivered again",
+           "statemachine/queue.py", "while group.lease_deadlines and group.lease_deadlines[0][0] <= clock:",
+           "while False:", RULES),
+    Mutant("ready-out-of-order", "within a group, ready messages go out in seq order",
+           "statemachine/queue.py", "seq = ready.pop(0)", "seq = ready.pop()", RULES),
+    Mutant("tx-acks-despite-stale-receipt", "a transaction is applied entirely or not at all",
+           "statemachine/machine.py", "        if stale:\n            return error(STALE_RECEIPT",
+           "        if False:\n            return error(STALE_RECEIPT", RULES),
+    Mutant("replica-clock-goes-back", "replicas take clock = max(clock, now_ms)",
+           "statemachine/machine.py", 'if cmd["now_ms"] > self.clock:', "if True:", RULES),
+    Mutant("durability-leader-claimed", "the answer's durability names what was given",
+           "api/messages.py", 'reply["durability"] = "quorum" if durability == "leader" else durability',
+           'reply["durability"] = durability',
+           (T_API + "test_durability_leader_is_served_and_answered_as_quorum",)),
+    Mutant("durability-all-shortfall-hidden", "an answer never claims a durability it did not reach",
+           "api/messages.py", '            reply["durability"] = "quorum"\n', "",
+           (T_DUR + "test_durability_all_not_reached_in_time_says_quorum_and_the_clients_raise",)),
+    Mutant("strong-read-without-no-op", "a strong read first puts a no-op through the log",
+           "api/leader.py", 'if level == "strong":', "if False:",
+           (T_DUR + "test_a_strong_read_puts_one_no_op_through_the_log_and_a_leader_read_none",)),
+    Mutant("checker-misses-stale-reads", "the chaos checker's no_stale_reads sees a stale read",
+           "chaos/checker.py", 'if known and (o.result.get("last_seq") or 0) < highest[known - 1]:', "if False:",
+           ("tests/test_chaos_checker.py",)),
+    Mutant("power-cut-keeps-unsynced-bytes", "power-loss tests drop what was not fsynced",
+           "chaos/sync_ledger.py", "        if size > keep:", "        if False:",
+           (T_JRN + "test_a_power_cut_loses_exactly_what_was_not_synced",)),
+    Mutant("shutdown-without-hand-over", "a leader shutting down hands over first",
+           "raftq/node.py", "moved = await asyncio.to_thread(self.consensus.transfer_leadership, 2.0)",
+           "moved = False", (T_FLT + "test_sigterm_leader_hands_over_and_exits_cleanly",)),
+    Mutant("long-poll-never-woken", "a waiting receive is woken by the put that makes a message ready",
+           "raftq/node.py", "if self._loop is not None and self._waiters and not self._wake_scheduled:", "if False:",
+           (T_API + "test_long_poll_wakes_on_put",)),
+]
+
+
+def copy_tree(dest: Path) -> None:
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source = ROOT / name
+        if source.is_file():
+            target = dest / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[bool, float, str]:
+    """(passed, seconds, last lines of output) for `tests` in `tree`."""
+    env = {**os.environ, **ENV, "PYTHONPATH": str(tree)}
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                              cwd=tree, env=env, capture_output=True, text=True, timeout=TEST_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        return False, time.monotonic() - started, f"timed out: {str(exc.stdout)[-300:]}"
+    tail = (done.stdout + done.stderr).strip().splitlines()[-1:] or [""]
+    return done.returncode == 0, time.monotonic() - started, tail[0]
+
+
+def mutate(tree: Path, mutant: Mutant) -> str:
+    path = tree / mutant.path
+    original = path.read_text()
+    count = original.count(mutant.old)
+    if count != 1:
+        raise SystemExit(f"mutant {mutant.name}: its source occurs {count} times in {mutant.path}, not once")
+    mutated = original.replace(mutant.old, mutant.new)
+    compile(mutated, str(path), "exec")     # a mutant is a valid program: only behaviour may kill it
+    path.write_text(mutated)
+    return original
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--list"]:
+        for m in MUTANTS:
+            print(f"{m.name:<40} {m.path:<24} {m.guarantee}")
+        return 0
+    chosen = [m for m in MUTANTS if not argv or m.name in argv]
+    unknown = set(argv) - {m.name for m in MUTANTS}
+    if unknown:
+        raise SystemExit(f"no such mutants: {', '.join(sorted(unknown))} (see --list)")
+    results: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="raftq-mutate-") as tmp:
+        tree = Path(tmp)
+        copy_tree(tree)
+        baseline = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
+        passed, seconds, tail = run_tests(tree, baseline)
+        print(f"baseline (unmutated): {'pass' if passed else 'FAIL'} in {seconds:.0f}s  {tail}", flush=True)
+        if not passed:
+            print("the tests fail without any mutant; fix that first", file=sys.stderr)
+            return 2
+        for mutant in chosen:
+            original = mutate(tree, mutant)
+            try:
+                passed, seconds, tail = run_tests(tree, mutant.tests)
+            finally:
+                (tree / mutant.path).write_text(original)
+            results[mutant.name] = "survived" if passed else "killed"
+            print(f"{results[mutant.name]:<8} {mutant.name:<40} {seconds:5.0f}s  {tail}", flush=True)
+    width = max(len(m.name) for m in chosen)
+    print()
+    print(f"{'mutant':<{width}}  {'result':<8}  guarantee")
+    for m in chosen:
+        print(f"{m.name:<{width}}  {results[m.name]:<8}  {m.guarantee}")
+    killed = sum(1 for r in results.values() if r == "killed")
+    print(json.dumps({"killed": killed, "survived": len(results) - killed, "mutants": results}))
+    return 0 if killed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
