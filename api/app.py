@@ -16,7 +16,7 @@ from aiohttp import ClientSession, TCPConnector, web
 
 from raftq.buffer import PutBuffer
 
-from . import buffering, cluster, console, events, messages, queues, stream
+from . import buffering, cluster, console, events, messages, queues, staging, stream
 from .codec import respond
 from .errors import ApiError
 from .leader import HTTP, NODE, SETTINGS
@@ -129,5 +129,11 @@ def make_app(node, settings: Settings) -> web.Application:
         web.get("/ui", console.root),
         web.get("/ui/", console.asset),
         web.get("/ui/{name}", console.asset),
+        web.get("/v1/producers", staging.list_all),
+        web.get("/v1/producers/{producer}", staging.show),
+        web.delete("/v1/producers/{producer}", staging.delete),
+        web.post("/v1/producers/{producer}/stage", staging.stage),
+        web.post("/v1/producers/{producer}/commit", staging.commit),
+        web.post("/v1/producers/{producer}/abort", staging.abort),
     ])
     return app

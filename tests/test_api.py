@@ -2,6 +2,7 @@
 
 import base64
 import threading
+import time
 import uuid
 
 import pytest
