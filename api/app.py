@@ -16,7 +16,7 @@ from aiohttp import ClientSession, TCPConnector, web
 
 from raftq.buffer import PutBuffer
 
-from . import buffering, cluster, messages, queues, stream
+from . import buffering, cluster, console, events, messages, queues, stream
 from .codec import respond
 from .errors import ApiError
 from .leader import HTTP, NODE, SETTINGS
@@ -62,7 +62,7 @@ def _auth_middleware(token: str):
 
     @web.middleware
     async def auth(request: web.Request, handler):
-        if request.path != "/health/live":
+        if request.path != "/health/live" and not console.is_public(request.path):
             given = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(given, expected):
                 raise ApiError("unauthorized", "a valid 'Authorization: Bearer <token>' header is required")
@@ -93,6 +93,7 @@ def make_app(node, settings: Settings) -> web.Application:
         await app[HTTP].close()
         app[buffering.BUFFER].close()
     app.cleanup_ctx.append(background)
+    events.install(app)
 
     q = "/v1/queues/{queue}"
     app.router.add_routes([
@@ -103,6 +104,7 @@ def make_app(node, settings: Settings) -> web.Application:
         web.post("/v1/cluster/nodes", cluster.add_node),
         web.delete("/v1/cluster/nodes/{node}", cluster.remove_node),
         web.post("/v1/cluster/verify", cluster.verify),
+        web.post("/v1/cluster/leader", cluster.transfer_leadership),
         web.get("/v1/cluster/checkpoints/{token}", cluster.checkpoint),
         web.get("/v1/queues", queues.list_all),
         web.put(q, queues.create),
@@ -122,5 +124,10 @@ def make_app(node, settings: Settings) -> web.Application:
         web.post(q + "/groups/{group}/commit", messages.commit),
         web.post("/v1/tx", messages.transaction),
         web.get("/v1/stream", stream.stream),
+        web.post(q + "/redrive", queues.redrive),
+        web.get("/v1/events", events.stream),
+        web.get("/ui", console.root),
+        web.get("/ui/", console.asset),
+        web.get("/ui/{name}", console.asset),
     ])
     return app

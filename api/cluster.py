@@ -1,6 +1,7 @@
 """Health, cluster status, membership and replica verification."""
 
 import asyncio
+import os
 
 from aiohttp import ClientError, ClientTimeout, web
 
@@ -12,6 +13,7 @@ from .leader import HTTP, NODE, no_quorum, write
 from .routing import leader_only
 
 PEER_TIMEOUT = ClientTimeout(total=0.7)
+LEADERSHIP_TRANSFER_S = 3.0
 
 
 async def live(request: web.Request) -> web.Response:
@@ -25,7 +27,8 @@ def readiness(node) -> tuple[bool, dict]:
         "id": node.id, "role": status["role"], "leader": status["leader_id"], "term": status["term"],
         "commit_index": status["commit_index"], "applied_index": status["applied_index"],
         "last_log_index": status["last_log_index"], "fsync_policy": status["fsync_policy"],
-        "ready": ready}
+        # so that whoever started the node can tell it from another process on its port
+        "pid": os.getpid(), "ready": ready}
 
 
 async def ready(request: web.Request) -> web.Response:
@@ -45,7 +48,7 @@ async def _peer_ready(request: web.Request, http_addr: str) -> dict | None:
         return None
 
 
-async def show(request: web.Request) -> web.Response:
+async def view(request: web.Request) -> dict:
     """The cluster as this node sees it, each member asked for its own indexes."""
     node = request.app[NODE]
     status = node.status()
@@ -54,21 +57,26 @@ async def show(request: web.Request) -> web.Response:
         _peer_ready(request, m["http_addr"]) if m["id"] != node.id else asyncio.sleep(0, readiness(node)[1])
         for m in members))
     nodes = []
-    for member, view in zip(members, views):
+    for member, seen in zip(members, views):
         peer = status["peers"].get(member["id"], {})
         nodes.append({
             "id": member["id"], "raft_addr": member["raft_addr"], "http_addr": member["http_addr"],
-            "role": view["role"] if view else "unreachable",
-            "term": view["term"] if view else None,
-            "commit_index": view["commit_index"] if view else None,
-            "applied_index": view["applied_index"] if view else None,
+            "role": seen["role"] if seen else "unreachable",
+            "term": seen["term"] if seen else None,
+            "commit_index": seen["commit_index"] if seen else None,
+            "applied_index": seen["applied_index"] if seen else None,
             "match_index": status["last_log_index"] if member["id"] == node.id else peer.get("match_index"),
-            "last_contact_ms": 0 if member["id"] == node.id else peer.get("last_contact_ms"),
-            "fsync_policy": view["fsync_policy"] if view else None,
-            "healthy": bool(view and view["ready"]),
+            # how long ago this node last heard from that one (a node does not hear from itself)
+            "last_contact_ms": None if member["id"] == node.id else peer.get("last_contact_ms"),
+            "fsync_policy": seen["fsync_policy"] if seen else None,
+            "healthy": bool(seen and seen["ready"]),
         })
-    return respond(request, {"id": node.id, "leader": status["leader_id"], "term": status["term"],
-                             "commit_index": status["commit_index"], "nodes": nodes})
+    return {"id": node.id, "leader": status["leader_id"], "term": status["term"],
+            "commit_index": status["commit_index"], "nodes": nodes}
+
+
+async def show(request: web.Request) -> web.Response:
+    return respond(request, await view(request))
 
 
 @leader_only
@@ -105,6 +113,24 @@ async def remove_node(request: web.Request) -> web.Response:
     except CommitError as exc:
         raise no_quorum(f"the membership change did not complete ({exc.code}); retry") from None
     return web.Response(status=204)
+
+
+@leader_only
+async def transfer_leadership(request: web.Request) -> web.Response:
+    """Hand leadership to another voter (`to`, or the most caught-up one)."""
+    body = await read_body(request, required=False) or {}
+    if not isinstance(body, dict) or set(body) - {"to"}:
+        raise ApiError("bad_request", "the body is an object with an optional 'to' node id")
+    node = request.app[NODE]
+    target = body.get("to")
+    if target is not None and not isinstance(target, str):
+        raise ApiError("bad_request", "'to' must be a node id")
+    if target is not None and not any(m["id"] == target for m in node.members()):
+        raise ApiError("not_found", f"node {target!r} is not a member")
+    if target == node.id:
+        return respond(request, {"moved": False, "previous": node.id, "leader": node.id})
+    moved = await asyncio.to_thread(node.consensus.transfer_leadership, LEADERSHIP_TRANSFER_S, target)
+    return respond(request, {"moved": moved, "previous": node.id, "leader": node.status()["leader_id"]})
 
 
 @leader_only

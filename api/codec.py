@@ -44,19 +44,19 @@ def respond(request: web.Request, payload, status: int = 200, headers=None) -> w
     if wants_cbor(request):
         return web.Response(body=cbor2.dumps(payload), status=status, content_type=CBOR,
                             headers=headers)
-    return web.Response(body=orjson.dumps(_json_safe(payload)), status=status,
+    return web.Response(body=orjson.dumps(json_safe(payload)), status=status,
                         content_type=JSON, headers=headers)
 
 
-def _json_safe(value):
+def json_safe(value):
     """Bytes become body_b64 on messages; anywhere else, base64 text."""
     if isinstance(value, dict):
         if isinstance(value.get("body"), bytes):
             value = dict(value)
             value["body_b64"] = base64.b64encode(value.pop("body")).decode()
-        return {k: _json_safe(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, bytes):
         return base64.b64encode(value).decode()
     return value

@@ -1,5 +1,12 @@
-"""/metrics in Prometheus text format (prometheus-client), one registry per node."""
+"""/metrics in Prometheus text format (prometheus-client), one registry per node.
 
+Names follow Prometheus conventions: counters end in ``_total``, sizes in
+``_bytes``, durations in ``_seconds``; a queue's counters count messages
+(``raftq_queue_messages_<what>_total``).  deploy/prometheus-alerts.yaml and
+deploy/grafana-dashboard.json read these names; docs/operations.md lists them.
+"""
+
+import shutil
 import time
 
 from aiohttp import web
@@ -8,6 +15,20 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+QUEUE_GAUGES = (("depth", "depth", "Messages stored"),
+                ("in_flight", "in_flight", "Leases held across the queue's groups"),
+                ("delayed", "delayed", "Deliveries waiting for their time"),
+                ("bytes", "stored_bytes", "Bytes of message bodies stored"))
+QUEUE_COUNTERS = (("put_total", "put", "Messages put"),
+                  ("acked_total", "acked", "Messages acked"),
+                  ("redelivered_total", "redelivered", "Messages delivered again"),
+                  ("dead_lettered_total", "dead_lettered", "Messages moved to the dead-letter queue or dropped "
+                                                           "after max_deliveries"),
+                  ("expired_total", "expired", "Messages expired by TTL"),
+                  ("dropped_total", "dropped", "Messages dropped by overflow"),
+                  ("replaced_total", "replaced", "Messages replaced by a newer version of their key"),
+                  ("redriven_total", "redriven", "Dead letters moved back to their source queue"))
 
 
 class NodeCollector:
@@ -18,40 +39,49 @@ class NodeCollector:
 
     def collect(self):
         status = self.node.status()
+        ready = status["leader_id"] is not None and status["quorum_ok"]
         yield GaugeMetricFamily("raftq_is_leader", "1 on the leader", value=int(status["role"] == "leader"))
+        yield GaugeMetricFamily("raftq_ready", "1 while this node has a leader that hears from a majority",
+                                value=int(ready))
+        yield GaugeMetricFamily("raftq_cluster_voters", "Voters in the cluster, this node included",
+                                value=1 + len(status["peers"]))
         yield GaugeMetricFamily("raftq_term", "Current Raft term", value=status["term"])
         yield GaugeMetricFamily("raftq_commit_index", "Raft commit index", value=status["commit_index"])
         yield GaugeMetricFamily("raftq_applied_index", "Last applied log index", value=status["applied_index"])
         yield GaugeMetricFamily("raftq_apply_lag_entries", "Committed entries not yet applied here",
                                 value=max(0, status["commit_index"] - status["applied_index"]))
-        yield CounterMetricFamily("raftq_elections_won", "Times this node became leader",
-                                  value=self.node.elections_seen)
+        yield CounterMetricFamily("raftq_became_leader", "Times this node won an election and became leader",
+                                  value=self.node.times_became_leader)
         yield CounterMetricFamily("raftq_entries_applied", "Log entries applied by this node",
                                   value=self.node.entries_applied)
         yield GaugeMetricFamily("raftq_long_polls_waiting", "Receives waiting for a ready message",
                                 value=self.node.long_polls_waiting())
+        yield GaugeMetricFamily("raftq_journal_size_bytes", "Bytes of the Raft journal on disk",
+                                value=status["log_size"])
+        yield GaugeMetricFamily("raftq_journal_segments", "Segment files of the Raft journal",
+                                value=status["log_segments"])
+        yield CounterMetricFamily("raftq_journal_syncs", "Data syncs (fsync) of the journal",
+                                  value=status["journal_syncs"])
+        disk = shutil.disk_usage(self.node.data_dir)
+        yield GaugeMetricFamily("raftq_data_dir_free_bytes", "Free bytes on the data directory's file system",
+                                value=disk.free)
+        yield GaugeMetricFamily("raftq_data_dir_capacity_bytes", "Size of the data directory's file system",
+                                value=disk.total)
         snapshot = status.get("snapshot") or {}
-        yield GaugeMetricFamily("raftq_snapshot_bytes", "Size of the last snapshot",
+        yield GaugeMetricFamily("raftq_snapshot_size_bytes", "Size of the last snapshot",
                                 value=snapshot.get("bytes") or 0)
-        yield GaugeMetricFamily("raftq_snapshot_seconds", "Duration of the last snapshot",
+        yield GaugeMetricFamily("raftq_snapshot_duration_seconds", "How long the last snapshot took",
                                 value=snapshot.get("seconds") or 0)
-        gauges = {name: GaugeMetricFamily(f"raftq_queue_{name}", help_, labels=["queue"]) for name, help_ in (
-            ("depth", "Messages stored"), ("in_flight", "Leases held"), ("delayed", "Deliveries waiting for their time"),
-            ("bytes", "Bytes of message bodies stored"))}
-        counters = {name: CounterMetricFamily(f"raftq_queue_{name.removesuffix('_total')}", help_, labels=["queue"])
-                    for name, help_ in (("put_total", "Messages put"), ("acked_total", "Messages acked"),
-                                        ("redelivered_total", "Redeliveries"),
-                                        ("dead_lettered_total", "Messages dead-lettered"),
-                                        ("expired_total", "Messages expired by TTL"),
-                                        ("dropped_total", "Messages dropped by overflow"))}
+        gauges = [(field, GaugeMetricFamily(f"raftq_queue_{name}", help_, labels=["queue"]))
+                  for field, name, help_ in QUEUE_GAUGES]
+        counters = [(field, CounterMetricFamily(f"raftq_queue_messages_{name}", help_, labels=["queue"]))
+                    for field, name, help_ in QUEUE_COUNTERS]
         for queue in self.node.read("list_queues")["queues"]:
             stats = self.node.read("queue_info", queue["name"])["stats"]
-            for name, family in gauges.items():
-                family.add_metric([queue["name"]], stats[name])
-            for name, family in counters.items():
-                family.add_metric([queue["name"]], stats[name])
-        yield from gauges.values()
-        yield from counters.values()
+            for field, family in gauges + counters:
+                family.add_metric([queue["name"]], stats[field])
+        for _, family in gauges + counters:
+            yield family
 
 
 class Metrics:
@@ -59,12 +89,12 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.requests = Counter("raftq_http_requests", "HTTP requests", ["method", "route", "status"],
                                 registry=self.registry)
-        self.latency = Histogram("raftq_http_request_seconds", "HTTP request latency", ["route"],
+        self.latency = Histogram("raftq_http_request_duration_seconds", "HTTP request latency", ["route"],
                                  buckets=LATENCY_BUCKETS, registry=self.registry)
         self.entry_commands = Histogram("raftq_log_entry_commands", "Commands packed per log entry",
                                         buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000),
                                         registry=self.registry)
-        self.entry_bytes = Histogram("raftq_log_entry_bytes", "Bytes per log entry",
+        self.entry_bytes = Histogram("raftq_log_entry_size_bytes", "Bytes per log entry",
                                      buckets=(256, 1024, 4096, 16384, 65536, 262144, 1 << 20, 4 << 20),
                                      registry=self.registry)
         self.registry.register(NodeCollector(node))

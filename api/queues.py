@@ -64,3 +64,16 @@ async def delete_group(request: web.Request) -> web.Response:
     await write(request, {"op": "delete_group", "queue": queue_name(request),
                           "group": group_name(request.match_info["group"])})
     return web.Response(status=204)
+
+
+REDRIVE_FIELDS = {"from_queue", "max", "id"}
+
+
+@leader_only
+async def redrive(request: web.Request) -> web.Response:
+    body = await read_body(request, required=False) or {}
+    if not isinstance(body, dict) or set(body) - REDRIVE_FIELDS:
+        raise ApiError("bad_request", "the body is an object with optional from_queue, max and id")
+    command = {"op": "redrive", "queue": queue_name(request),
+               **{k: v for k, v in body.items() if v is not None}}
+    return respond(request, await write(request, command))

@@ -158,6 +158,15 @@ class _Calls:
                                           for p in put or []]}
         return self._call("POST", "/v1/tx", body, retry=True)
 
+    def redrive(self, dead_letter_queue: str, *, from_queue: str | None = None, max: int | None = None):
+        """Move dead letters back to their source queues; retried with one id, so moved once."""
+        body = {"id": uuid.uuid4().hex}
+        if from_queue is not None:
+            body["from_queue"] = from_queue
+        if max is not None:
+            body["max"] = max
+        return self._call("POST", f"/v1/queues/{dead_letter_queue}/redrive", body, retry=True)
+
     def cluster(self):
         return self._call("GET", "/v1/cluster", None, retry=True)
 
@@ -170,6 +179,24 @@ class _Calls:
 
     def remove_node(self, node_id: str):
         return self._call("DELETE", f"/v1/cluster/nodes/{node_id}", None, retry=True)
+
+    def transfer_leadership(self, to: str | None = None):
+        return self._call("POST", "/v1/cluster/leader", {} if to is None else {"to": to}, retry=False,
+                          timeout=30)
+
+    def group(self, queue: str, group: str, *, consistency: str = "leader"):
+        return self._call("GET", f"/v1/queues/{queue}/groups/{group}?consistency={consistency}", None,
+                          retry=True)
+
+    def groups(self, queue: str, *, consistency: str = "leader"):
+        return self._call("GET", f"/v1/queues/{queue}/groups?consistency={consistency}", None, retry=True)
+
+    def live(self):
+        return self._call("GET", "/health/live", None, retry=False)
+
+    def metrics(self) -> str:
+        """This node's Prometheus text."""
+        return self._call("GET", "/metrics", None, retry=False, text=True)
 
     def ready(self):
         return self._call("GET", "/health/ready", None, retry=False, accept_status=(200, 503))
@@ -205,7 +232,9 @@ class _Failover:
         self.current = (self.current + 1) % len(self.urls)
 
     @staticmethod
-    def decode(status: int, raw: bytes, accept_status):
+    def decode(status: int, raw: bytes, accept_status, text: bool = False):
+        if text and status == 200:
+            return raw.decode()
         payload = json.loads(raw) if raw else {}
         if isinstance(payload, dict) and "durability_not_reached" in payload:
             shortfall = payload["durability_not_reached"]
@@ -281,7 +310,7 @@ class Client(_Calls):
         conn.timeout = timeout
         return conn
 
-    def _call(self, method, path, body, *, retry, timeout=None, accept_status=()):
+    def _call(self, method, path, body, *, retry, timeout=None, accept_status=(), text=False):
         route = self._route
         data = None if body is None else json.dumps(body).encode()
         attempts = _Attempts(route, retry)
@@ -301,7 +330,7 @@ class Client(_Calls):
                 continue
             delay = attempts.after_reply(reply.status, reply.getheader("Location"))
             if delay is None:
-                return route.decode(reply.status, raw, accept_status)
+                return route.decode(reply.status, raw, accept_status, text)
             time.sleep(delay)
 
 
@@ -333,7 +362,7 @@ class AsyncClient(_Calls):
     async def __aexit__(self, *exc):
         await self.close()
 
-    async def _call(self, method, path, body, *, retry, timeout=None, accept_status=()):
+    async def _call(self, method, path, body, *, retry, timeout=None, accept_status=(), text=False):
         if self._session is None:
             ssl_context = self._route.ssl_context
             self._session = aiohttp.ClientSession(
@@ -357,7 +386,7 @@ class AsyncClient(_Calls):
                 continue
             delay = attempts.after_reply(status, location)
             if delay is None:
-                return route.decode(status, raw, accept_status)
+                return route.decode(status, raw, accept_status, text)
             await asyncio.sleep(delay)
 
 

@@ -695,20 +695,23 @@ class Consensus:
             return
         self._node.removeNodeFromCluster(self._make_node(addr), callback=ticket.on_pysyncobj_result)
 
-    def transfer_leadership(self, timeout: float) -> bool:
-        """Hand leadership to a caught-up follower; True once another node leads.
+    def transfer_leadership(self, timeout: float, to: str | None = None) -> bool:
+        """Hand leadership to a caught-up follower (``to``, or the most caught-up
+        one); True once another node leads.
 
         Retries until ``timeout`` (a follower may need to catch up first); if
         no other node took over by then, this node steps down and holds back
         from campaigning for a while, and the result is False.
         """
+        addr = next((a for a, i in self._ids.items() if i == to), None) if to else None
+        target = self._make_node(addr) if addr else None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             leader = self.leader_id()
             if leader is not None and leader != self.self_peer.id:
                 return True
             if self._node._isLeader():
-                self._run_on_tick(lambda: self._node.transferLeadership())
+                self._run_on_tick(lambda: self._node.transferLeadership(target))
             time.sleep(0.02)
         if self._node._isLeader():
             self._run_on_tick(self._step_down)

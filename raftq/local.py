@@ -61,6 +61,18 @@ def free_ports(count: int, *, avoid: Iterable[int] = ()) -> list[int]:
     return ports
 
 
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a node could bind the port now."""
+    with socket.socket() as probe:
+        # as the nodes bind: a port in TIME_WAIT is free, a listening one is not
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 class LocalCluster:
     def __init__(self, root: str | Path, cfg: cluster_config.ClusterConfig, *,
                  node_args: tuple[str, ...] = (), env: dict | None = None, token: str | None = None,
@@ -183,12 +195,23 @@ class LocalCluster:
 
     # ---- observation -------------------------------------------------------------
     def ready_view(self, node_id: str, timeout: float = 1.0) -> dict | None:
+        """The node's /health/ready answer; None when it does not answer, or when a
+        process other than the one started here answers on its port (an orphan)."""
         try:
             with Client(self.url(node_id), retry_for=0, timeout=timeout, token=self.token,
                         cafile=self.cafile) as client:
-                return client.ready()
+                view = client.ready()
         except (OSError, RaftqError, ValueError):
             return None
+        ours = self.procs.get(node_id)
+        if ours is not None and view.get("pid") not in (None, ours.pid):
+            return None
+        return view
+
+    def ports_in_use(self) -> list[str]:
+        """The nodes' addresses that some process already listens on."""
+        return [address for spec in self.cfg.nodes for address in (spec.http, spec.raft)
+                if not port_free(int(address.rpartition(":")[2]), address.rpartition(":")[0])]
 
     def wait_for_leader(self, timeout: float = 30.0, among: list[str] | None = None) -> str | None:
         """The leader's id once a running node reports one with a quorum."""
@@ -217,58 +240,114 @@ class LocalCluster:
         return Client(self.urls, token=self.token, cafile=self.cafile, **kwargs)
 
 
-def demo(urls: list[str]) -> None:
-    with Client(urls) as client:
+def demo(cluster: LocalCluster) -> None:
+    with cluster.client() as client:
         put = client.put("demo", {"hello": "raftq"})
-        print(f"  put      demo  -> seq {put['messages'][0]['seq']}")
+        _say(f"  put      demo  -> seq {put['messages'][0]['seq']}")
         got = client.receive("demo", max=1, wait_ms=1000)["messages"]
         if got:
             msg = got[0]
-            print(f"  receive  demo  -> seq {msg['seq']} body {msg['body']} receipt {msg['receipt']}")
-            print(f"  ack      demo  -> {client.ack('demo', [msg['receipt']])}")
+            _say(f"  receive  demo  -> seq {msg['seq']} body {msg['body']} receipt {msg['receipt']}")
+            _say(f"  ack      demo  -> {client.ack('demo', [msg['receipt']])}")
         stats = client.queue("demo")["stats"]
-        print(f"  queue    demo  -> depth {stats['depth']}, put_total {stats['put_total']}, "
-              f"acked_total {stats['acked_total']}")
+        _say(f"  queue    demo  -> depth {stats['depth']}, put_total {stats['put_total']}, "
+             f"acked_total {stats['acked_total']}")
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(Exception):
+    """A stop signal reached `raftq up`."""
+
+
+def _stop_on_signal(signum, frame):
+    raise Stopped(signal.Signals(signum).name)
+
+
+def _say(text: str, err: bool = False) -> None:
+    # After SIGHUP the terminal is gone: writing to it fails, stopping must not.
+    try:
+        print(text, file=sys.stderr if err else sys.stdout, flush=True)
+    except OSError:
+        pass
+
+
+def _orphans(cluster: LocalCluster) -> str:
+    """What holds the cluster's ports: the PIDs an earlier `raftq up` left, if alive."""
+    alive = []
+    for nid in cluster.ids:
+        pid_file = cluster.root / f"{nid}.pid"
+        if pid_file.exists() and Path(f"/proc/{pid_file.read_text().strip()}").exists():
+            alive.append(f"{nid} pid {pid_file.read_text().strip()}")
+    if not alive:
+        return ""
+    return f"; an earlier `raftq up` left nodes running ({', '.join(alive)}): stop them with kill <pid>"
+
+
+def _start(cluster: LocalCluster, timeout: float) -> str | None:
+    """Start every node and wait until one of *these* processes leads; its id, or None."""
+    cluster.start()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for nid in cluster.ids:
+            proc = cluster.procs[nid]
+            if proc.poll() is not None:
+                _say(f"node {nid} exited with {proc.returncode} while starting; see {cluster.log_path(nid)}",
+                     err=True)
+                return None
+        leader = cluster.wait_for_leader(0.2)
+        if leader is not None:
+            return leader
+    _say(f"no leader was elected within {timeout:.0f} s; see the node logs in {cluster.root}", err=True)
+    return None
 
 
 def up(nodes: int, data_dir: str, http_port: int, raft_port: int, run_demo: bool) -> int:
+    """`raftq up`: SIGINT, SIGTERM and SIGHUP (the terminal closed) all stop every node."""
     root = Path(data_dir)
     if (root / "cluster.toml").exists():
         cluster = LocalCluster.open(root)
         if len(cluster.ids) != nodes:
-            print(f"{root / 'cluster.toml'} describes {len(cluster.ids)} nodes, not {nodes}; "
-                  f"use --nodes {len(cluster.ids)} or another --data-dir", file=sys.stderr)
+            _say(f"{root / 'cluster.toml'} describes {len(cluster.ids)} nodes, not {nodes}; "
+                 f"use --nodes {len(cluster.ids)} or another --data-dir", err=True)
             return 2
     else:
         cluster = LocalCluster.create(root, nodes, http_port=http_port, raft_port=raft_port)
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    taken = cluster.ports_in_use()
+    if taken:
+        _say(f"raftq up: ports already in use: {', '.join(taken)}{_orphans(cluster)}", err=True)
+        return 1
+    previous = {sig: signal.signal(sig, _stop_on_signal) for sig in STOP_SIGNALS}
     try:
-        cluster.start()
-        leader = cluster.wait_for_leader(30)
+        leader = _start(cluster, 30)
         if leader is None:
-            print(f"no leader was elected within 30 s; see the node logs in {cluster.root}", file=sys.stderr)
             return 1
-        print(f"raftq: {nodes}-node cluster up in {cluster.root} (leader {leader})")
+        _say(f"raftq: {nodes}-node cluster up in {cluster.root} (leader {leader})")
         for nid in cluster.ids:
-            print(f"  {nid}  {cluster.url(nid)}   pid {cluster.pid(nid)}   log {cluster.log_path(nid)}")
-        print(f"  try:   RAFTQ_URL={cluster.urls[0]} raftq cluster status")
-        print(f"         curl -L -XPOST {cluster.urls[0]}/v1/queues/jobs/messages -d '{{\"body\": \"hi\"}}'")
+            _say(f"  {nid}  {cluster.url(nid)}   pid {cluster.pid(nid)}   log {cluster.log_path(nid)}")
+        _say(f"  console: {cluster.urls[0]}/ui")
+        _say("  try:     raftq cluster status      (finds this cluster through ./.raftq/cluster.toml)"
+             if root.resolve() == Path(".raftq").resolve() else
+             f"  try:     raftq --url {cluster.urls[0]} cluster status")
         if run_demo:
-            demo(cluster.urls)
-        print("Ctrl-C stops the cluster; its data stays for the next run.", flush=True)
-        while not stopping:
+            demo(cluster)
+        _say("Ctrl-C stops the cluster; its data stays for the next run.")
+        while True:
             for nid in cluster.ids:
                 proc = cluster.procs.get(nid)
                 if proc is not None and proc.poll() is not None:
-                    print(f"node {nid} exited with {proc.returncode}; see {cluster.log_path(nid)}",
-                          file=sys.stderr)
+                    _say(f"node {nid} exited with {proc.returncode}; see {cluster.log_path(nid)}", err=True)
                     cluster.procs.pop(nid)
             time.sleep(0.2)
-    except KeyboardInterrupt:
-        pass
+    except Stopped as stop:
+        _say(f"{stop}: stopping the cluster ...")
     finally:
-        print("stopping the cluster ...", flush=True)
+        # A second signal must not cut the stop short and orphan a node.
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
         cluster.stop()
-        print("stopped.")
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _say("stopped.")
     return 0

@@ -89,7 +89,7 @@ class Node:
         self._wake_scheduled = False
         self._checkpoints: dict[str, str] = {}
         self._was_leader = False
-        self.elections_seen = 0
+        self.times_became_leader = 0
         self.entries_applied = 0
         self.committer = GroupCommitter(self._submit_entry)
         self.consensus = Consensus(
@@ -156,7 +156,7 @@ class Node:
     def _role_changed(self) -> None:
         leader = self.is_leader()
         if leader and not self._was_leader:
-            self.elections_seen += 1
+            self.times_became_leader += 1
             log.info("became leader at term %s", self.consensus.term())
             self._ticker_wake.set()   # the barrier goes out now, not at the next tick
         elif not leader and self._was_leader:

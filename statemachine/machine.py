@@ -35,11 +35,14 @@ import hashlib
 import cbor2
 
 from .queue import PARKED_RETRY_MS, Queue
+from .redrive import redrive
 from .results import BAD_REQUEST, CONFLICT, INTERNAL, NOT_FOUND, STALE_RECEIPT, error, is_error
 from .validation import check_command, full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 4
+SNAPSHOT_VERSION = 5
+# Version 4 is version 5 without redrive: a node upgraded in place restores it.
+READABLE_SNAPSHOT_VERSIONS = (4, 5)
 
 
 def encode_entry(commands: list) -> bytes:
@@ -273,6 +276,9 @@ class StateMachine:
             queue.finish(group, seq)
             queue.counters["dead_lettered_total"] += 1
 
+    def _redrive(self, cmd):
+        return redrive(self, cmd)
+
     # ---- cluster directory and checkpoints ------------------------------------------
     def _set_member(self, cmd):
         self.members[cmd["id"]] = {"raft_addr": cmd["raft_addr"], "http_addr": cmd["http_addr"]}
@@ -347,7 +353,7 @@ class StateMachine:
 
     def restore(self, data: bytes) -> None:
         state = cbor2.loads(data)
-        if state.get("format") != SNAPSHOT_FORMAT or state.get("version") != SNAPSHOT_VERSION:
+        if state.get("format") != SNAPSHOT_FORMAT or state.get("version") not in READABLE_SNAPSHOT_VERSIONS:
             raise ValueError(f"not a raftq state machine snapshot of version {SNAPSHOT_VERSION}")
         self.clock = state["clock"]
         self.incarnations = state["incarnations"]

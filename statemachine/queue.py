@@ -26,7 +26,7 @@ from .group import Group
 from .results import CONFLICT, NOT_FOUND, QUEUE_FULL, error
 
 COUNTERS = ("put_total", "acked_total", "redelivered_total", "dead_lettered_total",
-            "expired_total", "dropped_total", "replaced_total")
+            "expired_total", "dropped_total", "replaced_total", "redriven_total")
 PARKED_RETRY_MS = 1_000
 RECEIPT_SEPARATOR = ":"
 
@@ -93,6 +93,10 @@ class Queue:
         self.keys = {}                      # key -> seq of its newest stored version
         self.dedup = {}                     # id -> (seq, put_at)
         self.dedup_order = deque()          # (put_at, id), oldest first: log time only grows
+        # Redrives out of this (dead-letter) queue by request id, for the same
+        # window as put ids: a retried redrive answers the first one's result.
+        self.redrives = {}                  # id -> (result, at)
+        self.redrive_order = deque()        # (at, id), oldest first
         self.expiries = SortedList()        # (expires_at, seq)
         self.groups = {"default": Group("default")}
         self.outbox = deque()               # (group, seq) parked for the dead-letter queue
@@ -117,6 +121,8 @@ class Queue:
             put_at, mid = self.dedup_order.popleft()
             if self.dedup.get(mid, (None, None))[1] == put_at:
                 del self.dedup[mid]
+        while self.redrive_order and self.redrive_order[0][0] + window <= clock:
+            del self.redrives[self.redrive_order.popleft()[1]]
 
     def next_timer(self):
         """The earliest log time at which `advance` has work, or None."""
@@ -125,6 +131,8 @@ class Queue:
             times.append(self.expiries[0][0])
         if self.dedup_order:
             times.append(self.dedup_order[0][0] + self.config["dedup_window_ms"])
+        if self.redrive_order:
+            times.append(self.redrive_order[0][0] + self.config["dedup_window_ms"])
         times = [t for t in times if t is not None]
         return min(times) if times else None
 
@@ -415,14 +423,17 @@ class Queue:
                 [[mid, self.dedup[mid][0], put_at] for put_at, mid in self.dedup_order
                  if self.dedup.get(mid, (None, None))[1] == put_at],
                 [g.to_state() for g in self.groups.values()],
-                [[g, s] for g, s in self.outbox]]
+                [[g, s] for g, s in self.outbox],
+                [[rid, self.redrives[rid][0], at] for at, rid in self.redrive_order]]
 
     @classmethod
     def from_state(cls, state: list) -> "Queue":
-        name, config, incarnation, next_seq, next_lease, counters, messages, dedup, groups, outbox = state
+        # A version-4 snapshot has neither redrives nor the counters added since.
+        name, config, incarnation, next_seq, next_lease, counters, messages, dedup, groups, outbox, *newer = state
+        redrives = newer[0] if newer else []
         queue = cls(name, config, incarnation)
         queue.next_seq, queue.next_lease = next_seq, next_lease
-        queue.counters = dict(zip(COUNTERS, counters))
+        queue.counters = {**dict.fromkeys(COUNTERS, 0), **dict(zip(COUNTERS, counters))}
         msgs = Message.from_columns(messages)
         queue.messages = SortedDict(zip(messages[0], msgs))
         queue.bytes = sum(messages[7])
@@ -432,4 +443,6 @@ class Queue:
         queue.dedup_order = deque((put_at, mid) for mid, _, put_at in dedup)
         queue.groups = {g[0]: Group.from_state(g) for g in groups}
         queue.outbox = deque((g, s) for g, s in outbox)
+        queue.redrives = {rid: (result, at) for rid, result, at in redrives}
+        queue.redrive_order = deque((at, rid) for rid, _, at in redrives)
         return queue

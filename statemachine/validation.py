@@ -204,6 +204,20 @@ def _check_tx(cmd):
     return None
 
 
+def _check_redrive(cmd):
+    problem = check_name(cmd.get("queue"), "queue name") or (
+        cmd.get("from_queue") is not None and check_name(cmd["from_queue"], "from_queue"))
+    if problem:
+        return problem
+    count = cmd.get("max")
+    if count is not None and (not is_int(count) or not 1 <= count <= MAX_BATCH):
+        return error(BAD_REQUEST, f"max must be an integer from 1 to {MAX_BATCH}")
+    request_id = cmd.get("id")
+    if request_id is not None and (not isinstance(request_id, str) or not 1 <= len(request_id) <= 1024):
+        return error(BAD_REQUEST, "id must be a string of 1 to 1024 characters")
+    return None
+
+
 def _check_member(cmd):
     if not isinstance(cmd.get("id"), str) or check_name(cmd["id"], "node id"):
         return error(BAD_REQUEST, "node id must match [A-Za-z0-9._-]{1,128}")
@@ -234,6 +248,7 @@ CHECKS = {
     "delete_group": _check_group_cmd,
     "commit": _check_group_cmd,
     "tx": _check_tx,
+    "redrive": _check_redrive,
     "tick": lambda cmd: None,
     "checkpoint": _check_checkpoint,
     "set_member": _check_member,

@@ -2,6 +2,7 @@
 
 import base64
 import threading
+import time
 import uuid
 
 import pytest
@@ -238,6 +239,32 @@ def test_dead_letter_over_http(cluster3):
     assert dead["headers"]["x-raftq-reason"] == "max_deliveries"
 
 
+def test_redrive_over_http(cluster3):
+    url, q = leader_url(cluster3), qname()
+    dlq = q + "-dlq"
+    call("PUT", f"{url}/v1/queues/{q}", {"max_deliveries": 1, "dead_letter": dlq})
+    call("POST", f"{url}/v1/queues/{q}/messages", {"messages": [{"body": n} for n in range(3)]})
+    got = call("POST", f"{url}/v1/queues/{q}/receive", {"max": 3}).body["messages"]
+    call("POST", f"{url}/v1/queues/{q}/nack", {"receipts": [m["receipt"] for m in got]})
+    # sent to a follower, the redrive is redirected to the leader like any write
+    first = call("POST", f"{follower_url(cluster3)}/v1/queues/{dlq}/redrive", {"max": 2, "id": "once"})
+    assert first.status == 307
+    moved = call("POST", f"{url}/v1/queues/{dlq}/redrive", {"from_queue": q, "max": 2, "id": "once"})
+    assert moved.status == 200 and moved.body == {"moved": 2, "to": {q: 2}, "duplicate": False}
+    retried = call("POST", f"{url}/v1/queues/{dlq}/redrive", {"from_queue": q, "max": 2, "id": "once"})
+    assert retried.body == {"moved": 2, "to": {q: 2}, "duplicate": True}
+    stats = call("GET", f"{url}/v1/queues/{dlq}").body["stats"]
+    assert (stats["depth"], stats["redriven_total"]) == (1, 2)
+    back = call("POST", f"{url}/v1/queues/{q}/receive", {"max": 3}).body["messages"]
+    assert [(m["body"], m["headers"]) for m in back] == [(0, None), (1, None)]
+    assert call("POST", f"{url}/v1/queues/{dlq}/redrive").body["moved"] == 1
+    for body in ({"max": 0}, {"from_queue": "a b"}, {"colour": 1}, [1]):
+        refused = call("POST", f"{url}/v1/queues/{dlq}/redrive", body)
+        assert (refused.status, refused.body["error"]) == (400, "bad_request"), body
+    missing = call("POST", f"{url}/v1/queues/{qname()}/redrive", {})
+    assert (missing.status, missing.body["error"]) == (404, "not_found")
+
+
 def test_groups_fanout_browse_and_commit(cluster3):
     url, q = leader_url(cluster3), qname()
     call("PUT", f"{url}/v1/queues/{q}", {})
@@ -305,19 +332,81 @@ def test_metrics_exposed(cluster3):
     got = call("POST", f"{url}/v1/queues/{q}/receive", {"max": 1}).body["messages"]
     call("POST", f"{url}/v1/queues/{q}/ack", {"receipts": [got[0]["receipt"]]})
     seen = metrics(url)
-    for name, value in (("raftq_queue_depth", 1), ("raftq_queue_in_flight", 0), ("raftq_queue_put_total", 2),
-                        ("raftq_queue_acked_total", 1), ("raftq_queue_dead_lettered_total", 0),
-                        ("raftq_queue_redelivered_total", 0), ("raftq_queue_bytes", body_size("m2"))):
+    for name, value in (("raftq_queue_depth", 1), ("raftq_queue_in_flight", 0), ("raftq_queue_messages_put_total", 2),
+                        ("raftq_queue_messages_acked_total", 1), ("raftq_queue_messages_dead_lettered_total", 0),
+                        ("raftq_queue_messages_redelivered_total", 0), ("raftq_queue_stored_bytes", body_size("m2"))):
         assert seen[(name, (("queue", q),))] == value, name
     assert seen[("raftq_is_leader", ())] == 1
     assert seen[("raftq_long_polls_waiting", ())] == 0
     ready = call("GET", url + "/health/ready").body
     assert seen[("raftq_term", ())] == ready["term"]
-    assert seen[("raftq_elections_won_total", ())] >= 1
+    assert seen[("raftq_became_leader_total", ())] >= 1
     assert seen[("raftq_http_requests_total", (("method", "POST"), ("route", "/v1/queues/{queue}/ack"),
                                                ("status", "200")))] >= 1
     for follower in (n for n in cluster3.ids if n != leader):
         assert metric(cluster3.url(follower), "raftq_is_leader") == 0
+
+
+def metric_values(text: str) -> dict:
+    """{'name{labels}': value} of a Prometheus text page."""
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
+
+
+def test_metrics_follow_prometheus_naming(cluster3):
+    url, q = leader_url(cluster3), qname()
+    call("POST", f"{url}/v1/queues/{q}/messages", {"messages": [{"body": "m"}, {"body": "n"}]})
+    got = call("POST", f"{url}/v1/queues/{q}/receive", {}).body["messages"][0]
+    call("POST", f"{url}/v1/queues/{q}/ack", {"receipts": [got["receipt"]]})
+    text = call("GET", f"{url}/metrics").raw.decode()
+    values = metric_values(text)
+    assert values[f'raftq_queue_depth{{queue="{q}"}}'] == 1
+    assert values[f'raftq_queue_messages_put_total{{queue="{q}"}}'] == 2
+    assert values[f'raftq_queue_messages_acked_total{{queue="{q}"}}'] == 1
+    for counter in ("redelivered", "dead_lettered", "expired", "dropped", "replaced", "redriven"):
+        assert values[f'raftq_queue_messages_{counter}_total{{queue="{q}"}}'] == 0
+    assert values["raftq_is_leader"] == 1 and values["raftq_ready"] == 1 and values["raftq_cluster_voters"] == 3
+    assert values["raftq_became_leader_total"] >= 1
+    assert values["raftq_journal_size_bytes"] > 0 and values["raftq_journal_syncs_total"] > 0
+    assert 0 < values["raftq_data_dir_free_bytes"] <= values["raftq_data_dir_capacity_bytes"]
+    for name in ("raftq_http_requests_total", "raftq_http_request_duration_seconds_bucket",
+                 "raftq_commit_index", "raftq_apply_lag_entries", "raftq_log_entry_commands_bucket",
+                 "raftq_log_entry_size_bytes_bucket", "raftq_snapshot_size_bytes",
+                 "raftq_snapshot_duration_seconds", "raftq_entries_applied_total", "raftq_term"):
+        assert name in text, name
+    # every counter ends in _total; no name keeps a unit-less duration or size
+    for line in text.splitlines():
+        if line.startswith("# TYPE") and line.endswith(" counter"):
+            assert line.split()[2].endswith("_total"), line
+    assert "raftq_elections_won" not in text and "raftq_http_request_seconds" not in text
+
+
+def test_dashboard_and_alert_rules_read_only_metrics_the_nodes_export(cluster3):
+    import json
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    deploy = Path(__file__).resolve().parent.parent / "deploy"
+    url = leader_url(cluster3)
+    call("POST", f"{url}/v1/queues/{qname()}/messages", {"body": "so that queue metrics exist"})
+    exported = set()
+    for name in metric_values(call("GET", f"{url}/metrics").raw.decode()):
+        exported.add(name.split("{")[0])
+    dashboard = json.loads((deploy / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    rules = yaml.safe_load((deploy / "prometheus-alerts.yaml").read_text())["groups"][0]["rules"]
+    assert {r["alert"] for r in rules} >= {"RaftqNoQuorum", "RaftqReplicaLagging", "RaftqFrequentElections",
+                                          "RaftqDeadLettersGrowing", "RaftqJournalDiskLow"}
+    assert all(r["labels"]["severity"] and r["annotations"]["summary"] for r in rules)
+    used = {name for expr in exprs + [r["expr"] for r in rules] for name in re.findall(r"raftq_[a-z_]+", expr)}
+    assert used and used <= exported, used - exported
+    assert len(exprs) >= 15
 
 
 def test_durability_all_and_verify(cluster3):
@@ -339,3 +428,101 @@ def test_durability_leader_is_served_and_answered_as_quorum(cluster3):
     assert "durability_not_reached" not in put.body
     quorum = call("POST", f"{url}/v1/queues/{q}/messages", {"body": "default"})
     assert quorum.status == 201 and quorum.body["durability"] == "quorum"
+
+
+def auth(cluster) -> dict:
+    return {"Authorization": f"Bearer {cluster.token}"} if cluster.token else {}
+
+
+def read_events(url: str, count: int, headers: dict, timeout: float = 10.0) -> list:
+    """The first `count` snapshot events of GET /v1/events."""
+    import http.client
+    import json
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.netloc, timeout=timeout)
+    try:
+        conn.request("GET", parts.path + "?" + parts.query, headers={"Accept": "text/event-stream", **headers})
+        reply = conn.getresponse()
+        assert reply.status == 200 and reply.getheader("Content-Type").startswith("text/event-stream")
+        events, block = [], []
+        while len(events) < count:
+            line = reply.readline().decode().rstrip("\r\n")
+            if line:
+                block.append(line)
+                continue
+            assert block[0] == "event: snapshot", block
+            events.append(json.loads(block[1].removeprefix("data: ")))
+            block = []
+        return events
+    finally:
+        conn.close()
+
+
+def test_events_stream_a_snapshot_every_interval(cluster3):
+    leader = cluster3.wait_for_leader(30)
+    follower = next(n for n in cluster3.ids if n != leader)
+    q = qname()
+    call("POST", f"{cluster3.url(leader)}/v1/queues/{q}/messages", {"body": "seen"})
+    started = time.monotonic()
+    first, second = read_events(f"{cluster3.url(follower)}/v1/events?interval_ms=250", 2, auth(cluster3))
+    assert time.monotonic() - started >= 0.2          # paced, not a burst
+    assert first["node"] == follower and second["at_ms"] > first["at_ms"]
+    assert first["cluster"]["leader"] == leader
+    assert sorted(n["id"] for n in first["cluster"]["nodes"]) == sorted(cluster3.ids)
+    assert any(e["leader"] == leader for e in first["elections"])
+    mine = next(info for info in second["queues"] if info["name"] == q)
+    assert mine["stats"]["depth"] == 1 and mine["config"]["lease_ms"] == 30000
+    for bad in ("interval_ms=10", "interval_ms=soon"):
+        refused = call("GET", f"{cluster3.url(leader)}/v1/events?{bad}")
+        assert (refused.status, refused.body["error"]) == (400, "bad_request")
+
+
+def test_console_files_are_served_by_every_node(cluster3):
+    for url in cluster3.urls:
+        moved = call("GET", f"{url}/ui")
+        assert moved.status == 302 and moved.headers["Location"] == "/ui/"
+        page = call("GET", f"{url}/ui/")
+        assert page.status == 200 and page.headers["Content-Type"].startswith("text/html")
+        assert b'<script src="console.js">' in page.raw
+    for name, kind in (("console.js", "text/javascript"), ("console.css", "text/css")):
+        served = call("GET", f"{cluster3.urls[0]}/ui/{name}")
+        assert served.status == 200 and served.headers["Content-Type"].startswith(kind)
+        assert b"http://" not in served.raw and b"https://" not in served.raw   # nothing fetched from elsewhere
+    for missing in ("nothing.js", "..%2Fapp.py", ".hidden.js", "index.py"):
+        assert call("GET", f"{cluster3.urls[0]}/ui/{missing}").status == 404, missing
+
+
+def test_leadership_transfer(fresh_cluster):
+    cluster = fresh_cluster(3)
+    leader = cluster.wait_for_leader(30)
+    target = next(n for n in cluster.ids if n != leader)
+    via_follower = call("POST", f"{cluster.url(target)}/v1/cluster/leader", {"to": target})
+    assert via_follower.status == 307
+    moved = call("POST", f"{cluster.url(leader)}/v1/cluster/leader", {"to": target})
+    assert moved.status == 200 and moved.body == {"moved": True, "previous": leader, "leader": target}
+    assert cluster.wait_for_leader(30) == target
+    for body, status in (({"to": "n9"}, 404), ({"to": 3}, 400), ({"who": "n1"}, 400)):
+        assert call("POST", f"{cluster.url(target)}/v1/cluster/leader", body).status == status, body
+
+
+def test_a_node_with_open_event_streams_still_shuts_down_cleanly(fresh_cluster):
+    import http.client
+    import signal
+    from urllib.parse import urlsplit
+
+    cluster = fresh_cluster(3)
+    node = cluster.ids[0]
+    conn = http.client.HTTPConnection(urlsplit(cluster.url(node)).netloc, timeout=30)
+    try:
+        conn.request("GET", "/v1/events?interval_ms=60000", headers=auth(cluster))
+        reply = conn.getresponse()
+        assert reply.readline().startswith(b"event: snapshot")
+        proc = cluster.procs[node]
+        cluster.signal(node, signal.SIGTERM)
+        assert proc.wait(30) == 0          # not killed after aiohttp's 60 s shutdown grace
+        rest = reply.read()                # the stream ended with the node
+        assert b"event: snapshot" not in rest
+    finally:
+        conn.close()

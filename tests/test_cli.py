@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -10,27 +11,36 @@ import time
 
 import pytest
 
-from raftq.local import LocalCluster, free_ports
+from raftq.local import LocalCluster, free_ports, port_free
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 
-def raftq(*args, url=None, check=True, timeout=60) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
+def raftq(*args, url=None, cluster=None, cwd=None, check=True, timeout=60) -> subprocess.CompletedProcess:
+    """Run the CLI; `cluster` gives it every node's URL (RAFTQ_URL) and the cluster's token."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAFTQ_URL", "RAFTQ_TOKEN")}
+    if cluster is not None:
+        env["RAFTQ_URL"] = ",".join(cluster.urls)
     if url:
         env["RAFTQ_URL"] = url
+    if cluster is not None and cluster.token:
+        env["RAFTQ_TOKEN"] = cluster.token
     done = subprocess.run([sys.executable, "-m", "raftq", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+                          env=env, timeout=timeout, cwd=cwd)
     if check and done.returncode != 0:
         raise AssertionError(f"raftq {' '.join(args)} exited {done.returncode}: {done.stderr}")
     return done
 
 
+def as_json(*args, **kwargs):
+    return json.loads(raftq(*args, "--json", **kwargs).stdout)
+
+
 def test_cluster_status_table_and_json(cluster3):
     url = cluster3.urls[0]
     leader = cluster3.wait_for_leader(30)
-    table = raftq("cluster", "status", url=url).stdout
+    table = raftq("cluster", "status", url=url, cluster=cluster3).stdout
     assert f"{leader} *" in table
     rows = status_rows(table)
     assert sorted(rows) == sorted(cluster3.ids)
@@ -38,7 +48,7 @@ def test_cluster_status_table_and_json(cluster3):
     for row in rows.values():
         assert row[header.index("fsync")] == "fsync-per-append"
         assert row[header.index("healthy")] == "yes"
-    view = json.loads(raftq("cluster", "status", "--json", url=url).stdout)
+    view = json.loads(raftq("cluster", "status", "--json", url=url, cluster=cluster3).stdout)
     assert view["leader"] == leader and all(n["healthy"] for n in view["nodes"])
     # what `raftq node` runs in production: an fdatasync before every acknowledgement
     assert [n["fsync_policy"] for n in view["nodes"]] == ["fsync-per-append"] * 3
@@ -46,15 +56,15 @@ def test_cluster_status_table_and_json(cluster3):
 
 def test_put_receive_ack_queues_and_verify(cluster3):
     url = cluster3.urls[1]     # any node: the CLI follows redirects
-    put = json.loads(raftq("put", "cli-q", '{"n": 1}', "--id", "cli-1", "--json", url=url).stdout)
+    put = json.loads(raftq("put", "cli-q", '{"n": 1}', "--id", "cli-1", "--json", url=url, cluster=cluster3).stdout)
     assert put["messages"][0]["duplicate"] is False
-    again = raftq("put", "cli-q", '{"n": 1}', "--id", "cli-1", url=url).stdout
+    again = raftq("put", "cli-q", '{"n": 1}', "--id", "cli-1", url=url, cluster=cluster3).stdout
     assert "duplicate" in again
-    got = json.loads(raftq("receive", "cli-q", "--max", "5", "--json", url=url).stdout)["messages"]
+    got = json.loads(raftq("receive", "cli-q", "--max", "5", "--json", url=url, cluster=cluster3).stdout)["messages"]
     assert [m["body"] for m in got] == [{"n": 1}]
-    assert "acked 1" in raftq("ack", "cli-q", got[0]["receipt"], url=url).stdout
-    assert "cli-q" in raftq("queues", url=url).stdout
-    verify = raftq("cluster", "verify", url=url).stdout
+    assert "acked 1" in raftq("ack", "cli-q", got[0]["receipt"], url=url, cluster=cluster3).stdout
+    assert "cli-q" in raftq("queues", url=url, cluster=cluster3).stdout
+    verify = raftq("cluster", "verify", url=url, cluster=cluster3).stdout
     assert "replicas agree" in verify
 
 
@@ -67,7 +77,7 @@ def test_status_exits_1_without_quorum(fresh_cluster):
     # healthy majority, exit 1. (It may still name the dead leader: pysyncobj
     # starts no election while connected to nobody.)
     def minority_status():
-        done = raftq("cluster", "status", url=cluster.url(survivor), check=False)
+        done = raftq("cluster", "status", url=cluster.url(survivor), cluster=cluster, check=False)
         rows = status_rows(done.stdout)
         return (done, rows) if all(rows.get(n, [None, None])[1] == "unreachable" for n in cluster.ids[1:]) else None
 
@@ -84,7 +94,7 @@ def status_rows(table: str) -> dict[str, list[str]]:
     rows = {}
     for line in table.splitlines()[1:]:
         cells = [c for c in line.split() if c != "*"]
-        if cells and cells[0].startswith("n"):
+        if cells and re.fullmatch(r"n\d+", cells[0]):
             rows[cells[0]] = cells
     return rows
 
@@ -151,3 +161,270 @@ def test_up_starts_demo_and_stops_cleanly_keeping_data(tmp_path):
                     os.kill(int(pid_file.read_text()), signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+def test_queue_commands_create_show_patch_list_delete(cluster3):
+    created = as_json("queue", "create", "cli-admin", "--lease-ms", "5000", "--max-deliveries", "3",
+                      "--dead-letter", "cli-admin-dlq", "--config", '{"ttl_ms": 60000}', cluster=cluster3)
+    assert created["config"]["lease_ms"] == 5000 and created["config"]["max_deliveries"] == 3
+    assert created["config"]["dead_letter"] == "cli-admin-dlq" and created["config"]["ttl_ms"] == 60000
+    conflict = raftq("queue", "create", "cli-admin", "--lease-ms", "6000", cluster=cluster3, check=False)
+    assert conflict.returncode == 1 and "conflict" in conflict.stderr
+    patched = as_json("queue", "patch", "cli-admin", "--max-deliveries", "none", "--overflow", "drop_oldest",
+                      cluster=cluster3)
+    assert patched["config"]["max_deliveries"] is None and patched["config"]["overflow"] == "drop_oldest"
+    raftq("put", "cli-admin", "x", cluster=cluster3)
+    shown = raftq("queue", "show", "cli-admin", cluster=cluster3).stdout
+    assert "depth 1" in shown and "lease_ms=5000" in shown and "default" in shown
+    assert as_json("queue", "show", "cli-admin", cluster=cluster3)["stats"]["put_total"] == 1
+    assert "cli-admin" in raftq("queues", cluster=cluster3).stdout
+    assert raftq("queue", "delete", "cli-admin", cluster=cluster3).stdout.strip() == "deleted cli-admin"
+    gone = raftq("queue", "show", "cli-admin", cluster=cluster3, check=False)
+    assert gone.returncode == 1 and "not_found" in gone.stderr
+    bad = raftq("queue", "create", "cli-bad", "--max-length", "lots", cluster=cluster3, check=False)
+    assert bad.returncode == 2 and "not an integer" in bad.stderr
+
+
+def test_group_commands(cluster3):
+    raftq("put", "cli-groups", "1", cluster=cluster3)
+    added = as_json("group", "add", "cli-groups", "audit", "--start", "earliest", cluster=cluster3)
+    assert (added["name"], added["depth"]) == ("audit", 1)
+    listed = as_json("group", "list", "cli-groups", cluster=cluster3)["groups"]
+    assert [g["name"] for g in listed] == ["default", "audit"]
+    assert as_json("group", "show", "cli-groups", "audit", cluster=cluster3)["cursor"] == 1
+    assert "audit" in raftq("group", "list", "cli-groups", cluster=cluster3).stdout
+    raftq("group", "delete", "cli-groups", "audit", cluster=cluster3)
+    assert [g["name"] for g in as_json("group", "list", "cli-groups", cluster=cluster3)["groups"]] == ["default"]
+
+
+def test_message_commands_put_receive_nack_extend_ack_browse_commit_tx(cluster3):
+    q = "cli-msgs"
+    put = as_json("put", q, '{"n": 1}', "--key", "k", "--header", "trace=abc", "--ttl-ms", "600000",
+                  cluster=cluster3)
+    assert put["messages"][0]["seq"] == 1
+    raftq("put", q, "two", cluster=cluster3)
+    browsed = as_json("browse", q, "--from-seq", "1", "--limit", "5", cluster=cluster3)
+    assert [(m["seq"], m["body"], m["key"], m["headers"]) for m in browsed["messages"]] == [
+        (1, {"n": 1}, "k", {"trace": "abc"}), (2, "two", None, None)]
+    assert "key k" in raftq("browse", q, cluster=cluster3).stdout
+    first = as_json("receive", q, "--lease-ms", "60000", cluster=cluster3)["messages"][0]
+    assert raftq("nack", q, first["receipt"], cluster=cluster3).stdout.strip() == "nacked 1"
+    again = as_json("receive", q, cluster=cluster3)["messages"][0]
+    assert (again["seq"], again["deliveries"]) == (1, 2)
+    assert as_json("extend", q, again["receipt"], "--lease-ms", "90000", cluster=cluster3)["extended"] == 1
+    stale = raftq("ack", q, first["receipt"], cluster=cluster3, check=False)
+    assert stale.returncode == 1 and "stale_receipt" in stale.stderr
+    committed = as_json("commit", q, "default", "1", cluster=cluster3)
+    assert committed == {"acked": 1, "cursor": 2}
+    second = as_json("receive", q, cluster=cluster3)["messages"][0]
+    tx = as_json("tx", "--ack", q, second["receipt"], "--put", "cli-msgs-out", '{"done": 2}', cluster=cluster3)
+    assert tx["acked"] == 1 and tx["put"][0]["queue"] == "cli-msgs-out"
+    assert as_json("queue", "show", q, cluster=cluster3)["stats"]["depth"] == 0
+    assert [m["body"] for m in as_json("browse", "cli-msgs-out", cluster=cluster3)["messages"]] == [{"done": 2}]
+    empty = raftq("tx", cluster=cluster3, check=False)
+    assert empty.returncode != 0 and "--ack" in empty.stderr
+
+
+def test_subscribe_prints_pushed_messages_and_acks_them(cluster3):
+    for n in range(3):
+        raftq("put", "cli-sub", str(n), cluster=cluster3)
+    lines = raftq("subscribe", "cli-sub", "--count", "3", "--json", cluster=cluster3).stdout.splitlines()
+    assert [json.loads(line)["body"] for line in lines] == [0, 1, 2]
+    assert as_json("queue", "show", "cli-sub", cluster=cluster3)["stats"]["acked_total"] == 3
+    raftq("put", "cli-sub", '"kept"', cluster=cluster3)
+    text = raftq("subscribe", "cli-sub", "--no-ack", "--idle", "2", cluster=cluster3).stdout
+    assert "body 'kept'" in text and "receipt" in text
+
+
+def test_redrive_command(cluster3):
+    raftq("queue", "create", "cli-work", "--max-deliveries", "1", "--dead-letter", "cli-dead", cluster=cluster3)
+    for n in range(3):
+        raftq("put", "cli-work", str(n), cluster=cluster3)
+    for m in as_json("receive", "cli-work", "--max", "3", cluster=cluster3)["messages"]:
+        raftq("nack", "cli-work", m["receipt"], cluster=cluster3)
+    dead = as_json("browse", "cli-dead", cluster=cluster3)["messages"]
+    assert [m["headers"]["x-raftq-from-queue"] for m in dead] == ["cli-work"] * 3
+    assert raftq("redrive", "cli-dead", "--from-queue", "cli-work", "--max", "2",
+                 cluster=cluster3).stdout.strip() == "moved 2 to cli-work"
+    assert as_json("redrive", "cli-dead", cluster=cluster3)["to"] == {"cli-work": 1}
+    assert [m["body"] for m in as_json("browse", "cli-work", cluster=cluster3)["messages"]] == [0, 1, 2]
+    assert as_json("queue", "show", "cli-dead", cluster=cluster3)["stats"]["redriven_total"] == 3
+
+
+def test_health_metrics_top_and_bench(cluster3):
+    health = as_json("health", cluster=cluster3)["nodes"]
+    assert [h["url"] for h in health] == cluster3.urls and all(h["live"] and h["ready"] for h in health)
+    assert "raftq_commit_index" in raftq("metrics", cluster=cluster3).stdout
+    bench = raftq("bench", "--count", "300", "--producers", "2", "--consumers", "2", "--size", "64",
+                  "--batch", "10", "--queue", "cli-bench", "--keep", cluster=cluster3, timeout=120).stdout
+    figures = json.loads(bench.strip().splitlines()[-1])
+    assert figures["consumed"] == 300 and figures["put_samples"] == 30 and figures["errors"] == []
+    assert figures["put_msgs_per_s"] > 0 and set(figures["end_to_end_latency"]) == {"p50_ms", "p90_ms",
+                                                                                     "p99_ms", "max_ms"}
+    stats = as_json("queue", "show", "cli-bench", cluster=cluster3)["stats"]
+    assert (stats["put_total"], stats["acked_total"], stats["depth"]) == (300, 300, 0)
+    streamed = raftq("bench", "--wire", "stream", "--count", "500", "--producers", "2", "--consumers", "1",
+                     "--queue", "cli-bench-stream", "--keep", cluster=cluster3, timeout=120).stdout
+    figures = json.loads(streamed.strip().splitlines()[-1])
+    assert (figures["wire"], figures["consumed"], figures["put_samples"], figures["errors"]) == ("stream", 500, 500, [])
+    stats = as_json("queue", "show", "cli-bench-stream", cluster=cluster3)["stats"]
+    assert (stats["put_total"], stats["acked_total"], stats["depth"]) == (500, 500, 0)
+    top = raftq("top", "--iterations", "2", "--interval", "0.3", cluster=cluster3).stdout
+    frames = top.strip().split("\n\n\n") if "\n\n\n" in top else top.strip().split("raftq top")[1:]
+    assert len(frames) == 2
+    for nid in cluster3.ids:
+        assert nid in frames[-1]
+    assert "cli-bench" in frames[-1] and "put/s" in frames[-1]
+    row = next(line for line in frames[-1].splitlines() if line.startswith("cli-bench"))
+    assert row.split()[1:4] == ["0", "0", "0"]      # depth, in flight, delayed
+    assert row.split()[6:8] == ["0.0", "0.0"]         # nothing put or acked between the two looks
+    looks = [json.loads(line) for line in raftq("top", "--iterations", "2", "--interval", "0.3", "--json",
+                                                  cluster=cluster3).stdout.splitlines()]
+    assert len(looks) == 2 and looks[1]["cluster"]["leader"] == cluster3.wait_for_leader(30)
+    bench_queue = next(q for q in looks[1]["queues"] if q["name"] == "cli-bench")
+    assert (bench_queue["stats"]["depth"], bench_queue["put_per_s"], bench_queue["ack_per_s"]) == (0, 0.0, 0.0)
+    assert next(q for q in looks[0]["queues"] if q["name"] == "cli-bench")["put_per_s"] is None
+
+
+def test_status_with_the_first_node_dead_finds_the_cluster_through_cluster_toml(fresh_cluster, tmp_path):
+    cluster = fresh_cluster(3)
+    cluster.kill(cluster.ids[0])
+    leader = cluster.wait_for_leader(30, among=cluster.ids[1:])
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / ".raftq").symlink_to(cluster.root)
+    # no RAFTQ_URL, no --url: ./.raftq/cluster.toml names the nodes (and gives the token)
+    done = raftq("cluster", "status", cwd=workdir, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    dead = next(line for line in lines if line.startswith(cluster.ids[0]))
+    assert "unreachable" in dead and " NO " in dead
+    mine = next(line for line in lines if line.startswith(f"{leader} *"))
+    assert mine.split()[7] == "-"          # the leader does not hear from itself
+    other = next(n for n in cluster.ids[1:] if n != leader)
+    follower = next(line for line in lines if line.startswith(other + " "))
+    assert follower.split()[6].endswith("ms")
+    assert "heard: how long ago the leader last heard" in done.stdout
+    urls = [arg for u in cluster.urls for arg in ("--url", u)]
+    view = as_json("cluster", "status", *urls, cwd=workdir)
+    assert view["leader"] == leader and view["id"] == leader
+    assert [n["healthy"] for n in view["nodes"]].count(True) == 2
+
+
+def test_cluster_remove_add_and_transfer_replace_a_dead_node(fresh_cluster):
+    import dataclasses
+
+    from raftq.config import NodeSpec
+
+    cluster = fresh_cluster(3)
+    cluster.kill("n3")
+    http_port, raft_port = free_ports(2)
+    n4 = NodeSpec(id="n4", raft=f"127.0.0.1:{raft_port}", http=f"127.0.0.1:{http_port}")
+    assert raftq("cluster", "remove", "n3", cluster=cluster).stdout.strip() == "removed n3"
+    added = as_json("cluster", "add", n4.id, n4.raft, n4.http, cluster=cluster)
+    assert added == {"id": "n4", "raft_addr": n4.raft, "http_addr": n4.http}
+    cluster.cfg = dataclasses.replace(cluster.cfg, nodes=tuple(n for n in cluster.cfg.nodes if n.id != "n3") + (n4,))
+    cluster.write_config()
+    cluster.start("n4")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        view = cluster.ready_view("n4")
+        if view and view["ready"] and view["applied_index"] >= view["commit_index"] > 0:
+            break
+        time.sleep(0.2)
+    status = as_json("cluster", "status", cluster=cluster)
+    assert sorted(n["id"] for n in status["nodes"]) == ["n1", "n2", "n4"]
+    assert all(n["healthy"] for n in status["nodes"])
+    leader = status["leader"]
+    moved = as_json("cluster", "transfer", "n4", cluster=cluster)
+    assert (moved["moved"], moved["previous"], moved["leader"]) == (True, leader, "n4")
+    assert cluster.wait_for_leader(30) == "n4"
+    assert "leader: n4" in raftq("cluster", "transfer", "n4", cluster=cluster).stdout   # already leads
+    unknown = raftq("cluster", "transfer", "n9", cluster=cluster, check=False)
+    assert unknown.returncode == 1 and "not_found" in unknown.stderr
+
+
+def consecutive_free_port(count: int) -> int:
+    """The first of `count` consecutive ports free now (`raftq up` takes them in a row)."""
+    while True:
+        base = free_ports(1)[0]
+        if base + count <= 65535 and all(port_free(base + i) for i in range(count)):
+            return base
+
+
+def start_up(data_dir, *extra):
+    """`raftq up` in its own session, read until it says it is up; (process, output)."""
+    http_port = consecutive_free_port(3)
+    raft_port = consecutive_free_port(3)
+    while abs(raft_port - http_port) < 3:
+        raft_port = consecutive_free_port(3)
+    proc = subprocess.Popen([sys.executable, "-m", "raftq", "up", "--nodes", "3", "--data-dir", str(data_dir),
+                             "--http-port", str(http_port), "--raft-port", str(raft_port), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if "Ctrl-C stops" in line:
+            break
+    return proc, "".join(lines)
+
+
+def stop_everything(proc, data_dir):
+    """Whatever a test left: `raftq up` and every node it wrote a PID file for."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for pid_file in data_dir.glob("*.pid"):
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_up_stops_its_nodes_on_every_stop_signal(tmp_path, sig):
+    data_dir = tmp_path / "up"
+    proc, output = start_up(data_dir)
+    try:
+        assert "cluster up" in output, output
+        pids = [int(p) for p in re.findall(r"pid (\d+)", output)]
+        assert len(pids) == 3 and all(alive(p) for p in pids)
+        proc.send_signal(sig)
+        assert proc.wait(60) == 0
+        assert "stopped." in proc.stdout.read()
+        assert [p for p in pids if alive(p)] == []
+        assert list(data_dir.glob("*.pid")) == []
+    finally:
+        stop_everything(proc, data_dir)
+
+
+def test_up_refuses_to_report_up_while_orphans_hold_its_ports(tmp_path):
+    data_dir = tmp_path / "up"
+    first, output = start_up(data_dir)
+    second = None
+    try:
+        assert "cluster up" in output, output
+        orphans = [int(p) for p in re.findall(r"pid (\d+)", output)]
+        first.kill()              # as a lost terminal did before: `up` gone, its nodes not
+        first.wait()
+        assert all(alive(p) for p in orphans)
+        second = subprocess.run([sys.executable, "-m", "raftq", "up", "--data-dir", str(data_dir)],
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1
+        assert "cluster up" not in second.stdout
+        assert "ports already in use" in second.stderr
+        assert all(f"pid {p}" in second.stderr for p in orphans), second.stderr
+    finally:
+        stop_everything(first, data_dir)

@@ -160,15 +160,16 @@ def test_a_production_node_fdatasyncs_its_journal_before_it_answers_a_put(tmp_pa
     puts = 20
     try:
         node_pid = wait_until(lambda: child_of(tracer.pid), what="the traced node to start")
-        cluster.procs["n1"] = tracer     # for wait_for_leader's running() check only
-        assert cluster.wait_for_leader(60) == "n1"
+        # (not cluster.wait_for_leader: it trusts only nodes it started itself, by PID)
+        view = wait_until(lambda: (lambda v: v if v and v["ready"] else None)(cluster.ready_view("n1")),
+                          timeout=60, what="the traced node to lead")
+        assert (view["role"], view["pid"]) == ("leader", node_pid)
         with Client(cluster.urls, token=cluster.token) as client:
             for i in range(puts):
                 assert client.put("synced", i)["messages"][0]["seq"] == i + 1
         os.kill(node_pid, signal.SIGTERM)
         assert tracer.wait(60) == 0
     finally:
-        cluster.procs.pop("n1", None)
         if tracer.poll() is None:
             tracer.kill()
             tracer.wait()

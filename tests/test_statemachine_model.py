@@ -17,6 +17,8 @@ machine documents:
 - a message whose deliveries are spent waits in its group (parked) and moves
   in the order it was parked; a full `reject` dead-letter queue stops the
   moves until it has room;
+- a redrive takes the dead-letter queue's messages in seq order and fires a
+  source queue's timers (not its dead-letter moves) before putting into it;
 - a transaction fires the timers of every queue it names first, then
   checks its receipts, then room in the queues it puts into (before its acks
   free any), then acks and puts.
@@ -78,10 +80,10 @@ class Model:
         self.created += 1
         self.queues[name] = {
             "uid": self.created, "name": name, "config": dict(config), "next_seq": 1,
-            "messages": [], "groups": {"default": {}}, "dedup": [], "outbox": [],
+            "messages": [], "groups": {"default": {}}, "dedup": [], "outbox": [], "redrives": [],
             "counters": {c: 0 for c in ("put_total", "acked_total", "redelivered_total",
                                         "dead_lettered_total", "expired_total", "dropped_total",
-                                        "replaced_total")},
+                                        "replaced_total", "redriven_total")},
         }
         return self.queues[name]
 
@@ -133,6 +135,7 @@ class Model:
                 q["counters"]["expired_total"] += 1
         window = q["config"]["dedup_window_ms"]
         q["dedup"] = [d for d in q["dedup"] if d[2] + window > self.clock]
+        q["redrives"] = [r for r in q["redrives"] if r[2] + window > self.clock]
 
     def touch(self, name):
         q = self.queues.get(name)
@@ -267,7 +270,8 @@ class Model:
                for q in self.queues.values() for g in q["groups"].values() for e in g.values()
                if e["state"] in ("leased", "delayed")]
         due += [m["expires_at"] for q in self.queues.values() for m in q["messages"] if m["expires_at"]]
-        return due + [d[2] + q["config"]["dedup_window_ms"] for q in self.queues.values() for d in q["dedup"]]
+        return due + [d[2] + q["config"]["dedup_window_ms"] for q in self.queues.values()
+                      for d in q["dedup"] + q["redrives"]]
 
     def browse(self, q, group):
         entries = q["groups"][group]
@@ -441,6 +445,40 @@ class Model:
                  "messages": self.store(self.touch(name) or self.new_queue(name, QUEUE_DEFAULTS), messages)}
                 for name, messages in batches.items()]
         return {"acked": len(leases), "put": puts}
+
+    def op_redrive(self, cmd):
+        dlq = self.touch(cmd["queue"])
+        if dlq is None:
+            return err("not_found")
+        earlier = [r for r in dlq["redrives"] if r[0] == cmd.get("id")]
+        if cmd.get("id") is not None and earlier:
+            return {**earlier[0][1], "duplicate": True}
+        moved, to, blocked = 0, {}, set()
+        for m in list(dlq["messages"]):
+            if moved == (cmd.get("max") or 1_000):
+                break
+            source = (m["headers"] or {}).get("x-raftq-from-queue")
+            if source in (None, dlq["name"]) or source in blocked or cmd.get("from_queue") not in (None, source):
+                continue
+            if any(g.get(m["seq"], {}).get("state") == "leased" for g in dlq["groups"].values()):
+                continue
+            target = self.queues.get(source)
+            if target is not None:
+                self.fire(target)
+            headers = {k: v for k, v in m["headers"].items() if k not in (
+                "x-raftq-from-queue", "x-raftq-from-group", "x-raftq-deliveries", "x-raftq-reason")} or None
+            back = [{"body": m["body"], "key": m["key"], "headers": headers}]
+            if target is None or self.too_full(target, back):
+                blocked.add(source)
+                continue
+            self.store(target, back)
+            self.remove(dlq, m["seq"])
+            dlq["counters"]["redriven_total"] += 1
+            moved += 1
+            to[source] = to.get(source, 0) + 1
+        if cmd.get("id") is not None:
+            dlq["redrives"].append((cmd["id"], {"moved": moved, "to": to}, self.clock))
+        return {"moved": moved, "to": to, "duplicate": False}
 
     def op_tick(self, cmd):
         for q in list(self.queues.values()):
@@ -667,6 +705,22 @@ class QueuesComparison(RuleBasedStateMachine):
                 for _ in range(data.draw(st.integers(0 if puts else 1, 2)))]
         cmd = {"ack": acks, "put": [{"queue": q, "messages": m} for q, m in puts], "auto_create": auto_create}
         self.run("tx", **cmd)
+
+    @rule(queue=st.sampled_from(["dl", "dl", "dl", "b", "a"]), from_queue=st.sampled_from([None, None, *QUEUES]),
+          count=st.one_of(st.none(), st.integers(1, 4)), request_id=st.sampled_from([None, None, "r1", "r2"]))
+    def redrive(self, queue, from_queue, count, request_id):
+        """An operator sends dead letters home, and retries the request."""
+        fields = {k: v for k, v in (("from_queue", from_queue), ("max", count), ("id", request_id))
+                  if v is not None}
+        self.run("redrive", queue=queue, **fields)
+
+    @rule(queue=st.sampled_from(["a", "b"]), count=st.one_of(st.none(), st.integers(1, 4)))
+    def poison_then_redrive(self, queue, count):
+        """Consumers fail a queue's messages until they die, then the operator sends them home."""
+        self.flaky_consumer(queue, "default", 3, 3)
+        q = self.model.queues.get(queue)
+        if q is not None and q["config"]["dead_letter"] is not None:
+            self.redrive(q["config"]["dead_letter"], None, count, None)
 
     # ---- the machine's own life ------------------------------------------------------------
     @rule()

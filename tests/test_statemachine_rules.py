@@ -563,6 +563,115 @@ def test_dead_lettering_in_one_fanout_group_leaves_the_message_to_the_others(m):
     assert m.seqs("q", group="g2") == [1]
 
 
+# ---- redrive ---------------------------------------------------------------------------
+
+def spend(m, queue, count=1, group="default"):
+    """Receive and nack `count` messages once each: with max_deliveries 1 they die."""
+    for r in m.receive(queue, count, group):
+        m.ok("nack", queue=queue, receipts=[r["receipt"]])
+
+
+def test_redrive_moves_dead_letters_back_with_their_own_headers_and_counts_them(m):
+    dead_letter_queue(m, max_deliveries=1)
+    m.put("q", msg("a", key="k", headers={"h": "v"}), msg("b"))
+    spend(m, "q", 2)
+    assert m.stats("dlq")["depth"] == 2
+    assert m.ok("redrive", queue="dlq") == {"moved": 2, "to": {"q": 2}, "duplicate": False}
+    assert m.stats("dlq")["depth"] == 0
+    assert m.stats("dlq")["redriven_total"] == 2
+    back = m.receive("q")
+    assert [(r["seq"], r["body"], r["key"], r["headers"], r["deliveries"]) for r in back] == [
+        (3, "a", "k", {"h": "v"}, 1), (4, "b", None, None, 1)]
+    assert m.stats("q")["put_total"] == 4
+
+
+def test_redrive_honours_max_and_from_queue_in_seq_order(m):
+    dead_letter_queue(m, max_deliveries=1)
+    m.ok("create_queue", queue="other", config={"max_deliveries": 1, "dead_letter": "dlq"})
+    m.put("q", msg("q1"), msg("q2"))
+    m.put("other", msg("o1"))
+    spend(m, "q", 1)
+    spend(m, "other", 1)
+    spend(m, "q", 1)
+    assert m.ok("redrive", queue="dlq", from_queue="q", max=1)["to"] == {"q": 1}
+    assert [r["body"] for r in m.receive("q")] == ["q1"]
+    assert m.ok("redrive", queue="dlq", max=5)["to"] == {"other": 1, "q": 1}
+    assert m.ok("redrive", queue="dlq") == {"moved": 0, "to": {}, "duplicate": False}
+
+
+def test_redrive_leaves_plain_messages_leased_dead_letters_and_those_of_missing_queues(m):
+    dead_letter_queue(m, max_deliveries=1)
+    m.put("dlq", msg("put there by hand"))
+    m.put("q", msg("leased"), msg("of a deleted queue"))
+    spend(m, "q", 2)
+    assert m.seqs("dlq", 1, lease_ms=10_000) == [1]           # the hand-put message
+    m.receive("dlq", 1, lease_ms=10_000)                       # "leased" is being handled
+    m.ok("delete_queue", queue="q")
+    assert m.ok("redrive", queue="dlq")["moved"] == 0
+    assert m.stored("dlq") == [1, 2, 3]
+    m.ok("create_queue", queue="q", config={})
+    assert m.ok("redrive", queue="dlq")["to"] == {"q": 1}      # the leased one stays
+    assert [r["body"] for r in m.receive("q")] == ["of a deleted queue"]
+
+
+def test_redrive_into_a_full_queue_moves_nothing_for_it_and_keeps_the_order(m):
+    dead_letter_queue(m, max_deliveries=1)
+    m.put("q", msg("first"), msg("second"))
+    spend(m, "q", 2)
+    m.ok("patch_queue", queue="q", config={"max_length": 1})
+    m.put("q", msg("occupant"))
+    assert m.ok("redrive", queue="dlq")["moved"] == 0
+    m.ack("q", m.receive("q")[0]["receipt"])
+    assert m.ok("redrive", queue="dlq")["moved"] == 1
+    assert [r["body"] for r in m.receive("q")] == ["first"]
+    assert [m_["body"] for m_ in m.sm.browse("dlq", "default", 0, 10)["messages"]] == ["second"]
+
+
+def test_a_retried_redrive_with_the_same_id_answers_the_first_result_and_moves_nothing(m):
+    dead_letter_queue(m, max_deliveries=1)
+    m.put("q", msg("a"), msg("b"))
+    spend(m, "q", 2)
+    first = m.ok("redrive", queue="dlq", max=1, id="r-1")
+    assert first == {"moved": 1, "to": {"q": 1}, "duplicate": False}
+    assert m.ok("redrive", queue="dlq", max=1, id="r-1") == {"moved": 1, "to": {"q": 1}, "duplicate": True}
+    assert m.stats("dlq")["depth"] == 1
+    # the id is remembered for the dead-letter queue's dedup window, through a snapshot too
+    data = m.sm.snapshot()
+    m.sm = StateMachine()
+    m.sm.restore(data)
+    assert m.ok("redrive", queue="dlq", max=1, id="r-1")["duplicate"] is True
+    m.now += 300_000
+    assert m.ok("redrive", queue="dlq", max=1, id="r-1") == {"moved": 1, "to": {"q": 1}, "duplicate": False}
+
+
+def test_a_redriven_message_that_dies_again_returns_to_the_dead_letter_queue(m):
+    dead_letter_queue(m, max_deliveries=1)
+    m.put("q", msg("poison"))
+    spend(m, "q")
+    m.ok("redrive", queue="dlq")
+    spend(m, "q")
+    again = m.receive("dlq")
+    assert [(r["body"], r["headers"]["x-raftq-deliveries"]) for r in again] == [("poison", "1")]
+
+
+def test_a_version_4_snapshot_from_before_redrive_restores_with_nothing_redriven(m):
+    import cbor2
+    dead_letter_queue(m, max_deliveries=1)
+    m.put("q", msg("a"))
+    spend(m, "q")
+    state = cbor2.loads(m.sm.snapshot())
+    state["version"] = 4
+    state["queues"] = [q[:5] + [q[5][:7]] + q[6:10] for q in state["queues"]]
+    restored = StateMachine()
+    restored.restore(cbor2.dumps(state))
+    assert restored.queue_info("dlq")["stats"]["redriven_total"] == 0
+    assert restored.apply({"op": "redrive", "queue": "dlq", "now_ms": T0})["moved"] == 1
+
+
+def test_redrive_of_a_missing_queue_is_not_found(m):
+    m.fails("not_found", "redrive", queue="nothing")
+
+
 # ---- TTL and delays ------------------------------------------------------------------
 
 def test_message_ttl_expires_it_even_while_leased(m):
@@ -919,6 +1028,11 @@ INVALID = [
     {"op": "tx", "now_ms": T0},
     {"op": "tx", "now_ms": T0, "ack": [{"queue": "q", "receipts": []}]},
     {"op": "tx", "now_ms": T0, "put": [{"queue": "q", "messages": [{"nobody": 1}]}]},
+    {"op": "redrive", "now_ms": T0, "queue": "bad name"},
+    {"op": "redrive", "now_ms": T0, "queue": "q", "from_queue": "a/b"},
+    {"op": "redrive", "now_ms": T0, "queue": "q", "max": 0},
+    {"op": "redrive", "now_ms": T0, "queue": "q", "max": 10_001},
+    {"op": "redrive", "now_ms": T0, "queue": "q", "id": ""},
 ]
 
 

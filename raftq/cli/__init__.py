@@ -1,0 +1,61 @@
+"""The `raftq` command line: run nodes, operate the cluster, use queues from a terminal.
+
+One module per responsibility: run.py (node, up), cluster.py (status,
+membership, leadership, health, metrics), queues.py (queues, groups,
+redrive), messages.py (put ... tx), top.py (live view), bench.py (load
+generator); connect.py finds the cluster and prints.  Every client command
+takes --json, --url (repeatable), --token, --ca, before or after its name.
+"""
+
+import argparse
+import sys
+
+from ..client import RaftqError
+from . import bench, cluster, messages, queues, run, top
+from .connect import target
+
+
+def _connection_options(defaults: bool) -> argparse.ArgumentParser:
+    # On the subcommands the defaults are suppressed, so that an option given
+    # before the command name is not overwritten by the subcommand's default.
+    default = None if defaults else argparse.SUPPRESS
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("--url", action="append", default=default,
+                         help="a node's URL; repeat or comma-separate for several (default: RAFTQ_URL, "
+                              "else ./.raftq/cluster.toml, else http://127.0.0.1:8001)")
+    options.add_argument("--token", default=default, help="bearer token (default: RAFTQ_TOKEN, else the "
+                                                          "local cluster's)")
+    options.add_argument("--ca", default=default, help="CA bundle for https:// nodes (default: RAFTQ_CA)")
+    options.add_argument("--cluster-dir", default=default,
+                         help="where a local cluster's cluster.toml is (default: RAFTQ_CLUSTER_DIR, else .raftq)")
+    options.add_argument("--json", action="store_true", default=False if defaults else argparse.SUPPRESS,
+                         help="print the answer as one line of JSON")
+    return options
+
+
+def parser() -> argparse.ArgumentParser:
+    top_level = argparse.ArgumentParser(prog="raftq", description="A Raft-replicated durable queue cluster.",
+                                        parents=[_connection_options(True)])
+    sub = top_level.add_subparsers(dest="command", required=True)
+    common = _connection_options(False)
+    run.add_parsers(sub)
+    cluster.add_parsers(sub, common)
+    queues.add_parsers(sub, common)
+    messages.add_parsers(sub, common)
+    top.add_parser(sub, common)
+    bench.add_parser(sub, common)
+    return top_level
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except RaftqError as exc:
+        print(f"raftq: {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"raftq: cannot reach {target(args).describe()}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

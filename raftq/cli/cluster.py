@@ -1,0 +1,132 @@
+"""`raftq cluster ...` and `raftq health`/`raftq metrics`: the nodes, membership, leadership."""
+
+import sys
+
+from ..client import RaftqError
+from .connect import Target, emit, table, target
+
+CONTACT_NOTE = ("heard: how long ago the leader last heard from that node over Raft "
+                "(- on the leader itself, or when no leader answered)")
+
+
+def cluster_view(where, client) -> dict:
+    """GET /v1/cluster, asked of the leader when another node answered first.
+
+    Only the leader hears from every node, so only its view has a meaningful
+    'last contact' for each; any node's view serves when the leader does not answer.
+    """
+    view = client.cluster()
+    leader = view.get("leader")
+    address = next((n["http_addr"] for n in view["nodes"] if n["id"] == leader), None)
+    if address is None or view.get("id") == leader:
+        return view
+    scheme = where.urls[0].split("://")[0]
+    try:
+        with Target([f"{scheme}://{address}"], where.token, where.cafile, "the leader").client(
+                retry_for=0, timeout=3.0) as leader_client:
+            leader_view = leader_client.cluster()
+    except (OSError, RaftqError):
+        return view
+    return leader_view if leader_view.get("id") == leader else view
+
+
+def status_table(view: dict) -> str:
+    commit = view.get("commit_index") or 0
+    rows = []
+    for n in view["nodes"]:
+        applied = n.get("applied_index")
+        contact = n.get("last_contact_ms") if view.get("id") == view.get("leader") else None
+        rows.append((
+            n["id"] + (" *" if n["id"] == view.get("leader") else ""), n["role"], n.get("term"),
+            n.get("commit_index"), applied, None if applied is None else max(0, commit - applied),
+            None if contact is None else f"{contact:g}ms", "yes" if n["healthy"] else "NO",
+            n.get("fsync_policy"), n["http_addr"]))
+    columns = ("id", "role", "term", "commit", "applied", "lag", "heard", "healthy", "fsync", "http")
+    return "\n".join([table(columns, rows),
+                      f"leader: {view.get('leader') or 'none'}   (* marks the leader; view of {view.get('id')})",
+                      CONTACT_NOTE])
+
+
+def has_quorum(view: dict) -> bool:
+    healthy = sum(1 for n in view["nodes"] if n["healthy"])
+    return view.get("leader") is not None and healthy > len(view["nodes"]) // 2
+
+
+def cmd_cluster(args) -> int:
+    where = target(args)
+    with where.client(retry_for=2.0, timeout=5.0) as client:
+        if args.action == "status":
+            try:
+                view = cluster_view(where, client)
+            except (OSError, RaftqError) as exc:
+                print(f"raftq: no node of {where.describe()} answered: {exc}", file=sys.stderr)
+                return 1
+            emit(args, view, status_table(view))
+            return 0 if has_quorum(view) else 1
+        if args.action == "verify":
+            result = client.verify()
+            lines = [f"{node}: {digest or 'no answer'}" for node, digest in result["digests"].items()]
+            verdict = "replicas agree" if result["agree"] else "REPLICAS DIFFER"
+            emit(args, result, "\n".join(lines + [verdict]))
+            return 0 if result["agree"] else 1
+        if args.action == "add":
+            emit(args, client.add_node(args.id, args.raft, args.http), f"added {args.id}")
+            return 0
+        if args.action == "transfer":
+            result = client.transfer_leadership(args.to)
+            emit(args, result, f"leader: {result['leader'] or 'none yet'} (was {result['previous']})"
+                 + ("" if result["moved"] else " — leadership did not move"))
+            return 0 if result["moved"] or args.to == result["previous"] else 1
+        client.remove_node(args.id)
+        emit(args, {"removed": args.id}, f"removed {args.id}")
+        return 0
+
+
+def cmd_health(args) -> int:
+    """Every node's /health/live and /health/ready, asked directly (no failover)."""
+    where = target(args)
+    rows, report = [], []
+    for url in where.urls:
+        one = Target([url], where.token, where.cafile, where.source)
+        with one.client(retry_for=0, timeout=2.0) as client:
+            try:
+                live = client.live()
+                ready = client.ready()
+            except (OSError, RaftqError) as exc:
+                live, ready = None, {"ready": False, "error": str(exc)}
+        report.append({"url": url, "live": live is not None, **ready})
+        rows.append((url, "yes" if live else "NO", "yes" if ready.get("ready") else "NO", ready.get("id"),
+                     ready.get("role"), ready.get("leader"), ready.get("term")))
+    emit(args, {"nodes": report}, table(("url", "live", "ready", "id", "role", "leader", "term"), rows))
+    return 0 if all(r.get("ready") for r in report) else 1
+
+
+def cmd_metrics(args) -> int:
+    where = target(args)
+    with where.client(retry_for=2.0, timeout=5.0) as client:
+        text = client.metrics()
+    emit(args, {"metrics": text}, text.rstrip("\n"))
+    return 0
+
+
+def add_parsers(sub, common) -> None:
+    cluster = sub.add_parser("cluster", help="the nodes: status, verify, membership, leadership")
+    actions = cluster.add_subparsers(dest="action", required=True)
+    actions.add_parser("status", parents=[common],
+                       help="every node's role, term, indexes, lag, contact, health, fsync policy; "
+                            "exit 1 without a leader and a healthy majority")
+    actions.add_parser("verify", parents=[common], help="compare every replica's state digest at one log position")
+    add = actions.add_parser("add", parents=[common], help="add a voter (membership change through the log)")
+    add.add_argument("id")
+    add.add_argument("raft")
+    add.add_argument("http")
+    remove = actions.add_parser("remove", parents=[common], help="remove a voter")
+    remove.add_argument("id")
+    transfer = actions.add_parser("transfer", parents=[common], help="hand leadership to another node")
+    transfer.add_argument("to", nargs="?", help="the node to lead (default: the most caught-up follower)")
+    cluster.set_defaults(run=cmd_cluster)
+
+    health = sub.add_parser("health", parents=[common], help="each node's /health/live and /health/ready")
+    health.set_defaults(run=cmd_health)
+    metrics = sub.add_parser("metrics", parents=[common], help="a node's Prometheus metrics")
+    metrics.set_defaults(run=cmd_metrics)

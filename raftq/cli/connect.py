@@ -1,0 +1,67 @@
+"""Which cluster a client command talks to, with which credentials, and how it prints.
+
+The nodes are, first found wins: ``--url`` (repeatable, or comma-separated),
+``RAFTQ_URL`` (comma-separated), the local cluster that ``raftq up`` wrote to
+``.raftq/cluster.toml`` (``--cluster-dir``/``RAFTQ_CLUSTER_DIR`` name another
+directory), and last ``http://127.0.0.1:8001``.  Every node of the list is
+tried in turn, so a command works while any of them answers.  The bearer
+token is ``--token``, ``RAFTQ_TOKEN``, or the local cluster's own; the CA
+bundle for https:// is ``--ca`` or ``RAFTQ_CA``.
+"""
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..client import Client
+
+DEFAULT_URL = "http://127.0.0.1:8001"
+DEFAULT_CLUSTER_DIR = ".raftq"
+
+
+@dataclass(frozen=True)
+class Target:
+    urls: list[str]
+    token: str | None
+    cafile: str | None
+    source: str           # where the URLs came from, for error messages
+
+    def client(self, *, retry_for: float = 5.0, timeout: float = 15.0) -> Client:
+        return Client(self.urls, token=self.token, cafile=self.cafile, retry_for=retry_for, timeout=timeout)
+
+    def describe(self) -> str:
+        return f"{', '.join(self.urls)} (from {self.source})"
+
+
+def _split(values) -> list[str]:
+    return [u.strip().rstrip("/") for v in values for u in v.split(",") if u.strip()]
+
+
+def target(args) -> Target:
+    token = getattr(args, "token", None) or os.environ.get("RAFTQ_TOKEN")
+    cafile = getattr(args, "ca", None) or os.environ.get("RAFTQ_CA")
+    if getattr(args, "url", None):
+        return Target(_split(args.url), token, cafile, "--url")
+    if os.environ.get("RAFTQ_URL"):
+        return Target(_split([os.environ["RAFTQ_URL"]]), token, cafile, "RAFTQ_URL")
+    root = Path(getattr(args, "cluster_dir", None) or os.environ.get("RAFTQ_CLUSTER_DIR") or DEFAULT_CLUSTER_DIR)
+    if (root / "cluster.toml").exists():
+        from ..local import LocalCluster
+        local = LocalCluster.open(root)
+        return Target(local.urls, token or local.token, cafile or local.cafile, str(root / "cluster.toml"))
+    return Target([DEFAULT_URL], token, cafile, "the default")
+
+
+def emit(args, value, text: str | None = None) -> None:
+    """--json: one line of JSON; else the text form (or indented JSON where there is none)."""
+    if getattr(args, "json", False) or text is None:
+        print(json.dumps(value, indent=None if getattr(args, "json", False) else 2, default=str))
+    else:
+        print(text)
+
+
+def table(columns: tuple, rows: list) -> str:
+    cells = [tuple(columns)] + [tuple("-" if c is None else str(c) for c in row) for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)

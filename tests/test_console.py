@@ -1,0 +1,175 @@
+"""The web console at /ui, in Debian's headless chromium driven by Playwright,
+against a real 3-node cluster: what an operator sees and does.
+
+Screenshots of each page land in results/console/ (RAFTQ_RESULTS_DIR
+overrides results/). Under CI=true a missing chromium or Playwright fails
+the test instead of skipping it: .ci/run installs both.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+RESULTS = Path(os.environ.get("RAFTQ_RESULTS_DIR", Path(__file__).resolve().parent.parent / "results")) / "console"
+WAIT_MS = 30_000
+
+
+def browser_or_skip():
+    problem = None
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        problem = "Playwright is not installed (pip install -e '.[dev]')"
+    if problem is None and not (os.path.exists(CHROMIUM) and shutil.which(CHROMIUM)):
+        problem = f"{CHROMIUM} is missing (apt-get install chromium)"
+    if problem:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the console test needs a browser in CI: {problem}")
+        pytest.skip(problem)
+    return sync_playwright
+
+
+def cli(cluster, *args):
+    env = {k: v for k, v in os.environ.items() if k not in ("RAFTQ_URL", "RAFTQ_TOKEN")}
+    env["RAFTQ_URL"] = ",".join(cluster.urls)
+    if cluster.token:
+        env["RAFTQ_TOKEN"] = cluster.token
+    done = subprocess.run([sys.executable, "-m", "raftq", *args], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_console_shows_and_steers_the_cluster_through_a_failover(fresh_cluster):
+    sync_playwright = browser_or_skip()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    cluster = fresh_cluster(3)
+    first_leader = cluster.wait_for_leader(30)
+    serving = next(n for n in cluster.ids if n != first_leader)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.on("dialog", lambda dialog: dialog.accept())
+            page.goto(cluster.url(serving) + "/ui")
+            if cluster.token:
+                page.fill("#token", cluster.token)
+                page.click("#token-form button")
+
+            # the cluster: every node, the leader marked, all healthy
+            for nid in cluster.ids:
+                page.wait_for_selector(f'#nodes tr[data-node="{nid}"]', timeout=WAIT_MS)
+            page.wait_for_selector(f'#nodes tr[data-node="{first_leader}"] .badge.leader', timeout=WAIT_MS)
+            page.wait_for_function("() => document.querySelectorAll('#nodes .badge.good').length === 3",
+                                   timeout=WAIT_MS)
+            page.evaluate("window.stillTheSamePage = true")
+
+            # hand leadership to the node that serves the console
+            page.click(f'#nodes tr[data-node="{serving}"] button[data-lead]')
+            page.wait_for_selector(f'#nodes tr[data-node="{serving}"] .badge.leader', timeout=WAIT_MS)
+            leader = serving
+            assert cluster.wait_for_leader(30) == leader
+            assert page.inner_text("#connection") == f"live · leader {leader}"
+
+            # create a queue from the console
+            page.click("#create-queue summary")
+            page.fill("#create-form input[name=name]", "orders")
+            page.fill("#create-form input[name=max_deliveries]", "1")
+            page.fill("#create-form input[name=dead_letter]", "orders-dlq")
+            page.click("#create-form button[type=submit]")
+            page.wait_for_selector('#queues tr[data-queue="orders"]', timeout=WAIT_MS)
+            with cluster.client() as client:
+                config = client.queue("orders")["config"]
+            assert (config["max_deliveries"], config["dead_letter"]) == (1, "orders-dlq")
+
+            # put messages with the CLI and watch the depth change live
+            depth = page.locator('#queues tr[data-queue="orders"] td.depth')
+            assert depth.inner_text() == "0"
+            for n in range(3):
+                cli(cluster, "put", "orders", f'{{"order": {n}}}')
+            page.wait_for_function(
+                """() => document.querySelector('#queues tr[data-queue="orders"] td.depth')?.textContent === '3'""",
+                timeout=WAIT_MS)
+            page.screenshot(path=str(RESULTS / "overview.png"), full_page=True)
+
+            # two orders die; the console shows them with their x-raftq-* headers and redrives them
+            with cluster.client() as client:
+                for message in client.receive("orders", max=2)["messages"]:
+                    client.nack("orders", [message["receipt"]])
+            page.evaluate("location.hash = '#/queue/orders-dlq'")
+            page.wait_for_selector("#messages tr[data-seq]", timeout=WAIT_MS)
+            page.wait_for_function("() => document.querySelectorAll('#messages tr[data-seq]').length === 2",
+                                   timeout=WAIT_MS)
+            headers = page.inner_text("#messages")
+            assert "x-raftq-from-queue: orders" in headers and "x-raftq-reason: max_deliveries" in headers
+            assert page.is_visible("#redrive-form")
+            page.screenshot(path=str(RESULTS / "dead-letters.png"), full_page=True)
+            page.click("#redrive-form button[type=submit]")
+            page.wait_for_function("() => document.querySelector('#toast')?.textContent.includes('moved 2 to orders')",
+                                   timeout=WAIT_MS)
+            page.wait_for_function(
+                """() => document.querySelector('[data-stat="depth"]')?.textContent === '0'""", timeout=WAIT_MS)
+            with cluster.client() as client:
+                assert client.queue("orders")["stats"]["depth"] == 3
+                assert client.queue("orders-dlq")["stats"]["redriven_total"] == 2
+
+            page.evaluate("location.hash = '#/queue/orders'")
+            page.wait_for_function("() => document.querySelectorAll('#messages tr[data-seq]').length === 3",
+                                   timeout=WAIT_MS)
+            assert page.input_value("#patch-form input[name=max_deliveries]") == "1"
+            assert page.locator('#groups tr[data-group="default"]').count() == 1
+
+            # patch the config, add and delete a group
+            page.fill("#patch-form input[name=lease_ms]", "5000")
+            page.fill("#patch-form input[name=max_deliveries]", "")
+            page.click("#patch-form button[type=submit]")
+            page.wait_for_function("() => document.querySelector('#toast')?.textContent === 'patch queue orders — done'",
+                                   timeout=WAIT_MS)
+            with cluster.client() as client:
+                config = client.queue("orders")["config"]
+            assert (config["lease_ms"], config["max_deliveries"], config["dead_letter"]) == (5000, None, "orders-dlq")
+            page.fill("#group-form input[name=group]", "audit")
+            page.click("#group-form button[type=submit]")
+            page.wait_for_selector('#groups tr[data-group="audit"]', timeout=WAIT_MS)
+            assert page.inner_text('#groups tr[data-group="audit"]').split()[:4] == ["audit", "3", "0", "3"]
+            page.screenshot(path=str(RESULTS / "queue.png"), full_page=True)
+            page.click('#groups tr[data-group="audit"] button[data-delete-group]')
+            page.wait_for_selector('#groups tr[data-group="audit"]', state="detached", timeout=WAIT_MS)
+            with cluster.client() as client:
+                assert [g["name"] for g in client.groups("orders")["groups"]] == ["default"]
+
+            # delete a queue
+            with cluster.client() as client:
+                client.create_queue("scratch")
+            page.evaluate("location.hash = '#/queue/scratch'")
+            page.wait_for_selector('[data-stat="depth"]', timeout=WAIT_MS)
+            page.click("#delete-queue")
+            page.wait_for_function("() => location.hash === '#/'", timeout=WAIT_MS)
+            page.wait_for_selector('#queues tr[data-queue="scratch"]', state="detached", timeout=WAIT_MS)
+            with cluster.client() as client:
+                assert "scratch" not in [q["name"] for q in client.queues()["queues"]]
+            assert page.evaluate("window.stillTheSamePage") is True   # all of it live, no reload
+
+            # kill the leader, which served the console: it moves to a live node and
+            # shows the new leader and the dead node
+            cluster.kill(leader)
+            new_leader = cluster.wait_for_leader(30, among=[n for n in cluster.ids if n != leader])
+            assert new_leader is not None
+            page.wait_for_selector(f'#nodes tr[data-node="{new_leader}"] .badge.leader', timeout=WAIT_MS)
+            page.wait_for_selector(f'#nodes tr.down[data-node="{leader}"]', timeout=WAIT_MS)
+            assert "DOWN" in page.inner_text(f'#nodes tr[data-node="{leader}"]')
+            assert page.inner_text("#connection") == f"live · leader {new_leader}"
+            assert f"Node {leader} stopped answering" in page.inner_text("#banner")
+            assert page.locator("#elections li").count() >= 1
+            page.screenshot(path=str(RESULTS / "failover.png"), full_page=True)
+        finally:
+            browser.close()
