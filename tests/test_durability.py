@@ -210,7 +210,7 @@ def calls(trace: str):
 
 def child_of(pid: int) -> int | None:
     """The `raftq node` process among `pid`'s children (strace also forks
-    short-lived children of its own at start)."""
+    short-lived children of its own, with its own command line, at start)."""
     try:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
@@ -220,6 +220,6 @@ def child_of(pid: int) -> int | None:
             command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"raftq" in command and b"node" in command:
+        if command[:4] == [sys.executable.encode(), b"-m", b"raftq", b"node"]:   # exec'd, not a fork of strace
             return child
     return None
