@@ -206,23 +206,3 @@ def calls(trace: str):
         m = resumed.match(line)
         if m and m.group(1) in waiting_syncs:
             yield waiting_syncs.pop(m.group(1))
-<<<<<<< HEAD
-=======
-
-
-def child_of(pid: int) -> int | None:
-    """The `raftq node` process among `pid`'s children (strace also forks
-    short-lived children of its own, with its own command line, at start)."""
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return None
-    for child in map(int, children):
-        try:
-            command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if command[:4] == [sys.executable.encode(), b"-m", b"raftq", b"node"]:   # exec'd, not a fork of strace
-            return child
-    return None
->>>>>>> proofs
