@@ -155,7 +155,8 @@ def test_a_production_node_fdatasyncs_its_journal_before_it_answers_a_put(tmp_pa
         tracer = subprocess.Popen(
             [strace, "-f", "-yy", "-s", "16", "-o", str(trace), "-e", "trace=pwrite64,fdatasync,fsync,sendto,write",
              sys.executable, "-m", "raftq", "node", "--config", str(cluster.config_path), "--id", "n1",
-             "--data-dir", str(tmp_path / "n1")], stdout=log, stderr=subprocess.STDOUT)
+             "--data-dir", str(tmp_path / "n1")], stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)   # strace and the node it runs: one group to stop
     puts = 20
     try:
         # (not cluster.wait_for_leader: it trusts only nodes it started itself, by
@@ -171,7 +172,7 @@ def test_a_production_node_fdatasyncs_its_journal_before_it_answers_a_put(tmp_pa
         assert tracer.wait(60) == 0
     finally:
         if tracer.poll() is None:
-            tracer.kill()
+            os.killpg(tracer.pid, signal.SIGKILL)   # the node too, whatever failed
             tracer.wait()
     http_port = cluster.cfg.node("n1").http.rsplit(":", 1)[1]
     unsynced, answered, syncs = False, 0, 0
