@@ -33,12 +33,13 @@ pipeline: $(SPARK_STAMP)
 up: $(STAMP)
 	$(BIN)/raftq up --nodes 3 --demo
 
-# The whole suite: unit, property, integration (real node processes) and the
-# bounded chaos campaign.
-test: $(STAMP)
+# The whole suite: unit, property, integration (real node processes), the
+# Spark connector's (hence the spark extra) and the bounded chaos campaign.
+test: $(SPARK_STAMP)
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider
 
-# Without the chaos campaign, for quick iterations.
+# Without the chaos campaign, for quick iterations (the Spark tests run when
+# `make spark-deps` was done once, and skip otherwise).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -m "not chaos"
 

@@ -943,7 +943,7 @@ def random_log(seed: int, length: int) -> list:
         if receipts and rng.random() < 0.8:   # receipts of one queue, acked there
             queue = rng.choice(receipts)[0]
         some = [r for q, r in receipts if q == queue][-rng.randint(1, 3):] or ["nonsense"]
-        choice = rng.randrange(12)
+        choice = rng.randrange(13)
         if choice < 3:
             return {"op": "put", "queue": queue, "messages": [message() for _ in range(rng.randint(1, 5))]}
         if choice < 5:
@@ -965,6 +965,9 @@ def random_log(seed: int, length: int) -> list:
                                "overflow": rng.choice(["reject", "drop_oldest"])}}
         if choice == 10:
             return {"op": "commit", "queue": queue, "group": group, "seq": rng.randint(0, 40)}
+        if choice == 11:
+            return {"op": "redrive", "queue": "dl", "max": rng.randint(1, 5),
+                    **({"id": rng.choice(IDS)} if rng.random() < 0.5 else {})}
         return {"op": "tx", "ack": [{"queue": queue, "receipts": some}],
                 "put": [{"queue": rng.choice(QUEUES), "messages": [message()]}]}
 
