@@ -15,6 +15,7 @@ import uuid
 import pytest
 
 from tests.sparkutil import REPO, require_spark, spark_env, start_session
+from tests.wire import call
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -44,15 +45,32 @@ def fill(cluster, queue: str, count: int, batch: int = 10_000) -> None:
             client.put_batch(queue, [{"body": {"n": n}} for n in range(start, min(start + batch, count))])
 
 
+def browse_pages_served(cluster) -> dict:
+    """Per node: browse requests it answered (its Prometheus counter)."""
+    headers = {"Authorization": f"Bearer {cluster.token}"} if cluster.token else {}
+    served = {}
+    for nid in cluster.ids:
+        text = call("GET", cluster.url(nid) + "/metrics", headers=headers).raw.decode()
+        served[nid] = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                          if line.startswith("raftq_http_requests_total{")
+                          and 'route="/v1/queues/{queue}/messages"' in line and 'method="GET"' in line
+                          and 'status="200"' in line)
+    return served
+
+
 def test_batch_read_of_100k_messages_with_1_and_4_partitions(spark, cluster3):
     queue = name("big")
     fill(cluster3, queue, 100_000)
     for size, partitions in ((100_000, 1), (25_000, 4)):
         df = spark.read.format("raftq").options(**options(cluster3, queue, partitionSize=size)).load()
         assert df.rdd.getNumPartitions() == partitions
+        before = browse_pages_served(cluster3)
         row = df.selectExpr("count(*) AS n", "count(DISTINCT seq) AS d", "min(seq) AS lo", "max(seq) AS hi",
                             "count(DISTINCT get_json_object(body_json, '$.n')) AS bodies").first()
         assert row.asDict() == {"n": 100_000, "d": 100_000, "lo": 1, "hi": 100_000, "bodies": 100_000}
+    # The four partitions started at different nodes: the pages came from more than one.
+    after = browse_pages_served(cluster3)
+    assert sum(after[n] > before[n] for n in cluster3.ids) >= 2, (before, after)
 
 
 def test_register_makes_the_source_known_by_hand_too(spark, cluster3):

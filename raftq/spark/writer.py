@@ -55,16 +55,15 @@ def messages_of(batch: pa.RecordBatch):
     body_type = batch.schema.field("body").type
     raw_body = pa.types.is_binary(body_type) or pa.types.is_large_binary(body_type) or \
         pa.types.is_string(body_type) or pa.types.is_large_string(body_type)
-    for i in range(batch.num_rows):
-        body = columns["body"][i]
+    optional = [(field, columns[field]) for field in ("key", "id", "delay_ms", "ttl_ms") if field in columns]
+    headers = columns.get("headers")
+    for i, body in enumerate(columns["body"]):
         message = {"body": body if raw_body or body is None else _plain(body)}
-        for field in ("key", "id", "delay_ms", "ttl_ms"):
-            value = columns.get(field, (None,) * batch.num_rows)[i]
-            if value is not None:
-                message[field] = value
-        headers = columns.get("headers", (None,) * batch.num_rows)[i]
-        if headers:
-            message["headers"] = {k: v for k, v in headers if v is not None}
+        for field, values in optional:
+            if values[i] is not None:
+                message[field] = values[i]
+        if headers is not None and headers[i]:
+            message["headers"] = {k: v for k, v in headers[i] if v is not None}
         yield message
 
 
