@@ -4,8 +4,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+SPARK_STAMP := $(VENV)/.spark-installed
 
-.PHONY: up test test-fast mutate bench chaos clean
+.PHONY: up test test-fast mutate bench chaos clean spark-deps pipeline
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,17 +14,32 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,plot]'
 	touch $(STAMP)
 
+# The Spark connector's extra (pyspark: a 456 MB download, plus Java 17 to run).
+# Only the Spark tests, bench/spark_bench.py and `make pipeline` need it; without
+# it those tests skip (they fail instead under CI=true: .ci/run installs it).
+$(SPARK_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,plot,spark]'
+	touch $(SPARK_STAMP)
+
+spark-deps: $(SPARK_STAMP)
+
+# Click events into raftq, a Structured Streaming job aggregating them per
+# minute and page into parquet and the raftq queue `totals`, printed at the end.
+pipeline: $(SPARK_STAMP)
+	$(BIN)/python examples/spark_pipeline.py
+
 # A local 3-node cluster in the foreground; it puts, receives and acks one
 # message through the CLI to show it working, then serves until Ctrl-C.
 up: $(STAMP)
 	$(BIN)/raftq up --nodes 3 --demo
 
-# The whole suite: unit, property, integration (real node processes) and the
-# bounded chaos campaign.
-test: $(STAMP)
+# The whole suite: unit, property, integration (real node processes), the
+# Spark connector's (hence the spark extra) and the bounded chaos campaign.
+test: $(SPARK_STAMP)
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider
 
-# Without the chaos campaign, for quick iterations.
+# Without the chaos campaign, for quick iterations (the Spark tests run when
+# `make spark-deps` was done once, and skip otherwise).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -m "not chaos"
 

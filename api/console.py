@@ -15,6 +15,15 @@ from .errors import ApiError
 FILES = Path(__file__).parent / "console"
 CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
 PUBLIC_PREFIX = "/ui"
+# Only its own files run; it talks to its node and, to move after a failover,
+# probes the other nodes; no page may frame it (its buttons change the cluster).
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; connect-src 'self' http: https:; img-src 'self' data:; "
+                               "frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 
 
 def is_public(path: str) -> bool:
@@ -32,4 +41,4 @@ async def asset(request: web.Request) -> web.FileResponse:
     if "/" in name or name.startswith(".") or path.suffix not in CONTENT_TYPES or not path.is_file():
         raise ApiError("not_found", f"the console has no file {name!r}")
     return web.FileResponse(path, headers={"Content-Type": CONTENT_TYPES[path.suffix],
-                                           "Cache-Control": "no-cache"})
+                                           "Cache-Control": "no-cache", **SECURITY_HEADERS})

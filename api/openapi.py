@@ -7,7 +7,7 @@ from .openapi_schemas import ERROR, NAME
 
 REASONS = {101: "Switching protocols", 200: "OK", 201: "Created", 202: "Accepted (buffered)",
            204: "No content", 302: "Found"}
-PATH_PARAMS = {"queue": NAME, "group": NAME, "node": NAME, "name": {"type": "string", "minLength": 1},
+PATH_PARAMS = {"queue": NAME, "group": NAME, "node": NAME, "producer": {"type": "string", "minLength": 1}, "name": {"type": "string", "minLength": 1},
                "token": {"type": "string", "minLength": 1, "maxLength": 64}}
 CODES_BY_STATUS: dict[int, list[str]] = {}
 for _code, _status in STATUS.items():

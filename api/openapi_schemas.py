@@ -88,6 +88,7 @@ REDRIVE = {"type": "object", "properties": {"from_queue": NAME,
                                             "max": {"type": "integer", "minimum": 1, "maximum": MAX_BATCH},
                                             "id": {"type": "string", "minLength": 1, "maxLength": 1024}},
            "additionalProperties": False}
+ANY_OBJECT = {"type": "object"}   # checked field by field by its handler
 ERROR = {
     "type": "object",
     "properties": {"error": {"type": "string"}, "message": {"type": "string"}},

@@ -14,7 +14,7 @@ wherever ``data`` or ``metrics`` is asked for.
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import cluster, console, events, messages, openapi_schemas as schemas, queues, stream
+from . import cluster, console, events, messages, openapi_schemas as schemas, queues, staging, stream
 
 OPEN, DATA, METRICS, ADMIN = None, "data", "metrics", "admin"
 ACCEPTED = {DATA: ("data", "admin"), METRICS: ("metrics", "admin"), ADMIN: ("admin",)}
@@ -36,6 +36,7 @@ class Route:
 
 
 Q = "/v1/queues/{queue}"
+P = "/v1/producers/{producer}"
 FORCE = ("force", {"type": "string", "enum": ["true"]})
 CONSISTENCY = ("consistency", {"type": "string", "enum": ["leader", "strong", "any"]})
 
@@ -98,6 +99,17 @@ ROUTES = (
           errors=(404, 409, 429), body=schemas.TX, body_required=True, leader=True),
     Route("GET", "/v1/stream", stream.stream, DATA, "The streaming wire: a WebSocket of CBOR frames "
           "(docs/stream.md)", ok=(101,)),
+    Route("GET", "/v1/producers", staging.list_all, DATA, "Producers with staged writes (Spark connector)"),
+    Route("GET", P, staging.show, DATA, "One producer's stages and last committed batch", errors=(404,),
+          leader=True),
+    Route("DELETE", P, staging.delete, DATA, "Forget a producer's stages", ok=(204,), errors=(404,),
+          leader=True),
+    Route("POST", P + "/stage", staging.stage, DATA, "Stage messages for a later commit", ok=(200, 201),
+          errors=(404, 409, 429), body=schemas.ANY_OBJECT, body_required=True, leader=True),
+    Route("POST", P + "/commit", staging.commit, DATA, "Publish staged messages at once, once per batch",
+          ok=(200, 201), errors=(404, 409, 429), body=schemas.ANY_OBJECT, body_required=True, leader=True),
+    Route("POST", P + "/abort", staging.abort, DATA, "Drop staged messages", errors=(404, 409),
+          body=schemas.ANY_OBJECT, body_required=True, leader=True),
     Route("GET", "/ui", console.root, OPEN, "The web console", ok=(302,)),
     Route("GET", "/ui/", console.asset, OPEN, "The web console's page"),
     Route("GET", "/ui/{name}", console.asset, OPEN, "The web console's files", errors=(404,)),

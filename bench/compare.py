@@ -43,16 +43,25 @@ NATS_NOTE = "NATS 2.9 does not fsync each message: its acks mean a majority hold
 
 
 def make_systems(names: list[str], root: Path) -> list:
-    """The sides to compare, in the order given; raftq-http shares raftq's cluster when both run."""
-    from bench.nats_side import Nats
-    from bench.rabbitmq_side import RabbitMQ
-    from bench.raftq_side import Raftq, RaftqHttp
+    """The sides to compare, in the order given; raftq-http shares raftq's cluster when both run.
+
+    Each side is imported only when named: the peers' clients (pika, nats-py)
+    come with the `bench` extra, which raftq alone does not need.
+    """
     made: dict = {}
     for name in names:
         if name == "raftq-http":
+            from bench.raftq_side import RaftqHttp
             made[name] = RaftqHttp(root, cluster_of=made.get("raftq"))
+        elif name == "raftq":
+            from bench.raftq_side import Raftq
+            made[name] = Raftq(root)
+        elif name == "rabbitmq":
+            from bench.rabbitmq_side import RabbitMQ
+            made[name] = RabbitMQ(root)
         else:
-            made[name] = {"raftq": Raftq, "rabbitmq": RabbitMQ, "nats": Nats}[name](root)
+            from bench.nats_side import Nats
+            made[name] = Nats(root)
     return list(made.values())
 
 

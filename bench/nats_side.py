@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import nats
+import nats.js.errors
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
 
 from bench.measure import Pacer
@@ -117,14 +118,24 @@ class Nats:
         self._rounds += 1
         name = f"BENCH{self._rounds}"
         subject = f"bench.{what}.{self._rounds}"
-        nc = await self._connect()
-        js = nc.jetstream()
-        await js.add_stream(StreamConfig(name=name, subjects=[subject], storage=StorageType.FILE,
-                                         retention=RetentionPolicy.WORK_QUEUE, num_replicas=3))
-        await js.add_consumer(name, ConsumerConfig(durable_name="c", ack_policy=AckPolicy.EXPLICIT,
-                                                   max_ack_pending=100_000))
-        await nc.close()
-        return name, subject
+        # Right after a node restarted (W4) JetStream may still be electing its
+        # meta leader: creating is idempotent, so try again for a while.
+        deadline = time.monotonic() + 60
+        while True:
+            nc = await self._connect()
+            js = nc.jetstream()
+            try:
+                await js.add_stream(StreamConfig(name=name, subjects=[subject], storage=StorageType.FILE,
+                                                 retention=RetentionPolicy.WORK_QUEUE, num_replicas=3))
+                await js.add_consumer(name, ConsumerConfig(durable_name="c", ack_policy=AckPolicy.EXPLICIT,
+                                                           max_ack_pending=100_000))
+                return name, subject
+            except (nats.errors.TimeoutError, nats.js.errors.APIError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+            finally:
+                await nc.close()
 
     # ---- workloads ---------------------------------------------------------------------------------
     def w1(self, seconds: float) -> dict:

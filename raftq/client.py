@@ -9,8 +9,8 @@ Both speak the HTTP API of docs/api.md and behave the same way:
   acks, and puts, to which they give every message an idempotency ``id``
   (kept across retries) so a retried put is stored exactly once.  A refused
   connection never reached a node, so any call moves on to the next one;
-- message bodies may be ``bytes`` (sent as ``body_b64``) or JSON data, and
-  come back the same way.
+- message bodies may be ``bytes`` (sent as ``body_b64``, or as CBOR byte
+  strings with ``cbor=True``) or JSON data, and come back the same way.
 
 The request/response shapes live once, in ``_Calls``; the two classes differ
 only in how they carry a request. ``Producer``, ``Consumer`` and
@@ -29,8 +29,12 @@ import uuid
 from urllib.parse import urlsplit
 
 import aiohttp
+import cbor2
 
 RETRYABLE_STATUS = {503}
+CBOR = "application/cbor"
+# Which replica state a `consistency=any` read saw (docs/api.md).
+APPLIED_INDEX_HEADER = "X-Raftq-Applied-Index"
 # A redirect answers a redirect only while leadership moves; more than this is a loop.
 MAX_REDIRECTS = 8
 # An election takes 0.15-0.35 s: retry soon and often enough to find the new
@@ -81,6 +85,13 @@ def _from_wire(value):
 
 class _Calls:
     """Every API call as (method, path, body, safe to retry)."""
+
+    def _message_out(self, message: dict) -> dict:
+        """A message as sent: a byte body as body_b64 in JSON, as it is in CBOR."""
+        if not self._route.cbor and isinstance(message.get("body"), (bytes, bytearray)):
+            message = dict(message)
+            message["body_b64"] = base64.b64encode(message.pop("body")).decode()
+        return message
 
     def put(self, queue: str, body=None, *, key=None, id=None, headers=None, ttl_ms=None,
             delay_ms=None, durability: str | None = None):
@@ -145,11 +156,41 @@ class _Calls:
 
     def browse(self, queue: str, *, group: str = "default", from_seq: int = 0, limit: int = 100,
                consistency: str = "leader"):
+        """With consistency="any", the answer adds `applied_index`: the answering replica's
+        state is at least that far along the log."""
         return self._call("GET", f"/v1/queues/{queue}/messages?group={group}&from_seq={from_seq}"
                                  f"&limit={limit}&consistency={consistency}", None, retry=True)
 
     def commit(self, queue: str, group: str, seq: int):
         return self._call("POST", f"/v1/queues/{queue}/groups/{group}/commit", {"seq": seq}, retry=True)
+
+    # ---- staged writes: exactly-once producers (docs/api.md, statemachine/staging.py) ----
+    def stage(self, producer: str, token: str, chunk: int, queue: str, messages: list, *,
+              ttl_ms: int | None = None):
+        """Park messages (dicts with body and key/id/headers/ttl_ms/delay_ms) invisibly under
+        (token, chunk); a repeat replaces the chunk, so retrying is safe."""
+        body = {"token": token, "chunk": chunk, "queue": queue,
+                "messages": [self._message_out(m) for m in messages]}
+        if ttl_ms is not None:
+            body["ttl_ms"] = ttl_ms
+        return self._call("POST", f"/v1/producers/{producer}/stage", body, retry=True)
+
+    def commit_stages(self, producer: str, batch: int, parts: list, *, retain_ms: int | None = None):
+        """Publish the stages [{"token", "chunks"}] in one log entry, once per (producer, batch):
+        a retry or replay at or below the producer's committed batch answers duplicate."""
+        body = {"batch": batch, "parts": parts}
+        if retain_ms is not None:
+            body["retain_ms"] = retain_ms
+        return self._call("POST", f"/v1/producers/{producer}/commit", body, retry=True)
+
+    def abort_stages(self, producer: str, tokens: list):
+        return self._call("POST", f"/v1/producers/{producer}/abort", {"tokens": list(tokens)}, retry=True)
+
+    def producer(self, producer: str):
+        return self._call("GET", f"/v1/producers/{producer}", None, retry=True)
+
+    def delete_producer(self, producer: str):
+        return self._call("DELETE", f"/v1/producers/{producer}", None, retry=True)
 
     def transaction(self, *, ack: list | None = None, put: list | None = None):
         """ack: [{"queue", "receipts"}], put: [{"queue", "messages"}] — one all-or-nothing entry."""
@@ -205,14 +246,17 @@ class _Calls:
 
 
 class _Failover:
-    """Which node to try next, and for how long to keep trying."""
+    """Which node to try next, and for how long to keep trying; how bodies are encoded."""
 
-    def __init__(self, urls, token, retry_for: float, timeout: float, cafile: str | None):
+    def __init__(self, urls, token, retry_for: float, timeout: float, cafile: str | None,
+                 cbor: bool = False):
         if isinstance(urls, str):
             urls = [urls]
         self.urls = [u.rstrip("/") for u in urls]
         self.current = 0
-        self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        self.cbor = cbor
+        media = CBOR if cbor else "application/json"
+        self.headers = {"Content-Type": media, "Accept": media}
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
         self.retry_for = retry_for
@@ -233,16 +277,30 @@ class _Failover:
     def next_node(self) -> None:
         self.current = (self.current + 1) % len(self.urls)
 
+    def encode(self, body) -> bytes | None:
+        if body is None:
+            return None
+        return cbor2.dumps(body) if self.cbor else json.dumps(body).encode()
+
     @staticmethod
-    def decode(status: int, raw: bytes, accept_status, text: bool = False):
+    def decode(status: int, raw: bytes, accept_status, text: bool = False, content_type: str | None = None,
+               applied_index: str | None = None):
         if text and status == 200:
             return raw.decode()
-        payload = json.loads(raw) if raw else {}
+        if not raw:
+            payload = {}
+        elif (content_type or "").startswith(CBOR):
+            payload = cbor2.loads(raw)
+        else:
+            payload = json.loads(raw)
         if isinstance(payload, dict) and "durability_not_reached" in payload:
             shortfall = payload["durability_not_reached"]
             raise DurabilityNotReached(status, "durability_not_reached", shortfall["message"], _from_wire(payload))
         if 200 <= status < 300 or status in accept_status:
-            return _from_wire(payload)
+            result = _from_wire(payload)
+            if applied_index is not None and isinstance(result, dict):
+                result["applied_index"] = int(applied_index)
+            return result
         raise RaftqError(status, payload.get("error", "http_error"), payload.get("message", raw[:200]), payload)
 
 
@@ -281,11 +339,15 @@ class _Attempts:
 
 
 class Client(_Calls):
-    """Blocking client over http.client, with keep-alive. One per thread."""
+    """Blocking client over http.client, with keep-alive. One per thread.
+
+    cbor=True speaks CBOR instead of JSON: byte bodies travel as they are,
+    and large answers (browse pages) decode several times faster."""
 
     def __init__(self, urls="http://127.0.0.1:8001", *, token: str | None = None,
-                 retry_for: float = 15.0, timeout: float = 15.0, cafile: str | None = None):
-        self._route = _Failover(urls, token, retry_for, timeout, cafile)
+                 retry_for: float = 15.0, timeout: float = 15.0, cafile: str | None = None,
+                 cbor: bool = False):
+        self._route = _Failover(urls, token, retry_for, timeout, cafile, cbor)
         self._conns: dict[str, http.client.HTTPConnection] = {}
 
     def close(self) -> None:
@@ -314,7 +376,7 @@ class Client(_Calls):
 
     def _call(self, method, path, body, *, retry, timeout=None, accept_status=(), text=False):
         route = self._route
-        data = None if body is None else json.dumps(body).encode()
+        data = route.encode(body)
         attempts = _Attempts(route, retry)
         while True:
             base = route.base
@@ -332,7 +394,8 @@ class Client(_Calls):
                 continue
             delay = attempts.after_reply(reply.status, reply.getheader("Location"))
             if delay is None:
-                return route.decode(reply.status, raw, accept_status, text)
+                return route.decode(reply.status, raw, accept_status, text, reply.getheader("Content-Type"),
+                                    reply.getheader(APPLIED_INDEX_HEADER))
             time.sleep(delay)
 
 
@@ -348,8 +411,8 @@ class AsyncClient(_Calls):
 
     def __init__(self, urls="http://127.0.0.1:8001", *, token: str | None = None,
                  retry_for: float = 15.0, timeout: float = 15.0, cafile: str | None = None,
-                 pool_size: int = 100):
-        self._route = _Failover(urls, token, retry_for, timeout, cafile)
+                 pool_size: int = 100, cbor: bool = False):
+        self._route = _Failover(urls, token, retry_for, timeout, cafile, cbor)
         self._pool_size = pool_size
         self._session = None
 
@@ -370,7 +433,7 @@ class AsyncClient(_Calls):
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(ssl=ssl_context or True, limit=self._pool_size))
         route = self._route
-        data = None if body is None else json.dumps(body).encode()
+        data = route.encode(body)
         attempts = _Attempts(route, retry)
         while True:
             try:
@@ -380,6 +443,8 @@ class AsyncClient(_Calls):
                                                       sock_read=timeout or route.timeout)) as reply:
                     raw = await reply.read()
                     status, location = reply.status, reply.headers.get("Location")
+                    content_type = reply.headers.get("Content-Type")
+                    applied_index = reply.headers.get(APPLIED_INDEX_HEADER)
             except (aiohttp.ClientError, asyncio.TimeoutError, socket.gaierror) as exc:
                 delay = attempts.after_failure(isinstance(exc, aiohttp.ClientConnectorError))
                 if delay is None:
@@ -388,7 +453,7 @@ class AsyncClient(_Calls):
                 continue
             delay = attempts.after_reply(status, location)
             if delay is None:
-                return route.decode(status, raw, accept_status, text)
+                return route.decode(status, raw, accept_status, text, content_type, applied_index)
             await asyncio.sleep(delay)
 
 

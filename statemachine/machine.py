@@ -14,6 +14,9 @@ same queues everywhere.  Its boundary is hashicorp/raft's FSM:
   the history.  ``state_digest()`` hashes it to compare replicas.
 - read-only queries (``list_queues``, ``queue_info``, ``browse``, ...) that
   never change state, so a node may answer them from its local copy.
+- staged writes (``stage``, ``stage_commit``, ``stage_abort``,
+  ``drop_producer``; ``staging.py``): rows parked invisibly, published by one
+  commit per (producer, batch), never twice.
 
 Rules that keep replicas identical:
 
@@ -37,12 +40,14 @@ import cbor2
 from .queue import PARKED_RETRY_MS, Queue
 from .redrive import redrive
 from .results import BAD_REQUEST, CONFLICT, INTERNAL, NOT_FOUND, STALE_RECEIPT, error, is_error
+from .staging import DEFAULT_STAGE_TTL_MS, Staging
 from .validation import check_command, full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 5
-# Version 4 is version 5 without redrive: a node upgraded in place restores it.
-READABLE_SNAPSHOT_VERSIONS = (4, 5)
+SNAPSHOT_VERSION = 6
+# Version 5 is version 6 without staged writes, version 4 also without redrive:
+# a node upgraded in place restores either.
+READABLE_SNAPSHOT_VERSIONS = (4, 5, 6)
 
 
 def encode_entry(commands: list) -> bytes:
@@ -60,6 +65,7 @@ class StateMachine:
         self.incarnations = 0                 # queues ever created: names each one's receipts
         self.queues: dict[str, Queue] = {}
         self.members: dict[str, dict] = {}   # node id -> {"raft_addr", "http_addr"}
+        self.staging = Staging()
 
     # ---- applying the log -----------------------------------------------------
     def apply_entry(self, entry: bytes) -> list:
@@ -218,15 +224,9 @@ class StateMachine:
         batches: dict[str, list] = {}
         for part in cmd.get("put", []):
             batches.setdefault(part["queue"], []).extend(part["messages"])
-        for name, messages in batches.items():
-            queue = self.queues.get(name)
-            if queue is None:
-                if not auto_create:
-                    return self._missing(name)
-                continue   # a new queue has the default config: no limits
-            problem = queue.check_capacity(messages)
-            if problem:
-                return problem
+        problem = self._check_room(batches, auto_create)
+        if problem:
+            return problem
         for queue, group, seq in leases.values():
             queue.finish(group, seq)
             queue.counters["acked_total"] += 1
@@ -237,11 +237,70 @@ class StateMachine:
             self.queues[name].forget_ids_beyond(cmd.get("dedup_max_bytes"))
         return {"acked": len(leases), "put": puts}
 
+    def _check_room(self, batches: dict, auto_create: bool):
+        """Refuse (changing nothing) puts into several queues unless every one takes its batch whole."""
+        for name, messages in batches.items():
+            queue = self.queues.get(name)
+            if queue is None:
+                if not auto_create:
+                    return self._missing(name)
+                continue   # a new queue has the default config: no limits
+            problem = queue.check_capacity(messages)
+            if problem:
+                return problem
+        return None
+
+    # ---- staged writes (staging.py) ---------------------------------------------------
+    def _stage(self, cmd):
+        self.staging.advance(self.clock)
+        name = cmd["queue"]
+        if name not in self.queues and not cmd.get("auto_create", True):
+            return self._missing(name)
+        return self.staging.stage(cmd["producer"], cmd["token"], cmd["chunk"], name, cmd["messages"],
+                                  cmd.get("ttl_ms") or DEFAULT_STAGE_TTL_MS, self.clock)
+
+    def _stage_commit(self, cmd):
+        """Publish the named stages in this one entry, once per (producer, batch)."""
+        self.staging.advance(self.clock)
+        producer, batch, parts = cmd["producer"], cmd["batch"], cmd["parts"]
+        done = self.staging.committed_batch(producer)
+        if done is not None and batch <= done:
+            self.staging.drop_stages(producer, [p["token"] for p in parts])
+            return {"committed": False, "duplicate": True, "committed_batch": done, "put": 0}
+        batches, problem = self.staging.check_commit(producer, parts)
+        if problem:
+            return problem
+        for name in batches:
+            self._touch(name)
+        problem = self._check_room(batches, cmd.get("auto_create", True))
+        if problem:
+            return problem
+        stored = duplicates = 0
+        for name, messages in batches.items():
+            for result in self._queue_for_put(name, True).put(messages, self.clock):
+                if result["duplicate"]:
+                    duplicates += 1
+                else:
+                    stored += 1
+        retain_ms = cmd.get("retain_ms")
+        self.staging.record_commit(producer, batch, parts, self.clock + retain_ms if retain_ms else None)
+        return {"committed": True, "duplicate": False, "committed_batch": batch, "put": stored,
+                "duplicate_ids": duplicates}
+
+    def _stage_abort(self, cmd):
+        self.staging.advance(self.clock)
+        return {"dropped": self.staging.drop_stages(cmd["producer"], cmd["tokens"])}
+
+    def _drop_producer(self, cmd):
+        self.staging.advance(self.clock)
+        return self.staging.drop_producer(cmd["producer"])
+
     # ---- timers and dead letters -------------------------------------------------
     def _tick(self, cmd):
         for queue in list(self.queues.values()):
             queue.advance(self.clock)
             self._dead_letter(queue)
+        self.staging.advance(self.clock)
         return {"clock": self.clock}
 
     def _dead_letter(self, queue: Queue) -> None:
@@ -340,6 +399,12 @@ class StateMachine:
             return self._missing(name)
         return queue.browse(group, from_seq, limit)
 
+    def producer_info(self, producer: str) -> dict:
+        return self.staging.producer_info(producer)
+
+    def list_producers(self) -> dict:
+        return self.staging.list_producers()
+
     def has_ready(self, name: str, group: str) -> bool:
         return self.ready_count(name, group) > 0
 
@@ -356,6 +421,8 @@ class StateMachine:
                 times.append(due)
             if queue.outbox:
                 times.append(self.clock + PARKED_RETRY_MS)
+        if self.staging.next_timer() is not None:
+            times.append(self.staging.next_timer())
         return min(times) if times else None
 
     # ---- snapshots -------------------------------------------------------------------------
@@ -367,15 +434,17 @@ class StateMachine:
             "incarnations": self.incarnations,
             "members": self.members,
             "queues": [q.to_state() for q in self.queues.values()],
+            "staging": self.staging.to_state(),
         })
 
     def restore(self, data: bytes) -> None:
         state = cbor2.loads(data)
         if state.get("format") != SNAPSHOT_FORMAT or state.get("version") not in READABLE_SNAPSHOT_VERSIONS:
-            raise ValueError(f"not a raftq state machine snapshot of version {SNAPSHOT_VERSION}")
+            raise ValueError(f"not a raftq state machine snapshot of version {READABLE_SNAPSHOT_VERSIONS}")
         self.clock = state["clock"]
         self.incarnations = state["incarnations"]
         self.members = state["members"]
+        self.staging = Staging.from_state(state["staging"]) if "staging" in state else Staging()
         # Building a million messages would trigger one full garbage collection
         # after another, each scanning every message built so far and freeing
         # nothing (the state holds no cycles): three quarters of the restore

@@ -246,6 +246,65 @@ def _check_checkpoint(cmd):
     return None
 
 
+MAX_STAGE_CHUNK = 1 << 20
+MAX_COMMIT_PARTS = 100_000
+MAX_BATCH_ID = (1 << 63) - 1
+
+
+def check_token(value, what: str):
+    if not isinstance(value, str) or not 0 < len(value) <= 64:
+        return error(BAD_REQUEST, f"{what} must be a string of 1 to 64 characters")
+    return None
+
+
+def check_int(value, what: str, low: int, high: int):
+    if not is_int(value) or not low <= value <= high:
+        return error(BAD_REQUEST, f"{what} must be an integer from {low} to {high}")
+    return None
+
+
+def _check_stage(cmd):
+    return (check_name(cmd.get("producer"), "producer id") or check_token(cmd.get("token"), "token")
+            or check_int(cmd.get("chunk"), "chunk", 0, MAX_STAGE_CHUNK)
+            or check_name(cmd.get("queue"), "queue name") or check_messages(cmd.get("messages"))
+            or check_duration(cmd.get("ttl_ms"), "ttl_ms", minimum=1, optional=True))
+
+
+def _check_stage_commit(cmd):
+    problem = (check_name(cmd.get("producer"), "producer id")
+               or check_int(cmd.get("batch"), "batch", 0, MAX_BATCH_ID)
+               or check_duration(cmd.get("retain_ms"), "retain_ms", minimum=1, optional=True))
+    if problem:
+        return problem
+    parts = cmd.get("parts")
+    if not isinstance(parts, list) or len(parts) > MAX_COMMIT_PARTS:
+        return error(BAD_REQUEST, f"parts must be a list of at most {MAX_COMMIT_PARTS} stages")
+    for part in parts:
+        if not isinstance(part, dict) or set(part) != {"token", "chunks"}:
+            return error(BAD_REQUEST, "each part must be an object with token and chunks")
+        problem = (check_token(part["token"], "a part's token")
+                   or check_int(part["chunks"], "a part's chunks", 0, MAX_STAGE_CHUNK + 1))
+        if problem:
+            return problem
+    if len({part["token"] for part in parts}) != len(parts):
+        return error(BAD_REQUEST, "a commit names each stage once")
+    return None
+
+
+def _check_stage_abort(cmd):
+    problem = check_name(cmd.get("producer"), "producer id")
+    if problem:
+        return problem
+    tokens = cmd.get("tokens")
+    if not isinstance(tokens, list) or len(tokens) > MAX_COMMIT_PARTS:
+        return error(BAD_REQUEST, f"tokens must be a list of at most {MAX_COMMIT_PARTS} tokens")
+    for token in tokens:
+        problem = check_token(token, "every token")
+        if problem:
+            return problem
+    return None
+
+
 CHECKS = {
     "put": _check_put,
     "receive": _check_receive,
@@ -264,6 +323,10 @@ CHECKS = {
     "checkpoint": _check_checkpoint,
     "set_member": _check_member,
     "remove_member": _check_member,
+    "stage": _check_stage,
+    "stage_commit": _check_stage_commit,
+    "stage_abort": _check_stage_abort,
+    "drop_producer": lambda cmd: check_name(cmd.get("producer"), "producer id"),
 }
 
 

@@ -144,11 +144,10 @@ MUTANTS = [
     Mutant("replica-clock-goes-back", "replicas take clock = max(clock, now_ms)",
            "statemachine/machine.py", 'if cmd["now_ms"] > self.clock:', "if True:", RULES),
     Mutant("durability-leader-claimed", "the answer's durability names what was given",
-           "api/messages.py", 'reply["durability"] = "quorum" if durability == "leader" else durability',
-           'reply["durability"] = durability',
+           "api/messages.py", '        return commit_index, "quorum", None', "        return commit_index, durability, None",
            (T_API + "test_durability_leader_is_served_and_answered_as_quorum",)),
     Mutant("durability-all-shortfall-hidden", "an answer never claims a durability it did not reach",
-           "api/messages.py", '            reply["durability"] = "quorum"\n', "",
+           "api/messages.py", '    return commit_index, "quorum", {', '    return commit_index, "all", {',
            (T_DUR + "test_durability_all_not_reached_in_time_says_quorum_and_the_clients_raise",)),
     Mutant("strong-read-without-no-op", "a strong read first puts a no-op through the log",
            "api/leader.py", 'if level == "strong":', "if False:",
@@ -217,6 +216,9 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="raftq-mutate-") as tmp:
         tree = Path(tmp)
         copy_tree(tree)
+        for mutant in chosen:      # every source still there, before anything runs
+            original = mutate(tree, mutant)
+            (tree / mutant.path).write_text(original)
         baseline = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
         passed, seconds, tail = run_tests(tree, baseline)
         print(f"baseline (unmutated): {'pass' if passed else 'FAIL'} in {seconds:.0f}s  {tail}", flush=True)

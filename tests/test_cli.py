@@ -78,11 +78,13 @@ def test_status_exits_1_without_quorum(fresh_cluster):
         cluster.kill(nid)
     # The survivor answers for itself and finds the others unreachable: no
     # healthy majority, exit 1. (It may still name the dead leader: pysyncobj
-    # starts no election while connected to nobody.)
+    # starts no election while connected to nobody.) It calls itself ready
+    # until an election timeout has passed without hearing the leader.
     def minority_status():
         done = raftq("cluster", "status", url=cluster.url(survivor), cluster=cluster, check=False)
         rows = status_rows(done.stdout)
-        return (done, rows) if all(rows.get(n, [None, None])[1] == "unreachable" for n in cluster.ids[1:]) else None
+        others_gone = all(rows.get(n, [None, None])[1] == "unreachable" for n in cluster.ids[1:])
+        return (done, rows) if others_gone and "NO" in rows.get(survivor, []) else None
 
     done, rows = wait_until(minority_status, what="the survivor to find the others unreachable")
     assert done.returncode == 1, done.stderr
@@ -431,3 +433,19 @@ def test_up_refuses_to_report_up_while_orphans_hold_its_ports(tmp_path):
         assert all(f"pid {p}" in second.stderr for p in orphans), second.stderr
     finally:
         stop_everything(first, data_dir)
+
+
+def test_a_leader_on_our_port_counts_only_when_it_is_our_process(fresh_cluster):
+    # What `raftq up` relies on when a node it started lost its port to another process.
+    cluster = fresh_cluster(1)
+    assert cluster.wait_for_leader(30) == "n1"
+    impostor_view = LocalCluster.open(cluster.root)
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        impostor_view.procs["n1"] = stand_in       # "we started n1", but n1's port answers from another pid
+        assert impostor_view.ready_view("n1") is None
+        assert impostor_view.wait_for_leader(2) is None
+        assert cluster.ready_view("n1")["pid"] == cluster.pid("n1")
+    finally:
+        stand_in.kill()
+        stand_in.wait()

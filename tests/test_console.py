@@ -60,6 +60,10 @@ def test_console_shows_and_steers_the_cluster_through_a_failover(fresh_cluster):
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.on("dialog", lambda dialog: dialog.accept())
+            script_errors = []
+            page.on("pageerror", lambda error: script_errors.append(str(error)))
+            page.on("console", lambda message: "Content Security Policy" in message.text
+                    and script_errors.append(message.text))
             page.goto(cluster.url(serving) + "/ui")
             if cluster.token:
                 page.fill("#token", cluster.token)
@@ -171,5 +175,6 @@ def test_console_shows_and_steers_the_cluster_through_a_failover(fresh_cluster):
             assert f"Node {leader} stopped answering" in page.inner_text("#banner")
             assert page.locator("#elections li").count() >= 1
             page.screenshot(path=str(RESULTS / "failover.png"), full_page=True)
+            assert script_errors == []
         finally:
             browser.close()

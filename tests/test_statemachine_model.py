@@ -81,6 +81,8 @@ class Model:
         self.created = 0          # a queue's uid: receipts of a deleted queue die with it
         self.leases = 0
         self.receipts = {}        # machine receipt -> (queue uid, group, seq, lease)
+        self.stages = {}          # token -> {"producer", "queue", "chunks": {i: messages}, "expires_at"}
+        self.producers = {}       # producer -> {"batch", "expires_at"}
 
     # ---- helpers ---------------------------------------------------------------------
     def new_queue(self, name, config):
@@ -271,12 +273,27 @@ class Model:
             "groups": {g: {k: v for k, v in s.items() if k != "name"} for g, s in groups.items()},
         }
 
+    def fire_staging(self):
+        self.stages = {t: s for t, s in self.stages.items() if s["expires_at"] > self.clock}
+        self.producers = {p: r for p, r in self.producers.items()
+                          if r["expires_at"] is None or r["expires_at"] > self.clock}
+
+    def producer_info(self, producer):
+        stages = [{"token": t, "queue": s["queue"], "chunks": len(s["chunks"]),
+                   "messages": sum(len(m) for m in s["chunks"].values()), "expires_at": s["expires_at"]}
+                  for t, s in self.stages.items() if s["producer"] == producer]
+        record = self.producers.get(producer, {"batch": None, "expires_at": None})
+        return {"producer": producer, "committed_batch": record["batch"], "expires_at": record["expires_at"],
+                "stages": stages}
+
     def timers(self):
-        """When each pending lease end, delay, TTL and idempotency id falls due."""
+        """When each pending lease end, delay, TTL, idempotency id and stage falls due."""
         due = [e["deadline"] if e["state"] == "leased" else e["until"]
                for q in self.queues.values() for g in q["groups"].values() for e in g.values()
                if e["state"] in ("leased", "delayed")]
         due += [m["expires_at"] for q in self.queues.values() for m in q["messages"] if m["expires_at"]]
+        due += [s["expires_at"] for s in self.stages.values()]
+        due += [r["expires_at"] for r in self.producers.values() if r["expires_at"] is not None]
         return due + [d[2] + q["config"]["dedup_window_ms"] for q in self.queues.values()
                       for d in q["dedup"] + q["redrives"]]
 
@@ -491,7 +508,76 @@ class Model:
         for q in list(self.queues.values()):
             self.fire(q)
             self.dead_letter(q)
+        self.fire_staging()
         return {"clock": self.clock}
+
+    # Staged writes: rows invisible until one commit of (producer, batch) publishes them, once.
+    def op_stage(self, cmd):
+        self.fire_staging()
+        if cmd["queue"] not in self.queues and not cmd.get("auto_create", True):
+            return err("not_found")
+        stage = self.stages.setdefault(cmd["token"], {"producer": cmd["producer"], "queue": cmd["queue"],
+                                                      "chunks": {}})
+        if (stage["producer"], stage["queue"]) != (cmd["producer"], cmd["queue"]):
+            return err("conflict")
+        stage["chunks"][cmd["chunk"]] = cmd["messages"]
+        stage["expires_at"] = self.clock + cmd.get("ttl_ms", 3_600_000)
+        return {"staged": len(cmd["messages"]), "chunks": len(stage["chunks"])}
+
+    def op_stage_commit(self, cmd):
+        self.fire_staging()
+        producer, batch, parts = cmd["producer"], cmd["batch"], cmd["parts"]
+        done = self.producers.get(producer, {}).get("batch")
+        if done is not None and batch <= done:
+            for part in parts:
+                if self.stages.get(part["token"], {}).get("producer") == producer:
+                    del self.stages[part["token"]]
+            return {"committed": False, "duplicate": True, "committed_batch": done, "put": 0}
+        batches = {}
+        for part in parts:
+            stage = self.stages.get(part["token"])
+            if stage is None or stage["producer"] != producer or sorted(stage["chunks"]) != list(
+                    range(part["chunks"])):
+                return err("conflict")
+            batches.setdefault(stage["queue"], []).extend(
+                m for i in range(part["chunks"]) for m in stage["chunks"][i])
+        for name in batches:
+            self.touch(name)
+        for name, messages in batches.items():
+            q = self.queues.get(name)
+            if q is None:
+                if not cmd.get("auto_create", True):
+                    return err("not_found")
+            elif self.too_full(q, messages):
+                return err("queue_full")
+        results = [r for name, messages in batches.items()
+                   for r in self.store(self.touch(name) or self.new_queue(name, QUEUE_DEFAULTS), messages)]
+        for part in parts:
+            del self.stages[part["token"]]
+        retain = cmd.get("retain_ms")
+        self.producers.pop(producer, None)
+        self.producers[producer] = {"batch": batch, "expires_at": self.clock + retain if retain else None}
+        duplicates = sum(r["duplicate"] for r in results)
+        return {"committed": True, "duplicate": False, "committed_batch": batch,
+                "put": len(results) - duplicates, "duplicate_ids": duplicates}
+
+    def op_stage_abort(self, cmd):
+        self.fire_staging()
+        mine = [t for t in dict.fromkeys(cmd["tokens"]) if self.stages.get(t, {}).get("producer") == cmd["producer"]]
+        for token in mine:
+            del self.stages[token]
+        return {"dropped": len(mine)}
+
+    def op_drop_producer(self, cmd):
+        self.fire_staging()
+        producer = cmd["producer"]
+        tokens = [t for t, s in self.stages.items() if s["producer"] == producer]
+        if producer not in self.producers and not tokens:
+            return err("not_found")
+        for token in tokens:
+            del self.stages[token]
+        self.producers.pop(producer, None)
+        return {"deleted": True, "stages_dropped": len(tokens)}
 
 
 # ---- strategies ------------------------------------------------------------------------
@@ -520,6 +606,8 @@ def messages(draw):
 
 
 batches = st.lists(messages(), min_size=1, max_size=6)
+PRODUCERS = ["p1", "p2"]
+TOKENS = ["t1", "t2", "t3", "t4"]
 
 config_fields = {
     "lease_ms": ms(1, 1_500),
@@ -729,6 +817,48 @@ class QueuesComparison(RuleBasedStateMachine):
         if q is not None and q["config"]["dead_letter"] is not None:
             self.redrive(q["config"]["dead_letter"], None, count, None)
 
+    # ---- staged writes -----------------------------------------------------------------------
+    @rule(producer=st.sampled_from(PRODUCERS), token=st.sampled_from(TOKENS), chunk=st.sampled_from([0, 0, 0, 1, 2]),
+          queue=st.sampled_from(QUEUES), batch=batches, ttl_ms=st.one_of(st.none(), ms(50, 3_000)),
+          auto_create=st.sampled_from([True, True, False]))
+    def stage(self, producer, token, chunk, queue, batch, ttl_ms, auto_create):
+        """A task attempt stages a chunk, or repeats one (replacing it)."""
+        fields = {} if ttl_ms is None else {"ttl_ms": ttl_ms}
+        self.run("stage", producer=producer, token=token, chunk=chunk, queue=queue, messages=batch,
+                 auto_create=auto_create, **fields)
+
+    @rule(data=st.data(), producer=st.sampled_from(PRODUCERS), step=st.sampled_from([1, 1, 1, 2, 0, -1]),
+          retain_ms=st.one_of(st.none(), st.none(), ms(50, 3_000)), auto_create=st.sampled_from([True, False]))
+    def stage_commit(self, data, producer, step, retain_ms, auto_create):
+        """A driver commits some stages (mostly complete ones, sometimes wrong ones) as its next
+        batch, or replays an old one."""
+        batch = max(0, self.model.producers.get(producer, {}).get("batch", -1) + step)
+        staged = [(t, s) for t, s in self.model.stages.items() if s["producer"] == producer]
+        tokens = data.draw(st.lists(st.sampled_from([t for t, _ in staged] * 3 + TOKENS[:1]), unique=True,
+                                    min_size=1 if staged else 0, max_size=3))
+        parts = [{"token": t, "chunks": len(self.model.stages[t]["chunks"]) if t in self.model.stages
+                  and data.draw(st.integers(0, 5)) else data.draw(st.integers(0, 3))} for t in tokens]
+        fields = {} if retain_ms is None else {"retain_ms": retain_ms}
+        self.run("stage_commit", producer=producer, batch=batch, parts=parts, auto_create=auto_create,
+                 **fields)
+
+    @rule(producer=st.sampled_from(PRODUCERS), token=st.sampled_from(TOKENS), queue=st.sampled_from(QUEUES),
+          chunks=st.lists(batches, min_size=1, max_size=3), step=st.sampled_from([1, 1, 0]))
+    def write_batch(self, producer, token, queue, chunks, step):
+        """A whole Spark batch: one task stages its chunks, the driver commits them."""
+        for index, batch in enumerate(chunks):
+            self.run("stage", producer=producer, token=token, chunk=index, queue=queue, messages=batch)
+        batch = max(0, self.model.producers.get(producer, {}).get("batch", -1) + step)
+        self.run("stage_commit", producer=producer, batch=batch, parts=[{"token": token, "chunks": len(chunks)}])
+
+    @rule(producer=st.sampled_from(PRODUCERS), tokens=st.lists(st.sampled_from(TOKENS), max_size=3))
+    def stage_abort(self, producer, tokens):
+        self.run("stage_abort", producer=producer, tokens=tokens)
+
+    @rule(producer=st.sampled_from(PRODUCERS))
+    def drop_producer(self, producer):
+        self.run("drop_producer", producer=producer)
+
     # ---- the machine's own life ------------------------------------------------------------
     @rule()
     def restart_from_snapshot(self):
@@ -746,6 +876,10 @@ class QueuesComparison(RuleBasedStateMachine):
         {"op": "patch_queue", "queue": "a", "config": {"max_length": 0}},
         {"op": "tx", "ack": [], "put": []},
         {"op": "commit", "queue": "a", "group": "default", "seq": -1},
+        {"op": "stage", "producer": "p1", "token": "", "chunk": 0, "queue": "a", "messages": [{"body": 1}]},
+        {"op": "stage_commit", "producer": "p1", "batch": -1, "parts": []},
+        {"op": "stage_commit", "producer": "p1", "batch": 1, "parts": [{"token": "t1", "chunks": 1}] * 2},
+        {"op": "stage_abort", "producer": "p 1", "tokens": []},
     ]))
     def invalid_command(self, cmd):
         before = self.sm.snapshot()
@@ -754,6 +888,11 @@ class QueuesComparison(RuleBasedStateMachine):
         assert self.sm.snapshot() == before
 
     # ---- after every step -------------------------------------------------------------------
+    @invariant()
+    def same_staging(self):
+        for producer in PRODUCERS:
+            assert self.sm.producer_info(producer) == self.model.producer_info(producer)
+
     @invariant()
     def same_queues(self):
         assert [q["name"] for q in self.sm.list_queues()["queues"]] == list(self.model.queues)
@@ -811,7 +950,7 @@ def random_log(seed: int, length: int) -> list:
         if receipts and rng.random() < 0.8:   # receipts of one queue, acked there
             queue = rng.choice(receipts)[0]
         some = [r for q, r in receipts if q == queue][-rng.randint(1, 3):] or ["nonsense"]
-        choice = rng.randrange(12)
+        choice = rng.randrange(13)
         if choice < 3:
             return {"op": "put", "queue": queue, "messages": [message() for _ in range(rng.randint(1, 5))]}
         if choice < 5:
@@ -833,6 +972,9 @@ def random_log(seed: int, length: int) -> list:
                                "overflow": rng.choice(["reject", "drop_oldest"])}}
         if choice == 10:
             return {"op": "commit", "queue": queue, "group": group, "seq": rng.randint(0, 40)}
+        if choice == 11:
+            return {"op": "redrive", "queue": "dl", "max": rng.randint(1, 5),
+                    **({"id": rng.choice(IDS)} if rng.random() < 0.5 else {})}
         return {"op": "tx", "ack": [{"queue": queue, "receipts": some}],
                 "put": [{"queue": rng.choice(QUEUES), "messages": [message()]}]}
 

@@ -1,6 +1,5 @@
 """`raftq node` (one node of a deployment) and `raftq up` (a local cluster in the foreground)."""
 
-import argparse
 import asyncio
 import dataclasses
 import logging

@@ -1,0 +1,48 @@
+"""A local Spark session for the connector's tests, and what every Spark test module needs.
+
+The tests skip when pyspark or Java is missing — except in CI (tests/tools.py),
+where they fail instead: .ci/run installs both, so a skip there would hide a
+broken setup.
+"""
+
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from tests.tools import require
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def require_spark() -> None:
+    """Called by each Spark module's session fixture, before anything starts."""
+    for module in ("pyspark", "pyarrow"):
+        require(importlib.util.find_spec(module), f"the python package {module}",
+                "make spark-deps (pip install -e '.[spark]')")
+    require(shutil.which("java") or os.environ.get("JAVA_HOME"), "java", "apt-get install openjdk-17-jre-headless")
+
+
+def spark_env() -> dict:
+    """What the driver, its JVM and every Python worker must see (SPARK.md pitfalls 1, 3, 13)."""
+    return {
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        # Workers import raftq.spark and Spark's lookup finds pyspark_raftq here,
+        # also when raftq is installed in editable mode.
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+
+
+def start_session(master: str = "local[2]", app: str = "raftq-tests"):
+    os.environ.update(spark_env())
+    from pyspark.sql import SparkSession
+    return (SparkSession.builder.master(master).appName(app)
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.driver.memory", "1g")
+            .config("spark.sql.streaming.stopTimeout", "30s")
+            .getOrCreate())
