@@ -100,6 +100,18 @@ async def apply(app: web.Application, command: dict) -> dict:
                         "retry it with the same message ids") from None
 
 
+async def _leader_settled(request: web.Request) -> None:
+    """A new leader answers reads only once its barrier is applied: before, its
+    state may still lack writes an earlier leader acknowledged (found by the
+    chaos checker's no_stale_reads)."""
+    try:
+        async with asyncio.timeout(request.app[SETTINGS].write_timeout_s):
+            await request.app[NODE].settled()
+    except (CommitError, asyncio.TimeoutError):
+        raise no_quorum("this node has only just been elected and cannot answer yet for what "
+                        "earlier leaders acknowledged; retry") from None
+
+
 async def read(request: web.Request, query: str, *args) -> web.Response:
     """Answer a query at the consistency the request asks for."""
     level = request.query.get("consistency", "leader")
@@ -115,6 +127,8 @@ async def read(request: web.Request, query: str, *args) -> web.Response:
             return elsewhere
         if level == "strong":
             await write(request, {"op": "tick"})
+        else:
+            await _leader_settled(request)
     result = node.read(query, *args)
     if isinstance(result, dict) and "error" in result:
         refusal = from_result(result)

@@ -183,15 +183,26 @@ class Node:
         election, and is 0 in a brand-new cluster.
         """
         term = self.consensus.term()
-        if not self.clock.settled_for(term):
-            await self._clock_settled(term)
+        await self._settled(term)
         command["now_ms"] = self.clock.now_ms()
         try:
             return await self.committer.submit(command, term)
         finally:
             self._ticker_wake.set()   # the command may have set a timer
 
-    async def _clock_settled(self, term: int) -> None:
+    async def settled(self) -> None:
+        """Return once this leader has applied the barrier of its current term.
+
+        Only from then on does its state hold every write that an earlier
+        leader acknowledged (committed entries of older terms are applied
+        before the barrier), so leader reads wait for it as writes do.
+        CommitError when this node does not lead.
+        """
+        await self._settled(self.consensus.term())
+
+    async def _settled(self, term: int) -> None:
+        if self.clock.settled_for(term):
+            return
         if not self.is_leader():
             raise CommitError("not_leader")
         waiter = self._loop.create_future()
