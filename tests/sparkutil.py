@@ -9,6 +9,7 @@ import importlib.util
 import os
 import shutil
 import sys
+import uuid
 from pathlib import Path
 
 from tests.tools import require
@@ -46,3 +47,15 @@ def start_session(master: str = "local[2]", app: str = "raftq-tests"):
             .config("spark.driver.memory", "1g")
             .config("spark.sql.streaming.stopTimeout", "30s")
             .getOrCreate())
+
+
+def options(cluster, queue, **extra) -> dict:
+    """The connector's options for `cluster` and `queue`, values as strings (as Spark passes them)."""
+    opts = {"url": ",".join(cluster.urls), "queue": queue}
+    if cluster.token:
+        opts["token"] = cluster.token
+    return {**opts, **{k: str(v) for k, v in extra.items()}}
+
+
+def name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"

@@ -10,11 +10,10 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
-from tests.sparkutil import REPO, require_spark, spark_env, start_session
+from tests.sparkutil import REPO, name, options, require_spark, spark_env, start_session
 from tests.wire import call
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -26,17 +25,6 @@ def spark():
     session = start_session("local[2]", "raftq-read-tests")
     yield session
     session.stop()
-
-
-def options(cluster, queue, **extra) -> dict:
-    opts = {"url": ",".join(cluster.urls), "queue": queue}
-    if cluster.token:
-        opts["token"] = cluster.token
-    return {**opts, **{k: str(v) for k, v in extra.items()}}
-
-
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def fill(cluster, queue: str, count: int, batch: int = 10_000) -> None:

@@ -4,11 +4,10 @@ killed mid-write; and the one-line errors of bad writes."""
 
 import shutil
 import time
-import uuid
 
 import pytest
 
-from tests.sparkutil import require_spark, start_session
+from tests.sparkutil import name, options, require_spark, start_session
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -20,17 +19,6 @@ def spark():
     session = start_session("local[2,2]", "raftq-write-tests")
     yield session
     session.stop()
-
-
-def options(cluster, queue, **extra) -> dict:
-    opts = {"url": ",".join(cluster.urls), "queue": queue}
-    if cluster.token:
-        opts["token"] = cluster.token
-    return {**opts, **{k: str(v) for k, v in extra.items()}}
-
-
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def stored(cluster, queue) -> list:
