@@ -21,45 +21,24 @@ are importable from here too.
 import asyncio
 import base64
 import http.client
-import json
 import socket
-import ssl
 import time
 import uuid
 from urllib.parse import urlsplit
 
 import aiohttp
-import cbor2
+
+from .failover import DurabilityNotReached, Failover, RaftqError, backoff_delays
+from .stream_client import BlockingConsumer, Consumer, Message, Producer
+
+__all__ = ["Client", "AsyncClient", "Producer", "Consumer", "BlockingConsumer", "Message", "RaftqError",
+           "DurabilityNotReached"]   # one door for every client
 
 RETRYABLE_STATUS = {503}
-CBOR = "application/cbor"
 # Which replica state a `consistency=any` read saw (docs/api.md).
 APPLIED_INDEX_HEADER = "X-Raftq-Applied-Index"
 # A redirect answers a redirect only while leadership moves; more than this is a loop.
 MAX_REDIRECTS = 8
-# An election takes 0.15-0.35 s: retry soon and often enough to find the new
-# leader within a few tens of ms of it winning, without hammering the nodes.
-BACKOFF_FIRST_S, BACKOFF_GROWTH, BACKOFF_MAX_S = 0.01, 1.5, 0.15
-
-
-def backoff_delays():
-    delay = BACKOFF_FIRST_S
-    while True:
-        yield delay
-        delay = min(delay * BACKOFF_GROWTH, BACKOFF_MAX_S)
-
-
-class RaftqError(Exception):
-    def __init__(self, status: int, code: str, message: str, body: dict | None = None):
-        super().__init__(f"{status} {code}: {message}")
-        self.status, self.code, self.message, self.body = status, code, message, body or {}
-
-
-class DurabilityNotReached(RaftqError):
-    """A put with ``durability=all`` was stored on a majority (201), but some
-    connected voter did not hold it within the write timeout. ``body`` is the
-    whole answer (messages, seqs, ``durability: "quorum"``); putting again with
-    the same ids stores nothing new and waits for every voter once more."""
 
 
 def _wire_message(message) -> dict:
@@ -70,17 +49,6 @@ def _wire_message(message) -> dict:
         message["body_b64"] = base64.b64encode(message.pop("body")).decode()
     message.setdefault("id", uuid.uuid4().hex)
     return message
-
-
-def _from_wire(value):
-    if isinstance(value, dict):
-        if "body_b64" in value:
-            value = dict(value)
-            value["body"] = base64.b64decode(value.pop("body_b64"))
-        return {k: _from_wire(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_from_wire(v) for v in value]
-    return value
 
 
 class _Calls:
@@ -245,65 +213,6 @@ class _Calls:
         return self._call("GET", "/health/ready", None, retry=False, accept_status=(200, 503))
 
 
-class _Failover:
-    """Which node to try next, and for how long to keep trying; how bodies are encoded."""
-
-    def __init__(self, urls, token, retry_for: float, timeout: float, cafile: str | None,
-                 cbor: bool = False):
-        if isinstance(urls, str):
-            urls = [urls]
-        self.urls = [u.rstrip("/") for u in urls]
-        self.current = 0
-        self.cbor = cbor
-        media = CBOR if cbor else "application/json"
-        self.headers = {"Content-Type": media, "Accept": media}
-        if token:
-            self.headers["Authorization"] = f"Bearer {token}"
-        self.retry_for = retry_for
-        self.timeout = timeout
-        self.ssl_context = ssl.create_default_context(cafile=cafile) if cafile else None
-
-    @property
-    def base(self) -> str:
-        return self.urls[self.current]
-
-    def follow(self, location: str) -> None:
-        parts = urlsplit(location)
-        base = f"{parts.scheme}://{parts.netloc}"
-        if base not in self.urls:
-            self.urls.append(base)
-        self.current = self.urls.index(base)
-
-    def next_node(self) -> None:
-        self.current = (self.current + 1) % len(self.urls)
-
-    def encode(self, body) -> bytes | None:
-        if body is None:
-            return None
-        return cbor2.dumps(body) if self.cbor else json.dumps(body).encode()
-
-    @staticmethod
-    def decode(status: int, raw: bytes, accept_status, text: bool = False, content_type: str | None = None,
-               applied_index: str | None = None):
-        if text and status == 200:
-            return raw.decode()
-        if not raw:
-            payload = {}
-        elif (content_type or "").startswith(CBOR):
-            payload = cbor2.loads(raw)
-        else:
-            payload = json.loads(raw)
-        if isinstance(payload, dict) and "durability_not_reached" in payload:
-            shortfall = payload["durability_not_reached"]
-            raise DurabilityNotReached(status, "durability_not_reached", shortfall["message"], _from_wire(payload))
-        if 200 <= status < 300 or status in accept_status:
-            result = _from_wire(payload)
-            if applied_index is not None and isinstance(result, dict):
-                result["applied_index"] = int(applied_index)
-            return result
-        raise RaftqError(status, payload.get("error", "http_error"), payload.get("message", raw[:200]), payload)
-
-
 class _Attempts:
     """One call's walk through redirects and failovers: what to do after each try.
 
@@ -311,7 +220,7 @@ class _Attempts:
     before the next try, or None when there is no next try.
     """
 
-    def __init__(self, route: _Failover, retry: bool):
+    def __init__(self, route: Failover, retry: bool):
         self.route = route
         self.retry = retry
         self.deadline = time.monotonic() + route.retry_for
@@ -347,7 +256,7 @@ class Client(_Calls):
     def __init__(self, urls="http://127.0.0.1:8001", *, token: str | None = None,
                  retry_for: float = 15.0, timeout: float = 15.0, cafile: str | None = None,
                  cbor: bool = False):
-        self._route = _Failover(urls, token, retry_for, timeout, cafile, cbor)
+        self._route = Failover(urls, token, retry_for, timeout, cafile, cbor)
         self._conns: dict[str, http.client.HTTPConnection] = {}
 
     def close(self) -> None:
@@ -412,7 +321,7 @@ class AsyncClient(_Calls):
     def __init__(self, urls="http://127.0.0.1:8001", *, token: str | None = None,
                  retry_for: float = 15.0, timeout: float = 15.0, cafile: str | None = None,
                  pool_size: int = 100, cbor: bool = False):
-        self._route = _Failover(urls, token, retry_for, timeout, cafile, cbor)
+        self._route = Failover(urls, token, retry_for, timeout, cafile, cbor)
         self._pool_size = pool_size
         self._session = None
 
@@ -455,11 +364,3 @@ class AsyncClient(_Calls):
             if delay is None:
                 return route.decode(status, raw, accept_status, text, content_type, applied_index)
             await asyncio.sleep(delay)
-
-
-def __getattr__(name: str):
-    # The streaming clients live in their own module, which builds on this one.
-    if name in ("Producer", "Consumer", "BlockingConsumer", "Message"):
-        from . import stream_client
-        return getattr(stream_client, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import aiohttp
 import cbor2
 
-from .client import DurabilityNotReached, RaftqError, _Failover, backoff_delays
+from .failover import DurabilityNotReached, Failover, RaftqError, backoff_delays
 
 log = logging.getLogger("raftq.stream_client")
 
@@ -42,7 +42,7 @@ class _Wire:
 
     def __init__(self, urls, token: str | None, cafile: str | None, retry_for: float,
                  on_frame: Callable[[dict], None], on_connected: Callable[[], None]):
-        self._route = _Failover(urls, token, retry_for, timeout=10.0, cafile=cafile)
+        self._route = Failover(urls, token, retry_for, timeout=10.0, cafile=cafile)
         self._on_frame = on_frame
         self._on_connected = on_connected
         self._outbox: asyncio.Queue = asyncio.Queue()

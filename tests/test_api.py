@@ -2,7 +2,6 @@
 
 import base64
 import threading
-import time
 import uuid
 
 import pytest

@@ -8,12 +8,11 @@ import dataclasses
 import json
 import signal
 import threading
-import uuid
 
 import pytest
 
 from chaos.power import PowerCutCluster
-from raftq.client import Client, RaftqError
+from raftq.client import RaftqError
 from tests.waiting import wait_until
 from tests.wire import call
 
