@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 
 from aiohttp import ClientSession, TCPConnector, web
 
-from raftq.buffer import PutBuffer
-from raftq.config import Tokens
+from engine.buffer import PutBuffer
+from engine.config import Tokens
 
 from . import buffering, events, openapi
 from .codec import respond

@@ -5,7 +5,7 @@ import os
 
 from aiohttp import ClientError, ClientTimeout, web
 
-from raftq.committer import CommitError
+from engine.committer import CommitError
 
 from .buffering import BUFFER
 from .codec import read_body, respond

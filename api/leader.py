@@ -12,7 +12,7 @@ import asyncio
 
 from aiohttp import ClientError, ClientTimeout, web
 
-from raftq.committer import CommitError
+from engine.committer import CommitError
 from statemachine import check_command
 
 from . import caps

@@ -6,7 +6,7 @@ Theory of operation
    `start_toxiproxy`). For every pair of nodes it gets one proxy on the Raft
    port, pointed at the node that *accepts* that pair's connection; the other
    node, the one pysyncobj makes dial (its `raft` string sorts higher), is told
-   in cluster.toml to dial the proxy instead (`[[links]]`, raftq/config.py).
+   in cluster.toml to dial the proxy instead (`[[links]]`, engine/config.py).
    The nodes still know each other by their real Raft addresses, so cutting a
    pair's proxy cuts exactly that pair. Each node's HTTP port gets a proxy too,
    and clients only ever use those.
@@ -49,7 +49,7 @@ from chaos.power import PowerCutCluster
 from chaos.toxiproxy import ToxiproxyServer, start_toxiproxy
 from chaos.workload import PROBE_QUEUE, Endpoints, Monitor, Prober, Workload, drain, verify
 from raftq.client import Client
-from raftq.config import Link
+from engine.config import Link
 from raftq.local import LocalCluster, free_ports
 
 GROUPS = ["default", "audit"]

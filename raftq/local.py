@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from . import config as cluster_config
+from engine import config as cluster_config
 from .client import Client, RaftqError
 
 

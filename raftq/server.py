@@ -18,8 +18,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from api.app import Settings, make_app
 
-from .config import ClusterConfig
-from .node import Node
+from engine.config import ClusterConfig
+from engine.node import Node
 
 log = logging.getLogger("raftq.server")
 

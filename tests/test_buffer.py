@@ -1,6 +1,6 @@
 """The local put buffer: durable FIFO, torn tails cut, restart-safe."""
 
-from raftq.buffer import BufferFull, PutBuffer
+from engine.buffer import BufferFull, PutBuffer
 
 
 def test_fifo_survives_reopen_and_advances(tmp_path):

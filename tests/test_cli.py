@@ -319,7 +319,7 @@ def test_status_with_the_first_node_dead_finds_the_cluster_through_cluster_toml(
 def test_cluster_remove_add_and_transfer_replace_a_dead_node(fresh_cluster):
     import dataclasses
 
-    from raftq.config import NodeSpec
+    from engine.config import NodeSpec
 
     cluster = fresh_cluster(3)
     cluster.kill("n3")

@@ -1,4 +1,4 @@
-"""raftq.committer: how concurrent commands are packed into log entries.
+"""engine.committer: how concurrent commands are packed into log entries.
 
 The committer's only collaborator is the function that proposes an entry;
 here it is a list that stands for the log and answers each entry once the
@@ -10,7 +10,7 @@ import asyncio
 import cbor2
 import pytest
 
-from raftq.committer import CommitError, GroupCommitter
+from engine.committer import CommitError, GroupCommitter
 
 
 class Log:

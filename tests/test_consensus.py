@@ -1,4 +1,4 @@
-"""raftq.consensus: real pysyncobj nodes on 127.0.0.1, in this process or in children.
+"""engine.consensus: real pysyncobj nodes on 127.0.0.1, in this process or in children.
 
 Every node, proxy, socket and child process a test starts is closed by the
 test itself (fixtures and try/finally), whether it passes or fails.
@@ -25,10 +25,10 @@ from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.poller import createPoller
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
-from raftq.consensus import FRAME, Consensus, Peer, _Connection
-from raftq.journal import DurableJournal
+from engine.consensus import FRAME, Consensus, Peer, _Connection
+from engine.journal import DurableJournal
 from raftq.local import free_ports as local_free_ports
-from raftq.sealer import Sealer
+from engine.sealer import Sealer
 from tests.tools import require_strace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -351,7 +351,7 @@ def test_the_wire_refuses_backward_timestamps_and_foreign_frames():
 
 class FakeLeader:
     """Speaks the Raft wire format, unencrypted, to one follower: raftq's
-    (pysyncobj's messages framed by raftq.consensus.FRAME), or with
+    (pysyncobj's messages framed by engine.consensus.FRAME), or with
     ``pysyncobj_framing`` plain pysyncobj 0.3.17's (native int length, zlib)."""
 
     def __init__(self, own_addr, follower_addr, *, pysyncobj_framing=False):
@@ -728,7 +728,7 @@ def test_transfer_leadership(cluster):
 CHILD = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
-    from raftq.consensus import Consensus, Peer
+    from engine.consensus import Consensus, Peer
     me, data_dir, *others = sys.argv[1:]
     peers = [Peer(*o.split("=")) for o in others]
     applied = []

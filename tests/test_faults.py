@@ -159,7 +159,7 @@ def test_sigterm_leader_hands_over_and_exits_cleanly(fresh_cluster):
 
 
 def test_membership_add_remove_replace_under_load(fresh_cluster, tmp_path):
-    from raftq.config import NodeSpec
+    from engine.config import NodeSpec
     from raftq.local import free_ports
 
     cluster = fresh_cluster(3)

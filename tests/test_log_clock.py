@@ -1,4 +1,4 @@
-"""raftq.node.LogClock: the leader's source of `now_ms`.
+"""engine.node.LogClock: the leader's source of `now_ms`.
 
 Log time stands still in a term the clock has not settled for (after an
 election, until the new leader's barrier entry is applied), then continues
@@ -9,7 +9,7 @@ so a stamp read from the wall clock cannot pass for log time.
 
 import time
 
-from raftq.node import LogClock
+from engine.node import LogClock
 from statemachine import StateMachine
 from tests.waiting import wait_until
 

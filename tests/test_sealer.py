@@ -1,9 +1,9 @@
-"""raftq.sealer: AES-GCM sealing of node-to-node Raft messages."""
+"""engine.sealer: AES-GCM sealing of node-to-node Raft messages."""
 
 import pytest
 from cryptography.exceptions import InvalidTag
 
-from raftq.sealer import HEADER, Sealer
+from engine.sealer import HEADER, Sealer
 
 
 @pytest.fixture(scope="module")

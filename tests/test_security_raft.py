@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from raftq.consensus import FRAME, HANDSHAKE_DEADLINE_S
-from raftq.sealer import Sealer
+from engine.consensus import FRAME, HANDSHAKE_DEADLINE_S
+from engine.sealer import Sealer
 
 pytestmark = pytest.mark.integration
 

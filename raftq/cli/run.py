@@ -11,7 +11,7 @@ from pathlib import Path
 def cmd_node(args) -> int:
     from api.app import Limits, Settings
 
-    from .. import config as cluster_config
+    from engine import config as cluster_config
     from ..server import serve, setup_logging
     setup_logging(args.id, args.log_level)
     # Message bodies are on disk: every file and directory this node makes is its owner's only.

@@ -21,7 +21,7 @@ pysyncobj is dropped.
 
 Gaps of pysyncobj 0.3.17 closed here (../shared/PYSYNCOBJ.md)
 ------------------------------------------------------------------
-1. Durability. ``raftq.journal.DurableJournal`` (checksummed, fsynced
+1. Durability. ``engine.journal.DurableJournal`` (checksummed, fsynced
    segments; term/vote/commit index in an fsynced meta file) replaces
    pysyncobj's mmap journal through pysyncobj's single injection point,
    ``createJournal`` as imported into ``pysyncobj.syncobj``: it is wrapped once
@@ -63,7 +63,7 @@ Gaps of pysyncobj 0.3.17 closed here (../shared/PYSYNCOBJ.md)
    the lead to the new leader; raftq entries carry their proposer's log
    time, valid for one term only, so ``_TermCheckedQueue`` refuses them.
 
-Also: node-to-node messages sealed with AES-GCM (``raftq.sealer``) instead of
+Also: node-to-node messages sealed with AES-GCM (``engine.sealer``) instead of
 pysyncobj's Fernet, at a fraction of its cost per message, and framed without
 zlib (``_Connection``); followers told the commit index with the next append
 or heartbeat rather than by an extra round after every apply; fast failover
@@ -121,7 +121,7 @@ logger = logging.getLogger(__name__)
 # different release must be re-read before this pin moves.
 PYSYNCOBJ_PIN = "0.3.17"
 if _PYSYNCOBJ_VERSION != PYSYNCOBJ_PIN:
-    raise ImportError(f"raftq.consensus needs pysyncobj=={PYSYNCOBJ_PIN}, found {_PYSYNCOBJ_VERSION}")
+    raise ImportError(f"engine.consensus needs pysyncobj=={PYSYNCOBJ_PIN}, found {_PYSYNCOBJ_VERSION}")
 
 
 def _install_journal_hook() -> None:

@@ -28,7 +28,7 @@ from .committer import CommitError, GroupCommitter
 from .config import ClusterConfig, NodeSpec
 from .consensus import Consensus, Peer
 
-log = logging.getLogger("raftq.node")
+log = logging.getLogger("engine.node")
 
 TICK_INTERVAL_S = 0.02
 CHECKPOINTS_KEPT = 64

@@ -11,7 +11,7 @@ one.  When the entry is applied, each request is answered from its own slot
 of the entry's result list.
 
 Commands are stamped with the leader's log time for one term (see
-``raftq.node.LogClock``), so an entry only ever packs commands stamped in the
+``engine.node.LogClock``), so an entry only ever packs commands stamped in the
 same term, and is submitted for that term.
 """
 
