@@ -143,6 +143,11 @@ _install_journal_hook()
 _FOLLOWER, _CANDIDATE, _LEADER = _syncobj._RAFT_STATE.FOLLOWER, _syncobj._RAFT_STATE.CANDIDATE, _syncobj._RAFT_STATE.LEADER
 _ROLE_NAMES = {_FOLLOWER: "follower", _CANDIDATE: "candidate", _LEADER: "leader"}
 LEADER_COMPACTION_FACTOR = 4
+# The tick thread's poll bounds: at least MIN_POLL_S (never a busy loop,
+# e.g. a follower past its deadline with no peer connected), at most
+# MAX_POLL_S (connection retries, handshake and ticket deadlines).
+MIN_POLL_S = 0.002
+MAX_POLL_S = 0.1
 _REGULAR = _syncobj._COMMAND_TYPE.REGULAR
 
 _ERRORS = {
@@ -485,8 +490,24 @@ class _RaftNode(SyncObj):
 
     def _onTick(self, timeToWait=0.0):
         with self._journal.deferred():
-            super()._onTick(timeToWait)
+            super()._onTick(self._until_due(timeToWait))
         self._send_replies()
+
+    def _until_due(self, longest: float) -> float:
+        # How long this tick may poll: until the next heartbeat (leader) or
+        # election deadline (follower), not a fixed period. Messages, submits
+        # and tasks end the poll early through their sockets and the pipe; so
+        # an idle node wakes for heartbeats, not 100 times a second. Judged
+        # before the tick: a heartbeat or election due now goes out in it.
+        now = monotonic()
+        conf = self._SyncObj__conf
+        if self._SyncObj__raftState == _LEADER:
+            due = self._SyncObj__newAppendEntriesTime
+            due = due if due > now else now + conf.appendEntriesPeriod
+        else:
+            due = self._SyncObj__raftElectionDeadline
+            due = due if due > now else now + conf.raftMinTimeout
+        return min(max(due - now, MIN_POLL_S), longest)
 
     def _checkCommandsToApply(self):
         # The leader's appends were sent to followers as they were made;
@@ -664,9 +685,9 @@ class Consensus:
         conf = SyncObjConf(
             password=None,   # encryption is the Sealer's (given to _RaftNode), not Fernet
             autoTick=True,
-            # the tick thread's poll timeout: heartbeats are only sent from a
-            # tick, so an idle node must wake well within the heartbeat period
-            autoTickPeriod=heartbeat / 3,
+            # the longest the tick thread polls; _RaftNode._until_due wakes it
+            # sooner for a heartbeat or an election deadline
+            autoTickPeriod=MAX_POLL_S,
             raftMinTimeout=election_timeout[0],
             raftMaxTimeout=election_timeout[1],
             appendEntriesPeriod=heartbeat,
