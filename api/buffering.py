@@ -55,15 +55,15 @@ FINAL_STATUS = {400, 404, 409, 413}
 async def _forward(app: web.Application, queue: str, messages: list) -> str | None:
     """None once the leader stored the put; "retry"; or why it refused it for good."""
     node = app[NODE]
-    status = node.status()
+    status = node.view()
     if status["leader_id"] is None or not status["quorum_ok"]:
         return "retry"
     command = {"op": "put", "queue": queue, "messages": messages, "auto_create": node.auto_create}
     if status["role"] == "leader":
         try:
             validate(command)
-            caps.check(node, app[SETTINGS].limits, command)
-            result = await node.submit(command)
+            await caps.check(node, app[SETTINGS].limits, command)
+            result = (await node.submit(command)).result
         except CommitError:
             return "retry"
         except ApiError as exc:

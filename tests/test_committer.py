@@ -21,8 +21,8 @@ class Log:
         self.proposed.append((cbor2.loads(entry), term, callback))
 
     def commit_all(self):
-        for commands, _, callback in self.proposed:
-            callback([{"echo": c["n"]} for c in commands], None)
+        for index, (commands, _, callback) in enumerate(self.proposed, start=1):
+            callback((index, [{"echo": c["n"]} for c in commands]), None)
 
 
 def run(coro):
@@ -37,9 +37,9 @@ def test_concurrent_commands_share_one_entry_and_each_gets_its_own_result():
         await asyncio.sleep(0)
         assert [(len(cmds), term) for cmds, term, _ in log.proposed] == [(5, 3)]
         log.commit_all()
-        return [r["echo"] for r in await asyncio.gather(*futures)]
+        return [(c.result["echo"], c.index) for c in await asyncio.gather(*futures)]
 
-    assert run(scenario()) == [0, 1, 2, 3, 4]
+    assert run(scenario()) == [(0, 1), (1, 1), (2, 1), (3, 1), (4, 1)]
 
 
 def test_an_entry_never_mixes_commands_stamped_in_different_terms():
