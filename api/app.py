@@ -135,6 +135,7 @@ def make_app(node, settings: Settings, buffer_dir: Path) -> web.Application:
     app[SETTINGS] = settings
 
     app[buffering.BUFFER] = buffer
+    app[buffering.BUFFERED] = asyncio.Event()
 
     async def background(app: web.Application):
         # Node-to-node HTTP (forwarding, peer health, verify) trusts the CA
