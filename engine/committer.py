@@ -19,8 +19,6 @@ import asyncio
 from collections import deque
 from typing import Callable, NamedTuple
 
-import cbor2
-
 
 class CommitError(Exception):
     """The entry's fate is unknown or it was refused before the log (see code)."""
@@ -93,13 +91,12 @@ class GroupCommitter:
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def submit(self, command: dict, term: int) -> asyncio.Future:
+    def submit(self, encoded: bytes, term: int) -> asyncio.Future:
         """A future resolved with the command's ``Committed`` once its entry is applied here.
 
-        ``term`` is the term the command was stamped in.
+        ``encoded`` is the command as CBOR, ``term`` the term it was stamped in.
         """
         loop = self._loop = self._loop or asyncio.get_running_loop()
-        encoded = cbor2.dumps(command)
         future = loop.create_future()
         if len(encoded) + 8 > self.max_entry_bytes:
             future.set_exception(CommitError("too_large"))

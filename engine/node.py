@@ -24,6 +24,8 @@ import time
 import uuid
 from pathlib import Path
 
+import cbor2
+
 from statemachine import StateMachine
 
 from .committer import Committed, CommitError, GroupCommitter
@@ -75,6 +77,23 @@ class LogClock:
     def now_ms(self) -> int:
         """Log time now; only for the term the clock is settled for."""
         return max(self._machine.clock, self._base + int((time.monotonic() - self._mono) * 1000))
+
+
+NOW_MS_KEY = cbor2.dumps("now_ms")
+
+
+def stamped(encoded: bytes, now_ms: int) -> bytes:
+    """The encoded command (a CBOR map without now_ms) with now_ms added.
+
+    A command of up to 22 fields carries its field count in its first byte,
+    so the stamp is spliced in without decoding what a front encoded.
+    """
+    head = encoded[0]
+    if 0xa0 <= head <= 0xb6:
+        return bytes((head + 1,)) + NOW_MS_KEY + cbor2.dumps(now_ms) + encoded[1:]
+    command = cbor2.loads(encoded)
+    command["now_ms"] = now_ms
+    return cbor2.dumps(command)
 
 
 class Node:
@@ -181,7 +200,11 @@ class Node:
         self.consensus.submit(entry, callback, term=term)
 
     async def submit(self, command: dict) -> Committed:
-        """Apply one command through the log: its result and entry's index, or CommitError.
+        """Apply one command through the log: its result and entry's index, or CommitError."""
+        return await self.submit_encoded(cbor2.dumps(command))
+
+    async def submit_encoded(self, encoded: bytes) -> Committed:
+        """``submit`` of a command a front encoded (CBOR, without ``now_ms``).
 
         A leader whose clock is not settled for its term (its barrier is not
         applied yet) holds the command until it is: stamped earlier it could
@@ -190,9 +213,8 @@ class Node:
         """
         term = self.consensus.term()
         await self._settled(term)
-        command["now_ms"] = self.clock.now_ms()
         try:
-            return await self.committer.submit(command, term)
+            return await self.committer.submit(stamped(encoded, self.clock.now_ms()), term)
         finally:
             self._ticker_wake.set()   # the command may have set a timer
 
@@ -253,7 +275,7 @@ class Node:
             try:
                 if not self.clock.settled_for(term):
                     # The barrier: once applied, the applied log time is the latest.
-                    await self.committer.submit({"op": "tick", "now_ms": self.clock.barrier_ms()}, term)
+                    await self.committer.submit(cbor2.dumps({"op": "tick", "now_ms": self.clock.barrier_ms()}), term)
                     if self.is_leader() and self.consensus.term() == term:
                         self.clock.settle(term)
                         self._release_settle_waiters(term)

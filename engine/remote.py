@@ -18,6 +18,8 @@ import socket
 from pathlib import Path
 from typing import NamedTuple
 
+import cbor2
+
 from .committer import Committed, CommitError
 from .link import FrameWriter, LinkClosed, read_frame
 
@@ -114,7 +116,8 @@ class RemoteNode:
 
     # ---- the log and the state machine ---------------------------------------------------
     async def submit(self, command: dict) -> Committed:
-        result, index = await self._call("submit", command)
+        # encoded here, so the engine only splices in its log time
+        result, index = await self._call("submit", cbor2.dumps(command))
         return Committed(result, index)
 
     async def read(self, query: str, *args, settled: bool = False) -> Read:

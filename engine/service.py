@@ -9,7 +9,7 @@ engine is reachable from a front:
 =====================  ==============================================  =======================
 call                   args                                            answer
 =====================  ==============================================  =======================
-submit                 command                                         [result, log index]
+submit                 command, CBOR-encoded (bytes)                   [result, log index]
 read                   query, args, settled                            [result, applied index]
 wait_ready             queue, group, timeout_s                         "ready"/"woken"/"timeout"
 woken_done             queue, group                                    (none: call id 0)
@@ -128,8 +128,8 @@ class EngineService:
         if call_id:
             out.send([call_id, error, value])
 
-    async def _submit(self, command: dict) -> list:
-        committed = await self.node.submit(command)
+    async def _submit(self, encoded: bytes) -> list:
+        committed = await self.node.submit_encoded(encoded)
         return [committed.result, committed.index]
 
     async def _read(self, query: str, args: list, settled: bool) -> list:

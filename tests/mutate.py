@@ -68,7 +68,7 @@ MUTANTS = [
            "return int(time.time() * 1000)",
            ("tests/test_log_clock.py", "tests/test_log_time.py::test_log_time_does_not_run_while_no_node_leads")),
     Mutant("submit-stamps-wall-clock", "log time does not run while no node leads",
-           "engine/node.py", 'command["now_ms"] = self.clock.now_ms()', 'command["now_ms"] = int(time.time() * 1000)',
+           "engine/node.py", "stamped(encoded, self.clock.now_ms())", "stamped(encoded, int(time.time() * 1000))",
            ("tests/test_log_time.py::test_log_time_does_not_run_while_no_node_leads",)),
     # ---- the mutants issue 13 found caught ---------------------------------------------------------
     Mutant("stale-receipt-accepted", "an ack with a stale receipt changes nothing",
