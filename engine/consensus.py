@@ -762,6 +762,9 @@ class Consensus:
             "snapshot": dict(self._snapshot_info),
         }
 
+    def applied_index(self) -> int:
+        return self._node.raftLastApplied
+
     def applying_index(self) -> int:
         """Inside ``apply``: the log index of the entry being applied (pysyncobj
         counts an entry applied only once apply has returned)."""

@@ -308,7 +308,7 @@ class Node:
     def applied_read(self, query: str, *args) -> tuple[object, int]:
         """A read and the log index it reflects."""
         with self._lock:
-            return getattr(self.machine, query)(*args), self.consensus.status()["applied_index"]
+            return getattr(self.machine, query)(*args), self.consensus.applied_index()
 
     # ---- long poll ---------------------------------------------------------------------------
     async def wait_ready(self, queue: str, group: str, timeout: float, max_waiters: int) -> str:
