@@ -17,39 +17,17 @@ def percentile(values: list[float], p: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            # fields[0] is field 3 of stat(5): ppid is field 4, utime..cstime fields 14-17
-            return f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None   # gone: it used what it used, and its parent's cutime has it once reaped
-
-
-def descendants(pids: list[int]) -> list[int]:
-    """The processes and every live process below them (a node may run several)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _stat_fields(int(entry))
-            if fields is not None:
-                children.setdefault(int(fields[1]), []).append(int(entry))
-    found, todo = [], list(pids)
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, ()))
-    return found
-
-
 def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds the processes, their live descendants and
-    their reaped children used so far."""
+    """User + system CPU seconds the processes (and their reaped children) used so far."""
     total = 0.0
-    for pid in descendants(pids):
-        fields = _stat_fields(pid)
-        if fields is not None:
-            total += sum(int(x) for x in fields[11:15]) / CLOCK_TICKS
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue   # gone: it used what it used
+        # fields[0] is field 3 of stat(5): utime, stime, cutime, cstime are fields 14-17
+        total += sum(int(x) for x in fields[11:15]) / CLOCK_TICKS
     return total
 
 
