@@ -41,7 +41,7 @@ FILLERS = 4
 BURST_S = 15
 SATURATION_S = 60
 SNAPSHOT_WAIT_S = 400
-SETUP_S = 600
+SETUP_S = 300
 TX_QUEUES = 1_000                    # queues made per transaction while setting up
 # A follower compacts its log past 10 000-15 000 entries (engine/consensus.py);
 # the saturated cluster's log is filled to just below, so that a follower takes
