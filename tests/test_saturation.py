@@ -136,7 +136,7 @@ def near_the_limit(messages: int, limit: int) -> list:
     """`messages` equal messages whose put body is just under `limit` bytes."""
     overhead = len(encode({"messages": [{"body": ""}] * messages}))
     body = [{"body": "b" * ((limit - 1024 - overhead) // messages)}] * messages
-    assert limit - 2048 < len(encode({"messages": body})) < limit
+    assert limit - 1024 - messages < len(encode({"messages": body})) < limit
     return body
 
 
