@@ -71,10 +71,11 @@ timing, a low ``leaderFallbackTimeout`` and a quorum check before accepting a
 write (pysyncobj has no check-quorum), entries above ``max_entry_bytes``
 refused before they reach pysyncobj (its chunked path for big entries is
 broken), a tick thread that sleeps until its next heartbeat or election
-deadline rather than waking every few milliseconds, the Raft port bound to the configured host rather than 0.0.0.0, and a
-loud warning when no cluster secret is set (node-to-node messages are
-unpickled: without the secret anyone reaching the port can run code; the
-node process refuses to start without one unless told it is a test).
+deadline rather than waking every few milliseconds, the Raft port bound to
+the configured host rather than 0.0.0.0, and a loud warning when no cluster
+secret is set (node-to-node messages are unpickled: without the secret anyone
+reaching the port can run code; the node process refuses to start without one
+unless told it is a test).
 
 The Raft port faces whoever can reach it (docs/security.md): a frame longer
 than ``max_frame_bytes`` closes its connection as soon as its length is read;
