@@ -423,11 +423,12 @@ class _RaftNode(SyncObj):
     """
 
     def __init__(self, owner: "Consensus", self_node, other_nodes, conf, journal: DurableJournal, dial_addrs,
-                 *, sealer: Sealer | None, max_frame: int):
+                 *, sealer: Sealer | None, max_frame: int, compaction_min_bytes: int):
         self._owner = owner
         self._sealer = sealer
         self._journal = journal
         self._replies: list[tuple[object, dict]] = []
+        self.compaction_min_bytes = compaction_min_bytes
         journal.before_rewrite = self._flush_replies
         super().__init__(self_node, other_nodes, conf,
                          transportClass=functools.partial(_DialingTransport, dial_addrs=dial_addrs,
@@ -463,11 +464,31 @@ class _RaftNode(SyncObj):
         # forced); a new leader soon compacts what it owes as a follower did.
         # A finished snapshot (serializer pid -1/-2, pysyncobj 0.3.17) must
         # still get through, so that its log prefix is deleted.
+        #
+        # pysyncobj counts entries only; group commit makes entries large (a
+        # batch put of 1 000 messages is one), so a node holding a million
+        # messages may have a thousand entries and never compact: its restart
+        # then replays everything. Bytes that a compaction would drop count
+        # as well.
         finished = self._SyncObj__serializer._Serializer__pid != 0
-        if (self._SyncObj__raftState == _LEADER and not finished and not self._SyncObj__forceLogCompaction
-                and len(self._journal) <= LEADER_COMPACTION_FACTOR * self._SyncObj__conf.logCompactionMinEntries):
-            return
+        if not finished:
+            factor = LEADER_COMPACTION_FACTOR if self._SyncObj__raftState == _LEADER else 1
+            too_many_bytes = self._compactable_bytes() > factor * self.compaction_min_bytes
+            if (factor > 1 and not too_many_bytes and not self._SyncObj__forceLogCompaction
+                    and len(self._journal) <= factor * self._SyncObj__conf.logCompactionMinEntries):
+                return
+            if too_many_bytes:
+                self._SyncObj__forceLogCompaction = True
         SyncObj._SyncObj__tryLogCompaction(self)
+
+    def _compactable_bytes(self) -> int:
+        """Journal bytes before the last applied entry (a snapshot can only
+        replace applied entries: counting the rest would snapshot again on
+        every tick while a slow follower applies)."""
+        log = self._journal
+        if not len(log):
+            return 0
+        return log.bytes_before(max(0, self._SyncObj__raftLastApplied - log[0][1]))
 
     # -- commit notification ---------------------------------------------
 
@@ -618,6 +639,7 @@ class Consensus:
                  max_entry_bytes: int = 2 * 1024 * 1024,
                  compaction_min_entries: int = 10_000,
                  compaction_min_seconds: float = 600.0,
+                 compaction_min_bytes: int = 32 * 1024 * 1024,
                  segment_bytes: int = 64 * 1024 * 1024,
                  bind_addr: str | None = None):
         if secret is None:
@@ -699,7 +721,8 @@ class Consensus:
                                    [self._make_node(p.raft_addr) for p in peers],
                                    conf, self._journal, self._dial_addrs,
                                    sealer=Sealer(secret) if secret is not None else None,
-                                   max_frame=max_frame_bytes(max_entry_bytes))
+                                   max_frame=max_frame_bytes(max_entry_bytes),
+                                   compaction_min_bytes=int(compaction_min_bytes * jitter))
         except BaseException:
             self._journal._destroy()
             raise

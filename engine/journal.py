@@ -466,6 +466,22 @@ class DurableJournal(Journal):
         os.close(self._fd)
         self._fd = None
 
+    def bytes_before(self, position: int) -> int:
+        """Bytes of the records before list position ``position`` (all of them
+        past the end): what compacting up to that entry would drop."""
+        if not self._positions:
+            return 0
+        start_seq, start_off = self._positions[0]
+        if position < len(self._positions):
+            end_seq, end_off = self._positions[position]
+        else:
+            end_seq, end_off = self._seq, self._segment_sizes[self._seq]
+        if start_seq == end_seq:
+            return end_off - start_off
+        between = sum(size - SEGMENT_HEADER.size for seq, size in self._segment_sizes.items()
+                      if start_seq < seq < end_seq)
+        return self._segment_sizes[start_seq] - start_off + between + end_off - SEGMENT_HEADER.size
+
     def stats(self) -> dict:
         return {
             "entries": len(self._entries),

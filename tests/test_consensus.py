@@ -558,6 +558,32 @@ def test_the_leader_leaves_compaction_to_the_followers(cluster):
     wait_until(lambda: leader.status()["snapshot"]["count"] > 0, what="the leader's snapshot")
 
 
+def test_compaction_by_journal_bytes_with_few_large_entries(cluster):
+    """Group commit makes entries large: a node must compact by bytes even
+    when the entry count stays far below its threshold."""
+    c = cluster(compaction_min_entries=10 ** 6, compaction_min_seconds=10 ** 6,
+                compaction_min_bytes=16 * 1024).start_all()
+    leader = c.leader()
+    # 16 KiB x jitter (1-1.5) is crossed by 30 entries of 1 KiB, but not 4 x that
+    for i in range(30):
+        commit(c, b"%04d" % i + b"x" * 1020)
+    c.converged()
+    followers = [n for n in c.nodes.values() if n is not leader]
+    for node in followers:
+        wait_until(lambda: node.status()["snapshot"]["count"] > 0 and node.status()["log_entries"] < 30,
+                   what="a follower's compaction by bytes")
+    assert leader.status()["snapshot"]["count"] == 0
+    # nothing new applied, nothing to compact: no snapshot on every tick
+    counts = [n.status()["snapshot"]["count"] for n in followers]
+    time.sleep(0.5)
+    assert [n.status()["snapshot"]["count"] for n in followers] == counts
+    # past LEADER_COMPACTION_FACTOR x the bytes the leader compacts too
+    for i in range(80):
+        commit(c, b"%04d" % (30 + i) + b"y" * 1020)
+    wait_until(lambda: leader.status()["snapshot"]["count"] > 0, what="the leader's snapshot by bytes")
+    c.converged()
+    assert len(c.machines[leader.status()["self_id"]].entries) == 110
+
 # -- proxies between nodes -------------------------------------------------------------
 
 class Proxy:

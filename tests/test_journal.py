@@ -202,6 +202,15 @@ def test_delete_entries_to_unlinks_dead_segments_without_rewriting(tmp_path):
     assert [e[1] for e in contents(DurableJournal(tmp_path, segment_bytes=300))] == list(range(46, 63))
 
 
+def test_bytes_before_counts_the_records_a_compaction_would_drop(tmp_path):
+    j = DurableJournal(tmp_path, segment_bytes=300)
+    fill(j, 1, 60)
+    sizes = [len(encode_record(*e)) for e in contents(j)]
+    assert j.bytes_before(0) == 0
+    assert [j.bytes_before(p) for p in (1, 7, 59, 60, 1000)] == [sum(sizes[:p]) for p in (1, 7, 59, 60, 60)]
+    j.deleteEntriesTo(25)              # the live log now starts inside a segment
+    assert [j.bytes_before(p) for p in (0, 1, 30, 35)] == [0] + [sum(sizes[25:25 + p]) for p in (1, 30, 35)]
+
 def test_delete_everything_then_append(tmp_path):
     j = DurableJournal(tmp_path)
     fill(j, 1, 5)
