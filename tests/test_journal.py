@@ -81,8 +81,8 @@ def records_bytes(journal):
 
 def crash(journal):
     """Stop using a journal the way kill -9 would (no sync of its own, no trim)."""
-    os.close(journal._fd)
-    journal._fd = None
+    os.close(journal._appender.fd)
+    journal._appender = None
 
 
 def test_the_live_segment_is_preallocated_and_trimmed_when_closed(tmp_path):
@@ -263,8 +263,8 @@ def test_damaged_meta_is_detected(tmp_path):
     j = DurableJournal(tmp_path)
     j.setCurrentTerm(5, "x")
     j._destroy()
-    meta = tmp_path / "meta.json"
-    meta.write_text(meta.read_text().replace('"term": 5', '"term": 6'))
+    meta = tmp_path / "meta.rec"
+    meta.write_bytes(meta.read_bytes().replace(b'"term": 5', b'"term": 6'))
     assert DurableJournal(tmp_path).getCurrentTerm() == 0
 
 
@@ -294,7 +294,7 @@ def test_the_snapshot_is_fsynced_before_the_entries_it_replaces_are_dropped(tmp_
     j.deleteEntriesTo(30)
     monkeypatch.undo()
     synced = events.index(("fsync", str(snapshot)))
-    moved = events.index(("replace", str(tmp_path / "journal" / "meta.json")))
+    moved = events.index(("replace", str(tmp_path / "journal" / "meta.rec")))
     dropped = [i for i, e in enumerate(events) if e[0] == "unlink" and "/seg-" in e[1]]
     assert dropped and synced < moved < min(dropped)
     j._destroy()
