@@ -25,7 +25,8 @@ from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.poller import createPoller
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
-from engine.consensus import FRAME, Consensus, Peer, _Connection
+from engine.consensus import Consensus, Peer
+from engine.raft_wire import FRAME, Connection
 from engine.journal import DurableJournal
 from raftq.local import free_ports as local_free_ports
 from engine.sealer import Sealer
@@ -317,7 +318,7 @@ def test_the_wire_refuses_backward_timestamps_and_foreign_frames():
 
     def connection():
         ours.setblocking(False)      # as pysyncobj's server hands sockets over
-        conn = _Connection(poller=poller, socket=ours)
+        conn = Connection(poller=poller, socket=ours)
         conn.encryptor = Sealer(SECRET)
         conn.setOnMessageReceivedCallback(received.append)
         return conn
@@ -351,7 +352,7 @@ def test_the_wire_refuses_backward_timestamps_and_foreign_frames():
 
 class FakeLeader:
     """Speaks the Raft wire format, unencrypted, to one follower: raftq's
-    (pysyncobj's messages framed by engine.consensus.FRAME), or with
+    (pysyncobj's messages framed by engine.raft_wire.FRAME), or with
     ``pysyncobj_framing`` plain pysyncobj 0.3.17's (native int length, zlib)."""
 
     def __init__(self, own_addr, follower_addr, *, pysyncobj_framing=False):
