@@ -142,6 +142,7 @@ class Consensus:
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         self._snapshot_path = data_dir / SNAPSHOT_FILE
+        snapshot_file.check_format(self._snapshot_path)
         self._journal = DurableJournal(data_dir / JOURNAL_DIR, fsync=fsync,
                                        segment_bytes=segment_bytes, snapshot_path=self._snapshot_path)
         # Replicas apply the same entries, so equal thresholds would make them

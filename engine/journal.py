@@ -111,6 +111,11 @@ class DurableJournal(Journal):
 
     def _read_meta(self) -> dict:
         path = self._dir / META_NAME
+        if not path.exists() and (self._dir / "meta.json").exists():
+            # term and vote of a journal written before the record format:
+            # starting from term 0 could vote twice in a term
+            raise records.DamagedFile(f"{self._dir} was written by an older raftq (meta.json); this node cannot "
+                                      "restart from it: move its data directory aside and it rejoins from the leader")
         try:
             (body,) = records.read_file(path, META_MAGIC)
             return json.loads(body)

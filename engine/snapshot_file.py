@@ -27,6 +27,21 @@ from . import records
 MAGIC = b"RAFTQSN2"
 
 
+def check_format(path: str | Path) -> None:
+    """Refuse (DamagedFile) a snapshot file of another format, before pysyncobj
+    would try to load it: it logs and swallows a failed load, and the node
+    would then wait forever for log entries its journal no longer holds."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(records.FILE_HEADER.size)
+    except FileNotFoundError:
+        return
+    if not records.has_header(head, MAGIC):
+        raise records.DamagedFile(
+            f"{path} is not a {MAGIC.decode()} snapshot (written by an older raftq, or damaged): this node cannot "
+            f"restart from its data directory; move the directory aside and the node rejoins from the leader")
+
+
 def write(path: str | Path, *, last, prev, cluster: list[list[str]], state: bytes) -> int:
     """Write and fsync the file; returns its size."""
     header = cbor2.dumps({"last": list(last), "prev": list(prev), "cluster": sorted(cluster)})

@@ -28,6 +28,7 @@ from pysyncobj.tcp_connection import CONNECTION_STATE
 from engine.consensus import Consensus, Peer
 from engine.raft_wire import FRAME, Connection
 from engine.journal import DurableJournal
+from engine.records import DamagedFile
 from raftq.local import free_ports as local_free_ports
 from engine.sealer import Sealer
 from tests.tools import require_strace
@@ -540,6 +541,16 @@ def test_a_damaged_snapshot_is_refused_and_restores_nothing(cluster):
     c.nodes[reader_id]._read_snapshot(str(path))    # the intact file loads
     assert reader.entries == held
 
+
+def test_a_snapshot_of_another_format_stops_the_node_at_start(cluster):
+    """pysyncobj would log a failed load and go on without the state the
+    snapshot held: the node must refuse to start instead."""
+    c = cluster()
+    (c.root / "n1").mkdir(parents=True)
+    (c.root / "n1" / "snapshot.bin").write_bytes(b"RAFTQSN1" + b"\0" * 64)
+    with pytest.raises(DamagedFile, match="not a RAFTQSN2 snapshot"):
+        c.start("n1")
+    assert "n1" not in c.nodes
 
 def test_the_leader_leaves_compaction_to_the_followers(cluster):
     c = cluster(compaction_min_entries=20, compaction_min_seconds=10 ** 6).start_all()

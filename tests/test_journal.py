@@ -15,6 +15,7 @@ import pytest
 from chaos import sync_ledger
 from chaos.power import node_site_env
 from engine.journal import PREALLOCATE_BYTES, SEGMENT_HEADER, DurableJournal, encode_record
+from engine.records import DamagedFile
 from tests.tools import require_strace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -267,6 +268,11 @@ def test_damaged_meta_is_detected(tmp_path):
     meta.write_bytes(meta.read_bytes().replace(b'"term": 5', b'"term": 6'))
     assert DurableJournal(tmp_path).getCurrentTerm() == 0
 
+
+def test_a_journal_of_the_older_meta_format_is_refused_not_reset_to_term_0(tmp_path):
+    (tmp_path / "meta.json").write_text('{"body": {"term": 9, "voted_for": "x"}, "crc": 0}')
+    with pytest.raises(DamagedFile, match="older raftq"):
+        DurableJournal(tmp_path)
 
 def test_the_snapshot_is_fsynced_before_the_entries_it_replaces_are_dropped(tmp_path, monkeypatch):
     snapshot = tmp_path / "snapshot.bin"
