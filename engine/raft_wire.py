@@ -37,7 +37,6 @@ from pysyncobj.transport import TCPTransport
 
 logger = logging.getLogger(__name__)
 
-
 FRAME = struct.Struct("<I")   # a Raft message on the wire: <length><sealed pickle>
 # Until a connection has named a configured peer (sealed with the cluster
 # secret), it may take this long, and one address may hold this many such
