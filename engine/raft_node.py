@@ -217,7 +217,7 @@ class RaftNode(SyncObj):
         finished = self._SyncObj__serializer._Serializer__pid != 0
         if not finished:
             factor = LEADER_COMPACTION_FACTOR if self._SyncObj__raftState == LEADER else 1
-            too_many_bytes = self._compactable_bytes() > factor * self.compaction_min_bytes
+            too_many_bytes = self.compactable_bytes() > factor * self.compaction_min_bytes
             if (factor > 1 and not too_many_bytes and not self._SyncObj__forceLogCompaction
                     and len(self._journal) <= factor * self._SyncObj__conf.logCompactionMinEntries):
                 return
@@ -225,7 +225,7 @@ class RaftNode(SyncObj):
                 self._SyncObj__forceLogCompaction = True
         SyncObj._SyncObj__tryLogCompaction(self)
 
-    def _compactable_bytes(self) -> int:
+    def compactable_bytes(self) -> int:
         """Journal bytes before the last applied entry (a snapshot can only
         replace applied entries: counting the rest would snapshot again on
         every tick while a slow follower applies)."""

@@ -542,6 +542,51 @@ def test_a_damaged_snapshot_is_refused_and_restores_nothing(cluster):
     assert reader.entries == held
 
 
+def test_a_node_closed_with_a_long_log_compacts_it_first_and_restarts_from_the_snapshot(cluster):
+    c = cluster(compaction_min_entries=10 ** 6, compaction_min_seconds=10 ** 6,
+                compaction_min_bytes=256 * 1024).start_all()
+    leader = c.leader()
+    leader_id = leader.status()["self_id"]
+    # above a quarter of the (jittered) byte threshold, below the threshold itself
+    for i in range(100):
+        commit(c, b"%04d" % i + b"x" * 1020)
+    c.converged()
+    assert all(n.status()["snapshot"]["count"] == 0 for n in c.nodes.values())
+    c.stop(leader_id)
+    restarted = c.start(leader_id)
+    wait_until(lambda: restarted.status()["applied_index"] >= 100, what="the restarted node to apply")
+    assert restarted.status()["snapshot"]["index"] is not None
+    assert restarted.status()["log_entries"] < 10
+    commit(c, b"after")
+    c.converged()
+    assert c.machines[leader_id].entries[-1] == b"after" and len(c.machines[leader_id].entries) == 101
+
+
+def test_a_crash_between_snapshot_and_compaction_keeps_the_entries_after_the_snapshot(cluster):
+    """The window between writing a snapshot and dropping the log prefix it
+    covers: pysyncobj would clear the whole log at the next start."""
+    c = cluster(compaction_min_entries=10 ** 6, compaction_min_seconds=10 ** 6).start_all()
+    leader = c.leader()
+    follower_id = next(i for i, n in c.nodes.items() if n is not leader)
+    follower = c.nodes[follower_id]
+    for i in range(20):
+        commit(c, b"a%d" % i)
+    c.converged()
+    follower._journal.deleteEntriesTo = lambda entry_to: None     # the crash: the prefix is never dropped
+    assert follower.force_snapshot()
+    for i in range(10):
+        commit(c, b"b%d" % i)
+    c.converged()
+    last = follower.status()["last_log_index"]
+    c.close()
+    alone = c.start(follower_id)                                   # no leader to catch up from
+    def loaded():
+        status = alone.status()
+        return 0 < (status["snapshot"]["index"] or 0) <= status["applied_index"]
+    wait_until(loaded, what="the snapshot to load")
+    assert alone.status()["last_log_index"] == last
+    assert alone.status()["log_entries"] < 20
+
 def test_a_snapshot_of_another_format_stops_the_node_at_start(cluster):
     """pysyncobj would log a failed load and go on without the state the
     snapshot held: the node must refuse to start instead."""
