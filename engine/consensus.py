@@ -41,7 +41,10 @@ What the facade itself adds to pysyncobj 0.3.17 (../shared/PYSYNCOBJ.md):
   and the membership (``engine.snapshot_file``). ``journalFile`` and
   ``fullDumpFile`` are always both set. Compaction thresholds (entries,
   bytes, seconds) are jittered per node so the replicas do not all stall at
-  once.
+  once. A node being closed compacts a long log first, so that its restart
+  loads the snapshot and replays a short tail; and reading a snapshot drops
+  only the log entries it covers (pysyncobj would clear the whole log when a
+  crash came between writing a snapshot and compacting the log).
 - Fast failover timing, a low ``leaderFallbackTimeout`` and a quorum check
   before accepting a write (pysyncobj has no check-quorum), entries above
   ``max_entry_bytes`` refused before they reach pysyncobj (its chunked path
