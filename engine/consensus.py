@@ -194,6 +194,8 @@ class Consensus:
                                    conf, self._journal, self._dial_addrs,
                                    sealer=Sealer(secret) if secret is not None else None,
                                    max_frame=max_frame_bytes(max_entry_bytes),
+                                   # 32 MiB of batched 100-byte puts replay in about 2 s at
+                                   # restart; a snapshot of 1 M messages costs about 3 s
                                    compaction_min_bytes=int(compaction_min_bytes * jitter))
         except BaseException:
             self._journal._destroy()
