@@ -64,20 +64,23 @@ def file_header(magic: bytes, tag: int = 0) -> bytes:
     return FILE_HEADER.pack(magic, tag)
 
 
+def _intact(header, payload) -> bool:
+    """Whether ``payload`` is the one its record header announced."""
+    length, crc = RECORD_HEADER.unpack(header)
+    return len(payload) == length and zlib.crc32(payload, zlib.crc32(header[:_LENGTH.size])) == crc
+
+
 def iter_records(data, offset: int = FILE_HEADER.size) -> Iterator[tuple[int, int, memoryview]]:
     """(start, end, payload) of each whole, intact record from ``offset``, up to
     the first one that is not; payloads are views into ``data``."""
     view = memoryview(data)
     size = len(view)
     while offset + RECORD_HEADER.size <= size:
-        length, crc = RECORD_HEADER.unpack_from(view, offset)
         body = offset + RECORD_HEADER.size
-        if body + length > size:
+        (length,) = _LENGTH.unpack_from(view, offset)
+        if body + length > size or not _intact(view[offset:body], view[body:body + length]):
             return
-        payload = view[body:body + length]
-        if zlib.crc32(payload, zlib.crc32(view[offset:offset + _LENGTH.size])) != crc:
-            return
-        yield offset, body + length, payload
+        yield offset, body + length, view[body:body + length]
         offset = body + length
 
 
@@ -95,15 +98,23 @@ def zero_tail(data, end: int) -> bool:
 
 def read_file(path: str | Path, magic: bytes) -> list[bytes]:
     """Every record of a whole file written by ``write_file``; DamagedFile if the
-    header, any record or the length is not exactly as written."""
-    data = Path(path).read_bytes()
-    if not has_header(data, magic):
-        raise DamagedFile(f"{path}: not a {magic!r} file")
-    payloads, end = [], FILE_HEADER.size
-    for _, end, payload in iter_records(data):
-        payloads.append(bytes(payload))
-    if end != len(data):
-        raise DamagedFile(f"{path}: damaged at offset {end} of {len(data)} bytes")
+    header, any record or the length is not exactly as written. Each payload
+    is read straight into its own bytes (a snapshot's state is most of the
+    file: no second copy of it)."""
+    payloads = []
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if not has_header(f.read(FILE_HEADER.size), magic):
+            raise DamagedFile(f"{path}: not a {magic!r} file")
+        while header := f.read(RECORD_HEADER.size):
+            at = f.tell() - len(header)
+            if len(header) < RECORD_HEADER.size:
+                raise DamagedFile(f"{path}: torn record at offset {at}")
+            # a damaged length must not make us read (or allocate) past the file
+            payload = f.read(min(_LENGTH.unpack_from(header)[0], size - f.tell()))
+            if not _intact(header, payload):
+                raise DamagedFile(f"{path}: damaged record at offset {at}")
+            payloads.append(payload)
     return payloads
 
 
