@@ -4,7 +4,8 @@ For each side (the baseline, then the candidate: git refs exported with
 `git archive`, so edits made while it runs change nothing) a fresh 3-node cluster on 127.0.0.1 is filled with `--stored`
 100-byte messages by batched puts (the way compare.py fills its backlog), and
 then:
-- the resident memory of each node holding them;
+- the resident memory of the nodes: the peak sampled every 0.5 s while they
+  are filled, and once they have been idle for 5 s (holding the messages);
 - one follower stopped (SIGTERM) and started again: seconds until it is ready
   and has applied everything the leader committed;
 - the whole cluster stopped and started again: seconds until every node is
@@ -30,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -54,13 +56,27 @@ def measure(root: Path, stored: int) -> dict:
     side = RaftqHttp(root)
     side.start()
     try:
+        cluster = side.cluster
+        pids = [cluster.pid(n) for n in cluster.ids]
+        peak, filling = [0.0], threading.Event()
+
+        def sample():
+            while not filling.wait(0.5):
+                peak[0] = max([peak[0]] + [rss_mib(p) or 0.0 for p in pids])
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
         queue = side._queue("restart")
         started = time.perf_counter()
-        asyncio.run(side._fill(queue, stored))
-        fill_s = time.perf_counter() - started
-        cluster = side.cluster
-        for node_id in cluster.ids:
-            side._caught_up(node_id)
+        try:
+            asyncio.run(side._fill(queue, stored))
+            fill_s = time.perf_counter() - started
+            for node_id in cluster.ids:
+                side._caught_up(node_id)
+        finally:
+            filling.set()
+            sampler.join()
+        time.sleep(5)
         rss = {n: rss_mib(cluster.pid(n)) for n in cluster.ids}
         disk = {n: disk_bytes(cluster.root / n) for n in cluster.ids}
 
@@ -83,6 +99,7 @@ def measure(root: Path, stored: int) -> dict:
         rss_after = {n: rss_mib(cluster.pid(n)) for n in cluster.ids}
         return {"code_path": str(Path(engine.__file__).parent.parent), "stored": stored, "fill_s": round(fill_s, 2),
                 "fill_msgs_per_s": round(stored / fill_s), "rss_mib_max": round(max(rss.values()), 1),
+                "rss_mib_peak_while_filling": round(peak[0], 1),
                 "rss_mib_max_after_restart": round(max(rss_after.values()), 1),
                 "restart_one_s": round(restart_one_s, 2), "restart_all_s": round(restart_all_s, 2),
                 "disk": disk}
@@ -114,7 +131,7 @@ def measure_ref(ref: str, stored: int) -> dict:
         shutil.rmtree(tree, ignore_errors=True)
     side["code"] = ref
     print(f"{ref}: filled {side['stored']:,} in {side['fill_s']} s ({side['fill_msgs_per_s']:,}/s); "
-          f"RSS max {side['rss_mib_max']} MiB; one follower restart {side['restart_one_s']} s; "
+          f"RSS max {side['rss_mib_max']} MiB idle, {side['rss_mib_peak_while_filling']} MiB peak; one follower restart {side['restart_one_s']} s; "
           f"whole cluster restart {side['restart_all_s']} s; disk {side['disk']}", flush=True)
     return side
 
@@ -133,7 +150,8 @@ def main() -> None:
     old = measure_ref(args.baseline, args.stored)
     new = measure_ref(args.candidate, args.stored)
     ratios = {key: round(new[key] / old[key], 3) for key in ("restart_one_s", "restart_all_s", "rss_mib_max",
-                                                             "fill_msgs_per_s") if old[key]}
+                                                             "rss_mib_peak_while_filling", "fill_msgs_per_s")
+              if old[key]}
     print(json.dumps({"baseline": args.baseline, "candidate": args.candidate, "stored": args.stored,
                       "old": old, "new": new,
                       "new_vs_old": ratios}))
