@@ -4,8 +4,10 @@ For each side (the baseline, then the candidate: git refs exported with
 `git archive`, so edits made while it runs change nothing) a fresh 3-node cluster on 127.0.0.1 is filled with `--stored`
 100-byte messages by batched puts (the way compare.py fills its backlog), and
 then:
-- the resident memory of the nodes: the peak sampled every 0.5 s while they
-  are filled, and once they have been idle for 5 s (holding the messages);
+- the memory of the nodes (each node's process group, engine and fronts,
+  proportional set size as bench/measure.py counts it): the peak sampled
+  every 0.5 s while they are filled, and once they have been idle for 5 s
+  (holding the messages);
 - one follower stopped (SIGTERM) and started again: seconds until it is ready
   and has applied everything the leader committed;
 - the whole cluster stopped and started again: seconds until every node is
@@ -50,7 +52,7 @@ def measure(root: Path, stored: int) -> dict:
     import asyncio
 
     import engine
-    from bench.measure import rss_mib
+    from bench.measure import group_pids, memory_mib
     from bench.raftq_side import RaftqHttp
 
     side = RaftqHttp(root)
@@ -60,9 +62,12 @@ def measure(root: Path, stored: int) -> dict:
         pids = [cluster.pid(n) for n in cluster.ids]
         peak, filling = [0.0], threading.Event()
 
+        def node_mib(pid: int) -> float:
+            return memory_mib(group_pids([pid])) or 0.0
+
         def sample():
             while not filling.wait(0.5):
-                peak[0] = max([peak[0]] + [rss_mib(p) or 0.0 for p in pids])
+                peak[0] = max([peak[0]] + [node_mib(p) for p in pids])
 
         sampler = threading.Thread(target=sample)
         sampler.start()
@@ -77,7 +82,7 @@ def measure(root: Path, stored: int) -> dict:
             filling.set()
             sampler.join()
         time.sleep(5)
-        rss = {n: rss_mib(cluster.pid(n)) for n in cluster.ids}
+        rss = {n: node_mib(cluster.pid(n)) for n in cluster.ids}
         disk = {n: disk_bytes(cluster.root / n) for n in cluster.ids}
 
         leader = cluster.wait_for_leader(30)
@@ -96,7 +101,7 @@ def measure(root: Path, stored: int) -> dict:
         for node_id in cluster.ids:
             side._caught_up(node_id, timeout=300)
         restart_all_s = time.perf_counter() - started
-        rss_after = {n: rss_mib(cluster.pid(n)) for n in cluster.ids}
+        rss_after = {n: node_mib(cluster.pid(n)) for n in cluster.ids}
         return {"code_path": str(Path(engine.__file__).parent.parent), "stored": stored, "fill_s": round(fill_s, 2),
                 "fill_msgs_per_s": round(stored / fill_s), "rss_mib_max": round(max(rss.values()), 1),
                 "rss_mib_peak_while_filling": round(peak[0], 1),
