@@ -229,6 +229,10 @@ class DurableJournal(Journal):
     def _roll_segment(self) -> None:
         self._sync_data(force=True)
         self._appender.trim()
+        self._start_segment()
+
+    def _start_segment(self) -> None:
+        """Close the current segment and append to a new, empty one."""
         self._appender.close()
         self._seq += 1
         self._write_new_segment_file(self._seq)
@@ -311,12 +315,7 @@ class DurableJournal(Journal):
         self._prepare_rewrite()
         self._make_snapshot_durable()
         old = list(self._segment_sizes)
-        self._appender.close()
-        self._seq += 1
-        self._write_new_segment_file(self._seq)
-        fsync_dir(self._dir)
-        self._segment_sizes[self._seq] = SEGMENT_HEADER.size
-        self._open_segment()
+        self._start_segment()
         self._write_meta(start=(self._seq, SEGMENT_HEADER.size), durable_now=True)
         for s in old:
             os.unlink(self._dir / _segment_name(s))

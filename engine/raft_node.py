@@ -46,7 +46,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from . import pysyncobj_pin  # noqa: F401  -- the release these overrides were written for
 import pysyncobj.syncobj as _syncobj
@@ -60,10 +60,17 @@ from .journal import DurableJournal
 from .raft_wire import DialingTransport
 from .sealer import Sealer
 
-if TYPE_CHECKING:
-    from .consensus import Consensus
-
 logger = logging.getLogger(__name__)
+
+
+class RaftOwner(Protocol):
+    """What the Raft node needs of the facade that owns it (``engine.consensus.Consensus``)."""
+    _leader_contact: float        # when a leader was last heard, for quorum_ok
+    _loaded_snapshot: object      # set by the snapshot reader while a snapshot loads
+
+    def _apply_entry(self, entry: bytes): ...
+
+    def _heard_from(self, addr: str) -> None: ...
 
 
 def _install_journal_hook() -> None:
@@ -166,7 +173,7 @@ class RaftNode(SyncObj):
     (engine/pysyncobj_pin.py).
     """
 
-    def __init__(self, owner: "Consensus", self_node, other_nodes, conf, journal: DurableJournal, dial_addrs,
+    def __init__(self, owner: RaftOwner, self_node, other_nodes, conf, journal: DurableJournal, dial_addrs,
                  *, sealer: Sealer | None, max_frame: int, compaction_min_bytes: int):
         self._owner = owner
         self._sealer = sealer
