@@ -7,7 +7,8 @@ values so that leases, delays, TTLs and dedup windows are exact.
 
 import pytest
 
-from statemachine import StateMachine, decode_entry, encode_entry, is_error
+from statemachine import StateMachine, check_command, decode_entry, encode_entry, is_error
+from statemachine.machine import OPS
 
 T0 = 1_000_000
 
@@ -1050,6 +1051,9 @@ INVALID = [
     {"op": "redrive", "now_ms": T0, "queue": "q", "max": 0},
     {"op": "redrive", "now_ms": T0, "queue": "q", "max": 10_001},
     {"op": "redrive", "now_ms": T0, "queue": "q", "id": ""},
+    {"op": ["put"], "now_ms": T0, "queue": "q", "messages": [msg()]},
+    {"op": "list_queues", "now_ms": T0},
+    {"op": "_check_dead_letter", "now_ms": T0, "queue": "q"},
 ]
 
 
@@ -1061,6 +1065,51 @@ def test_invalid_commands_are_refused_whole(m, cmd):
     before = m.sm.snapshot()
     result = m.sm.apply(cmd)
     assert is_error(result) and result["error"] == "bad_request", result
+    assert m.sm.snapshot() == before
+
+
+# ---- the op table ---------------------------------------------------------------------------
+
+def test_every_command_of_the_table_has_a_validator_and_no_read_has_one():
+    assert {name for name, op in OPS.items() if not op.read} == {
+        "create_queue", "patch_queue", "delete_queue", "put", "receive", "ack", "nack", "extend", "tx",
+        "redrive", "add_group", "delete_group", "commit", "stage", "stage_commit", "stage_abort",
+        "drop_producer", "tick", "set_member", "remove_member", "checkpoint"}
+    assert all(op.check is not None for op in OPS.values() if not op.read)
+    assert all(op.check is None for op in OPS.values() if op.read)
+
+
+def test_check_command_runs_the_validator_the_table_names(m):
+    assert check_command({"op": "nack", "now_ms": 0, "queue": "q", "receipts": ["r"], "delay_ms": 5}) is None
+    assert check_command({"op": "nack", "now_ms": 0, "queue": "q", "receipts": ["r"], "delay_ms": -5}) == {
+        "error": "bad_request", "message": "delay_ms must be an integer number of milliseconds >= 0"}
+    # extend's duration is lease_ms; a nack's delay_ms means nothing to it
+    assert check_command({"op": "extend", "now_ms": 0, "queue": "q", "receipts": ["r"], "delay_ms": -5}) is None
+
+
+def test_read_answers_each_read_of_the_table_as_its_method_does(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 1_000})
+    m.put("q", msg("a"), msg("b"))
+    m.receive("q", n=1)
+    m.ok("stage", producer="p", token="t", chunk=0, queue="q", messages=[msg("s")])
+    args = {"list_queues": (), "queue_info": ("q",), "all_queue_stats": (), "usage": (["q", "nope"],),
+            "list_groups": ("q",), "group_info": ("q", "default"), "browse": ("q", "default", 0, 10),
+            "has_ready": ("q", "default"), "ready_count": ("q", "default"), "next_timer": (),
+            "producer_info": ("p",), "list_producers": ()}
+    assert set(args) == {name for name, op in OPS.items() if op.read}
+    for name, call in args.items():
+        assert m.sm.read(name, *call) == getattr(m.sm, name)(*call), name
+    assert m.sm.read("ready_count", "q", "default") == 1
+    assert m.sm.read("browse", "q", "default", 0, 10)["messages"][1]["body"] == "b"
+    assert m.sm.read("queue_info", "nope")["error"] == "not_found"
+
+
+@pytest.mark.parametrize("name", ["put", "tick", "nope", "_touch", "snapshot", "read", None])
+def test_read_of_anything_but_a_read_is_a_value_error_and_changes_nothing(m, name):
+    m.put("q", msg())
+    before = m.sm.snapshot()
+    with pytest.raises(ValueError):
+        m.sm.read(name, {"op": "tick", "now_ms": T0 + 10_000_000})
     assert m.sm.snapshot() == before
 
 
