@@ -32,28 +32,51 @@ RECEIPT_SEPARATOR = ":"
 
 
 class Message:
-    __slots__ = ("seq", "body", "key", "headers", "put_at", "visible_at", "expires_at", "size",
-                 "pending", "received")
+    # A stored message's cost is its Python objects, so it holds only what
+    # every message needs: its seq is its key in ``Queue.messages``, and the
+    # log time a delayed put shows is in ``Queue.shows_at`` (most puts have
+    # no delay).  Eight slots keep the object in pymalloc's 96-byte class.
+    __slots__ = ("body", "key", "headers", "put_at", "expires_at", "size", "pending", "received")
 
-    # Snapshots hold one list per field, not one per message: a million small
-    # lists cost more to build, encode, decode and garbage-collect than the
-    # messages' own data (issue 2 allows 3 s for a snapshot of a million).
-    @classmethod
-    def to_columns(cls, messages) -> list:
-        return [list(map(attrgetter(field), messages)) for field in cls.__slots__]
 
-    @classmethod
-    def from_columns(cls, columns: list) -> list:
-        out = []
-        new = cls.__new__
-        for (seq, body, key, headers, put_at, visible_at, expires_at, size, pending,
-             received) in zip(*columns):
-            msg = new(cls)
-            msg.seq, msg.body, msg.key, msg.headers = seq, body, key, headers
-            msg.put_at, msg.visible_at, msg.expires_at = put_at, visible_at, expires_at
-            msg.size, msg.pending, msg.received = size, pending, received
-            out.append(msg)
-        return out
+# Snapshots hold one list per field, not one per message: a million small
+# lists cost more to build, encode, decode and garbage-collect than the
+# messages' own data (issue 2 allows 3 s for a snapshot of a million).
+# The columns (version 4 on): seq, body, key, headers, put_at, visible_at,
+# expires_at, size, pending, received.
+def message_columns(seqs: list, messages: list, shows_at: dict) -> list:
+    def column(field):
+        return list(map(attrgetter(field), messages))
+    put_at = column("put_at")
+    visible_at = [shows_at.get(seq, at) for seq, at in zip(seqs, put_at)] if shows_at else list(put_at)
+    return [seqs, column("body"), column("key"), column("headers"), put_at, visible_at,
+            column("expires_at"), column("size"), column("pending"), column("received")]
+
+
+def messages_from_columns(columns: list):
+    """(messages in seq order, shows_at) from `message_columns`'s lists."""
+    out, shows_at = [], {}
+    new = Message.__new__
+    # Messages of one put share their times; decoding gave each its own int
+    # object (32 bytes), so runs of equal times are made one object again.
+    last_put_at = last_expires_at = None
+    for (seq, body, key, headers, put_at, visible_at, expires_at, size, pending,
+         received) in zip(*columns):
+        if put_at == last_put_at:
+            put_at = last_put_at
+        else:
+            last_put_at = put_at
+        if expires_at == last_expires_at:
+            expires_at = last_expires_at
+        else:
+            last_expires_at = expires_at
+        if visible_at != put_at:
+            shows_at[seq] = visible_at
+        msg = new(Message)
+        msg.body, msg.key, msg.headers, msg.put_at = body, key, headers, put_at
+        msg.expires_at, msg.size, msg.pending, msg.received = expires_at, size, pending, received
+        out.append(msg)
+    return out, shows_at
 
 
 def body_size(body) -> int:
@@ -102,6 +125,7 @@ class Queue:
         self.next_lease = 1
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.messages = SortedDict()        # seq -> Message
+        self.shows_at = {}                  # seq -> visible_at of a message put with a delay
         self.bytes = 0
         self.keys = {}                      # key -> seq of its newest stored version
         self.dedup = {}                     # id -> (seq, put_at)
@@ -194,6 +218,8 @@ class Queue:
     def put(self, messages: list, clock: int) -> list:
         """Store a batch that `check_capacity` accepted; one result per message."""
         results = []
+        ttl = self.config["ttl_ms"]
+        expires_at = clock + ttl if ttl else None    # one int object for the batch, not one per message
         for m in messages:
             mid = m.get("id")
             if mid is not None and mid in self.dedup:
@@ -202,14 +228,14 @@ class Queue:
             replaced = None
             key = m.get("key")
             if key is not None and key in self.keys:
-                old = self.messages[self.keys[key]]
-                if not old.received:
-                    replaced = old.seq
-                    self._remove(old.seq)
+                old_seq = self.keys[key]
+                if not self.messages[old_seq].received:
+                    replaced = old_seq
+                    self._remove(old_seq)
                     self.counters["replaced_total"] += 1
-            ttl = m.get("ttl_ms") or self.config["ttl_ms"]
+            ttl = m.get("ttl_ms")
             seq = self.insert(m["body"], key, m.get("headers"), clock,
-                              clock + ttl if ttl else None, m.get("delay_ms") or 0, message_size(m))
+                              clock + ttl if ttl else expires_at, m.get("delay_ms") or 0, message_size(m))
             if mid is not None:
                 self.dedup[mid] = (seq, clock)
                 self.dedup_order.append((clock, mid))
@@ -232,24 +258,25 @@ class Queue:
     def insert(self, body, key, headers, clock: int, expires_at, delay_ms: int, size: int) -> int:
         """Append one message of `size` bytes (message_size) at the tail, visible to every current group."""
         msg = Message()
-        seq = msg.seq = self.next_seq
+        seq = self.next_seq
         self.next_seq = seq + 1
-        msg.body, msg.key, msg.headers = body, key, headers
-        msg.put_at, msg.visible_at = clock, clock + delay_ms
+        msg.body, msg.key, msg.headers, msg.put_at = body, key, headers, clock
         msg.expires_at, msg.size = expires_at, size
         msg.pending, msg.received = len(self.groups), False
         self.messages[seq] = msg
-        self.bytes += msg.size
+        self.bytes += size
         if key is not None:
             self.keys[key] = seq
         if expires_at is not None:
             self.expiries.add((expires_at, seq))
         # A delay is kept per group, like a nack delay, so that each group can
         # finish the message on its own (a commit past it) before it shows.
-        for group in self.groups.values():
-            if delay_ms:
-                group.delay(seq, msg.visible_at)
-            else:
+        if delay_ms:
+            visible_at = self.shows_at[seq] = clock + delay_ms
+            for group in self.groups.values():
+                group.delay(seq, visible_at)
+        else:
+            for group in self.groups.values():
                 group.ready.add(seq)
         self.counters["put_total"] += 1
         return seq
@@ -374,6 +401,8 @@ class Queue:
             del self.keys[msg.key]
         if msg.expires_at is not None:
             self.expiries.remove((msg.expires_at, seq))
+        if self.shows_at:
+            self.shows_at.pop(seq, None)
         for group in self.groups.values():
             group.forget(seq)
 
@@ -384,10 +413,12 @@ class Queue:
         group = Group(name)
         if start == "earliest":
             ready = []
+            shows_at = self.shows_at
             for seq, msg in self.messages.items():
                 msg.pending += 1
-                if msg.visible_at > clock:
-                    group.delay(seq, msg.visible_at)
+                visible_at = shows_at.get(seq) if shows_at else None
+                if visible_at is not None and visible_at > clock:
+                    group.delay(seq, visible_at)
                 else:
                     ready.append(seq)
             group.ready = SortedList(ready)
@@ -443,10 +474,11 @@ class Queue:
 
     # ---- snapshot -------------------------------------------------------------
     def to_state(self) -> list:
+        seqs = list(self.messages)
         return [self.name, self.config, self.incarnation, self.next_seq, self.next_lease,
                 [self.counters[c] for c in COUNTERS],
                 # (SortedDict's values view iterates in Python; this is the same order at C speed)
-                Message.to_columns(list(map(self.messages.__getitem__, self.messages))),
+                message_columns(seqs, list(map(self.messages.__getitem__, seqs)), self.shows_at),
                 [[mid, self.dedup[mid][0], put_at] for put_at, mid in self.dedup_order
                  if self.dedup.get(mid, (None, None))[1] == put_at],
                 [g.to_state() for g in self.groups.values()],
@@ -461,15 +493,16 @@ class Queue:
         queue = cls(name, config, incarnation)
         queue.next_seq, queue.next_lease = next_seq, next_lease
         queue.counters = {**dict.fromkeys(COUNTERS, 0), **dict(zip(COUNTERS, counters))}
-        msgs = Message.from_columns(messages)
-        queue.messages = SortedDict(zip(messages[0], msgs))
+        msgs, queue.shows_at = messages_from_columns(messages)
+        seqs = messages[0]
+        queue.messages = SortedDict(zip(seqs, msgs))
         queue.bytes = sum(messages[7])
-        queue.keys = {m.key: m.seq for m in msgs if m.key is not None}
-        queue.expiries = SortedList((m.expires_at, m.seq) for m in msgs if m.expires_at is not None)
+        queue.keys = {m.key: seq for seq, m in zip(seqs, msgs) if m.key is not None}
+        queue.expiries = SortedList((m.expires_at, seq) for seq, m in zip(seqs, msgs) if m.expires_at is not None)
         queue.dedup = {mid: (seq, put_at) for mid, seq, put_at in dedup}
         queue.dedup_order = deque((put_at, mid) for mid, _, put_at in dedup)
         queue.dedup_bytes = sum(len(mid.encode()) for mid in queue.dedup)
-        queue.groups = {g[0]: Group.from_state(g) for g in groups}
+        queue.groups = {g[0]: Group.from_state(g, seqs) for g in groups}
         queue.outbox = deque((g, s) for g, s in outbox)
         queue.redrives = {rid: (result, at) for rid, result, at in redrives}
         queue.redrive_order = deque((at, rid) for rid, _, at in redrives)

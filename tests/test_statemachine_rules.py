@@ -5,6 +5,7 @@ and its read-only queries, as the node does; times are explicit `now_ms`
 values so that leases, delays, TTLs and dedup windows are exact.
 """
 
+import cbor2
 import pytest
 
 from statemachine import StateMachine, check_command, decode_entry, encode_entry, is_error
@@ -656,7 +657,6 @@ def test_a_redriven_message_that_dies_again_returns_to_the_dead_letter_queue(m):
 
 
 def test_a_version_4_snapshot_from_before_redrive_restores_with_nothing_redriven(m):
-    import cbor2
     dead_letter_queue(m, max_deliveries=1)
     m.put("q", msg("a"))
     spend(m, "q")
@@ -1146,6 +1146,22 @@ def test_a_restored_machine_carries_on_with_leases_deliveries_and_keys(m):
     assert m.put_result("q", msg("v3", key="k"))[0]["replaced_seq"] == 3
     m.ok("nack", queue="q", receipts=[leased["receipt"]])
     assert [(r["seq"], r["deliveries"]) for r in m.receive("q")] == [(1, 3), (2, 1), (4, 1)]
+
+
+def test_a_restored_machine_keeps_when_each_delayed_put_shows(m):
+    m.put("q", msg("now"), msg("later", delay_ms=100), msg("keyed", key="k", delay_ms=50))
+    m.now += 60
+    state = cbor2.loads(m.sm.snapshot())
+    [queue] = state["queues"]
+    assert queue[6][4:6] == [[T0, T0, T0], [T0, T0 + 100, T0 + 50]]    # put_at, visible_at columns
+    m.sm = StateMachine()
+    m.sm.restore(cbor2.dumps(state))
+    m.ok("add_group", queue="q", group="g2", start="earliest")
+    assert m.seqs("q", group="g2") == [1, 3]
+    m.put_result("q", msg("keyed again", key="k"))    # appends: g2 received seq 3
+    m.now += 40
+    assert m.seqs("q", group="g2") == [2, 4]
+    assert m.seqs("q") == [1, 2, 3, 4]
 
 
 def test_restore_refuses_a_snapshot_of_another_format(m):
