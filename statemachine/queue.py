@@ -108,9 +108,12 @@ def make_receipt(incarnation: int, group: str, seq: int, token: int) -> str:
 def parse_receipt(receipt: str):
     """(incarnation, group, seq, token), or None for anything raftq did not issue."""
     parts = receipt.split(RECEIPT_SEPARATOR)
-    if len(parts) != 4 or not all(parts[i].isdigit() for i in (0, 2, 3)):
+    if len(parts) != 4 or not receipt.isascii():   # isdigit() alone takes digits int() refuses ("²")
         return None
-    return int(parts[0]), parts[1], int(parts[2]), int(parts[3])
+    incarnation, group, seq, token = parts
+    if not (incarnation.isdigit() and seq.isdigit() and token.isdigit()):
+        return None
+    return int(incarnation), group, int(seq), int(token)
 
 
 class Queue:
@@ -381,7 +384,7 @@ class Queue:
             msg.received = True
         msg.pending -= 1
         if msg.pending == 0:
-            self._remove(seq)
+            self._unstore(seq)    # pending counts the groups holding it: none is left to forget it
 
     def commit(self, group_name: str, upto: int):
         group = self.groups.get(group_name)
@@ -395,6 +398,12 @@ class Queue:
         return {"acked": acked, "cursor": self.cursor(group)}
 
     def _remove(self, seq: int) -> None:
+        """Take the message out of the queue and every group (expiry, overflow, replacement, redrive)."""
+        self._unstore(seq)
+        for group in self.groups.values():
+            group.forget(seq)
+
+    def _unstore(self, seq: int) -> None:
         msg = self.messages.pop(seq)
         self.bytes -= msg.size
         if msg.key is not None and self.keys.get(msg.key) == seq:
@@ -403,8 +412,6 @@ class Queue:
             self.expiries.remove((msg.expires_at, seq))
         if self.shows_at:
             self.shows_at.pop(seq, None)
-        for group in self.groups.values():
-            group.forget(seq)
 
     # ---- groups -------------------------------------------------------------
     def add_group(self, name: str, start: str, clock: int):

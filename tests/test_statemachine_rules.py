@@ -312,6 +312,15 @@ def test_ack_with_some_stale_receipts_acks_the_rest_and_lists_the_stale(m):
     assert m.stats("q")["depth"] == 0
 
 
+def test_a_receipt_with_digits_raftq_never_writes_is_stale_not_an_internal_error(m):
+    m.put("q", msg())
+    r = m.receive("q")[0]["receipt"]
+    incarnation, group, seq, token = r.split(":")
+    odd = [f"\u00b2:{group}:{seq}:{token}", f"{incarnation}:{group}:\u0661:{token}", f"{r}:1", f"+{r}"]
+    assert m.fails("stale_receipt", "ack", queue="q", receipts=odd)["stale"] == odd
+    assert m.ack("q", r) == {"acked": 1, "stale": []}
+
+
 def test_ack_where_every_receipt_is_stale_is_a_stale_receipt_error(m):
     m.put("q", msg())
     r = m.receive("q")[0]["receipt"]
