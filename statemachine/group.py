@@ -44,7 +44,9 @@ class Group:
         self.name = name
         self.ready = SortedList()
         self.leases = SortedDict()          # seq -> (token, deadline)
-        self.lease_deadlines = SortedList()  # (deadline, seq)
+        # deadline -> seqs whose lease ends then: one receive leases its whole
+        # batch to one deadline, so a lease costs a set insert, not a bisect.
+        self.lease_deadlines = SortedDict()
         self.delayed = SortedDict()           # seq -> visible_at
         self.delayed_times = SortedList()     # (visible_at, seq)
         self.deliveries = {}                # seq -> deliveries so far
@@ -66,21 +68,43 @@ class Group:
 
     def lease(self, seq: int, token: int, deadline: int) -> int:
         self.leases[seq] = (token, deadline)
-        self.lease_deadlines.add((deadline, seq))
+        self._add_deadline(seq, deadline)
         count = self.deliveries.get(seq, 0) + 1
         self.deliveries[seq] = count
         return count
 
     def end_lease(self, seq: int) -> None:
         _, deadline = self.leases.pop(seq)
-        self.lease_deadlines.remove((deadline, seq))
+        self._drop_deadline(seq, deadline)
 
     def extend_lease(self, seq: int, deadline: int) -> None:
         token, old = self.leases[seq]
         if deadline > old:
-            self.lease_deadlines.remove((old, seq))
-            self.lease_deadlines.add((deadline, seq))
+            self._drop_deadline(seq, old)
+            self._add_deadline(seq, deadline)
             self.leases[seq] = (token, deadline)
+
+    def expired_leases(self, clock: int) -> list:
+        """The seqs of the leases that end at or before `clock`, by (deadline, seq)."""
+        out = []
+        if not self.lease_deadlines or self.lease_deadlines.keys()[0] > clock:
+            return out
+        for deadline in self.lease_deadlines.irange(maximum=clock):
+            out.extend(sorted(self.lease_deadlines[deadline]))
+        return out
+
+    def _add_deadline(self, seq: int, deadline: int) -> None:
+        seqs = self.lease_deadlines.get(deadline)
+        if seqs is None:
+            self.lease_deadlines[deadline] = {seq}
+        else:
+            seqs.add(seq)
+
+    def _drop_deadline(self, seq: int, deadline: int) -> None:
+        seqs = self.lease_deadlines[deadline]
+        seqs.remove(seq)
+        if not seqs:
+            del self.lease_deadlines[deadline]
 
     def delay(self, seq: int, visible_at: int) -> None:
         self.delayed[seq] = visible_at
@@ -108,7 +132,11 @@ class Group:
         return min(heads) if heads else None
 
     def next_timer(self):
-        times = [t[0][0] for t in (self.lease_deadlines, self.delayed_times) if t]
+        times = []
+        if self.lease_deadlines:
+            times.append(self.lease_deadlines.keys()[0])
+        if self.delayed_times:
+            times.append(self.delayed_times[0][0])
         return min(times) if times else None
 
     # Snapshot form: only the authoritative structures, as columns (one list
@@ -128,7 +156,8 @@ class Group:
         group = cls(name)
         group.ready = SortedList(same_objects(ready, stored))
         group.leases = SortedDict(zip(lease_seqs, zip(tokens, deadlines)))
-        group.lease_deadlines = SortedList(zip(deadlines, lease_seqs))
+        for seq, deadline in zip(lease_seqs, deadlines):
+            group._add_deadline(seq, deadline)
         group.delayed = SortedDict(zip(*delayed))
         group.delayed_times = SortedList(zip(delayed[1], delayed[0]))
         group.deliveries = dict(zip(*deliveries))

@@ -150,8 +150,7 @@ class Queue:
                 _, seq = group.delayed_times.pop(0)
                 del group.delayed[seq]
                 group.ready.add(seq)
-            while group.lease_deadlines and group.lease_deadlines[0][0] <= clock:
-                seq = group.lease_deadlines[0][1]
+            for seq in group.expired_leases(clock):
                 group.end_lease(seq)
                 self._end_delivery(group, seq, 0, clock)
         while self.expiries and self.expiries[0][0] <= clock:
