@@ -27,6 +27,7 @@ import json
 import os
 import sys
 import time
+from itertools import islice
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -92,7 +93,7 @@ class Bench:
         queue = self.sm.queues[QUEUE]
         extra = len(queue.messages) - depth
         if extra > 0:
-            upto = queue.messages.keys()[extra - 1]
+            upto = next(islice(queue.messages, extra - 1, None))
             self.apply(self.entry({"op": "commit", "queue": QUEUE, "group": "default", "seq": upto}))
 
     # ---- workloads -------------------------------------------------------------------------

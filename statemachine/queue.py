@@ -1,6 +1,7 @@
 """One queue: its stored messages, its indexes, its timers and its groups.
 
-Messages live in one ``SortedDict`` keyed by seq.  Three indexes hang off it:
+Messages live in one dict keyed by seq, in seq order because seqs are only
+ever inserted growing (``first_seq`` keeps the head).  Three indexes hang off it:
 ``keys`` (key -> newest seq, for keyed replacement), ``dedup`` (idempotency
 id -> seq within the window) and ``expiries`` (TTL order).  Each consumer
 group (``group.py``) keeps its own ready/leased/delayed sets of seqs; a message
@@ -20,7 +21,7 @@ from itertools import islice
 from operator import attrgetter
 
 import cbor2
-from sortedcontainers import SortedDict, SortedList
+from sortedcontainers import SortedList
 
 from .group import Group
 from .results import CONFLICT, NOT_FOUND, QUEUE_FULL, error
@@ -127,7 +128,8 @@ class Queue:
         self.next_seq = 1
         self.next_lease = 1
         self.counters = dict.fromkeys(COUNTERS, 0)
-        self.messages = SortedDict()        # seq -> Message
+        self.messages = {}                  # seq -> Message, in seq order
+        self.head = 1                       # no stored seq is lower (first_seq moves it)
         self.shows_at = {}                  # seq -> visible_at of a message put with a delay
         self.bytes = 0
         self.keys = {}                      # key -> seq of its newest stored version
@@ -291,7 +293,7 @@ class Queue:
         while self.messages and (
                 (limit_count is not None and len(self.messages) > limit_count)
                 or (limit_bytes is not None and self.bytes > limit_bytes)):
-            self._remove(self.messages.keys()[0])
+            self._remove(self.first_seq())
             self.counters["dropped_total"] += 1
 
     # ---- delivery -----------------------------------------------------------
@@ -444,6 +446,17 @@ class Queue:
         return {"deleted": True}
 
     # ---- read-only views ----------------------------------------------------
+    def first_seq(self):
+        """The lowest stored seq, or None.  Seqs only grow, so the head only
+        moves forward: each removed seq is stepped over once, not per call."""
+        if not self.messages:
+            return None
+        seq = self.head
+        while seq not in self.messages:
+            seq += 1
+        self.head = seq
+        return seq
+
     def cursor(self, group: Group) -> int:
         """The lowest seq the group has not acked (the next one, if none)."""
         lowest = group.lowest_held()
@@ -460,7 +473,7 @@ class Queue:
             "bytes": self.bytes,
             "in_flight": sum(len(g.leases) for g in groups),
             "delayed": sum(len(g.delayed) for g in groups),
-            "first_seq": self.messages.keys()[0] if self.messages else None,
+            "first_seq": self.first_seq(),
             "last_seq": self.next_seq - 1 if self.next_seq > 1 else None,
             **self.counters,
             "groups": {g.name: {k: v for k, v in self.group_stats(g).items() if k != "name"}
@@ -483,8 +496,7 @@ class Queue:
         seqs = list(self.messages)
         return [self.name, self.config, self.incarnation, self.next_seq, self.next_lease,
                 [self.counters[c] for c in COUNTERS],
-                # (SortedDict's values view iterates in Python; this is the same order at C speed)
-                message_columns(seqs, list(map(self.messages.__getitem__, seqs)), self.shows_at),
+                message_columns(seqs, list(self.messages.values()), self.shows_at),
                 [[mid, self.dedup[mid][0], put_at] for put_at, mid in self.dedup_order
                  if self.dedup.get(mid, (None, None))[1] == put_at],
                 [g.to_state() for g in self.groups.values()],
@@ -501,7 +513,8 @@ class Queue:
         queue.counters = {**dict.fromkeys(COUNTERS, 0), **dict(zip(COUNTERS, counters))}
         msgs, queue.shows_at = messages_from_columns(messages)
         seqs = messages[0]
-        queue.messages = SortedDict(zip(seqs, msgs))
+        queue.messages = dict(zip(seqs, msgs))
+        queue.head = seqs[0] if seqs else next_seq
         queue.bytes = sum(messages[7])
         queue.keys = {m.key: seq for seq, m in zip(seqs, msgs) if m.key is not None}
         queue.expiries = SortedList((m.expires_at, seq) for seq, m in zip(seqs, msgs) if m.expires_at is not None)

@@ -907,6 +907,24 @@ def test_group_stats(m):
         3, 1, 1, 1, 3)
 
 
+def test_first_seq_follows_removals_in_any_order_and_a_restore(m):
+    m.put("q", *[msg(str(i)) for i in range(5)])
+    receipts = [r["receipt"] for r in m.receive("q")]
+    m.ack("q", receipts[1], receipts[2])
+    assert m.stats("q")["first_seq"] == 1
+    m.ack("q", receipts[0])
+    assert m.stats("q")["first_seq"] == 4
+    data = m.sm.snapshot()
+    m.sm = StateMachine()
+    m.sm.restore(data)
+    assert m.stats("q")["first_seq"] == 4
+    m.ok("patch_queue", queue="q", config={"overflow": "drop_oldest", "max_length": 2})
+    m.put("q", msg("5"), msg("6"))
+    assert (m.stats("q")["first_seq"], m.stored("q")) == (6, [6, 7])
+    m.ack("q", *[r["receipt"] for r in m.receive("q")])
+    assert (m.stats("q")["first_seq"], m.stats("q")["last_seq"]) == (None, 7)
+
+
 # ---- browse and commit -------------------------------------------------------------------
 
 def test_browse_shows_unacked_messages_from_a_seq_without_leasing(m):
