@@ -8,8 +8,10 @@ these places in that group:
 - ``delayed`` — put with a delay, or nacked with one: ready at a log time;
 - ``parked``  — out of deliveries, waiting to be moved to the dead-letter queue.
 
-Every structure is sorted so that handing out k messages costs O(k log n) and
-timers are found without scanning.
+Every structure but ``leases`` is sorted so that handing out k messages costs
+O(k log n) and timers are found without scanning; leases are a plain dict
+because leasing and acking are the hot path, and the questions that need
+them in order (a group's cursor, browse, commit) scan what is in flight.
 """
 
 from heapq import merge
@@ -43,7 +45,10 @@ class Group:
     def __init__(self, name: str):
         self.name = name
         self.ready = SortedList()
-        self.leases = SortedDict()          # seq -> (token, deadline)
+        # seq -> (token, deadline).  A plain dict: leasing and acking are the
+        # hot path; the few ordered questions (cursor, browse, commit) sort or
+        # scan what is in flight when they are asked.
+        self.leases = {}
         # deadline -> seqs whose lease ends then: one receive leases its whole
         # batch to one deadline, so a lease costs a set insert, not a bisect.
         self.lease_deadlines = SortedDict()
@@ -59,12 +64,14 @@ class Group:
         group deletion proportional to what they change even when other
         groups keep many messages this one is done with.
         """
-        return list(chain.from_iterable(
-            s.irange(maximum=maximum) for s in (self.ready, self.leases, self.delayed, self.parked)))
+        leased = self.leases if maximum is None else [s for s in self.leases if s <= maximum]
+        return list(chain(self.ready.irange(maximum=maximum), leased,
+                          *(s.irange(maximum=maximum) for s in (self.delayed, self.parked))))
 
     def held_from(self, minimum: int):
         """The seqs the group still holds from `minimum` on, in seq order, lazily."""
-        return merge(*(s.irange(minimum=minimum) for s in (self.ready, self.leases, self.delayed, self.parked)))
+        leased = sorted(s for s in self.leases if s >= minimum)
+        return merge(leased, *(s.irange(minimum=minimum) for s in (self.ready, self.delayed, self.parked)))
 
     def lease(self, seq: int, token: int, deadline: int) -> int:
         self.leases[seq] = (token, deadline)
@@ -128,7 +135,9 @@ class Group:
     def lowest_held(self):
         """The lowest seq this group holds in its own structures, or None."""
         heads = [s.keys()[0] if isinstance(s, SortedDict) else s[0]
-                 for s in (self.ready, self.leases, self.delayed, self.parked) if s]
+                 for s in (self.ready, self.delayed, self.parked) if s]
+        if self.leases:
+            heads.append(min(self.leases))
         return min(heads) if heads else None
 
     def next_timer(self):
@@ -142,9 +151,10 @@ class Group:
     # Snapshot form: only the authoritative structures, as columns (one list
     # per field, like the messages'); the ordered indexes are rebuilt.
     def to_state(self) -> list:
-        leases = self.leases.values()
+        lease_seqs = sorted(self.leases)
+        leases = list(map(self.leases.__getitem__, lease_seqs))
         return [self.name, list(self.ready),
-                [list(self.leases), [t for t, _ in leases], [d for _, d in leases]],
+                [lease_seqs, [t for t, _ in leases], [d for _, d in leases]],
                 [list(self.delayed), list(self.delayed.values())],
                 [list(self.deliveries), list(self.deliveries.values())],
                 [list(self.parked), list(self.parked.values())]]
@@ -155,7 +165,7 @@ class Group:
         name, ready, (lease_seqs, tokens, deadlines), delayed, deliveries, parked = state
         group = cls(name)
         group.ready = SortedList(same_objects(ready, stored))
-        group.leases = SortedDict(zip(lease_seqs, zip(tokens, deadlines)))
+        group.leases = dict(zip(lease_seqs, zip(tokens, deadlines)))
         for seq, deadline in zip(lease_seqs, deadlines):
             group._add_deadline(seq, deadline)
         group.delayed = SortedDict(zip(*delayed))
