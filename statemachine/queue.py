@@ -16,6 +16,7 @@ lands in ``outbox``; the state machine moves it to the dead-letter queue,
 which lives outside this queue.
 """
 
+import re
 from collections import deque
 from itertools import islice
 from operator import attrgetter
@@ -29,7 +30,6 @@ from .results import CONFLICT, NOT_FOUND, QUEUE_FULL, error
 COUNTERS = ("put_total", "acked_total", "redelivered_total", "dead_lettered_total",
             "expired_total", "dropped_total", "replaced_total", "redriven_total")
 PARKED_RETRY_MS = 1_000
-RECEIPT_SEPARATOR = ":"
 
 
 class Message:
@@ -102,18 +102,23 @@ def message_size(message: dict) -> int:
     return size
 
 
-def make_receipt(incarnation: int, group: str, seq: int, token: int) -> str:
-    return RECEIPT_SEPARATOR.join((str(incarnation), group, str(seq), str(token)))
+# A receipt is `incarnation:group:seq:token` (a group name holds no ":").
+def receipt_prefix(incarnation: int, group: str) -> str:
+    """What every receipt of one group of one queue incarnation starts with."""
+    return f"{incarnation}:{group}:"
+
+
+# Only what receive writes: ASCII digits (str.isdigit would take "²", which
+# int() refuses) around a group name.
+RECEIPT_RE = re.compile(r"(\d+):([^:]*):(\d+):(\d+)", re.ASCII)
 
 
 def parse_receipt(receipt: str):
     """(incarnation, group, seq, token), or None for anything raftq did not issue."""
-    parts = receipt.split(RECEIPT_SEPARATOR)
-    if len(parts) != 4 or not receipt.isascii():   # isdigit() alone takes digits int() refuses ("²")
+    parsed = RECEIPT_RE.fullmatch(receipt)
+    if parsed is None:
         return None
-    incarnation, group, seq, token = parts
-    if not (incarnation.isdigit() and seq.isdigit() and token.isdigit()):
-        return None
+    incarnation, group, seq, token = parsed.groups()
     return int(incarnation), group, int(seq), int(token)
 
 
@@ -305,6 +310,7 @@ class Queue:
         limit = self.config["max_deliveries"]
         out = []
         ready = group.ready
+        prefix = receipt_prefix(self.incarnation, group_name)
         while ready and len(out) < count:
             seq = ready.pop(0)
             if limit is not None and group.deliveries.get(seq, 0) >= limit:
@@ -318,7 +324,7 @@ class Queue:
             if deliveries > 1:
                 self.counters["redelivered_total"] += 1
             msg.received = True
-            out.append({"seq": seq, "receipt": make_receipt(self.incarnation, group_name, seq, token),
+            out.append({"seq": seq, "receipt": f"{prefix}{seq}:{token}",
                         "body": msg.body, "key": msg.key, "headers": msg.headers,
                         "deliveries": deliveries, "put_at_ms": msg.put_at})
         return {"messages": out}
