@@ -98,11 +98,14 @@ def is_plain(value, depth: int = 0) -> bool:
     return False
 
 
+MESSAGE_FIELDS = frozenset({"body", "key", "id", "headers", "ttl_ms", "delay_ms"})
+
+
 def check_message(message, index: int):
     if not isinstance(message, dict):
         return error(BAD_REQUEST, f"message {index} must be an object")
-    unknown = set(message) - {"body", "key", "id", "headers", "ttl_ms", "delay_ms"}
-    if unknown:
+    if not MESSAGE_FIELDS.issuperset(message):
+        unknown = set(message) - MESSAGE_FIELDS
         return error(BAD_REQUEST, f"message {index} has unknown field(s): {', '.join(sorted(map(str, unknown)))}")
     if "body" not in message:
         return error(BAD_REQUEST, f"message {index} has no body")
@@ -118,10 +121,11 @@ def check_message(message, index: int):
                 isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
             return error(BAD_REQUEST, f"message {index}: headers must map strings to strings")
     for field in ("ttl_ms", "delay_ms"):
-        problem = check_duration(message.get(field), f"message {index}: {field}",
-                                 minimum=1 if field == "ttl_ms" else 0, optional=True)
-        if problem:
-            return problem
+        value = message.get(field)
+        if value is not None:   # (most messages have neither: no error text is built for them)
+            problem = check_duration(value, f"message {index}: {field}", minimum=1 if field == "ttl_ms" else 0)
+            if problem:
+                return problem
     return None
 
 
