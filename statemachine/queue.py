@@ -18,7 +18,7 @@ which lives outside this queue.
 
 import re
 from collections import deque
-from itertools import islice
+from itertools import groupby, islice, repeat
 from operator import attrgetter
 
 import cbor2
@@ -56,28 +56,27 @@ def message_columns(seqs: list, messages: list, shows_at: dict) -> list:
 
 def messages_from_columns(columns: list):
     """(messages in seq order, shows_at) from `message_columns`'s lists."""
-    out, shows_at = [], {}
+    seqs, bodies, keys, headers, put_at, visible_at, expires_at, sizes, pending, received = columns
+    shows_at = {} if visible_at == put_at else {
+        seq: shown for seq, put, shown in zip(seqs, put_at, visible_at) if shown != put}
+    out = []
     new = Message.__new__
-    # Messages of one put share their times; decoding gave each its own int
-    # object (32 bytes), so runs of equal times are made one object again.
-    last_put_at = last_expires_at = None
-    for (seq, body, key, headers, put_at, visible_at, expires_at, size, pending,
-         received) in zip(*columns):
-        if put_at == last_put_at:
-            put_at = last_put_at
-        else:
-            last_put_at = put_at
-        if expires_at == last_expires_at:
-            expires_at = last_expires_at
-        else:
-            last_expires_at = expires_at
-        if visible_at != put_at:
-            shows_at[seq] = visible_at
+    for body, key, header, put, expires, size, holders, seen in zip(
+            bodies, keys, headers, shared(put_at), shared(expires_at), sizes, pending, received):
         msg = new(Message)
-        msg.body, msg.key, msg.headers, msg.put_at = body, key, headers, put_at
-        msg.expires_at, msg.size, msg.pending, msg.received = expires_at, size, pending, received
+        msg.body, msg.key, msg.headers, msg.put_at = body, key, header, put
+        msg.expires_at, msg.size, msg.pending, msg.received = expires, size, holders, seen
         out.append(msg)
     return out, shows_at
+
+
+def shared(values: list) -> list:
+    """`values` with one object per distinct value: the messages of one put share
+    their times, but decoding gave each its own int object (32 bytes)."""
+    out = []
+    for value, run in groupby(values):    # (runs, compared at C speed: a put's messages are adjacent)
+        out.extend(repeat(value, len(list(run))))
+    return out
 
 
 def body_size(body) -> int:
