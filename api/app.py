@@ -11,6 +11,7 @@ import hmac
 import logging
 import ssl
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from aiohttp import ClientSession, TCPConnector, web
 
@@ -122,10 +123,10 @@ def _auth_middleware(tokens: Tokens):
     return auth
 
 
-def make_app(node, settings: Settings) -> web.Application:
-    buffer = PutBuffer(node.data_dir / "buffer", settings.buffer_max_bytes)
+def make_app(node, settings: Settings, buffer_dir: Path) -> web.Application:
+    """The application of one front, over `node` (an ``engine.remote.RemoteNode``)."""
+    buffer = PutBuffer(buffer_dir, settings.buffer_max_bytes)
     metrics = Metrics(node, buffer)
-    node.committer_observer(metrics.observe_entry)
     middlewares = [metrics.middleware(), _error_middleware()]
     if settings.tokens.any():
         middlewares.append(_auth_middleware(settings.tokens))
@@ -134,6 +135,7 @@ def make_app(node, settings: Settings) -> web.Application:
     app[SETTINGS] = settings
 
     app[buffering.BUFFER] = buffer
+    app[buffering.BUFFERED] = asyncio.Event()
 
     async def background(app: web.Application):
         # Node-to-node HTTP (forwarding, peer health, verify) trusts the CA

@@ -31,6 +31,7 @@ from .leader import validate
 log = logging.getLogger("engine.buffer")
 
 BUFFER = web.AppKey("buffer", PutBuffer)
+BUFFERED = web.AppKey("buffered", asyncio.Event)   # set when a put is buffered
 REPLAY_PERIOD_S = 0.2
 
 
@@ -44,6 +45,7 @@ def buffer_put(request: web.Request, queue: str, messages: list) -> web.Response
         request.app[BUFFER].append(queue, messages)
     except BufferFull:
         raise ApiError("buffer_full", "no leader is reachable and this node's put buffer is full") from None
+    request.app[BUFFERED].set()
     return respond(request, {"buffered": True, "ids": [m["id"] for m in messages]}, status=202)
 
 
@@ -55,15 +57,15 @@ FINAL_STATUS = {400, 404, 409, 413}
 async def _forward(app: web.Application, queue: str, messages: list) -> str | None:
     """None once the leader stored the put; "retry"; or why it refused it for good."""
     node = app[NODE]
-    status = node.status()
+    status = node.view()
     if status["leader_id"] is None or not status["quorum_ok"]:
         return "retry"
     command = {"op": "put", "queue": queue, "messages": messages, "auto_create": node.auto_create}
     if status["role"] == "leader":
         try:
             validate(command)
-            caps.check(node, app[SETTINGS].limits, command)
-            result = await node.submit(command)
+            await caps.check(node, app[SETTINGS].limits, command)
+            result = (await node.submit(command)).result
         except CommitError:
             return "retry"
         except ApiError as exc:
@@ -98,8 +100,12 @@ def _wire(message: dict) -> dict:
 
 
 async def replay(app: web.Application) -> None:
-    buffer = app[BUFFER]
+    buffer, buffered = app[BUFFER], app[BUFFERED]
     while True:
+        # An empty buffer costs no wake-ups: an idle node sleeps until a put is buffered.
+        buffered.clear()
+        if buffer.oldest() is None:
+            await buffered.wait()
         await asyncio.sleep(REPLAY_PERIOD_S)
         record = buffer.oldest()
         while record is not None:

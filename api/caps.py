@@ -28,7 +28,7 @@ def _created_by(command: dict) -> list:
     return []
 
 
-def check(node, limits, command: dict) -> None:
+async def check(node, limits, command: dict) -> None:
     op = command["op"]
     config = command.get("config")
     if op in ("create_queue", "patch_queue") and isinstance(config, dict) \
@@ -44,7 +44,7 @@ def check(node, limits, command: dict) -> None:
     names = list(dict.fromkeys(created + grouped))
     if not names:
         return
-    usage = node.read("usage", names)
+    usage = (await node.read("usage", names)).result
     new = [n for n in dict.fromkeys(created) if usage["named"][n] is None]
     if new and usage["queues"] + len(new) > limits.max_queues:
         _refuse(f"this cluster holds {usage['queues']} queues", limits.max_queues, "max-queues")

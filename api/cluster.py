@@ -1,7 +1,6 @@
 """Health, cluster status, membership and replica verification."""
 
 import asyncio
-import os
 
 from aiohttp import ClientError, ClientTimeout, web
 
@@ -14,6 +13,7 @@ from .leader import HTTP, NODE, SETTINGS, no_quorum, write
 from .routing import leader_only
 
 PEER_TIMEOUT = ClientTimeout(total=0.7)
+ENGINE_TIMEOUT_S = 1.0
 LIVE_CONTACT_MS = 1000
 LEADERSHIP_TRANSFER_S = 3.0
 
@@ -22,19 +22,31 @@ async def live(request: web.Request) -> web.Response:
     return respond(request, {"status": "live", "id": request.app[NODE].id})
 
 
-def readiness(node) -> tuple[bool, dict]:
-    status = node.status()
-    ready = status["leader_id"] is not None and status["quorum_ok"]
+async def readiness(node) -> tuple[bool, dict]:
+    """Ready: this node follows or is a leader that hears from a majority. An
+    engine that does not answer within ENGINE_TIMEOUT_S (stopped, overloaded)
+    makes the node not ready."""
+    try:
+        async with asyncio.timeout(ENGINE_TIMEOUT_S):
+            status = await node.status()
+    except (CommitError, asyncio.TimeoutError):
+        return False, {"id": node.id, "role": "unknown", "leader": None, "term": None, "commit_index": None,
+                       "applied_index": None, "last_log_index": None, "fsync_policy": None,
+                       "pid": node.engine_pid, "ready": False}
+    # Ready as the front routes: from the view the engine pushed, so that a
+    # node that answers ready does not then redirect to a leader it lost.
+    view = node.view()
+    ready = view["leader_id"] is not None and view["quorum_ok"]
     return ready, {
-        "id": node.id, "role": status["role"], "leader": status["leader_id"], "term": status["term"],
+        "id": node.id, "role": view["role"], "leader": view["leader_id"], "term": view["term"],
         "commit_index": status["commit_index"], "applied_index": status["applied_index"],
         "last_log_index": status["last_log_index"], "fsync_policy": status["fsync_policy"],
         # so that whoever started the node can tell it from another process on its port
-        "pid": os.getpid(), "ready": ready}
+        "pid": node.engine_pid, "ready": ready}
 
 
 async def ready(request: web.Request) -> web.Response:
-    is_ready, body = readiness(request.app[NODE])
+    is_ready, body = await readiness(request.app[NODE])
     return respond(request, body, status=200 if is_ready else 503)
 
 
@@ -54,11 +66,13 @@ async def view(request: web.Request) -> dict:
     """The cluster as this node sees it, each member asked for its own indexes."""
     node = request.app[NODE]
     buffer = request.app[BUFFER]
-    status = node.status()
-    members = node.members()
+    status = await node.status()
+    members = await node.members()
+
+    async def own() -> dict:
+        return (await readiness(node))[1]
     views = await asyncio.gather(*(
-        _peer_ready(request, m["http_addr"]) if m["id"] != node.id else asyncio.sleep(0, readiness(node)[1])
-        for m in members))
+        _peer_ready(request, m["http_addr"]) if m["id"] != node.id else own() for m in members))
     nodes = []
     for member, seen in zip(members, views):
         peer = status["peers"].get(member["id"], {})
@@ -85,7 +99,7 @@ async def show(request: web.Request) -> web.Response:
     return respond(request, await view(request))
 
 
-def _keeps_quorum(request: web.Request, voters_after: list[str]) -> None:
+async def _keeps_quorum(request: web.Request, voters_after: list[str]) -> None:
     """Refuse (409) a change after which the live voters would be no majority, unless ?force=true.
 
     Live: this leader, and each peer it heard from within LIVE_CONTACT_MS. A
@@ -94,7 +108,7 @@ def _keeps_quorum(request: web.Request, voters_after: list[str]) -> None:
     if request.query.get("force") == "true":
         return
     node = request.app[NODE]
-    peers = node.status()["peers"]
+    peers = (await node.status())["peers"]
     live = [v for v in voters_after if v == node.id or (
         peers.get(v, {}).get("last_contact_ms") is not None and peers[v]["last_contact_ms"] < LIVE_CONTACT_MS)]
     if len(live) <= len(voters_after) / 2:
@@ -110,9 +124,10 @@ async def add_node(request: web.Request) -> web.Response:
     if not isinstance(body, dict) or not all(isinstance(body.get(f), str) and body[f] for f in fields):
         raise ApiError("bad_request", "give id, raft_addr and http_addr as strings")
     node = request.app[NODE]
-    if any(m["id"] == body["id"] for m in node.members()):
+    members = [m["id"] for m in await node.members()]
+    if body["id"] in members:
         raise ApiError("conflict", f"node {body['id']!r} is already a member")
-    _keeps_quorum(request, [m["id"] for m in node.members()] + [body["id"]])
+    await _keeps_quorum(request, members + [body["id"]])
     # Validated like any command before it reaches the log.
     await write(request, {"op": "set_member", "id": body["id"], "raft_addr": body["raft_addr"],
                           "http_addr": body["http_addr"]})
@@ -127,11 +142,12 @@ async def add_node(request: web.Request) -> web.Response:
 async def remove_node(request: web.Request) -> web.Response:
     node = request.app[NODE]
     node_id = request.match_info["node"]
-    if not any(m["id"] == node_id for m in node.members()):
+    members = [m["id"] for m in await node.members()]
+    if node_id not in members:
         raise ApiError("not_found", f"node {node_id!r} is not a member")
-    _keeps_quorum(request, [m["id"] for m in node.members() if m["id"] != node_id])
+    await _keeps_quorum(request, [m for m in members if m != node_id])
     if node_id == node.id:
-        await asyncio.to_thread(node.consensus.transfer_leadership, 2.0)
+        await node.transfer_leadership(2.0)
         raise no_quorum("this node led the cluster and has handed leadership over; "
                         "send the removal to the new leader")
     try:
@@ -151,12 +167,13 @@ async def transfer_leadership(request: web.Request) -> web.Response:
     target = body.get("to")
     if target is not None and not isinstance(target, str):
         raise ApiError("bad_request", "'to' must be a node id")
-    if target is not None and not any(m["id"] == target for m in node.members()):
+    if target is not None and not any(m["id"] == target for m in await node.members()):
         raise ApiError("not_found", f"node {target!r} is not a member")
     if target == node.id:
         return respond(request, {"moved": False, "previous": node.id, "leader": node.id})
-    moved = await asyncio.to_thread(node.consensus.transfer_leadership, LEADERSHIP_TRANSFER_S, target)
-    return respond(request, {"moved": moved, "previous": node.id, "leader": node.status()["leader_id"]})
+    moved = await node.transfer_leadership(LEADERSHIP_TRANSFER_S, target)
+    status = await node.status()
+    return respond(request, {"moved": moved, "previous": node.id, "leader": status["leader_id"]})
 
 
 @leader_only
@@ -164,7 +181,7 @@ async def verify(request: web.Request) -> web.Response:
     """Take a digest at one log position on every replica and compare."""
     node = request.app[NODE]
     token, digest = await node.checkpoint()
-    members = [m for m in node.members() if m["id"] != node.id]
+    members = [m for m in await node.members() if m["id"] != node.id]
 
     async def digest_of(member) -> str | None:
         url = f"{request.scheme}://{member['http_addr']}/v1/cluster/checkpoints/{token}"
@@ -187,7 +204,7 @@ async def verify(request: web.Request) -> web.Response:
 
 async def checkpoint(request: web.Request) -> web.Response:
     token = request.match_info["token"]
-    digest = request.app[NODE].checkpoint_digest(token)
+    digest = await request.app[NODE].checkpoint_digest(token)
     if digest is None:
         raise ApiError("not_found", "this node has not applied that checkpoint (yet)")
     return respond(request, {"token": token, "digest": digest})

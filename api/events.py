@@ -6,8 +6,8 @@ replica has applied them (like ``consistency=any``; ``applied_index`` says
 how far), and the elections this node has seen.  Any node serves it, so a
 console keeps its picture while the leader changes.
 
-Elections are observed here, not in the log: every node samples its term and
-leader and keeps the last changes it saw, with its own wall-clock time.
+Elections are observed here, not in the log: every node keeps the last
+changes of term and leader its engine reported, with its own wall-clock time.
 """
 
 import asyncio
@@ -26,7 +26,6 @@ from .messages import QUERY_INT
 ELECTIONS = web.AppKey("elections", collections.deque)
 STOPPING = web.AppKey("events_stopping", asyncio.Event)
 ELECTIONS_KEPT = 20
-SAMPLE_PERIOD_S = 0.1     # elections take longer than this; two inside one sample show as one
 INTERVALS_MS = (250, 60_000)
 
 
@@ -34,22 +33,21 @@ async def watch_elections(app: web.Application) -> None:
     """Record each (term, leader) this node goes through."""
     node, seen = app[NODE], app[ELECTIONS]
     last = None
+    view = node.view()
     while True:
-        current = (node.consensus.term(), node.consensus.leader_id())
+        current = (view["term"], view["leader_id"])
         if current != last and current[1] is not None:
             seen.append({"term": current[0], "leader": current[1], "at_ms": int(time.time() * 1000)})
             last = current
-        await asyncio.sleep(SAMPLE_PERIOD_S)
+        view = await node.next_view()
 
 
-def snapshot_queues(node) -> list:
-    listing = node.read("list_queues")["queues"]
-    out = []
-    for queue in listing:
-        info = node.read("queue_info", queue["name"])
-        if "error" not in info:      # deleted between the two reads
-            out.append(info)
-    return out
+async def snapshot_queues(node) -> tuple[list, int]:
+    """Every queue's info, and the applied index they reflect."""
+    listing, applied_index = await node.read("list_queues")
+    infos = await asyncio.gather(*(node.read("queue_info", q["name"]) for q in listing["queues"]))
+    # a queue deleted between the two reads is left out
+    return [info.result for info in infos if "error" not in info.result], applied_index
 
 
 async def stream(request: web.Request) -> web.StreamResponse:
@@ -64,9 +62,9 @@ async def stream(request: web.Request) -> web.StreamResponse:
     await response.prepare(request)
     while not stopping.is_set():
         started = time.monotonic()
-        snapshot = {"node": node.id, "at_ms": int(time.time() * 1000),
-                    "applied_index": node.status()["applied_index"],
-                    "cluster": await cluster_view(request), "queues": snapshot_queues(node),
+        queues, applied_index = await snapshot_queues(node)
+        snapshot = {"node": node.id, "at_ms": int(time.time() * 1000), "applied_index": applied_index,
+                    "cluster": await cluster_view(request), "queues": queues,
                     "elections": list(request.app[ELECTIONS])}
         try:
             await response.write(b"event: snapshot\ndata: " + orjson.dumps(json_safe(snapshot)) + b"\n\n")

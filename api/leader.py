@@ -12,7 +12,7 @@ import asyncio
 
 from aiohttp import ClientError, ClientTimeout, web
 
-from engine.committer import CommitError
+from engine.committer import Committed, CommitError
 from statemachine import check_command
 
 from . import caps
@@ -32,7 +32,7 @@ def no_quorum(message: str) -> ApiError:
 async def route_to_leader(request: web.Request) -> web.StreamResponse | None:
     """None when this node should serve; else the response that sends the caller on."""
     node = request.app[NODE]
-    status = node.status()
+    status = node.view()
     if status["role"] == "leader":
         if not status["quorum_ok"]:
             raise no_quorum("this node leads no majority right now")
@@ -70,29 +70,31 @@ def validate(command: dict) -> None:
         raise from_result(problem)
 
 
-async def write(request: web.Request, command: dict) -> dict:
-    """Validate, apply through the log, and return the command's successful result."""
+async def write(request: web.Request, command: dict) -> Committed:
+    """Validate, apply through the log; the command's successful result and its entry's index."""
     validate(command)
-    result = await apply(request.app, command)
-    if "error" in result:
-        raise from_result(result)
-    return result
+    committed = await apply(request.app, command)
+    if "error" in committed.result:
+        raise from_result(committed.result)
+    return committed
 
 
-async def apply(app: web.Application, command: dict) -> dict:
+async def apply(app: web.Application, command: dict) -> Committed:
     """Check the node's caps, apply a validated command through the log; its
-    result, refusals included.
+    result (refusals included) and its entry's index.
 
     A write whose fate is unknown (lost leadership, no majority in time) is
     ApiError no_quorum: retried with the same ids, it is stored once.
     """
-    caps.check(app[NODE], app[SETTINGS].limits, command)
+    await caps.check(app[NODE], app[SETTINGS].limits, command)
     try:
         async with asyncio.timeout(app[SETTINGS].write_timeout_s):
             return await app[NODE].submit(command)
     except CommitError as exc:
         if exc.code == "too_large":
             raise ApiError("too_large", "the request does not fit in one log entry") from None
+        if exc.code == "engine_gone":
+            raise no_quorum("this node is shutting down; retry (with the same message ids)") from None
         raise no_quorum(f"the write's outcome is unknown ({exc.code}); retry it "
                         "(with the same message ids, so it is stored once)") from None
     except asyncio.TimeoutError:
@@ -100,13 +102,13 @@ async def apply(app: web.Application, command: dict) -> dict:
                         "retry it with the same message ids") from None
 
 
-async def _leader_settled(request: web.Request) -> None:
-    """A new leader answers reads only once its barrier is applied: before, its
+async def leader_read(app: web.Application, query: str, *args):
+    """A query answered by the leader once its barrier is applied: before, its
     state may still lack writes an earlier leader acknowledged (found by the
     chaos checker's no_stale_reads)."""
     try:
-        async with asyncio.timeout(request.app[SETTINGS].write_timeout_s):
-            await request.app[NODE].settled()
+        async with asyncio.timeout(app[SETTINGS].write_timeout_s):
+            return (await app[NODE].read(query, *args, settled=True)).result
     except (CommitError, asyncio.TimeoutError):
         raise no_quorum("this node has only just been elected and cannot answer yet for what "
                         "earlier leaders acknowledged; retry") from None
@@ -120,16 +122,15 @@ async def read(request: web.Request, query: str, *args) -> web.Response:
     node = request.app[NODE]
     headers = {}
     if level == "any":
-        headers["X-Raftq-Applied-Index"] = str(node.status()["applied_index"])
+        result, applied_index = await node.read(query, *args)
+        headers["X-Raftq-Applied-Index"] = str(applied_index)
     else:
         elsewhere = await route_to_leader(request)
         if elsewhere is not None:
             return elsewhere
         if level == "strong":
             await write(request, {"op": "tick"})
-        else:
-            await _leader_settled(request)
-    result = node.read(query, *args)
+        result = await leader_read(request.app, query, *args)
     if isinstance(result, dict) and "error" in result:
         refusal = from_result(result)
         refusal.headers.update(headers)   # a 404 from a stale replica says how stale it is

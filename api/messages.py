@@ -5,13 +5,14 @@ import time
 
 from aiohttp import web
 
+from engine.committer import CommitError
 from statemachine.queue import message_size
 from statemachine.validation import MAX_RECEIVE, MAX_WAIT_MS, check_message, is_int
 
 from .buffering import buffer_put, with_ids
 from .codec import message_from_wire, read_body, respond
 from .errors import ApiError, from_result
-from .leader import NODE, SETTINGS, validate, read, route_to_leader, write
+from .leader import NODE, SETTINGS, no_quorum, read, route_to_leader, validate, write
 from .routing import leader_only, queue_name, group_name
 
 DURABILITY = ("quorum", "all", "leader")
@@ -71,36 +72,33 @@ async def put(request: web.Request) -> web.Response:
         return elsewhere
     put_command = await command()
     try:
-        result = await write(request, put_command)
+        committed = await write(request, put_command)
     except ApiError as exc:
         if may_buffer and exc.code == "no_quorum":
             return buffered(put_command)
         raise
-    commit_index, given, shortfall = await reach_durability(request.app, durability)
-    reply = {"messages": result["messages"], "commit_index": commit_index, "durability": given}
+    given, shortfall = await reach_durability(request.app, durability, committed.index)
+    reply = {"messages": committed.result["messages"], "commit_index": committed.index, "durability": given}
     if shortfall:
         reply["durability_not_reached"] = shortfall
     return respond(request, reply, status=201)
 
 
-async def reach_durability(app: web.Application, durability: str) -> tuple[int, str, dict | None]:
-    """After a put was applied: wait for what `durability` asks beyond a quorum.
+async def reach_durability(app: web.Application, durability: str, index: int) -> tuple[str, dict | None]:
+    """After a put was applied at log `index`: wait for what `durability` asks beyond a quorum.
 
-    Returns the commit index, the level given and, when `all` was asked but
-    not reached, what fell short. The level named is what was actually given,
+    Returns the level given and, when `all` was asked but not reached, what fell short. The level named is what was actually given,
     never more (docs/api.md): durability=leader is served as quorum, which is
     strictly stronger, and an `all` that some connected voter did not reach
     within the write timeout is only `quorum`.
     """
-    node = app[NODE]
-    commit_index = node.status()["commit_index"]
     if durability != "all":
-        return commit_index, "quorum", None
+        return "quorum", None
     timeout = app[SETTINGS].write_timeout_s
-    lagging = await node.replicated_everywhere(commit_index, timeout)
+    lagging = await app[NODE].replicated_everywhere(index, timeout)
     if not lagging:
-        return commit_index, "all", None
-    return commit_index, "quorum", {
+        return "all", None
+    return "quorum", {
         "requested": "all", "lagging": lagging,
         "message": f"stored on a majority, but {', '.join(lagging)} did not hold it "
                    f"within {timeout:g} s: durability=all was NOT reached"}
@@ -127,30 +125,34 @@ async def receive(request: web.Request) -> web.Response:
     lease_ms = _int_field(body, "lease_ms", None, 1, 1 << 40, nullable=True)
     command = {"op": "receive", "queue": name, "group": group, "max": count, "lease_ms": lease_ms}
     node = request.app[NODE]
-    cap = request.app[SETTINGS].limits.max_long_polls
-    if wait_ms and node.long_polls_waiting() >= cap:
-        raise ApiError("too_many_waiters", f"{cap} receives are already waiting on this node "
-                                           "(--max-long-polls); retry later or poll another way",
-                       headers={"Retry-After": "1"})
     deadline = time.monotonic() + wait_ms / 1000
     woken = False
     try:
         while True:
-            remaining = deadline - time.monotonic()
-            # Waiting costs no log entry: only a receive that can lease something
-            # (or the last try, or one for a missing queue, to get its error) is written.
-            if remaining > 0 and not node.read("has_ready", name, group) \
-                    and "error" not in node.read("group_info", name, group):
+            # Waiting costs no log entry: a receive is written once something may
+            # be ready (or the group is missing, to get its error), or at the end.
+            if time.monotonic() < deadline:
                 if woken:
                     node.woken_done(name, group)
-                woken = await node.wait_ready(name, group, remaining)
-                continue
-            result = await write(request, dict(command))
-            if result["messages"] or remaining <= 0:
+                woken = await _wait_ready(request, name, group, deadline - time.monotonic()) == "woken"
+            result = (await write(request, dict(command))).result
+            if result["messages"] or time.monotonic() >= deadline:
                 return respond(request, result)
     finally:
         if woken:
             node.woken_done(name, group)
+
+
+async def _wait_ready(request: web.Request, queue: str, group: str, timeout: float) -> str:
+    try:
+        return await request.app[NODE].wait_ready(queue, group, timeout)
+    except CommitError as exc:
+        if exc.code != "too_many_waiters":
+            raise no_quorum(f"this node cannot wait for messages now ({exc.code}); retry") from None
+        cap = request.app[SETTINGS].limits.max_long_polls
+        raise ApiError("too_many_waiters", f"{cap} receives are already waiting on this node "
+                                           "(--max-long-polls); retry later or poll another way",
+                       headers={"Retry-After": "1"}) from None
 
 
 async def _settle(request: web.Request, op: str) -> web.Response:
@@ -163,7 +165,7 @@ async def _settle(request: web.Request, op: str) -> web.Response:
         command["delay_ms"] = body["delay_ms"]
     if op == "extend" and body.get("lease_ms") is not None:
         command["lease_ms"] = body["lease_ms"]
-    return respond(request, await write(request, command))
+    return respond(request, (await write(request, command)).result)
 
 
 @leader_only
@@ -205,9 +207,9 @@ async def commit(request: web.Request) -> web.Response:
     body = await read_body(request)
     if not isinstance(body, dict):
         raise ApiError("bad_request", "the body must be an object with seq")
-    return respond(request, await write(request, {
+    return respond(request, (await write(request, {
         "op": "commit", "queue": queue_name(request), "group": group_name(request.match_info["group"]),
-        "seq": body.get("seq")}))
+        "seq": body.get("seq")})).result)
 
 
 @leader_only
@@ -224,7 +226,6 @@ async def transaction(request: web.Request) -> web.Response:
         part["messages"] = _messages(request, {"messages": part.get("messages")})
     command = {"op": "tx", "ack": body.get("ack", []), "put": puts,
                "auto_create": request.app[NODE].auto_create}
-    result = await write(request, command)
-    return respond(request, {**result, "commit_index": request.app[NODE].status()["commit_index"]},
-                   status=201 if puts else 200)
+    committed = await write(request, command)
+    return respond(request, {**committed.result, "commit_index": committed.index}, status=201 if puts else 200)
 

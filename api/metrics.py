@@ -6,12 +6,17 @@ Names follow Prometheus conventions: counters end in ``_total``, sizes in
 deploy/grafana-dashboard.json read these names; docs/operations.md lists them.
 """
 
+import asyncio
 import shutil
 import time
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from engine.committer import CommitError
+
+from .errors import ApiError
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -32,14 +37,23 @@ QUEUE_COUNTERS = (("put_total", "put", "Messages put"),
 
 
 class NodeCollector:
-    """Read at scrape time from the node and its state machine: nothing to keep in sync."""
+    """What the engine reported for this scrape (``Metrics.handler`` asks it
+    first): nothing to keep in sync."""
 
     def __init__(self, node, buffer):
         self.node = node
         self.buffer = buffer
+        self.scrape: dict | None = None
+
+    async def fetch(self) -> None:
+        node = self.node
+        status, stats, queues = await asyncio.gather(node.status(), node.stats(), node.read("all_queue_stats"))
+        self.scrape = {"status": status, "stats": stats, "queues": queues.result}
 
     def collect(self):
-        status = self.node.status()
+        if self.scrape is None:      # the registry's own describe() at registration
+            return
+        status, stats = self.scrape["status"], self.scrape["stats"]
         ready = status["leader_id"] is not None and status["quorum_ok"]
         yield GaugeMetricFamily("raftq_is_leader", "1 on the leader", value=int(status["role"] == "leader"))
         yield GaugeMetricFamily("raftq_ready", "1 while this node has a leader that hears from a majority",
@@ -52,15 +66,15 @@ class NodeCollector:
         yield GaugeMetricFamily("raftq_apply_lag_entries", "Committed entries not yet applied here",
                                 value=max(0, status["commit_index"] - status["applied_index"]))
         yield CounterMetricFamily("raftq_became_leader", "Times this node won an election and became leader",
-                                  value=self.node.times_became_leader)
+                                  value=stats["times_became_leader"])
         yield CounterMetricFamily("raftq_entries_applied", "Log entries applied by this node",
-                                  value=self.node.entries_applied)
+                                  value=stats["entries_applied"])
         yield GaugeMetricFamily("raftq_buffer_pending_bytes", "Bytes of buffered puts not forwarded yet",
                                 value=self.buffer.pending_bytes)
         yield CounterMetricFamily("raftq_buffer_dead_lettered", "Buffered puts the leader refused for good",
                                   value=self.buffer.dead_lettered)
         yield GaugeMetricFamily("raftq_long_polls_waiting", "Receives waiting for a ready message",
-                                value=self.node.long_polls_waiting())
+                                value=stats["long_polls_waiting"])
         yield GaugeMetricFamily("raftq_journal_size_bytes", "Bytes of the Raft journal on disk",
                                 value=status["log_size"])
         yield GaugeMetricFamily("raftq_journal_segments", "Segment files of the Raft journal",
@@ -82,11 +96,17 @@ class NodeCollector:
         counters = [(field, CounterMetricFamily(f"raftq_queue_messages_{name}", help_, labels=["queue"]))
                     for field, name, help_ in QUEUE_COUNTERS]
         # one read: a queue deleted between listing and reading it made a scrape fail
-        for queue, stats in self.node.read("all_queue_stats"):
+        for queue, figures in self.scrape["queues"]:
             for field, family in gauges + counters:
-                family.add_metric([queue], stats[field])
+                family.add_metric([queue], figures[field])
         for _, family in gauges + counters:
             yield family
+        for name, help_, packing in (("raftq_log_entry_commands", "Commands packed per log entry",
+                                      stats["packing"]["commands"]),
+                                     ("raftq_log_entry_size_bytes", "Bytes per log entry", stats["packing"]["bytes"])):
+            buckets = [(str(float(b)), c) for b, c in zip(packing["bounds"], packing["counts"])]
+            buckets.append(("+Inf", stats["packing"]["entries"]))
+            yield HistogramMetricFamily(name, help_, buckets=buckets, sum_value=packing["sum"])
 
 
 class Metrics:
@@ -96,17 +116,9 @@ class Metrics:
                                 registry=self.registry)
         self.latency = Histogram("raftq_http_request_duration_seconds", "HTTP request latency", ["route"],
                                  buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.entry_commands = Histogram("raftq_log_entry_commands", "Commands packed per log entry",
-                                        buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000),
-                                        registry=self.registry)
-        self.entry_bytes = Histogram("raftq_log_entry_size_bytes", "Bytes per log entry",
-                                     buckets=(256, 1024, 4096, 16384, 65536, 262144, 1 << 20, 4 << 20),
-                                     registry=self.registry)
-        self.registry.register(NodeCollector(node, buffer))
-
-    def observe_entry(self, commands: int, size: int) -> None:
-        self.entry_commands.observe(commands)
-        self.entry_bytes.observe(size)
+        self.collector = NodeCollector(node, buffer)
+        self.registry.register(self.collector)
+        self._rendering: asyncio.Future | None = None
 
     def middleware(self):
         @web.middleware
@@ -127,4 +139,18 @@ class Metrics:
         return measure
 
     async def handler(self, request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE})
+        # Scrapes that arrive while one is rendered share its text: with 10 k
+        # queues a render takes a while, and eight at once would take eight times.
+        if self._rendering is None:
+            self._rendering = asyncio.ensure_future(self._render())
+            self._rendering.add_done_callback(lambda _: setattr(self, "_rendering", None))
+        try:
+            body = await asyncio.shield(self._rendering)
+        except CommitError:
+            raise ApiError("no_quorum", "this node's engine did not answer; retry",
+                           headers={"Retry-After": "1"}) from None
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+    async def _render(self) -> bytes:
+        await self.collector.fetch()
+        return generate_latest(self.registry)

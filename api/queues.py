@@ -13,7 +13,7 @@ async def create(request: web.Request) -> web.Response:
     config = await read_body(request, required=False)
     if config is None:
         config = {}
-    result = await write(request, {"op": "create_queue", "queue": queue_name(request), "config": config})
+    result = (await write(request, {"op": "create_queue", "queue": queue_name(request), "config": config})).result
     return respond(request, {"name": queue_name(request), "config": result["config"]},
                    status=201 if result["created"] else 200)
 
@@ -21,7 +21,7 @@ async def create(request: web.Request) -> web.Response:
 @leader_only
 async def patch(request: web.Request) -> web.Response:
     config = await read_body(request)
-    result = await write(request, {"op": "patch_queue", "queue": queue_name(request), "config": config})
+    result = (await write(request, {"op": "patch_queue", "queue": queue_name(request), "config": config})).result
     return respond(request, {"name": queue_name(request), "config": result["config"]})
 
 
@@ -44,9 +44,9 @@ async def add_group(request: web.Request) -> web.Response:
     body = await read_body(request, required=False) or {}
     if not isinstance(body, dict):
         raise ApiError("bad_request", "the body must be an object like {\"start\": \"earliest\"}")
-    result = await write(request, {"op": "add_group", "queue": queue_name(request),
-                                   "group": group_name(request.match_info["group"]),
-                                   "start": body.get("start", "earliest")})
+    result = (await write(request, {"op": "add_group", "queue": queue_name(request),
+                                    "group": group_name(request.match_info["group"]),
+                                    "start": body.get("start", "earliest")})).result
     created = result.pop("created")
     return respond(request, result, status=201 if created else 200)
 
@@ -76,4 +76,4 @@ async def redrive(request: web.Request) -> web.Response:
         raise ApiError("bad_request", "the body is an object with optional from_queue, max and id")
     command = {"op": "redrive", "queue": queue_name(request),
                **{k: v for k, v in body.items() if v is not None}}
-    return respond(request, await write(request, command))
+    return respond(request, (await write(request, command)).result)

@@ -8,7 +8,7 @@ from aiohttp import web
 
 from .codec import read_body, respond
 from .errors import ApiError
-from .leader import NODE, read, write
+from .leader import NODE, leader_read, read, write
 from .messages import _messages as parse_messages
 from .routing import _name, leader_only
 
@@ -40,7 +40,7 @@ async def stage(request: web.Request) -> web.Response:
                "auto_create": request.app[NODE].auto_create}
     if body.get("ttl_ms") is not None:
         command["ttl_ms"] = body["ttl_ms"]
-    return respond(request, await write(request, command), status=201)
+    return respond(request, (await write(request, command)).result, status=201)
 
 
 @leader_only
@@ -50,15 +50,15 @@ async def commit(request: web.Request) -> web.Response:
                "parts": body["parts"], "auto_create": request.app[NODE].auto_create}
     if body.get("retain_ms") is not None:
         command["retain_ms"] = body["retain_ms"]
-    result = await write(request, command)
-    return respond(request, {**result, "commit_index": request.app[NODE].status()["commit_index"]})
+    committed = await write(request, command)
+    return respond(request, {**committed.result, "commit_index": committed.index})
 
 
 @leader_only
 async def abort(request: web.Request) -> web.Response:
     body = await _object(request, {"tokens"}, {"tokens"})
-    return respond(request, await write(request, {"op": "stage_abort", "producer": producer_id(request),
-                                                  "tokens": body["tokens"]}))
+    return respond(request, (await write(request, {"op": "stage_abort", "producer": producer_id(request),
+                                                   "tokens": body["tokens"]})).result)
 
 
 async def list_all(request: web.Request) -> web.Response:
@@ -68,9 +68,8 @@ async def list_all(request: web.Request) -> web.Response:
 @leader_only
 async def show(request: web.Request) -> web.Response:
     # auto_create tells a writer at start whether a missing queue is an error.
-    node = request.app[NODE]
-    return respond(request, {**node.read("producer_info", producer_id(request)),
-                             "auto_create": node.auto_create})
+    info = await leader_read(request.app, "producer_info", producer_id(request))
+    return respond(request, {**info, "auto_create": request.app[NODE].auto_create})
 
 
 @leader_only

@@ -33,12 +33,13 @@ import time
 import cbor2
 from aiohttp import WSMsgType, web
 
+from engine.committer import Committed, CommitError
 from statemachine import check_command
 from statemachine.validation import MAX_RECEIVE, NAME_PATTERN, NAME_RE, is_int
 
 from .bounded import check_cbor
 from .errors import ApiError, from_result
-from .leader import NODE, apply
+from .leader import NODE, apply, leader_read
 from .messages import DURABILITY, checked_message, reach_durability
 
 log = logging.getLogger("raftq.api.stream")
@@ -61,7 +62,7 @@ def _name(value, what: str) -> str:
 
 def _leader_url(request: web.Request) -> str | None:
     node = request.app[NODE]
-    address = node.http_addr(node.status()["leader_id"])
+    address = node.http_addr(node.view()["leader_id"])
     return None if address is None else f"{request.scheme}://{address}"
 
 
@@ -95,7 +96,7 @@ class Session:
 
     # ---- the connection ------------------------------------------------------------------------
     async def run(self) -> None:
-        status = self.node.status()
+        status = self.node.view()
         leads = status["role"] == "leader" and status["quorum_ok"]
         await self._send_now({"op": "hello", "version": PROTOCOL_VERSION, "node": self.node.id,
                               "leader": leads, "leader_url": _leader_url(self.request),
@@ -185,7 +186,7 @@ class Session:
             task = self._spawn(self._publish(frame) if op == "publish" else self._settle(op, frame))
             task.add_done_callback(lambda _: self.slots.release())
         elif op == "subscribe":
-            self._subscribe(frame)
+            await self._subscribe(frame)
         elif op == "unsubscribe":
             sub = self.subscriptions.pop(frame.get("sub"), None)
             if sub is not None:
@@ -196,12 +197,12 @@ class Session:
                        "message": "a frame is a map whose op is publish, subscribe, unsubscribe, "
                                   "ack, nack or extend"})
 
-    async def _apply(self, command: dict) -> dict:
-        """The command's result, refusals included; LeadershipLost when it cannot be known here."""
+    async def _apply(self, command: dict) -> Committed:
+        """The command's result (refusals included) and index; LeadershipLost when it cannot be known here."""
         try:
             return await apply(self.app, command)
         except ApiError as exc:
-            if exc.code == "no_quorum" and self.node.status()["role"] != "leader":
+            if exc.code == "no_quorum" and self.node.view()["role"] != "leader":
                 raise LeadershipLost() from None
             raise
 
@@ -238,11 +239,12 @@ class Session:
         results = []
         if accepted:
             try:
-                result = await self._apply({"op": "put", "queue": queue, "messages": accepted,
-                                            "auto_create": self.node.auto_create})
+                committed = await self._apply({"op": "put", "queue": queue, "messages": accepted,
+                                               "auto_create": self.node.auto_create})
+                result = committed.result
                 if "error" in result:
                     raise from_result(result)
-                _, given, shortfall = await reach_durability(self.app, durability)
+                given, shortfall = await reach_durability(self.app, durability, committed.index)
             except ApiError as exc:
                 refused.extend(_refusal(cid, exc) for cid in accepted_cids)
             else:
@@ -266,7 +268,7 @@ class Session:
             problem = check_command({**command, "now_ms": 0})
             if problem:
                 raise from_result(problem)
-            result = await self._apply(command)
+            result = (await self._apply(command)).result
         except ApiError as exc:
             self.send({"op": "error", "rid": rid, "error": exc.code, "status": exc.status, "message": exc.message})
             return
@@ -290,7 +292,7 @@ class Session:
                     sub.settled(receipt)
         self.send({"op": "settled", "rid": rid, **result})
 
-    def _subscribe(self, frame: dict) -> None:
+    async def _subscribe(self, frame: dict) -> None:
         sub_id = frame.get("sub")
         try:
             if sub_id is None or sub_id in self.subscriptions:
@@ -303,7 +305,7 @@ class Session:
             lease_ms = frame.get("lease_ms")
             if lease_ms is not None and (not is_int(lease_ms) or not 1 <= lease_ms <= 1 << 40):
                 raise ApiError("bad_request", "lease_ms must be a positive integer")
-            info = self.node.read("queue_info", queue)
+            info = await leader_read(self.app, "queue_info", queue)
             if "error" in info:
                 raise from_result(info)
             if group not in info["stats"]["groups"]:
@@ -367,16 +369,21 @@ class Subscription:
                     except asyncio.TimeoutError:
                         pass
                     continue
-                if not node.read("has_ready", self.queue, self.group):
-                    if woken:
-                        node.woken_done(self.queue, self.group)
-                    woken = await node.wait_ready(self.queue, self.group, IDLE_RECHECK_S)
-                    if node.status()["role"] != "leader":
-                        raise LeadershipLost()
+                if woken:
+                    node.woken_done(self.queue, self.group)
+                try:
+                    outcome = await node.wait_ready(self.queue, self.group, IDLE_RECHECK_S)
+                except CommitError:      # too many waiters on this node, or it is going away
+                    outcome = "timeout"
+                    await asyncio.sleep(IDLE_RECHECK_S)
+                woken = outcome == "woken"
+                if node.view()["role"] != "leader":
+                    raise LeadershipLost()
+                if outcome == "timeout":
                     continue
                 try:
-                    result = await session._apply({"op": "receive", "queue": self.queue, "group": self.group,
-                                                   "max": min(free, MAX_RECEIVE), "lease_ms": self.lease_ms})
+                    result = (await session._apply({"op": "receive", "queue": self.queue, "group": self.group,
+                                                    "max": min(free, MAX_RECEIVE), "lease_ms": self.lease_ms})).result
                 except ApiError as exc:
                     session.send({"op": "error", "sub": self.id, "error": exc.code, "status": exc.status,
                                   "message": exc.message})

@@ -31,15 +31,39 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def rss_mib(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
+def group_pids(leaders: list[int]) -> list[int]:
+    """Every live process in the process groups these PIDs lead: a raftq node is
+    its engine and the fronts it forked, which are not reaped while they run."""
+    wanted = set(leaders)
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) in wanted:      # field 5 of stat(5): the process group
+            found.append(int(entry))
+    return found
+
+
+def memory_mib(pids: list[int]) -> float | None:
+    """Proportional set size of the processes together: pages a forked front
+    shares with its engine count once, not once per process."""
+    total, seen = 0.0, False
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) / 1024
+                        seen = True
+                        break
+        except OSError:
+            continue
+    return total if seen else None
 
 
 class Pacer:

@@ -11,7 +11,7 @@ import json
 import time
 from pathlib import Path
 
-from bench.measure import Pacer, rss_mib
+from bench.measure import Pacer, group_pids, memory_mib
 from raftq.client import AsyncClient, Consumer, Producer, RaftqError
 from raftq.local import LocalCluster
 
@@ -64,7 +64,8 @@ class RaftqHttp:
             self.cluster.stop()
 
     def server_pids(self) -> list[int]:
-        return [p for p in (self.cluster.pid(n) for n in self.cluster.ids) if p is not None]
+        """Every process of every node: engines and their fronts."""
+        return group_pids([p for p in (self.cluster.pid(n) for n in self.cluster.ids) if p is not None])
 
     def _client(self, **kwargs) -> AsyncClient:
         return AsyncClient(self.cluster.urls, token=self.cluster.token, **kwargs)
@@ -222,9 +223,10 @@ class RaftqHttp:
 
     # ---- raftq alone ------------------------------------------------------------------------------
     def memory_and_restart(self, count: int) -> dict:
-        """RSS per node holding `count` stored messages, and a whole-cluster restart to ready."""
+        """Memory per node (engine and fronts) holding `count` stored messages, and a
+        whole-cluster restart to ready."""
         asyncio.run(self._fill(self._queue("1m"), count))
-        rss = [rss_mib(p) for p in self.server_pids()]
+        rss = [memory_mib(group_pids([self.cluster.pid(n)])) for n in self.cluster.ids]
         self.cluster.stop()
         started = time.perf_counter()
         self.cluster.start()

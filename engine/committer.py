@@ -17,9 +17,7 @@ same term, and is submitted for that term.
 
 import asyncio
 from collections import deque
-from typing import Callable
-
-import cbor2
+from typing import Callable, NamedTuple
 
 
 class CommitError(Exception):
@@ -28,6 +26,40 @@ class CommitError(Exception):
     def __init__(self, code: str):
         super().__init__(code)
         self.code = code
+
+
+class Committed(NamedTuple):
+    """A command's result, and the log index of the entry that carried it."""
+    result: dict
+    index: int
+
+
+class Packing:
+    """How commands were packed into entries, as cumulative histogram counts (for /metrics)."""
+    COMMAND_BOUNDS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+    BYTE_BOUNDS = (256, 1024, 4096, 16384, 65536, 262144, 1 << 20, 4 << 20)
+
+    def __init__(self):
+        self.commands = [0] * len(self.COMMAND_BOUNDS)
+        self.bytes = [0] * len(self.BYTE_BOUNDS)
+        self.entries = 0
+        self.commands_sum = 0
+        self.bytes_sum = 0
+
+    def add(self, commands: int, size: int) -> None:
+        self.entries += 1
+        self.commands_sum += commands
+        self.bytes_sum += size
+        for counts, bounds, value in ((self.commands, self.COMMAND_BOUNDS, commands),
+                                      (self.bytes, self.BYTE_BOUNDS, size)):
+            for slot, bound in enumerate(bounds):
+                if value <= bound:
+                    counts[slot] += 1
+
+    def as_dict(self) -> dict:
+        return {"entries": self.entries,
+                "commands": {"bounds": self.COMMAND_BOUNDS, "counts": self.commands, "sum": self.commands_sum},
+                "bytes": {"bounds": self.BYTE_BOUNDS, "counts": self.bytes, "sum": self.bytes_sum}}
 
 
 def cbor_array_header(length: int) -> bytes:
@@ -53,19 +85,18 @@ class GroupCommitter:
         self.pack_bytes = pack_bytes
         self.max_entry_bytes = max_entry_bytes
         self.max_in_flight = max_in_flight
-        self._on_entry: Callable[[int, int], None] | None = None
+        self.packing = Packing()
         self._pending: deque[tuple[bytes, int, asyncio.Future]] = deque()
         self._in_flight = 0
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def submit(self, command: dict, term: int) -> asyncio.Future:
-        """A future resolved with the command's result once its entry is applied here.
+    def submit(self, encoded: bytes, term: int) -> asyncio.Future:
+        """A future resolved with the command's ``Committed`` once its entry is applied here.
 
-        ``term`` is the term the command was stamped in.
+        ``encoded`` is the command as CBOR, ``term`` the term it was stamped in.
         """
         loop = self._loop = self._loop or asyncio.get_running_loop()
-        encoded = cbor2.dumps(command)
         future = loop.create_future()
         if len(encoded) + 8 > self.max_entry_bytes:
             future.set_exception(CommitError("too_large"))
@@ -75,10 +106,6 @@ class GroupCommitter:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
         return future
-
-    def observe(self, on_entry: Callable[[int, int], None]) -> None:
-        """Call on_entry(commands, bytes) for every entry submitted (metrics)."""
-        self._on_entry = on_entry
 
     @property
     def backlog(self) -> int:
@@ -105,23 +132,23 @@ class GroupCommitter:
                 continue
             entry = cbor_array_header(len(items)) + b"".join(items)
             self._in_flight += 1
-            if self._on_entry:
-                self._on_entry(len(items), len(entry))
+            self.packing.add(len(items), len(entry))
             loop = self._loop
             self._submit_entry(entry, term, lambda result, err, f=futures: loop.call_soon_threadsafe(
                 self._resolve, f, result, err))
 
-    def _resolve(self, futures: list, results, err) -> None:
+    def _resolve(self, futures: list, applied, err) -> None:
+        """`applied` is what the node's apply returned: (log index, one result per command)."""
         self._in_flight -= 1
-        if err is None and (not isinstance(results, list) or len(results) != len(futures)):
+        if err is None and (not isinstance(applied, tuple) or len(applied[1]) != len(futures)):
             err = "internal"
-        for index, future in enumerate(futures):
+        for slot, future in enumerate(futures):
             if future.done():
                 continue
             if err is not None:
                 future.set_exception(CommitError(err))
             else:
-                future.set_result(results[index])
+                future.set_result(Committed(applied[1][slot], applied[0]))
         self._flush()
 
     def fail_pending(self, code: str) -> None:

@@ -650,6 +650,7 @@ class Consensus:
         self._retired = False
         self._close_lock = threading.Lock()
         self._last_role: tuple | None = None
+        self._last_quorum = False
         self._snapshot_info = {"index": None, "bytes": None, "seconds": None, "count": 0}
         self._loaded_snapshot: tuple | None = None
 
@@ -760,6 +761,22 @@ class Consensus:
             "journal_syncs": journal["data_syncs"],
             "snapshot": dict(self._snapshot_info),
         }
+
+    def applied_index(self) -> int:
+        return self._node.raftLastApplied
+
+    def applying_index(self) -> int:
+        """Inside ``apply``: the log index of the entry being applied (pysyncobj
+        counts an entry applied only once apply has returned)."""
+        return self._node._SyncObj__raftLastApplied + 1
+
+    def route(self) -> tuple[str, str | None, int, bool]:
+        """Role, leader id, term and whether a majority is heard: what routing a
+        request needs, without the rest of status()."""
+        node = self._node
+        leader = node._SyncObj__raftLeader
+        return (_ROLE_NAMES[node._SyncObj__raftState], None if leader is None else self._id_of(leader),
+                node.raftCurrentTerm, self._quorum_ok(monotonic()))
 
     def term(self) -> int:
         """The current term, cheaply (status() builds the whole picture)."""
@@ -883,8 +900,11 @@ class Consensus:
             tickets.popleft().resolve(None, "timeout")
         node = self._node
         role = (node._SyncObj__raftState, node._SyncObj__raftLeader, node.raftCurrentTerm)
-        if role != self._last_role:
-            if self._last_role is not None and self._last_role[0] == _LEADER:
+        # The fronts route on whether a majority is heard, too: a change of it
+        # is reported like a change of role, from here rather than by polling.
+        quorum = self._quorum_ok(monotonic())
+        if role != self._last_role or quorum != self._last_quorum:
+            if role != self._last_role and self._last_role is not None and self._last_role[0] == _LEADER:
                 # Deposed (or re-elected in a new term): pysyncobj answers the
                 # old term's commands only once an entry at their index is
                 # applied, which may take until submit_timeout while callers
@@ -893,6 +913,7 @@ class Consensus:
                 while tickets:
                     tickets.popleft().resolve(None, "leader_changed")
             self._last_role = role
+            self._last_quorum = quorum
             if self._on_role_change is not None:
                 try:
                     self._on_role_change()

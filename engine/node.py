@@ -1,10 +1,12 @@
-"""A raftq node: the state machine, replicated, and what the API needs of it.
+"""A raftq node's engine: the state machine, replicated, and what the fronts need of it.
 
-Threads: pysyncobj applies log entries on its own tick thread; the HTTP API
-runs on the asyncio loop.  The state machine is only ever mutated on the
-tick thread, under ``_lock``; the API reads it under the same lock, so a
-read never sees half an entry.  Results travel back to the loop through
-``call_soon_threadsafe``.
+It runs in the node's engine process (docs/architecture.md), which serves
+it to the front processes through ``engine.service``.  Threads:
+pysyncobj applies log entries on its own tick thread; this object's
+coroutines run on the engine's asyncio loop.  The state machine is only ever
+mutated on the tick thread, under ``_lock``; every read takes the same
+lock, so a read never sees half an entry.  Results travel back to the loop
+through ``call_soon_threadsafe``.
 
 Log time: the leader stamps every command with ``now_ms`` from
 ``LogClock``, which continues from the last applied log time with this
@@ -22,9 +24,11 @@ import time
 import uuid
 from pathlib import Path
 
+import cbor2
+
 from statemachine import StateMachine
 
-from .committer import CommitError, GroupCommitter
+from .committer import Committed, CommitError, GroupCommitter
 from .config import ClusterConfig, NodeSpec
 from .consensus import Consensus, Peer
 
@@ -75,6 +79,23 @@ class LogClock:
         return max(self._machine.clock, self._base + int((time.monotonic() - self._mono) * 1000))
 
 
+NOW_MS_KEY = cbor2.dumps("now_ms")
+
+
+def stamped(encoded: bytes, now_ms: int) -> bytes:
+    """The encoded command (a CBOR map without now_ms) with now_ms added.
+
+    A command of up to 22 fields carries its field count in its first byte,
+    so the stamp is spliced in without decoding what a front encoded.
+    """
+    head = encoded[0]
+    if 0xa0 <= head <= 0xb6:
+        return bytes((head + 1,)) + NOW_MS_KEY + cbor2.dumps(now_ms) + encoded[1:]
+    command = cbor2.loads(encoded)
+    command["now_ms"] = now_ms
+    return cbor2.dumps(command)
+
+
 class Node:
     def __init__(self, cluster: ClusterConfig, node_id: str, data_dir: str | Path, *,
                  auto_create: bool = True):
@@ -109,6 +130,7 @@ class Node:
         # Commands that arrived before the clock settled for the term they
         # were submitted in: future -> that term.
         self._settle_waiters: dict[asyncio.Future, int] = {}
+        self._view_watchers: list = []
 
     # ---- life cycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -120,7 +142,7 @@ class Node:
         if self._ticker:
             self._ticker.cancel()
         if self.is_leader():
-            moved = await asyncio.to_thread(self.consensus.transfer_leadership, 2.0)
+            moved = await self.transfer_leadership(2.0)
             log.info("leadership %s before shutdown", "handed over" if moved else "given up")
         self.consensus.retire()
         self.committer.fail_pending("shutting_down")
@@ -130,7 +152,8 @@ class Node:
         await asyncio.to_thread(self.consensus.close)
 
     # ---- the replicated state machine (tick thread) -------------------------------------
-    def _apply_entry(self, entry: bytes) -> list:
+    def _apply_entry(self, entry: bytes) -> tuple[int, list]:
+        index = self.consensus.applying_index()
         with self._lock:
             results = self.machine.apply_entry(entry)
         self.entries_applied += 1
@@ -144,7 +167,7 @@ class Node:
         if self._loop is not None and self._waiters and not self._wake_scheduled:
             self._wake_scheduled = True
             self._loop.call_soon_threadsafe(self._wake_waiters)
-        return results
+        return index, results
 
     def _snapshot(self) -> bytes:
         with self._lock:
@@ -159,6 +182,8 @@ class Node:
             self._loop.call_soon_threadsafe(self._role_changed)
 
     def _role_changed(self) -> None:
+        for watcher in self._view_watchers:
+            watcher()
         leader = self.is_leader()
         if leader and not self._was_leader:
             self.times_became_leader += 1
@@ -174,8 +199,12 @@ class Node:
     def _submit_entry(self, entry: bytes, term: int, callback) -> None:
         self.consensus.submit(entry, callback, term=term)
 
-    async def submit(self, command: dict) -> dict:
-        """Apply one command through the log; its result, or CommitError.
+    async def submit(self, command: dict) -> Committed:
+        """Apply one command through the log: its result and entry's index, or CommitError."""
+        return await self.submit_encoded(cbor2.dumps(command))
+
+    async def submit_encoded(self, encoded: bytes) -> Committed:
+        """``submit`` of a command a front encoded (CBOR, without ``now_ms``).
 
         A leader whose clock is not settled for its term (its barrier is not
         applied yet) holds the command until it is: stamped earlier it could
@@ -184,9 +213,8 @@ class Node:
         """
         term = self.consensus.term()
         await self._settled(term)
-        command["now_ms"] = self.clock.now_ms()
         try:
-            return await self.committer.submit(command, term)
+            return await self.committer.submit(stamped(encoded, self.clock.now_ms()), term)
         finally:
             self._ticker_wake.set()   # the command may have set a timer
 
@@ -223,8 +251,8 @@ class Node:
 
     async def checkpoint(self) -> tuple[str, str]:
         token = uuid.uuid4().hex
-        result = await self.submit({"op": "checkpoint", "token": token})
-        return token, result["digest"]
+        committed = await self.submit({"op": "checkpoint", "token": token})
+        return token, committed.result["digest"]
 
     def checkpoint_digest(self, token: str) -> str | None:
         return self._checkpoints.get(token)
@@ -247,7 +275,7 @@ class Node:
             try:
                 if not self.clock.settled_for(term):
                     # The barrier: once applied, the applied log time is the latest.
-                    await self.committer.submit({"op": "tick", "now_ms": self.clock.barrier_ms()}, term)
+                    await self.committer.submit(cbor2.dumps({"op": "tick", "now_ms": self.clock.barrier_ms()}), term)
                     if self.is_leader() and self.consensus.term() == term:
                         self.clock.settle(term)
                         self._release_settle_waiters(term)
@@ -277,15 +305,21 @@ class Node:
         with self._lock:
             return getattr(self.machine, query)(*args)
 
+    def applied_read(self, query: str, *args) -> tuple[object, int]:
+        """A read and the log index it reflects."""
+        with self._lock:
+            return getattr(self.machine, query)(*args), self.consensus.applied_index()
+
     # ---- long poll ---------------------------------------------------------------------------
-    async def wait_ready(self, queue: str, group: str, timeout: float) -> bool:
+    async def wait_ready(self, queue: str, group: str, timeout: float, max_waiters: int) -> str:
         """Wait until the group may have a ready message for this caller.
 
-        True when an apply woke this caller: it was counted as claiming one
-        ready message, and must call ``woken_done`` once it has tried to
+        "woken" when an apply woke this caller: it was counted as claiming
+        one ready message, and must call ``woken_done`` once it has tried to
         lease (before waiting again, too), so that what it left ready wakes
-        the next waiter.  False when something was ready already or after
-        `timeout`.
+        the next waiter.  "ready" at once when something is ready (or the
+        group does not exist: a receive then gets its error); "timeout" after
+        `timeout`.  CommitError too_many_waiters when `max_waiters` wait already.
         """
         key = (queue, group)
         future = self._loop.create_future()
@@ -293,12 +327,14 @@ class Node:
         # the look below then finds a waiter and wakes it (_apply_entry).
         self._waiters.setdefault(key, []).append(future)
         try:
-            if self.read("has_ready", queue, group):
-                return False
+            if self.read("has_ready", queue, group) or "error" in self.read("group_info", queue, group):
+                return "ready"
+            if self.long_polls_waiting() > max_waiters:
+                raise CommitError("too_many_waiters")
             await asyncio.wait_for(future, timeout)
-            return True
+            return "woken"
         except asyncio.TimeoutError:
-            return False
+            return "timeout"
         finally:
             waiting = self._waiters.get(key)
             if waiting is not None and future in waiting:
@@ -347,7 +383,25 @@ class Node:
 
     # ---- cluster ------------------------------------------------------------------------------
     def is_leader(self) -> bool:
-        return self.consensus.status()["role"] == "leader"
+        return self.consensus.route()[0] == "leader"
+
+    def view(self) -> dict:
+        """What a front needs to route a request: role, leader, term, quorum,
+        and every member's HTTP address."""
+        role, leader, term, quorum_ok = self.consensus.route()
+        addresses = {spec.id: spec.http for spec in self.cluster.nodes}
+        with self._lock:
+            addresses.update({node_id: m["http_addr"] for node_id, m in self.machine.members.items()})
+        return {"id": self.id, "role": role, "leader_id": leader, "term": term, "quorum_ok": quorum_ok,
+                "http": addresses}
+
+    def watch_view(self, changed) -> None:
+        """Call `changed()` on the loop whenever the role, leader or term changes."""
+        self._view_watchers.append(changed)
+
+    def stats(self) -> dict:
+        return {"times_became_leader": self.times_became_leader, "entries_applied": self.entries_applied,
+                "long_polls_waiting": self.long_polls_waiting(), "packing": self.committer.packing.as_dict()}
 
     def status(self) -> dict:
         return self.consensus.status()
@@ -385,8 +439,9 @@ class Node:
                 return lagging
             await asyncio.sleep(0.002)
 
-    def committer_observer(self, observe) -> None:
-        self.committer.observe(observe)
+    async def transfer_leadership(self, timeout: float, to: str | None = None) -> bool:
+        """Hand the lead to `to` (or the most caught-up follower); True once another node leads."""
+        return await asyncio.to_thread(self.consensus.transfer_leadership, timeout, to)
 
     async def _membership(self, call, *args) -> None:
         future = self._loop.create_future()
@@ -405,6 +460,6 @@ class Node:
 
     async def remove_node(self, node_id: str) -> None:
         await self._membership(self.consensus.remove_node, node_id)
-        result = await self.submit({"op": "remove_member", "id": node_id})
+        result = (await self.submit({"op": "remove_member", "id": node_id})).result
         if "error" in result and result["error"] != "not_found":
             raise CommitError(result["error"])

@@ -11,6 +11,7 @@ admin token, which every route accepts); ``client()`` passes it on.
 """
 
 import dataclasses
+import os
 import random
 import signal
 import socket
@@ -165,15 +166,16 @@ class LocalCluster:
         return self.pid(node_id) is not None
 
     def signal(self, node_id: str, sig: int) -> None:
+        """Signal the whole node: its engine and its fronts (a node is one process group)."""
         proc = self.procs.get(node_id)
         if proc is not None and proc.poll() is None:
-            proc.send_signal(sig)
+            os.killpg(proc.pid, sig)
 
     def kill(self, node_id: str) -> None:
-        """kill -9: no chance to flush or hand over."""
+        """kill -9 of every process of the node: no chance to flush or hand over."""
         proc = self.procs.pop(node_id, None)
         if proc is not None and proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
         if proc is not None:
             proc.wait()
         self._forget_pid(node_id)
@@ -184,14 +186,14 @@ class LocalCluster:
                    if nid in self.procs}
         for proc in targets.values():
             if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.send_signal(signal.SIGTERM)
+                os.killpg(proc.pid, signal.SIGCONT)
+                proc.send_signal(signal.SIGTERM)   # the engine stops its fronts
         deadline = time.monotonic() + timeout
         for proc in targets.values():
             try:
                 proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         for nid in targets:
             self._forget_pid(nid)

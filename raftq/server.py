@@ -1,27 +1,40 @@
-"""`raftq node`: one node process — Raft replication plus the HTTP API.
+"""`raftq node`: one node — an engine process and its front processes.
 
-SIGTERM and SIGINT shut it down cleanly: stop taking connections, hand
-leadership over when leading, answer or fail what is in flight, flush the
-journal, exit 0.
+The process started as `raftq node` binds the node's HTTP port, forks the
+fronts (``raftq.front``) while it has no other thread yet, then becomes the
+engine: pysyncobj's tick thread, the journal, the state machine and log
+time, serving the fronts over socket pairs (``engine.service``).  Its PID is
+the node's: stopping or killing it stops the node.
+
+SIGTERM and SIGINT shut it down cleanly: hand leadership over when leading,
+let the fronts stop taking connections and answer or fail what is in flight,
+flush the journal, exit 0.  A front that dies on its own takes the node down
+with it (exit 1), so that a supervisor restarts a whole node rather than
+leaving part of its port unserved.
 """
 
 import asyncio
 import logging
+import os
 import signal
-import ssl
+import socket
 import sys
 import time
+from pathlib import Path
 
 import orjson
-from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from api.app import Settings, make_app
-
+from api.app import Settings
 from engine.config import ClusterConfig
 from engine.node import Node
+from engine.service import EngineService
+
+from .front import run_front
 
 log = logging.getLogger("raftq.server")
+
+FRONT_STOP_S = 20.0
 
 
 class JsonLogFormatter(logging.Formatter):
@@ -33,7 +46,7 @@ class JsonLogFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry = {"ts": round(record.created, 3), "level": record.levelname.lower(),
-                 "node": self.node_id, "logger": record.name, "msg": record.getMessage()}
+                 "node": self.node_id, "pid": record.process, "logger": record.name, "msg": record.getMessage()}
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return orjson.dumps(entry).decode()
@@ -62,57 +75,117 @@ def setup_logging(node_id: str, level: str = "INFO") -> None:
     logging.getLogger("aiohttp.server").addFilter(MalformedRequestFilter())
 
 
-def cap_connections(server: web.Server, limit: int) -> None:
-    """Close any connection beyond `limit` as soon as it is made (aiohttp has no such cap)."""
-    track = server.connection_made
-    refused = [0]
-
-    def connection_made(handler, transport) -> None:
-        track(handler, transport)
-        if len(server.connections) > limit:
-            if not refused[0]:
-                log.warning("more than %d HTTP connections (--max-connections); closing the excess", limit)
-            refused[0] += 1
-            transport.close()
-    server.connection_made = connection_made
-
-
-async def serve(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings: Settings,
-                tls: tuple[str, str] | None = None, auto_create: bool = True) -> None:
-    # Without a [cluster] secret the consensus module logs a loud security warning.
-    node = Node(cluster, node_id, data_dir, auto_create=auto_create)
-    await node.start()
-    limits = settings.limits
-    # aiohttp's keep-alive timer also runs from the moment a connection is
-    # made, and closes it unless a request's headers are complete: the
-    # header timeout, which is therefore the idle timeout as well.
-    runner = web.AppRunner(make_app(node, settings), access_log=None, handle_signals=False,
-                           keepalive_timeout=limits.header_timeout_s)
+def bind_http(address: str, count: int) -> list[socket.socket]:
+    """`count` listening sockets on one address (SO_REUSEPORT); OSError if it is taken."""
+    host, _, port = address.rpartition(":")
+    listeners = []
     try:
-        await runner.setup()
-        cap_connections(runner.server, limits.max_connections)
-        host, _, port = node.spec.http.rpartition(":")
-        ssl_context = None
-        if tls:
-            ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            ssl_context.load_cert_chain(*tls)
-        site = web.TCPSite(runner, host, int(port), ssl_context=ssl_context, reuse_address=True)
-        await site.start()
-        log.info("node %s serving HTTP on %s, Raft on %s", node_id, node.spec.http, node.spec.raft)
+        for _ in range(count):
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            listeners.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((host.strip("[]"), int(port)))
+            sock.listen(1024)
+            sock.setblocking(False)
+    except OSError:
+        for sock in listeners:
+            sock.close()
+        raise
+    return listeners
 
-        stopping = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stopping.set)
-        await stopping.wait()
 
+def run_node(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings: Settings,
+             tls: tuple[str, str] | None = None, auto_create: bool = True, workers: int = 1) -> int:
+    """Run the node until it is told to stop; its exit status."""
+    data_dir = Path(data_dir)
+    http = cluster.node(node_id).http
+    listeners = bind_http(http, workers)
+    engine_pid = os.getpid()
+    links, fronts = [], []
+    for worker, listener in enumerate(listeners):
+        engine_end, front_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            engine_end.close()
+            for other in [*listeners, *links]:
+                if other is not listener:
+                    other.close()
+            os._exit(run_front(worker=worker, listener=listener, link=front_end, node_id=node_id,
+                               data_dir=data_dir, settings=settings, tls=tls, auto_create=auto_create,
+                               engine_pid=engine_pid))
+        front_end.close()
+        links.append(engine_end)
+        fronts.append(pid)
+    for listener in listeners:
+        listener.close()
+    log.info("node %s: %d front(s) serving HTTP on %s", node_id, workers, http)
+    return asyncio.run(_run_engine(cluster, node_id, data_dir, settings=settings, auto_create=auto_create,
+                                   links=links, fronts=fronts))
+
+
+async def _run_engine(cluster: ClusterConfig, node_id: str, data_dir: Path, *, settings: Settings,
+                      auto_create: bool, links: list[socket.socket], fronts: list[int]) -> int:
+    node = Node(cluster, node_id, data_dir, auto_create=auto_create)
+    service = EngineService(node, max_long_polls=settings.limits.max_long_polls)
+    await node.start()
+    service.start()
+    log.info("node %s: Raft on %s", node_id, node.spec.raft)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    served = [asyncio.create_task(service.serve(link)) for link in links]
+    status = 0
+    started = None
+    try:
+        await asyncio.wait([*served, asyncio.create_task(stopping.wait())], return_when=asyncio.FIRST_COMPLETED)
         started = time.monotonic()
+        if not stopping.is_set():
+            log.error("a front process ended; stopping the node")
+            status = 1
         log.info("shutting down")
         await node.hand_over()            # clients are redirected to the next leader at once
-        await runner.shutdown()           # stop accepting; in-flight requests finish or fail cleanly
+        await _stop_fronts(fronts)        # they stop accepting; in-flight requests finish or fail
     finally:
-        # also when the HTTP port cannot be bound: a node nobody can reach
-        # must not go on voting and leading
-        await runner.cleanup()
+        service.stop()
         await node.close()                # journal flushed and closed
-    log.info("stopped in %.2fs", time.monotonic() - started)
+        for pid in fronts:
+            _reap(pid, signal.SIGKILL)
+    if started is not None:
+        log.info("stopped in %.2fs", time.monotonic() - started)
+    return status
+
+
+async def _stop_fronts(fronts: list[int]) -> None:
+    for pid in fronts:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + FRONT_STOP_S
+    while time.monotonic() < deadline and any(_alive(pid) for pid in fronts):
+        await asyncio.sleep(0.02)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False
+    return done == 0
+
+
+def _reap(pid: int, sig: int) -> None:
+    if _alive(pid):
+        _signal(pid, sig)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass

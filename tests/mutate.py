@@ -68,7 +68,7 @@ MUTANTS = [
            "return int(time.time() * 1000)",
            ("tests/test_log_clock.py", "tests/test_log_time.py::test_log_time_does_not_run_while_no_node_leads")),
     Mutant("submit-stamps-wall-clock", "log time does not run while no node leads",
-           "engine/node.py", 'command["now_ms"] = self.clock.now_ms()', 'command["now_ms"] = int(time.time() * 1000)',
+           "engine/node.py", "stamped(encoded, self.clock.now_ms())", "stamped(encoded, int(time.time() * 1000))",
            ("tests/test_log_time.py::test_log_time_does_not_run_while_no_node_leads",)),
     # ---- the mutants issue 13 found caught ---------------------------------------------------------
     Mutant("stale-receipt-accepted", "an ack with a stale receipt changes nothing",
@@ -159,7 +159,7 @@ MUTANTS = [
            "chaos/sync_ledger.py", "        if size > keep:", "        if False:",
            (T_JRN + "test_a_power_cut_loses_exactly_what_was_not_synced",)),
     Mutant("shutdown-without-hand-over", "a leader shutting down hands over first",
-           "engine/node.py", "moved = await asyncio.to_thread(self.consensus.transfer_leadership, 2.0)",
+           "engine/node.py", "moved = await self.transfer_leadership(2.0)",
            "moved = False", (T_FLT + "test_sigterm_leader_hands_over_and_exits_cleanly",)),
     Mutant("long-poll-never-woken", "a waiting receive is woken by the put that makes a message ready",
            "engine/node.py", "if self._loop is not None and self._waiters and not self._wake_scheduled:", "if False:",

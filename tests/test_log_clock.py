@@ -9,7 +9,9 @@ so a stamp read from the wall clock cannot pass for log time.
 
 import time
 
-from engine.node import LogClock
+import cbor2
+
+from engine.node import LogClock, stamped
 from statemachine import StateMachine
 from tests.waiting import wait_until
 
@@ -81,3 +83,10 @@ def test_a_wall_clock_jump_moves_no_log_time(monkeypatch):
     assert before <= after <= before + (time.monotonic() - started) * 1000 + 1
     monkeypatch.setattr(time, "time", lambda: real_time() - 3600)    # and an hour back
     assert clock.now_ms() >= after
+
+
+def test_a_stamp_is_spliced_into_an_encoded_command_of_any_size():
+    small = {"op": "put", "queue": "q", "messages": [{"body": b"x"}]}
+    large = {f"field{i}": i for i in range(30)}
+    for command in (small, {}, large):
+        assert cbor2.loads(stamped(cbor2.dumps(command), 1234)) == {**command, "now_ms": 1234}

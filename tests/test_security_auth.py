@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from api.routes import ACCEPTED, ROUTES
-from raftq import config as cluster_config
+from engine import config as cluster_config
 from raftq.local import LocalCluster
 from tests.wire import call
 

@@ -1,6 +1,5 @@
 """`raftq node` (one node of a deployment) and `raftq up` (a local cluster in the foreground)."""
 
-import asyncio
 import dataclasses
 import logging
 import os
@@ -12,7 +11,7 @@ def cmd_node(args) -> int:
     from api.app import Limits, Settings
 
     from engine import config as cluster_config
-    from ..server import serve, setup_logging
+    from ..server import run_node, setup_logging
     setup_logging(args.id, args.log_level)
     # Message bodies are on disk: every file and directory this node makes is its owner's only.
     os.umask(0o077)
@@ -45,14 +44,16 @@ def cmd_node(args) -> int:
     data_dir = Path(args.data_dir or f".raftq/{args.id}")
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     data_dir.chmod(0o700)
+    if args.workers < 1:
+        print("raftq node: --workers must be at least 1", file=sys.stderr)
+        return 2
     try:
-        asyncio.run(serve(cfg, args.id, str(data_dir), settings=settings,
-                          tls=(args.tls_cert, args.tls_key) if args.tls_cert else None,
-                          auto_create=not args.no_auto_create))
+        return run_node(cfg, args.id, str(data_dir), settings=settings,
+                        tls=(args.tls_cert, args.tls_key) if args.tls_cert else None,
+                        auto_create=not args.no_auto_create, workers=args.workers)
     except OSError as exc:
         print(f"raftq node: cannot serve {args.id}: {exc}", file=sys.stderr)
         return 1
-    return 0
 
 
 def cmd_up(args) -> int:
@@ -81,6 +82,8 @@ def add_parsers(sub) -> None:
     node.add_argument("--tls-key")
     node.add_argument("--tls-ca", help="CA bundle this node trusts when it calls other nodes over HTTPS")
     node.add_argument("--no-auto-create", action="store_true")
+    node.add_argument("--workers", type=int, default=max(1, min(8, len(os.sched_getaffinity(0)) - 1)),
+                      help="front processes serving HTTP (default: the cores but one, at least 1)")
     node.add_argument("--max-message-bytes", type=int, default=1 << 20,
                       help="a message's body, key, id and headers together")
     from api.app import LIMIT_HELP, Limits

@@ -1,0 +1,161 @@
+"""A node's engine as a front process sees it: the face of ``engine.service``, over a link.
+
+Routing needs no round trip: ``view()`` is the routing view the engine last
+pushed.  Everything that touches the state machine or the log is a call.
+When the link breaks (the engine died) ``closed`` is set: a front has
+nothing left to serve and exits.
+
+Nothing here assumes one engine per node: a front that hosts several Raft
+groups would hold one ``RemoteNode`` per group's engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+from pathlib import Path
+from typing import NamedTuple
+
+import cbor2
+
+from .committer import Committed, CommitError
+from .link import FrameWriter, LinkClosed, read_frame
+
+log = logging.getLogger("engine.remote")
+
+
+class Read(NamedTuple):
+    result: object
+    applied_index: int
+
+
+class RemoteNode:
+    def __init__(self, node_id: str, *, auto_create: bool, data_dir: Path, engine_pid: int):
+        self.id = node_id
+        self.auto_create = auto_create
+        self.data_dir = data_dir
+        self.engine_pid = engine_pid
+        self.closed = asyncio.Event()
+        self._view: dict = {"role": "follower", "leader_id": None, "term": 0, "quorum_ok": False, "http": {}}
+        self._view_changed = asyncio.Event()
+        self._calls: dict[int, asyncio.Future] = {}
+        self._ids = itertools.count(1)
+        self._out: FrameWriter | None = None
+        self._reader_task: asyncio.Task | None = None
+
+    async def connect(self, sock: socket.socket) -> None:
+        reader, writer = await asyncio.open_unix_connection(sock=sock)
+        self._out = FrameWriter(writer)
+        self._reader_task = asyncio.create_task(self._read(reader))
+
+    async def close(self) -> None:
+        if self._out:
+            self._out.close()
+        if self._reader_task:
+            self._reader_task.cancel()
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                for call_id, error, value in await read_frame(reader):
+                    if call_id == 0:
+                        if error == "view":
+                            self._view = value
+                            self._view_changed.set()
+                        continue
+                    future = self._calls.pop(call_id, None)
+                    if future is None or future.done():
+                        continue
+                    if error is None:
+                        future.set_result(value)
+                    else:
+                        future.set_exception(CommitError(error))
+        except LinkClosed:
+            log.warning("the engine went away")
+        finally:
+            for future in self._calls.values():
+                if not future.done():
+                    future.set_exception(CommitError("engine_gone"))
+            self._calls.clear()
+            self.closed.set()
+
+    async def _call(self, method: str, *args):
+        if self.closed.is_set():
+            raise CommitError("engine_gone")
+        call_id = next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        self._calls[call_id] = future
+        self._out.send([call_id, method, args])
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self._calls.pop(call_id, None)
+            if method == "wait_ready":
+                self._out.send([0, "cancel", [call_id]])
+            raise
+
+    def _tell(self, method: str, *args) -> None:
+        if not self.closed.is_set():
+            self._out.send([0, method, args])
+
+    # ---- routing, from the pushed view ---------------------------------------------------
+    def view(self) -> dict:
+        """role, leader_id, term, quorum_ok: as the engine last reported them."""
+        return self._view
+
+    async def next_view(self) -> dict:
+        """The view the engine pushes next."""
+        self._view_changed.clear()
+        await self._view_changed.wait()
+        return self._view
+
+    def http_addr(self, node_id: str | None) -> str | None:
+        return None if node_id is None else self._view["http"].get(node_id)
+
+    # ---- the log and the state machine ---------------------------------------------------
+    async def submit(self, command: dict) -> Committed:
+        # encoded here, so the engine only splices in its log time
+        result, index = await self._call("submit", cbor2.dumps(command))
+        return Committed(result, index)
+
+    async def read(self, query: str, *args, settled: bool = False) -> Read:
+        """A query of the state machine; `settled` waits first for this leader's barrier."""
+        result, applied = await self._call("read", query, list(args), settled)
+        return Read(result, applied)
+
+    async def wait_ready(self, queue: str, group: str, timeout: float) -> str:
+        return await self._call("wait_ready", queue, group, timeout)
+
+    def woken_done(self, queue: str, group: str) -> None:
+        self._tell("woken_done", queue, group)
+
+    async def replicated_everywhere(self, index: int, timeout: float) -> list[str]:
+        return await self._call("replicated_everywhere", index, timeout)
+
+    # ---- the cluster ------------------------------------------------------------------------
+    async def status(self) -> dict:
+        return await self._call("status")
+
+    async def members(self) -> list[dict]:
+        return await self._call("members")
+
+    async def stats(self) -> dict:
+        return await self._call("stats")
+
+    async def add_node(self, node_id: str, raft_addr: str, http_addr: str) -> None:
+        await self._call("add_node", node_id, raft_addr, http_addr)
+
+    async def remove_node(self, node_id: str) -> None:
+        await self._call("remove_node", node_id)
+
+    async def transfer_leadership(self, timeout: float, to: str | None = None) -> bool:
+        return await self._call("transfer_leadership", timeout, to)
+
+    async def checkpoint(self) -> tuple[str, str]:
+        token, digest = await self._call("checkpoint")
+        return token, digest
+
+    async def checkpoint_digest(self, token: str) -> str | None:
+        return await self._call("checkpoint_digest", token)

@@ -1,0 +1,160 @@
+"""The engine's face, served to the node's front processes over their links.
+
+Each front holds one link (``engine.link``); this side answers its calls
+against the ``Node`` and pushes the routing view to every front whenever it
+changes, so that a front routes a request (serve, redirect, 503) without a
+round trip.  Calls are the whole face of the node — nothing else of the
+engine is reachable from a front:
+
+=====================  ==============================================  =======================
+call                   args                                            answer
+=====================  ==============================================  =======================
+submit                 command, CBOR-encoded (bytes)                   [result, log index]
+read                   query, args, settled                            [result, applied index]
+wait_ready             queue, group, timeout_s                         "ready"/"woken"/"timeout"
+woken_done             queue, group                                    (none: call id 0)
+cancel                 call id of a wait_ready                         (none: call id 0)
+replicated_everywhere  log index, timeout_s                            ids still lagging
+status / members       —                                               consensus status / voters
+stats                  —                                               counters for /metrics
+add_node               id, raft_addr, http_addr                        None
+remove_node            id                                              None
+transfer_leadership    timeout_s, to                                   moved (bool)
+checkpoint             —                                               [token, digest]
+checkpoint_digest      token                                           digest or None
+=====================  ==============================================  =======================
+
+``settled`` reads wait, like writes, for this leader's barrier (``Node.settled``).
+An error is a ``CommitError`` code: the fronts map it to HTTP as they did in
+one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+
+from .committer import CommitError
+from .link import FrameWriter, LinkClosed, read_frame
+from .node import Node
+
+log = logging.getLogger("engine.service")
+
+# Role, leader, term and quorum changes are reported by the consensus module
+# as they happen; members' HTTP addresses change with applied entries, and are
+# re-checked this often.
+VIEW_RECHECK_S = 1.0
+
+
+class EngineService:
+    def __init__(self, node: Node, *, max_long_polls: int):
+        self.node = node
+        self.max_long_polls = max_long_polls
+        self._fronts: set[FrameWriter] = set()
+        self._view: dict | None = None
+        self._view_task: asyncio.Task | None = None
+        self._calls = {
+            "submit": self._submit, "read": self._read, "wait_ready": self._wait_ready,
+            "replicated_everywhere": node.replicated_everywhere, "add_node": node.add_node,
+            "remove_node": node.remove_node, "transfer_leadership": node.transfer_leadership,
+            "checkpoint": self._checkpoint,
+        }
+        self._instant = {
+            "status": lambda: node.status(), "members": node.members, "stats": node.stats,
+            "checkpoint_digest": node.checkpoint_digest, "woken_done": node.woken_done,
+        }
+
+    def start(self) -> None:
+        self.node.watch_view(self._push_view)
+        self._view_task = asyncio.create_task(self._recheck_view())
+
+    def stop(self) -> None:
+        if self._view_task:
+            self._view_task.cancel()
+        for front in list(self._fronts):
+            front.close()
+
+    async def serve(self, sock: socket.socket) -> None:
+        """Answer one front until it goes away."""
+        reader, writer = await asyncio.open_unix_connection(sock=sock)
+        out = FrameWriter(writer)
+        self._fronts.add(out)
+        waits: dict[int, asyncio.Task] = {}
+        out.send([0, "view", self._current_view()])
+        try:
+            while True:
+                for call_id, method, args in await read_frame(reader):
+                    if method == "cancel":
+                        task = waits.pop(args[0], None)
+                        if task:
+                            task.cancel()
+                    elif method in self._instant:
+                        self._answer_now(out, call_id, method, args)
+                    else:
+                        task = asyncio.create_task(self._answer(out, call_id, method, args))
+                        if method == "wait_ready":
+                            waits[call_id] = task
+                            task.add_done_callback(lambda _, c=call_id: waits.pop(c, None))
+        except LinkClosed:
+            pass
+        finally:
+            self._fronts.discard(out)
+            for task in waits.values():
+                task.cancel()
+            out.close()
+
+    def _answer_now(self, out: FrameWriter, call_id: int, method: str, args: list) -> None:
+        try:
+            value = self._instant[method](*args)
+        except Exception:
+            log.exception("engine call %s failed", method)
+            value, error = None, "internal"
+        else:
+            error = None
+        if call_id:
+            out.send([call_id, error, value])
+
+    async def _answer(self, out: FrameWriter, call_id: int, method: str, args: list) -> None:
+        try:
+            value, error = await self._calls[method](*args), None
+        except CommitError as exc:
+            value, error = None, exc.code
+        except asyncio.CancelledError:
+            return
+        except Exception:
+            log.exception("engine call %s failed", method)
+            value, error = None, "internal"
+        if call_id:
+            out.send([call_id, error, value])
+
+    async def _submit(self, encoded: bytes) -> list:
+        committed = await self.node.submit_encoded(encoded)
+        return [committed.result, committed.index]
+
+    async def _read(self, query: str, args: list, settled: bool) -> list:
+        if settled:
+            await self.node.settled()
+        return list(self.node.applied_read(query, *args))
+
+    async def _wait_ready(self, queue: str, group: str, timeout: float) -> str:
+        return await self.node.wait_ready(queue, group, timeout, self.max_long_polls)
+
+    async def _checkpoint(self) -> list:
+        return list(await self.node.checkpoint())
+
+    # ---- the routing view -----------------------------------------------------------------
+    def _current_view(self) -> dict:
+        self._view = self.node.view()
+        return self._view
+
+    def _push_view(self) -> None:
+        previous = self._view
+        if self._current_view() != previous:
+            for front in self._fronts:
+                front.send([0, "view", self._view])
+
+    async def _recheck_view(self) -> None:
+        while True:
+            await asyncio.sleep(VIEW_RECHECK_S)
+            self._push_view()
