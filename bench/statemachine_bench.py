@@ -50,7 +50,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TREE = os.environ.get("RAFTQ_BENCH_TREE", REPO)
 sys.path[:0] = [TREE, REPO]
 
-from bench.measure import rss_mib  # noqa: E402
+from bench.measure import memory_mib  # noqa: E402
 from statemachine import StateMachine, encode_entry, is_error  # noqa: E402
 
 BATCH = 100
@@ -181,7 +181,7 @@ MEMORY_MESSAGES = 1_000_000
 
 def rss_bytes() -> float:
     gc.collect()
-    return rss_mib(os.getpid()) * 2**20
+    return memory_mib([os.getpid()]) * 2**20     # (PSS: what the process alone holds)
 
 
 def memory_of_puts(snapshot_path: str) -> dict:
