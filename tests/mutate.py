@@ -74,7 +74,7 @@ MUTANTS = [
     Mutant("stale-receipt-accepted", "an ack with a stale receipt changes nothing",
            "statemachine/queue.py", "if lease is None or lease[0] != token:", "if lease is None:", RULES),
     Mutant("keyed-replacement-of-received", "keyed replacement only replaces what no group received",
-           "statemachine/queue.py", "if not old.received:", "if True:", RULES),
+           "statemachine/queue.py", "if not self.messages[old_seq].received:", "if True:", RULES),
     Mutant("follower-truncates-short-batch", "a follower deletes entries only on a real conflict",
            "engine/consensus.py", "if same < len(entries) and same < have:", "if same < have:",
            (T_CON + "test_follower_truncates_only_on_a_real_conflict",)),
