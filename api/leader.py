@@ -87,10 +87,28 @@ async def apply(app: web.Application, command: dict) -> Committed:
     ApiError no_quorum: retried with the same ids, it is stored once.
     """
     await caps.check(app[NODE], app[SETTINGS].limits, command)
+    return await _committed(app, app[NODE].submit(command), 0.0)
+
+
+async def receive_waiting(app: web.Application, command: dict, wait_s: float, *,
+                          last_try: bool = True) -> Committed | None:
+    """A validated receive that waits up to `wait_s` for a message (None at
+    the end of the wait unless `last_try`); 429 when this node has too many
+    receives waiting."""
+    return await _committed(app, app[NODE].receive(command, wait_s, last_try=last_try), wait_s)
+
+
+async def _committed(app: web.Application, call, wait_s: float) -> Committed:
+    """The outcome of a call into the log, its failures as HTTP errors."""
     try:
-        async with asyncio.timeout(app[SETTINGS].write_timeout_s):
-            return await app[NODE].submit(command)
+        async with asyncio.timeout(wait_s + app[SETTINGS].write_timeout_s):
+            return await call
     except CommitError as exc:
+        if exc.code == "too_many_waiters":
+            cap = app[SETTINGS].limits.max_long_polls
+            raise ApiError("too_many_waiters", f"{cap} receives are already waiting on this node "
+                                               "(--max-long-polls); retry later or poll another way",
+                           headers={"Retry-After": "1"}) from None
         if exc.code == "too_large":
             raise ApiError("too_large", "the request does not fit in one log entry") from None
         if exc.code == "engine_gone":

@@ -1,18 +1,16 @@
 """Put, receive (long poll), ack/nack/extend, browse, commit and transactions."""
 
 import re
-import time
 
 from aiohttp import web
 
-from engine.committer import CommitError
 from statemachine.queue import message_size
 from statemachine.validation import MAX_RECEIVE, MAX_WAIT_MS, check_message, is_int
 
 from .buffering import buffer_put, with_ids
 from .codec import message_from_wire, read_body, respond
 from .errors import ApiError, from_result
-from .leader import NODE, SETTINGS, no_quorum, read, route_to_leader, validate, write
+from .leader import NODE, SETTINGS, read, receive_waiting, route_to_leader, validate, write
 from .routing import leader_only, queue_name, group_name
 
 DURABILITY = ("quorum", "all", "leader")
@@ -124,35 +122,11 @@ async def receive(request: web.Request) -> web.Response:
     wait_ms = _int_field(body, "wait_ms", 0, 0, MAX_WAIT_MS)
     lease_ms = _int_field(body, "lease_ms", None, 1, 1 << 40, nullable=True)
     command = {"op": "receive", "queue": name, "group": group, "max": count, "lease_ms": lease_ms}
-    node = request.app[NODE]
-    deadline = time.monotonic() + wait_ms / 1000
-    woken = False
-    try:
-        while True:
-            # Waiting costs no log entry: a receive is written once something may
-            # be ready (or the group is missing, to get its error), or at the end.
-            if time.monotonic() < deadline:
-                if woken:
-                    node.woken_done(name, group)
-                woken = await _wait_ready(request, name, group, deadline - time.monotonic()) == "woken"
-            result = (await write(request, dict(command))).result
-            if result["messages"] or time.monotonic() >= deadline:
-                return respond(request, result)
-    finally:
-        if woken:
-            node.woken_done(name, group)
-
-
-async def _wait_ready(request: web.Request, queue: str, group: str, timeout: float) -> str:
-    try:
-        return await request.app[NODE].wait_ready(queue, group, timeout)
-    except CommitError as exc:
-        if exc.code != "too_many_waiters":
-            raise no_quorum(f"this node cannot wait for messages now ({exc.code}); retry") from None
-        cap = request.app[SETTINGS].limits.max_long_polls
-        raise ApiError("too_many_waiters", f"{cap} receives are already waiting on this node "
-                                           "(--max-long-polls); retry later or poll another way",
-                       headers={"Retry-After": "1"}) from None
+    validate(command)
+    result = (await receive_waiting(request.app, command, wait_ms / 1000)).result
+    if "error" in result:
+        raise from_result(result)
+    return respond(request, result)
 
 
 async def _settle(request: web.Request, op: str) -> web.Response:

@@ -5,7 +5,7 @@ Theory of operation
 One connection carries publishes with a confirm per message and any number of
 subscriptions with credit. It is a thin handler over the same node face as
 the HTTP routes — commands go through `leader.apply` into the group
-committer, long polls through `node.wait_ready` — so its semantics are the
+committer, waiting receives through `leader.receive_waiting` — so its semantics are the
 HTTP API's: idempotency ids, keys, durability levels, leases and receipts.
 What it saves is a request per message: many messages ride in one frame, many
 frames (from many connections) share one log entry, and deliveries are
@@ -33,13 +33,13 @@ import time
 import cbor2
 from aiohttp import WSMsgType, web
 
-from engine.committer import Committed, CommitError
+from engine.committer import Committed
 from statemachine import check_command
 from statemachine.validation import MAX_RECEIVE, NAME_PATTERN, NAME_RE, is_int
 
 from .bounded import check_cbor
 from .errors import ApiError, from_result
-from .leader import NODE, apply, leader_read
+from .leader import NODE, apply, leader_read, receive_waiting
 from .messages import DURABILITY, checked_message, reach_durability
 
 log = logging.getLogger("raftq.api.stream")
@@ -199,8 +199,18 @@ class Session:
 
     async def _apply(self, command: dict) -> Committed:
         """The command's result (refusals included) and index; LeadershipLost when it cannot be known here."""
+        return await self._leading(apply(self.app, command))
+
+    async def _receive(self, command: dict) -> Committed | None:
+        """A receive waiting up to IDLE_RECHECK_S; None when nothing came meanwhile."""
+        committed = await self._leading(receive_waiting(self.app, command, IDLE_RECHECK_S, last_try=False))
+        if self.node.view()["role"] != "leader":
+            raise LeadershipLost()
+        return committed
+
+    async def _leading(self, call):
         try:
-            return await apply(self.app, command)
+            return await call
         except ApiError as exc:
             if exc.code == "no_quorum" and self.node.view()["role"] != "leader":
                 raise LeadershipLost() from None
@@ -354,57 +364,40 @@ class Subscription:
         return self.prefetch - len(self.leases)
 
     async def run(self) -> None:
-        node, session = self.session.node, self.session
-        # Woken by an apply, this subscription claims a ready message until it
-        # has tried to lease (node.woken_done): one message wakes one waiter.
-        woken = False
-        try:
-            while True:
-                free = self._free()
-                if free <= 0:
-                    self.credit.clear()
-                    next_end = min(self.leases.values()) - time.monotonic()
-                    try:
-                        await asyncio.wait_for(self.credit.wait(), max(0.001, next_end))
-                    except asyncio.TimeoutError:
-                        pass
-                    continue
-                if woken:
-                    node.woken_done(self.queue, self.group)
+        session = self.session
+        while True:
+            free = self._free()
+            if free <= 0:
+                self.credit.clear()
+                next_end = min(self.leases.values()) - time.monotonic()
                 try:
-                    outcome = await node.wait_ready(self.queue, self.group, IDLE_RECHECK_S)
-                except CommitError:      # too many waiters on this node, or it is going away
-                    outcome = "timeout"
-                    await asyncio.sleep(IDLE_RECHECK_S)
-                woken = outcome == "woken"
-                if node.view()["role"] != "leader":
-                    raise LeadershipLost()
-                if outcome == "timeout":
-                    continue
-                try:
-                    result = (await session._apply({"op": "receive", "queue": self.queue, "group": self.group,
-                                                    "max": min(free, MAX_RECEIVE), "lease_ms": self.lease_ms})).result
-                except ApiError as exc:
-                    session.send({"op": "error", "sub": self.id, "error": exc.code, "status": exc.status,
-                                  "message": exc.message})
-                    await asyncio.sleep(IDLE_RECHECK_S)
-                    continue
-                finally:
-                    if woken:
-                        node.woken_done(self.queue, self.group)
-                        woken = False
-                if "error" in result:     # the queue or group was deleted: the subscription ends
-                    refusal = from_result(result)
-                    session.send({"op": "error", "sub": self.id, "error": refusal.code, "status": refusal.status,
-                                  "message": refusal.message})
-                    session.subscriptions.pop(self.id, None)
-                    return
-                ends = time.monotonic() + self.lease_ms / 1000
-                for message in result["messages"]:
-                    self.leases[message["receipt"]] = ends
-                    session.receipts[message["receipt"]] = self
-                if result["messages"]:
-                    session.send({"op": "deliver", "sub": self.id, "messages": result["messages"]})
-        finally:
-            if woken:
-                node.woken_done(self.queue, self.group)
+                    await asyncio.wait_for(self.credit.wait(), max(0.001, next_end))
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            # The engine waits for a ready message and leases it in one call;
+            # one message wakes one waiting receive, of a subscription or not.
+            command = {"op": "receive", "queue": self.queue, "group": self.group,
+                       "max": min(free, MAX_RECEIVE), "lease_ms": self.lease_ms}
+            try:
+                committed = await session._receive(command)
+            except ApiError as exc:
+                session.send({"op": "error", "sub": self.id, "error": exc.code, "status": exc.status,
+                              "message": exc.message})
+                await asyncio.sleep(IDLE_RECHECK_S)
+                continue
+            if committed is None:
+                continue
+            result = committed.result
+            if "error" in result:     # the queue or group was deleted: the subscription ends
+                refusal = from_result(result)
+                session.send({"op": "error", "sub": self.id, "error": refusal.code, "status": refusal.status,
+                              "message": refusal.message})
+                session.subscriptions.pop(self.id, None)
+                return
+            ends = time.monotonic() + self.lease_ms / 1000
+            for message in result["messages"]:
+                self.leases[message["receipt"]] = ends
+                session.receipts[message["receipt"]] = self
+            if result["messages"]:
+                session.send({"op": "deliver", "sub": self.id, "messages": result["messages"]})

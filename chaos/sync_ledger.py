@@ -13,7 +13,7 @@ segments, `fdatasync` before any acknowledgement.
 The line for a sync is written after the sync returns and before the journal
 returns to its caller (the tick thread does both), so anything acknowledged
 is covered by a line. Only segment data is cut: the journal makes every other
-change (segment creation, truncation, meta.json, directory entries) durable
+change (segment creation, truncation, meta.rec, directory entries) durable
 before it goes on, so a power cut finds them as they are. A segment the
 ledger never mentions keeps the length it had when the node started.
 """

@@ -6,134 +6,132 @@ a leader may still take a producer's messages, write them to its own disk
 back.  Every buffered message carries an idempotency id, so a replay that is
 interrupted and repeated stores each message once.
 
-File format: records ``<u32 length><u32 crc32><CBOR [queue, messages]>``
-appended to ``buffer.log``; ``buffer.pos`` holds the offset of the first
-record not yet forwarded (temp file, fsync, rename).  A torn tail from a
-crash fails its checksum and is cut at start-up.  When everything has been
-forwarded, both are reset to empty.
-
-A record the leader refuses for good (a bad request, a missing queue) must
-not hold back the ones behind it: it moves to ``dead.log`` (records
-``<u32 length><u32 crc32><CBOR [queue, messages, reason]>``), where an
-operator finds it; ``dead_lettered`` counts them.
+Files (record files, ``engine.records``):
+- ``buffer.log``: one record per buffered put, ``CBOR [queue, messages]``,
+  appended and fdatasynced.  A torn tail from a crash fails its checksum and
+  is cut at start-up.
+- ``buffer.pos``: the offset of the first record not yet forwarded, replaced
+  atomically.  When everything has been forwarded, the log is cut back to its
+  header and the position reset.
+- ``dead.log``: a record the leader refuses for good (a bad request, a missing
+  queue) must not hold back the ones behind it: it moves here as
+  ``CBOR [queue, messages, reason]``, where an operator finds it;
+  ``dead_lettered`` counts them.
 """
 
-import os
+import logging
 import struct
 import threading
-import zlib
 from pathlib import Path
 
 import cbor2
 
-RECORD = struct.Struct("<II")
+from . import records
+
+logger = logging.getLogger(__name__)
+
+LOG_MAGIC = b"RAFTQPB1"
+POS_MAGIC = b"RAFTQPP1"
+DEAD_MAGIC = b"RAFTQPD1"
+POSITION = struct.Struct("<Q")
+START = records.FILE_HEADER.size
 
 
 class BufferFull(Exception):
     pass
 
 
+def _open_log(path: Path, magic: bytes) -> tuple[records.Appender, int]:
+    """An appender after the last whole record of ``path`` (created if missing,
+    a torn tail cut), and how many records it holds."""
+    data = path.read_bytes() if path.exists() else b""
+    if not data:
+        records.write_file(path, magic)
+        records.fsync_dir(path.parent)
+        return records.Appender(path), 0
+    if not records.has_header(data, magic):
+        raise records.DamagedFile(f"{path} is not a raftq put buffer file ({magic!r}); move it aside to start")
+    count, end = 0, START
+    for _, end, _ in records.iter_records(data):
+        count += 1
+    appender = records.Appender(path, end)
+    if end < len(data):
+        logger.warning("%s: a torn record after offset %d was cut (it was never acknowledged)", path, end)
+        appender.truncate(end)
+    return appender, count
+
+
 class PutBuffer:
     def __init__(self, directory: Path, max_bytes: int = 256 << 20):
-        self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir = records.make_dir(directory)
         self.log_path = self.dir / "buffer.log"
         self.pos_path = self.dir / "buffer.pos"
+        self.dead_path = self.dir / "dead.log"
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._pos = int(self.pos_path.read_text()) if self.pos_path.exists() else 0
-        self.dead_path = self.dir / "dead.log"
-        self._file = open(self.log_path, "a+b")
-        self._end = self._valid_end(self._file)
-        self.dead_lettered = self._count_dead()
-        self._file.truncate(self._end)
+        self._log, _ = _open_log(self.log_path, LOG_MAGIC)
+        self._dead, self.dead_lettered = _open_log(self.dead_path, DEAD_MAGIC)
+        self._reader = open(self.log_path, "rb")
         # A crash between emptying the log and recording it leaves an old offset.
-        self._pos = min(self._pos, self._end)
+        self._pos = min(self._read_pos(), self._log.end)
 
-    @staticmethod
-    def _records(data: bytes):
-        """(offset after, payload) of each whole record, up to the first torn one."""
-        offset = 0
-        while offset + RECORD.size <= len(data):
-            length, crc = RECORD.unpack_from(data, offset)
-            payload = data[offset + RECORD.size: offset + RECORD.size + length]
-            if len(payload) < length or zlib.crc32(payload) != crc:
-                return
-            offset += RECORD.size + length
-            yield offset, payload
-
-    def _valid_end(self, file) -> int:
-        file.seek(0)
-        end = 0
-        for end, _ in self._records(file.read()):
-            pass
-        return end
-
-    def _count_dead(self) -> int:
-        if not self.dead_path.exists():
-            return 0
-        return sum(1 for _ in self._records(self.dead_path.read_bytes()))
+    def _read_pos(self) -> int:
+        try:
+            (raw,) = records.read_file(self.pos_path, POS_MAGIC)
+            return max(START, POSITION.unpack(raw)[0])
+        except FileNotFoundError:
+            return START
+        except ValueError:
+            # written atomically, so only a damaged disk gets here: forwarding
+            # everything again is safe, the messages carry idempotency ids
+            logger.critical("%s is damaged; every buffered put will be forwarded again", self.pos_path)
+            return START
 
     def dead_letter(self, next_pos: int, queue: str, messages: list, reason: str) -> None:
         """Set the oldest record aside in dead.log (durably) and move past it."""
         payload = cbor2.dumps([queue, messages, reason])
         with self._lock:
-            with open(self.dead_path, "ab") as dead:
-                dead.write(RECORD.pack(len(payload), zlib.crc32(payload)) + payload)
-                dead.flush()
-                os.fdatasync(dead.fileno())
+            self._dead.append(records.encode(payload))
+            self._dead.sync()
             self.dead_lettered += 1
         self.forwarded(next_pos)
 
     def dead_records(self) -> list:
         """[queue, messages, reason] of every record set aside, oldest first."""
-        if not self.dead_path.exists():
-            return []
-        return [cbor2.loads(p) for _, p in self._records(self.dead_path.read_bytes())]
+        data = self.dead_path.read_bytes()
+        return [cbor2.loads(payload) for _, _, payload in records.iter_records(data)]
 
     @property
     def pending_bytes(self) -> int:
-        return self._end - self._pos
+        return self._log.end - self._pos
 
     def append(self, queue: str, messages: list) -> None:
-        payload = cbor2.dumps([queue, messages])
+        record = records.encode(cbor2.dumps([queue, messages]))
         with self._lock:
-            if self.pending_bytes + len(payload) + RECORD.size > self.max_bytes:
+            if self.pending_bytes + len(record) > self.max_bytes:
                 raise BufferFull()
-            self._file.seek(self._end)
-            self._file.write(RECORD.pack(len(payload), zlib.crc32(payload)) + payload)
-            self._file.flush()
-            os.fdatasync(self._file.fileno())
-            self._end += RECORD.size + len(payload)
+            self._log.append(record)
+            self._log.sync()
 
     def oldest(self):
         """(next_pos, queue, messages) of the first record not yet forwarded, or None."""
         with self._lock:
-            if self._pos >= self._end:
+            if self._pos >= self._log.end:
                 return None
-            self._file.seek(self._pos)
-            length, _ = RECORD.unpack(self._file.read(RECORD.size))
-            queue, messages = cbor2.loads(self._file.read(length))
-            return self._pos + RECORD.size + length, queue, messages
+            self._reader.seek(self._pos)
+            length, _ = records.RECORD_HEADER.unpack(self._reader.read(records.RECORD_HEADER.size))
+            queue, messages = cbor2.loads(self._reader.read(length))
+            return self._pos + records.RECORD_HEADER.size + length, queue, messages
 
     def forwarded(self, next_pos: int) -> None:
         with self._lock:
             self._pos = next_pos
-            if self._pos >= self._end:
-                self._file.truncate(0)
-                os.fsync(self._file.fileno())
-                self._pos = self._end = 0
-            tmp = self.pos_path.with_suffix(".tmp")
-            with open(tmp, "w") as f:
-                f.write(str(self._pos))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.pos_path)
-            dir_fd = os.open(self.dir, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            if self._pos >= self._log.end:
+                self._log.truncate(START)
+                self._pos = START
+            records.replace_file(self.pos_path, POS_MAGIC, [POSITION.pack(self._pos)])
 
     def close(self) -> None:
-        self._file.close()
+        self._reader.close()
+        self._log.close()
+        self._dead.close()

@@ -7,14 +7,15 @@ protocol while every acknowledgement rests on bytes that reached the disk.
 
 Layout of the directory:
 
-- ``seg-<seq>.log``: a 16-byte header (magic, segment sequence number), then
-  records ``<u32 payload length><u32 crc32(length + payload)><payload>`` where
-  payload is ``<u64 index><u64 term><command>``. A new segment is started once
-  the current one passes ``segment_bytes``, so compaction (deleteEntriesTo)
-  unlinks whole dead segments instead of rewriting the live log.
-- ``meta.json``: currentTerm, votedFor, commit index and where the live log
-  starts (segment, offset) -- written to a temp file, fsynced, renamed, and the
-  directory fsynced.
+- ``seg-<seq>.log``: record files (``engine.records``: header with the
+  segment's sequence number as its tag, then checksummed records) whose
+  payloads are ``<u64 index><u64 term><command>``. A new segment is started
+  once the current one passes ``segment_bytes``, so compaction
+  (deleteEntriesTo) unlinks whole dead segments instead of rewriting the
+  live log.
+- ``meta.rec``: one record holding currentTerm, votedFor, commit index and
+  where the live log starts (segment, offset), as JSON -- replaced atomically
+  (temp file, fsync, rename, directory fsync).
 
 At open, records are read from the recorded start; the first record with a
 bad checksum, a short read or an index that does not follow its predecessor
@@ -23,11 +24,9 @@ Zero bytes after a segment's last record are the unused part of its
 preallocation, not damage: they are trimmed quietly.
 
 Preallocation: the live segment is extended ``PREALLOCATE_BYTES`` at a time
-with ``posix_fallocate`` and records are written into that space with
-``pwrite``. A data sync then has no file size to commit: measured with three
-processes syncing on one ext4 disk, fdatasync p50 fell from about 0.25 ms to
-0.20 ms, and bench/consensus_bench.py's lone commit p50 from 1.09 ms to
-1.00 ms. A segment is trimmed to its records when it is rolled or closed.
+(``records.Appender``): bench/consensus_bench.py's lone commit p50 went from
+1.09 ms to 1.00 ms with it. A segment is trimmed to its records when it is
+rolled or closed.
 
 Durability: ``add`` writes and fdatasyncs before it returns, unless the caller
 opened a ``deferred()`` block, in which case the block's end syncs once for all
@@ -44,20 +43,21 @@ import logging
 import os
 import re
 import struct
-import zlib
 from pathlib import Path
 from typing import Callable, Iterator
 
 from pysyncobj.journal import Journal
 
+from . import records
+from .records import FILE_HEADER as SEGMENT_HEADER, fsync_dir
+
 logger = logging.getLogger(__name__)
 
 SEGMENT_MAGIC = b"RAFTQJ\x00\x01"
-SEGMENT_HEADER = struct.Struct("<8sQ")
-RECORD_HEADER = struct.Struct("<II")
+META_MAGIC = b"RAFTQJM1"
 ENTRY_PREFIX = struct.Struct("<QQ")
 _SEGMENT_NAME = re.compile(r"^seg-(\d{12})\.log$")
-META_NAME = "meta.json"
+META_NAME = "meta.rec"
 PREALLOCATE_BYTES = 4 * 1024 * 1024
 
 
@@ -66,17 +66,7 @@ def _segment_name(seq: int) -> str:
 
 
 def encode_record(command: bytes, idx: int, term: int) -> bytes:
-    payload = ENTRY_PREFIX.pack(idx, term) + command
-    length = struct.pack("<I", len(payload))
-    return length + struct.pack("<I", zlib.crc32(payload, zlib.crc32(length))) + payload
-
-
-def fsync_dir(path: str | Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    return records.encode(ENTRY_PREFIX.pack(idx, term) + command)
 
 
 class DurableJournal(Journal):
@@ -91,8 +81,7 @@ class DurableJournal(Journal):
     def __init__(self, directory: str | Path, *, fsync: bool = True,
                  segment_bytes: int = 64 * 1024 * 1024,
                  snapshot_path: str | Path | None = None):
-        self._dir = Path(directory)
-        self._dir.mkdir(parents=True, exist_ok=True)
+        self._dir = records.make_dir(directory)
         self._fsync = fsync
         self._segment_bytes = segment_bytes
         # Compaction and snapshot installation drop log entries that only the
@@ -106,13 +95,10 @@ class DurableJournal(Journal):
         self._entries: list[tuple[bytes, int, int]] = []
         self._positions: list[tuple[int, int]] = []  # (segment seq, offset) per entry
         self._segment_sizes: dict[int, int] = {}     # seq -> size of its records
-        self._dirty = False                          # appended since the last data sync
         self._deferred = 0
         self._meta_dirty = False
-        self._fd: int | None = None
+        self._appender: records.Appender | None = None   # the live segment
         self._seq = 0
-        self._allocated = 0                          # the live segment file's size on disk
-        self._preallocate_bytes = PREALLOCATE_BYTES  # 0 where the filesystem cannot
         self.syncs = 0
 
         meta = self._read_meta()
@@ -125,18 +111,19 @@ class DurableJournal(Journal):
 
     def _read_meta(self) -> dict:
         path = self._dir / META_NAME
+        if not path.exists() and (self._dir / "meta.json").exists():
+            # term and vote of a journal written before the record format:
+            # starting from term 0 could vote twice in a term
+            raise records.DamagedFile(f"{self._dir} was written by an older raftq (meta.json); this node cannot "
+                                      "restart from it: move its data directory aside and it rejoins from the leader")
         try:
-            raw = json.loads(path.read_bytes())
+            (body,) = records.read_file(path, META_MAGIC)
+            return json.loads(body)
         except FileNotFoundError:
             return {}
         except ValueError:
-            logger.critical("journal meta %s is unreadable; starting from term 0", path)
+            logger.critical("journal meta %s is damaged; starting from term 0", path)
             return {}
-        body = raw.get("body", {})
-        if zlib.crc32(json.dumps(body, sort_keys=True).encode()) != raw.get("crc"):
-            logger.critical("journal meta %s fails its checksum; starting from term 0", path)
-            return {}
-        return body
 
     def _existing_segments(self) -> list[int]:
         seqs = []
@@ -163,19 +150,19 @@ class DurableJournal(Journal):
         for n, seq in enumerate(live):
             path = self._dir / _segment_name(seq)
             data = path.read_bytes()
-            if len(data) < SEGMENT_HEADER.size or SEGMENT_HEADER.unpack_from(data) != (SEGMENT_MAGIC, seq):
-                good_end, records = 0, []
+            if not records.has_header(data, SEGMENT_MAGIC, seq):
+                good_end, found = 0, []
             else:
                 offset = min(start_off if seq == start_seq else SEGMENT_HEADER.size, len(data))
-                good_end, records = self._scan(data, offset, prev_idx)
-            for command, idx, term, pos in records:
+                good_end, found = self._scan(data, offset, prev_idx)
+            for command, idx, term, pos in found:
                 self._entries.append((command, idx, term))
                 self._positions.append((seq, pos))
                 prev_idx = idx
             self._segment_sizes[seq] = good_end
             if good_end == len(data):
                 continue
-            if data.count(0, good_end) == len(data) - good_end:
+            if records.zero_tail(data, good_end):
                 os.truncate(path, good_end)    # unused preallocation
                 continue
             logger.warning("journal %s: invalid data at offset %d of %d bytes; truncating the log there "
@@ -208,80 +195,45 @@ class DurableJournal(Journal):
 
     @staticmethod
     def _scan(data: bytes, offset: int, prev_idx: int | None):
-        records = []
-        end = len(data)
-        while offset + RECORD_HEADER.size <= end:
-            length, crc = RECORD_HEADER.unpack_from(data, offset)
-            body_start = offset + RECORD_HEADER.size
-            if length < ENTRY_PREFIX.size or body_start + length > end:
-                break
-            payload = data[body_start:body_start + length]
-            if zlib.crc32(payload, zlib.crc32(data[offset:offset + 4])) != crc:
+        """(end of the good records, [(command, index, term, offset)]): the log
+        ends at the first record that is torn, damaged or out of sequence."""
+        found = []
+        end = offset
+        for start, record_end, payload in records.iter_records(data, offset):
+            if len(payload) < ENTRY_PREFIX.size:
                 break
             idx, term = ENTRY_PREFIX.unpack_from(payload)
             if prev_idx is not None and idx != prev_idx + 1:
                 break
-            records.append((bytes(payload[ENTRY_PREFIX.size:]), idx, term, offset))
-            prev_idx = idx
-            offset = body_start + length
-        return offset, records
+            found.append((bytes(payload[ENTRY_PREFIX.size:]), idx, term, start))
+            prev_idx, end = idx, record_end
+        return end, found
 
     def _write_new_segment_file(self, seq: int) -> None:
-        path = self._dir / _segment_name(seq)
-        with open(path, "wb") as f:
-            f.write(SEGMENT_HEADER.pack(SEGMENT_MAGIC, seq))
-            f.flush()
-            os.fsync(f.fileno())
+        records.write_file(self._dir / _segment_name(seq), SEGMENT_MAGIC, tag=seq)
 
     # -- writing ---------------------------------------------------------
 
     def _open_segment(self) -> None:
-        self._fd = os.open(self._dir / _segment_name(self._seq), os.O_WRONLY)
-        self._allocated = os.fstat(self._fd).st_size
-
-    def _file_size(self) -> int:
-        """Bytes of records in the live segment's file."""
-        return self._segment_sizes[self._seq]
-
-    def _put(self, data: bytes, offset: int) -> None:
-        end = offset + len(data)
-        if end > self._allocated and self._preallocate_bytes:
-            target = max(end, self._allocated + self._preallocate_bytes)
-            try:
-                os.posix_fallocate(self._fd, self._allocated, target - self._allocated)
-                self._allocated = target
-            except OSError:
-                logger.info("journal %s: no preallocation on this filesystem", self._dir)
-                self._preallocate_bytes = 0
-        os.pwrite(self._fd, data, offset)
-        self._allocated = max(self._allocated, end)
-
-    def _trim(self) -> None:
-        """Give back the unused preallocation of the live segment."""
-        size = self._file_size()
-        if self._allocated > size:
-            os.ftruncate(self._fd, size)
-            self._allocated = size
+        self._appender = records.Appender(self._dir / _segment_name(self._seq),
+                                          end=self._segment_sizes[self._seq], preallocate=PREALLOCATE_BYTES)
 
     def _write(self, data: bytes) -> None:
-        self._put(data, self._segment_sizes[self._seq])
-        self._segment_sizes[self._seq] += len(data)
-        self._dirty = True
+        self._segment_sizes[self._seq] = self._appender.append(data) + len(data)
 
     def _sync_data(self, force: bool = False) -> None:
         """Make appended bytes durable; ``force`` even when fsync is off."""
-        if not self._dirty:
-            return
-        if not (self._fsync or force):
-            return
-        os.fdatasync(self._fd)
-        self.syncs += 1
-        self._dirty = False
+        if (self._fsync or force) and self._appender.sync():
+            self.syncs += 1
 
     def _roll_segment(self) -> None:
         self._sync_data(force=True)
-        self._trim()
-        os.close(self._fd)
+        self._appender.trim()
+        self._start_segment()
+
+    def _start_segment(self) -> None:
+        """Close the current segment and append to a new, empty one."""
+        self._appender.close()
         self._seq += 1
         self._write_new_segment_file(self._seq)
         fsync_dir(self._dir)
@@ -332,18 +284,16 @@ class DurableJournal(Journal):
         seq, offset = self._positions[entryFrom]
         dropped = [s for s in self._segment_sizes if s > seq]
         if dropped:
-            os.close(self._fd)
+            self._appender.close()
             for s in dropped:
                 os.unlink(self._dir / _segment_name(s))
                 del self._segment_sizes[s]
             fsync_dir(self._dir)
             self._seq = seq
             self._open_segment()
-        os.ftruncate(self._fd, offset)
-        self._allocated = offset
         # A lost truncation followed by a shorter rewrite would resurrect
-        # stale records with continuous indexes: sync it now.
-        os.fsync(self._fd)
+        # stale records with continuous indexes: truncate() syncs it now.
+        self._appender.truncate(offset)
         self._segment_sizes[seq] = offset
         del self._entries[entryFrom:]
         del self._positions[entryFrom:]
@@ -365,13 +315,7 @@ class DurableJournal(Journal):
         self._prepare_rewrite()
         self._make_snapshot_durable()
         old = list(self._segment_sizes)
-        os.close(self._fd)
-        self._dirty = False
-        self._seq += 1
-        self._write_new_segment_file(self._seq)
-        fsync_dir(self._dir)
-        self._segment_sizes[self._seq] = SEGMENT_HEADER.size
-        self._open_segment()
+        self._start_segment()
         self._write_meta(start=(self._seq, SEGMENT_HEADER.size), durable_now=True)
         for s in old:
             os.unlink(self._dir / _segment_name(s))
@@ -404,18 +348,9 @@ class DurableJournal(Journal):
             "commit_index": self._commit_index,
             "start": list(start or self._log_start()),
         }
-        sync = self._fsync or durable_now
         self._meta_dirty = False
-        text = json.dumps({"body": body, "crc": zlib.crc32(json.dumps(body, sort_keys=True).encode())})
-        tmp = self._dir / (META_NAME + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            if sync:
-                os.fsync(f.fileno())
-        os.replace(tmp, self._dir / META_NAME)
-        if sync:
-            fsync_dir(self._dir)
+        records.replace_file(self._dir / META_NAME, META_MAGIC, [json.dumps(body).encode()],
+                             sync=self._fsync or durable_now)
 
     def setRaftCommitIndex(self, raftCommitIndex):
         if raftCommitIndex != self._commit_index:
@@ -457,14 +392,30 @@ class DurableJournal(Journal):
         return len(self._entries)
 
     def _destroy(self):
-        if self._fd is None:
+        if self._appender is None:
             return
         self._sync_data(force=True)
-        self._trim()
+        self._appender.trim()
         if self._meta_dirty:
             self._write_meta(durable_now=True)
-        os.close(self._fd)
-        self._fd = None
+        self._appender.close()
+        self._appender = None
+
+    def bytes_before(self, position: int) -> int:
+        """Bytes of the records before list position ``position`` (all of them
+        past the end): what compacting up to that entry would drop."""
+        if not self._positions:
+            return 0
+        start_seq, start_off = self._positions[0]
+        if position < len(self._positions):
+            end_seq, end_off = self._positions[position]
+        else:
+            end_seq, end_off = self._seq, self._segment_sizes[self._seq]
+        if start_seq == end_seq:
+            return end_off - start_off
+        between = sum(size - SEGMENT_HEADER.size for seq, size in self._segment_sizes.items()
+                      if start_seq < seq < end_seq)
+        return self._segment_sizes[start_seq] - start_off + between + end_off - SEGMENT_HEADER.size
 
     def stats(self) -> dict:
         return {

@@ -311,6 +311,36 @@ class Node:
             return getattr(self.machine, query)(*args), self.consensus.applied_index()
 
     # ---- long poll ---------------------------------------------------------------------------
+    async def receive(self, command: dict, wait_s: float, max_waiters: int, *,
+                      last_try: bool = True) -> Committed | None:
+        """A receive command that waits up to `wait_s` for something to lease.
+
+        Waiting costs no log entry: the receive is written once something may
+        be ready (or the group is missing, to get its error), and — when
+        `last_try` — once more at the end if nothing was (an HTTP receive
+        answers with its result); without it the end of the wait is None.
+        CommitError too_many_waiters when `max_waiters` wait on this node already.
+        """
+        queue, group = command["queue"], command["group"]
+        deadline = time.monotonic() + wait_s
+        woken = False
+        try:
+            while True:
+                if time.monotonic() < deadline:
+                    if woken:
+                        self.woken_done(queue, group)
+                    outcome = await self.wait_ready(queue, group, deadline - time.monotonic(), max_waiters)
+                    woken = outcome == "woken"
+                    if outcome == "timeout" and not last_try:
+                        return None
+                committed = await self.submit(dict(command))
+                if committed.result.get("messages") or "error" in committed.result \
+                        or time.monotonic() >= deadline:
+                    return committed
+        finally:
+            if woken:
+                self.woken_done(queue, group)
+
     async def wait_ready(self, queue: str, group: str, timeout: float, max_waiters: int) -> str:
         """Wait until the group may have a ready message for this caller.
 

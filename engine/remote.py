@@ -92,13 +92,9 @@ class RemoteNode:
             return await future
         except asyncio.CancelledError:
             self._calls.pop(call_id, None)
-            if method == "wait_ready":
+            if method == "receive":
                 self._out.send([0, "cancel", [call_id]])
             raise
-
-    def _tell(self, method: str, *args) -> None:
-        if not self.closed.is_set():
-            self._out.send([0, method, args])
 
     # ---- routing, from the pushed view ---------------------------------------------------
     def view(self) -> dict:
@@ -125,11 +121,10 @@ class RemoteNode:
         result, applied = await self._call("read", query, list(args), settled)
         return Read(result, applied)
 
-    async def wait_ready(self, queue: str, group: str, timeout: float) -> str:
-        return await self._call("wait_ready", queue, group, timeout)
-
-    def woken_done(self, queue: str, group: str) -> None:
-        self._tell("woken_done", queue, group)
+    async def receive(self, command: dict, wait_s: float, *, last_try: bool = True) -> Committed | None:
+        """A receive that waits up to `wait_s` for a message (``Node.receive``)."""
+        answer = await self._call("receive", command, wait_s, last_try)
+        return None if answer is None else Committed(*answer)
 
     async def replicated_everywhere(self, index: int, timeout: float) -> list[str]:
         return await self._call("replicated_everywhere", index, timeout)

@@ -11,9 +11,8 @@ call                   args                                            answer
 =====================  ==============================================  =======================
 submit                 command, CBOR-encoded (bytes)                   [result, log index]
 read                   query, args, settled                            [result, applied index]
-wait_ready             queue, group, timeout_s                         "ready"/"woken"/"timeout"
-woken_done             queue, group                                    (none: call id 0)
-cancel                 call id of a wait_ready                         (none: call id 0)
+receive                receive command, wait_s, last_try               [result, log index] or None
+cancel                 call id of a receive                            (none: call id 0)
 replicated_everywhere  log index, timeout_s                            ids still lagging
 status / members       —                                               consensus status / voters
 stats                  —                                               counters for /metrics
@@ -55,14 +54,14 @@ class EngineService:
         self._view: dict | None = None
         self._view_task: asyncio.Task | None = None
         self._calls = {
-            "submit": self._submit, "read": self._read, "wait_ready": self._wait_ready,
+            "submit": self._submit, "read": self._read, "receive": self._receive,
             "replicated_everywhere": node.replicated_everywhere, "add_node": node.add_node,
             "remove_node": node.remove_node, "transfer_leadership": node.transfer_leadership,
             "checkpoint": self._checkpoint,
         }
         self._instant = {
             "status": lambda: node.status(), "members": node.members, "stats": node.stats,
-            "checkpoint_digest": node.checkpoint_digest, "woken_done": node.woken_done,
+            "checkpoint_digest": node.checkpoint_digest,
         }
 
     def start(self) -> None:
@@ -93,7 +92,7 @@ class EngineService:
                         self._answer_now(out, call_id, method, args)
                     else:
                         task = asyncio.create_task(self._answer(out, call_id, method, args))
-                        if method == "wait_ready":
+                        if method == "receive":
                             waits[call_id] = task
                             task.add_done_callback(lambda _, c=call_id: waits.pop(c, None))
         except LinkClosed:
@@ -137,8 +136,9 @@ class EngineService:
             await self.node.settled()
         return list(self.node.applied_read(query, *args))
 
-    async def _wait_ready(self, queue: str, group: str, timeout: float) -> str:
-        return await self.node.wait_ready(queue, group, timeout, self.max_long_polls)
+    async def _receive(self, command: dict, wait_s: float, last_try: bool) -> list | None:
+        committed = await self.node.receive(command, wait_s, self.max_long_polls, last_try=last_try)
+        return None if committed is None else [committed.result, committed.index]
 
     async def _checkpoint(self) -> list:
         return list(await self.node.checkpoint())

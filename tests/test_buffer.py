@@ -1,6 +1,7 @@
 """The local put buffer: durable FIFO, torn tails cut, restart-safe."""
 
 from engine.buffer import BufferFull, PutBuffer
+from engine.records import FILE_HEADER
 
 
 def test_fifo_survives_reopen_and_advances(tmp_path):
@@ -18,7 +19,7 @@ def test_fifo_survives_reopen_and_advances(tmp_path):
     assert (queue, messages) == ("b", [{"body": b"\x00", "id": "y"}])
     buf.forwarded(pos)
     assert buf.oldest() is None and buf.pending_bytes == 0
-    assert (tmp_path / "buffer.log").stat().st_size == 0
+    assert (tmp_path / "buffer.log").stat().st_size == FILE_HEADER.size
 
 
 def test_torn_tail_is_cut(tmp_path):

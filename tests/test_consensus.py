@@ -25,8 +25,10 @@ from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.poller import createPoller
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
-from engine.consensus import FRAME, Consensus, Peer, _Connection
+from engine.consensus import Consensus, Peer
+from engine.raft_wire import FRAME, Connection
 from engine.journal import DurableJournal
+from engine.records import DamagedFile
 from raftq.local import free_ports as local_free_ports
 from engine.sealer import Sealer
 from tests.tools import require_strace
@@ -317,7 +319,7 @@ def test_the_wire_refuses_backward_timestamps_and_foreign_frames():
 
     def connection():
         ours.setblocking(False)      # as pysyncobj's server hands sockets over
-        conn = _Connection(poller=poller, socket=ours)
+        conn = Connection(poller=poller, socket=ours)
         conn.encryptor = Sealer(SECRET)
         conn.setOnMessageReceivedCallback(received.append)
         return conn
@@ -351,7 +353,7 @@ def test_the_wire_refuses_backward_timestamps_and_foreign_frames():
 
 class FakeLeader:
     """Speaks the Raft wire format, unencrypted, to one follower: raftq's
-    (pysyncobj's messages framed by engine.consensus.FRAME), or with
+    (pysyncobj's messages framed by engine.raft_wire.FRAME), or with
     ``pysyncobj_framing`` plain pysyncobj 0.3.17's (native int length, zlib)."""
 
     def __init__(self, own_addr, follower_addr, *, pysyncobj_framing=False):
@@ -540,6 +542,61 @@ def test_a_damaged_snapshot_is_refused_and_restores_nothing(cluster):
     assert reader.entries == held
 
 
+def test_a_node_closed_with_a_long_log_compacts_it_first_and_restarts_from_the_snapshot(cluster):
+    c = cluster(compaction_min_entries=10 ** 6, compaction_min_seconds=10 ** 6,
+                compaction_min_bytes=256 * 1024).start_all()
+    leader = c.leader()
+    leader_id = leader.status()["self_id"]
+    # above a quarter of the (jittered) byte threshold, below the threshold itself
+    for i in range(100):
+        commit(c, b"%04d" % i + b"x" * 1020)
+    c.converged()
+    assert all(n.status()["snapshot"]["count"] == 0 for n in c.nodes.values())
+    c.stop(leader_id)
+    restarted = c.start(leader_id)
+    wait_until(lambda: restarted.status()["applied_index"] >= 100, what="the restarted node to apply")
+    assert restarted.status()["snapshot"]["index"] is not None
+    assert restarted.status()["log_entries"] < 10
+    commit(c, b"after")
+    c.converged()
+    assert c.machines[leader_id].entries[-1] == b"after" and len(c.machines[leader_id].entries) == 101
+
+
+def test_a_crash_between_snapshot_and_compaction_keeps_the_entries_after_the_snapshot(cluster):
+    """The window between writing a snapshot and dropping the log prefix it
+    covers: pysyncobj would clear the whole log at the next start."""
+    c = cluster(compaction_min_entries=10 ** 6, compaction_min_seconds=10 ** 6).start_all()
+    leader = c.leader()
+    follower_id = next(i for i, n in c.nodes.items() if n is not leader)
+    follower = c.nodes[follower_id]
+    for i in range(20):
+        commit(c, b"a%d" % i)
+    c.converged()
+    follower._journal.deleteEntriesTo = lambda entry_to: None     # the crash: the prefix is never dropped
+    assert follower.force_snapshot()
+    for i in range(10):
+        commit(c, b"b%d" % i)
+    c.converged()
+    last = follower.status()["last_log_index"]
+    c.close()
+    alone = c.start(follower_id)                                   # no leader to catch up from
+    def loaded():
+        status = alone.status()
+        return 0 < (status["snapshot"]["index"] or 0) <= status["applied_index"]
+    wait_until(loaded, what="the snapshot to load")
+    assert alone.status()["last_log_index"] == last
+    assert alone.status()["log_entries"] < 20
+
+def test_a_snapshot_of_another_format_stops_the_node_at_start(cluster):
+    """pysyncobj would log a failed load and go on without the state the
+    snapshot held: the node must refuse to start instead."""
+    c = cluster()
+    (c.root / "n1").mkdir(parents=True)
+    (c.root / "n1" / "snapshot.bin").write_bytes(b"RAFTQSN1" + b"\0" * 64)
+    with pytest.raises(DamagedFile, match="not a RAFTQSN2 snapshot"):
+        c.start("n1")
+    assert "n1" not in c.nodes
+
 def test_the_leader_leaves_compaction_to_the_followers(cluster):
     c = cluster(compaction_min_entries=20, compaction_min_seconds=10 ** 6).start_all()
     leader = c.leader()
@@ -557,6 +614,32 @@ def test_the_leader_leaves_compaction_to_the_followers(cluster):
         commit(c, b"f%d" % i)
     wait_until(lambda: leader.status()["snapshot"]["count"] > 0, what="the leader's snapshot")
 
+
+def test_compaction_by_journal_bytes_with_few_large_entries(cluster):
+    """Group commit makes entries large: a node must compact by bytes even
+    when the entry count stays far below its threshold."""
+    c = cluster(compaction_min_entries=10 ** 6, compaction_min_seconds=10 ** 6,
+                compaction_min_bytes=16 * 1024).start_all()
+    leader = c.leader()
+    # 16 KiB x jitter (1-1.5) is crossed by 30 entries of 1 KiB, but not 4 x that
+    for i in range(30):
+        commit(c, b"%04d" % i + b"x" * 1020)
+    c.converged()
+    followers = [n for n in c.nodes.values() if n is not leader]
+    for node in followers:
+        wait_until(lambda: node.status()["snapshot"]["count"] > 0 and node.status()["log_entries"] < 30,
+                   what="a follower's compaction by bytes")
+    assert leader.status()["snapshot"]["count"] == 0
+    # nothing new applied, nothing to compact: no snapshot on every tick
+    counts = [n.status()["snapshot"]["count"] for n in followers]
+    time.sleep(0.5)
+    assert [n.status()["snapshot"]["count"] for n in followers] == counts
+    # past LEADER_COMPACTION_FACTOR x the bytes the leader compacts too
+    for i in range(80):
+        commit(c, b"%04d" % (30 + i) + b"y" * 1020)
+    wait_until(lambda: leader.status()["snapshot"]["count"] > 0, what="the leader's snapshot by bytes")
+    c.converged()
+    assert len(c.machines[leader.status()["self_id"]].entries) == 110
 
 # -- proxies between nodes -------------------------------------------------------------
 

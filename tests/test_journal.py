@@ -15,6 +15,7 @@ import pytest
 from chaos import sync_ledger
 from chaos.power import node_site_env
 from engine.journal import PREALLOCATE_BYTES, SEGMENT_HEADER, DurableJournal, encode_record
+from engine.records import DamagedFile
 from tests.tools import require_strace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,8 +82,8 @@ def records_bytes(journal):
 
 def crash(journal):
     """Stop using a journal the way kill -9 would (no sync of its own, no trim)."""
-    os.close(journal._fd)
-    journal._fd = None
+    os.close(journal._appender.fd)
+    journal._appender = None
 
 
 def test_the_live_segment_is_preallocated_and_trimmed_when_closed(tmp_path):
@@ -202,6 +203,15 @@ def test_delete_entries_to_unlinks_dead_segments_without_rewriting(tmp_path):
     assert [e[1] for e in contents(DurableJournal(tmp_path, segment_bytes=300))] == list(range(46, 63))
 
 
+def test_bytes_before_counts_the_records_a_compaction_would_drop(tmp_path):
+    j = DurableJournal(tmp_path, segment_bytes=300)
+    fill(j, 1, 60)
+    sizes = [len(encode_record(*e)) for e in contents(j)]
+    assert j.bytes_before(0) == 0
+    assert [j.bytes_before(p) for p in (1, 7, 59, 60, 1000)] == [sum(sizes[:p]) for p in (1, 7, 59, 60, 60)]
+    j.deleteEntriesTo(25)              # the live log now starts inside a segment
+    assert [j.bytes_before(p) for p in (0, 1, 30, 35)] == [0] + [sum(sizes[25:25 + p]) for p in (1, 30, 35)]
+
 def test_delete_everything_then_append(tmp_path):
     j = DurableJournal(tmp_path)
     fill(j, 1, 5)
@@ -254,10 +264,15 @@ def test_damaged_meta_is_detected(tmp_path):
     j = DurableJournal(tmp_path)
     j.setCurrentTerm(5, "x")
     j._destroy()
-    meta = tmp_path / "meta.json"
-    meta.write_text(meta.read_text().replace('"term": 5', '"term": 6'))
+    meta = tmp_path / "meta.rec"
+    meta.write_bytes(meta.read_bytes().replace(b'"term": 5', b'"term": 6'))
     assert DurableJournal(tmp_path).getCurrentTerm() == 0
 
+
+def test_a_journal_of_the_older_meta_format_is_refused_not_reset_to_term_0(tmp_path):
+    (tmp_path / "meta.json").write_text('{"body": {"term": 9, "voted_for": "x"}, "crc": 0}')
+    with pytest.raises(DamagedFile, match="older raftq"):
+        DurableJournal(tmp_path)
 
 def test_the_snapshot_is_fsynced_before_the_entries_it_replaces_are_dropped(tmp_path, monkeypatch):
     snapshot = tmp_path / "snapshot.bin"
@@ -285,7 +300,7 @@ def test_the_snapshot_is_fsynced_before_the_entries_it_replaces_are_dropped(tmp_
     j.deleteEntriesTo(30)
     monkeypatch.undo()
     synced = events.index(("fsync", str(snapshot)))
-    moved = events.index(("replace", str(tmp_path / "journal" / "meta.json")))
+    moved = events.index(("replace", str(tmp_path / "journal" / "meta.rec")))
     dropped = [i for i, e in enumerate(events) if e[0] == "unlink" and "/seg-" in e[1]]
     assert dropped and synced < moved < min(dropped)
     j._destroy()

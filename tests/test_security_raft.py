@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from engine.consensus import FRAME, HANDSHAKE_DEADLINE_S
+from engine.raft_wire import FRAME, HANDSHAKE_DEADLINE_S
 from engine.sealer import Sealer
 
 pytestmark = pytest.mark.integration

@@ -1,0 +1,376 @@
+"""raftq's Raft node: pysyncobj's SyncObj with the protocol fixes raftq needs.
+
+pysyncobj 0.3.17 runs the Raft protocol on its own *tick thread* (network
+I/O, elections, replication, commit, apply). ``RaftNode`` subclasses it and
+closes these gaps (../shared/PYSYNCOBJ.md); ``engine.consensus`` drives it.
+
+1. Durability. ``engine.journal.DurableJournal`` (checksummed, fsynced
+   segments; term/vote/commit index in an fsynced meta file) replaces
+   pysyncobj's mmap journal through pysyncobj's single injection point,
+   ``createJournal`` as imported into ``pysyncobj.syncobj``: it is wrapped once
+   so that a journal *object* passed as ``conf.journalFile`` is used as is,
+   while any other value gets pysyncobj's own behaviour -- per instance, and
+   inert for other users of pysyncobj in the process. Syncs are grouped but
+   never skipped: the leader appends a round of commands, sends them to the
+   followers and fsyncs while they do (Raft allows the leader's own write in
+   parallel; it counts itself only at the next tick, after the sync); a
+   follower appends what one network poll brought, fsyncs once, and only then
+   sends the acknowledgements it queued meanwhile. Anything that could make a
+   queued acknowledgement untrue (truncation, clear, a new term) first flushes
+   the queue.
+2. Follower truncation. ``RaftNode`` handles AppendEntries itself: it
+   deletes entries only on a real conflict (same index, different term),
+   appends only entries it lacks, acknowledges the last index of the
+   *leader's* message (not its own last index) and advances its commit index
+   only up to entries verified against the leader. pysyncobj truncated after
+   every overlapping, shorter batch, dropping acknowledged entries.
+3. Compaction. Snapshots go through pysyncobj's ``serializer`` hooks (the
+   file is ``engine.snapshot_file``'s, written on the tick thread: no pickle
+   of live objects, no fork). A node compacts once its log holds more entries
+   *or more bytes* than its thresholds (pysyncobj counts entries only, and
+   group commit makes entries large), and the leader defers its own
+   compaction (a snapshot stalls the tick thread; on the leader that would
+   stop heartbeats and cause an election).
+4. No forwarding. pysyncobj sends a command queued on a node that has lost
+   the lead to the new leader; raftq entries carry their proposer's log
+   time, valid for one term only, so ``TermCheckedQueue`` refuses them.
+5. Commit index. Followers learn it with the next append or heartbeat rather
+   than by an extra round after every apply.
+6. Never raise. Every pysyncobj callback resolves a ``Ticket``, whose
+   callback is wrapped (an exception in one would otherwise make pysyncobj
+   apply the entry again).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from typing import Protocol
+
+from . import pysyncobj_pin  # noqa: F401  -- the release these overrides were written for
+import pysyncobj.syncobj as _syncobj
+from pysyncobj import SyncObj, replicated
+from pysyncobj.config import FAIL_REASON
+from pysyncobj.fast_queue import FastQueue
+from pysyncobj.journal import Journal
+from pysyncobj.monotonic import monotonic
+
+from .journal import DurableJournal
+from .raft_wire import DialingTransport
+from .sealer import Sealer
+
+logger = logging.getLogger(__name__)
+
+
+class RaftOwner(Protocol):
+    """What the Raft node needs of the facade that owns it (``engine.consensus.Consensus``)."""
+    _leader_contact: float        # when a leader was last heard, for quorum_ok
+    _loaded_snapshot: object      # set by the snapshot reader while a snapshot loads
+
+    def _apply_entry(self, entry: bytes): ...
+
+    def _heard_from(self, addr: str) -> None: ...
+
+
+def _install_journal_hook() -> None:
+    original = _syncobj.createJournal
+    if getattr(original, "raftq_hook", False):
+        return
+
+    def createJournal(journalFile=None):
+        if isinstance(journalFile, Journal):
+            return journalFile
+        return original(journalFile)
+
+    createJournal.raftq_hook = True
+    _syncobj.createJournal = createJournal
+
+
+_install_journal_hook()
+
+FOLLOWER, CANDIDATE, LEADER = _syncobj._RAFT_STATE.FOLLOWER, _syncobj._RAFT_STATE.CANDIDATE, _syncobj._RAFT_STATE.LEADER
+ROLE_NAMES = {FOLLOWER: "follower", CANDIDATE: "candidate", LEADER: "leader"}
+LEADER_COMPACTION_FACTOR = 4
+REGULAR_COMMAND = _syncobj._COMMAND_TYPE.REGULAR
+
+FAIL_REASONS = {
+    FAIL_REASON.QUEUE_FULL: "overloaded",
+    FAIL_REASON.MISSING_LEADER: "no_quorum",
+    FAIL_REASON.DISCARDED: "discarded",
+    FAIL_REASON.NOT_LEADER: "not_leader",
+    FAIL_REASON.LEADER_CHANGED: "leader_changed",
+    FAIL_REASON.REQUEST_DENIED: "denied",
+    FAIL_REASON.UNKNOWN_OUTCOME: "unknown_outcome",
+}
+
+
+class Ticket:
+    """One caller's callback, resolved exactly once, on the tick thread.
+
+    ``term`` is the term the caller prepared its entry for: the entry may enter
+    the log only while this node leads that term.
+    """
+
+    __slots__ = ("callback", "deadline", "term", "done")
+
+    def __init__(self, callback, deadline: float, term: int):
+        self.callback = callback
+        self.deadline = deadline
+        self.term = term
+        self.done = False
+
+    def resolve(self, result, error: str | None) -> None:
+        if self.done:
+            return
+        self.done = True
+        try:
+            self.callback(result, error)
+        except Exception:
+            logger.exception("a consensus callback raised; ignored so the entry is not applied again")
+
+    def on_pysyncobj_result(self, result, fail_reason) -> None:
+        if fail_reason == FAIL_REASON.SUCCESS:
+            self.resolve(result, None)
+        else:
+            self.resolve(None, FAIL_REASONS.get(fail_reason, "unknown_outcome"))
+
+
+class TermCheckedQueue(FastQueue):
+    """pysyncobj's command queue, handing out only what may enter the log now.
+
+    pysyncobj takes a queued command off this queue on the tick thread and,
+    if the node has meanwhile lost the lead, sends it to the new leader
+    (``apply_command``), which appends it to its log. A raftq entry carries
+    its proposer's log time (``now_ms``), which is only right for the term it
+    was stamped in: forwarded, an old leader's clock would run the new term's
+    log time ahead of real time and expire leases early (found by the chaos
+    suite: a paused leader woke up and put its tick into the new leader's
+    log, 223 ms ahead). So a command is handed out only while this node leads
+    the term it was submitted for; any other is refused, definitely not
+    applied, and its caller retries with the current leader. The check runs
+    on the tick thread at the moment pysyncobj decides, so no role change can
+    slip in between.
+    """
+
+    def __init__(self, node: "RaftNode", max_size: int):
+        super().__init__(max_size)
+        self._node = node
+
+    def get_nowait(self):
+        while True:
+            command, callback = super().get_nowait()
+            ticket = getattr(callback, "__self__", None)
+            if not isinstance(ticket, Ticket) or self._node.leads(ticket.term):
+                return command, callback
+            ticket.resolve(None, "not_leader")
+
+
+class RaftNode(SyncObj):
+    """SyncObj with raftq's follower fix, grouped fsyncs and one replicated method.
+
+    Name-mangled ``_SyncObj__*`` attributes are pysyncobj 0.3.17 internals
+    (engine/pysyncobj_pin.py).
+    """
+
+    def __init__(self, owner: RaftOwner, self_node, other_nodes, conf, journal: DurableJournal, dial_addrs,
+                 *, sealer: Sealer | None, max_frame: int, compaction_min_bytes: int):
+        self._owner = owner
+        self._sealer = sealer
+        self._journal = journal
+        self._replies: list[tuple[object, dict]] = []
+        self.compaction_min_bytes = compaction_min_bytes
+        journal.before_rewrite = self._flush_replies
+        super().__init__(self_node, other_nodes, conf,
+                         transportClass=functools.partial(DialingTransport, dial_addrs=dial_addrs,
+                                                         max_frame=max_frame))
+        # pysyncobj stops ticking when the thread that built it exits; tie
+        # the tick thread to the process instead (close() stops it).
+        self._SyncObj__mainThread = threading.main_thread()
+        self._SyncObj__commandsQueue = TermCheckedQueue(self, conf.commandsQueueSize)
+        self.apply_func_id = self._methodToID[self._getFuncName("_raftq_apply")]
+
+    @replicated
+    def _raftq_apply(self, entry):
+        return self._owner._apply_entry(entry)
+
+    @property
+    def encryptor(self):
+        # pysyncobj's transport encrypts with whatever this returns (Fernet
+        # when conf.password is set); raftq's Sealer is AES-GCM (see sealer.py).
+        return self._sealer
+
+    def leads(self, term: int) -> bool:
+        return self._SyncObj__raftState == LEADER and self._SyncObj__raftCurrentTerm == term
+
+    # -- snapshots ---------------------------------------------------------
+
+    def _SyncObj__tryLogCompaction(self):
+        # A snapshot is taken on the tick thread and stalls this node for as
+        # long as the state machine takes to serialize (about a second per
+        # million stored messages). On a follower that only delays its
+        # acknowledgements; on the leader it stops heartbeats and triggers an
+        # election. So the leader leaves compaction to the followers until
+        # its log is LEADER_COMPACTION_FACTOR times the threshold (or one is
+        # forced); a new leader soon compacts what it owes as a follower did.
+        # A finished snapshot (serializer pid -1/-2, pysyncobj 0.3.17) must
+        # still get through, so that its log prefix is deleted.
+        #
+        # pysyncobj counts entries only; group commit makes entries large (a
+        # batch put of 1 000 messages is one), so a node holding a million
+        # messages may have a thousand entries and never compact: its restart
+        # then replays everything. Bytes that a compaction would drop count
+        # as well.
+        finished = self._SyncObj__serializer._Serializer__pid != 0
+        if not finished:
+            factor = LEADER_COMPACTION_FACTOR if self._SyncObj__raftState == LEADER else 1
+            too_many_bytes = self.compactable_bytes() > factor * self.compaction_min_bytes
+            if (factor > 1 and not too_many_bytes and not self._SyncObj__forceLogCompaction
+                    and len(self._journal) <= factor * self._SyncObj__conf.logCompactionMinEntries):
+                return
+            if too_many_bytes:
+                self._SyncObj__forceLogCompaction = True
+        SyncObj._SyncObj__tryLogCompaction(self)
+
+    def compactable_bytes(self) -> int:
+        """Journal bytes before the last applied entry (a snapshot can only
+        replace applied entries: counting the rest would snapshot again on
+        every tick while a slow follower applies)."""
+        log = self._journal
+        if not len(log):
+            return 0
+        return log.bytes_before(max(0, self._SyncObj__raftLastApplied - log[0][1]))
+
+    # -- commit notification ---------------------------------------------
+
+    def _SyncObj__applyLogEntries(self):
+        # pysyncobj answers "send AppendEntries now" after every apply, only to
+        # tell the followers the new commit index: two more messages and two
+        # more acknowledgements per lone write, on the leader's CPU while it
+        # answers the client. Followers learn the commit index with the next
+        # append or heartbeat instead (appendEntriesPeriod), as in most Raft
+        # implementations; nothing waits on a follower's apply.
+        SyncObj._SyncObj__applyLogEntries(self)
+        return False
+
+    # -- grouped fsyncs --------------------------------------------------
+
+    def _onTick(self, timeToWait=0.0):
+        with self._journal.deferred():
+            super()._onTick(timeToWait)
+        self._send_replies()
+
+    def _checkCommandsToApply(self):
+        # The leader's appends were sent to followers as they were made;
+        # sync them before this tick polls for acknowledgements, so the
+        # leader's own copy is durable before the next tick counts it.
+        super()._checkCommandsToApply()
+        self._journal.sync()
+
+    def _flush_replies(self) -> None:
+        self._journal.sync()
+        self._send_replies()
+
+    def _send_replies(self) -> None:
+        replies, self._replies = self._replies, []
+        transport = self._SyncObj__transport
+        for node, message in replies:
+            transport.send(node, message)
+
+    def _reply(self, node, next_idx: int, success: bool, reset: bool) -> None:
+        self._replies.append((node, {"type": "next_node_idx", "next_node_idx": next_idx,
+                                     "reset": reset, "success": success}))
+
+    # -- messages ----------------------------------------------------------
+
+    def _SyncObj__onMessageReceived(self, node, message):
+        try:
+            self._owner._heard_from(node.id)
+            if message["type"] == "append_entries" and message["term"] >= self._SyncObj__raftCurrentTerm:
+                self._on_append_entries(node, message)
+            else:
+                SyncObj._SyncObj__onMessageReceived(self, node, message)
+        except Exception:
+            kind = message.get("type") if isinstance(message, dict) else type(message).__name__
+            logger.critical("failed to handle a %r message from %s", kind, node, exc_info=True)
+
+    def _on_append_entries(self, node, message):
+        # pysyncobj 0.3.17's prologue: follow this leader and its term
+        term = message["term"]
+        if term > self._SyncObj__raftCurrentTerm:
+            self._SyncObj__transferInProgress = False
+        if not self._SyncObj__transferInProgress:
+            self._SyncObj__raftElectionDeadline = monotonic() + self._SyncObj__generateRaftTimeout()
+        if self._SyncObj__raftLeader != node:
+            self._SyncObj__onLeaderChanged()
+        self._SyncObj__raftLeader = node
+        if term > self._SyncObj__raftCurrentTerm:
+            self._SyncObj__setCurrentTerm(term, None)
+        self._SyncObj__setState(FOLLOWER)
+        leader_commit = self._SyncObj__leaderCommitIndex = message["commit_index"]
+        self._owner._leader_contact = monotonic()
+
+        verified = None  # last index known to equal the leader's log
+        if "transmission" in message:
+            # raftq leaders never send it: entries stay below the batch size
+            logger.critical("ignoring a chunked append_entries from %s (entry above the batch size)", node)
+        elif "prevLogIdx" in message:
+            verified = self._match_entries(node, message["prevLogIdx"], message["prevLogTerm"],
+                                           message.get("entries", []))
+        elif message.get("serialized") is not None:
+            if self._SyncObj__serializer.setTransmissionData(message["serialized"]):
+                self._owner._loaded_snapshot = None
+                self._SyncObj__loadDumpFile(clearJournal=True)
+                loaded = self._owner._loaded_snapshot
+                # pysyncobj logs and swallows a failed load; acknowledging
+                # then would vouch for the old log. Without a reply the
+                # leader finds the gap and sends the snapshot again.
+                if loaded is not None and self._journal[-1] == loaded:
+                    verified = loaded[1]
+                    self._reply(node, verified + 1, success=True, reset=False)
+
+        if verified is not None and leader_commit > self._SyncObj__raftCommitIndex:
+            commit = min(leader_commit, verified)
+            if commit > self._SyncObj__raftCommitIndex:
+                self._SyncObj__raftCommitIndex = commit
+                self._journal.setRaftCommitIndex(commit)
+
+    def _match_entries(self, node, prev_idx: int, prev_term: int, entries: list) -> int | None:
+        log = self._journal
+        first, last = log[0][1], log[-1][1]
+        if not first <= prev_idx <= last:
+            self._reply(node, last + 1, success=False, reset=True)
+            return None
+        base = prev_idx - first
+        if log[base][2] != prev_term:
+            self._reply(node, prev_idx, success=False, reset=True)
+            return None
+        have = len(log) - base - 1
+        same = 0
+        while same < len(entries) and same < have and log[base + 1 + same][2] == entries[same][2]:
+            same += 1
+        if same < len(entries) and same < have:
+            self._truncate_conflict(base + 1 + same)
+        for entry in entries[same:]:
+            log.add(*entry)
+        if self._SyncObj__conf.dynamicMembershipChange:
+            for entry in entries[same:]:
+                change = self._SyncObj__parseChangeClusterRequest(entry[0])
+                if change is not None:
+                    self._SyncObj__doChangeCluster(change)
+        matched = prev_idx + len(entries)
+        self._reply(node, matched + 1, success=True, reset=False)
+        return matched
+
+    def _truncate_conflict(self, position: int) -> None:
+        log = self._journal
+        if self._SyncObj__conf.dynamicMembershipChange:
+            for entry in reversed(log[position:]):
+                change = self._SyncObj__parseChangeClusterRequest(entry[0])
+                if change is not None:
+                    self._SyncObj__doChangeCluster(change, reverse=True)
+        first_dropped = log[position][1]
+        if first_dropped <= self._SyncObj__raftLastApplied:
+            logger.critical("conflict truncates applied entries from index %d (last applied %d)",
+                            first_dropped, self._SyncObj__raftLastApplied)
+        log.deleteEntriesFrom(position)

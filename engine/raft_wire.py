@@ -1,0 +1,224 @@
+"""The Raft wire: how raftq nodes frame, seal and accept pysyncobj's messages.
+
+pysyncobj's TCP transport carries the Raft messages; raftq changes what
+travels and who may connect (the classes below say how and why):
+
+- Framing: ``<u32 length><sealed pickle>`` without pysyncobj's zlib
+  (``Connection``), read one frame at a time.
+- Sealing: messages are sealed with AES-256-GCM (``engine.sealer``, handed to
+  pysyncobj as its ``encryptor``) instead of pysyncobj's Fernet, at a
+  fraction of its cost per message; replayed or forged frames drop the
+  connection.
+- The Raft port faces whoever can reach it (docs/security.md): a frame longer
+  than ``max_frame_bytes`` closes its connection as soon as its length is
+  read; an incoming connection must name a configured peer within
+  ``HANDSHAKE_DEADLINE_S`` (pysyncobj's read-only peers and utility commands
+  are refused), and an address may hold only ``PENDING_PER_ADDRESS`` such
+  connections at a time. Node-to-node messages are unpickled: without the
+  cluster secret anyone reaching the port can run code.
+- Proxy dialing: a node's identity is its ``raft_addr``; ``Peer.dial_addr``
+  only changes where this node connects to (``DialingTransport``). It lives
+  in the transport rather than in a Node subclass because Node objects are
+  pickled into the replicated log on membership changes, where one node's
+  dial address would leak to the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+
+from . import pysyncobj_pin  # noqa: F401  -- the release these overrides were written for
+from pysyncobj import pickle as _pickle
+from pysyncobj.dns_resolver import globalDnsResolver
+from pysyncobj.monotonic import monotonic
+from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
+from pysyncobj.transport import TCPTransport
+
+logger = logging.getLogger(__name__)
+
+FRAME = struct.Struct("<I")   # a Raft message on the wire: <length><sealed pickle>
+# Until a connection has named a configured peer (sealed with the cluster
+# secret), it may take this long, and one address may hold this many such
+# connections at once (all addresses together: PENDING_LIMIT); anything
+# beyond is closed at once, so garbage or stalled sockets cost nothing.
+HANDSHAKE_DEADLINE_S = 2.0
+PENDING_PER_ADDRESS = 4
+PENDING_LIMIT = 64
+
+
+def max_frame_bytes(max_entry_bytes: int) -> int:
+    """The largest Raft message a peer can legitimately send.
+
+    pysyncobj packs entries up to the batch size (max entry + 64 KiB) and may
+    overshoot by one entry; snapshots travel in 1 MiB chunks.  The rest is
+    pickle and seal overhead.
+    """
+    return 2 * (max_entry_bytes + 64 * 1024) + (1 << 20)
+
+
+class Connection(TcpConnection):
+    """pysyncobj's TCP connection with raftq's framing: no zlib.
+
+    pysyncobj deflates every message before encrypting it. ``zlib.compress``
+    costs about 40 us even for a 400-byte message (deflateInit's tables) and
+    17 ms for a 1 MiB entry, once per follower. Measured with
+    bench/consensus_bench.py, leaving it out took the lone commit p50 from
+    0.94 to 0.79 ms and 64 KiB entries from 7.7 to 35 MiB/s. Every node of a
+    cluster must frame alike (raftq nodes all use this class, both ways).
+
+    The checks pysyncobj makes with ``assert`` (gone under ``python -O``)
+    are explicit here, and a connection's last timestamp moves only after
+    the message authenticated.  A frame may declare at most ``max_frame``
+    bytes (a longer one drops the connection as soon as its length is read),
+    and the socket is read only until one frame is complete: pysyncobj reads
+    whatever arrives into one growing buffer, which a peer streaming zeros
+    turned into hundreds of MiB and a busy tick thread.
+    """
+
+    max_frame = max_frame_bytes(2 * 1024 * 1024)
+    accepted_at = 0.0
+
+    def _TcpConnection__processRead(self):
+        if not self._room_to_read():
+            return False
+        return TcpConnection._TcpConnection__processRead(self)
+
+    def _room_to_read(self) -> bool:
+        """False once the buffer holds a whole frame (parse it first) or declares too big a one."""
+        buffer = self._TcpConnection__readBuffer
+        if len(buffer) < FRAME.size:
+            return True
+        declared = FRAME.unpack_from(buffer)[0]
+        if declared > self.max_frame:
+            logger.warning("a Raft connection declared a %d-byte frame (limit %d); closed", declared, self.max_frame)
+            self.disconnect()
+            return False
+        return len(buffer) < FRAME.size + declared
+
+    def send(self, message):
+        if self.sendRandKey:
+            message = (self.sendRandKey, message)
+        data = _pickle.dumps(message)
+        if self.encryptor:
+            data = self.encryptor.encrypt_at_time(data, int(monotonic()))
+        self._TcpConnection__writeBuffer += FRAME.pack(len(data)) + data
+        self._TcpConnection__trySendBuffer()
+
+    def _TcpConnection__processParseMessage(self):
+        buffer = self._TcpConnection__readBuffer
+        if len(buffer) < FRAME.size:
+            return None
+        declared = FRAME.unpack_from(buffer)[0]
+        if declared > self.max_frame:
+            self.disconnect()
+            return None
+        end = FRAME.size + declared
+        if len(buffer) < end:
+            return None
+        try:
+            message = self._open(buffer[FRAME.size:end])
+        except Exception:
+            # forged, replayed or garbled: drop the peer, as pysyncobj does
+            self.disconnect()
+            return None
+        self._TcpConnection__readBuffer = buffer[end:]
+        return message
+
+    def _open(self, data: bytes):
+        if self.encryptor:
+            stamp = self.encryptor.extract_timestamp(data)
+            if stamp < self.recvLastTimestamp:
+                raise ValueError("the sender's timestamps went backwards")
+            data = self.encryptor.decrypt(data)
+            self.recvLastTimestamp = stamp
+        message = _pickle.loads(data)
+        if self.recvRandKey:
+            key, message = message
+            if key != self.recvRandKey:
+                raise ValueError("a message sealed for another connection")
+        return message
+
+
+class DialingTransport(TCPTransport):
+    """TCPTransport that connects to a peer's dial address when one is set,
+    over raftq's connections (``Connection``).
+
+    Identity (what is announced and what the acceptor looks up) stays the
+    peer's Raft address; only the TCP destination changes.
+    """
+
+    def __init__(self, syncObj, selfNode, otherNodes, *, dial_addrs: dict[str, str], max_frame: int):
+        self._dial_addrs = dial_addrs
+        self._max_frame = max_frame
+        super().__init__(syncObj, selfNode, otherNodes)
+
+    # pysyncobj builds its TcpConnection objects inline, here and in its TCP
+    # server; each becomes a Connection (same state, raftq's framing) before
+    # it sends or reads a byte.
+    def addNode(self, node):
+        super().addNode(node)
+        if node in self._connections:
+            self._adopt(self._connections[node])
+
+    def _adopt(self, conn) -> None:
+        conn.__class__ = Connection
+        conn.max_frame = self._max_frame
+        conn.accepted_at = monotonic()
+
+    def _onNewIncomingConnection(self, conn):
+        self._adopt(conn)
+        address = remote_address(conn)
+        pending = [c for c in self._unknownConnections if c.state != CONNECTION_STATE.DISCONNECTED]
+        if len(pending) >= PENDING_LIMIT or \
+                sum(1 for c in pending if remote_address(c) == address) >= PENDING_PER_ADDRESS:
+            logger.warning("too many Raft connections from %s that named no peer yet; closed", address)
+            conn.disconnect()
+            return
+        super()._onNewIncomingConnection(conn)
+
+    def _onIncomingMessageReceived(self, conn, message):
+        # After the key exchange the first message names the sender. Only a
+        # configured peer may connect: pysyncobj would also take 'readonly'
+        # (a node that receives every entry) and utility commands (lists).
+        if conn.sendRandKey or not self._syncObj.encryptor:
+            if not isinstance(message, str) or message not in self._nodeAddrToNode:
+                logger.warning("a Raft connection from %s did not name a configured peer; closed",
+                               remote_address(conn))
+                conn.disconnect()
+                self._unknownConnections.discard(conn)
+                return
+        super()._onIncomingMessageReceived(conn, message)
+
+    def _onTick(self):
+        super()._onTick()
+        if self._unknownConnections:
+            expired = monotonic() - HANDSHAKE_DEADLINE_S
+            for conn in [c for c in self._unknownConnections if c.accepted_at < expired]:
+                logger.warning("a Raft connection from %s named no peer within %.0f s; closed",
+                               remote_address(conn), HANDSHAKE_DEADLINE_S)
+                conn.disconnect()
+                self._unknownConnections.discard(conn)
+
+    def _connectIfNecessarySingle(self, node):
+        # pysyncobj 0.3.17's method, with the destination looked up in _dial_addrs
+        if node in self._connections and self._connections[node].state != CONNECTION_STATE.DISCONNECTED:
+            return True
+        if not self._shouldConnect(node):
+            return False
+        if node in self._lastConnectAttempt and \
+                monotonic() - self._lastConnectAttempt[node] < self._syncObj.conf.connectionRetryTime:
+            return False
+        self._lastConnectAttempt[node] = monotonic()
+        dial = self._dial_addrs.get(node.address)
+        if dial is None:
+            return self._connections[node].connect(node.ip, node.port)
+        host, port = dial.rsplit(":", 1)
+        return self._connections[node].connect(globalDnsResolver().resolve(host), int(port))
+
+
+def remote_address(conn) -> str:
+    try:
+        return conn._TcpConnection__socket.getpeername()[0]
+    except (OSError, AttributeError):
+        return "?"

@@ -1,0 +1,222 @@
+"""Checksummed record files: the one on-disk format of everything a node keeps.
+
+The journal's segments and its meta file, the snapshot, and the put buffer
+(its log, its read position, its dead letters) are all record files:
+
+- a 16-byte header ``<8-byte magic><u64 tag>``: the magic names what the file
+  holds (a file is never read as another kind), the tag is the file's own
+  (a journal segment's sequence number; 0 elsewhere);
+- then records ``<u32 length><u32 crc32(length bytes + payload)><payload>``.
+  The checksum covers the length too, so a damaged length is caught like a
+  damaged payload rather than sending the reader off to a wrong offset.
+
+Reading (``iter_records``, ``read_file``) stops at the first record that is
+short or fails its checksum: what follows a torn or damaged record is never
+trusted, and the caller decides whether that is a torn tail to cut (the
+journal, the buffer) or a damaged file to refuse (the snapshot, meta).
+
+Writing, one way for each shape of file:
+- a whole file (``write_file``; ``replace_file`` when an older version must
+  survive a crash): created 0600, written, fsynced; ``replace_file`` writes a
+  temp file, renames it over the old one and fsyncs the directory;
+- an appended log (``Appender``): records written at the end and made durable
+  by ``sync`` (fdatasync) before anything acknowledges them. With
+  ``preallocate`` the file is extended that many bytes at a time with
+  ``posix_fallocate`` and written with ``pwrite``: a data sync then has no
+  file size to commit (measured with three processes syncing on one ext4
+  disk: fdatasync p50 from about 0.25 ms to 0.20 ms). Zero bytes after the
+  last record are that unused preallocation, not damage (``zero_tail``).
+Every file and directory a node creates is its owner's only (0600 / 0700),
+whatever the process umask.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import zlib
+from pathlib import Path
+from typing import Iterable, Iterator
+
+logger = logging.getLogger(__name__)
+
+FILE_HEADER = struct.Struct("<8sQ")
+RECORD_HEADER = struct.Struct("<II")
+_LENGTH = struct.Struct("<I")
+FILE_MODE = 0o600
+
+
+class DamagedFile(ValueError):
+    """A whole-file record file (snapshot, meta) that is not exactly what was written."""
+
+
+def record_header(payload) -> bytes:
+    length = _LENGTH.pack(len(payload))
+    return length + _LENGTH.pack(zlib.crc32(payload, zlib.crc32(length)))
+
+
+def encode(payload: bytes) -> bytes:
+    return record_header(payload) + payload
+
+
+def file_header(magic: bytes, tag: int = 0) -> bytes:
+    return FILE_HEADER.pack(magic, tag)
+
+
+def _intact(header, payload) -> bool:
+    """Whether ``payload`` is the one its record header announced."""
+    length, crc = RECORD_HEADER.unpack(header)
+    return len(payload) == length and zlib.crc32(payload, zlib.crc32(header[:_LENGTH.size])) == crc
+
+
+def iter_records(data, offset: int = FILE_HEADER.size) -> Iterator[tuple[int, int, memoryview]]:
+    """(start, end, payload) of each whole, intact record from ``offset``, up to
+    the first one that is not; payloads are views into ``data``."""
+    view = memoryview(data)
+    size = len(view)
+    while offset + RECORD_HEADER.size <= size:
+        body = offset + RECORD_HEADER.size
+        (length,) = _LENGTH.unpack_from(view, offset)
+        if body + length > size or not _intact(view[offset:body], view[body:body + length]):
+            return
+        yield offset, body + length, view[body:body + length]
+        offset = body + length
+
+
+def has_header(data, magic: bytes, tag: int | None = None) -> bool:
+    if len(data) < FILE_HEADER.size:
+        return False
+    found, found_tag = FILE_HEADER.unpack_from(data)
+    return found == magic and (tag is None or found_tag == tag)
+
+
+def zero_tail(data, end: int) -> bool:
+    """True if everything after ``end`` is zero bytes (unused preallocation)."""
+    return data.count(0, end) == len(data) - end
+
+
+def read_file(path: str | Path, magic: bytes) -> list[bytes]:
+    """Every record of a whole file written by ``write_file``; DamagedFile if the
+    header, any record or the length is not exactly as written. Each payload
+    is read straight into its own bytes (a snapshot's state is most of the
+    file: no second copy of it)."""
+    payloads = []
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if not has_header(f.read(FILE_HEADER.size), magic):
+            raise DamagedFile(f"{path}: not a {magic!r} file")
+        while header := f.read(RECORD_HEADER.size):
+            at = f.tell() - len(header)
+            if len(header) < RECORD_HEADER.size:
+                raise DamagedFile(f"{path}: torn record at offset {at}")
+            # a damaged length must not make us read (or allocate) past the file
+            payload = f.read(min(_LENGTH.unpack_from(header)[0], size - f.tell()))
+            if not _intact(header, payload):
+                raise DamagedFile(f"{path}: damaged record at offset {at}")
+            payloads.append(payload)
+    return payloads
+
+
+def write_file(path: str | Path, magic: bytes, payloads: Iterable[bytes] = (), *, tag: int = 0,
+               sync: bool = True) -> int:
+    """Create (or overwrite) ``path`` holding ``payloads``, fsynced unless told
+    otherwise; returns its size. A large payload is written as it is, not copied."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        with os.fdopen(fd, "wb", closefd=False) as f:
+            f.write(file_header(magic, tag))
+            for payload in payloads:
+                f.write(record_header(payload))
+                f.write(payload)
+            size = f.tell()
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    return size
+
+
+def replace_file(path: str | Path, magic: bytes, payloads: Iterable[bytes], *, sync: bool = True) -> None:
+    """Replace ``path`` atomically: a crash leaves the old file or the new one."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    write_file(tmp, magic, payloads, sync=sync)
+    os.replace(tmp, path)
+    if sync:
+        fsync_dir(path.parent)
+
+
+def fsync_dir(path: str | Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dir(path: str | Path) -> Path:
+    """``path`` (0700 if it is new) and its missing parents."""
+    path = Path(path)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+class Appender:
+    """Appends records at the end of one record file; ``sync`` makes them durable.
+
+    ``end`` is where the records end (a file opened after a crash may hold
+    unused preallocation or a torn tail past it, which the next append
+    overwrites).
+    """
+
+    def __init__(self, path: str | Path, end: int | None = None, *, preallocate: int = 0):
+        self.path = Path(path)
+        self.fd = os.open(self.path, os.O_WRONLY)
+        self.allocated = os.fstat(self.fd).st_size   # the file's size on disk
+        self.end = self.allocated if end is None else end
+        self.dirty = False                           # appended since the last sync
+        self._preallocate = preallocate
+
+    def append(self, data: bytes) -> int:
+        """Write ``data`` (encoded records) at the end; returns the offset it starts at."""
+        offset = self.end
+        end = offset + len(data)
+        if end > self.allocated and self._preallocate:
+            target = max(end, self.allocated + self._preallocate)
+            try:
+                os.posix_fallocate(self.fd, self.allocated, target - self.allocated)
+                self.allocated = target
+            except OSError:
+                logger.info("%s: no preallocation on this filesystem", self.path)
+                self._preallocate = 0
+        os.pwrite(self.fd, data, offset)
+        self.allocated = max(self.allocated, end)
+        self.end = end
+        self.dirty = True
+        return offset
+
+    def sync(self) -> bool:
+        """fdatasync what was appended since the last sync; True if it had to."""
+        if not self.dirty:
+            return False
+        os.fdatasync(self.fd)
+        self.dirty = False
+        return True
+
+    def truncate(self, end: int) -> None:
+        """Cut the file back to ``end``, durably: a lost truncation followed by
+        shorter appends would bring stale records back."""
+        os.ftruncate(self.fd, end)
+        os.fsync(self.fd)
+        self.allocated = self.end = end
+        self.dirty = False
+
+    def trim(self) -> None:
+        """Give back the unused preallocation."""
+        if self.allocated > self.end:
+            os.ftruncate(self.fd, self.end)
+            self.allocated = self.end
+
+    def close(self) -> None:
+        os.close(self.fd)

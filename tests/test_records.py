@@ -1,0 +1,92 @@
+"""engine.records: the one record format and its writers, byte for byte."""
+
+import os
+import stat
+import struct
+import zlib
+
+import pytest
+
+from engine import records
+
+MAGIC = b"RAFTQTST"
+
+
+def test_a_record_is_length_crc_of_length_and_payload_then_payload():
+    record = records.encode(b"hello")
+    length = struct.pack("<I", 5)
+    assert record == length + struct.pack("<I", zlib.crc32(b"hello", zlib.crc32(length))) + b"hello"
+
+
+def test_whole_file_round_trip_is_0600_with_its_header(tmp_path):
+    path = tmp_path / "f"
+    size = records.write_file(path, MAGIC, [b"one", b"", b"three" * 1000], tag=7)
+    data = path.read_bytes()
+    assert size == len(data)
+    assert records.FILE_HEADER.unpack_from(data) == (MAGIC, 7)
+    assert records.read_file(path, MAGIC) == [b"one", b"", b"three" * 1000]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("damage", ["payload bit", "length bit", "crc bit", "torn", "extra byte", "magic"])
+def test_a_damaged_whole_file_is_refused(tmp_path, damage):
+    path = tmp_path / "f"
+    records.write_file(path, MAGIC, [b"first record", b"second record"])
+    data = bytearray(path.read_bytes())
+    second = records.FILE_HEADER.size + len(records.encode(b"first record"))
+    if damage == "payload bit":
+        data[second + 8 + 2] ^= 0x01
+    elif damage == "length bit":
+        data[second] ^= 0x01       # one byte shorter: still fits the file
+    elif damage == "crc bit":
+        data[second + 4] ^= 0x80
+    elif damage == "torn":
+        del data[-1]
+    elif damage == "extra byte":
+        data += b"\0"
+    else:
+        data[0] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(records.DamagedFile):
+        records.read_file(path, MAGIC)
+
+
+def test_the_reader_stops_at_the_first_bad_record(tmp_path):
+    payloads = [b"a" * 10, b"b" * 20, b"c" * 30]
+    data = bytearray(records.file_header(MAGIC) + b"".join(records.encode(p) for p in payloads))
+    ends = [end for _, end, _ in records.iter_records(bytes(data))]
+    assert len(ends) == 3 and ends[-1] == len(data)
+    data[ends[0] + 8 + 5] ^= 0x04          # inside the second payload
+    found = list(records.iter_records(bytes(data)))
+    assert [bytes(p) for _, _, p in found] == [b"a" * 10]
+    # a record whose length runs past the end is a torn tail, not a record
+    assert [bytes(p) for _, _, p in records.iter_records(bytes(data[:ends[1] - 1]))] == [b"a" * 10]
+
+
+def test_replace_file_leaves_no_temp_and_replaces_whole(tmp_path):
+    path = tmp_path / "f"
+    records.replace_file(path, MAGIC, [b"old"])
+    records.replace_file(path, MAGIC, [b"new", b"er"])
+    assert records.read_file(path, MAGIC) == [b"new", b"er"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+def test_the_appender_writes_at_its_end_and_syncs_only_what_is_new(tmp_path, monkeypatch):
+    path = tmp_path / "log"
+    records.write_file(path, MAGIC)
+    log = records.Appender(path, preallocate=4096)
+    synced = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(fd), real(fd)))
+    first = log.append(records.encode(b"x" * 10))
+    assert first == records.FILE_HEADER.size
+    assert log.sync() is True and log.sync() is False
+    log.append(records.encode(b"y" * 10))
+    assert log.sync() is True
+    assert synced == [log.fd, log.fd]
+    assert path.stat().st_size == 4096 + records.FILE_HEADER.size      # preallocated
+    log.trim()
+    log.close()
+    data = path.read_bytes()
+    assert [bytes(p) for _, _, p in records.iter_records(data)] == [b"x" * 10, b"y" * 10]
+    assert len(data) == log.end
