@@ -1,7 +1,9 @@
 """Clients of the streaming wire (docs/stream.md): `Producer` and `Consumer`.
 
-They batch for the user: a `Producer` gathers what `send` is given for about
-a millisecond (`linger_ms`) into one publish frame per queue, keeps at most
+They batch for the user: a `Producer` gathers what `send` is given while
+earlier messages await their confirms, for about a millisecond
+(`linger_ms`), into one publish frame per queue (a message sent when nothing
+is awaited leaves at the end of the loop's turn), keeps at most
 `window` messages unconfirmed, and resolves each `send`'s future with that
 message's confirm. A `Consumer` subscribes with `prefetch` credit, hands out
 pushed messages one at a time, and sends the acks and nacks it is given
@@ -187,7 +189,11 @@ class Producer:
         if self._batched >= self.max_batch:
             self._flush()
         elif self._flush_handle is None:
-            self._flush_handle = asyncio.get_running_loop().call_later(self.linger_s, self._flush)
+            # Lingering pays only while confirms are awaited: a lone message
+            # would just wait, while under load the wait fills a frame.
+            awaiting = len(self._unconfirmed) > self._batched
+            self._flush_handle = asyncio.get_running_loop().call_later(
+                self.linger_s if awaiting else 0, self._flush)
         return future
 
     async def flush(self) -> None:
