@@ -1,4 +1,5 @@
-"""Apply throughput of the queue state machine, and snapshot cost, by queue depth.
+"""Apply throughput of the queue state machine, its memory per stored message,
+and snapshot cost, by queue depth.
 
 Every command carries a batch of 100 messages (or receipts) of 100 bytes and
 travels as the node sends it: encoded into a log entry with `encode_entry`,
@@ -18,18 +19,38 @@ other processes share the two cores, and the least disturbed run is the
 closest to the machine's own cost.  The cyclic garbage collector stays on, as
 in a node; it is run once after each fill so that no run pays for the fill.
 
-Then snapshot and restore at 1 M messages.  The last line printed is one JSON
-object with every figure.  Run: .venv/bin/python bench/statemachine_bench.py
+Then snapshot and restore at 1 M messages, and memory: a fresh process puts
+1 M messages (batches of 100, via apply_entry) and reports its resident-memory
+growth per message; another restores their snapshot and reports the same.
+
+    .venv/bin/python bench/statemachine_bench.py
+    .venv/bin/python bench/statemachine_bench.py --against main [REF ...]
+
+`--against` measures the statemachine/ of each git REF (exported with `git
+archive`) and of the working tree in the same run, in child processes that
+take turns, and reports each figure per tree with the ratio of each tree to
+the one before it (so a list of commits gives each commit's effect) and of
+the working tree to the first REF.
+
+The last line printed is one JSON object with every figure.
 """
 
+import argparse
 import gc
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
+from itertools import islice
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The statemachine/ measured: the working tree's, or an exported REF's in a child of --against.
+TREE = os.environ.get("RAFTQ_BENCH_TREE", REPO)
+sys.path[:0] = [TREE, REPO]
 
+from bench.measure import memory_mib  # noqa: E402
 from statemachine import StateMachine, encode_entry, is_error  # noqa: E402
 
 BATCH = 100
@@ -92,7 +113,7 @@ class Bench:
         queue = self.sm.queues[QUEUE]
         extra = len(queue.messages) - depth
         if extra > 0:
-            upto = queue.messages.keys()[extra - 1]
+            upto = next(islice(queue.messages, extra - 1, None))
             self.apply(self.entry({"op": "commit", "queue": QUEUE, "group": "default", "seq": upto}))
 
     # ---- workloads -------------------------------------------------------------------------
@@ -126,18 +147,18 @@ class Bench:
         return rounds * BATCH / self.elapsed
 
 
-def measure_depth(depth: int) -> dict:
+def measure_depth(depth: int, repeats: int = REPEATS) -> dict:
     bench = Bench()
     bench.fill(depth)
     gc.collect()
     runs = {"put": bench.run_put, "receive_ack": bench.run_receive_ack, "mixed": bench.run_mixed}
-    best = {name: max(run(depth, ROUNDS[name]) for _ in range(REPEATS)) for name, run in runs.items()}
+    best = {name: max(run(depth, ROUNDS[name]) for _ in range(repeats)) for name, run in runs.items()}
     return {**best, "bench": bench}
 
 
 def measure_snapshot(bench: Bench) -> dict:
-    bench.trim(1_000_000)
-    assert bench.depth() == 1_000_000
+    bench.trim(MEMORY_MESSAGES)
+    assert bench.depth() == MEMORY_MESSAGES
     snapshot_s = restore_s = float("inf")
     for _ in range(2):
         gc.collect()
@@ -154,6 +175,128 @@ def measure_snapshot(bench: Bench) -> dict:
     return {"snapshot_s": snapshot_s, "restore_s": restore_s, "bytes": len(data)}
 
 
+# ---- memory, each in a fresh process so that no freed memory is reused ----------------------
+MEMORY_MESSAGES = 1_000_000
+
+
+def rss_bytes() -> float:
+    gc.collect()
+    return memory_mib([os.getpid()]) * 2**20     # (PSS: what the process alone holds)
+
+
+def memory_of_puts(snapshot_path: str) -> dict:
+    """Resident memory per message of 1 M put messages; leaves their snapshot at `snapshot_path`."""
+    before = rss_bytes()
+    bench = Bench()
+    bench.fill(MEMORY_MESSAGES)
+    per_message = (rss_bytes() - before) / MEMORY_MESSAGES
+    start = time.perf_counter()
+    data = bench.sm.snapshot()
+    snapshot_s = time.perf_counter() - start
+    with open(snapshot_path, "wb") as f:
+        f.write(data)
+    return {"put_rss_bytes_per_msg": per_message, "snapshot_s": snapshot_s, "snapshot_bytes": len(data)}
+
+
+def memory_of_restore(snapshot_path: str) -> dict:
+    """Resident memory per message, and time, of restoring that snapshot."""
+    before = rss_bytes()     # (before the snapshot's bytes, which are freed again below)
+    with open(snapshot_path, "rb") as f:
+        data = f.read()
+    machine = StateMachine()
+    start = time.perf_counter()
+    machine.restore(data)
+    restore_s = time.perf_counter() - start
+    del data
+    return {"restored_rss_bytes_per_msg": (rss_bytes() - before) / MEMORY_MESSAGES, "restore_s": restore_s}
+
+
+def child(tree: str, *args: str) -> dict:
+    """Run this script's --child mode on `tree`'s statemachine/; its JSON line."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *args],
+                         env={**os.environ, "RAFTQ_BENCH_TREE": tree}, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def measure_memory(tree: str) -> dict:
+    with tempfile.TemporaryDirectory(prefix="raftq-smbench-") as scratch:
+        path = os.path.join(scratch, "snapshot")
+        return {**child(tree, "memory", path), **child(tree, "restore", path)}
+
+
+def run_child(args: list) -> None:
+    kind, arg = args
+    if kind == "depth":
+        figures = measure_depth(int(arg), repeats=COMPARE_REPEATS)
+        del figures["bench"]
+    elif kind == "memory":
+        figures = memory_of_puts(arg)
+    else:
+        figures = memory_of_restore(arg)
+    print(json.dumps(figures))
+
+
+# ---- one tree against others -----------------------------------------------------------------
+COMPARE_DEPTHS = (1_000, 100_000)
+COMPARE_REPEATS = 2        # per child; the children of each tree take turns over --rounds
+COMPARE_FIGURES = [(f"{w}_msgs_per_s_{d // 1000}k_depth", w, d)
+                   for d in COMPARE_DEPTHS for w in ("put", "receive_ack", "mixed")]
+MEMORY_FIGURES = ["put_rss_bytes_per_msg", "restored_rss_bytes_per_msg", "snapshot_s", "restore_s"]
+LOWER_IS_BETTER = {"put_rss_bytes_per_msg", "restored_rss_bytes_per_msg", "snapshot_s", "restore_s"}
+
+
+def export(ref: str, into: str) -> str:
+    tree = os.path.join(into, ref.replace("/", "_"))
+    os.makedirs(tree)
+    archive = subprocess.run(["git", "-C", REPO, "archive", ref, "statemachine"], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
+    return tree
+
+
+def compare(refs: list, rounds: int) -> None:
+    started = time.perf_counter()
+    labels = [*refs, "working tree"]
+    with tempfile.TemporaryDirectory(prefix="raftq-smbench-trees-") as scratch:
+        trees = [export(ref, scratch) for ref in refs] + [REPO]
+        figures = {label: {} for label in labels}
+        for turn in range(rounds):
+            for depth in COMPARE_DEPTHS:
+                # each round starts with another tree, so none always runs first
+                order = list(range(len(trees)))[turn % len(trees):] + list(range(len(trees)))[:turn % len(trees)]
+                for i in order:
+                    got = child(trees[i], "depth", str(depth))
+                    for name, workload, d in COMPARE_FIGURES:
+                        if d == depth:
+                            figures[labels[i]][name] = max(figures[labels[i]].get(name, 0), got[workload])
+            print(f"round {turn + 1}/{rounds} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr,
+                  flush=True)
+        for label, tree in zip(labels, trees):
+            figures[label].update(measure_memory(tree))
+    names = [name for name, _, _ in COMPARE_FIGURES] + MEMORY_FIGURES
+
+    def ratio(new, old):
+        return round(new / old, 3) if old else None
+    steps = {f"{labels[i + 1]} / {labels[i]}": {n: ratio(figures[labels[i + 1]][n], figures[labels[i]][n])
+                                                for n in names}
+             for i in range(len(labels) - 1)}
+    overall = {n: ratio(figures[labels[-1]][n], figures[labels[0]][n]) for n in names}
+    print(f"state machine, {' vs '.join(labels)} (throughput msgs/s: higher is better; memory per message "
+          f"and seconds: lower is better); best of {rounds} rounds x {COMPARE_REPEATS} runs")
+    width = max(12, *(len(label) for label in labels)) + 2
+    print(f"{'figure':<34}" + "".join(f"{label[:width - 2]:>{width}}" for label in labels)
+          + "".join(f"{'step ' + str(i + 1):>9}" for i in range(len(steps))) + f"{'last/first':>12}")
+    for n in names:
+        print(f"{n:<34}" + "".join(f"{figures[label][n]:>{width},.1f}" for label in labels)
+              + "".join(f"{step[n]:>9.3f}" for step in steps.values()) + f"{overall[n]:>12.3f}")
+    for i, key in enumerate(steps):
+        print(f"step {i + 1}: {key}")
+    print(f"total bench time {time.perf_counter() - started:.0f} s")
+    print(json.dumps({"trees": labels, "figures": figures, "ratio_steps": steps,
+                      "ratio_last_vs_first": overall, "lower_is_better": sorted(LOWER_IS_BETTER)}))
+
+
 def main() -> None:
     started = time.perf_counter()
     results = {}
@@ -163,6 +306,7 @@ def main() -> None:
         if depth != DEPTHS[-1]:
             del results[depth]["bench"]
     snap = measure_snapshot(results[DEPTHS[-1]].pop("bench"))
+    memory = measure_memory(TREE)
 
     names = {"put": "put", "receive_ack": "receive+ack", "mixed": "mixed"}
     print(f"state machine apply throughput, messages/s (batches of {BATCH} x {len(BODY)} B, via apply_entry)")
@@ -172,6 +316,8 @@ def main() -> None:
         print(f"{label:<14}{row}{results[1_000_000][key] / results[1_000][key]:>10.2f}")
     print(f"snapshot of 1,000,000 messages: {snap['snapshot_s']:.2f} s, {snap['bytes'] / 1e6:.1f} MB; "
           f"restore {snap['restore_s']:.2f} s")
+    print(f"resident memory per stored message ({MEMORY_MESSAGES:,} in a fresh process): "
+          f"{memory['put_rss_bytes_per_msg']:.0f} B put, {memory['restored_rss_bytes_per_msg']:.0f} B restored")
     print(f"total bench time {time.perf_counter() - started:.0f} s")
     print(json.dumps({
         "put_msgs_per_s": round(results[1_000]["put"]),
@@ -186,8 +332,21 @@ def main() -> None:
         "snapshot_1m_s": round(snap["snapshot_s"], 3),
         "restore_1m_s": round(snap["restore_s"], 3),
         "snapshot_1m_bytes": snap["bytes"],
+        "put_rss_bytes_per_msg_1m": round(memory["put_rss_bytes_per_msg"], 1),
+        "restored_rss_bytes_per_msg_1m": round(memory["restored_rss_bytes_per_msg"], 1),
     }))
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--against", nargs="+", metavar="REF",
+                        help="git refs whose statemachine/ to measure before the working tree's, in turns")
+    parser.add_argument("--rounds", type=int, default=3, help="turns of every tree, with --against")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.child:
+        run_child(options.child)
+    elif options.against:
+        compare(options.against, options.rounds)
+    else:
+        main()

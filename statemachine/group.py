@@ -8,14 +8,34 @@ these places in that group:
 - ``delayed`` — put with a delay, or nacked with one: ready at a log time;
 - ``parked``  — out of deliveries, waiting to be moved to the dead-letter queue.
 
-Every structure is sorted so that handing out k messages costs O(k log n) and
-timers are found without scanning.
+Every structure but ``leases`` is sorted so that handing out k messages costs
+O(k log n) and timers are found without scanning; leases are a plain dict
+because leasing and acking are the hot path, and the questions that need
+them in order (a group's cursor, browse, commit) scan what is in flight.
 """
 
 from heapq import merge
 from itertools import chain
 
 from sortedcontainers import SortedDict, SortedList
+
+
+def same_objects(values: list, stored: list) -> list:
+    """`values` (an ordered sublist of `stored`) made of `stored`'s own objects.
+
+    A snapshot decodes every seq twice, in the messages and in a group's
+    ready list; sharing one int object per seq saves 32 bytes a message.
+    """
+    if values == stored:
+        return stored
+    out = []
+    rest = iter(stored)
+    for value in values:
+        for seq in rest:
+            if seq == value:
+                out.append(seq)
+                break
+    return out if len(out) == len(values) else values
 
 
 class Group:
@@ -25,8 +45,13 @@ class Group:
     def __init__(self, name: str):
         self.name = name
         self.ready = SortedList()
-        self.leases = SortedDict()          # seq -> (token, deadline)
-        self.lease_deadlines = SortedList()  # (deadline, seq)
+        # seq -> (token, deadline).  A plain dict: leasing and acking are the
+        # hot path; the few ordered questions (cursor, browse, commit) sort or
+        # scan what is in flight when they are asked.
+        self.leases = {}
+        # deadline -> seqs whose lease ends then: one receive leases its whole
+        # batch to one deadline, so a lease costs a set insert, not a bisect.
+        self.lease_deadlines = SortedDict()
         self.delayed = SortedDict()           # seq -> visible_at
         self.delayed_times = SortedList()     # (visible_at, seq)
         self.deliveries = {}                # seq -> deliveries so far
@@ -39,30 +64,54 @@ class Group:
         group deletion proportional to what they change even when other
         groups keep many messages this one is done with.
         """
-        return list(chain.from_iterable(
-            s.irange(maximum=maximum) for s in (self.ready, self.leases, self.delayed, self.parked)))
+        leased = self.leases if maximum is None else [s for s in self.leases if s <= maximum]
+        return list(chain(self.ready.irange(maximum=maximum), leased,
+                          *(s.irange(maximum=maximum) for s in (self.delayed, self.parked))))
 
     def held_from(self, minimum: int):
         """The seqs the group still holds from `minimum` on, in seq order, lazily."""
-        return merge(*(s.irange(minimum=minimum) for s in (self.ready, self.leases, self.delayed, self.parked)))
+        leased = sorted(s for s in self.leases if s >= minimum)
+        return merge(leased, *(s.irange(minimum=minimum) for s in (self.ready, self.delayed, self.parked)))
 
     def lease(self, seq: int, token: int, deadline: int) -> int:
         self.leases[seq] = (token, deadline)
-        self.lease_deadlines.add((deadline, seq))
+        self._add_deadline(seq, deadline)
         count = self.deliveries.get(seq, 0) + 1
         self.deliveries[seq] = count
         return count
 
     def end_lease(self, seq: int) -> None:
         _, deadline = self.leases.pop(seq)
-        self.lease_deadlines.remove((deadline, seq))
+        self._drop_deadline(seq, deadline)
 
     def extend_lease(self, seq: int, deadline: int) -> None:
         token, old = self.leases[seq]
         if deadline > old:
-            self.lease_deadlines.remove((old, seq))
-            self.lease_deadlines.add((deadline, seq))
+            self._drop_deadline(seq, old)
+            self._add_deadline(seq, deadline)
             self.leases[seq] = (token, deadline)
+
+    def expired_leases(self, clock: int) -> list:
+        """The seqs of the leases that end at or before `clock`, by (deadline, seq)."""
+        out = []
+        if not self.lease_deadlines or self.lease_deadlines.keys()[0] > clock:
+            return out
+        for deadline in self.lease_deadlines.irange(maximum=clock):
+            out.extend(sorted(self.lease_deadlines[deadline]))
+        return out
+
+    def _add_deadline(self, seq: int, deadline: int) -> None:
+        seqs = self.lease_deadlines.get(deadline)
+        if seqs is None:
+            self.lease_deadlines[deadline] = {seq}
+        else:
+            seqs.add(seq)
+
+    def _drop_deadline(self, seq: int, deadline: int) -> None:
+        seqs = self.lease_deadlines[deadline]
+        seqs.remove(seq)
+        if not seqs:
+            del self.lease_deadlines[deadline]
 
     def delay(self, seq: int, visible_at: int) -> None:
         self.delayed[seq] = visible_at
@@ -86,30 +135,39 @@ class Group:
     def lowest_held(self):
         """The lowest seq this group holds in its own structures, or None."""
         heads = [s.keys()[0] if isinstance(s, SortedDict) else s[0]
-                 for s in (self.ready, self.leases, self.delayed, self.parked) if s]
+                 for s in (self.ready, self.delayed, self.parked) if s]
+        if self.leases:
+            heads.append(min(self.leases))
         return min(heads) if heads else None
 
     def next_timer(self):
-        times = [t[0][0] for t in (self.lease_deadlines, self.delayed_times) if t]
+        times = []
+        if self.lease_deadlines:
+            times.append(self.lease_deadlines.keys()[0])
+        if self.delayed_times:
+            times.append(self.delayed_times[0][0])
         return min(times) if times else None
 
     # Snapshot form: only the authoritative structures, as columns (one list
     # per field, like the messages'); the ordered indexes are rebuilt.
     def to_state(self) -> list:
-        leases = self.leases.values()
+        lease_seqs = sorted(self.leases)
+        leases = list(map(self.leases.__getitem__, lease_seqs))
         return [self.name, list(self.ready),
-                [list(self.leases), [t for t, _ in leases], [d for _, d in leases]],
+                [lease_seqs, [t for t, _ in leases], [d for _, d in leases]],
                 [list(self.delayed), list(self.delayed.values())],
                 [list(self.deliveries), list(self.deliveries.values())],
                 [list(self.parked), list(self.parked.values())]]
 
     @classmethod
-    def from_state(cls, state: list) -> "Group":
+    def from_state(cls, state: list, stored: list) -> "Group":
+        """`stored`: the queue's seqs, in order, whose int objects the ready list shares."""
         name, ready, (lease_seqs, tokens, deadlines), delayed, deliveries, parked = state
         group = cls(name)
-        group.ready = SortedList(ready)
-        group.leases = SortedDict(zip(lease_seqs, zip(tokens, deadlines)))
-        group.lease_deadlines = SortedList(zip(deadlines, lease_seqs))
+        group.ready = SortedList(same_objects(ready, stored))
+        group.leases = dict(zip(lease_seqs, zip(tokens, deadlines)))
+        for seq, deadline in zip(lease_seqs, deadlines):
+            group._add_deadline(seq, deadline)
         group.delayed = SortedDict(zip(*delayed))
         group.delayed_times = SortedList(zip(delayed[1], delayed[0]))
         group.deliveries = dict(zip(*deliveries))

@@ -12,8 +12,13 @@ same queues everywhere.  Its boundary is hashicorp/raft's FSM:
 - ``snapshot() -> bytes`` / ``restore(bytes)`` — the whole state as
   versioned CBOR, so log compaction and catch-up cost the stored data, not
   the history.  ``state_digest()`` hashes it to compare replicas.
-- read-only queries (``list_queues``, ``queue_info``, ``browse``, ...) that
-  never change state, so a node may answer them from its local copy.
+- ``read(name, *args)`` — the read-only queries (``list_queues``,
+  ``queue_info``, ``browse``, ...) that never change state, so a node may
+  answer them from its local copy.
+
+Every op, command or read, is one row of ``OPS`` at the end of this module:
+its validator (``validation.py``), its handler, and whether it is a read.
+Adding an op is a handler, a validator and that row (then its HTTP route).
 - staged writes (``stage``, ``stage_commit``, ``stage_abort``,
   ``drop_producer``; ``staging.py``): rows parked invisibly, published by one
   commit per (producer, batch), never twice.
@@ -34,14 +39,16 @@ Rules that keep replicas identical:
 
 import gc
 import hashlib
+from typing import Callable, NamedTuple
 
 import cbor2
 
 from .queue import PARKED_RETRY_MS, Queue
 from .redrive import redrive
-from .results import BAD_REQUEST, CONFLICT, INTERNAL, NOT_FOUND, STALE_RECEIPT, error, is_error
+from .results import BAD_REQUEST, CONFLICT, INTERNAL, NOT_FOUND, STALE_RECEIPT, error
 from .staging import DEFAULT_STAGE_TTL_MS, Staging
-from .validation import check_command, full_config
+from . import validation as v
+from .validation import full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
 SNAPSHOT_VERSION = 6
@@ -84,7 +91,7 @@ class StateMachine:
         if cmd["now_ms"] > self.clock:
             self.clock = cmd["now_ms"]
         try:
-            return getattr(self, "_" + cmd["op"])(cmd)
+            return OPS[cmd["op"]].handler(self, cmd)
         except Exception as exc:  # a bug: same state + same command fail alike on every replica
             return error(INTERNAL, f"{type(exc).__name__}: {exc}")
 
@@ -179,8 +186,6 @@ class StateMachine:
         if len(result["stale"]) == len(set(cmd["receipts"])):
             return error(STALE_RECEIPT, "no receipt names a lease that still holds", stale=result["stale"])
         return result
-
-    _ack = _nack = _extend = _settle
 
     def _add_group(self, cmd):
         queue = self._touch(cmd["queue"])
@@ -357,6 +362,13 @@ class StateMachine:
         return {"checkpoint": cmd["token"], "digest": self.state_digest(), "clock": self.clock}
 
     # ---- read-only queries --------------------------------------------------------------
+    def read(self, name: str, *args):
+        """Answer the read `name` of the op table; any other name is a ValueError."""
+        op = OPS.get(name) if isinstance(name, str) else None
+        if op is None or not op.read:
+            raise ValueError(f"{name!r} is not a read of the state machine")
+        return op.handler(self, *args)
+
     def list_queues(self) -> dict:
         return {"queues": [{"name": q.name, "depth": len(q.messages),
                             "in_flight": sum(len(g.leases) for g in q.groups.values()),
@@ -462,4 +474,65 @@ class StateMachine:
         return hashlib.sha256(self.snapshot()).hexdigest()
 
 
-__all__ = ["StateMachine", "encode_entry", "decode_entry", "is_error"]
+class Op(NamedTuple):
+    handler: Callable            # StateMachine method: (cmd) for a command, (*args) for a read
+    check: Callable | None       # a command's validator (validation.py); None for a read
+    read: bool = False
+
+
+def _read(handler) -> Op:
+    return Op(handler, None, read=True)
+
+
+OPS: dict[str, Op] = {
+    # queues
+    "create_queue": Op(StateMachine._create_queue, v.check_configure_queue),
+    "patch_queue": Op(StateMachine._patch_queue, v.check_configure_queue),
+    "delete_queue": Op(StateMachine._delete_queue, v.check_delete_queue),
+    # messages
+    "put": Op(StateMachine._put, v.check_put),
+    "receive": Op(StateMachine._receive, v.check_receive),
+    "ack": Op(StateMachine._settle, v.check_ack),
+    "nack": Op(StateMachine._settle, v.check_nack),
+    "extend": Op(StateMachine._settle, v.check_extend),
+    "tx": Op(StateMachine._tx, v.check_tx),
+    "redrive": Op(StateMachine._redrive, v.check_redrive),
+    # groups
+    "add_group": Op(StateMachine._add_group, v.check_add_group),
+    "delete_group": Op(StateMachine._delete_group, v.check_group),
+    "commit": Op(StateMachine._commit, v.check_commit),
+    # staged writes
+    "stage": Op(StateMachine._stage, v.check_stage),
+    "stage_commit": Op(StateMachine._stage_commit, v.check_stage_commit),
+    "stage_abort": Op(StateMachine._stage_abort, v.check_stage_abort),
+    "drop_producer": Op(StateMachine._drop_producer, v.check_drop_producer),
+    # timers, the cluster directory, checkpoints
+    "tick": Op(StateMachine._tick, v.check_nothing),
+    "set_member": Op(StateMachine._set_member, v.check_set_member),
+    "remove_member": Op(StateMachine._remove_member, v.check_remove_member),
+    "checkpoint": Op(StateMachine._checkpoint, v.check_checkpoint),
+    # reads
+    "list_queues": _read(StateMachine.list_queues),
+    "queue_info": _read(StateMachine.queue_info),
+    "all_queue_stats": _read(StateMachine.all_queue_stats),
+    "usage": _read(StateMachine.usage),
+    "list_groups": _read(StateMachine.list_groups),
+    "group_info": _read(StateMachine.group_info),
+    "browse": _read(StateMachine.browse),
+    "has_ready": _read(StateMachine.has_ready),
+    "ready_count": _read(StateMachine.ready_count),
+    "next_timer": _read(StateMachine.next_timer),
+    "producer_info": _read(StateMachine.producer_info),
+    "list_producers": _read(StateMachine.list_producers),
+}
+
+
+def check_command(cmd):
+    """None when `cmd` is a well-formed command, else a bad_request result."""
+    op = OPS.get(cmd.get("op")) if isinstance(cmd, dict) and isinstance(cmd.get("op"), str) else None
+    if op is None or op.read:
+        return error(BAD_REQUEST, "unknown command")
+    return v.check_now(cmd) or op.check(cmd)
+
+
+__all__ = ["StateMachine", "OPS", "check_command", "encode_entry", "decode_entry"]

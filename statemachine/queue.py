@@ -1,6 +1,7 @@
 """One queue: its stored messages, its indexes, its timers and its groups.
 
-Messages live in one ``SortedDict`` keyed by seq.  Three indexes hang off it:
+Messages live in one dict keyed by seq, in seq order because seqs are only
+ever inserted growing (``first_seq`` keeps the head).  Three indexes hang off it:
 ``keys`` (key -> newest seq, for keyed replacement), ``dedup`` (idempotency
 id -> seq within the window) and ``expiries`` (TTL order).  Each consumer
 group (``group.py``) keeps its own ready/leased/delayed sets of seqs; a message
@@ -15,12 +16,13 @@ lands in ``outbox``; the state machine moves it to the dead-letter queue,
 which lives outside this queue.
 """
 
+import re
 from collections import deque
-from itertools import islice
+from itertools import groupby, islice, repeat
 from operator import attrgetter
 
 import cbor2
-from sortedcontainers import SortedDict, SortedList
+from sortedcontainers import SortedList
 
 from .group import Group
 from .results import CONFLICT, NOT_FOUND, QUEUE_FULL, error
@@ -28,32 +30,53 @@ from .results import CONFLICT, NOT_FOUND, QUEUE_FULL, error
 COUNTERS = ("put_total", "acked_total", "redelivered_total", "dead_lettered_total",
             "expired_total", "dropped_total", "replaced_total", "redriven_total")
 PARKED_RETRY_MS = 1_000
-RECEIPT_SEPARATOR = ":"
 
 
 class Message:
-    __slots__ = ("seq", "body", "key", "headers", "put_at", "visible_at", "expires_at", "size",
-                 "pending", "received")
+    # A stored message's cost is its Python objects, so it holds only what
+    # every message needs: its seq is its key in ``Queue.messages``, and the
+    # log time a delayed put shows is in ``Queue.shows_at`` (most puts have
+    # no delay).  Eight slots keep the object in pymalloc's 96-byte class.
+    __slots__ = ("body", "key", "headers", "put_at", "expires_at", "size", "pending", "received")
 
-    # Snapshots hold one list per field, not one per message: a million small
-    # lists cost more to build, encode, decode and garbage-collect than the
-    # messages' own data (issue 2 allows 3 s for a snapshot of a million).
-    @classmethod
-    def to_columns(cls, messages) -> list:
-        return [list(map(attrgetter(field), messages)) for field in cls.__slots__]
 
-    @classmethod
-    def from_columns(cls, columns: list) -> list:
-        out = []
-        new = cls.__new__
-        for (seq, body, key, headers, put_at, visible_at, expires_at, size, pending,
-             received) in zip(*columns):
-            msg = new(cls)
-            msg.seq, msg.body, msg.key, msg.headers = seq, body, key, headers
-            msg.put_at, msg.visible_at, msg.expires_at = put_at, visible_at, expires_at
-            msg.size, msg.pending, msg.received = size, pending, received
-            out.append(msg)
-        return out
+# Snapshots hold one list per field, not one per message: a million small
+# lists cost more to build, encode, decode and garbage-collect than the
+# messages' own data (issue 2 allows 3 s for a snapshot of a million).
+# The columns (version 4 on): seq, body, key, headers, put_at, visible_at,
+# expires_at, size, pending, received.
+def message_columns(seqs: list, messages: list, shows_at: dict) -> list:
+    def column(field):
+        return list(map(attrgetter(field), messages))
+    put_at = column("put_at")
+    visible_at = [shows_at.get(seq, at) for seq, at in zip(seqs, put_at)] if shows_at else list(put_at)
+    return [seqs, column("body"), column("key"), column("headers"), put_at, visible_at,
+            column("expires_at"), column("size"), column("pending"), column("received")]
+
+
+def messages_from_columns(columns: list):
+    """(messages in seq order, shows_at) from `message_columns`'s lists."""
+    seqs, bodies, keys, headers, put_at, visible_at, expires_at, sizes, pending, received = columns
+    shows_at = {} if visible_at == put_at else {
+        seq: shown for seq, put, shown in zip(seqs, put_at, visible_at) if shown != put}
+    out = []
+    new = Message.__new__
+    for body, key, header, put, expires, size, holders, seen in zip(
+            bodies, keys, headers, shared(put_at), shared(expires_at), sizes, pending, received):
+        msg = new(Message)
+        msg.body, msg.key, msg.headers, msg.put_at = body, key, header, put
+        msg.expires_at, msg.size, msg.pending, msg.received = expires, size, holders, seen
+        out.append(msg)
+    return out, shows_at
+
+
+def shared(values: list) -> list:
+    """`values` with one object per distinct value: the messages of one put share
+    their times, but decoding gave each its own int object (32 bytes)."""
+    out = []
+    for value, run in groupby(values):    # (runs, compared at C speed: a put's messages are adjacent)
+        out.extend(repeat(value, len(list(run))))
+    return out
 
 
 def body_size(body) -> int:
@@ -78,16 +101,24 @@ def message_size(message: dict) -> int:
     return size
 
 
-def make_receipt(incarnation: int, group: str, seq: int, token: int) -> str:
-    return RECEIPT_SEPARATOR.join((str(incarnation), group, str(seq), str(token)))
+# A receipt is `incarnation:group:seq:token` (a group name holds no ":").
+def receipt_prefix(incarnation: int, group: str) -> str:
+    """What every receipt of one group of one queue incarnation starts with."""
+    return f"{incarnation}:{group}:"
+
+
+# Only what receive writes: ASCII digits (str.isdigit would take "²", which
+# int() refuses) around a group name.
+RECEIPT_RE = re.compile(r"(\d+):([^:]*):(\d+):(\d+)", re.ASCII)
 
 
 def parse_receipt(receipt: str):
     """(incarnation, group, seq, token), or None for anything raftq did not issue."""
-    parts = receipt.split(RECEIPT_SEPARATOR)
-    if len(parts) != 4 or not all(parts[i].isdigit() for i in (0, 2, 3)):
+    parsed = RECEIPT_RE.fullmatch(receipt)
+    if parsed is None:
         return None
-    return int(parts[0]), parts[1], int(parts[2]), int(parts[3])
+    incarnation, group, seq, token = parsed.groups()
+    return int(incarnation), group, int(seq), int(token)
 
 
 class Queue:
@@ -101,7 +132,9 @@ class Queue:
         self.next_seq = 1
         self.next_lease = 1
         self.counters = dict.fromkeys(COUNTERS, 0)
-        self.messages = SortedDict()        # seq -> Message
+        self.messages = {}                  # seq -> Message, in seq order
+        self.head = 1                       # no stored seq is lower (first_seq moves it)
+        self.shows_at = {}                  # seq -> visible_at of a message put with a delay
         self.bytes = 0
         self.keys = {}                      # key -> seq of its newest stored version
         self.dedup = {}                     # id -> (seq, put_at)
@@ -123,8 +156,7 @@ class Queue:
                 _, seq = group.delayed_times.pop(0)
                 del group.delayed[seq]
                 group.ready.add(seq)
-            while group.lease_deadlines and group.lease_deadlines[0][0] <= clock:
-                seq = group.lease_deadlines[0][1]
+            for seq in group.expired_leases(clock):
                 group.end_lease(seq)
                 self._end_delivery(group, seq, 0, clock)
         while self.expiries and self.expiries[0][0] <= clock:
@@ -194,6 +226,8 @@ class Queue:
     def put(self, messages: list, clock: int) -> list:
         """Store a batch that `check_capacity` accepted; one result per message."""
         results = []
+        ttl = self.config["ttl_ms"]
+        expires_at = clock + ttl if ttl else None    # one int object for the batch, not one per message
         for m in messages:
             mid = m.get("id")
             if mid is not None and mid in self.dedup:
@@ -202,14 +236,14 @@ class Queue:
             replaced = None
             key = m.get("key")
             if key is not None and key in self.keys:
-                old = self.messages[self.keys[key]]
-                if not old.received:
-                    replaced = old.seq
-                    self._remove(old.seq)
+                old_seq = self.keys[key]
+                if not self.messages[old_seq].received:
+                    replaced = old_seq
+                    self._remove(old_seq)
                     self.counters["replaced_total"] += 1
-            ttl = m.get("ttl_ms") or self.config["ttl_ms"]
+            ttl = m.get("ttl_ms")
             seq = self.insert(m["body"], key, m.get("headers"), clock,
-                              clock + ttl if ttl else None, m.get("delay_ms") or 0, message_size(m))
+                              clock + ttl if ttl else expires_at, m.get("delay_ms") or 0, message_size(m))
             if mid is not None:
                 self.dedup[mid] = (seq, clock)
                 self.dedup_order.append((clock, mid))
@@ -232,24 +266,25 @@ class Queue:
     def insert(self, body, key, headers, clock: int, expires_at, delay_ms: int, size: int) -> int:
         """Append one message of `size` bytes (message_size) at the tail, visible to every current group."""
         msg = Message()
-        seq = msg.seq = self.next_seq
+        seq = self.next_seq
         self.next_seq = seq + 1
-        msg.body, msg.key, msg.headers = body, key, headers
-        msg.put_at, msg.visible_at = clock, clock + delay_ms
+        msg.body, msg.key, msg.headers, msg.put_at = body, key, headers, clock
         msg.expires_at, msg.size = expires_at, size
         msg.pending, msg.received = len(self.groups), False
         self.messages[seq] = msg
-        self.bytes += msg.size
+        self.bytes += size
         if key is not None:
             self.keys[key] = seq
         if expires_at is not None:
             self.expiries.add((expires_at, seq))
         # A delay is kept per group, like a nack delay, so that each group can
         # finish the message on its own (a commit past it) before it shows.
-        for group in self.groups.values():
-            if delay_ms:
-                group.delay(seq, msg.visible_at)
-            else:
+        if delay_ms:
+            visible_at = self.shows_at[seq] = clock + delay_ms
+            for group in self.groups.values():
+                group.delay(seq, visible_at)
+        else:
+            for group in self.groups.values():
                 group.ready.add(seq)
         self.counters["put_total"] += 1
         return seq
@@ -262,7 +297,7 @@ class Queue:
         while self.messages and (
                 (limit_count is not None and len(self.messages) > limit_count)
                 or (limit_bytes is not None and self.bytes > limit_bytes)):
-            self._remove(self.messages.keys()[0])
+            self._remove(self.first_seq())
             self.counters["dropped_total"] += 1
 
     # ---- delivery -----------------------------------------------------------
@@ -274,6 +309,7 @@ class Queue:
         limit = self.config["max_deliveries"]
         out = []
         ready = group.ready
+        prefix = receipt_prefix(self.incarnation, group_name)
         while ready and len(out) < count:
             seq = ready.pop(0)
             if limit is not None and group.deliveries.get(seq, 0) >= limit:
@@ -287,7 +323,7 @@ class Queue:
             if deliveries > 1:
                 self.counters["redelivered_total"] += 1
             msg.received = True
-            out.append({"seq": seq, "receipt": make_receipt(self.incarnation, group_name, seq, token),
+            out.append({"seq": seq, "receipt": f"{prefix}{seq}:{token}",
                         "body": msg.body, "key": msg.key, "headers": msg.headers,
                         "deliveries": deliveries, "put_at_ms": msg.put_at})
         return {"messages": out}
@@ -354,7 +390,7 @@ class Queue:
             msg.received = True
         msg.pending -= 1
         if msg.pending == 0:
-            self._remove(seq)
+            self._unstore(seq)    # pending counts the groups holding it: none is left to forget it
 
     def commit(self, group_name: str, upto: int):
         group = self.groups.get(group_name)
@@ -368,14 +404,20 @@ class Queue:
         return {"acked": acked, "cursor": self.cursor(group)}
 
     def _remove(self, seq: int) -> None:
+        """Take the message out of the queue and every group (expiry, overflow, replacement, redrive)."""
+        self._unstore(seq)
+        for group in self.groups.values():
+            group.forget(seq)
+
+    def _unstore(self, seq: int) -> None:
         msg = self.messages.pop(seq)
         self.bytes -= msg.size
         if msg.key is not None and self.keys.get(msg.key) == seq:
             del self.keys[msg.key]
         if msg.expires_at is not None:
             self.expiries.remove((msg.expires_at, seq))
-        for group in self.groups.values():
-            group.forget(seq)
+        if self.shows_at:
+            self.shows_at.pop(seq, None)
 
     # ---- groups -------------------------------------------------------------
     def add_group(self, name: str, start: str, clock: int):
@@ -384,10 +426,12 @@ class Queue:
         group = Group(name)
         if start == "earliest":
             ready = []
+            shows_at = self.shows_at
             for seq, msg in self.messages.items():
                 msg.pending += 1
-                if msg.visible_at > clock:
-                    group.delay(seq, msg.visible_at)
+                visible_at = shows_at.get(seq) if shows_at else None
+                if visible_at is not None and visible_at > clock:
+                    group.delay(seq, visible_at)
                 else:
                     ready.append(seq)
             group.ready = SortedList(ready)
@@ -407,6 +451,17 @@ class Queue:
         return {"deleted": True}
 
     # ---- read-only views ----------------------------------------------------
+    def first_seq(self):
+        """The lowest stored seq, or None.  Seqs only grow, so the head only
+        moves forward: each removed seq is stepped over once, not per call."""
+        if not self.messages:
+            return None
+        seq = self.head
+        while seq not in self.messages:
+            seq += 1
+        self.head = seq
+        return seq
+
     def cursor(self, group: Group) -> int:
         """The lowest seq the group has not acked (the next one, if none)."""
         lowest = group.lowest_held()
@@ -423,7 +478,7 @@ class Queue:
             "bytes": self.bytes,
             "in_flight": sum(len(g.leases) for g in groups),
             "delayed": sum(len(g.delayed) for g in groups),
-            "first_seq": self.messages.keys()[0] if self.messages else None,
+            "first_seq": self.first_seq(),
             "last_seq": self.next_seq - 1 if self.next_seq > 1 else None,
             **self.counters,
             "groups": {g.name: {k: v for k, v in self.group_stats(g).items() if k != "name"}
@@ -443,10 +498,10 @@ class Queue:
 
     # ---- snapshot -------------------------------------------------------------
     def to_state(self) -> list:
+        seqs = list(self.messages)
         return [self.name, self.config, self.incarnation, self.next_seq, self.next_lease,
                 [self.counters[c] for c in COUNTERS],
-                # (SortedDict's values view iterates in Python; this is the same order at C speed)
-                Message.to_columns(list(map(self.messages.__getitem__, self.messages))),
+                message_columns(seqs, list(self.messages.values()), self.shows_at),
                 [[mid, self.dedup[mid][0], put_at] for put_at, mid in self.dedup_order
                  if self.dedup.get(mid, (None, None))[1] == put_at],
                 [g.to_state() for g in self.groups.values()],
@@ -461,15 +516,17 @@ class Queue:
         queue = cls(name, config, incarnation)
         queue.next_seq, queue.next_lease = next_seq, next_lease
         queue.counters = {**dict.fromkeys(COUNTERS, 0), **dict(zip(COUNTERS, counters))}
-        msgs = Message.from_columns(messages)
-        queue.messages = SortedDict(zip(messages[0], msgs))
+        msgs, queue.shows_at = messages_from_columns(messages)
+        seqs = messages[0]
+        queue.messages = dict(zip(seqs, msgs))
+        queue.head = seqs[0] if seqs else next_seq
         queue.bytes = sum(messages[7])
-        queue.keys = {m.key: m.seq for m in msgs if m.key is not None}
-        queue.expiries = SortedList((m.expires_at, m.seq) for m in msgs if m.expires_at is not None)
+        queue.keys = {m.key: seq for seq, m in zip(seqs, msgs) if m.key is not None}
+        queue.expiries = SortedList((m.expires_at, seq) for seq, m in zip(seqs, msgs) if m.expires_at is not None)
         queue.dedup = {mid: (seq, put_at) for mid, seq, put_at in dedup}
         queue.dedup_order = deque((put_at, mid) for mid, _, put_at in dedup)
         queue.dedup_bytes = sum(len(mid.encode()) for mid in queue.dedup)
-        queue.groups = {g[0]: Group.from_state(g) for g in groups}
+        queue.groups = {g[0]: Group.from_state(g, seqs) for g in groups}
         queue.outbox = deque((g, s) for g, s in outbox)
         queue.redrives = {rid: (result, at) for rid, result, at in redrives}
         queue.redrive_order = deque((at, rid) for rid, _, at in redrives)

@@ -40,10 +40,9 @@ def redrive(machine, cmd) -> dict:
     wanted, limit = cmd.get("from_queue"), cmd.get("max") or DEFAULT_MAX
     moved, to = 0, {}
     blocked = set()        # sources that are gone or full: their later dead letters wait too
-    seq = 0
-    while moved < limit:
-        seq = next(iter(dlq.messages.irange(minimum=seq + 1)), None)
-        if seq is None:
+    # Only the message at hand leaves the dead-letter queue, so a copy of its seqs stays true.
+    for seq in list(dlq.messages):
+        if moved == limit:
             break
         msg = dlq.messages[seq]
         source = (msg.headers or {}).get(FROM_QUEUE)

@@ -4,7 +4,9 @@ The HTTP layer calls these before anything enters the log, to answer a
 client with a precise ``bad_request``; the state machine calls them again
 when it applies the command, so that a malformed entry (an older node, a bug,
 a hand-written log) is refused identically on every replica instead of
-half-applied.  Each function returns ``None`` or an error result.
+half-applied.  Each function returns ``None`` or an error result; the op
+table (``machine.OPS``) names each command's validator, and
+``check_command`` runs it.
 """
 
 import re
@@ -96,11 +98,14 @@ def is_plain(value, depth: int = 0) -> bool:
     return False
 
 
+MESSAGE_FIELDS = frozenset({"body", "key", "id", "headers", "ttl_ms", "delay_ms"})
+
+
 def check_message(message, index: int):
     if not isinstance(message, dict):
         return error(BAD_REQUEST, f"message {index} must be an object")
-    unknown = set(message) - {"body", "key", "id", "headers", "ttl_ms", "delay_ms"}
-    if unknown:
+    if not MESSAGE_FIELDS.issuperset(message):
+        unknown = set(message) - MESSAGE_FIELDS
         return error(BAD_REQUEST, f"message {index} has unknown field(s): {', '.join(sorted(map(str, unknown)))}")
     if "body" not in message:
         return error(BAD_REQUEST, f"message {index} has no body")
@@ -116,10 +121,11 @@ def check_message(message, index: int):
                 isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
             return error(BAD_REQUEST, f"message {index}: headers must map strings to strings")
     for field in ("ttl_ms", "delay_ms"):
-        problem = check_duration(message.get(field), f"message {index}: {field}",
-                                 minimum=1 if field == "ttl_ms" else 0, optional=True)
-        if problem:
-            return problem
+        value = message.get(field)
+        if value is not None:   # (most messages have neither: no error text is built for them)
+            problem = check_duration(value, f"message {index}: {field}", minimum=1 if field == "ttl_ms" else 0)
+            if problem:
+                return problem
     return None
 
 
@@ -150,12 +156,12 @@ def _check_dedup_budget(cmd):
     return None
 
 
-def _check_put(cmd):
+def check_put(cmd):
     return (check_name(cmd.get("queue"), "queue name") or check_messages(cmd.get("messages"))
             or _check_dedup_budget(cmd))
 
 
-def _check_receive(cmd):
+def check_receive(cmd):
     problem = check_name(cmd.get("queue"), "queue name") or check_name(cmd.get("group"), "group name")
     if problem:
         return problem
@@ -165,36 +171,47 @@ def _check_receive(cmd):
     return check_duration(cmd.get("lease_ms"), "lease_ms", minimum=1, optional=True)
 
 
-def _check_receipts_cmd(cmd):
-    problem = check_name(cmd.get("queue"), "queue name") or check_receipts(cmd.get("receipts"))
-    if problem:
-        return problem
-    if cmd["op"] == "nack":
-        return check_duration(cmd.get("delay_ms"), "delay_ms", optional=True)
-    if cmd["op"] == "extend":
-        return check_duration(cmd.get("lease_ms"), "lease_ms", minimum=1, optional=True)
-    return None
+def check_ack(cmd):
+    return check_name(cmd.get("queue"), "queue name") or check_receipts(cmd.get("receipts"))
 
 
-def _check_queue_cmd(cmd):
-    problem = check_name(cmd.get("queue"), "queue name")
-    if problem or cmd["op"] == "delete_queue":
-        return problem
-    return check_queue_config(cmd.get("config"))
+def check_nack(cmd):
+    return check_ack(cmd) or check_duration(cmd.get("delay_ms"), "delay_ms", optional=True)
 
 
-def _check_group_cmd(cmd):
-    problem = check_name(cmd.get("queue"), "queue name") or check_name(cmd.get("group"), "group name")
-    if problem:
-        return problem
-    if cmd["op"] == "add_group" and cmd.get("start", "earliest") not in GROUP_STARTS:
+def check_extend(cmd):
+    return check_ack(cmd) or check_duration(cmd.get("lease_ms"), "lease_ms", minimum=1, optional=True)
+
+
+def check_delete_queue(cmd):
+    return check_name(cmd.get("queue"), "queue name")
+
+
+def check_configure_queue(cmd):
+    """create_queue and patch_queue: a name and a config."""
+    return check_delete_queue(cmd) or check_queue_config(cmd.get("config"))
+
+
+def check_group(cmd):
+    """delete_group: a queue and a group name."""
+    return check_name(cmd.get("queue"), "queue name") or check_name(cmd.get("group"), "group name")
+
+
+def check_add_group(cmd):
+    problem = check_group(cmd)
+    if not problem and cmd.get("start", "earliest") not in GROUP_STARTS:
         return error(BAD_REQUEST, "start must be 'earliest' or 'latest'")
-    if cmd["op"] == "commit" and (not is_int(cmd.get("seq")) or cmd["seq"] < 0):
+    return problem
+
+
+def check_commit(cmd):
+    problem = check_group(cmd)
+    if not problem and (not is_int(cmd.get("seq")) or cmd["seq"] < 0):
         return error(BAD_REQUEST, "seq must be a non-negative integer")
-    return None
+    return problem
 
 
-def _check_tx(cmd):
+def check_tx(cmd):
     acks, puts = cmd.get("ack", []), cmd.get("put", [])
     if not isinstance(acks, list) or not isinstance(puts, list) or not (acks or puts):
         return error(BAD_REQUEST, "a transaction needs a non-empty 'ack' or 'put' list")
@@ -215,7 +232,7 @@ def _check_tx(cmd):
     return _check_dedup_budget(cmd)
 
 
-def _check_redrive(cmd):
+def check_redrive(cmd):
     problem = check_name(cmd.get("queue"), "queue name") or (
         cmd.get("from_queue") is not None and check_name(cmd["from_queue"], "from_queue"))
     if problem:
@@ -229,17 +246,28 @@ def _check_redrive(cmd):
     return None
 
 
-def _check_member(cmd):
-    if not isinstance(cmd.get("id"), str) or check_name(cmd["id"], "node id"):
-        return error(BAD_REQUEST, f"node id must match {NAME_PATTERN}")
-    if cmd["op"] == "set_member":
-        for field in ("raft_addr", "http_addr"):
-            if not isinstance(cmd.get(field), str) or not cmd[field]:
-                return error(BAD_REQUEST, f"{field} must be a non-empty string")
+def check_nothing(cmd):
+    """tick: nothing but the op and now_ms, which every command has."""
     return None
 
 
-def _check_checkpoint(cmd):
+def check_remove_member(cmd):
+    if not isinstance(cmd.get("id"), str) or check_name(cmd["id"], "node id"):
+        return error(BAD_REQUEST, f"node id must match {NAME_PATTERN}")
+    return None
+
+
+def check_set_member(cmd):
+    problem = check_remove_member(cmd)
+    if problem:
+        return problem
+    for field in ("raft_addr", "http_addr"):
+        if not isinstance(cmd.get(field), str) or not cmd[field]:
+            return error(BAD_REQUEST, f"{field} must be a non-empty string")
+    return None
+
+
+def check_checkpoint(cmd):
     token = cmd.get("token")
     if not isinstance(token, str) or not 0 < len(token) <= 64:
         return error(BAD_REQUEST, "a checkpoint needs a token of 1 to 64 characters")
@@ -263,14 +291,14 @@ def check_int(value, what: str, low: int, high: int):
     return None
 
 
-def _check_stage(cmd):
+def check_stage(cmd):
     return (check_name(cmd.get("producer"), "producer id") or check_token(cmd.get("token"), "token")
             or check_int(cmd.get("chunk"), "chunk", 0, MAX_STAGE_CHUNK)
             or check_name(cmd.get("queue"), "queue name") or check_messages(cmd.get("messages"))
             or check_duration(cmd.get("ttl_ms"), "ttl_ms", minimum=1, optional=True))
 
 
-def _check_stage_commit(cmd):
+def check_stage_commit(cmd):
     problem = (check_name(cmd.get("producer"), "producer id")
                or check_int(cmd.get("batch"), "batch", 0, MAX_BATCH_ID)
                or check_duration(cmd.get("retain_ms"), "retain_ms", minimum=1, optional=True))
@@ -291,7 +319,7 @@ def _check_stage_commit(cmd):
     return None
 
 
-def _check_stage_abort(cmd):
+def check_stage_abort(cmd):
     problem = check_name(cmd.get("producer"), "producer id")
     if problem:
         return problem
@@ -305,36 +333,13 @@ def _check_stage_abort(cmd):
     return None
 
 
-CHECKS = {
-    "put": _check_put,
-    "receive": _check_receive,
-    "ack": _check_receipts_cmd,
-    "nack": _check_receipts_cmd,
-    "extend": _check_receipts_cmd,
-    "create_queue": _check_queue_cmd,
-    "patch_queue": _check_queue_cmd,
-    "delete_queue": _check_queue_cmd,
-    "add_group": _check_group_cmd,
-    "delete_group": _check_group_cmd,
-    "commit": _check_group_cmd,
-    "tx": _check_tx,
-    "redrive": _check_redrive,
-    "tick": lambda cmd: None,
-    "checkpoint": _check_checkpoint,
-    "set_member": _check_member,
-    "remove_member": _check_member,
-    "stage": _check_stage,
-    "stage_commit": _check_stage_commit,
-    "stage_abort": _check_stage_abort,
-    "drop_producer": lambda cmd: check_name(cmd.get("producer"), "producer id"),
-}
+def check_drop_producer(cmd):
+    return check_name(cmd.get("producer"), "producer id")
 
 
-def check_command(cmd):
-    """None when `cmd` is a well-formed command, else a bad_request result."""
-    if not isinstance(cmd, dict) or cmd.get("op") not in CHECKS:
-        return error(BAD_REQUEST, "unknown command")
+def check_now(cmd):
+    """What every command carries besides its op: the leader's log time."""
     now = cmd.get("now_ms")
     if not is_int(now) or now < 0:
         return error(BAD_REQUEST, "now_ms must be a non-negative integer")
-    return CHECKS[cmd["op"]](cmd)
+    return None

@@ -5,9 +5,11 @@ and its read-only queries, as the node does; times are explicit `now_ms`
 values so that leases, delays, TTLs and dedup windows are exact.
 """
 
+import cbor2
 import pytest
 
-from statemachine import StateMachine, decode_entry, encode_entry, is_error
+from statemachine import StateMachine, check_command, decode_entry, encode_entry, is_error
+from statemachine.machine import OPS
 
 T0 = 1_000_000
 
@@ -308,6 +310,15 @@ def test_ack_with_some_stale_receipts_acks_the_rest_and_lists_the_stale(m):
     m.ack("q", a)
     assert m.ack("q", a, b, "garbage") == {"acked": 1, "stale": [a, "garbage"]}
     assert m.stats("q")["depth"] == 0
+
+
+def test_a_receipt_with_digits_raftq_never_writes_is_stale_not_an_internal_error(m):
+    m.put("q", msg())
+    r = m.receive("q")[0]["receipt"]
+    incarnation, group, seq, token = r.split(":")
+    odd = [f"\u00b2:{group}:{seq}:{token}", f"{incarnation}:{group}:\u0661:{token}", f"{r}:1", f"+{r}"]
+    assert m.fails("stale_receipt", "ack", queue="q", receipts=odd)["stale"] == odd
+    assert m.ack("q", r) == {"acked": 1, "stale": []}
 
 
 def test_ack_where_every_receipt_is_stale_is_a_stale_receipt_error(m):
@@ -655,7 +666,6 @@ def test_a_redriven_message_that_dies_again_returns_to_the_dead_letter_queue(m):
 
 
 def test_a_version_4_snapshot_from_before_redrive_restores_with_nothing_redriven(m):
-    import cbor2
     dead_letter_queue(m, max_deliveries=1)
     m.put("q", msg("a"))
     spend(m, "q")
@@ -897,6 +907,24 @@ def test_group_stats(m):
         3, 1, 1, 1, 3)
 
 
+def test_first_seq_follows_removals_in_any_order_and_a_restore(m):
+    m.put("q", *[msg(str(i)) for i in range(5)])
+    receipts = [r["receipt"] for r in m.receive("q")]
+    m.ack("q", receipts[1], receipts[2])
+    assert m.stats("q")["first_seq"] == 1
+    m.ack("q", receipts[0])
+    assert m.stats("q")["first_seq"] == 4
+    data = m.sm.snapshot()
+    m.sm = StateMachine()
+    m.sm.restore(data)
+    assert m.stats("q")["first_seq"] == 4
+    m.ok("patch_queue", queue="q", config={"overflow": "drop_oldest", "max_length": 2})
+    m.put("q", msg("5"), msg("6"))
+    assert (m.stats("q")["first_seq"], m.stored("q")) == (6, [6, 7])
+    m.ack("q", *[r["receipt"] for r in m.receive("q")])
+    assert (m.stats("q")["first_seq"], m.stats("q")["last_seq"]) == (None, 7)
+
+
 # ---- browse and commit -------------------------------------------------------------------
 
 def test_browse_shows_unacked_messages_from_a_seq_without_leasing(m):
@@ -1050,6 +1078,9 @@ INVALID = [
     {"op": "redrive", "now_ms": T0, "queue": "q", "max": 0},
     {"op": "redrive", "now_ms": T0, "queue": "q", "max": 10_001},
     {"op": "redrive", "now_ms": T0, "queue": "q", "id": ""},
+    {"op": ["put"], "now_ms": T0, "queue": "q", "messages": [msg()]},
+    {"op": "list_queues", "now_ms": T0},
+    {"op": "_check_dead_letter", "now_ms": T0, "queue": "q"},
 ]
 
 
@@ -1061,6 +1092,51 @@ def test_invalid_commands_are_refused_whole(m, cmd):
     before = m.sm.snapshot()
     result = m.sm.apply(cmd)
     assert is_error(result) and result["error"] == "bad_request", result
+    assert m.sm.snapshot() == before
+
+
+# ---- the op table ---------------------------------------------------------------------------
+
+def test_every_command_of_the_table_has_a_validator_and_no_read_has_one():
+    assert {name for name, op in OPS.items() if not op.read} == {
+        "create_queue", "patch_queue", "delete_queue", "put", "receive", "ack", "nack", "extend", "tx",
+        "redrive", "add_group", "delete_group", "commit", "stage", "stage_commit", "stage_abort",
+        "drop_producer", "tick", "set_member", "remove_member", "checkpoint"}
+    assert all(op.check is not None for op in OPS.values() if not op.read)
+    assert all(op.check is None for op in OPS.values() if op.read)
+
+
+def test_check_command_runs_the_validator_the_table_names(m):
+    assert check_command({"op": "nack", "now_ms": 0, "queue": "q", "receipts": ["r"], "delay_ms": 5}) is None
+    assert check_command({"op": "nack", "now_ms": 0, "queue": "q", "receipts": ["r"], "delay_ms": -5}) == {
+        "error": "bad_request", "message": "delay_ms must be an integer number of milliseconds >= 0"}
+    # extend's duration is lease_ms; a nack's delay_ms means nothing to it
+    assert check_command({"op": "extend", "now_ms": 0, "queue": "q", "receipts": ["r"], "delay_ms": -5}) is None
+
+
+def test_read_answers_each_read_of_the_table_as_its_method_does(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 1_000})
+    m.put("q", msg("a"), msg("b"))
+    m.receive("q", n=1)
+    m.ok("stage", producer="p", token="t", chunk=0, queue="q", messages=[msg("s")])
+    args = {"list_queues": (), "queue_info": ("q",), "all_queue_stats": (), "usage": (["q", "nope"],),
+            "list_groups": ("q",), "group_info": ("q", "default"), "browse": ("q", "default", 0, 10),
+            "has_ready": ("q", "default"), "ready_count": ("q", "default"), "next_timer": (),
+            "producer_info": ("p",), "list_producers": ()}
+    assert set(args) == {name for name, op in OPS.items() if op.read}
+    for name, call in args.items():
+        assert m.sm.read(name, *call) == getattr(m.sm, name)(*call), name
+    assert m.sm.read("ready_count", "q", "default") == 1
+    assert m.sm.read("browse", "q", "default", 0, 10)["messages"][1]["body"] == "b"
+    assert m.sm.read("queue_info", "nope")["error"] == "not_found"
+
+
+@pytest.mark.parametrize("name", ["put", "tick", "nope", "_touch", "snapshot", "read", None])
+def test_read_of_anything_but_a_read_is_a_value_error_and_changes_nothing(m, name):
+    m.put("q", msg())
+    before = m.sm.snapshot()
+    with pytest.raises(ValueError):
+        m.sm.read(name, {"op": "tick", "now_ms": T0 + 10_000_000})
     assert m.sm.snapshot() == before
 
 
@@ -1097,6 +1173,22 @@ def test_a_restored_machine_carries_on_with_leases_deliveries_and_keys(m):
     assert m.put_result("q", msg("v3", key="k"))[0]["replaced_seq"] == 3
     m.ok("nack", queue="q", receipts=[leased["receipt"]])
     assert [(r["seq"], r["deliveries"]) for r in m.receive("q")] == [(1, 3), (2, 1), (4, 1)]
+
+
+def test_a_restored_machine_keeps_when_each_delayed_put_shows(m):
+    m.put("q", msg("now"), msg("later", delay_ms=100), msg("keyed", key="k", delay_ms=50))
+    m.now += 60
+    state = cbor2.loads(m.sm.snapshot())
+    [queue] = state["queues"]
+    assert queue[6][4:6] == [[T0, T0, T0], [T0, T0 + 100, T0 + 50]]    # put_at, visible_at columns
+    m.sm = StateMachine()
+    m.sm.restore(cbor2.dumps(state))
+    m.ok("add_group", queue="q", group="g2", start="earliest")
+    assert m.seqs("q", group="g2") == [1, 3]
+    m.put_result("q", msg("keyed again", key="k"))    # appends: g2 received seq 3
+    m.now += 40
+    assert m.seqs("q", group="g2") == [2, 4]
+    assert m.seqs("q") == [1, 2, 3, 4]
 
 
 def test_restore_refuses_a_snapshot_of_another_format(m):
