@@ -307,12 +307,12 @@ class Node:
     # ---- reads ----------------------------------------------------------------------------
     def read(self, query: str, *args):
         with self._lock:
-            return getattr(self.machine, query)(*args)
+            return self.machine.read(query, *args)
 
     def applied_read(self, query: str, *args) -> tuple[object, int]:
         """A read and the log index it reflects."""
         with self._lock:
-            return getattr(self.machine, query)(*args), self.consensus.applied_index()
+            return self.machine.read(query, *args), self.consensus.applied_index()
 
     # ---- long poll ---------------------------------------------------------------------------
     async def receive(self, command: dict, wait_s: float, max_waiters: int, *,
