@@ -381,9 +381,12 @@ class StateMachine:
                 "named": {name: len(self.queues[name].groups) if name in self.queues else None
                           for name in names}}
 
-    def all_queue_stats(self) -> list:
-        """(name, stats) of every queue, in one read (metrics)."""
-        return [(q.name, q.stats()) for q in self.queues.values()]
+    def all_queue_stats(self, after: str = "", limit: int = 500) -> list:
+        """(name, stats) of the first `limit` queues whose names sort after
+        `after`: one page of every queue's figures (metrics). Paged so that no
+        single read holds the node for long when there are many queues."""
+        names = sorted(name for name in self.queues if name > after)[:limit]
+        return [(name, self.queues[name].stats()) for name in names]
 
     def queue_info(self, name: str):
         queue = self.queues.get(name)

@@ -1194,3 +1194,13 @@ def test_a_restored_machine_keeps_when_each_delayed_put_shows(m):
 def test_restore_refuses_a_snapshot_of_another_format(m):
     with pytest.raises(ValueError):
         m.sm.restore(encode_entry({"format": "something", "version": 1}))
+
+
+def test_every_queues_figures_are_read_in_pages_by_name():
+    machine = StateMachine()
+    for name in ("c", "a", "b", "d"):
+        machine.apply({"op": "create_queue", "queue": name, "config": {}, "now_ms": T0})
+    first = machine.read("all_queue_stats", "", 3)
+    rest = machine.read("all_queue_stats", first[-1][0], 3)
+    assert [name for name, _ in first] == ["a", "b", "c"] and [name for name, _ in rest] == ["d"]
+    assert rest[0][1] == machine.queue_info("d")["stats"]
