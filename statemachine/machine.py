@@ -303,7 +303,8 @@ class StateMachine:
     # ---- timers and dead letters -------------------------------------------------
     def _tick(self, cmd):
         for queue in list(self.queues.values()):
-            queue.advance(self.clock)
+            if queue.may_have_timers():
+                queue.advance(self.clock)
             self._dead_letter(queue)
         self.staging.advance(self.clock)
         return {"clock": self.clock}

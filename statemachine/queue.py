@@ -171,8 +171,16 @@ class Queue:
         while self.redrive_order and self.redrive_order[0][0] + window <= clock:
             del self.redrives[self.redrive_order.popleft()[1]]
 
+    def may_have_timers(self) -> bool:
+        """False when no timer can be pending: leases, delays and expiries all
+        belong to stored messages, and only remembered ids outlive them. Cheap
+        enough to ask of every queue at every tick."""
+        return bool(self.messages or self.dedup_order or self.redrive_order)
+
     def next_timer(self):
         """The earliest log time at which `advance` has work, or None."""
+        if not self.may_have_timers():
+            return None
         times = [g.next_timer() for g in self.groups.values()]
         if self.expiries:
             times.append(self.expiries[0][0])

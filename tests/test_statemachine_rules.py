@@ -185,6 +185,16 @@ def test_idempotent_id_after_the_window_is_a_new_message(m):
     assert m.put_result("q", msg(id="x"))[0]["seq"] == 2
 
 
+def test_an_emptied_queue_still_ticks_to_forget_the_ids_it_remembers(m):
+    m.ok("create_queue", queue="q", config={"dedup_window_ms": 1_000})
+    m.put("q", msg(id="x"))
+    m.ack("q", m.receive("q")[0]["receipt"])
+    assert m.stats("q")["depth"] == 0 and m.sm.read("next_timer") == T0 + 1_000
+    m.now += 1_000
+    m.ok("tick")
+    assert m.sm.read("next_timer") is None
+
+
 def test_duplicate_ids_within_one_batch_store_one_copy(m):
     result = m.put_result("q", msg("a", id="x"), msg("b"), msg("c", id="x"))
     assert result == [{"seq": 1, "duplicate": False, "replaced_seq": None},
