@@ -4,8 +4,9 @@ Any node accepts any request.  Writes and ``leader``/``strong`` reads are
 served by the leader; a follower answers 307 with the leader's address (or,
 on ``X-Raftq-Forward: 1``, forwards the call itself).  A node that knows no
 leader — or a leader that has not heard from a majority within the election
-timeout — answers 503 ``no_quorum`` with ``Retry-After``, so a node cut off
-from the majority never serves a stale or doomed request.
+timeout — holds the request for up to ELECTION_HOLD_S in case an election
+is under way, then answers 503 ``no_quorum`` with ``Retry-After``, so a node
+cut off from the majority never serves a stale or doomed request.
 """
 
 import asyncio
@@ -22,6 +23,8 @@ from .keys import HTTP, NODE, SETTINGS  # noqa: F401  (the handlers import them 
 
 
 CONSISTENCY_LEVELS = ("leader", "strong", "any")
+# Longer than an election takes (its timeout is 0.15-0.35 s, then a vote).
+ELECTION_HOLD_S = 0.5
 FORWARD_HEADERS = ("Content-Type", "Accept", "Authorization")
 
 
@@ -29,10 +32,34 @@ def no_quorum(message: str) -> ApiError:
     return ApiError("no_quorum", message, headers={"Retry-After": "1"})
 
 
+def _leader_known(view: dict) -> bool:
+    return view["quorum_ok"] and (view["role"] == "leader" or view["leader_id"] is not None)
+
+
+async def _view_after_election(node) -> dict:
+    """The routing view, once a leader is known or ELECTION_HOLD_S has passed.
+
+    During an election a request is held here rather than refused: it is sent
+    on as soon as the engine reports the winner, where a refusal would leave
+    the client to guess with its backoff when to try again.
+    """
+    view = node.view()
+    deadline = asyncio.get_running_loop().time() + ELECTION_HOLD_S
+    while not _leader_known(view):
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            break
+        try:
+            view = await asyncio.wait_for(node.next_view(), remaining)
+        except asyncio.TimeoutError:
+            break
+    return view
+
+
 async def route_to_leader(request: web.Request) -> web.StreamResponse | None:
     """None when this node should serve; else the response that sends the caller on."""
     node = request.app[NODE]
-    status = node.view()
+    status = await _view_after_election(node)
     if status["role"] == "leader":
         if not status["quorum_ok"]:
             raise no_quorum("this node leads no majority right now")

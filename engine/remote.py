@@ -39,7 +39,7 @@ class RemoteNode:
         self.engine_pid = engine_pid
         self.closed = asyncio.Event()
         self._view: dict = {"role": "follower", "leader_id": None, "term": 0, "quorum_ok": False, "http": {}}
-        self._view_changed = asyncio.Event()
+        self._view_changed: asyncio.Future | None = None   # resolved, and replaced, at every push
         self._calls: dict[int, asyncio.Future] = {}
         self._ids = itertools.count(1)
         self._out: FrameWriter | None = None
@@ -47,6 +47,7 @@ class RemoteNode:
 
     async def connect(self, sock: socket.socket) -> None:
         reader, writer = await asyncio.open_unix_connection(sock=sock)
+        self._view_changed = asyncio.get_running_loop().create_future()
         self._out = FrameWriter(writer)
         self._reader_task = asyncio.create_task(self._read(reader))
 
@@ -63,7 +64,8 @@ class RemoteNode:
                     if call_id == 0:
                         if error == "view":
                             self._view = value
-                            self._view_changed.set()
+                            changed, self._view_changed = self._view_changed, asyncio.get_running_loop().create_future()
+                            changed.set_result(None)
                         continue
                     future = self._calls.pop(call_id, None)
                     if future is None or future.done():
@@ -103,8 +105,7 @@ class RemoteNode:
 
     async def next_view(self) -> dict:
         """The view the engine pushes next."""
-        self._view_changed.clear()
-        await self._view_changed.wait()
+        await asyncio.shield(self._view_changed)
         return self._view
 
     def http_addr(self, node_id: str | None) -> str | None:
