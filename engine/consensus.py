@@ -511,8 +511,12 @@ class Consensus:
             others = list(node._SyncObj__otherNodes)
             recent = sum(1 for n in others if now - self._last_heard.get(n.id, 0.0) < self._leader_lease)
             return recent + 1 > (len(others) + 1) / 2
-        if state == FOLLOWER and node._SyncObj__raftLeader is not None:
-            return now - self._leader_contact < self._election_timeout
+        leader = node._SyncObj__raftLeader
+        if state == FOLLOWER and leader is not None:
+            # A leader whose connection dropped (killed, restarted) is gone for
+            # routing at once: requests are held for the election rather than
+            # sent to an address that refuses them until the timeout.
+            return now - self._leader_contact < self._election_timeout and node.isNodeConnected(leader)
         return False
 
     def _refusal(self) -> str | None:
