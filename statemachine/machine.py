@@ -43,7 +43,7 @@ from typing import Callable, NamedTuple
 
 import cbor2
 
-from .queue import PARKED_RETRY_MS, Queue
+from .queue import BODY, HEADERS, KEY, PARKED_RETRY_MS, Queue
 from .redrive import redrive
 from .results import BAD_REQUEST, CONFLICT, INTERNAL, NOT_FOUND, STALE_RECEIPT, error
 from .staging import DEFAULT_STAGE_TTL_MS, Staging
@@ -328,7 +328,7 @@ class StateMachine:
                 if target is None:
                     target = self._new_queue(target_name, full_config({}))
                 target.advance(self.clock)
-                headers = {**(msg.headers or {}),
+                headers = {**dict(msg[HEADERS] or ()),
                            "x-raftq-from-queue": queue.name,
                            "x-raftq-from-group": group_name,
                            "x-raftq-deliveries": str(group.deliveries.get(seq, 0)),
@@ -337,7 +337,7 @@ class StateMachine:
                 # included: otherwise two unreceived versions of one key could be
                 # stored there, and a restored replica (whose key index is rebuilt
                 # from the messages) would replace a different one than the leader.
-                moved = [{"body": msg.body, "key": msg.key, "headers": headers}]
+                moved = [{"body": msg[BODY], "key": msg[KEY], "headers": headers}]
                 if target.config["overflow"] == "reject" and target.check_capacity(moved):
                     return
                 target.put(moved, self.clock)

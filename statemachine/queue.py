@@ -19,7 +19,7 @@ which lives outside this queue.
 import re
 from collections import deque
 from itertools import groupby, islice, repeat
-from operator import attrgetter
+from operator import itemgetter
 
 import cbor2
 from sortedcontainers import SortedList
@@ -32,12 +32,25 @@ COUNTERS = ("put_total", "acked_total", "redelivered_total", "dead_lettered_tota
 PARKED_RETRY_MS = 1_000
 
 
-class Message:
-    # A stored message's cost is its Python objects, so it holds only what
-    # every message needs: its seq is its key in ``Queue.messages``, and the
-    # log time a delayed put shows is in ``Queue.shows_at`` (most puts have
-    # no delay).  Eight slots keep the object in pymalloc's 96-byte class.
-    __slots__ = ("body", "key", "headers", "put_at", "expires_at", "size", "pending", "received")
+# A stored message is a plain tuple of the fields below, replaced whole when
+# `pending` or `received` changes, its headers a tuple of (name, value) pairs
+# (`stored_headers`).  The garbage collector stops tracking a tuple that
+# holds only strings, numbers and such tuples -- not one that holds a dict --
+# so a full collection never visits the stored messages: as objects of a
+# class, a million of them made each full collection a pause of 0.3-1 s on
+# the thread that applies entries and sends heartbeats.  A message holds
+# only what every message needs: its seq is its key in ``Queue.messages``,
+# and the log time a delayed put shows is in ``Queue.shows_at`` (most puts
+# have no delay).
+BODY, KEY, HEADERS, PUT_AT, EXPIRES_AT, SIZE, PENDING, RECEIVED = range(8)
+
+
+def stored_headers(headers: dict | None) -> tuple | None:
+    return None if headers is None else tuple(headers.items())
+
+
+def given_headers(stored: tuple | None) -> dict | None:
+    return None if stored is None else dict(stored)
 
 
 # Snapshots hold one list per field, not one per message: a million small
@@ -47,11 +60,11 @@ class Message:
 # expires_at, size, pending, received.
 def message_columns(seqs: list, messages: list, shows_at: dict) -> list:
     def column(field):
-        return list(map(attrgetter(field), messages))
-    put_at = column("put_at")
+        return list(map(itemgetter(field), messages))
+    put_at = column(PUT_AT)
     visible_at = [shows_at.get(seq, at) for seq, at in zip(seqs, put_at)] if shows_at else list(put_at)
-    return [seqs, column("body"), column("key"), column("headers"), put_at, visible_at,
-            column("expires_at"), column("size"), column("pending"), column("received")]
+    return [seqs, column(BODY), column(KEY), list(map(given_headers, column(HEADERS))), put_at, visible_at,
+            column(EXPIRES_AT), column(SIZE), column(PENDING), column(RECEIVED)]
 
 
 def messages_from_columns(columns: list):
@@ -59,14 +72,8 @@ def messages_from_columns(columns: list):
     seqs, bodies, keys, headers, put_at, visible_at, expires_at, sizes, pending, received = columns
     shows_at = {} if visible_at == put_at else {
         seq: shown for seq, put, shown in zip(seqs, put_at, visible_at) if shown != put}
-    out = []
-    new = Message.__new__
-    for body, key, header, put, expires, size, holders, seen in zip(
-            bodies, keys, headers, shared(put_at), shared(expires_at), sizes, pending, received):
-        msg = new(Message)
-        msg.body, msg.key, msg.headers, msg.put_at = body, key, header, put
-        msg.expires_at, msg.size, msg.pending, msg.received = expires, size, holders, seen
-        out.append(msg)
+    out = list(zip(bodies, keys, map(stored_headers, headers), shared(put_at), shared(expires_at), sizes,
+                   pending, received))
     return out, shows_at
 
 
@@ -215,8 +222,8 @@ class Queue:
                     batch_count, batch_size = batch_count - 1, batch_size - batch_keys[key]
                 else:
                     old = self.messages.get(self.keys.get(key, -1))
-                    if old is not None and not old.received:
-                        count, size = count - 1, size - old.size
+                    if old is not None and not old[RECEIVED]:
+                        count, size = count - 1, size - old[SIZE]
                 batch_keys[key] = nbytes
         if self.config["overflow"] == "drop_oldest":
             over_count = limit_count is not None and batch_count > limit_count   # older messages make room
@@ -245,7 +252,7 @@ class Queue:
             key = m.get("key")
             if key is not None and key in self.keys:
                 old_seq = self.keys[key]
-                if not self.messages[old_seq].received:
+                if not self.messages[old_seq][RECEIVED]:
                     replaced = old_seq
                     self._remove(old_seq)
                     self.counters["replaced_total"] += 1
@@ -273,13 +280,9 @@ class Queue:
 
     def insert(self, body, key, headers, clock: int, expires_at, delay_ms: int, size: int) -> int:
         """Append one message of `size` bytes (message_size) at the tail, visible to every current group."""
-        msg = Message()
         seq = self.next_seq
         self.next_seq = seq + 1
-        msg.body, msg.key, msg.headers, msg.put_at = body, key, headers, clock
-        msg.expires_at, msg.size = expires_at, size
-        msg.pending, msg.received = len(self.groups), False
-        self.messages[seq] = msg
+        self.messages[seq] = (body, key, stored_headers(headers), clock, expires_at, size, len(self.groups), False)
         self.bytes += size
         if key is not None:
             self.keys[key] = seq
@@ -330,10 +333,11 @@ class Queue:
             deliveries = group.lease(seq, token, deadline)
             if deliveries > 1:
                 self.counters["redelivered_total"] += 1
-            msg.received = True
+            if not msg[RECEIVED]:
+                self.messages[seq] = msg[:RECEIVED] + (True,)
             out.append({"seq": seq, "receipt": f"{prefix}{seq}:{token}",
-                        "body": msg.body, "key": msg.key, "headers": msg.headers,
-                        "deliveries": deliveries, "put_at_ms": msg.put_at})
+                        "body": msg[BODY], "key": msg[KEY], "headers": given_headers(msg[HEADERS]),
+                        "deliveries": deliveries, "put_at_ms": msg[PUT_AT]})
         return {"messages": out}
 
     def live_lease(self, receipt: str):
@@ -394,11 +398,11 @@ class Queue:
         if not group.forget(seq):
             return
         msg = self.messages[seq]
-        if received:
-            msg.received = True
-        msg.pending -= 1
-        if msg.pending == 0:
+        pending = msg[PENDING] - 1
+        if pending == 0:
             self._unstore(seq)    # pending counts the groups holding it: none is left to forget it
+        else:
+            self.messages[seq] = msg[:PENDING] + (pending, received or msg[RECEIVED])
 
     def commit(self, group_name: str, upto: int):
         group = self.groups.get(group_name)
@@ -418,12 +422,12 @@ class Queue:
             group.forget(seq)
 
     def _unstore(self, seq: int) -> None:
-        msg = self.messages.pop(seq)
-        self.bytes -= msg.size
-        if msg.key is not None and self.keys.get(msg.key) == seq:
-            del self.keys[msg.key]
-        if msg.expires_at is not None:
-            self.expiries.remove((msg.expires_at, seq))
+        _, key, _, _, expires_at, size, _, _ = self.messages.pop(seq)
+        self.bytes -= size
+        if key is not None and self.keys.get(key) == seq:
+            del self.keys[key]
+        if expires_at is not None:
+            self.expiries.remove((expires_at, seq))
         if self.shows_at:
             self.shows_at.pop(seq, None)
 
@@ -435,8 +439,9 @@ class Queue:
         if start == "earliest":
             ready = []
             shows_at = self.shows_at
-            for seq, msg in self.messages.items():
-                msg.pending += 1
+            messages = self.messages
+            for seq, msg in messages.items():
+                messages[seq] = msg[:PENDING] + (msg[PENDING] + 1, msg[RECEIVED])
                 visible_at = shows_at.get(seq) if shows_at else None
                 if visible_at is not None and visible_at > clock:
                     group.delay(seq, visible_at)
@@ -500,8 +505,8 @@ class Queue:
         out = []
         for seq in islice(group.held_from(from_seq), limit):
             msg = self.messages[seq]
-            out.append({"seq": seq, "body": msg.body, "key": msg.key, "headers": msg.headers,
-                        "deliveries": group.deliveries.get(seq, 0), "put_at_ms": msg.put_at})
+            out.append({"seq": seq, "body": msg[BODY], "key": msg[KEY], "headers": given_headers(msg[HEADERS]),
+                        "deliveries": group.deliveries.get(seq, 0), "put_at_ms": msg[PUT_AT]})
         return {"messages": out, "last_seq": self.next_seq - 1}
 
     # ---- snapshot -------------------------------------------------------------
@@ -529,8 +534,8 @@ class Queue:
         queue.messages = dict(zip(seqs, msgs))
         queue.head = seqs[0] if seqs else next_seq
         queue.bytes = sum(messages[7])
-        queue.keys = {m.key: seq for seq, m in zip(seqs, msgs) if m.key is not None}
-        queue.expiries = SortedList((m.expires_at, seq) for seq, m in zip(seqs, msgs) if m.expires_at is not None)
+        queue.keys = {m[KEY]: seq for seq, m in zip(seqs, msgs) if m[KEY] is not None}
+        queue.expiries = SortedList((m[EXPIRES_AT], seq) for seq, m in zip(seqs, msgs) if m[EXPIRES_AT] is not None)
         queue.dedup = {mid: (seq, put_at) for mid, seq, put_at in dedup}
         queue.dedup_order = deque((put_at, mid) for mid, _, put_at in dedup)
         queue.dedup_bytes = sum(len(mid.encode()) for mid in queue.dedup)

@@ -23,6 +23,7 @@ Rules (docs/api.md):
   timeout or failover).
 """
 
+from .queue import BODY, HEADERS, KEY
 from .results import NOT_FOUND, error
 
 FROM_QUEUE = "x-raftq-from-queue"
@@ -45,7 +46,7 @@ def redrive(machine, cmd) -> dict:
         if moved == limit:
             break
         msg = dlq.messages[seq]
-        source = (msg.headers or {}).get(FROM_QUEUE)
+        source = dict(msg[HEADERS] or ()).get(FROM_QUEUE)
         if source is None or source == dlq.name or source in blocked or wanted not in (None, source):
             continue
         if any(seq in group.leases for group in dlq.groups.values()):
@@ -53,8 +54,8 @@ def redrive(machine, cmd) -> dict:
         target = machine.queues.get(source)
         if target is not None:
             target.advance(machine.clock)
-        headers = {k: v for k, v in msg.headers.items() if k not in DEAD_LETTER_HEADERS} or None
-        back = [{"body": msg.body, "key": msg.key, "headers": headers}]
+        headers = {k: v for k, v in msg[HEADERS] if k not in DEAD_LETTER_HEADERS} or None
+        back = [{"body": msg[BODY], "key": msg[KEY], "headers": headers}]
         if target is None or target.check_capacity(back):
             blocked.add(source)
             continue
