@@ -28,6 +28,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from api.app import Settings
 from engine.config import ClusterConfig
 from engine.node import Node
+from engine.pauses import keep_pauses_short
 from engine.service import EngineService
 
 from .front import run_front
@@ -121,6 +122,7 @@ def run_node(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings: S
         fronts.append(pid)
     for listener in listeners:
         listener.close()
+    keep_pauses_short()
     log.info("node %s: %d front(s) serving HTTP on %s", node_id, workers, http)
     return asyncio.run(_run_engine(cluster, node_id, data_dir, settings=settings, auto_create=auto_create,
                                    links=links, fronts=fronts))
