@@ -105,8 +105,9 @@ class Consensus:
                  apply: Callable[[bytes], object], snapshot: Callable[[], bytes],
                  restore: Callable[[bytes], None], secret: str | None, fsync: bool = True,
                  on_role_change: Callable[[], None] | None = None,
-                 election_timeout: tuple[float, float] = (0.15, 0.35),
-                 heartbeat: float = 0.03,
+                 election_timeout: tuple[float, float] = (0.3, 0.6),
+                 leader_lease: float = 0.2,
+                 heartbeat: float = 0.09,
                  connection_retry: float = 0.2,
                  submit_timeout: float = 10.0,
                  max_entry_bytes: int = 2 * 1024 * 1024,
@@ -129,10 +130,13 @@ class Consensus:
         self._election_timeout = election_timeout[1]
         # How recently a leader must have heard from a majority to act as
         # leader (writes, leader reads, readiness). A follower cut off from us
-        # may start an election raftMinTimeout after our last heartbeat, and
-        # the others vote at once (no PreVote), so from then on a new leader
-        # may exist: an isolated leader stops answering before that.
-        self._leader_lease = election_timeout[0]
+        # starts an election no sooner than this after our last heartbeat
+        # (the election timeout, or a lost connection: raft_node), and the
+        # others vote at once (no PreVote), so from then on a new leader may
+        # exist: an isolated leader stops answering before that.
+        if not heartbeat < leader_lease <= election_timeout[0]:
+            raise ValueError("need heartbeat < leader_lease <= the shortest election timeout")
+        self._leader_lease = leader_lease
         self._fsync_policy = "fsync-per-append" if fsync else "no-fsync"
 
         self._ids = {p.raft_addr: p.id for p in [self_peer, *peers]}
@@ -199,7 +203,8 @@ class Consensus:
                                    max_frame=max_frame_bytes(max_entry_bytes),
                                    # 32 MiB of batched 100-byte puts replay in about 2 s at
                                    # restart; a snapshot of 1 M messages costs about 3 s
-                                   compaction_min_bytes=int(compaction_min_bytes * jitter))
+                                   compaction_min_bytes=int(compaction_min_bytes * jitter),
+                                   leader_lease=leader_lease)
         except BaseException:
             self._journal._destroy()
             raise

@@ -47,12 +47,22 @@ closes these gaps (../shared/PYSYNCOBJ.md); ``engine.consensus`` drives it.
    machine) reads the messages waiting in its sockets before it decides
    that its leader is gone: pysyncobj would call an election at once, over
    the heartbeats it had not read yet.
+9. A leader's connection that closes. A killed leader's sockets close at
+   once (the kernel resets them), long before the election timeout ends. A
+   follower that loses its connection to its leader calls an election
+   ``leader_lease`` after it last heard from the leader (when no leader's
+   lease it granted can still hold), the followers one after the other
+   (``LOST_LEADER_STAGGER_S``) so that their votes do not split. A leader
+   silenced by a partition, whose connections stay open, is still found
+   by the election timeout; so the timeout can be generous (elections under
+   load are rare) while a crashed leader is replaced quickly.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import random
 import threading
 from typing import Protocol
 
@@ -108,8 +118,14 @@ ROLE_NAMES = {FOLLOWER: "follower", CANDIDATE: "candidate", LEADER: "leader"}
 MIN_POLL_S = 0.002
 MAX_POLL_S = 0.1
 # The longest a tick applies committed entries before it sends heartbeats and
-# reads messages again: far below the election timeout (0.15 s).
+# reads messages again: far below the election timeout.
 APPLY_BUDGET_S = 0.02
+# Followers that lost their leader's connection stand for election one after
+# the other, in the order of their addresses, this far apart (plus a little
+# jitter): the first one's vote request reaches the others before they stand,
+# so their votes do not split.
+LOST_LEADER_STAGGER_S = 0.05
+LOST_LEADER_JITTER_S = 0.01
 REGULAR_COMMAND = _syncobj._COMMAND_TYPE.REGULAR
 
 FAIL_REASONS = {
@@ -192,8 +208,9 @@ class RaftNode(SyncObj):
     """
 
     def __init__(self, owner: RaftOwner, self_node, other_nodes, conf, journal: DurableJournal, dial_addrs,
-                 *, sealer: Sealer | None, max_frame: int, compaction_min_bytes: int):
+                 *, sealer: Sealer | None, max_frame: int, compaction_min_bytes: int, leader_lease: float):
         self._owner = owner
+        self._leader_lease = leader_lease
         self._sealer = sealer
         self._journal = journal
         self._replies: list[tuple[object, dict]] = []
@@ -336,6 +353,18 @@ class RaftNode(SyncObj):
     def _reply(self, node, next_idx: int, success: bool, reset: bool) -> None:
         self._replies.append((node, {"type": "next_node_idx", "next_node_idx": next_idx,
                                      "reset": reset, "success": success}))
+
+    # -- a leader that goes away ----------------------------------------------
+
+    def _SyncObj__onNodeDisconnected(self, node):
+        SyncObj._SyncObj__onNodeDisconnected(self, node)
+        if self._SyncObj__raftState == FOLLOWER and node == self._SyncObj__raftLeader:
+            voters = sorted(n.id for n in self._SyncObj__otherNodes if n != node)
+            rank = sum(1 for voter in voters if voter < self._SyncObj__selfNode.id)
+            soon = (max(monotonic(), self._owner._leader_contact + self._leader_lease)
+                    + rank * LOST_LEADER_STAGGER_S + LOST_LEADER_JITTER_S * random.random())
+            if soon < self._SyncObj__raftElectionDeadline:
+                self._SyncObj__raftElectionDeadline = soon
 
     # -- messages ----------------------------------------------------------
 

@@ -480,6 +480,29 @@ def test_unpatched_pysyncobj_drops_acknowledged_entries(tmp_path):
         plain.destroy_synchronous()
 
 
+def test_followers_that_lose_their_leaders_connection_elect_without_waiting_for_the_timeout(cluster):
+    """A leader whose process ends closes its connections at once. With an
+    election timeout of 30-40 s only the lost connection can make the
+    followers stand within the 20 s this test waits; the new leader must
+    also hold everything the old one committed."""
+    c = cluster().start_all()
+    leader = c.leader()
+    for i in range(5):
+        commit(c, b"before-%d" % i)
+    for node in c.nodes.values():
+        conf = node._node._SyncObj__conf
+        conf.raftMinTimeout, conf.raftMaxTimeout = 30.0, 40.0   # from the next heartbeat on
+    commit(c, b"the timeout is long now")
+    leader_term = leader.status()["term"]
+    c.stop(leader.status()["self_id"])
+    survivor = c.leader(timeout=20)
+    commit(c, b"after")
+    c.converged()
+    entries = c.machines[survivor.status()["self_id"]].entries
+    assert entries[:5] == [b"before-%d" % i for i in range(5)] and entries[-1] == b"after"
+    assert survivor.status()["term"] == leader_term + 1
+
+
 def test_a_backlog_of_slow_applies_costs_no_election(cluster):
     """Thirty entries that take 0.05 s each to apply, committed at once: 1.5 s
     of applying on every node, longer than the election timeout. Applied

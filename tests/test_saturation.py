@@ -13,8 +13,8 @@ tallied by kind and status.
 Bursts go to the leader, where a stalled heartbeat costs an election. A
 client cannot ask for a snapshot: it causes one by writing, so the snapshot
 test writes one-message puts (one log entry each) until the leader has taken
-one — the leader defers its own compaction until its log is four times a
-follower's threshold (engine/consensus.py), some 40 000–60 000 entries.
+one, at its compaction threshold (engine/consensus.py): some 10 000–15 000
+entries.
 """
 
 import asyncio
