@@ -232,15 +232,14 @@ class Session:
                        "refused": [_refusal(c, exc) for c in cids if is_int(c)]} if any(is_int(c) for c in cids)
                       else {"op": "error", "error": exc.code, "status": exc.status, "message": exc.message})
             return
+        # Each message is checked on its own (checked_message: the rules of a
+        # put's message), so that one malformed message is refused alone; the
+        # queue name, the put's only other rule, was checked above.
         accepted, accepted_cids, refused = [], [], []
         for index, raw in enumerate(messages):
-            cid = raw["cid"]
+            cid = raw.pop("cid")
             try:
-                message = checked_message(self.app, {k: v for k, v in raw.items() if k != "cid"}, index)
-                problem = check_command({"op": "put", "queue": queue, "messages": [message], "now_ms": 0,
-                                         "auto_create": self.node.auto_create})
-                if problem:
-                    raise from_result(problem)
+                message = checked_message(self.app, raw, index)
             except ApiError as exc:
                 refused.append(_refusal(cid, exc))
                 continue
@@ -365,9 +364,14 @@ class Subscription:
 
     async def run(self) -> None:
         session = self.session
+        # Credit is spent in batches of at least a quarter of what one receive
+        # may take (or of what is unsettled): each receive is a command in the
+        # log, and a receive per returned ack would lease a few messages per
+        # entry while the consumer still holds most of its prefetch.
+        batch = max(1, min(self.prefetch, MAX_RECEIVE) // 4)
         while True:
             free = self._free()
-            if free <= 0:
+            if free <= 0 or (free < batch and self.leases):
                 self.credit.clear()
                 next_end = min(self.leases.values()) - time.monotonic()
                 try:
