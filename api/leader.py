@@ -113,8 +113,15 @@ async def apply(app: web.Application, command: dict) -> Committed:
     A write whose fate is unknown (lost leadership, no majority in time) is
     ApiError no_quorum: retried with the same ids, it is stored once.
     """
-    await caps.check(app[NODE], app[SETTINGS].limits, command)
-    return await _committed(app, app[NODE].submit(command), 0.0)
+    node, limits = app[NODE], app[SETTINGS].limits
+    existing = caps.prepare(limits, command)
+    if existing is not None:
+        committed = await _committed(app, node.submit(command, if_queues_exist=existing), 0.0)
+        if committed is not None:
+            return committed
+        # a queue it names is missing: the write would create it, within the caps only
+    await caps.check(node, limits, command)
+    return await _committed(app, node.submit(command), 0.0)
 
 
 async def receive_waiting(app: web.Application, command: dict, wait_s: float, *,

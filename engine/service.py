@@ -9,7 +9,8 @@ engine is reachable from a front:
 =====================  ==============================================  =======================
 call                   args                                            answer
 =====================  ==============================================  =======================
-submit                 command, CBOR-encoded (bytes)                   [result, log index]
+submit                 command, CBOR-encoded (bytes), queue names      [result, log index], or None
+                                                                       when a named queue is missing
 read                   query, args, settled                            [result, applied index]
 receive                receive command, wait_s, last_try               [result, log index] or None
 cancel                 call id of a receive                            (none: call id 0)
@@ -127,7 +128,11 @@ class EngineService:
         if call_id:
             out.send([call_id, error, value])
 
-    async def _submit(self, encoded: bytes) -> list:
+    async def _submit(self, encoded: bytes, if_queues_exist: list) -> list | None:
+        # The front's caps hold for a write into queues that exist: looked up
+        # here, not by a read of its own first, a put takes one round trip.
+        if if_queues_exist and None in self.node.read("usage", if_queues_exist)["named"].values():
+            return None
         committed = await self.node.submit_encoded(encoded)
         return [committed.result, committed.index]
 
