@@ -13,6 +13,7 @@ modules are the only code in raftq that imports it, one concern each:
   compaction by entries and bytes, term-checked command queue);
 - ``engine.raft_wire``: framing, sealing, handshake and limits of the Raft
   port, and dialing through proxies;
+- ``engine.raft_snapshots``: snapshots written by a forked child;
 - ``engine.pysyncobj_pin``: the one release these overrides were written for.
 The files they keep are ``engine.journal`` (the log) and
 ``engine.snapshot_file``, both record files of ``engine.records``.
@@ -38,10 +39,11 @@ What the facade itself adds to pysyncobj 0.3.17 (../shared/PYSYNCOBJ.md):
   logged CRITICAL and becomes the result ``{"error": "internal", ...}``, so
   it cannot re-run forever.
 - Snapshots: the state machine's own bytes plus the two last applied entries
-  and the membership (``engine.snapshot_file``). ``journalFile`` and
-  ``fullDumpFile`` are always both set. Compaction thresholds (entries,
-  bytes, seconds) are jittered per node so the replicas do not all stall at
-  once. A node being closed compacts a long log first, so that its restart
+  and the membership (``engine.snapshot_file``), written by a forked child
+  from a copy-on-write image of the state, so ``snapshot`` runs in that
+  child and must not take a lock. ``journalFile`` and ``fullDumpFile`` are
+  always both set. Compaction thresholds (entries, bytes, seconds) are
+  jittered per node so the replicas do not all fork at once. A node being closed compacts a long log first, so that its restart
   loads the snapshot and replays a short tail; and reading a snapshot drops
   only the log entries it covers (pysyncobj would clear the whole log when a
   crash came between writing a snapshot and compacting the log).
@@ -154,7 +156,7 @@ class Consensus:
         self._journal = DurableJournal(data_dir / JOURNAL_DIR, fsync=fsync,
                                        segment_bytes=segment_bytes, snapshot_path=self._snapshot_path)
         # Replicas apply the same entries, so equal thresholds would make them
-        # all stall for a snapshot at the same moment; spread them per node.
+        # all fork a snapshot writer at the same moment; spread them per node.
         jitter = 1 + (zlib.crc32(self_peer.raft_addr.encode()) % 1000) / 2000
         conf = SyncObjConf(
             password=None,   # encryption is the Sealer's (given to _RaftNode), not Fernet
@@ -368,7 +370,7 @@ class Consensus:
             # that tick) and drops the log prefix in the next one, when the
             # serializer's pid is back to 0.
             node = self._node
-            if node._SyncObj__forceLogCompaction or node._SyncObj__serializer._Serializer__pid != 0:
+            if node._SyncObj__forceLogCompaction or node.snapshots.busy():
                 self._tasks.append(check)
                 return
             outcome.append(self._snapshot_info["count"] > before)
@@ -390,6 +392,7 @@ class Consensus:
         self._node.destroy()
         self._wake()
         self._node._SyncObj__thread.join()
+        self._node.snapshots.abandon()
         notifier = self._node._SyncObj__pipeNotifier
         os.close(notifier._PipeNotifier__pipeR)
         os.close(notifier._PipeNotifier__pipeW)
@@ -457,13 +460,14 @@ class Consensus:
     # -- snapshots (tick thread) -------------------------------------------
 
     def _write_snapshot(self, filename: str, data) -> None:
+        # in the snapshot writer's child process (engine.raft_snapshots)
         last, prev, cluster = data
-        started = time.monotonic()
-        size = snapshot_file.write(filename, last=last, prev=prev, state=self._snapshot(),
-                                   cluster=[[n.id, self._id_of(n)] for n in cluster])
-        self._snapshot_info = {"index": last[1], "bytes": size,
-                               "seconds": round(time.monotonic() - started, 4),
-                               "count": self._snapshot_info["count"] + 1}
+        snapshot_file.write(filename, last=last, prev=prev, state=self._snapshot(),
+                            cluster=[[n.id, self._id_of(n)] for n in cluster])
+
+    def _snapshot_written(self, last_index: int, seconds: float) -> None:
+        self._snapshot_info = {"index": last_index, "bytes": self._snapshot_path.stat().st_size,
+                               "seconds": round(seconds, 4), "count": self._snapshot_info["count"] + 1}
 
     def _read_snapshot(self, filename: str):
         try:

@@ -5,8 +5,10 @@ it to the front processes through ``engine.service``.  Threads:
 pysyncobj applies log entries on its own tick thread; this object's
 coroutines run on the engine's asyncio loop.  The state machine is only ever
 mutated on the tick thread, under ``_lock``; every read takes the same
-lock, so a read never sees half an entry.  Results travel back to the loop
-through ``call_soon_threadsafe``.
+lock, so a read never sees half an entry.  A snapshot is the exception: the
+tick thread forks a child that encodes its copy of the state, between two
+applies and without the lock (``engine.raft_snapshots``).  Results travel
+back to the loop through ``call_soon_threadsafe``.
 
 Log time: the leader stamps every command with ``now_ms`` from
 ``LogClock``, which continues from the last applied log time with this
@@ -122,7 +124,7 @@ class Node:
             self_peer=self.spec.peer(),
             peers=cluster.peers_for(node_id),
             data_dir=self.data_dir / "raft",
-            apply=self._apply_entry, snapshot=self._snapshot, restore=self._restore,
+            apply=self._apply_entry, snapshot=self.machine.snapshot, restore=self._restore,
             secret=cluster.secret,
             on_role_change=self._on_role_change, max_entry_bytes=self.committer.max_entry_bytes)
         self._ticker: asyncio.Task | None = None
@@ -168,10 +170,6 @@ class Node:
             self._wake_scheduled = True
             self._loop.call_soon_threadsafe(self._wake_waiters)
         return index, results
-
-    def _snapshot(self) -> bytes:
-        with self._lock:
-            return self.machine.snapshot()
 
     def _restore(self, data: bytes) -> None:
         with self._lock:

@@ -24,24 +24,29 @@ closes these gaps (../shared/PYSYNCOBJ.md); ``engine.consensus`` drives it.
    *leader's* message (not its own last index) and advances its commit index
    only up to entries verified against the leader. pysyncobj truncated after
    every overlapping, shorter batch, dropping acknowledged entries.
-3. Compaction. Snapshots go through pysyncobj's ``serializer`` hooks (the
-   file is ``engine.snapshot_file``'s, written on the tick thread: no pickle
-   of live objects, no fork). A node compacts once its log holds more entries
-   *or more bytes* than its thresholds (pysyncobj counts entries only, and
-   group commit makes entries large), and the leader defers its own
-   compaction (a snapshot stalls the tick thread; on the leader that would
-   stop heartbeats and cause an election).
+3. Compaction. Snapshots are ``engine.snapshot_file``'s (no pickle of live
+   objects), written by a forked child (``engine.raft_snapshots``) so that
+   no node stops ticking while one is taken. A node compacts once its log
+   holds more entries *or more bytes* than its thresholds (pysyncobj counts
+   entries only, and group commit makes entries large).
 4. No forwarding. pysyncobj sends a command queued on a node that has lost
    the lead to the new leader; raftq entries carry their proposer's log
    time, valid for one term only, so ``TermCheckedQueue`` refuses them.
-5. Commit index. Followers learn it with the next append or heartbeat rather
-   than by an extra round after every apply.
+5. Apply. A tick applies committed entries for at most ``APPLY_BUDGET_S``
+   before it sends heartbeats and reads messages again (pysyncobj applies
+   every committed entry first, however long that takes). Followers learn
+   the commit index with the next append or heartbeat rather than by an
+   extra round after every apply.
 6. Never raise. Every pysyncobj callback resolves a ``Ticket``, whose
    callback is wrapped (an exception in one would otherwise make pysyncobj
    apply the entry again).
 7. Idle wake-ups. The tick thread polls until its next heartbeat (leader) or
    election deadline (follower), at most ``MAX_POLL_S``, rather than for a
    fixed few milliseconds: an idle node wakes for heartbeats only.
+8. Late ticks. A follower whose own tick came late (a long apply, a busy
+   machine) reads the messages waiting in its sockets before it decides
+   that its leader is gone: pysyncobj would call an election at once, over
+   the heartbeats it had not read yet.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from pysyncobj.journal import Journal
 from pysyncobj.monotonic import monotonic
 
 from .journal import DurableJournal
+from .raft_snapshots import ForkedSnapshots
 from .raft_wire import DialingTransport
 from .sealer import Sealer
 
@@ -72,6 +78,8 @@ class RaftOwner(Protocol):
     _loaded_snapshot: object      # set by the snapshot reader while a snapshot loads
 
     def _apply_entry(self, entry: bytes): ...
+
+    def _snapshot_written(self, last_index: int, seconds: float) -> None: ...
 
     def _heard_from(self, addr: str) -> None: ...
 
@@ -94,12 +102,14 @@ _install_journal_hook()
 
 FOLLOWER, CANDIDATE, LEADER = _syncobj._RAFT_STATE.FOLLOWER, _syncobj._RAFT_STATE.CANDIDATE, _syncobj._RAFT_STATE.LEADER
 ROLE_NAMES = {FOLLOWER: "follower", CANDIDATE: "candidate", LEADER: "leader"}
-LEADER_COMPACTION_FACTOR = 4
 # The tick thread's poll bounds: at least MIN_POLL_S (never a busy loop,
 # e.g. a follower past its deadline with no peer connected), at most
 # MAX_POLL_S (connection retries, handshake and ticket deadlines).
 MIN_POLL_S = 0.002
 MAX_POLL_S = 0.1
+# The longest a tick applies committed entries before it sends heartbeats and
+# reads messages again: far below the election timeout (0.15 s).
+APPLY_BUDGET_S = 0.02
 REGULAR_COMMAND = _syncobj._COMMAND_TYPE.REGULAR
 
 FAIL_REASONS = {
@@ -195,7 +205,13 @@ class RaftNode(SyncObj):
         # pysyncobj stops ticking when the thread that built it exits; tie
         # the tick thread to the process instead (close() stops it).
         self._SyncObj__mainThread = threading.main_thread()
+        # Replaced before the first tick: the tick thread sleeps 0.1 s after
+        # it starts, and nothing reads these until it ticks.
         self._SyncObj__commandsQueue = TermCheckedQueue(self, conf.commandsQueueSize)
+        self.snapshots = ForkedSnapshots(conf.fullDumpFile, conf.logCompactionBatchSize,
+                                         write=conf.serializer, read=conf.deserializer,
+                                         on_written=owner._snapshot_written)
+        self._SyncObj__serializer = self.snapshots
         self.apply_func_id = self._methodToID[self._getFuncName("_raftq_apply")]
 
     @replicated
@@ -214,30 +230,14 @@ class RaftNode(SyncObj):
     # -- snapshots ---------------------------------------------------------
 
     def _SyncObj__tryLogCompaction(self):
-        # A snapshot is taken on the tick thread and stalls this node for as
-        # long as the state machine takes to serialize (about a second per
-        # million stored messages). On a follower that only delays its
-        # acknowledgements; on the leader it stops heartbeats and triggers an
-        # election. So the leader leaves compaction to the followers until
-        # its log is LEADER_COMPACTION_FACTOR times the threshold (or one is
-        # forced); a new leader soon compacts what it owes as a follower did.
-        # A finished snapshot (serializer pid -1/-2, pysyncobj 0.3.17) must
-        # still get through, so that its log prefix is deleted.
-        #
         # pysyncobj counts entries only; group commit makes entries large (a
         # batch put of 1 000 messages is one), so a node holding a million
         # messages may have a thousand entries and never compact: its restart
         # then replays everything. Bytes that a compaction would drop count
-        # as well.
-        finished = self._SyncObj__serializer._Serializer__pid != 0
-        if not finished:
-            factor = LEADER_COMPACTION_FACTOR if self._SyncObj__raftState == LEADER else 1
-            too_many_bytes = self.compactable_bytes() > factor * self.compaction_min_bytes
-            if (factor > 1 and not too_many_bytes and not self._SyncObj__forceLogCompaction
-                    and len(self._journal) <= factor * self._SyncObj__conf.logCompactionMinEntries):
-                return
-            if too_many_bytes:
-                self._SyncObj__forceLogCompaction = True
+        # as well. (While a snapshot is being written pysyncobj only checks
+        # on it, and must: its success drops the log prefix.)
+        if not self.snapshots.busy() and self.compactable_bytes() > self.compaction_min_bytes:
+            self._SyncObj__forceLogCompaction = True
         SyncObj._SyncObj__tryLogCompaction(self)
 
     def compactable_bytes(self) -> int:
@@ -249,30 +249,63 @@ class RaftNode(SyncObj):
             return 0
         return log.bytes_before(max(0, self._SyncObj__raftLastApplied - log[0][1]))
 
-    # -- commit notification ---------------------------------------------
+    # -- apply ----------------------------------------------------------
 
     def _SyncObj__applyLogEntries(self):
-        # pysyncobj answers "send AppendEntries now" after every apply, only to
-        # tell the followers the new commit index: two more messages and two
-        # more acknowledgements per lone write, on the leader's CPU while it
-        # answers the client. Followers learn the commit index with the next
-        # append or heartbeat instead (appendEntriesPeriod), as in most Raft
-        # implementations; nothing waits on a follower's apply.
-        SyncObj._SyncObj__applyLogEntries(self)
+        # pysyncobj applies every committed entry before the tick goes on to
+        # send heartbeats and read messages. A backlog (a restart replaying
+        # its log, a follower catching up, a burst of large puts) then holds
+        # the tick thread for as long as it takes: a leader's followers call
+        # an election, a follower stops acknowledging. So a tick applies for
+        # at most APPLY_BUDGET_S (and at least one entry); the next tick goes
+        # on at once (_until_due). Committed entries are durable on a
+        # majority already: nothing waits on apply but the answers to clients.
+        #
+        # pysyncobj would also answer "send AppendEntries now" after every
+        # apply, only to tell the followers the new commit index: two more
+        # messages and two more acknowledgements per lone write, on the
+        # leader's CPU while it answers the client. Followers learn the
+        # commit index with the next append or heartbeat instead
+        # (appendEntriesPeriod), as in most Raft implementations.
+        applied = self._SyncObj__raftLastApplied
+        committed = self._SyncObj__raftCommitIndex
+        if committed <= applied:
+            return False
+        waiting = self._SyncObj__commandsWaitingCommit
+        deadline = monotonic() + APPLY_BUDGET_S
+        for command, index, term in self._SyncObj__getEntries(applied + 1, committed - applied):
+            subscribers = waiting.pop(index, ())
+            result = self._SyncObj__doApplyCommand(command)
+            self._SyncObj__raftLastApplied = index
+            for subscribed_term, callback in subscribers:
+                if subscribed_term == term:
+                    callback(result, FAIL_REASON.SUCCESS)
+                else:
+                    callback(None, FAIL_REASON.DISCARDED)
+            if monotonic() >= deadline:
+                break
         return False
 
     # -- grouped fsyncs --------------------------------------------------
 
     def _onTick(self, timeToWait=0.0):
         with self._journal.deferred():
+            self._read_before_electing()
             super()._onTick(self._until_due(timeToWait))
         self._send_replies()
+
+    def _read_before_electing(self) -> None:
+        if (self._SyncObj__raftState != LEADER and self._SyncObj__raftElectionDeadline < monotonic()
+                and self._SyncObj__transport.ready):
+            self._poller.poll(0)
 
     def _until_due(self, longest: float) -> float:
         # How long this tick may poll: until the next heartbeat (leader) or
         # election deadline (follower), not a fixed period. Messages, submits
         # and tasks end the poll early through their sockets and the pipe.
         # Judged before the tick: a heartbeat or election due now goes out in it.
+        if self._SyncObj__raftLastApplied < self._SyncObj__raftCommitIndex:
+            return 0.0     # committed entries wait to be applied
         now = monotonic()
         conf = self._SyncObj__conf
         if self._SyncObj__raftState == LEADER:

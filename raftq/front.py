@@ -12,9 +12,7 @@ link to the engine closes, and the kernel kills it if the engine dies
 """
 
 import asyncio
-import ctypes
 import logging
-import os
 import signal
 import socket
 import ssl
@@ -23,20 +21,10 @@ from pathlib import Path
 from aiohttp import web
 
 from api.app import Settings, make_app
+from engine.lifetime import die_with
 from engine.remote import RemoteNode
 
 log = logging.getLogger("raftq.front")
-
-PR_SET_PDEATHSIG = 1
-
-
-def die_with(parent_pid: int) -> None:
-    """Have the kernel kill this process when `parent_pid` (its parent) exits."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:   # the parent died before the request took effect
-        os._exit(1)
-
 
 def cap_connections(server: web.Server, limit: int) -> None:
     """Close any connection beyond `limit` as soon as it is made (aiohttp has no such cap)."""

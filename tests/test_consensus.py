@@ -58,18 +58,25 @@ def wait_until(predicate, timeout=20.0, what="condition"):
 class Recorder:
     """A deterministic state machine: the list of entries applied."""
 
-    def __init__(self, fail_on=None, failing_restores=0):
+    def __init__(self, fail_on=None, failing_restores=0, snapshot_seconds=0.0, apply_seconds=0.0):
         self.entries = []
+        self.apply_seconds = apply_seconds
         self.fail_on = fail_on
         self.failing_restores = failing_restores
+        self.snapshot_seconds = snapshot_seconds
+        self.snapshot_fails = False
 
     def apply(self, entry):
         if entry == self.fail_on:
             raise RuntimeError("the state machine refuses this entry")
+        time.sleep(self.apply_seconds)        # a large entry takes this long to apply
         self.entries.append(entry)
         return len(self.entries)
 
     def snapshot(self):
+        time.sleep(self.snapshot_seconds)     # a large state takes this long to encode
+        if self.snapshot_fails:
+            raise RuntimeError("the state machine cannot encode its state")
         return cbor2.dumps(self.entries)
 
     def restore(self, data):
@@ -473,6 +480,58 @@ def test_unpatched_pysyncobj_drops_acknowledged_entries(tmp_path):
         plain.destroy_synchronous()
 
 
+def test_a_backlog_of_slow_applies_costs_no_election(cluster):
+    """Thirty entries that take 0.05 s each to apply, committed at once: 1.5 s
+    of applying on every node, longer than the election timeout. Applied
+    all in one tick, the leader sends no heartbeat meanwhile and each
+    follower, waking late, calls an election over heartbeats it has not read."""
+    c = cluster().start_all(machine={"apply_seconds": 0.05})
+    leader = c.leader()
+    term = leader.status()["term"]
+    answered = threading.Semaphore(0)
+    errors = []
+
+    def callback(result, error):
+        errors.append(error)
+        answered.release()
+
+    for i in range(30):
+        leader.submit(b"slow-%d" % i, callback, term=term)
+    for _ in range(30):
+        assert answered.acquire(timeout=30)
+    c.converged()
+    assert errors == [None] * 30
+    assert {n.status()["term"] for n in c.nodes.values()} == {term}
+    assert leader.status()["role"] == "leader"
+
+
+def test_a_follower_whose_tick_came_late_reads_its_leaders_heartbeats_before_electing(cluster):
+    """A follower's tick stalls past its election timeout after it polled (a
+    slow fsync, a busy machine): the leader's heartbeats wait in its socket.
+    Deciding first, it would depose a healthy leader."""
+    c = cluster().start_all()
+    leader = c.leader()
+    term = leader.status()["term"]
+    follower = next(n for n in c.nodes.values() if n is not leader)
+    journal = follower._journal
+    sync = journal._sync_data
+    stall = threading.Event()
+
+    def late_sync(*args, **kwargs):
+        if stall.is_set():
+            stall.clear()
+            time.sleep(2 * CALM_ELECTIONS[1])
+        return sync(*args, **kwargs)
+
+    journal._sync_data = late_sync
+    stall.set()
+    wait_until(lambda: not stall.is_set(), what="the stalled tick")
+    time.sleep(3 * CALM_ELECTIONS[1])
+    commit(c, b"after")
+    assert {n.status()["term"] for n in c.nodes.values()} == {term}
+    assert c.leader() is leader
+
+
 # -- snapshots -------------------------------------------------------------------------
 
 def test_snapshots_restart_and_catch_up_a_wiped_node(cluster):
@@ -597,22 +656,40 @@ def test_a_snapshot_of_another_format_stops_the_node_at_start(cluster):
         c.start("n1")
     assert "n1" not in c.nodes
 
-def test_the_leader_leaves_compaction_to_the_followers(cluster):
-    c = cluster(compaction_min_entries=20, compaction_min_seconds=10 ** 6).start_all()
+def test_a_leader_keeps_leading_and_committing_while_its_snapshot_is_written(cluster):
+    """A snapshot is written by a forked child: the node taking it goes on
+    ticking. Written on the tick thread, a snapshot that takes longer than
+    the election timeout deposes the leader that takes it."""
+    c = cluster(compaction_min_entries=20, compaction_min_seconds=10 ** 6).start_all(
+        machine={"snapshot_seconds": 2 * CALM_ELECTIONS[1]})
     leader = c.leader()
-    # the jittered threshold is at most 1.5 x 20 = 30 entries
-    for i in range(60):
+    term = leader.status()["term"]
+    # every node's jittered threshold is at most 1.5 x 20 = 30 entries
+    for i in range(40):
         commit(c, b"e%d" % i)
+    wait_until(leader._node.snapshots.busy, what="the leader writing a snapshot")
+    commit(c, b"during")
+    assert leader._node.snapshots.busy(), "the commit waited for the snapshot"
+    wait_until(lambda: leader.status()["log_entries"] < 40, what="the leader's compaction")
     c.converged()
-    followers = [n for n in c.nodes.values() if n is not leader]
-    for node in followers:
-        wait_until(lambda: node.status()["snapshot"]["count"] > 0, what="a follower snapshot")
-    assert leader.status()["snapshot"]["count"] == 0
-    assert leader.status()["log_entries"] > 60
-    # past LEADER_COMPACTION_FACTOR x the threshold the leader compacts too
-    for i in range(120):
-        commit(c, b"f%d" % i)
-    wait_until(lambda: leader.status()["snapshot"]["count"] > 0, what="the leader's snapshot")
+    status = leader.status()
+    assert (status["role"], status["term"], status["snapshot"]["count"]) == ("leader", term, 1)
+    assert c.machines[status["self_id"]].entries[-1] == b"during"
+
+
+def test_a_failed_snapshot_keeps_the_log_and_the_next_one_succeeds(cluster):
+    c = cluster(compaction_min_entries=10 ** 6, compaction_min_seconds=10 ** 6).start_all()
+    leader = c.leader()
+    leader_id = leader.status()["self_id"]
+    for i in range(20):
+        commit(c, b"a%d" % i)
+    machine = c.machines[leader_id]
+    machine.snapshot_fails = True          # the child raises: it exits non-zero
+    assert not leader.force_snapshot()
+    assert leader.status()["snapshot"]["count"] == 0 and leader.status()["log_entries"] > 20
+    machine.snapshot_fails = False
+    assert leader.force_snapshot()
+    assert leader.status()["snapshot"]["count"] == 1 and leader.status()["log_entries"] < 20
 
 
 def test_compaction_by_journal_bytes_with_few_large_entries(cluster):
@@ -620,26 +697,19 @@ def test_compaction_by_journal_bytes_with_few_large_entries(cluster):
     when the entry count stays far below its threshold."""
     c = cluster(compaction_min_entries=10 ** 6, compaction_min_seconds=10 ** 6,
                 compaction_min_bytes=16 * 1024).start_all()
-    leader = c.leader()
-    # 16 KiB x jitter (1-1.5) is crossed by 30 entries of 1 KiB, but not 4 x that
+    # 16 KiB x jitter (1-1.5) is crossed by 30 entries of 1 KiB
     for i in range(30):
         commit(c, b"%04d" % i + b"x" * 1020)
     c.converged()
-    followers = [n for n in c.nodes.values() if n is not leader]
-    for node in followers:
+    nodes = list(c.nodes.values())
+    for node in nodes:
         wait_until(lambda: node.status()["snapshot"]["count"] > 0 and node.status()["log_entries"] < 30,
-                   what="a follower's compaction by bytes")
-    assert leader.status()["snapshot"]["count"] == 0
+                   what="a compaction by bytes")
     # nothing new applied, nothing to compact: no snapshot on every tick
-    counts = [n.status()["snapshot"]["count"] for n in followers]
+    counts = [n.status()["snapshot"]["count"] for n in nodes]
     time.sleep(0.5)
-    assert [n.status()["snapshot"]["count"] for n in followers] == counts
-    # past LEADER_COMPACTION_FACTOR x the bytes the leader compacts too
-    for i in range(80):
-        commit(c, b"%04d" % (30 + i) + b"y" * 1020)
-    wait_until(lambda: leader.status()["snapshot"]["count"] > 0, what="the leader's snapshot by bytes")
-    c.converged()
-    assert len(c.machines[leader.status()["self_id"]].entries) == 110
+    assert [n.status()["snapshot"]["count"] for n in nodes] == counts
+
 
 # -- proxies between nodes -------------------------------------------------------------
 

@@ -1,0 +1,122 @@
+"""Snapshots written by a forked child, so that no node stalls while one is taken.
+
+pysyncobj takes a snapshot through its ``Serializer``: ``serialize`` when the
+log is long enough, then ``checkSerializing`` on every tick until it reports
+success, when the log prefix the snapshot covers is dropped. With raftq's own
+file format (``engine.snapshot_file``) pysyncobj calls the writer on the tick
+thread, and a million stored messages take 1.5 s or more to encode and write:
+meanwhile that node neither sends heartbeats (a leader is deposed) nor reads
+them (a follower calls an election when it wakes up).
+
+``ForkedSnapshots`` forks instead. The child holds a copy-on-write image of
+the state as it is between two applies -- the tick thread, the only one that
+changes the state, is the one forking -- and encodes and writes it while the
+parent goes on ticking. The parent pays for the fork (page tables: some
+milliseconds per GiB) and for the pages it changes while the child runs;
+the child's reads copy the pages of objects whose reference counts they
+touch, so a snapshot may briefly cost up to as much memory again as the
+state. The child disables garbage collection (it would touch every object)
+and is killed if its parent thread ends (``engine.lifetime.die_with``); it
+leaves through ``os._exit``, never running the parent's clean-up.
+
+The child's state is a copy that no other thread touches, so its writer must
+not take locks: a lock held by another thread at the fork stays held in the
+child for ever.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import signal
+import time
+from typing import Callable
+
+from . import pysyncobj_pin  # noqa: F401  -- the release this override was written for
+from pysyncobj.config import SERIALIZER_STATE
+from pysyncobj.serializer import Serializer
+
+from .lifetime import die_with
+
+logger = logging.getLogger(__name__)
+
+
+class ForkedSnapshots(Serializer):
+    """pysyncobj's Serializer for a file, with ``write(path, (last, prev, cluster))``
+    run in a forked child; ``on_written(last_index, seconds)`` runs in the
+    parent once the file is in place.
+
+    Name-mangled ``_Serializer__*`` attributes are pysyncobj 0.3.17 internals.
+    """
+
+    def __init__(self, path: str, transmission_batch: int, *, write: Callable, read: Callable,
+                 on_written: Callable[[int, float], None]):
+        super().__init__(path, transmission_batch, False, write, read, None)
+        self._path = path
+        self._write = write
+        self._on_written = on_written
+        self._started = 0.0
+        self._last_index = 0
+
+    def busy(self) -> bool:
+        return self._Serializer__pid != 0
+
+    def serialize(self, data, id):
+        if self.busy():
+            return
+        _, last, _, _ = data
+        parent = os.getpid()
+        started = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            self._write_in_child(parent, data[1:])
+        self._Serializer__currentID = id
+        self._Serializer__pid = pid
+        self._started = started
+        self._last_index = last[1]
+
+    def _write_in_child(self, parent: int, data) -> None:
+        status = 1
+        try:
+            gc.disable()
+            die_with(parent)
+            temporary = self._path + ".tmp"
+            self._write(temporary, data)
+            os.replace(temporary, self._path)
+            status = 0
+        except BaseException:
+            logger.critical("writing a snapshot failed", exc_info=True)
+        finally:
+            os._exit(status)
+
+    def checkSerializing(self):
+        pid = self._Serializer__pid
+        if pid == 0:
+            return SERIALIZER_STATE.NOT_SERIALIZING, None
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:   # reaped elsewhere: its outcome is unknown
+            done, status = pid, -1
+        if done == 0:
+            return SERIALIZER_STATE.SERIALIZING, self._Serializer__currentID
+        self._Serializer__pid = 0
+        if status == -1 or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+            logger.error("the snapshot writer (pid %d) failed with status %#x; the log is kept", pid, status)
+            return SERIALIZER_STATE.FAILED, self._Serializer__currentID
+        # transmissions of the previous file to followers start over with this one
+        self._Serializer__transmissions = {}
+        self._on_written(self._last_index, time.monotonic() - self._started)
+        return SERIALIZER_STATE.SUCCESS, self._Serializer__currentID
+
+    def abandon(self) -> None:
+        """Stop a child still writing (the node is stopping); its temporary
+        file is left behind and overwritten by the next snapshot."""
+        pid = self._Serializer__pid
+        if pid > 0:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self._Serializer__pid = 0
