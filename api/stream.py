@@ -39,7 +39,7 @@ from statemachine.validation import MAX_RECEIVE, NAME_PATTERN, NAME_RE, is_int
 
 from .bounded import check_cbor
 from .errors import ApiError, from_result
-from .leader import NODE, apply, leader_read, receive_waiting
+from .leader import NODE, SETTINGS, apply, leader_read, receive_waiting
 from .messages import DURABILITY, checked_message, reach_durability
 
 log = logging.getLogger("raftq.api.stream")
@@ -236,10 +236,11 @@ class Session:
         # put's message), so that one malformed message is refused alone; the
         # queue name, the put's only other rule, was checked above.
         accepted, accepted_cids, refused = [], [], []
+        limit = self.app[SETTINGS].max_message_bytes
         for index, raw in enumerate(messages):
             cid = raw.pop("cid")
             try:
-                message = checked_message(self.app, raw, index)
+                message = checked_message(raw, index, limit)
             except ApiError as exc:
                 refused.append(_refusal(cid, exc))
                 continue
@@ -257,10 +258,14 @@ class Session:
             except ApiError as exc:
                 refused.extend(_refusal(cid, exc) for cid in accepted_cids)
             else:
-                results = [{"cid": cid, "seq": m["seq"], "duplicate": m["duplicate"],
-                            "replaced_seq": m.get("replaced_seq"), "durability": given,
-                            **({"durability_not_reached": shortfall} if shortfall else {})}
-                           for cid, m in zip(accepted_cids, result["messages"])]
+                # the state machine's results (seq, duplicate, replaced_seq),
+                # completed in place: one dict per message is built, not two
+                results = result["messages"]
+                for cid, m in zip(accepted_cids, results):
+                    m["cid"] = cid
+                    m["durability"] = given
+                    if shortfall:
+                        m["durability_not_reached"] = shortfall
         self.send({"op": "confirm", "queue": queue, "results": results, "refused": refused})
 
     async def _settle(self, op: str, frame: dict) -> None:
