@@ -125,11 +125,12 @@ async def apply(app: web.Application, command: dict) -> Committed:
 
 
 async def receive_waiting(app: web.Application, command: dict, wait_s: float, *,
-                          last_try: bool = True) -> Committed | None:
+                          last_try: bool = True, encoded: bool = False) -> Committed | None:
     """A validated receive that waits up to `wait_s` for a message (None at
     the end of the wait unless `last_try`); 429 when this node has too many
-    receives waiting."""
-    return await _committed(app, app[NODE].receive(command, wait_s, last_try=last_try), wait_s)
+    receives waiting. `encoded`: the messages as the engine encoded them
+    (``RemoteNode.receive``)."""
+    return await _committed(app, app[NODE].receive(command, wait_s, last_try=last_try, encoded=encoded), wait_s)
 
 
 async def _committed(app: web.Application, call, wait_s: float) -> Committed:

@@ -125,10 +125,11 @@ class Session:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
-    async def _send_now(self, frame: dict) -> None:
-        await self.ws.send_bytes(cbor2.dumps(frame))
+    async def _send_now(self, frame: dict | bytes) -> None:
+        await self.ws.send_bytes(frame if isinstance(frame, bytes) else cbor2.dumps(frame))
 
-    def send(self, frame: dict) -> None:
+    def send(self, frame: dict | bytes) -> None:
+        """Queue a frame: a map, or one already encoded."""
         self.outbox.put_nowait(frame)
 
     async def _write(self) -> None:
@@ -203,7 +204,8 @@ class Session:
 
     async def _receive(self, command: dict) -> Committed | None:
         """A receive waiting up to IDLE_RECHECK_S; None when nothing came meanwhile."""
-        committed = await self._leading(receive_waiting(self.app, command, IDLE_RECHECK_S, last_try=False))
+        committed = await self._leading(receive_waiting(self.app, command, IDLE_RECHECK_S, last_try=False,
+                                                        encoded=True))
         if self.node.view()["role"] != "leader":
             raise LeadershipLost()
         return committed
@@ -334,6 +336,16 @@ class Session:
         self.send({"op": "subscribed", "sub": sub_id})
 
 
+# {"op": "deliver", "sub": ..., "messages": [...]}, put together from its
+# encoded parts: a CBOR map is its header and its keys and values in a row.
+DELIVER_HEAD = b"\xa3" + cbor2.dumps("op") + cbor2.dumps("deliver") + cbor2.dumps("sub")
+MESSAGES_KEY = cbor2.dumps("messages")
+
+
+def _deliver_frame(sub_id, encoded_messages: bytes) -> bytes:
+    return DELIVER_HEAD + cbor2.dumps(sub_id) + MESSAGES_KEY + encoded_messages
+
+
 def _refusal(cid, exc: ApiError) -> dict:
     return {"cid": cid, "error": exc.code, "status": exc.status, "message": exc.message}
 
@@ -405,8 +417,9 @@ class Subscription:
                 session.subscriptions.pop(self.id, None)
                 return
             ends = time.monotonic() + self.lease_ms / 1000
-            for message in result["messages"]:
-                self.leases[message["receipt"]] = ends
-                session.receipts[message["receipt"]] = self
-            if result["messages"]:
-                session.send({"op": "deliver", "sub": self.id, "messages": result["messages"]})
+            receipts = result["receipts"]
+            for receipt in receipts:
+                self.leases[receipt] = ends
+                session.receipts[receipt] = self
+            if receipts:
+                session.send(_deliver_frame(self.id, result["encoded"]))

@@ -124,9 +124,11 @@ class RemoteNode:
         result, applied = await self._call("read", query, list(args), settled)
         return Read(result, applied)
 
-    async def receive(self, command: dict, wait_s: float, *, last_try: bool = True) -> Committed | None:
-        """A receive that waits up to `wait_s` for a message (``Node.receive``)."""
-        answer = await self._call("receive", command, wait_s, last_try)
+    async def receive(self, command: dict, wait_s: float, *, last_try: bool = True,
+                      encoded: bool = False) -> Committed | None:
+        """A receive that waits up to `wait_s` for a message (``Node.receive``);
+        `encoded`: its messages as {"receipts": [...], "encoded": CBOR array}."""
+        answer = await self._call("receive", command, wait_s, last_try, encoded)
         return None if answer is None else Committed(*answer)
 
     async def replicated_everywhere(self, index: int, timeout: float) -> list[str]:

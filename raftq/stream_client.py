@@ -376,7 +376,8 @@ class Consumer:
             await self._wire.close()
 
     def _queue_settle(self, op: str, message: Message, options: dict) -> None:
-        self._pending.setdefault((op, tuple(sorted(options.items()))), []).append(message.receipt)
+        group = (op, tuple(sorted(options.items())) if options else ())
+        self._pending.setdefault(group, []).append(message.receipt)
         self._settled.clear()
         if self._flush_handle is None:
             self._flush_handle = asyncio.get_running_loop().call_later(self.ack_linger_s, self._flush)
