@@ -84,31 +84,36 @@ def _check_json_number(token: bytes) -> None:
 
 _FLOATS = {25: struct.Struct(">e"), 26: struct.Struct(">f"), 27: struct.Struct(">d")}
 _SIMPLE_OK = (20, 21, 22)          # false, true, null
+_ARG_SIZES = {24: 1, 25: 2, 26: 4, 27: 8}
 
 
 def check_cbor(raw: bytes) -> None:
-    """One CBOR item, walked header by header without building it."""
+    """One CBOR item, walked header by header without building it (the
+    stream's every frame passes here: the loop is kept tight)."""
     end = len(raw)
     pos = values = 0
-    # one frame per open container: [items still to read, is a map, items read]
-    stack: list[list] = [[1, False, 0]]
-    while stack:
-        frame = stack[-1]
-        if frame[0] == 0:
-            stack.pop()
+    # Per open container, the items still to read (a map's keys and values
+    # both count: a key comes when an even number is left) and whether it is
+    # a map; the outermost level holds the one item.
+    left = [1]
+    maps = [False]
+    while left:
+        remaining = left[-1]
+        if not remaining:
+            left.pop()
+            maps.pop()
             continue
-        frame[0] -= 1
-        is_key = frame[1] and frame[2] % 2 == 0
-        frame[2] += 1
+        left[-1] = remaining - 1
         if pos >= end:
             _refuse("the CBOR body ends inside an item")
         initial = raw[pos]
-        major, info = initial >> 5, initial & 31
+        major = initial >> 5
+        info = initial & 31
         pos += 1
         if info < 24:
             arg = info
         elif info <= 27:
-            size = 1 << (info - 24)
+            size = _ARG_SIZES[info]
             if pos + size > end:
                 _refuse("the CBOR body ends inside an item header")
             if major == 7:
@@ -116,34 +121,40 @@ def check_cbor(raw: bytes) -> None:
                     _refuse("CBOR simple values other than false, true and null are not accepted")
                 if not math.isfinite(_FLOATS[info].unpack_from(raw, pos)[0]):
                     _refuse("non-finite numbers (NaN, infinities) are not accepted")
-                pos += size
-                arg = None
-            else:
-                arg = int.from_bytes(raw[pos:pos + size], "big")
-                pos += size
+            arg = int.from_bytes(raw[pos:pos + size], "big")
+            pos += size
         else:
             _refuse("indefinite-length or reserved CBOR items are not accepted")
         values += 1
         if values > MAX_VALUES:
             _refuse(f"the body holds more than {MAX_VALUES} values")
-        if is_key and major != 3:
-            _refuse("CBOR map keys must be text strings")
-        if major == 1 and arg >= 1 << 63:
-            _refuse("integer is outside 64 bits")
-        elif major in (2, 3):
+        if major == 3:
             if arg > end - pos:
                 _refuse("a CBOR string declares more bytes than the body holds")
             pos += arg
-        elif major in (4, 5):
-            count = arg * (2 if major == 5 else 1)
+            continue
+        if maps[-1] and not remaining & 1:
+            _refuse("CBOR map keys must be text strings")
+        if major == 0:
+            continue
+        if major == 2:
+            if arg > end - pos:
+                _refuse("a CBOR string declares more bytes than the body holds")
+            pos += arg
+        elif major == 5 or major == 4:
+            count = arg + arg if major == 5 else arg
             if count > end - pos:      # every item takes at least one byte
                 _refuse("a CBOR container declares more items than the body holds")
-            if len(stack) > MAX_DEPTH:
+            if len(left) > MAX_DEPTH:
                 _refuse(f"the body nests deeper than {MAX_DEPTH} levels")
-            stack.append([count, major == 5, 0])
+            left.append(count)
+            maps.append(major == 5)
+        elif major == 1:
+            if arg >= 1 << 63:
+                _refuse("integer is outside 64 bits")
         elif major == 6:
             _refuse("CBOR tags are not accepted")
-        elif major == 7 and info < 24 and info not in _SIMPLE_OK:
+        elif info < 24 and info not in _SIMPLE_OK:
             _refuse("CBOR simple values other than false, true and null are not accepted")
     if pos != end:
         _refuse("the CBOR body has bytes after its item")

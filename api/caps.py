@@ -28,7 +28,15 @@ def _created_by(command: dict) -> list:
     return []
 
 
-async def check(node, limits, command: dict) -> None:
+def prepare(limits, command: dict) -> list | None:
+    """The checks that need no state; then the queues whose existence alone
+    passes every cap (none: nothing to check), or None when the caps need
+    the usage read (``check``).
+
+    A write into queues that exist creates nothing, so the engine can check
+    their existence as it submits (``submit(..., if_queues_exist=...)``):
+    a put costs one round trip to the engine, not two.
+    """
     op = command["op"]
     config = command.get("config")
     if op in ("create_queue", "patch_queue") and isinstance(config, dict) \
@@ -39,6 +47,12 @@ async def check(node, limits, command: dict) -> None:
         # The state machine forgets a queue's oldest ids beyond this; carried in
         # the command so that every replica forgets the same ones.
         command["dedup_max_bytes"] = limits.max_dedup_bytes
+    return None if op == "add_group" else list(dict.fromkeys(_created_by(command)))
+
+
+async def check(node, limits, command: dict) -> None:
+    prepare(limits, command)
+    op = command["op"]
     created = _created_by(command)
     grouped = [command["queue"]] if op == "add_group" else []
     names = list(dict.fromkeys(created + grouped))

@@ -114,16 +114,24 @@ async def apply(app: web.Application, command: dict) -> Committed:
     A write whose fate is unknown (lost leadership, no majority in time) is
     ApiError no_quorum: retried with the same ids, it is stored once.
     """
-    await caps.check(app[NODE], app[SETTINGS].limits, command)
-    return await _committed(app, app[NODE].submit(command), 0.0)
+    node, limits = app[NODE], app[SETTINGS].limits
+    existing = caps.prepare(limits, command)
+    if existing is not None:
+        committed = await _committed(app, node.submit(command, if_queues_exist=existing), 0.0)
+        if committed is not None:
+            return committed
+        # a queue it names is missing: the write would create it, within the caps only
+    await caps.check(node, limits, command)
+    return await _committed(app, node.submit(command), 0.0)
 
 
 async def receive_waiting(app: web.Application, command: dict, wait_s: float, *,
-                          last_try: bool = True) -> Committed | None:
+                          last_try: bool = True, encoded: bool = False) -> Committed | None:
     """A validated receive that waits up to `wait_s` for a message (None at
     the end of the wait unless `last_try`); 429 when this node has too many
-    receives waiting."""
-    return await _committed(app, app[NODE].receive(command, wait_s, last_try=last_try), wait_s)
+    receives waiting. `encoded`: the messages as the engine encoded them
+    (``RemoteNode.receive``)."""
+    return await _committed(app, app[NODE].receive(command, wait_s, last_try=last_try, encoded=encoded), wait_s)
 
 
 async def _committed(app: web.Application, call, wait_s: float) -> Committed:

@@ -24,17 +24,17 @@ def _messages(request: web.Request, raw) -> list:
             raise ApiError("bad_request", "messages must be a list")
     else:
         raw = [raw]
-    return [checked_message(request.app, m, i) for i, m in enumerate(raw)]
+    limit = request.app[SETTINGS].max_message_bytes
+    return [checked_message(m, i, limit) for i, m in enumerate(raw)]
 
 
-def checked_message(app: web.Application, raw, index: int) -> dict:
+def checked_message(raw, index: int, limit: int) -> dict:
     """A client's message as the state machine takes it; refused if malformed, or
-    larger than --max-message-bytes (body, key, id and headers together)."""
+    larger than `limit` (--max-message-bytes: body, key, id and headers together)."""
     message = message_from_wire(raw, index)
     problem = check_message(message, index)
     if problem:
         raise from_result(problem)
-    limit = app[SETTINGS].max_message_bytes
     if message_size(message) > limit:
         raise ApiError("too_large", f"message {index} is larger than {limit} bytes "
                                     "(body, key, id and headers together)")

@@ -39,7 +39,7 @@ from statemachine.validation import MAX_RECEIVE, NAME_PATTERN, NAME_RE, is_int
 
 from .bounded import check_cbor
 from .errors import ApiError, from_result
-from .leader import NODE, apply, leader_read, receive_waiting
+from .leader import NODE, SETTINGS, apply, leader_read, receive_waiting
 from .messages import DURABILITY, checked_message, reach_durability
 
 log = logging.getLogger("raftq.api.stream")
@@ -125,10 +125,11 @@ class Session:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
-    async def _send_now(self, frame: dict) -> None:
-        await self.ws.send_bytes(cbor2.dumps(frame))
+    async def _send_now(self, frame: dict | bytes) -> None:
+        await self.ws.send_bytes(frame if isinstance(frame, bytes) else cbor2.dumps(frame))
 
-    def send(self, frame: dict) -> None:
+    def send(self, frame: dict | bytes) -> None:
+        """Queue a frame: a map, or one already encoded."""
         self.outbox.put_nowait(frame)
 
     async def _write(self) -> None:
@@ -203,7 +204,8 @@ class Session:
 
     async def _receive(self, command: dict) -> Committed | None:
         """A receive waiting up to IDLE_RECHECK_S; None when nothing came meanwhile."""
-        committed = await self._leading(receive_waiting(self.app, command, IDLE_RECHECK_S, last_try=False))
+        committed = await self._leading(receive_waiting(self.app, command, IDLE_RECHECK_S, last_try=False,
+                                                        encoded=True))
         if self.node.view()["role"] != "leader":
             raise LeadershipLost()
         return committed
@@ -232,15 +234,15 @@ class Session:
                        "refused": [_refusal(c, exc) for c in cids if is_int(c)]} if any(is_int(c) for c in cids)
                       else {"op": "error", "error": exc.code, "status": exc.status, "message": exc.message})
             return
+        # Each message is checked on its own (checked_message: the rules of a
+        # put's message), so that one malformed message is refused alone; the
+        # queue name, the put's only other rule, was checked above.
         accepted, accepted_cids, refused = [], [], []
+        limit = self.app[SETTINGS].max_message_bytes
         for index, raw in enumerate(messages):
-            cid = raw["cid"]
+            cid = raw.pop("cid")
             try:
-                message = checked_message(self.app, {k: v for k, v in raw.items() if k != "cid"}, index)
-                problem = check_command({"op": "put", "queue": queue, "messages": [message], "now_ms": 0,
-                                         "auto_create": self.node.auto_create})
-                if problem:
-                    raise from_result(problem)
+                message = checked_message(raw, index, limit)
             except ApiError as exc:
                 refused.append(_refusal(cid, exc))
                 continue
@@ -258,10 +260,14 @@ class Session:
             except ApiError as exc:
                 refused.extend(_refusal(cid, exc) for cid in accepted_cids)
             else:
-                results = [{"cid": cid, "seq": m["seq"], "duplicate": m["duplicate"],
-                            "replaced_seq": m.get("replaced_seq"), "durability": given,
-                            **({"durability_not_reached": shortfall} if shortfall else {})}
-                           for cid, m in zip(accepted_cids, result["messages"])]
+                # the state machine's results (seq, duplicate, replaced_seq),
+                # completed in place: one dict per message is built, not two
+                results = result["messages"]
+                for cid, m in zip(accepted_cids, results):
+                    m["cid"] = cid
+                    m["durability"] = given
+                    if shortfall:
+                        m["durability_not_reached"] = shortfall
         self.send({"op": "confirm", "queue": queue, "results": results, "refused": refused})
 
     async def _settle(self, op: str, frame: dict) -> None:
@@ -330,6 +336,16 @@ class Session:
         self.send({"op": "subscribed", "sub": sub_id})
 
 
+# {"op": "deliver", "sub": ..., "messages": [...]}, put together from its
+# encoded parts: a CBOR map is its header and its keys and values in a row.
+DELIVER_HEAD = b"\xa3" + cbor2.dumps("op") + cbor2.dumps("deliver") + cbor2.dumps("sub")
+MESSAGES_KEY = cbor2.dumps("messages")
+
+
+def _deliver_frame(sub_id, encoded_messages: bytes) -> bytes:
+    return DELIVER_HEAD + cbor2.dumps(sub_id) + MESSAGES_KEY + encoded_messages
+
+
 def _refusal(cid, exc: ApiError) -> dict:
     return {"cid": cid, "error": exc.code, "status": exc.status, "message": exc.message}
 
@@ -365,9 +381,14 @@ class Subscription:
 
     async def run(self) -> None:
         session = self.session
+        # Credit is spent in batches of at least a quarter of what one receive
+        # may take (or of what is unsettled): each receive is a command in the
+        # log, and a receive per returned ack would lease a few messages per
+        # entry while the consumer still holds most of its prefetch.
+        batch = max(1, min(self.prefetch, MAX_RECEIVE) // 4)
         while True:
             free = self._free()
-            if free <= 0:
+            if free <= 0 or (free < batch and self.leases):
                 self.credit.clear()
                 next_end = min(self.leases.values()) - time.monotonic()
                 try:
@@ -396,8 +417,9 @@ class Subscription:
                 session.subscriptions.pop(self.id, None)
                 return
             ends = time.monotonic() + self.lease_ms / 1000
-            for message in result["messages"]:
-                self.leases[message["receipt"]] = ends
-                session.receipts[message["receipt"]] = self
-            if result["messages"]:
-                session.send({"op": "deliver", "sub": self.id, "messages": result["messages"]})
+            receipts = result["receipts"]
+            for receipt in receipts:
+                self.leases[receipt] = ends
+                session.receipts[receipt] = self
+            if receipts:
+                session.send(_deliver_frame(self.id, result["encoded"]))

@@ -112,19 +112,23 @@ class RemoteNode:
         return None if node_id is None else self._view["http"].get(node_id)
 
     # ---- the log and the state machine ---------------------------------------------------
-    async def submit(self, command: dict) -> Committed:
+    async def submit(self, command: dict, *, if_queues_exist: list | None = None) -> Committed | None:
+        """The command applied through the log; with `if_queues_exist`, None
+        (and nothing submitted) when one of those queues does not exist."""
         # encoded here, so the engine only splices in its log time
-        result, index = await self._call("submit", cbor2.dumps(command))
-        return Committed(result, index)
+        answer = await self._call("submit", cbor2.dumps(command), if_queues_exist or [])
+        return None if answer is None else Committed(*answer)
 
     async def read(self, query: str, *args, settled: bool = False) -> Read:
         """A query of the state machine; `settled` waits first for this leader's barrier."""
         result, applied = await self._call("read", query, list(args), settled)
         return Read(result, applied)
 
-    async def receive(self, command: dict, wait_s: float, *, last_try: bool = True) -> Committed | None:
-        """A receive that waits up to `wait_s` for a message (``Node.receive``)."""
-        answer = await self._call("receive", command, wait_s, last_try)
+    async def receive(self, command: dict, wait_s: float, *, last_try: bool = True,
+                      encoded: bool = False) -> Committed | None:
+        """A receive that waits up to `wait_s` for a message (``Node.receive``);
+        `encoded`: its messages as {"receipts": [...], "encoded": CBOR array}."""
+        answer = await self._call("receive", command, wait_s, last_try, encoded)
         return None if answer is None else Committed(*answer)
 
     async def replicated_everywhere(self, index: int, timeout: float) -> list[str]:

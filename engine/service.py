@@ -9,9 +9,12 @@ engine is reachable from a front:
 =====================  ==============================================  =======================
 call                   args                                            answer
 =====================  ==============================================  =======================
-submit                 command, CBOR-encoded (bytes)                   [result, log index]
+submit                 command, CBOR-encoded (bytes), queue names      [result, log index], or None
+                                                                       when a named queue is missing
 read                   query, args, settled                            [result, applied index]
-receive                receive command, wait_s, last_try               [result, log index] or None
+receive                receive command, wait_s, last_try, encoded      [result, log index] or None;
+                                                                       ``encoded``: a result's messages
+                                                                       as {"receipts", "encoded": CBOR}
 cancel                 call id of a receive                            (none: call id 0)
 replicated_everywhere  log index, timeout_s                            ids still lagging
 status / members       —                                               consensus status / voters
@@ -33,6 +36,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+
+import cbor2
 
 from .committer import CommitError
 from .link import FrameWriter, LinkClosed, read_frame
@@ -127,7 +132,11 @@ class EngineService:
         if call_id:
             out.send([call_id, error, value])
 
-    async def _submit(self, encoded: bytes) -> list:
+    async def _submit(self, encoded: bytes, if_queues_exist: list) -> list | None:
+        # The front's caps hold for a write into queues that exist: looked up
+        # here, not by a read of its own first, a put takes one round trip.
+        if if_queues_exist and None in self.node.read("usage", if_queues_exist)["named"].values():
+            return None
         committed = await self.node.submit_encoded(encoded)
         return [committed.result, committed.index]
 
@@ -136,9 +145,18 @@ class EngineService:
             await self.node.settled()
         return list(self.node.applied_read(query, *args))
 
-    async def _receive(self, command: dict, wait_s: float, last_try: bool) -> list | None:
+    async def _receive(self, command: dict, wait_s: float, last_try: bool, encoded: bool) -> list | None:
         committed = await self.node.receive(command, wait_s, self.max_long_polls, last_try=last_try)
-        return None if committed is None else [committed.result, committed.index]
+        if committed is None:
+            return None
+        result = committed.result
+        if encoded and "error" not in result:
+            # The stream pushes the messages on as they are: encoded once
+            # here, the front splices them into its frame without building
+            # them, and keeps only the receipts (its leases).
+            messages = result["messages"]
+            result = {"receipts": [m["receipt"] for m in messages], "encoded": cbor2.dumps(messages)}
+        return [result, committed.index]
 
     async def _checkpoint(self) -> list:
         return list(await self.node.checkpoint())

@@ -94,6 +94,27 @@ def test_consumer_credit_acks_and_nacks(cluster3):
     assert stats["acked_total"] == 1
 
 
+def test_returned_credit_is_spent_in_batches_while_messages_are_out(cluster3):
+    with Client(cluster3.urls, token=cluster3.token) as client:
+        client.put_batch("st-credit-batch", [{"body": i} for i in range(20)])
+
+    async def scenario():
+        # prefetch 8: credit goes out in batches of 2 while any message is unsettled
+        async with Consumer(cluster3.urls, "st-credit-batch", prefetch=8, token=cluster3.token) as consumer:
+            first = [await consumer.receive(timeout=5) for _ in range(8)]
+            first[0].ack()
+            await consumer.flush()
+            held_back = await consumer.receive(timeout=0.5)
+            first[1].ack()
+            await consumer.flush()
+            pair = [await consumer.receive(timeout=5) for _ in range(2)]
+            return first, held_back, pair
+    first, held_back, pair = run(scenario())
+    assert [m.body for m in first] == list(range(8))
+    assert held_back is None              # one credit back, seven still out
+    assert [m.body for m in pair] == [8, 9]
+
+
 def test_blocking_consumer_iterates_and_acks(cluster3):
     with Client(cluster3.urls, token=cluster3.token) as client:
         client.put_batch("st-blocking", [{"body": i} for i in range(50)])
