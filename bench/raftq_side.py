@@ -19,6 +19,9 @@ BODY = "x" * 100
 W2_CONCURRENCY = 64
 W3_CONSUMERS, W3_BATCH = 4, 100
 FILL_BATCH, FILL_PRODUCERS = 1000, 4
+# The fill's last puts make each node compact its log: wait this long at most
+# for the snapshot writers to finish before measuring what a node holds.
+SNAPSHOT_SETTLE_S = 120
 
 
 async def acked(client: AsyncClient, queue: str, receipts: list) -> None:
@@ -223,10 +226,20 @@ class RaftqHttp:
 
     # ---- raftq alone ------------------------------------------------------------------------------
     def memory_and_restart(self, count: int) -> dict:
-        """Memory per node (engine and fronts) holding `count` stored messages, and a
-        whole-cluster restart to ready."""
+        """Memory per node (engine and fronts) holding `count` stored messages, once
+        no snapshot is being written; the most seen while one was (its writer is a
+        forked child, engine/raft_snapshots.py); and a whole-cluster restart to ready."""
+        processes = {n: len(group_pids([self.cluster.pid(n)])) for n in self.cluster.ids}
         asyncio.run(self._fill(self._queue("1m"), count))
-        rss = [memory_mib(group_pids([self.cluster.pid(n)])) for n in self.cluster.ids]
+        peak, deadline = 0.0, time.monotonic() + SNAPSHOT_SETTLE_S
+        while True:
+            groups = {n: group_pids([self.cluster.pid(n)]) for n in self.cluster.ids}
+            rss = [memory_mib(pids) for pids in groups.values()]
+            peak = max(peak, *(r for r in rss if r is not None))
+            settled = all(len(groups[n]) == processes[n] for n in self.cluster.ids)
+            if settled or time.monotonic() > deadline:
+                break
+            time.sleep(0.25)
         self.cluster.stop()
         started = time.perf_counter()
         self.cluster.start()
@@ -236,8 +249,8 @@ class RaftqHttp:
         for node_id in self.cluster.ids:
             self._caught_up(node_id)
         restart = time.perf_counter() - started
-        return {"stored": count, "rss_mib_max": max(r for r in rss if r is not None), "restart_s": restart,
-                "leader_after_restart": leader}
+        return {"stored": count, "rss_mib_max": max(r for r in rss if r is not None), "rss_peak_mib": peak,
+                "snapshot_settled": settled, "restart_s": restart, "leader_after_restart": leader}
 
 
 class Raftq(RaftqHttp):
