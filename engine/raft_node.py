@@ -36,7 +36,8 @@ closes these gaps (../shared/PYSYNCOBJ.md); ``engine.consensus`` drives it.
    before it sends heartbeats and reads messages again (pysyncobj applies
    every committed entry first, however long that takes). Followers learn
    the commit index with the next append or heartbeat rather than by an
-   extra round after every apply.
+   extra round after every apply. A leader commits and applies as the
+   acknowledgement that makes a majority arrives, not at its next tick.
 6. Never raise. Every pysyncobj callback resolves a ``Ticket``, whose
    callback is wrapped (an exception in one would otherwise make pysyncobj
    apply the entry again).
@@ -214,6 +215,7 @@ class RaftNode(SyncObj):
         self._sealer = sealer
         self._journal = journal
         self._replies: list[tuple[object, dict]] = []
+        self._acks_apply_until: float | None = None   # see _commit_acknowledged
         self.compaction_min_bytes = compaction_min_bytes
         journal.before_rewrite = self._flush_replies
         super().__init__(self_node, other_nodes, conf,
@@ -303,9 +305,47 @@ class RaftNode(SyncObj):
                 break
         return False
 
+    def _commit_acknowledged(self) -> None:
+        # pysyncobj advances the commit index at its next tick, after the
+        # poll that read this acknowledgement has dispatched everything else
+        # it returned; a lone write then waits for the other followers'
+        # answers and a whole tick. Committing as the acknowledgement that
+        # makes a majority arrives answers it sooner. The leader counts
+        # itself: its appends are synced before its tick polls
+        # (_checkCommandsToApply), and the sync here makes sure of it.
+        others = self._SyncObj__otherNodes
+        if not others:
+            return
+        match = self._SyncObj__raftMatchIndex
+        # the highest index held by a majority, this node's log among them
+        held = sorted((match[node] for node in others), reverse=True)[(len(others) + 1) // 2 - 1]
+        log = self._journal
+        index = min(held, log[-1][1])
+        if index <= self._SyncObj__raftCommitIndex:
+            return
+        # Raft commits by counting only entries of the leader's own term;
+        # terms never decrease along the log, so if this one is older, so
+        # are all the entries before it.
+        if log[index - log[0][1]][2] != self._SyncObj__raftCurrentTerm:
+            return
+        log.sync()
+        caught_up = self._SyncObj__raftLastApplied == self._SyncObj__raftCommitIndex
+        self._SyncObj__raftCommitIndex = self._SyncObj__leaderCommitIndex = index
+        log.setRaftCommitIndex(index)
+        # One read may bring many acknowledgements, each committing a little
+        # more: between two ticks, these applies share one APPLY_BUDGET_S,
+        # and a backlog is left to the tick's slices, between heartbeats.
+        if caught_up:
+            now = monotonic()
+            if self._acks_apply_until is None:
+                self._acks_apply_until = now + APPLY_BUDGET_S
+            if now < self._acks_apply_until:
+                self._SyncObj__applyLogEntries()
+
     # -- grouped fsyncs --------------------------------------------------
 
     def _onTick(self, timeToWait=0.0):
+        self._acks_apply_until = None
         with self._journal.deferred():
             self._read_before_electing()
             super()._onTick(self._until_due(timeToWait))
@@ -375,6 +415,9 @@ class RaftNode(SyncObj):
                 self._on_append_entries(node, message)
             else:
                 SyncObj._SyncObj__onMessageReceived(self, node, message)
+                if message["type"] == "next_node_idx" and message["success"] \
+                        and self._SyncObj__raftState == LEADER:
+                    self._commit_acknowledged()
         except Exception:
             kind = message.get("type") if isinstance(message, dict) else type(message).__name__
             logger.critical("failed to handle a %r message from %s", kind, node, exc_info=True)
