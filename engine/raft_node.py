@@ -23,7 +23,9 @@ closes these gaps (../shared/PYSYNCOBJ.md); ``engine.consensus`` drives it.
    appends only entries it lacks, acknowledges the last index of the
    *leader's* message (not its own last index) and advances its commit index
    only up to entries verified against the leader. pysyncobj truncated after
-   every overlapping, shorter batch, dropping acknowledged entries.
+   every overlapping, shorter batch, dropping acknowledged entries. Likewise
+   a leader's snapshot is loaded only over a log that lacks its last entry
+   (``_install_snapshot``); pysyncobj loaded every one it was sent.
 3. Compaction. Snapshots are ``engine.snapshot_file``'s (no pickle of live
    objects), written by a forked child (``engine.raft_snapshots``) so that
    no node stops ticking while one is taken. A node compacts once its log
@@ -88,6 +90,7 @@ from pysyncobj.fast_queue import FastQueue
 from pysyncobj.journal import Journal
 from pysyncobj.monotonic import monotonic
 
+from . import snapshot_file
 from .journal import DurableJournal
 from .raft_snapshots import ForkedSnapshots
 from .raft_wire import DialingTransport
@@ -513,22 +516,54 @@ class RaftNode(SyncObj):
         elif "prevLogIdx" in message:
             verified = self._match_entries(node, message)
         elif message.get("serialized") is not None:
-            if self._SyncObj__serializer.setTransmissionData(message["serialized"]):
-                self._owner._loaded_snapshot = None
-                self._SyncObj__loadDumpFile(clearJournal=True)
-                loaded = self._owner._loaded_snapshot
-                # pysyncobj logs and swallows a failed load; acknowledging
-                # then would vouch for the old log. Without a reply the
-                # leader finds the gap and sends the snapshot again.
-                if loaded is not None and self._journal[-1] == loaded:
-                    verified = loaded[1]
-                    self._reply(node, message, verified + 1, success=True, reset=False)
+            if self.snapshots.setTransmissionData(message["serialized"]):
+                verified = self._install_snapshot(node, message)
 
         if verified is not None and leader_commit > self._SyncObj__raftCommitIndex:
             commit = min(leader_commit, verified)
             if commit > self._SyncObj__raftCommitIndex:
                 self._SyncObj__raftCommitIndex = commit
                 self._journal.setRaftCommitIndex(commit)
+
+    def _install_snapshot(self, node, message: dict) -> int | None:
+        """A leader's snapshot has arrived whole (``snapshots.incoming``): the
+        last index now known to equal the leader's log, or None.
+
+        A leader sends its snapshot again at every heartbeat until it hears
+        back, so over a slow link several may arrive after this node has
+        taken the first and appended entries beyond it. pysyncobj loaded
+        each one over the log, erasing entries this node had acknowledged
+        (a chaos round with an 800 ms link saw a follower's log shrink below
+        its commit index a dozen times). As Raft has it (Figure 13, step 6),
+        a snapshot whose last entry this node holds -- or has compacted
+        into its own snapshot, which holds only committed entries -- leaves
+        the log as it is.
+        """
+        snapshots = self.snapshots
+        try:
+            index, term = snapshot_file.last_entry(snapshots.incoming)
+        except (OSError, ValueError):
+            logger.error("a damaged snapshot arrived from %s; dropped (the leader sends it again)", node,
+                         exc_info=True)
+            snapshots.drop_incoming()
+            return None
+        log = self._journal
+        first, last = log[0][1], log[-1][1]
+        if index < first or (index <= last and log[index - first][2] == term):
+            snapshots.drop_incoming()
+            self._reply(node, message, index + 1, success=True, reset=False)
+            return index
+        snapshots.take_incoming()
+        self._owner._loaded_snapshot = None
+        self._SyncObj__loadDumpFile(clearJournal=True)
+        loaded = self._owner._loaded_snapshot
+        # pysyncobj logs and swallows a failed load; acknowledging then
+        # would vouch for the old log. Without a reply the leader finds the
+        # gap and sends the snapshot again.
+        if loaded is None or self._journal[-1] != loaded:
+            return None
+        self._reply(node, message, loaded[1] + 1, success=True, reset=False)
+        return loaded[1]
 
     def _match_entries(self, node, message: dict) -> int | None:
         prev_idx, prev_term, entries = message["prevLogIdx"], message["prevLogTerm"], message.get("entries", [])

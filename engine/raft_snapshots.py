@@ -26,6 +26,7 @@ child for ever.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -108,6 +109,30 @@ class ForkedSnapshots(Serializer):
         self._Serializer__transmissions = {}
         self._on_written(self._last_index, time.monotonic() - self._started)
         return SERIALIZER_STATE.SUCCESS, self._Serializer__currentID
+
+    # -- a leader's snapshot, received ---------------------------------------
+
+    @property
+    def incoming(self) -> str:
+        """Where a leader's snapshot is received: beside this node's own, which
+        it replaces only once the Raft node decides to load it (``take_incoming``)."""
+        return self._path + ".incoming"
+
+    def setTransmissionData(self, data):
+        # pysyncobj writes the chunks to a temporary file and renames it over
+        # its file name when the last one arrives: here that name is incoming.
+        own, self._Serializer__fileName = self._Serializer__fileName, self.incoming
+        try:
+            return super().setTransmissionData(data)
+        finally:
+            self._Serializer__fileName = own
+
+    def take_incoming(self) -> None:
+        os.replace(self.incoming, self._path)
+
+    def drop_incoming(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.incoming)
 
     def abandon(self) -> None:
         """Stop a child still writing (the node is stopping); its temporary

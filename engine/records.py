@@ -96,17 +96,17 @@ def zero_tail(data, end: int) -> bool:
     return data.count(0, end) == len(data) - end
 
 
-def read_file(path: str | Path, magic: bytes) -> list[bytes]:
-    """Every record of a whole file written by ``write_file``; DamagedFile if the
-    header, any record or the length is not exactly as written. Each payload
-    is read straight into its own bytes (a snapshot's state is most of the
-    file: no second copy of it)."""
+def read_file(path: str | Path, magic: bytes, *, first: int | None = None) -> list[bytes]:
+    """Every record of a whole file written by ``write_file`` (or only its
+    ``first`` ones); DamagedFile if the header, any record read or the length
+    is not exactly as written. Each payload is read straight into its own
+    bytes (a snapshot's state is most of the file: no second copy of it)."""
     payloads = []
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if not has_header(f.read(FILE_HEADER.size), magic):
             raise DamagedFile(f"{path}: not a {magic!r} file")
-        while header := f.read(RECORD_HEADER.size):
+        while (first is None or len(payloads) < first) and (header := f.read(RECORD_HEADER.size)):
             at = f.tell() - len(header)
             if len(header) < RECORD_HEADER.size:
                 raise DamagedFile(f"{path}: torn record at offset {at}")

@@ -48,6 +48,16 @@ def write(path: str | Path, *, last, prev, cluster: list[list[str]], state: byte
     return records.write_file(path, MAGIC, [header, state])
 
 
+def last_entry(path: str | Path) -> tuple[int, int]:
+    """(index, term) of the last log entry the snapshot covers, from its first
+    record alone; ValueError naming the file if that record is damaged."""
+    try:
+        _, index, term = cbor2.loads(records.read_file(path, MAGIC, first=1)[0])["last"]
+        return index, term
+    except (ValueError, IndexError, KeyError, TypeError) as exc:
+        raise ValueError(f"damaged snapshot {path}: {exc}") from None
+
+
 def read(path: str | Path) -> tuple[dict, bytes]:
     """(header, state bytes); ValueError naming the file if it is damaged."""
     try:

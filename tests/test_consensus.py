@@ -25,6 +25,7 @@ from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.poller import createPoller
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
+from engine import snapshot_file
 from engine.consensus import Consensus, Peer
 from engine.raft_wire import FRAME, Connection
 from engine.journal import DurableJournal
@@ -451,6 +452,52 @@ def follower_and_leader_addrs():
     follower_port, leader_port = free_ports(2)
     # the greater address dials: the follower must wait for our connection
     return f"127.0.0.1:{follower_port}", f"127.0.0.1:{leader_port}"
+
+
+def test_a_snapshot_of_entries_the_follower_holds_leaves_its_log_alone(tmp_path):
+    """A leader resends its snapshot at every heartbeat until it hears back:
+    over a slow link one arrives after the follower has appended (and
+    acknowledged) entries beyond it. Loaded, it would erase them; one that
+    ends past the follower's log is loaded as before."""
+    f_addr, l_addr = follower_and_leader_addrs()
+    machine = Recorder()
+    follower = Consensus(self_peer=Peer("f", f_addr), peers=[Peer("ld", l_addr)], data_dir=tmp_path / "f",
+                         apply=machine.apply, snapshot=machine.snapshot, restore=machine.restore,
+                         secret=None, election_timeout=(60.0, 90.0))
+    leader = None
+    try:
+        leader = FakeLeader(l_addr, f_addr)
+        fid = follower._node.apply_func_id
+
+        def entry(idx, term):
+            return (b"\x00" + pickle.dumps((fid, (b"e%d" % idx,)), 5), idx, term)
+
+        def snapshot(last_idx, state):
+            path = tmp_path / f"sent-{last_idx}.bin"
+            snapshot_file.write(path, last=entry(last_idx, 1), prev=entry(last_idx - 1, 1),
+                                cluster=[[f_addr, "f"], [l_addr, "ld"]], state=cbor2.dumps(state))
+            leader.send({"type": "append_entries", "term": 1, "commit_index": last_idx,
+                         "serialized": (path.read_bytes(), True, True)})
+            while (reply := leader.recv()).get("type") != "next_node_idx":
+                pass
+            return reply
+
+        assert leader.append(1, (1, 0), [entry(i, 1) for i in range(2, 11)], commit=10)["next_node_idx"] == 11
+        wait_until(lambda: len(machine.entries) == 9, what="entries 2-10 applied")
+        reply = snapshot(5, [b"stale"])
+        assert (reply["next_node_idx"], reply["success"]) == (6, True)
+        assert follower.status()["last_log_index"] == 10
+        assert machine.entries == [b"e%d" % i for i in range(2, 11)]
+        assert not (tmp_path / "f" / "snapshot.bin.incoming").exists()
+
+        reply = snapshot(20, [b"from the leader's snapshot"])
+        assert (reply["next_node_idx"], reply["success"]) == (21, True)
+        assert follower.status()["last_log_index"] == 20
+        assert machine.entries == [b"from the leader's snapshot"]
+    finally:
+        if leader:
+            leader.close()
+        follower.close()
 
 
 def test_follower_truncates_only_on_a_real_conflict(tmp_path):
