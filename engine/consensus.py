@@ -128,13 +128,12 @@ class Consensus:
         self._submit_timeout = submit_timeout
         self._max_entry_bytes = max_entry_bytes
         self._election_timeout = election_timeout[1]
-        # How recently a majority must have answered a leader's append (timed
-        # when it was sent) for it to act as leader (writes, leader reads,
-        # readiness). A follower cut off from us starts an election no sooner
-        # than this after our last heartbeat reached it (the election timeout,
-        # or a lost connection), and a node that heard us within it votes for
-        # nobody (raft_node, "the lease"), so no new leader can exist before
-        # an isolated leader stops answering.
+        # How recently a leader must have heard from a majority to act as
+        # leader (writes, leader reads, readiness). A follower cut off from us
+        # starts an election no sooner than this after our last heartbeat
+        # (the election timeout, or a lost connection: raft_node), and the
+        # others vote at once (no PreVote), so from then on a new leader may
+        # exist: an isolated leader stops answering before that.
         if not heartbeat < leader_lease <= election_timeout[0]:
             raise ValueError("need heartbeat < leader_lease <= the shortest election timeout")
         self._leader_lease = leader_lease
@@ -518,7 +517,9 @@ class Consensus:
         node = self._node
         state = node._SyncObj__raftState
         if state == LEADER:
-            return node.lease_holds(now)
+            others = list(node._SyncObj__otherNodes)
+            recent = sum(1 for n in others if now - self._last_heard.get(n.id, 0.0) < self._leader_lease)
+            return recent + 1 > (len(others) + 1) / 2
         leader = node._SyncObj__raftLeader
         if state == FOLLOWER and leader is not None:
             # A leader whose connection dropped (killed, restarted) is gone for

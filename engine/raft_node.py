@@ -59,19 +59,6 @@ closes these gaps (../shared/PYSYNCOBJ.md); ``engine.consensus`` drives it.
    silenced by a partition, whose connections stay open, is still found
    by the election timeout; so the timeout can be generous (elections under
    load are rare) while a crashed leader is replaced quickly.
-10. The lease, kept on both sides. A leader's lease rests on the appends
-   its followers answered, timed when the leader *sent* them (``sent_at``,
-   echoed in the answer): a follower promises nothing before it receives
-   an append, so an answer's arrival would overstate the lease by its
-   trip back and the follower's fsync. And a node that still holds a lease
-   -- a follower connected to a leader it heard within ``leader_lease``, a
-   leader heard by a majority within it -- ignores vote requests (the
-   Raft thesis, 4.2.3): pysyncobj granted them, so a follower cut off from
-   the leader alone could be elected with the vote of one that still heard
-   it, while the old leader still answered reads from its lease. A vote
-   asked for a leadership transfer says so (``transfer``) and is heard.
-   A follower whose connection to its leader closed holds no lease: a
-   killed leader is replaced as fast as before.
 """
 
 from __future__ import annotations
@@ -232,11 +219,6 @@ class RaftNode(SyncObj):
         self._journal = journal
         self._replies: list[tuple[object, dict]] = []
         self._acks_apply_until: float | None = None   # see _commit_acknowledged
-        # The lease (item 10 above): when this node last became leader, and
-        # per follower id the send time of the latest append it answered since.
-        self._leading_since = float("inf")
-        self._lease_evidence: dict[str, float] = {}
-        self._transfer_term: int | None = None   # the term whose leader asked this node to stand
         self.compaction_min_bytes = compaction_min_bytes
         journal.before_rewrite = self._flush_replies
         super().__init__(self_node, other_nodes, conf,
@@ -252,7 +234,6 @@ class RaftNode(SyncObj):
                                          write=conf.serializer, read=conf.deserializer,
                                          on_written=owner._snapshot_written)
         self._SyncObj__serializer = self.snapshots
-        self._SyncObj__transport.on_send = self._stamp
         self.apply_func_id = self._methodToID[self._getFuncName("_raftq_apply")]
 
     @replicated
@@ -267,47 +248,6 @@ class RaftNode(SyncObj):
 
     def leads(self, term: int) -> bool:
         return self._SyncObj__raftState == LEADER and self._SyncObj__raftCurrentTerm == term
-
-    # -- the lease ----------------------------------------------------------
-
-    def lease_holds(self, now: float) -> bool:
-        """A leader: a majority answered an append it sent within
-        ``leader_lease``. A follower: it heard its leader within
-        ``leader_lease`` and is still connected to it."""
-        state = self._SyncObj__raftState
-        if state == LEADER:
-            others = self._SyncObj__otherNodes
-            recent = sum(1 for node in others
-                         if now - self._lease_evidence.get(node.id, float("-inf")) < self._leader_lease)
-            return recent + 1 > (len(others) + 1) / 2
-        leader = self._SyncObj__raftLeader
-        return (state == FOLLOWER and leader is not None and self.isNodeConnected(leader)
-                and now - self._owner._leader_contact < self._leader_lease)
-
-    def _SyncObj__onBecomeLeader(self):
-        self._leading_since = monotonic()   # before the first appends go out, stamped after it
-        self._lease_evidence.clear()
-        SyncObj._SyncObj__onBecomeLeader(self)
-
-    def _stamp(self, message) -> None:
-        """Called by the transport with every outgoing message."""
-        if not isinstance(message, dict):
-            return
-        kind = message.get("type")
-        if kind == "append_entries":
-            message["sent_at"] = monotonic()
-        elif kind == "request_vote" and self._transfer_term is not None \
-                and message["term"] == self._transfer_term + 1:
-            message["transfer"] = True
-
-    def _count_answer(self, node, message) -> None:
-        sent_at = message.get("sent_at")
-        if sent_at is not None and sent_at > self._lease_evidence.get(node.id, self._leading_since):
-            self._lease_evidence[node.id] = sent_at
-
-    def _holds_off(self, message) -> bool:
-        """Whether to ignore this vote request: this node still holds a lease."""
-        return not message.get("transfer") and self.lease_holds(monotonic())
 
     # -- snapshots ---------------------------------------------------------
 
@@ -453,11 +393,9 @@ class RaftNode(SyncObj):
         for node, message in replies:
             transport.send(node, message)
 
-    def _reply(self, node, answering: dict, next_idx: int, success: bool, reset: bool) -> None:
-        reply = {"type": "next_node_idx", "next_node_idx": next_idx, "reset": reset, "success": success}
-        if "sent_at" in answering:
-            reply["sent_at"] = answering["sent_at"]   # the leader's lease counts from it
-        self._replies.append((node, reply))
+    def _reply(self, node, next_idx: int, success: bool, reset: bool) -> None:
+        self._replies.append((node, {"type": "next_node_idx", "next_node_idx": next_idx,
+                                     "reset": reset, "success": success}))
 
     # -- a leader that goes away ----------------------------------------------
 
@@ -476,19 +414,13 @@ class RaftNode(SyncObj):
     def _SyncObj__onMessageReceived(self, node, message):
         try:
             self._owner._heard_from(node.id)
-            kind = message["type"]
-            if kind == "append_entries" and message["term"] >= self._SyncObj__raftCurrentTerm:
+            if message["type"] == "append_entries" and message["term"] >= self._SyncObj__raftCurrentTerm:
                 self._on_append_entries(node, message)
-            elif kind == "request_vote" and self._holds_off(message):
-                logger.debug("ignored %s's vote request for term %s: a lease holds", node, message["term"])
             else:
-                if kind == "timeout_now" and node == self._SyncObj__raftLeader:
-                    self._transfer_term = self._SyncObj__raftCurrentTerm
                 SyncObj._SyncObj__onMessageReceived(self, node, message)
-                if kind == "next_node_idx" and self._SyncObj__raftState == LEADER:
-                    self._count_answer(node, message)
-                    if message["success"]:
-                        self._commit_acknowledged()
+                if message["type"] == "next_node_idx" and message["success"] \
+                        and self._SyncObj__raftState == LEADER:
+                    self._commit_acknowledged()
         except Exception:
             kind = message.get("type") if isinstance(message, dict) else type(message).__name__
             logger.critical("failed to handle a %r message from %s", kind, node, exc_info=True)
@@ -514,10 +446,11 @@ class RaftNode(SyncObj):
             # raftq leaders never send it: entries stay below the batch size
             logger.critical("ignoring a chunked append_entries from %s (entry above the batch size)", node)
         elif "prevLogIdx" in message:
-            verified = self._match_entries(node, message)
+            verified = self._match_entries(node, message["prevLogIdx"], message["prevLogTerm"],
+                                           message.get("entries", []))
         elif message.get("serialized") is not None:
             if self.snapshots.setTransmissionData(message["serialized"]):
-                verified = self._install_snapshot(node, message)
+                verified = self._install_snapshot(node)
 
         if verified is not None and leader_commit > self._SyncObj__raftCommitIndex:
             commit = min(leader_commit, verified)
@@ -525,7 +458,7 @@ class RaftNode(SyncObj):
                 self._SyncObj__raftCommitIndex = commit
                 self._journal.setRaftCommitIndex(commit)
 
-    def _install_snapshot(self, node, message: dict) -> int | None:
+    def _install_snapshot(self, node) -> int | None:
         """A leader's snapshot has arrived whole (``snapshots.incoming``): the
         last index now known to equal the leader's log, or None.
 
@@ -551,7 +484,7 @@ class RaftNode(SyncObj):
         first, last = log[0][1], log[-1][1]
         if index < first or (index <= last and log[index - first][2] == term):
             snapshots.drop_incoming()
-            self._reply(node, message, index + 1, success=True, reset=False)
+            self._reply(node, index + 1, success=True, reset=False)
             return index
         snapshots.take_incoming()
         self._owner._loaded_snapshot = None
@@ -562,19 +495,18 @@ class RaftNode(SyncObj):
         # gap and sends the snapshot again.
         if loaded is None or self._journal[-1] != loaded:
             return None
-        self._reply(node, message, loaded[1] + 1, success=True, reset=False)
+        self._reply(node, loaded[1] + 1, success=True, reset=False)
         return loaded[1]
 
-    def _match_entries(self, node, message: dict) -> int | None:
-        prev_idx, prev_term, entries = message["prevLogIdx"], message["prevLogTerm"], message.get("entries", [])
+    def _match_entries(self, node, prev_idx: int, prev_term: int, entries: list) -> int | None:
         log = self._journal
         first, last = log[0][1], log[-1][1]
         if not first <= prev_idx <= last:
-            self._reply(node, message, last + 1, success=False, reset=True)
+            self._reply(node, last + 1, success=False, reset=True)
             return None
         base = prev_idx - first
         if log[base][2] != prev_term:
-            self._reply(node, message, prev_idx, success=False, reset=True)
+            self._reply(node, prev_idx, success=False, reset=True)
             return None
         have = len(log) - base - 1
         same = 0
@@ -590,7 +522,7 @@ class RaftNode(SyncObj):
                 if change is not None:
                     self._SyncObj__doChangeCluster(change)
         matched = prev_idx + len(entries)
-        self._reply(node, message, matched + 1, success=True, reset=False)
+        self._reply(node, matched + 1, success=True, reset=False)
         return matched
 
     def _truncate_conflict(self, position: int) -> None:
