@@ -4,6 +4,7 @@ Every node, proxy, socket and child process a test starts is closed by the
 test itself (fixtures and try/finally), whether it passes or fails.
 """
 
+import contextlib
 import pickle
 import re
 import selectors
@@ -365,6 +366,7 @@ class FakeLeader:
     ``pysyncobj_framing`` plain pysyncobj 0.3.17's (native int length, zlib)."""
 
     def __init__(self, own_addr, follower_addr, *, pysyncobj_framing=False):
+        self.addr = own_addr
         host, port = follower_addr.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=20)
         self.buf = b""
@@ -408,14 +410,13 @@ def follower_and_leader_addrs():
     return f"127.0.0.1:{follower_port}", f"127.0.0.1:{leader_port}"
 
 
-def test_a_snapshot_of_entries_the_follower_holds_leaves_its_log_alone(tmp_path):
-    """A leader resends its snapshot at every heartbeat until it hears back:
-    over a slow link one arrives after the follower has appended (and
-    acknowledged) entries beyond it. Loaded, it would erase them; one that
-    ends past the follower's log is loaded as before."""
+@contextlib.contextmanager
+def follower_facing_a_fake_leader(data_dir):
+    """A follower ("f", applying into a Recorder) and a FakeLeader ("ld") connected to it;
+    yields them and an ``entry(index, term, tag=b"")`` maker of log entries it applies."""
     f_addr, l_addr = follower_and_leader_addrs()
     machine = Recorder()
-    follower = Consensus(self_peer=Peer("f", f_addr), peers=[Peer("ld", l_addr)], data_dir=tmp_path / "f",
+    follower = Consensus(self_peer=Peer("f", f_addr), peers=[Peer("ld", l_addr)], data_dir=data_dir,
                          apply=machine.apply, snapshot=machine.snapshot, restore=machine.restore,
                          secret=None, election_timeout=(60.0, 90.0))
     leader = None
@@ -423,13 +424,27 @@ def test_a_snapshot_of_entries_the_follower_holds_leaves_its_log_alone(tmp_path)
         leader = FakeLeader(l_addr, f_addr)
         fid = follower._node.apply_func_id
 
-        def entry(idx, term):
-            return (b"\x00" + pickle.dumps((fid, (b"e%d" % idx,)), 5), idx, term)
+        def entry(idx, term, tag=b""):
+            return (b"\x00" + pickle.dumps((fid, (b"e%d%s" % (idx, tag),)), 5), idx, term)
 
+        yield follower, machine, leader, entry
+    finally:
+        if leader is not None:
+            leader.close()
+        follower.close()
+
+
+def test_a_snapshot_of_entries_the_follower_holds_leaves_its_log_alone(tmp_path):
+    """A leader resends its snapshot at every heartbeat until it hears back:
+    over a slow link one arrives after the follower has appended (and
+    acknowledged) entries beyond it. Loaded, it would erase them; one that
+    ends past the follower's log is loaded as before."""
+    with follower_facing_a_fake_leader(tmp_path / "f") as (follower, machine, leader, entry):
         def snapshot(last_idx, state):
             path = tmp_path / f"sent-{last_idx}.bin"
             snapshot_file.write(path, last=entry(last_idx, 1), prev=entry(last_idx - 1, 1),
-                                cluster=[[f_addr, "f"], [l_addr, "ld"]], state=cbor2.dumps(state))
+                                cluster=[[follower.self_peer.raft_addr, "f"], [leader.addr, "ld"]],
+                                state=cbor2.dumps(state))
             leader.send({"type": "append_entries", "term": 1, "commit_index": last_idx,
                          "serialized": (path.read_bytes(), True, True)})
             while (reply := leader.recv()).get("type") != "next_node_idx":
@@ -448,26 +463,10 @@ def test_a_snapshot_of_entries_the_follower_holds_leaves_its_log_alone(tmp_path)
         assert (reply["next_node_idx"], reply["success"]) == (21, True)
         assert follower.status()["last_log_index"] == 20
         assert machine.entries == [b"from the leader's snapshot"]
-    finally:
-        if leader:
-            leader.close()
-        follower.close()
 
 
 def test_follower_truncates_only_on_a_real_conflict(tmp_path):
-    f_addr, l_addr = follower_and_leader_addrs()
-    machine = Recorder()
-    follower = Consensus(self_peer=Peer("f", f_addr), peers=[Peer("ld", l_addr)], data_dir=tmp_path,
-                         apply=machine.apply, snapshot=machine.snapshot, restore=machine.restore,
-                         secret=None, election_timeout=(60.0, 90.0))
-    leader = None
-    try:
-        leader = FakeLeader(l_addr, f_addr)
-        fid = follower._node.apply_func_id
-
-        def entry(idx, term, tag=b""):
-            return (b"\x00" + pickle.dumps((fid, (b"e%d%s" % (idx, tag),)), 5), idx, term)
-
+    with follower_facing_a_fake_leader(tmp_path) as (follower, machine, leader, entry):
         reply = leader.append(1, (1, 0), [entry(i, 1) for i in range(2, 7)], commit=1)
         assert reply == {"type": "next_node_idx", "next_node_idx": 7, "reset": False, "success": True}
         # An older, shorter batch overlapping what the follower holds: nothing
@@ -494,10 +493,6 @@ def test_follower_truncates_only_on_a_real_conflict(tmp_path):
         assert (reply["next_node_idx"], reply["success"]) == (9, True)
         status = follower.status()
         assert (status["last_log_index"], status["term"]) == (8, 2)
-    finally:
-        if leader is not None:
-            leader.close()
-        follower.close()
     # and on disk: the conflict's truncation and the new entry survive a reopen
     log = DurableJournal(tmp_path / "journal")
     try:
