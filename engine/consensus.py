@@ -128,12 +128,12 @@ class Consensus:
         self._submit_timeout = submit_timeout
         self._max_entry_bytes = max_entry_bytes
         self._election_timeout = election_timeout[1]
-        # How recently a leader must have heard from a majority to act as
-        # leader (writes, leader reads, readiness). A follower cut off from us
-        # starts an election no sooner than this after our last heartbeat
-        # (the election timeout, or a lost connection: raft_node), and the
-        # others vote at once (no PreVote), so from then on a new leader may
-        # exist: an isolated leader stops answering before that.
+        # How recently a leader must have heard from a majority to take
+        # writes and reads and to say it is ready: a leader cut off from the
+        # others stops taking work (503 no_quorum) rather than letting it
+        # wait for the submit timeout. Safety does not rest on it: writes
+        # commit on a majority, and leader reads are confirmed by one
+        # (confirm_read).
         if not heartbeat < leader_lease <= election_timeout[0]:
             raise ValueError("need heartbeat < leader_lease <= the shortest election timeout")
         self._leader_lease = leader_lease
@@ -203,8 +203,7 @@ class Consensus:
                                    max_frame=max_frame_bytes(max_entry_bytes),
                                    # 32 MiB of batched 100-byte puts replay in about 2 s at
                                    # restart; a snapshot of 1 M messages costs about 3 s
-                                   compaction_min_bytes=int(compaction_min_bytes * jitter),
-                                   leader_lease=leader_lease)
+                                   compaction_min_bytes=int(compaction_min_bytes * jitter))
         except BaseException:
             self._journal._destroy()
             raise
@@ -226,6 +225,21 @@ class Consensus:
             return
         command = pickle.dumps((self._node.apply_func_id, (entry,)), protocol=5)
         self._node._applyCommand(command, ticket.on_pysyncobj_result, REGULAR_COMMAND)
+
+    def confirm_read(self, callback: Callable[[object | None, str | None], None]) -> None:
+        """Call back ``(None, None)`` once a read arriving now may be answered
+        from this leader's applied state: a majority answered appends sent
+        after now, and this node applied what it had committed by now
+        (``engine.read_index``). Otherwise an error, as ``submit``'s."""
+        ticket = self._ticket(callback, self.term())
+        if ticket is None:
+            return
+        refusal = self._refusal()
+        if refusal:
+            self._later(ticket, refusal)
+            return
+        asked_at = monotonic()
+        self._run_on_tick(lambda: self._node.confirm_read(ticket, asked_at))
 
     def status(self) -> dict:
         node = self._node

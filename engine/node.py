@@ -226,6 +226,13 @@ class Node:
         """
         await self._settled(self.consensus.term())
 
+    async def confirm_read(self) -> None:
+        """Return once a leader read arriving now may be answered from this
+        node's state: it still led when the read arrived, and has applied
+        every write acknowledged before (``Consensus.confirm_read``).
+        CommitError otherwise."""
+        await self._through_consensus(self.consensus.confirm_read)
+
     async def _settled(self, term: int) -> None:
         if self.clock.settled_for(term):
             return
@@ -475,7 +482,8 @@ class Node:
         """Hand the lead to `to` (or the most caught-up follower); True once another node leads."""
         return await asyncio.to_thread(self.consensus.transfer_leadership, timeout, to)
 
-    async def _membership(self, call, *args) -> None:
+    async def _through_consensus(self, call, *args) -> None:
+        """Call ``consensus.call(*args, callback)`` and wait for its callback."""
         future = self._loop.create_future()
 
         def done(result, err):
@@ -488,10 +496,10 @@ class Node:
     async def add_node(self, node_id: str, raft_addr: str, http_addr: str) -> None:
         await self.submit({"op": "set_member", "id": node_id, "raft_addr": raft_addr,
                            "http_addr": http_addr})
-        await self._membership(self.consensus.add_node, Peer(id=node_id, raft_addr=raft_addr))
+        await self._through_consensus(self.consensus.add_node, Peer(id=node_id, raft_addr=raft_addr))
 
     async def remove_node(self, node_id: str) -> None:
-        await self._membership(self.consensus.remove_node, node_id)
+        await self._through_consensus(self.consensus.remove_node, node_id)
         result = (await self.submit({"op": "remove_member", "id": node_id})).result
         if "error" in result and result["error"] != "not_found":
             raise CommitError(result["error"])

@@ -52,13 +52,18 @@ closes these gaps (../shared/PYSYNCOBJ.md); ``engine.consensus`` drives it.
    the heartbeats it had not read yet.
 9. A leader's connection that closes. A killed leader's sockets close at
    once (the kernel resets them), long before the election timeout ends. A
-   follower that loses its connection to its leader calls an election
-   ``leader_lease`` after it last heard from the leader (when no leader's
-   lease it granted can still hold), the followers one after the other
-   (``LOST_LEADER_STAGGER_S``) so that their votes do not split. A leader
-   silenced by a partition, whose connections stay open, is still found
-   by the election timeout; so the timeout can be generous (elections under
-   load are rare) while a crashed leader is replaced quickly.
+   follower that loses its connection to its leader calls an election at
+   once, the followers one after the other (``LOST_LEADER_STAGGER_S``) so
+   that their votes do not split. Nothing waits for a lease to run out:
+   leader reads are confirmed by a round of answers (item 10), not by a
+   lease. A leader silenced by a partition, whose connections stay open,
+   is still found by the election timeout; so the timeout can be generous
+   (elections under load are rare) while a crashed leader is replaced
+   quickly.
+10. Confirmed leader reads (``engine.read_index``). Appends carry the time
+   the leader sent them (``sent_at``), echoed in the answers; a read is
+   answered once a majority answered an append sent after it arrived, and
+   the leader applied up to its commit index of that moment (ReadIndex).
 """
 
 from __future__ import annotations
@@ -81,6 +86,7 @@ from . import snapshot_file
 from .journal import DurableJournal
 from .raft_snapshots import ForkedSnapshots
 from .raft_wire import DialingTransport
+from .read_index import ReadConfirmations
 from .sealer import Sealer
 
 logger = logging.getLogger(__name__)
@@ -212,13 +218,14 @@ class RaftNode(SyncObj):
     """
 
     def __init__(self, owner: RaftOwner, self_node, other_nodes, conf, journal: DurableJournal, dial_addrs,
-                 *, sealer: Sealer | None, max_frame: int, compaction_min_bytes: int, leader_lease: float):
+                 *, sealer: Sealer | None, max_frame: int, compaction_min_bytes: int):
         self._owner = owner
-        self._leader_lease = leader_lease
         self._sealer = sealer
         self._journal = journal
         self._replies: list[tuple[object, dict]] = []
         self._acks_apply_until: float | None = None   # see _commit_acknowledged
+        self.reads = ReadConfirmations()
+        self._answering_sent_at = None   # of the append whose answers are being queued
         self.compaction_min_bytes = compaction_min_bytes
         journal.before_rewrite = self._flush_replies
         super().__init__(self_node, other_nodes, conf,
@@ -234,6 +241,7 @@ class RaftNode(SyncObj):
                                          write=conf.serializer, read=conf.deserializer,
                                          on_written=owner._snapshot_written)
         self._SyncObj__serializer = self.snapshots
+        self._SyncObj__transport.on_send = self._stamp
         self.apply_func_id = self._methodToID[self._getFuncName("_raftq_apply")]
 
     @replicated
@@ -248,6 +256,38 @@ class RaftNode(SyncObj):
 
     def leads(self, term: int) -> bool:
         return self._SyncObj__raftState == LEADER and self._SyncObj__raftCurrentTerm == term
+
+    # -- confirmed leader reads (item 10) ------------------------------------
+
+    def confirm_read(self, ticket: Ticket, asked_at: float) -> None:
+        """Resolve ``ticket`` once a read that arrived at ``asked_at`` may be
+        answered from this leader's state (``engine.read_index``)."""
+        if not self.leads(ticket.term):
+            ticket.resolve(None, "not_leader")
+            return
+        if self.reads.ask(asked_at, self._SyncObj__raftCommitIndex, ticket):
+            self._SyncObj__sendAppendEntries()
+        self._resolve_reads()
+
+    def _resolve_reads(self) -> None:
+        voters = len(self._SyncObj__otherNodes) + 1
+        for ticket in self.reads.confirmed(voters, self._SyncObj__raftLastApplied):
+            ticket.resolve(None, None)
+
+    def _SyncObj__sendAppendEntries(self):
+        started = monotonic()
+        SyncObj._SyncObj__sendAppendEntries(self)
+        self.reads.round_sent(started)
+
+    def _stamp(self, message) -> None:
+        """The transport calls this with every message it sends."""
+        if isinstance(message, dict) and message.get("type") == "append_entries":
+            message["sent_at"] = monotonic()
+
+    def _SyncObj__onBecomeLeader(self):
+        for ticket in self.reads.begin_leading(monotonic()):
+            ticket.resolve(None, "leader_changed")
+        SyncObj._SyncObj__onBecomeLeader(self)
 
     # -- snapshots ---------------------------------------------------------
 
@@ -306,6 +346,7 @@ class RaftNode(SyncObj):
                     callback(None, FAIL_REASON.DISCARDED)
             if monotonic() >= deadline:
                 break
+        self._resolve_reads()
         return False
 
     def _commit_acknowledged(self) -> None:
@@ -394,8 +435,10 @@ class RaftNode(SyncObj):
             transport.send(node, message)
 
     def _reply(self, node, next_idx: int, success: bool, reset: bool) -> None:
-        self._replies.append((node, {"type": "next_node_idx", "next_node_idx": next_idx,
-                                     "reset": reset, "success": success}))
+        reply = {"type": "next_node_idx", "next_node_idx": next_idx, "reset": reset, "success": success}
+        if self._answering_sent_at is not None:
+            reply["sent_at"] = self._answering_sent_at   # confirms the leader's reads (item 10)
+        self._replies.append((node, reply))
 
     # -- a leader that goes away ----------------------------------------------
 
@@ -404,8 +447,7 @@ class RaftNode(SyncObj):
         if self._SyncObj__raftState == FOLLOWER and node == self._SyncObj__raftLeader:
             voters = sorted(n.id for n in self._SyncObj__otherNodes if n != node)
             rank = sum(1 for voter in voters if voter < self._SyncObj__selfNode.id)
-            soon = (max(monotonic(), self._owner._leader_contact + self._leader_lease)
-                    + rank * LOST_LEADER_STAGGER_S + LOST_LEADER_JITTER_S * random.random())
+            soon = monotonic() + rank * LOST_LEADER_STAGGER_S + LOST_LEADER_JITTER_S * random.random()
             if soon < self._SyncObj__raftElectionDeadline:
                 self._SyncObj__raftElectionDeadline = soon
 
@@ -418,9 +460,11 @@ class RaftNode(SyncObj):
                 self._on_append_entries(node, message)
             else:
                 SyncObj._SyncObj__onMessageReceived(self, node, message)
-                if message["type"] == "next_node_idx" and message["success"] \
-                        and self._SyncObj__raftState == LEADER:
-                    self._commit_acknowledged()
+                if message["type"] == "next_node_idx" and self._SyncObj__raftState == LEADER:
+                    self.reads.answered(node, message.get("sent_at"))
+                    if message["success"]:
+                        self._commit_acknowledged()
+                    self._resolve_reads()
         except Exception:
             kind = message.get("type") if isinstance(message, dict) else type(message).__name__
             logger.critical("failed to handle a %r message from %s", kind, node, exc_info=True)
@@ -440,6 +484,7 @@ class RaftNode(SyncObj):
         self._SyncObj__setState(FOLLOWER)
         leader_commit = self._SyncObj__leaderCommitIndex = message["commit_index"]
         self._owner._leader_contact = monotonic()
+        self._answering_sent_at = message.get("sent_at")
 
         verified = None  # last index known to equal the leader's log
         if "transmission" in message:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import errno
 import logging
 import struct
+from typing import Callable
 
 from . import pysyncobj_pin  # noqa: F401  -- the release these overrides were written for
 from pysyncobj import pickle as _pickle
@@ -177,6 +178,9 @@ class DialingTransport(TCPTransport):
     """
 
     def __init__(self, syncObj, selfNode, otherNodes, *, dial_addrs: dict[str, str], max_frame: int):
+        # called with every message this node sends, before it is sealed
+        # (the Raft node stamps its appends with the time they leave)
+        self.on_send: Callable[[object], None] = lambda message: None
         self._dial_addrs = dial_addrs
         self._max_frame = max_frame
         self._read_chunk = memoryview(bytearray(READ_CHUNK))
@@ -219,6 +223,10 @@ class DialingTransport(TCPTransport):
                 self._unknownConnections.discard(conn)
                 return
         super()._onIncomingMessageReceived(conn, message)
+
+    def send(self, node, message):
+        self.on_send(message)
+        return super().send(node, message)
 
     def _onTick(self):
         super()._onTick()

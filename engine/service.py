@@ -26,7 +26,8 @@ checkpoint             —                                               [token,
 checkpoint_digest      token                                           digest or None
 =====================  ==============================================  =======================
 
-``settled`` reads wait, like writes, for this leader's barrier (``Node.settled``).
+``settled`` reads wait, like writes, for this leader's barrier (``Node.settled``),
+then for a majority to confirm that it still leads (``Node.confirm_read``).
 An error is a ``CommitError`` code: the fronts map it to HTTP as they did in
 one process.
 """
@@ -143,6 +144,7 @@ class EngineService:
     async def _read(self, query: str, args: list, settled: bool) -> list:
         if settled:
             await self.node.settled()
+            await self.node.confirm_read()
         return list(self.node.applied_read(query, *args))
 
     async def _receive(self, command: dict, wait_s: float, last_try: bool, encoded: bool) -> list | None:

@@ -859,6 +859,7 @@ def proxied_cluster(cluster):
             peers = [Peer(b.id, b.raft_addr, dials[(a.id, b.id)].addr if (a.id, b.id) in dials else None)
                      for b in real.values() if b.id != a.id]
             c.start(a.id, peers=peers)
+        c.link = lambda x, y: dials.get((x, y)) or dials[(y, x)]   # the proxy between two nodes
         return c, proxies
 
     yield make
@@ -894,6 +895,42 @@ def test_a_timed_out_submission_is_answered_once(proxied_cluster):
     wait_until(lambda: all(m.entries == [b"first", b"stalled"] for m in c.machines.values()),
                what="the stalled entry to commit after all")
     assert calls == [(None, "timeout")]    # the late commit is not reported again
+
+
+def confirm_read_wait(node, timeout=20.0):
+    calls = []
+    done = threading.Event()
+
+    def callback(result, error):
+        calls.append(error)
+        done.set()
+
+    node.confirm_read(callback)
+    assert done.wait(timeout), "no callback"
+    return calls
+
+
+def test_a_leader_whose_followers_elected_another_confirms_no_read(proxied_cluster):
+    """A follower cut off from the leader alone is elected with the vote of
+    one that still heard the leader (pysyncobj has no PreVote), and commits.
+    The old leader still holds its lease (answers heard within 2 s) but must
+    not answer a leader read from its state, which lacks that write: its
+    read is confirmed only by answers to appends sent after the read
+    arrived, and the voter of the new term answers none."""
+    c, proxies = proxied_cluster(election_timeout=(2.0, 2.5), leader_lease=2.0, submit_timeout=1.0)
+    old = c.leader()
+    commit(c, b"before")
+    assert confirm_read_wait(old) == [None]
+    old_id = old.status()["self_id"]
+    cut_off, voter = [i for i in c.nodes if i != old_id]
+    c.link(old_id, cut_off).paused = True
+    new = wait_until(lambda: c.nodes[cut_off].status()["role"] == "leader" and c.nodes[cut_off],
+                     what="the cut-off follower to win an election")
+    [(_, error)] = submit_wait(new, b"after")
+    assert error is None
+    assert old.status()["role"] == "leader" and old.status()["quorum_ok"], "the old lease should still hold"
+    assert confirm_read_wait(old) != [None]
+    assert b"after" not in c.machines[old_id].entries
 
 
 # -- membership and leadership -----------------------------------------------------------
