@@ -157,15 +157,15 @@ async def _committed(app: web.Application, call, wait_s: float) -> Committed:
 
 
 async def leader_read(app: web.Application, query: str, *args):
-    """A query answered by the leader once its barrier is applied: before, its
-    state may still lack writes an earlier leader acknowledged (found by the
-    chaos checker's no_stale_reads)."""
+    """A query answered by the leader once its barrier is applied (before, its
+    state may still lack writes an earlier leader acknowledged: found by the
+    chaos checker's no_stale_reads) and a majority confirmed it still leads."""
     try:
         async with asyncio.timeout(app[SETTINGS].write_timeout_s):
             return (await app[NODE].read(query, *args, settled=True)).result
     except (CommitError, asyncio.TimeoutError):
-        raise no_quorum("this node has only just been elected and cannot answer yet for what "
-                        "earlier leaders acknowledged; retry") from None
+        raise no_quorum("this node could not confirm with a majority that it leads (it may have "
+                        "only just been elected, or lost the others); retry") from None
 
 
 async def read(request: web.Request, query: str, *args) -> web.Response:
