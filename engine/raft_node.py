@@ -18,14 +18,10 @@ closes these gaps (../shared/PYSYNCOBJ.md); ``engine.consensus`` drives it.
    sends the acknowledgements it queued meanwhile. Anything that could make a
    queued acknowledgement untrue (truncation, clear, a new term) first flushes
    the queue.
-2. Follower truncation. ``RaftNode`` handles AppendEntries itself: it
-   deletes entries only on a real conflict (same index, different term),
-   appends only entries it lacks, acknowledges the last index of the
-   *leader's* message (not its own last index) and advances its commit index
-   only up to entries verified against the leader. pysyncobj truncated after
-   every overlapping, shorter batch, dropping acknowledged entries. Likewise
-   a leader's snapshot is loaded only over a log that lacks its last entry
-   (``_install_snapshot``); pysyncobj loaded every one it was sent.
+2. Follower truncation. A follower handles AppendEntries and snapshots
+   itself (``engine.raft_follower``): it deletes entries only on a real
+   conflict and loads a snapshot only over a log that lacks its last entry;
+   pysyncobj dropped acknowledged entries in both cases.
 3. Compaction. Snapshots are ``engine.snapshot_file``'s (no pickle of live
    objects), written by a forked child (``engine.raft_snapshots``) so that
    no node stops ticking while one is taken. A node compacts once its log
@@ -82,8 +78,8 @@ from pysyncobj.fast_queue import FastQueue
 from pysyncobj.journal import Journal
 from pysyncobj.monotonic import monotonic
 
-from . import snapshot_file
 from .journal import DurableJournal
+from .raft_follower import FollowerSide
 from .raft_snapshots import ForkedSnapshots
 from .raft_wire import DialingTransport
 from .read_index import ReadConfirmations
@@ -210,7 +206,7 @@ class TermCheckedQueue(FastQueue):
             ticket.resolve(None, "not_leader")
 
 
-class RaftNode(SyncObj):
+class RaftNode(FollowerSide, SyncObj):
     """SyncObj with raftq's follower fix, grouped fsyncs and one replicated method.
 
     Name-mangled ``_SyncObj__*`` attributes are pysyncobj 0.3.17 internals
@@ -222,10 +218,8 @@ class RaftNode(SyncObj):
         self._owner = owner
         self._sealer = sealer
         self._journal = journal
-        self._replies: list[tuple[object, dict]] = []
         self._acks_apply_until: float | None = None   # see _commit_acknowledged
         self.reads = ReadConfirmations()
-        self._answering_sent_at = None   # of the append whose answers are being queued
         self.compaction_min_bytes = compaction_min_bytes
         journal.before_rewrite = self._flush_replies
         super().__init__(self_node, other_nodes, conf,
@@ -424,22 +418,6 @@ class RaftNode(SyncObj):
         super()._checkCommandsToApply()
         self._journal.sync()
 
-    def _flush_replies(self) -> None:
-        self._journal.sync()
-        self._send_replies()
-
-    def _send_replies(self) -> None:
-        replies, self._replies = self._replies, []
-        transport = self._SyncObj__transport
-        for node, message in replies:
-            transport.send(node, message)
-
-    def _reply(self, node, next_idx: int, success: bool, reset: bool) -> None:
-        reply = {"type": "next_node_idx", "next_node_idx": next_idx, "reset": reset, "success": success}
-        if self._answering_sent_at is not None:
-            reply["sent_at"] = self._answering_sent_at   # confirms the leader's reads (item 10)
-        self._replies.append((node, reply))
-
     # -- a leader that goes away ----------------------------------------------
 
     def _SyncObj__onNodeDisconnected(self, node):
@@ -468,117 +446,3 @@ class RaftNode(SyncObj):
         except Exception:
             kind = message.get("type") if isinstance(message, dict) else type(message).__name__
             logger.critical("failed to handle a %r message from %s", kind, node, exc_info=True)
-
-    def _on_append_entries(self, node, message):
-        # pysyncobj 0.3.17's prologue: follow this leader and its term
-        term = message["term"]
-        if term > self._SyncObj__raftCurrentTerm:
-            self._SyncObj__transferInProgress = False
-        if not self._SyncObj__transferInProgress:
-            self._SyncObj__raftElectionDeadline = monotonic() + self._SyncObj__generateRaftTimeout()
-        if self._SyncObj__raftLeader != node:
-            self._SyncObj__onLeaderChanged()
-        self._SyncObj__raftLeader = node
-        if term > self._SyncObj__raftCurrentTerm:
-            self._SyncObj__setCurrentTerm(term, None)
-        self._SyncObj__setState(FOLLOWER)
-        leader_commit = self._SyncObj__leaderCommitIndex = message["commit_index"]
-        self._owner._leader_contact = monotonic()
-        self._answering_sent_at = message.get("sent_at")
-
-        verified = None  # last index known to equal the leader's log
-        if "transmission" in message:
-            # raftq leaders never send it: entries stay below the batch size
-            logger.critical("ignoring a chunked append_entries from %s (entry above the batch size)", node)
-        elif "prevLogIdx" in message:
-            verified = self._match_entries(node, message["prevLogIdx"], message["prevLogTerm"],
-                                           message.get("entries", []))
-        elif message.get("serialized") is not None:
-            if self.snapshots.setTransmissionData(message["serialized"]):
-                verified = self._install_snapshot(node)
-
-        if verified is not None and leader_commit > self._SyncObj__raftCommitIndex:
-            commit = min(leader_commit, verified)
-            if commit > self._SyncObj__raftCommitIndex:
-                self._SyncObj__raftCommitIndex = commit
-                self._journal.setRaftCommitIndex(commit)
-
-    def _install_snapshot(self, node) -> int | None:
-        """A leader's snapshot has arrived whole (``snapshots.incoming``): the
-        last index now known to equal the leader's log, or None.
-
-        A leader sends its snapshot again at every heartbeat until it hears
-        back, so over a slow link several may arrive after this node has
-        taken the first and appended entries beyond it. pysyncobj loaded
-        each one over the log, erasing entries this node had acknowledged
-        (a chaos round with an 800 ms link saw a follower's log shrink below
-        its commit index a dozen times). As Raft has it (Figure 13, step 6),
-        a snapshot whose last entry this node holds -- or has compacted
-        into its own snapshot, which holds only committed entries -- leaves
-        the log as it is.
-        """
-        snapshots = self.snapshots
-        try:
-            index, term = snapshot_file.last_entry(snapshots.incoming)
-        except (OSError, ValueError):
-            logger.error("a damaged snapshot arrived from %s; dropped (the leader sends it again)", node,
-                         exc_info=True)
-            snapshots.drop_incoming()
-            return None
-        log = self._journal
-        first, last = log[0][1], log[-1][1]
-        if index < first or (index <= last and log[index - first][2] == term):
-            snapshots.drop_incoming()
-            self._reply(node, index + 1, success=True, reset=False)
-            return index
-        snapshots.take_incoming()
-        self._owner._loaded_snapshot = None
-        self._SyncObj__loadDumpFile(clearJournal=True)
-        loaded = self._owner._loaded_snapshot
-        # pysyncobj logs and swallows a failed load; acknowledging then
-        # would vouch for the old log. Without a reply the leader finds the
-        # gap and sends the snapshot again.
-        if loaded is None or self._journal[-1] != loaded:
-            return None
-        self._reply(node, loaded[1] + 1, success=True, reset=False)
-        return loaded[1]
-
-    def _match_entries(self, node, prev_idx: int, prev_term: int, entries: list) -> int | None:
-        log = self._journal
-        first, last = log[0][1], log[-1][1]
-        if not first <= prev_idx <= last:
-            self._reply(node, last + 1, success=False, reset=True)
-            return None
-        base = prev_idx - first
-        if log[base][2] != prev_term:
-            self._reply(node, prev_idx, success=False, reset=True)
-            return None
-        have = len(log) - base - 1
-        same = 0
-        while same < len(entries) and same < have and log[base + 1 + same][2] == entries[same][2]:
-            same += 1
-        if same < len(entries) and same < have:
-            self._truncate_conflict(base + 1 + same)
-        for entry in entries[same:]:
-            log.add(*entry)
-        if self._SyncObj__conf.dynamicMembershipChange:
-            for entry in entries[same:]:
-                change = self._SyncObj__parseChangeClusterRequest(entry[0])
-                if change is not None:
-                    self._SyncObj__doChangeCluster(change)
-        matched = prev_idx + len(entries)
-        self._reply(node, matched + 1, success=True, reset=False)
-        return matched
-
-    def _truncate_conflict(self, position: int) -> None:
-        log = self._journal
-        if self._SyncObj__conf.dynamicMembershipChange:
-            for entry in reversed(log[position:]):
-                change = self._SyncObj__parseChangeClusterRequest(entry[0])
-                if change is not None:
-                    self._SyncObj__doChangeCluster(change, reverse=True)
-        first_dropped = log[position][1]
-        if first_dropped <= self._SyncObj__raftLastApplied:
-            logger.critical("conflict truncates applied entries from index %d (last applied %d)",
-                            first_dropped, self._SyncObj__raftLastApplied)
-        log.deleteEntriesFrom(position)

@@ -1,0 +1,175 @@
+"""A follower's side of replication, as raftq handles it in place of pysyncobj.
+
+pysyncobj 0.3.17's follower truncated its log after every overlapping,
+shorter AppendEntries, dropping entries it had acknowledged, and loaded every
+snapshot a leader sent it over its log (../shared/PYSYNCOBJ.md). Here a
+follower:
+
+- deletes entries only on a real conflict (same index, different term),
+  appends only the entries it lacks, acknowledges the last index of the
+  *leader's* message (not its own last index), and advances its commit index
+  only up to entries verified against the leader;
+- loads a leader's snapshot only over a log that lacks the snapshot's last
+  entry (``_install_snapshot``);
+- queues its acknowledgements while it appends, and sends them only after
+  the fsync that makes them true (``engine.raft_node`` syncs once per tick);
+  anything that could make a queued acknowledgement untrue (truncation,
+  clear, a new term) first flushes the queue (``_flush_replies``);
+- echoes the ``sent_at`` of the append it answers, which confirms the
+  leader's reads (``engine.read_index``).
+
+``FollowerSide`` is mixed into ``engine.raft_node.RaftNode``; like it, it
+uses pysyncobj's name-mangled ``_SyncObj__*`` internals.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from . import pysyncobj_pin  # noqa: F401  -- the release these overrides were written for
+from pysyncobj.monotonic import monotonic
+from pysyncobj.syncobj import _RAFT_STATE
+
+from . import snapshot_file
+
+logger = logging.getLogger(__name__)
+
+
+class FollowerSide:
+    """AppendEntries and snapshots received, and the acknowledgements they earn."""
+
+    def __init__(self, *args, **kwargs):
+        self._replies: list[tuple[object, dict]] = []
+        self._answering_sent_at = None   # of the append whose answers are being queued
+        super().__init__(*args, **kwargs)
+
+    def _flush_replies(self) -> None:
+        self._journal.sync()
+        self._send_replies()
+
+    def _send_replies(self) -> None:
+        replies, self._replies = self._replies, []
+        transport = self._SyncObj__transport
+        for node, message in replies:
+            transport.send(node, message)
+
+    def _reply(self, node, next_idx: int, success: bool, reset: bool) -> None:
+        reply = {"type": "next_node_idx", "next_node_idx": next_idx, "reset": reset, "success": success}
+        if self._answering_sent_at is not None:
+            reply["sent_at"] = self._answering_sent_at   # confirms the leader's reads (engine.read_index)
+        self._replies.append((node, reply))
+
+
+    def _on_append_entries(self, node, message):
+        # pysyncobj 0.3.17's prologue: follow this leader and its term
+        term = message["term"]
+        if term > self._SyncObj__raftCurrentTerm:
+            self._SyncObj__transferInProgress = False
+        if not self._SyncObj__transferInProgress:
+            self._SyncObj__raftElectionDeadline = monotonic() + self._SyncObj__generateRaftTimeout()
+        if self._SyncObj__raftLeader != node:
+            self._SyncObj__onLeaderChanged()
+        self._SyncObj__raftLeader = node
+        if term > self._SyncObj__raftCurrentTerm:
+            self._SyncObj__setCurrentTerm(term, None)
+        self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+        leader_commit = self._SyncObj__leaderCommitIndex = message["commit_index"]
+        self._owner._leader_contact = monotonic()
+        self._answering_sent_at = message.get("sent_at")
+
+        verified = None  # last index known to equal the leader's log
+        if "transmission" in message:
+            # raftq leaders never send it: entries stay below the batch size
+            logger.critical("ignoring a chunked append_entries from %s (entry above the batch size)", node)
+        elif "prevLogIdx" in message:
+            verified = self._match_entries(node, message["prevLogIdx"], message["prevLogTerm"],
+                                           message.get("entries", []))
+        elif message.get("serialized") is not None:
+            if self.snapshots.setTransmissionData(message["serialized"]):
+                verified = self._install_snapshot(node)
+
+        if verified is not None and leader_commit > self._SyncObj__raftCommitIndex:
+            commit = min(leader_commit, verified)
+            if commit > self._SyncObj__raftCommitIndex:
+                self._SyncObj__raftCommitIndex = commit
+                self._journal.setRaftCommitIndex(commit)
+
+    def _install_snapshot(self, node) -> int | None:
+        """A leader's snapshot has arrived whole (``snapshots.incoming``): the
+        last index now known to equal the leader's log, or None.
+
+        A leader sends its snapshot again at every heartbeat until it hears
+        back, so over a slow link several may arrive after this node has
+        taken the first and appended entries beyond it. pysyncobj loaded
+        each one over the log, erasing entries this node had acknowledged
+        (a chaos round with an 800 ms link saw a follower's log shrink below
+        its commit index a dozen times). As Raft has it (Figure 13, step 6),
+        a snapshot whose last entry this node holds -- or has compacted
+        into its own snapshot, which holds only committed entries -- leaves
+        the log as it is.
+        """
+        snapshots = self.snapshots
+        try:
+            index, term = snapshot_file.last_entry(snapshots.incoming)
+        except (OSError, ValueError):
+            logger.error("a damaged snapshot arrived from %s; dropped (the leader sends it again)", node,
+                         exc_info=True)
+            snapshots.drop_incoming()
+            return None
+        log = self._journal
+        first, last = log[0][1], log[-1][1]
+        if index < first or (index <= last and log[index - first][2] == term):
+            snapshots.drop_incoming()
+            self._reply(node, index + 1, success=True, reset=False)
+            return index
+        snapshots.take_incoming()
+        self._owner._loaded_snapshot = None
+        self._SyncObj__loadDumpFile(clearJournal=True)
+        loaded = self._owner._loaded_snapshot
+        # pysyncobj logs and swallows a failed load; acknowledging then
+        # would vouch for the old log. Without a reply the leader finds the
+        # gap and sends the snapshot again.
+        if loaded is None or self._journal[-1] != loaded:
+            return None
+        self._reply(node, loaded[1] + 1, success=True, reset=False)
+        return loaded[1]
+
+    def _match_entries(self, node, prev_idx: int, prev_term: int, entries: list) -> int | None:
+        log = self._journal
+        first, last = log[0][1], log[-1][1]
+        if not first <= prev_idx <= last:
+            self._reply(node, last + 1, success=False, reset=True)
+            return None
+        base = prev_idx - first
+        if log[base][2] != prev_term:
+            self._reply(node, prev_idx, success=False, reset=True)
+            return None
+        have = len(log) - base - 1
+        same = 0
+        while same < len(entries) and same < have and log[base + 1 + same][2] == entries[same][2]:
+            same += 1
+        if same < len(entries) and same < have:
+            self._truncate_conflict(base + 1 + same)
+        for entry in entries[same:]:
+            log.add(*entry)
+        if self._SyncObj__conf.dynamicMembershipChange:
+            for entry in entries[same:]:
+                change = self._SyncObj__parseChangeClusterRequest(entry[0])
+                if change is not None:
+                    self._SyncObj__doChangeCluster(change)
+        matched = prev_idx + len(entries)
+        self._reply(node, matched + 1, success=True, reset=False)
+        return matched
+
+    def _truncate_conflict(self, position: int) -> None:
+        log = self._journal
+        if self._SyncObj__conf.dynamicMembershipChange:
+            for entry in reversed(log[position:]):
+                change = self._SyncObj__parseChangeClusterRequest(entry[0])
+                if change is not None:
+                    self._SyncObj__doChangeCluster(change, reverse=True)
+        first_dropped = log[position][1]
+        if first_dropped <= self._SyncObj__raftLastApplied:
+            logger.critical("conflict truncates applied entries from index %d (last applied %d)",
+                            first_dropped, self._SyncObj__raftLastApplied)
+        log.deleteEntriesFrom(position)
