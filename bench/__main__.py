@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     compare.add_argument("--reps", type=int, default=2, help="interleaved repetitions of W1-W3 and W5")
     compare.add_argument("--seconds", type=float, default=5.0, help="length of each timed workload")
     compare.add_argument("--backlog", type=int, default=100_000, help="messages consumed in W3")
-    compare.add_argument("--failovers", type=int, default=3, help="W4 rounds per system")
+    compare.add_argument("--failovers", type=int, default=9,
+                         help="W4 rounds per system (a median of few rounds moves a lot from run to run)")
     compare.add_argument("--stored", type=int, default=1_000_000,
                          help="messages raftq holds for the RSS and restart figures (0: skip)")
     compare.add_argument("--out", default="results", help="parent folder of the results")
