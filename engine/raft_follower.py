@@ -111,17 +111,21 @@ class FollowerSide:
         snapshots = self.snapshots
         try:
             index, term = snapshot_file.last_entry(snapshots.incoming)
+            log = self._journal
+            first, last = log[0][1], log[-1][1]
+            if index < first or (index <= last and log[index - first][2] == term):
+                snapshots.drop_incoming()
+                self._reply(node, index + 1, success=True, reset=False)
+                return index
+            # Checked whole before it replaces this node's own snapshot: a
+            # damaged one would fail to load only once it had (pysyncobj
+            # swallows the error), and the node could not restart from it.
+            snapshot_file.check(snapshots.incoming)
         except (OSError, ValueError):
             logger.error("a damaged snapshot arrived from %s; dropped (the leader sends it again)", node,
                          exc_info=True)
             snapshots.drop_incoming()
             return None
-        log = self._journal
-        first, last = log[0][1], log[-1][1]
-        if index < first or (index <= last and log[index - first][2] == term):
-            snapshots.drop_incoming()
-            self._reply(node, index + 1, success=True, reset=False)
-            return index
         snapshots.take_incoming()
         self._owner._loaded_snapshot = None
         self._SyncObj__loadDumpFile(clearJournal=True)

@@ -33,6 +33,7 @@ whatever the process umask.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import struct
 import zlib
@@ -94,6 +95,23 @@ def has_header(data, magic: bytes, tag: int | None = None) -> bool:
 def zero_tail(data, end: int) -> bool:
     """True if everything after ``end`` is zero bytes (unused preallocation)."""
     return data.count(0, end) == len(data) - end
+
+
+def check_file(path: str | Path, magic: bytes, count: int) -> None:
+    """DamagedFile unless ``path`` holds exactly ``count`` intact records
+    after its header, as ``write_file`` wrote them. Read through a map, so
+    a large snapshot is checked without a copy of it in memory."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < FILE_HEADER.size:
+            raise DamagedFile(f"{path}: not a {magic!r} file")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            if not has_header(data, magic):
+                raise DamagedFile(f"{path}: not a {magic!r} file")
+            ends = [end for _, end, _ in iter_records(data)]
+    if len(ends) != count or (ends[-1] if ends else FILE_HEADER.size) != size:
+        raise DamagedFile(f"{path}: {len(ends)} intact record(s) of {count}, ending at "
+                          f"{ends[-1] if ends else FILE_HEADER.size} of {size} bytes")
 
 
 def read_file(path: str | Path, magic: bytes, *, first: int | None = None) -> list[bytes]:

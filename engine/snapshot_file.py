@@ -58,6 +58,14 @@ def last_entry(path: str | Path) -> tuple[int, int]:
         raise ValueError(f"damaged snapshot {path}: {exc}") from None
 
 
+def check(path: str | Path) -> None:
+    """ValueError naming the file unless every record of it is intact."""
+    try:
+        records.check_file(path, MAGIC, 2)
+    except ValueError as exc:
+        raise ValueError(f"damaged snapshot {path}: {exc}") from None
+
+
 def read(path: str | Path) -> tuple[dict, bytes]:
     """(header, state bytes); ValueError naming the file if it is damaged."""
     try:

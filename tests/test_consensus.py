@@ -465,6 +465,39 @@ def test_a_snapshot_of_entries_the_follower_holds_leaves_its_log_alone(tmp_path)
         assert machine.entries == [b"from the leader's snapshot"]
 
 
+def test_a_damaged_snapshot_from_the_leader_leaves_the_followers_own_in_place(tmp_path):
+    """A snapshot whose first record is intact but whose state is damaged:
+    pysyncobj would have replaced the follower's own snapshot with it and
+    then failed to load it, leaving a node that cannot restart."""
+    with follower_facing_a_fake_leader(tmp_path / "f") as (follower, machine, leader, entry):
+        assert leader.append(1, (1, 0), [entry(i, 1) for i in range(2, 11)], commit=10)["success"]
+        wait_until(lambda: len(machine.entries) == 9, what="entries 2-10 applied")
+        assert follower.force_snapshot()
+        own = tmp_path / "f" / "snapshot.bin"
+        kept = own.read_bytes()
+
+        path = tmp_path / "sent.bin"
+        snapshot_file.write(path, last=entry(20, 1), prev=entry(19, 1),
+                            cluster=[[follower.self_peer.raft_addr, "f"], [leader.addr, "ld"]],
+                            state=cbor2.dumps([b"from the leader's snapshot"]))
+        damaged = bytearray(path.read_bytes())
+        damaged[-3] ^= 0x01                          # in the state, the last record
+        leader.send({"type": "append_entries", "term": 1, "commit_index": 20,
+                     "serialized": (bytes(damaged), True, True)})
+        reply = leader.append(1, (10, 1), [], commit=10)     # answered after the snapshot was handled
+        assert (reply["next_node_idx"], reply["success"]) == (11, True)
+        assert own.read_bytes() == kept
+        assert not (tmp_path / "f" / "snapshot.bin.incoming").exists()
+        assert machine.entries == [b"e%d" % i for i in range(2, 11)]
+
+        leader.send({"type": "append_entries", "term": 1, "commit_index": 20,
+                     "serialized": (path.read_bytes(), True, True)})
+        while (reply := leader.recv()).get("type") != "next_node_idx":
+            pass
+        assert (reply["next_node_idx"], reply["success"]) == (21, True)
+        assert machine.entries == [b"from the leader's snapshot"]
+
+
 def test_follower_truncates_only_on_a_real_conflict(tmp_path):
     with follower_facing_a_fake_leader(tmp_path) as (follower, machine, leader, entry):
         reply = leader.append(1, (1, 0), [entry(i, 1) for i in range(2, 7)], commit=1)

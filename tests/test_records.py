@@ -26,6 +26,13 @@ def test_whole_file_round_trip_is_0600_with_its_header(tmp_path):
     assert records.FILE_HEADER.unpack_from(data) == (MAGIC, 7)
     assert records.read_file(path, MAGIC) == [b"one", b"", b"three" * 1000]
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    records.check_file(path, MAGIC, 3)
+    for count in (2, 4):
+        with pytest.raises(records.DamagedFile):
+            records.check_file(path, MAGIC, count)
+    path.write_bytes(b"")
+    with pytest.raises(records.DamagedFile):
+        records.check_file(path, MAGIC, 0)
 
 
 @pytest.mark.parametrize("damage", ["payload bit", "length bit", "crc bit", "torn", "extra byte", "magic"])
@@ -49,6 +56,8 @@ def test_a_damaged_whole_file_is_refused(tmp_path, damage):
     path.write_bytes(bytes(data))
     with pytest.raises(records.DamagedFile):
         records.read_file(path, MAGIC)
+    with pytest.raises(records.DamagedFile):
+        records.check_file(path, MAGIC, 2)
 
 
 def test_the_reader_stops_at_the_first_bad_record(tmp_path):
