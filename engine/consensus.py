@@ -231,15 +231,10 @@ class Consensus:
         from this leader's applied state: a majority answered appends sent
         after now, and this node applied what it had committed by now
         (``engine.read_index``). Otherwise an error, as ``submit``'s."""
-        ticket = self._ticket(callback, self.term())
-        if ticket is None:
-            return
-        refusal = self._refusal()
-        if refusal:
-            self._later(ticket, refusal)
-            return
-        asked_at = monotonic()
-        self._run_on_tick(lambda: self._node.confirm_read(ticket, asked_at))
+        ticket = self._admitted(callback)
+        if ticket is not None:
+            asked_at = monotonic()
+            self._run_on_tick(lambda: self._node.confirm_read(ticket, asked_at))
 
     def status(self) -> dict:
         node = self._node
@@ -305,12 +300,8 @@ class Consensus:
         return None if leader is None else self._id_of(leader)
 
     def add_node(self, peer: Peer, callback) -> None:
-        ticket = self._ticket(callback, self.term())
+        ticket = self._admitted(callback)
         if ticket is None:
-            return
-        refusal = self._refusal()
-        if refusal:
-            self._later(ticket, refusal)
             return
         self._ids[peer.raft_addr] = peer.id
         if peer.dial_addr:
@@ -557,6 +548,18 @@ class Consensus:
                 return ticket
         ticket.resolve(None, "not_leader")
         return None
+
+    def _admitted(self, callback) -> Ticket | None:
+        """A ticket for a call this node can take as leader now; None once the
+        callback has been given its refusal."""
+        ticket = self._ticket(callback, self.term())
+        if ticket is None:
+            return None
+        refusal = self._refusal()
+        if refusal:
+            self._later(ticket, refusal)
+            return None
+        return ticket
 
     def _later(self, ticket: Ticket, error: str) -> None:
         self._run_on_tick(lambda: ticket.resolve(None, error))
