@@ -13,6 +13,8 @@ repetitions, and each ratio is this tree's figure over the baseline's
 - 64 concurrent single-message puts (64 connections): messages/s;
 - batched puts: 4 producers, 100 messages per request: messages/s;
 - receive + ack: 8 consumers, 100 per receive: messages/s;
+- leader reads: a queue's stats at the default consistency, one reader alone
+  (p50) and 16 at once (reads/s);
 - failover: kill -9 of the leader, then the next acked put: median seconds;
 - idle: CPU seconds of the whole cluster (every process of every node) per 10 s;
 - the leader's CPU under the 64-connection load, its engine apart from its fronts.
@@ -37,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.measure import cpu_seconds, group_pids, percentile  # noqa: E402
-from bench.put_bench import failover_once, put_load, receive_ack_load  # noqa: E402
+from bench.put_bench import failover_once, put_load, read_load, receive_ack_load  # noqa: E402
 from raftq.local import LocalCluster  # noqa: E402
 
 # The last commit before a node was split into an engine and fronts.
@@ -79,8 +81,11 @@ async def one_round(cluster: LocalCluster, tag: str, seconds: float) -> dict:
     single, _ = await put_load(urls, token, f"single-{tag}", 64, 1, seconds)
     batched, _ = await put_load(urls, token, f"batched-{tag}", 4, 100, seconds)
     drained = await receive_ack_load(urls, token, f"batched-{tag}", 8, seconds)
+    _, lone_reads = await read_load(urls, token, f"batched-{tag}", 1, seconds)
+    reads, _ = await read_load(urls, token, f"batched-{tag}", 16, seconds)
     return {"lone_put_p50_ms": percentile(lone, 50) * 1000, "lone_put_p99_ms": percentile(lone, 99) * 1000,
-            "single_64_msgs_per_s": single, "batched_msgs_per_s": batched, "receive_ack_msgs_per_s": drained}
+            "single_64_msgs_per_s": single, "batched_msgs_per_s": batched, "receive_ack_msgs_per_s": drained,
+            "lone_read_p50_ms": percentile(lone_reads, 50) * 1000, "reads_16_per_s": reads}
 
 
 async def run(args) -> dict:

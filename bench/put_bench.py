@@ -54,6 +54,27 @@ async def put_load(urls, token: str, queue: str, producers: int, batch: int, sec
     return count / elapsed, latencies
 
 
+async def read_load(urls, token: str, queue: str, readers: int, seconds: float) -> tuple[float, list[float]]:
+    """A queue's stats read at the default consistency (leader), by `readers`
+    clients at once: reads/s and per-read latencies (s)."""
+    latencies: list[float] = []
+    stop_at = time.perf_counter() + seconds
+
+    async def reader(client: AsyncClient):
+        while time.perf_counter() < stop_at:
+            started = time.perf_counter()
+            await client.queue(queue)
+            latencies.append(time.perf_counter() - started)
+
+    clients = [AsyncClient(urls, token=token) for _ in range(readers)]
+    started = time.perf_counter()
+    await asyncio.gather(*(reader(c) for c in clients))
+    elapsed = time.perf_counter() - started
+    for c in clients:
+        await c.close()
+    return len(latencies) / elapsed, latencies
+
+
 async def receive_ack_load(urls, token: str, queue: str, consumers: int, seconds: float) -> float:
     count = 0
     stop_at = time.perf_counter() + seconds

@@ -259,14 +259,17 @@ class RaftNode(FollowerSide, SyncObj):
         if not self.leads(ticket.term):
             ticket.resolve(None, "not_leader")
             return
-        if self.reads.ask(asked_at, self._SyncObj__raftCommitIndex, ticket):
-            self._SyncObj__sendAppendEntries()
+        self.reads.ask(asked_at, self._SyncObj__raftCommitIndex, ticket)
         self._resolve_reads()
 
     def _resolve_reads(self) -> None:
+        if self._SyncObj__raftState != LEADER:
+            return    # reads pending from a lost lead are answered by their tickets' end
         voters = len(self._SyncObj__otherNodes) + 1
         for ticket in self.reads.confirmed(voters, self._SyncObj__raftLastApplied):
             ticket.resolve(None, None)
+        if self.reads.wants_round(voters):
+            self._SyncObj__sendAppendEntries()
 
     def _SyncObj__sendAppendEntries(self):
         started = monotonic()

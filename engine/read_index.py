@@ -18,10 +18,13 @@ vote, so raftq confirms each read instead (the Raft thesis, 6.4):
    one would share a node.
 4. The read is answered once the leader has applied up to its read index.
 
-Reads waiting together share rounds: one sent after the oldest covers them
-all. This module keeps the bookkeeping; ``engine.raft_node`` stamps the
-appends, feeds it the answers and resolves what it hands back, on the tick
-thread.
+Reads waiting together share rounds, and one round at a time is out for
+them: reads that arrive while a round is unanswered wait for it, then one
+more round covers them all (rounds the leader sends anyway, heartbeats and
+new entries, count as well). So a crowd of readers costs a round per round
+trip, not one per read. This module keeps the bookkeeping; ``engine.raft_node``
+stamps the appends, feeds it the answers, sends the rounds it asks for and
+resolves what it hands back, on the tick thread.
 """
 
 from __future__ import annotations
@@ -38,49 +41,51 @@ class ReadConfirmations:
         self._answered: dict[Hashable, float] = {}   # follower -> latest sent_at it answered
         # (asked_at, read index, ticket): a ticket has a ``done`` flag
         self._pending: deque[tuple[float, int, object]] = deque()
-        self.last_round_at = float("-inf")
+        self._last_round_at = float("-inf")
 
     def begin_leading(self, now: float) -> list:
         """A new leadership: answers to older appends count for nothing; the
         reads still pending belonged to another term and are handed back."""
         self._leading_since = now
         self._answered.clear()
-        self.last_round_at = float("-inf")
+        self._last_round_at = float("-inf")
         dropped = [ticket for _, _, ticket in self._pending]
         self._pending.clear()
         return dropped
 
-    def ask(self, asked_at: float, read_index: int, ticket) -> bool:
-        """Queue a read; True when a round must go out for it."""
+    def ask(self, asked_at: float, read_index: int, ticket) -> None:
         self._pending.append((asked_at, read_index, ticket))
-        return self.last_round_at < asked_at
 
     def round_sent(self, now: float) -> None:
-        self.last_round_at = now
+        self._last_round_at = now
 
     def answered(self, follower: Hashable, sent_at: float | None) -> None:
         if sent_at is not None and sent_at >= max(self._leading_since, self._answered.get(follower, sent_at)):
             self._answered[follower] = sent_at
 
+    def _answered_by_majority(self, voters: int) -> float:
+        """The latest t such that a majority of ``voters`` (the leader
+        counting itself) answered appends sent at or after t."""
+        needed = voters // 2    # answers besides the leader's own
+        if needed == 0:
+            return float("inf")
+        if len(self._answered) < needed:
+            return float("-inf")
+        return sorted(self._answered.values(), reverse=True)[needed - 1]
+
     def confirmed(self, voters: int, applied: int) -> list:
         """The tickets of the reads now confirmed and applied, oldest first
         (reads whose tickets are done already, timed out, are dropped).
 
-        ``voters`` counts the leader; a read asked at ``t`` is confirmed once
-        a majority of them answered appends sent at or after ``t``.
+        A read asked at ``t`` is confirmed once a majority answered appends
+        sent at or after ``t``.
         """
         pending = self._pending
         while pending and pending[0][2].done:
             pending.popleft()
         if not pending:
             return []
-        needed = voters // 2    # answers besides the leader's own
-        if needed == 0:
-            confirmed_up_to = float("inf")
-        elif len(self._answered) < needed:
-            return []
-        else:
-            confirmed_up_to = sorted(self._answered.values(), reverse=True)[needed - 1]
+        confirmed_up_to = self._answered_by_majority(voters)
         done = []
         while pending:
             asked_at, read_index, ticket = pending[0]
@@ -89,3 +94,9 @@ class ReadConfirmations:
             pending.popleft()
             done.append(ticket)
         return done
+
+    def wants_round(self, voters: int) -> bool:
+        """Whether to send a round now: a read arrived after the last round
+        went out, and a majority has answered that round."""
+        return (bool(self._pending) and self._pending[-1][0] > self._last_round_at
+                and self._answered_by_majority(voters) >= self._last_round_at)

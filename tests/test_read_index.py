@@ -17,28 +17,37 @@ def test_a_read_waits_for_a_majority_of_answers_to_appends_sent_after_it():
     reads.begin_leading(now=10.0)
     reads.answered("f1", 11.0)
     reads.answered("f2", 11.5)
-    assert reads.ask(12.0, read_index=7, ticket=Ticket("r")) is True   # no round since
+    reads.ask(12.0, read_index=7, ticket=Ticket("r"))
+    assert reads.wants_round(voters=3)                                 # no round since it arrived
     reads.round_sent(12.1)
+    assert not reads.wants_round(voters=3)
     assert names(reads.confirmed(voters=3, applied=7)) == []           # answers predate it
     reads.answered("f1", 12.1)
     assert names(reads.confirmed(voters=3, applied=6)) == []           # not applied up to 7
     assert names(reads.confirmed(voters=3, applied=7)) == ["r"]
 
 
-def test_five_voters_need_two_followers_and_reads_share_rounds():
+def test_five_voters_need_two_followers_and_one_round_is_out_at_a_time():
     reads = ReadConfirmations()
     reads.begin_leading(now=0.0)
-    assert reads.ask(1.0, 3, Ticket("a")) is True
+    reads.ask(1.0, 3, Ticket("a"))
+    assert reads.wants_round(voters=5)
     reads.round_sent(1.0)
-    assert reads.ask(1.0, 3, Ticket("b")) is False    # the round that just left covers it
-    assert reads.ask(2.0, 4, Ticket("c")) is True
+    reads.ask(1.0, 3, Ticket("b"))                    # the round that just left covers it
+    reads.ask(2.0, 4, Ticket("c"))
+    reads.ask(2.5, 4, Ticket("d"))
+    assert not reads.wants_round(voters=5)            # c and d wait for the round out now
     reads.answered("f1", 1.0)
     assert names(reads.confirmed(voters=5, applied=9)) == []
+    assert not reads.wants_round(voters=5)
     reads.answered("f3", 1.0)
     assert names(reads.confirmed(voters=5, applied=9)) == ["a", "b"]
-    reads.answered("f3", 2.0)
-    reads.answered("f4", 2.5)
-    assert names(reads.confirmed(voters=5, applied=9)) == ["c"]
+    assert reads.wants_round(voters=5)                # answered: one more round covers c and d
+    reads.round_sent(3.0)
+    reads.answered("f3", 3.0)
+    reads.answered("f4", 3.0)
+    assert names(reads.confirmed(voters=5, applied=9)) == ["c", "d"]
+    assert not reads.wants_round(voters=5)
 
 
 def test_answers_from_before_this_leadership_and_going_backwards_count_for_nothing():
