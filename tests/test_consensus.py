@@ -578,6 +578,28 @@ def test_followers_that_lose_their_leaders_connection_elect_without_waiting_for_
     assert survivor.status()["term"] == leader_term + 1
 
 
+def test_a_vote_request_goes_out_over_a_long_idle_link_between_followers(cluster):
+    """Followers send each other nothing between elections. pysyncobj
+    dropped a connection it had read nothing from for the connection
+    timeout (30 s) when it next sent on it: the first vote request after a
+    quiet spell closed the link instead of leaving, the followers split
+    their votes and waited out the election timeout. Here connections time
+    out after 0.3 s, the followers' link idles for 1 s, and the election
+    after the leader stops must still take one term."""
+    c = cluster().start_all()
+    leader = c.leader()
+    commit(c, b"the links are up")
+    for node in c.nodes.values():
+        for conn in list(node._node._SyncObj__transport._connections.values()):
+            conn._TcpConnection__timeout = 0.3
+    time.sleep(1.0)
+    leader_term = leader.status()["term"]
+    c.stop(leader.status()["self_id"])
+    survivor = c.leader(timeout=20)
+    commit(c, b"after")
+    assert survivor.status()["term"] == leader_term + 1
+
+
 def test_a_backlog_of_slow_applies_costs_no_election(cluster):
     """Thirty entries that take 0.05 s each to apply, committed at once: 1.5 s
     of applying on every node, longer than the election timeout. Applied
