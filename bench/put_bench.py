@@ -31,6 +31,18 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
+async def on_clients(urls, token: str, count: int, work) -> float:
+    """Run ``work(client)`` on ``count`` clients at once; the seconds it took."""
+    clients = [AsyncClient(urls, token=token) for _ in range(count)]
+    started = time.perf_counter()
+    try:
+        await asyncio.gather(*(work(c) for c in clients))
+        return time.perf_counter() - started
+    finally:
+        for c in clients:
+            await c.close()
+
+
 async def put_load(urls, token: str, queue: str, producers: int, batch: int, seconds: float) -> tuple[float, list[float]]:
     """Messages/s acknowledged and per-request latencies (s)."""
     latencies: list[float] = []
@@ -45,12 +57,7 @@ async def put_load(urls, token: str, queue: str, producers: int, batch: int, sec
             latencies.append(time.perf_counter() - started)
             count += batch
 
-    clients = [AsyncClient(urls, token=token) for _ in range(producers)]
-    started = time.perf_counter()
-    await asyncio.gather(*(producer(c) for c in clients))
-    elapsed = time.perf_counter() - started
-    for c in clients:
-        await c.close()
+    elapsed = await on_clients(urls, token, producers, producer)
     return count / elapsed, latencies
 
 
@@ -66,12 +73,7 @@ async def read_load(urls, token: str, queue: str, readers: int, seconds: float) 
             await client.queue(queue)
             latencies.append(time.perf_counter() - started)
 
-    clients = [AsyncClient(urls, token=token) for _ in range(readers)]
-    started = time.perf_counter()
-    await asyncio.gather(*(reader(c) for c in clients))
-    elapsed = time.perf_counter() - started
-    for c in clients:
-        await c.close()
+    elapsed = await on_clients(urls, token, readers, reader)
     return len(latencies) / elapsed, latencies
 
 
@@ -88,12 +90,7 @@ async def receive_ack_load(urls, token: str, queue: str, consumers: int, seconds
             await client.ack(queue, [m["receipt"] for m in got])
             count += len(got)
 
-    clients = [AsyncClient(urls, token=token) for _ in range(consumers)]
-    started = time.perf_counter()
-    await asyncio.gather(*(consumer(c) for c in clients))
-    elapsed = time.perf_counter() - started
-    for c in clients:
-        await c.close()
+    elapsed = await on_clients(urls, token, consumers, consumer)
     return count / elapsed
 
 
