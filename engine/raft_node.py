@@ -48,8 +48,9 @@ closes these gaps (../shared/PYSYNCOBJ.md); ``engine.consensus`` drives it.
    the heartbeats it had not read yet.
 9. A leader's connection that closes. A killed leader's sockets close at
    once (the kernel resets them), long before the election timeout ends. A
-   follower that loses its connection to its leader calls an election at
-   once, the followers one after the other (``LOST_LEADER_STAGGER_S``) so
+   follower that loses its connection to its leader stands at once (its
+   pre-vote, item 11, is granted: the others lost that connection too), the
+   followers one after the other (``LOST_LEADER_STAGGER_S``) so
    that their votes do not split. Nothing waits for a lease to run out:
    leader reads are confirmed by a round of answers (item 10), not by a
    lease. A leader silenced by a partition, whose connections stay open,
@@ -60,6 +61,10 @@ closes these gaps (../shared/PYSYNCOBJ.md); ``engine.consensus`` drives it.
    the leader sent them (``sent_at``), echoed in the answers; a read is
    answered once a majority answered an append sent after it arrived, and
    the leader applied up to its commit index of that moment (ReadIndex).
+11. PreVote (``engine.raft_prevote``). A node whose election timeout runs
+   out first asks whether a majority would vote for it, and stands only if
+   so: a node cut off from the others no longer deposes a healthy leader
+   when it comes back, nor is one that lost only the leader elected.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ from pysyncobj.monotonic import monotonic
 
 from .journal import DurableJournal
 from .raft_follower import FollowerSide
+from .raft_prevote import PRE_VOTE, PRE_VOTE_ANSWER, PreVote
 from .raft_snapshots import ForkedSnapshots
 from .raft_wire import DialingTransport
 from .read_index import ReadConfirmations
@@ -206,8 +212,8 @@ class TermCheckedQueue(FastQueue):
             ticket.resolve(None, "not_leader")
 
 
-class RaftNode(FollowerSide, SyncObj):
-    """SyncObj with raftq's follower fix, grouped fsyncs and one replicated method.
+class RaftNode(FollowerSide, PreVote, SyncObj):
+    """SyncObj with raftq's follower fix, PreVote, grouped fsyncs and one replicated method.
 
     Name-mangled ``_SyncObj__*`` attributes are pysyncobj 0.3.17 internals
     (engine/pysyncobj_pin.py).
@@ -389,6 +395,7 @@ class RaftNode(FollowerSide, SyncObj):
         self._acks_apply_until = None
         with self._journal.deferred():
             self._read_before_electing()
+            self._ask_before_standing()
             super()._onTick(self._until_due(timeToWait))
         self._send_replies()
 
@@ -437,7 +444,11 @@ class RaftNode(FollowerSide, SyncObj):
     def _SyncObj__onMessageReceived(self, node, message):
         try:
             self._owner._heard_from(node.id)
-            if message["type"] == "append_entries" and message["term"] >= self._SyncObj__raftCurrentTerm:
+            if message["type"] == PRE_VOTE:
+                self._on_pre_vote(node, message)
+            elif message["type"] == PRE_VOTE_ANSWER:
+                self._on_pre_vote_answer(node, message)
+            elif message["type"] == "append_entries" and message["term"] >= self._SyncObj__raftCurrentTerm:
                 self._on_append_entries(node, message)
             else:
                 SyncObj._SyncObj__onMessageReceived(self, node, message)

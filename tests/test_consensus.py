@@ -965,27 +965,67 @@ def confirm_read_wait(node, timeout=20.0):
     return calls
 
 
-def test_a_leader_whose_followers_elected_another_confirms_no_read(proxied_cluster):
-    """A follower cut off from the leader alone is elected with the vote of
-    one that still heard the leader (pysyncobj has no PreVote), and commits.
-    The old leader still holds its lease (answers heard within 2 s) but must
-    not answer a leader read from its state, which lacks that write: its
-    read is confirmed only by answers to appends sent after the read
-    arrived, and the voter of the new term answers none."""
+def test_a_leader_cut_off_from_its_followers_confirms_no_read(proxied_cluster):
+    """While its lease still holds (answers heard within 2 s), a leader cut
+    off from both followers must not confirm a read: only answers to appends
+    sent after the read arrived count, and none can come. (Answers from
+    before the cut would have confirmed it; with the followers electing
+    another, its state would lack their writes.)"""
     c, proxies = proxied_cluster(election_timeout=(2.0, 2.5), leader_lease=2.0, submit_timeout=1.0)
     old = c.leader()
     commit(c, b"before")
     assert confirm_read_wait(old) == [None]
     old_id = old.status()["self_id"]
-    cut_off, voter = [i for i in c.nodes if i != old_id]
-    c.link(old_id, cut_off).paused = True
-    new = wait_until(lambda: c.nodes[cut_off].status()["role"] == "leader" and c.nodes[cut_off],
-                     what="the cut-off follower to win an election")
-    [(_, error)] = submit_wait(new, b"after")
-    assert error is None
-    assert old.status()["role"] == "leader" and old.status()["quorum_ok"], "the old lease should still hold"
+    for other in [i for i in c.nodes if i != old_id]:
+        c.link(old_id, other).paused = True
+    assert old.status()["role"] == "leader" and old.status()["quorum_ok"], "the lease should still hold"
     assert confirm_read_wait(old) != [None]
-    assert b"after" not in c.machines[old_id].entries
+
+
+def test_a_follower_cut_off_from_the_leader_alone_does_not_depose_it(proxied_cluster):
+    """PreVote, with a live leader: the cut-off follower asks the other one,
+    which still hears the leader and says no, so nobody stands. pysyncobj
+    alone elected the cut-off follower with that vote, deposing a healthy
+    leader. Terms do not move; the leader commits with the other follower
+    throughout, and the cut-off one catches up once the link is back."""
+    c, proxies = proxied_cluster()
+    leader = c.leader()
+    commit(c, b"before")
+    leader_id, term = leader.status()["self_id"], leader.status()["term"]
+    cut_off, other = [i for i in c.nodes if i != leader_id]
+    c.link(leader_id, cut_off).paused = True
+    time.sleep(3 * CALM_ELECTIONS[1])
+    assert leader.status()["role"] == "leader"
+    assert c.nodes[other].status()["leader_id"] == leader_id
+    assert [c.nodes[i].status()["term"] for i in c.nodes] == [term] * 3
+    commit(c, b"during")
+    c.link(leader_id, cut_off).paused = False
+    commit(c, b"after")
+    c.converged()
+    assert c.machines[cut_off].entries == [b"before", b"during", b"after"]
+    assert [c.nodes[i].status()["term"] for i in c.nodes] == [term] * 3
+
+
+def test_a_follower_cut_off_from_everyone_rejoins_without_an_election(proxied_cluster):
+    """PreVote, with nobody to answer: the cut-off follower asks at every
+    election timeout but never raises its term. pysyncobj alone raised it at
+    each timeout, and once back that higher term deposed the leader."""
+    c, proxies = proxied_cluster()
+    leader = c.leader()
+    commit(c, b"before")
+    leader_id, term = leader.status()["self_id"], leader.status()["term"]
+    cut_off = next(i for i in c.nodes if i != leader_id)
+    links = [c.link(cut_off, i) for i in c.nodes if i != cut_off]
+    for link in links:
+        link.paused = True
+    time.sleep(3 * CALM_ELECTIONS[1])
+    assert c.nodes[cut_off].status()["term"] == term
+    for link in links:
+        link.paused = False
+    commit(c, b"after")
+    c.converged()
+    assert c.leader() is leader
+    assert [c.nodes[i].status()["term"] for i in c.nodes] == [term] * 3
 
 
 # -- membership and leadership -----------------------------------------------------------

@@ -1,0 +1,107 @@
+"""PreVote (Raft thesis §9.6): a node asks whether it could win before it stands.
+
+pysyncobj 0.3.17 starts an election -- a new term, made durable and sent to
+every peer -- whenever a node's election timeout runs out. Two kinds of node
+then cost a healthy cluster an election for nothing:
+
+- one cut off from all the others (a partition, a paused machine) stands again
+  at every timeout, its term climbing; once it can reach them again, that
+  higher term deposes the leader;
+- one that can reach a follower but not the leader is elected with that
+  follower's vote, although the leader is alive.
+
+So here a node whose election timeout runs out first asks its peers whether
+they would vote for it in the next term, changing no term of its own or
+theirs. A peer says yes only if
+
+- that term would be new to it,
+- the asker's log is at least as up to date as its own (the vote's rule), and
+- it has no live leader: none heard within the shortest election timeout,
+  or the leader's connection has closed (a killed leader is replaced at
+  once: engine.raft_node, item 9).
+
+With a majority of yeses, its own counted, the node stands as pysyncobj does.
+A no that carries a newer term teaches the asker that term. A leadership
+transfer stands at once: the leader asked for it.
+
+In a rolling upgrade from a release without PreVote, the older nodes do not
+answer pre-votes; a node of the newer release can then lead only once a
+majority runs it, while the older ones still elect among themselves.
+
+``PreVote`` is mixed into ``engine.raft_node.RaftNode``, which calls
+``_ask_before_standing`` before each tick and hands it the two messages.
+"""
+
+from __future__ import annotations
+
+from . import pysyncobj_pin  # noqa: F401  -- the release these overrides were written for
+from pysyncobj.monotonic import monotonic
+from pysyncobj.syncobj import _RAFT_STATE
+
+PRE_VOTE = "pre_vote"
+PRE_VOTE_ANSWER = "pre_vote_response"
+
+
+class PreVote:
+    """Asks for a majority's yes before pysyncobj's election, and answers others' asks."""
+
+    def __init__(self, *args, **kwargs):
+        self._asking_for: int | None = None    # the term this node is asking about
+        self._yeses: set = set()
+        self._may_stand = False                # a majority said yes: the next tick stands
+        super().__init__(*args, **kwargs)
+
+    def _ask_before_standing(self) -> None:
+        """Turns an election that is due in this tick into a pre-vote, unless
+        one was won: then pysyncobj's election goes ahead."""
+        if self._may_stand:
+            self._may_stand = False
+            return
+        if (self._SyncObj__raftState == _RAFT_STATE.LEADER or self._SyncObj__selfNode is None
+                or self._SyncObj__transferInProgress or not self._SyncObj__otherNodes):
+            return
+        now = monotonic()
+        if self._SyncObj__raftElectionDeadline >= now or not self._SyncObj__connectedToAnyone():
+            return
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+        self._asking_for = self._SyncObj__raftCurrentTerm + 1
+        self._yeses = set()
+        ask = {"type": PRE_VOTE, "term": self._asking_for,
+               "last_log_index": self._SyncObj__getCurrentLogIndex(),
+               "last_log_term": self._SyncObj__getCurrentLogTerm()}
+        transport = self._SyncObj__transport
+        for node in self._SyncObj__otherNodes:
+            transport.send(node, ask)
+
+    def _has_live_leader(self) -> bool:
+        leader = self._SyncObj__raftLeader
+        return (leader is not None and self.isNodeConnected(leader)
+                and monotonic() - self._owner._leader_contact < self._SyncObj__conf.raftMinTimeout)
+
+    def _on_pre_vote(self, node, message) -> None:
+        term = self._SyncObj__raftCurrentTerm
+        mine = (self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex())
+        yes = (message["term"] > term
+               and self._SyncObj__raftState != _RAFT_STATE.LEADER
+               and not self._has_live_leader()
+               and (message["last_log_term"], message["last_log_index"]) >= mine)
+        self._SyncObj__transport.send(node, {"type": PRE_VOTE_ANSWER, "term": message["term"],
+                                             "current_term": term, "granted": yes})
+
+    def _on_pre_vote_answer(self, node, message) -> None:
+        if self._SyncObj__raftState == _RAFT_STATE.LEADER:
+            return
+        if message["current_term"] > self._SyncObj__raftCurrentTerm:
+            self._SyncObj__setCurrentTerm(message["current_term"], None)
+            self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
+            self._SyncObj__raftLeader = None
+            self._asking_for = None
+            return
+        if (not message["granted"] or message["term"] != self._asking_for
+                or self._asking_for != self._SyncObj__raftCurrentTerm + 1):
+            return
+        self._yeses.add(node)
+        if len(self._yeses) + 1 > (len(self._SyncObj__otherNodes) + 1) / 2 and not self._has_live_leader():
+            self._asking_for = None
+            self._may_stand = True
+            self._SyncObj__raftElectionDeadline = 0.0
