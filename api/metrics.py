@@ -78,6 +78,10 @@ class NodeCollector:
                                 value=max(0, status["commit_index"] - status["applied_index"]))
         yield CounterMetricFamily("raftq_became_leader", "Times this node won an election and became leader",
                                   value=stats["times_became_leader"])
+        yield CounterMetricFamily("raftq_pre_votes_asked", "Times this node's election timeout ran out and it "
+                                  "asked whether a majority would vote for it", value=status["pre_votes"]["asked"])
+        yield CounterMetricFamily("raftq_pre_votes_won", "Times a majority said yes and this node stood for election",
+                                  value=status["pre_votes"]["won"])
         yield CounterMetricFamily("raftq_entries_applied", "Log entries applied by this node",
                                   value=stats["entries_applied"])
         yield GaugeMetricFamily("raftq_buffer_pending_bytes", "Bytes of buffered puts not forwarded yet",

@@ -266,6 +266,7 @@ class Consensus:
             "applied_index": node.raftLastApplied,
             "last_log_index": self._journal[-1][1],
             "quorum_ok": self._quorum_ok(now),
+            "pre_votes": {"asked": node.pre_votes_asked, "won": node.pre_votes_won},
             "peers": peers,
             "fsync_policy": self._fsync_policy,
             "log_entries": journal["entries"],

@@ -49,6 +49,10 @@ class PreVote:
         self._asking_for: int | None = None    # the term this node is asking about
         self._yeses: set = set()
         self._may_stand = False                # a majority said yes: the next tick stands
+        # For operators: a node that keeps asking and never wins is cut off
+        # from its leader while the others still hear it.
+        self.pre_votes_asked = 0
+        self.pre_votes_won = 0
         super().__init__(*args, **kwargs)
 
     def _ask_before_standing(self) -> None:
@@ -66,6 +70,7 @@ class PreVote:
         self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
         self._asking_for = self._SyncObj__raftCurrentTerm + 1
         self._yeses = set()
+        self.pre_votes_asked += 1
         ask = {"type": PRE_VOTE, "term": self._asking_for,
                "last_log_index": self._SyncObj__getCurrentLogIndex(),
                "last_log_term": self._SyncObj__getCurrentLogTerm()}
@@ -104,4 +109,5 @@ class PreVote:
         if len(self._yeses) + 1 > (len(self._SyncObj__otherNodes) + 1) / 2 and not self._has_live_leader():
             self._asking_for = None
             self._may_stand = True
+            self.pre_votes_won += 1
             self._SyncObj__raftElectionDeadline = 0.0

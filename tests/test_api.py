@@ -370,6 +370,7 @@ def test_metrics_follow_prometheus_naming(cluster3):
         assert values[f'raftq_queue_messages_{counter}_total{{queue="{q}"}}'] == 0
     assert values["raftq_is_leader"] == 1 and values["raftq_ready"] == 1 and values["raftq_cluster_voters"] == 3
     assert values["raftq_became_leader_total"] >= 1
+    assert values["raftq_pre_votes_won_total"] >= 1 and values["raftq_pre_votes_asked_total"] >= 1
     assert values["raftq_journal_size_bytes"] > 0 and values["raftq_journal_syncs_total"] > 0
     assert 0 < values["raftq_data_dir_free_bytes"] <= values["raftq_data_dir_capacity_bytes"]
     for name in ("raftq_http_requests_total", "raftq_http_request_duration_seconds_bucket",

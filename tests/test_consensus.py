@@ -998,6 +998,8 @@ def test_a_follower_cut_off_from_the_leader_alone_does_not_depose_it(proxied_clu
     assert leader.status()["role"] == "leader"
     assert c.nodes[other].status()["leader_id"] == leader_id
     assert [c.nodes[i].status()["term"] for i in c.nodes] == [term] * 3
+    asked = c.nodes[cut_off].status()["pre_votes"]
+    assert asked["asked"] >= 2 and asked["won"] == 0, asked
     commit(c, b"during")
     c.link(leader_id, cut_off).paused = False
     commit(c, b"after")
@@ -1020,6 +1022,8 @@ def test_a_follower_cut_off_from_everyone_rejoins_without_an_election(proxied_cl
         link.paused = True
     time.sleep(3 * CALM_ELECTIONS[1])
     assert c.nodes[cut_off].status()["term"] == term
+    asked = c.nodes[cut_off].status()["pre_votes"]
+    assert asked["asked"] >= 2 and asked["won"] == 0, asked
     for link in links:
         link.paused = False
     commit(c, b"after")
