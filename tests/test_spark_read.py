@@ -198,3 +198,38 @@ def test_a_streaming_read_survives_kill_9_of_the_leader(spark, fresh_cluster, tm
     assert query.exception() is None
     rows = spark.read.parquet(out).selectExpr("count(*) AS n", "count(DISTINCT seq) AS d").first()
     assert (rows.n, rows.d) == (total, total)
+
+
+def test_planning_survives_the_leader_dying_between_its_two_questions(fresh_cluster):
+    """The planner asks the leader for the queue's stats, then that same node
+    for its commit index. A leader killed in between used to fail the whole
+    streaming query (found by CI: a kept-alive connection reset on the
+    second question); the planner must ask both again of the next leader."""
+    require_spark()
+    from raftq.client import Client
+    from raftq.spark.options import read_options
+    from raftq.spark.ranges import committed_view
+
+    cluster = fresh_cluster(3)
+    queue = name("plan")
+    fill(cluster, queue, 100)
+    leader = cluster.wait_for_leader(30)
+    killed = []
+    real_ready = Client.ready
+
+    def ready_after_killing_the_leader(client):
+        if not killed:
+            cluster.kill(leader)
+            killed.append(leader)
+        return real_ready(client)
+
+    Client.ready = ready_after_killing_the_leader
+    try:
+        stats, index = committed_view(read_options(options(cluster, queue), streaming=False))
+    finally:
+        Client.ready = real_ready
+    assert killed and stats["depth"] == 100
+    new_leader = cluster.wait_for_leader(30)
+    assert new_leader != killed[0]
+    with cluster.client() as client:
+        assert 0 < index <= client.ready()["commit_index"]

@@ -13,6 +13,7 @@ partitions spread their pages over the replicas, starting at a different
 node each, and fall back to the leader only when no replica is fresh enough.
 """
 
+import http.client
 import queue
 import threading
 import time
@@ -60,7 +61,14 @@ def committed_view(opts: ReadOptions):
                 raise
             # Asked after the stats, of the node that answered them (the client
             # follows the redirect there): its commit index covers that state.
-            view = client.ready()
+            # Another node's would not (a new leader's commit index may still
+            # lag the old one's applied state), so if that node is gone by
+            # now -- a leader killed between the two calls -- both are asked
+            # again, of whichever node leads next.
+            try:
+                view = client.ready()
+            except (OSError, http.client.HTTPException):
+                view = {}
             if view.get("role") == "leader":
                 return stats, view["commit_index"]
             if time.monotonic() > deadline:
