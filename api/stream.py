@@ -16,9 +16,15 @@ pushed instead of polled.
   4307. A leader that loses the lead sends `redirect` and closes likewise;
   the client reconnects and resends what was not confirmed, with the same
   ids, so nothing is stored twice.
-- Frames being applied per connection are bounded (MAX_FRAMES_IN_FLIGHT):
-  past it the node stops reading until one is answered, which is the
+- Everything a connection makes the node hold is bounded in frames and
+  bytes: the frames being applied (MAX_FRAMES_IN_FLIGHT, MAX_BYTES_IN_FLIGHT)
+  and the outbox of frames not yet written (MAX_OUTBOX_FRAMES,
+  MAX_OUTBOX_BYTES). Whatever would add to a full one waits — the reader
+  does not read the next frame, a subscription does not lease — so a client
+  that sends without reading is slowed by TCP, not buffered for. This is the
   producer's back-pressure besides its own window.
+- MAX_BAD_FRAMES_IN_A_ROW malformed frames (each answered 400) in a row close
+  the connection with 1008: a client that only earns errors costs no more.
 - A subscription holds at most `prefetch` messages leased to this
   connection and not yet settled; an ack or nack of one (stale or not) or the
   end of its lease gives its credit back.
@@ -27,6 +33,7 @@ pushed instead of polled.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 
@@ -47,10 +54,17 @@ log = logging.getLogger("raftq.api.stream")
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 16 << 20
 MAX_FRAMES_IN_FLIGHT = 256
+MAX_BYTES_IN_FLIGHT = 64 << 20
+MAX_OUTBOX_FRAMES = 1024
+MAX_OUTBOX_BYTES = 16 << 20
+MAX_BAD_FRAMES_IN_A_ROW = 100
 MAX_PREFETCH = 10_000
 CLOSE_NOT_LEADER = 4307
 CLOSE_PROTOCOL_ERROR = 4400
+CLOSE_POLICY = 1008
+CLOSE_TIMEOUT_S = 5.0   # a client that reads nothing cannot hold a closing connection longer
 SETTLE_OPS = {"ack": "acked", "nack": "nacked", "extend": "extended"}
+ANSWERS = {"confirm", "settled", "subscribed", "unsubscribed"}   # a frame served: the bad ones' run ends
 IDLE_RECHECK_S = 1.0    # a subscription re-reads readiness at least this often
 
 
@@ -81,14 +95,81 @@ class LeadershipLost(Exception):
     """This node no longer leads: the connection goes to the leader."""
 
 
+class Budget:
+    """Frames and bytes a connection may have the node hold at once."""
+
+    def __init__(self, frames: int, nbytes: int):
+        self.max_frames, self.max_bytes = frames, nbytes
+        self.frames = self.bytes = 0
+        self._room = asyncio.Event()
+        self._room.set()
+
+    def spent(self) -> bool:
+        return self.frames >= self.max_frames or self.bytes >= self.max_bytes
+
+    async def room(self) -> None:
+        """Return once the budget is not spent."""
+        while self.spent():
+            self._room.clear()
+            await self._room.wait()
+
+    async def take(self, size: int) -> None:
+        """Hold one frame of `size` bytes once there is room: so at most one
+        frame beyond the budget's bytes is ever held."""
+        await self.room()
+        self.take_now(size)
+
+    def take_now(self, size: int) -> None:
+        self.frames += 1
+        self.bytes += size
+
+    def give(self, size: int) -> None:
+        self.frames -= 1
+        self.bytes -= size
+        if not self.spent():
+            self._room.set()
+
+
+class Outbox:
+    """Encoded frames waiting for the writer, within a Budget."""
+
+    def __init__(self):
+        self.budget = Budget(MAX_OUTBOX_FRAMES, MAX_OUTBOX_BYTES)
+        self._frames: collections.deque[bytes | None] = collections.deque()
+        self._ready = asyncio.Event()
+
+    async def put(self, frame: bytes) -> None:
+        await self.budget.take(len(frame))
+        self._append(frame)
+
+    def put_last(self, frame: bytes | None) -> None:
+        """A frame that ends the connection (None: the end itself), queued
+        even when the budget is spent: one per connection."""
+        self.budget.take_now(len(frame or b""))
+        self._append(frame)
+
+    def _append(self, frame: bytes | None) -> None:
+        self._frames.append(frame)
+        self._ready.set()
+
+    async def get(self) -> bytes | None:
+        while not self._frames:
+            self._ready.clear()
+            await self._ready.wait()
+        frame = self._frames.popleft()
+        self.budget.give(len(frame or b""))
+        return frame
+
+
 class Session:
     def __init__(self, request: web.Request, ws: web.WebSocketResponse):
         self.request = request
         self.app = request.app
         self.node = request.app[NODE]
         self.ws = ws
-        self.outbox: asyncio.Queue = asyncio.Queue()
-        self.slots = asyncio.Semaphore(MAX_FRAMES_IN_FLIGHT)
+        self.outbox = Outbox()
+        self.in_flight = Budget(MAX_FRAMES_IN_FLIGHT, MAX_BYTES_IN_FLIGHT)
+        self.bad_frames_in_a_row = 0
         self.tasks: set[asyncio.Task] = set()
         self.subscriptions: dict[object, Subscription] = {}
         self.receipts: dict[str, Subscription] = {}   # unsettled deliveries of this connection
@@ -98,73 +179,95 @@ class Session:
     async def run(self) -> None:
         status = self.node.view()
         leads = status["role"] == "leader" and status["quorum_ok"]
-        await self._send_now({"op": "hello", "version": PROTOCOL_VERSION, "node": self.node.id,
-                              "leader": leads, "leader_url": _leader_url(self.request),
-                              "max_frame_bytes": MAX_FRAME_BYTES, "max_prefetch": MAX_PREFETCH})
+        await self.ws.send_bytes(cbor2.dumps({
+            "op": "hello", "version": PROTOCOL_VERSION, "node": self.node.id, "leader": leads,
+            "leader_url": _leader_url(self.request), "max_frame_bytes": MAX_FRAME_BYTES,
+            "max_prefetch": MAX_PREFETCH}))
         if not leads:
-            await self.ws.close(code=CLOSE_NOT_LEADER, message=b"not the leader")
+            await self._close(CLOSE_NOT_LEADER, b"not the leader")
             return
         writer = asyncio.create_task(self._write())
         reader = asyncio.create_task(self._read())
         leaving = asyncio.create_task(self.leaving.wait())
         await asyncio.wait({reader, leaving}, return_when=asyncio.FIRST_COMPLETED)
         if self.leaving.is_set() and not self.ws.closed:
-            self.outbox.put_nowait({"op": "redirect", "leader_url": _leader_url(self.request)})
+            self.outbox.put_last(cbor2.dumps({"op": "redirect", "leader_url": _leader_url(self.request)}))
         reader.cancel()
         leaving.cancel()
         for task in list(self.tasks):
             task.cancel()
-        self.outbox.put_nowait(None)
+        self.outbox.put_last(None)
+        # A client that reads nothing keeps the writer waiting for room in
+        # its socket: it is given CLOSE_TIMEOUT_S, then dropped.
+        await asyncio.wait({writer}, timeout=CLOSE_TIMEOUT_S)
+        writer.cancel()
         await asyncio.gather(writer, return_exceptions=True)
-        if not self.ws.closed:
-            code = CLOSE_NOT_LEADER if self.leaving.is_set() else 1000
-            await self.ws.close(code=code)
+        await self._close(CLOSE_NOT_LEADER if self.leaving.is_set() else 1000)
 
     async def close(self) -> None:
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
-    async def _send_now(self, frame: dict | bytes) -> None:
-        await self.ws.send_bytes(frame if isinstance(frame, bytes) else cbor2.dumps(frame))
+    async def _close(self, code: int, message: bytes = b"") -> None:
+        """Close with `code`; without the client's answer within CLOSE_TIMEOUT_S, drop the connection."""
+        if self.ws.closed:
+            return
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                await self.ws.close(code=code, message=message)
+        except TimeoutError:
+            pass    # aiohttp closed the transport
 
-    def send(self, frame: dict | bytes) -> None:
-        """Queue a frame: a map, or one already encoded."""
-        self.outbox.put_nowait(frame)
+    async def send(self, frame: dict | bytes) -> None:
+        """Queue a frame (a map, or one already encoded), once the outbox has room."""
+        if isinstance(frame, dict):
+            if frame["op"] in ANSWERS:
+                self.bad_frames_in_a_row = 0
+            elif frame["op"] == "error" and frame["error"] == "bad_request":
+                self.bad_frames_in_a_row += 1
+            frame = cbor2.dumps(frame)
+        await self.outbox.put(frame)
 
     async def _write(self) -> None:
         while True:
             frame = await self.outbox.get()
             if frame is None or self.ws.closed:
                 return
-            await self._send_now(frame)
+            await self.ws.send_bytes(frame)
 
     async def _read(self) -> None:
         async for msg in self.ws:
             if msg.type != WSMsgType.BINARY:
                 if msg.type == WSMsgType.TEXT:
-                    self.send({"op": "error", "error": "bad_request", "status": 400,
-                               "message": "frames are binary CBOR, not text"})
-                    await self._protocol_error()
+                    await self._protocol_error("frames are binary CBOR, not text")
                 return
             try:
                 check_cbor(msg.data)          # measured before it is built (bounded.py)
                 frame = cbor2.loads(msg.data)
             except ApiError as exc:
-                self.send({"op": "error", "error": "bad_request", "status": 400, "message": exc.message})
-                await self._protocol_error()
+                await self._protocol_error(exc.message)
                 return
             except Exception as exc:
-                self.send({"op": "error", "error": "bad_request", "status": 400,
-                           "message": f"a frame is not valid CBOR: {exc}"})
-                await self._protocol_error()
+                await self._protocol_error(f"a frame is not valid CBOR: {exc}")
                 return
-            await self._dispatch(frame)
+            # Sending an answer waits for room in the outbox, so the next
+            # frame is not read before the client has read enough.
+            await self._dispatch(frame, len(msg.data))
+            if self.bad_frames_in_a_row >= MAX_BAD_FRAMES_IN_A_ROW:
+                await self._end(CLOSE_POLICY, f"{MAX_BAD_FRAMES_IN_A_ROW} malformed frames in a row")
+                return
 
-    async def _protocol_error(self) -> None:
-        self.outbox.put_nowait(None)
+    async def _protocol_error(self, message: str) -> None:
+        await self._end(CLOSE_PROTOCOL_ERROR, message, b"protocol error")
+
+    async def _end(self, code: int, message: str, reason: bytes | None = None) -> None:
+        """Send an error frame after what is queued, then close with `code`."""
+        self.outbox.put_last(cbor2.dumps({"op": "error", "error": "bad_request", "status": 400,
+                                          "message": message}))
+        self.outbox.put_last(None)
         await asyncio.sleep(0)   # let the writer send the error first
-        await self.ws.close(code=CLOSE_PROTOCOL_ERROR, message=b"protocol error")
+        await self._close(code, message.encode() if reason is None else reason)
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
@@ -180,21 +283,21 @@ class Session:
             log.error("stream task failed", exc_info=task.exception())
 
     # ---- frames ------------------------------------------------------------------------------------------
-    async def _dispatch(self, frame) -> None:
+    async def _dispatch(self, frame, size: int) -> None:
         op = frame.get("op") if isinstance(frame, dict) else None
         if op == "publish" or op in SETTLE_OPS:
-            await self.slots.acquire()
+            await self.in_flight.take(size)
             task = self._spawn(self._publish(frame) if op == "publish" else self._settle(op, frame))
-            task.add_done_callback(lambda _: self.slots.release())
+            task.add_done_callback(lambda _: self.in_flight.give(size))
         elif op == "subscribe":
             await self._subscribe(frame)
         elif op == "unsubscribe":
             sub = self.subscriptions.pop(frame.get("sub"), None)
             if sub is not None:
                 sub.task.cancel()
-            self.send({"op": "unsubscribed", "sub": frame.get("sub")})
+            await self.send({"op": "unsubscribed", "sub": frame.get("sub")})
         else:
-            self.send({"op": "error", "error": "bad_request", "status": 400,
+            await self.send({"op": "error", "error": "bad_request", "status": 400,
                        "message": "a frame is a map whose op is publish, subscribe, unsubscribe, "
                                   "ack, nack or extend"})
 
@@ -230,7 +333,7 @@ class Session:
             if not cids or not all(is_int(c) for c in cids):
                 raise ApiError("bad_request", "messages must be a non-empty list of maps, each with an integer cid")
         except ApiError as exc:
-            self.send({"op": "confirm", "queue": frame.get("queue"), "results": [],
+            await self.send({"op": "confirm", "queue": frame.get("queue"), "results": [],
                        "refused": [_refusal(c, exc) for c in cids if is_int(c)]} if any(is_int(c) for c in cids)
                       else {"op": "error", "error": exc.code, "status": exc.status, "message": exc.message})
             return
@@ -268,7 +371,7 @@ class Session:
                     m["durability"] = given
                     if shortfall:
                         m["durability_not_reached"] = shortfall
-        self.send({"op": "confirm", "queue": queue, "results": results, "refused": refused})
+        await self.send({"op": "confirm", "queue": queue, "results": results, "refused": refused})
 
     async def _settle(self, op: str, frame: dict) -> None:
         rid = frame.get("rid")
@@ -286,14 +389,15 @@ class Session:
                 raise from_result(problem)
             result = (await self._apply(command)).result
         except ApiError as exc:
-            self.send({"op": "error", "rid": rid, "error": exc.code, "status": exc.status, "message": exc.message})
+            await self.send({"op": "error", "rid": rid, "error": exc.code, "status": exc.status,
+                             "message": exc.message})
             return
         if result.get("error") == "stale_receipt":
             result = {SETTLE_OPS[op]: 0, "stale": result.get("stale", receipts)}
         elif "error" in result:
             refusal = from_result(result)
-            self.send({"op": "error", "rid": rid, "error": refusal.code, "status": refusal.status,
-                       "message": refusal.message})
+            await self.send({"op": "error", "rid": rid, "error": refusal.code, "status": refusal.status,
+                             "message": refusal.message})
             return
         if op == "extend":
             for receipt in receipts:
@@ -306,7 +410,7 @@ class Session:
                 sub = self.receipts.pop(receipt, None)
                 if sub is not None:
                     sub.settled(receipt)
-        self.send({"op": "settled", "rid": rid, **result})
+        await self.send({"op": "settled", "rid": rid, **result})
 
     async def _subscribe(self, frame: dict) -> None:
         sub_id = frame.get("sub")
@@ -327,13 +431,13 @@ class Session:
             if group not in info["stats"]["groups"]:
                 raise ApiError("not_found", f"group {group!r} does not exist in queue {queue!r}")
         except ApiError as exc:
-            self.send({"op": "error", "sub": sub_id, "error": exc.code, "status": exc.status,
-                       "message": exc.message})
+            await self.send({"op": "error", "sub": sub_id, "error": exc.code, "status": exc.status,
+                             "message": exc.message})
             return
         sub = Subscription(self, sub_id, queue, group, prefetch, lease_ms or info["config"]["lease_ms"])
         self.subscriptions[sub_id] = sub
         sub.task = self._spawn(sub.run())
-        self.send({"op": "subscribed", "sub": sub_id})
+        await self.send({"op": "subscribed", "sub": sub_id})
 
 
 # {"op": "deliver", "sub": ..., "messages": [...]}, put together from its
@@ -396,6 +500,8 @@ class Subscription:
                 except asyncio.TimeoutError:
                     pass
                 continue
+            # Nothing is leased while the client is not reading what it was sent.
+            await session.outbox.budget.room()
             # The engine waits for a ready message and leases it in one call;
             # one message wakes one waiting receive, of a subscription or not.
             command = {"op": "receive", "queue": self.queue, "group": self.group,
@@ -403,8 +509,8 @@ class Subscription:
             try:
                 committed = await session._receive(command)
             except ApiError as exc:
-                session.send({"op": "error", "sub": self.id, "error": exc.code, "status": exc.status,
-                              "message": exc.message})
+                await session.send({"op": "error", "sub": self.id, "error": exc.code, "status": exc.status,
+                                    "message": exc.message})
                 await asyncio.sleep(IDLE_RECHECK_S)
                 continue
             if committed is None:
@@ -412,8 +518,8 @@ class Subscription:
             result = committed.result
             if "error" in result:     # the queue or group was deleted: the subscription ends
                 refusal = from_result(result)
-                session.send({"op": "error", "sub": self.id, "error": refusal.code, "status": refusal.status,
-                              "message": refusal.message})
+                await session.send({"op": "error", "sub": self.id, "error": refusal.code,
+                                    "status": refusal.status, "message": refusal.message})
                 session.subscriptions.pop(self.id, None)
                 return
             ends = time.monotonic() + self.lease_ms / 1000
@@ -422,4 +528,4 @@ class Subscription:
                 self.leases[receipt] = ends
                 session.receipts[receipt] = self
             if receipts:
-                session.send(_deliver_frame(self.id, result["encoded"]))
+                await session.send(_deliver_frame(self.id, result["encoded"]))

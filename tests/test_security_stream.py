@@ -1,0 +1,171 @@
+"""The streaming wire against a client that floods, never reads, or hoards
+subscriptions: what one connection can make a node hold is bounded
+(docs/stream.md, docs/security.md), against real node processes."""
+
+import asyncio
+import base64
+import os
+import select
+import socket
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import aiohttp
+import cbor2
+import pytest
+
+from raftq.client import AsyncClient
+from tests.wire import call
+
+pytestmark = pytest.mark.integration
+
+FLOOD_FRAMES = 3_000_000      # the most a flood sends
+FLOOD_S = 60                  # and for at most this long
+STALL_S = 5                   # a flood the node has not read from for this long has been stopped
+RSS_GROWTH_BOUND = 50 << 20
+
+
+def front_pids(node_pid: int) -> list[int]:
+    """The node's fronts: the processes its engine forked."""
+    children = Path(f"/proc/{node_pid}/task/{node_pid}/children").read_text().split()
+    return [int(pid) for pid in children]
+
+
+def rss_bytes(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except FileNotFoundError:
+            continue      # a snapshot writer that finished
+        kb = next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))
+        total += int(kb) * 1024
+    return total
+
+
+def ws_frame(payload: bytes) -> bytes:
+    """A masked binary frame (a client's must be masked); the zero mask leaves the payload as it is."""
+    assert len(payload) < 126
+    return bytes([0x82, 0x80 | len(payload)]) + b"\0\0\0\0" + payload
+
+
+def open_stream(url: str, token: str) -> socket.socket:
+    """A raw socket upgraded to /v1/stream, receiving into a 4 KB buffer that it never reads."""
+    host, port = urlsplit(url).netloc.rsplit(":", 1)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall((f"GET /v1/stream HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+                  f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                  f"Authorization: Bearer {token}\r\n\r\n").encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(1)
+        assert chunk, head
+        head += chunk
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return sock
+
+
+def flood(url: str, token: str, node_pid: int, frame: bytes) -> dict:
+    """Send `frame` over and over without reading, while sampling the fronts'
+    RSS; stops after FLOOD_FRAMES, FLOOD_S, when the node stopped reading for
+    STALL_S, or when it closed the connection."""
+    pids = front_pids(node_pid)
+    before = rss_bytes(pids)
+    peak = before
+    sock = open_stream(url, token)
+    sock.setblocking(False)
+    chunk = frame * 10_000
+    view = memoryview(chunk)
+    sent = offset = 0
+    started = last_progress = time.monotonic()
+    ended = "frames"
+    try:
+        while sent < FLOOD_FRAMES * len(frame):
+            now = time.monotonic()
+            if now - started > FLOOD_S:
+                ended = "time"
+                break
+            if now - last_progress > STALL_S:
+                ended = "stalled"
+                break
+            _, writable, _ = select.select([], [sock], [], 0.2)
+            peak = max(peak, rss_bytes(pids))
+            if not writable:
+                continue
+            try:
+                written = sock.send(view[offset:])
+            except BlockingIOError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                ended = "closed"
+                break
+            sent += written
+            offset = (offset + written) % len(chunk)
+            last_progress = time.monotonic()
+        # what the node had already taken in is still being answered
+        settle_until = time.monotonic() + 3
+        while time.monotonic() < settle_until:
+            peak = max(peak, rss_bytes(pids))
+            time.sleep(0.2)
+    finally:
+        sock.close()
+    return {"growth": peak - before, "frames_sent": sent // len(frame), "ended": ended,
+            "seconds": time.monotonic() - started}
+
+
+@pytest.fixture
+def one_node(fresh_cluster):
+    cluster = fresh_cluster(1)
+    node = cluster.wait_for_leader(30)
+    return cluster, cluster.url(node), cluster.pid(node)
+
+
+def test_a_client_that_floods_bad_frames_and_never_reads_costs_the_front_little(one_node):
+    cluster, url, pid = one_node
+    empty_map = ws_frame(cbor2.dumps({}))           # 7 bytes, each earning an error
+    result = flood(url, cluster.token, pid, empty_map)
+    assert result["growth"] < RSS_GROWTH_BOUND, result
+    assert result["ended"] in ("closed", "stalled"), result   # the node did not take it all in
+
+
+def test_a_client_that_floods_answered_frames_and_never_reads_is_slowed_not_buffered_for(one_node):
+    cluster, url, pid = one_node
+    # each is answered "unsubscribed", never an error: only the outbox's bound stops it
+    unsubscribe = ws_frame(cbor2.dumps({"op": "unsubscribe", "sub": 1}))
+    result = flood(url, cluster.token, pid, unsubscribe)
+    assert result["growth"] < RSS_GROWTH_BOUND, result
+    assert result["ended"] == "stalled", result
+    # the node still serves
+    assert call("GET", f"{url}/health/ready").status == 200
+
+
+def test_many_malformed_frames_in_a_row_close_the_connection_with_1008(one_node):
+    cluster, url, _ = one_node
+
+    async def scenario():
+        async with aiohttp.ClientSession() as session:
+            ws = await session.ws_connect(url + "/v1/stream", headers={"Authorization": f"Bearer {cluster.token}"})
+            await ws.receive(timeout=10)                       # hello
+            # a good frame among bad ones starts the count again
+            for _ in range(99):
+                await ws.send_bytes(cbor2.dumps({}))
+            await ws.send_bytes(cbor2.dumps({"op": "unsubscribe", "sub": 1}))
+            for _ in range(150):
+                await ws.send_bytes(cbor2.dumps({}))
+            frames = []
+            while True:
+                msg = await ws.receive(timeout=10)
+                if msg.type != aiohttp.WSMsgType.BINARY:
+                    return frames, msg, ws.close_code
+                frames.append(cbor2.loads(msg.data))
+    frames, last, code = asyncio.run(scenario())
+    assert code == 1008, (last, code)
+    errors = [f for f in frames if f["op"] == "error"]
+    assert [f["op"] for f in frames].count("unsubscribed") == 1
+    # 99 before the good frame, 100 after it, and the one that says why
+    assert len(errors) == 99 + 100 + 1, len(errors)
+    assert "malformed frames in a row" in errors[-1]["message"]
