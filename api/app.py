@@ -35,6 +35,8 @@ class Limits:
     """The node's caps (docs/security.md); each is a `raftq node` option of the same name."""
     max_request_bytes: int = 4 << 20
     max_long_polls: int = 1000
+    max_long_polls_per_client: int = 500
+    max_subscriptions_per_connection: int = 100
     max_connections: int = 2000
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
@@ -50,6 +52,10 @@ class Limits:
 LIMIT_HELP = {
     "max_request_bytes": "largest request body; a full log entry as JSON with base64 bodies fits",
     "max_long_polls": "receives waiting at once on this node; beyond, 429 too_many_waiters",
+    "max_long_polls_per_client": "receives waiting at once on this node from one client address (HTTP "
+                                 "waits and stream subscriptions); beyond, 429 too_many_waiters",
+    "max_subscriptions_per_connection": "subscriptions of one streaming-wire connection; beyond, 429 "
+                                        "limit_reached",
     "max_connections": "HTTP connections open at once; beyond, new ones are closed",
     "header_timeout_s": "seconds to send a request's headers, from connecting or from the last answer "
                         "(an idle keep-alive connection is closed after it too)",

@@ -125,13 +125,14 @@ async def apply(app: web.Application, command: dict) -> Committed:
     return await _committed(app, node.submit(command), 0.0)
 
 
-async def receive_waiting(app: web.Application, command: dict, wait_s: float, *,
+async def receive_waiting(app: web.Application, command: dict, wait_s: float, *, client: str | None,
                           last_try: bool = True, encoded: bool = False) -> Committed | None:
     """A validated receive that waits up to `wait_s` for a message (None at
     the end of the wait unless `last_try`); 429 when this node has too many
-    receives waiting. `encoded`: the messages as the engine encoded them
-    (``RemoteNode.receive``)."""
-    return await _committed(app, app[NODE].receive(command, wait_s, last_try=last_try, encoded=encoded), wait_s)
+    receives waiting, or `client` (the caller's address) its share of them.
+    `encoded`: the messages as the engine encoded them (``RemoteNode.receive``)."""
+    call = app[NODE].receive(command, wait_s, last_try=last_try, encoded=encoded, client=client)
+    return await _committed(app, call, wait_s)
 
 
 async def _committed(app: web.Application, call, wait_s: float) -> Committed:
@@ -144,6 +145,11 @@ async def _committed(app: web.Application, call, wait_s: float) -> Committed:
             cap = app[SETTINGS].limits.max_long_polls
             raise ApiError("too_many_waiters", f"{cap} receives are already waiting on this node "
                                                "(--max-long-polls); retry later or poll another way",
+                           headers={"Retry-After": "1"}) from None
+        if exc.code == "too_many_client_waiters":
+            cap = app[SETTINGS].limits.max_long_polls_per_client
+            raise ApiError("too_many_waiters", f"{cap} receives of this client address are already waiting on "
+                                               "this node (--max-long-polls-per-client); retry later",
                            headers={"Retry-After": "1"}) from None
         if exc.code == "too_large":
             raise ApiError("too_large", "the request does not fit in one log entry") from None

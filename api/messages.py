@@ -123,7 +123,7 @@ async def receive(request: web.Request) -> web.Response:
     lease_ms = _int_field(body, "lease_ms", None, 1, 1 << 40, nullable=True)
     command = {"op": "receive", "queue": name, "group": group, "max": count, "lease_ms": lease_ms}
     validate(command)
-    result = (await receive_waiting(request.app, command, wait_ms / 1000)).result
+    result = (await receive_waiting(request.app, command, wait_ms / 1000, client=request.remote)).result
     if "error" in result:
         raise from_result(result)
     return respond(request, result)

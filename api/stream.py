@@ -308,7 +308,7 @@ class Session:
     async def _receive(self, command: dict) -> Committed | None:
         """A receive waiting up to IDLE_RECHECK_S; None when nothing came meanwhile."""
         committed = await self._leading(receive_waiting(self.app, command, IDLE_RECHECK_S, last_try=False,
-                                                        encoded=True))
+                                                        encoded=True, client=self.request.remote))
         if self.node.view()["role"] != "leader":
             raise LeadershipLost()
         return committed
@@ -417,6 +417,10 @@ class Session:
         try:
             if sub_id is None or sub_id in self.subscriptions:
                 raise ApiError("bad_request", "a subscription needs a 'sub' id not already in use")
+            cap = self.app[SETTINGS].limits.max_subscriptions_per_connection
+            if len(self.subscriptions) >= cap:
+                raise ApiError("limit_reached", f"this connection has {cap} subscriptions "
+                                                "(--max-subscriptions-per-connection); unsubscribe one first")
             queue = _name(frame.get("queue"), "queue")
             group = _name(frame.get("group", "default"), "group")
             prefetch = frame.get("prefetch", 100)

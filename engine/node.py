@@ -20,6 +20,7 @@ wait for it (see ``Node.submit``).
 """
 
 import asyncio
+import collections
 import logging
 import threading
 import time
@@ -112,6 +113,7 @@ class Node:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: dict[tuple[str, str], list[asyncio.Future]] = {}
+        self._waiting_by_client: collections.Counter[str] = collections.Counter()
         # per group, when each woken receiver not done yet was woken
         self._claims: dict[tuple[str, str], list[float]] = {}
         self._wake_scheduled = False
@@ -320,15 +322,16 @@ class Node:
             return self.machine.read(query, *args), self.consensus.applied_index()
 
     # ---- long poll ---------------------------------------------------------------------------
-    async def receive(self, command: dict, wait_s: float, max_waiters: int, *,
-                      last_try: bool = True) -> Committed | None:
+    async def receive(self, command: dict, wait_s: float, max_waiters: int, *, last_try: bool = True,
+                      client: str | None = None, max_per_client: int = 0) -> Committed | None:
         """A receive command that waits up to `wait_s` for something to lease.
 
         Waiting costs no log entry: the receive is written once something may
         be ready (or the group is missing, to get its error), and — when
         `last_try` — once more at the end if nothing was (an HTTP receive
         answers with its result); without it the end of the wait is None.
-        CommitError too_many_waiters when `max_waiters` wait on this node already.
+        CommitError too_many_waiters when `max_waiters` wait on this node
+        already, too_many_client_waiters when `max_per_client` of `client` do.
         """
         queue, group = command["queue"], command["group"]
         deadline = time.monotonic() + wait_s
@@ -338,7 +341,8 @@ class Node:
                 if time.monotonic() < deadline:
                     if woken:
                         self.woken_done(queue, group)
-                    outcome = await self.wait_ready(queue, group, deadline - time.monotonic(), max_waiters)
+                    outcome = await self.wait_ready(queue, group, deadline - time.monotonic(), max_waiters,
+                                                    client, max_per_client)
                     woken = outcome == "woken"
                     if outcome == "timeout" and not last_try:
                         return None
@@ -350,7 +354,8 @@ class Node:
             if woken:
                 self.woken_done(queue, group)
 
-    async def wait_ready(self, queue: str, group: str, timeout: float, max_waiters: int) -> str:
+    async def wait_ready(self, queue: str, group: str, timeout: float, max_waiters: int,
+                         client: str | None = None, max_per_client: int = 0) -> str:
         """Wait until the group may have a ready message for this caller.
 
         "woken" when an apply woke this caller: it was counted as claiming
@@ -358,18 +363,25 @@ class Node:
         lease (before waiting again, too), so that what it left ready wakes
         the next waiter.  "ready" at once when something is ready (or the
         group does not exist: a receive then gets its error); "timeout" after
-        `timeout`.  CommitError too_many_waiters when `max_waiters` wait already.
+        `timeout`.  CommitError too_many_waiters when `max_waiters` wait already;
+        too_many_client_waiters when `client` (the front's name for who asks:
+        its address) has `max_per_client` waiting already, so that no one
+        client takes every slot.
         """
         key = (queue, group)
         future = self._loop.create_future()
         # Registered before looking: an apply that makes the group ready after
         # the look below then finds a waiter and wakes it (_apply_entry).
         self._waiters.setdefault(key, []).append(future)
+        if client is not None:
+            self._waiting_by_client[client] += 1
         try:
             if self.read("has_ready", queue, group) or "error" in self.read("group_info", queue, group):
                 return "ready"
             if self.long_polls_waiting() > max_waiters:
                 raise CommitError("too_many_waiters")
+            if client is not None and self._waiting_by_client[client] > max_per_client:
+                raise CommitError("too_many_client_waiters")
             await asyncio.wait_for(future, timeout)
             return "woken"
         except asyncio.TimeoutError:
@@ -380,6 +392,10 @@ class Node:
                 waiting.remove(future)
                 if not waiting:
                     del self._waiters[key]
+            if client is not None:
+                self._waiting_by_client[client] -= 1
+                if not self._waiting_by_client[client]:
+                    del self._waiting_by_client[client]
 
     def woken_done(self, queue: str, group: str) -> None:
         claims = self._claims.get((queue, group))

@@ -125,10 +125,11 @@ class RemoteNode:
         return Read(result, applied)
 
     async def receive(self, command: dict, wait_s: float, *, last_try: bool = True,
-                      encoded: bool = False) -> Committed | None:
+                      encoded: bool = False, client: str | None = None) -> Committed | None:
         """A receive that waits up to `wait_s` for a message (``Node.receive``);
-        `encoded`: its messages as {"receipts": [...], "encoded": CBOR array}."""
-        answer = await self._call("receive", command, wait_s, last_try, encoded)
+        `encoded`: its messages as {"receipts": [...], "encoded": CBOR array};
+        `client`: who waits (its address), held to its share of the node's waits."""
+        answer = await self._call("receive", command, wait_s, last_try, encoded, client)
         return None if answer is None else Committed(*answer)
 
     async def replicated_everywhere(self, index: int, timeout: float) -> list[str]:

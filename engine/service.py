@@ -12,8 +12,8 @@ call                   args                                            answer
 submit                 command, CBOR-encoded (bytes), queue names      [result, log index], or None
                                                                        when a named queue is missing
 read                   query, args, settled                            [result, applied index]
-receive                receive command, wait_s, last_try, encoded      [result, log index] or None;
-                                                                       ``encoded``: a result's messages
+receive                receive command, wait_s, last_try, encoded,     [result, log index] or None;
+                       client (who waits: its address)                 ``encoded``: a result's messages
                                                                        as {"receipts", "encoded": CBOR}
 cancel                 call id of a receive                            (none: call id 0)
 replicated_everywhere  log index, timeout_s                            ids still lagging
@@ -53,9 +53,10 @@ VIEW_RECHECK_S = 1.0
 
 
 class EngineService:
-    def __init__(self, node: Node, *, max_long_polls: int):
+    def __init__(self, node: Node, *, max_long_polls: int, max_long_polls_per_client: int):
         self.node = node
         self.max_long_polls = max_long_polls
+        self.max_long_polls_per_client = max_long_polls_per_client
         self._fronts: set[FrameWriter] = set()
         self._view: dict | None = None
         self._view_task: asyncio.Task | None = None
@@ -147,8 +148,10 @@ class EngineService:
             await self.node.confirm_read()
         return list(self.node.applied_read(query, *args))
 
-    async def _receive(self, command: dict, wait_s: float, last_try: bool, encoded: bool) -> list | None:
-        committed = await self.node.receive(command, wait_s, self.max_long_polls, last_try=last_try)
+    async def _receive(self, command: dict, wait_s: float, last_try: bool, encoded: bool,
+                       client: str | None) -> list | None:
+        committed = await self.node.receive(command, wait_s, self.max_long_polls, last_try=last_try,
+                                            client=client, max_per_client=self.max_long_polls_per_client)
         if committed is None:
             return None
         result = committed.result

@@ -131,7 +131,8 @@ def run_node(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings: S
 async def _run_engine(cluster: ClusterConfig, node_id: str, data_dir: Path, *, settings: Settings,
                       auto_create: bool, links: list[socket.socket], fronts: list[int]) -> int:
     node = Node(cluster, node_id, data_dir, auto_create=auto_create)
-    service = EngineService(node, max_long_polls=settings.limits.max_long_polls)
+    service = EngineService(node, max_long_polls=settings.limits.max_long_polls,
+                            max_long_polls_per_client=settings.limits.max_long_polls_per_client)
     await node.start()
     service.start()
     log.info("node %s: Raft on %s", node_id, node.spec.raft)

@@ -169,3 +169,75 @@ def test_many_malformed_frames_in_a_row_close_the_connection_with_1008(one_node)
     # 99 before the good frame, 100 after it, and the one that says why
     assert len(errors) == 99 + 100 + 1, len(errors)
     assert "malformed frames in a row" in errors[-1]["message"]
+
+
+async def stream_session(session: aiohttp.ClientSession, url: str, token: str):
+    ws = await session.ws_connect(url + "/v1/stream", headers={"Authorization": f"Bearer {token}"})
+    hello = cbor2.loads((await ws.receive(timeout=10)).data)
+    assert hello["leader"], hello
+    return ws
+
+
+async def answers(ws, count: int) -> list[dict]:
+    return [cbor2.loads((await ws.receive(timeout=30)).data) for _ in range(count)]
+
+
+def test_one_connection_subscribing_1100_times_leaves_others_their_long_polls(fresh_cluster):
+    cluster = fresh_cluster(1)          # --max-long-polls 1000, --max-subscriptions-per-connection 100
+    url = cluster.url(cluster.wait_for_leader(30))
+    assert call("PUT", f"{url}/v1/queues/hoard", {}).status == 201
+
+    async def scenario():
+        async with aiohttp.ClientSession() as session:
+            hoarder = await stream_session(session, url, cluster.token)
+            for sub in range(1100):
+                await hoarder.send_bytes(cbor2.dumps({"op": "subscribe", "sub": sub, "queue": "hoard",
+                                                      "prefetch": 1}))
+            replies = await answers(hoarder, 1100)
+            await asyncio.sleep(1.0)        # every accepted subscription is waiting now
+            async with AsyncClient(url, token=cluster.token, retry_for=0) as client:
+                polled = await client.receive("hoard", wait_ms=500)
+            other = await stream_session(session, url, cluster.token)
+            await other.send_bytes(cbor2.dumps({"op": "subscribe", "sub": "mine", "queue": "hoard"}))
+            mine = (await answers(other, 1))[0]
+            call("POST", f"{url}/v1/queues/hoard/messages", {"body": "for anyone"})
+            await hoarder.close()
+            await other.close()
+            return replies, polled, mine
+    replies, polled, mine = asyncio.run(scenario())
+    assert polled["messages"] == []                      # it waited, and was not refused
+    assert mine == {"op": "subscribed", "sub": "mine"}
+    accepted = [r for r in replies if r["op"] == "subscribed"]
+    refused = [r for r in replies if r["op"] == "error"]
+    assert len(accepted) == 100 and len(refused) == 1000, (len(accepted), refused[:1])
+    assert {(r["status"], r["error"]) for r in refused} == {(429, "limit_reached")}
+    assert "--max-subscriptions-per-connection" in refused[0]["message"]
+
+
+def test_one_client_address_gets_its_share_of_the_long_polls_and_another_its_own(fresh_cluster):
+    cluster = fresh_cluster(1, node_args=("--max-long-polls", "10", "--max-long-polls-per-client", "4"))
+    url = cluster.url(cluster.wait_for_leader(30))
+    assert call("PUT", f"{url}/v1/queues/share", {}).status == 201
+    headers = {"Authorization": f"Bearer {cluster.token}"}
+
+    async def receive(session, wait_ms):
+        async with session.post(f"{url}/v1/queues/share/receive", json={"wait_ms": wait_ms},
+                                headers=headers) as reply:
+            return reply.status, await reply.json()
+
+    async def scenario():
+        # the same node seen from two client addresses of the loopback network
+        near = aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=("127.0.0.1", 0)))
+        far = aiohttp.ClientSession(connector=aiohttp.TCPConnector(local_addr=("127.0.0.2", 0)))
+        async with near, far:
+            waiting = [asyncio.create_task(receive(near, 3000)) for _ in range(4)]
+            await asyncio.sleep(1.0)
+            over = await receive(near, 3000)
+            elsewhere = await receive(far, 500)
+            held = await asyncio.gather(*waiting)
+            return over, elsewhere, held
+    over, elsewhere, held = asyncio.run(scenario())
+    assert over[0] == 429 and over[1]["error"] == "too_many_waiters", over
+    assert "--max-long-polls-per-client" in over[1]["message"]
+    assert elsewhere[0] == 200 and elsewhere[1]["messages"] == [], elsewhere
+    assert [status for status, _ in held] == [200] * 4
