@@ -51,6 +51,7 @@ T_CON = "tests/test_consensus.py::"
 T_JRN = "tests/test_journal.py::"
 T_REC = "tests/test_records.py::"
 T_FLT = "tests/test_faults.py::"
+T_SST = "tests/test_security_stream.py::"
 RULES = ("tests/test_statemachine_rules.py", "tests/test_statemachine_model.py")
 
 MUTANTS = [
@@ -237,6 +238,18 @@ MUTANTS = [
     Mutant("long-poll-never-woken", "a waiting receive is woken by the put that makes a message ready",
            "engine/node.py", "if self._loop is not None and self._waiters and not self._wake_scheduled:", "if False:",
            (T_API + "test_long_poll_wakes_on_put",)),
+    # ---- issue 21: what one client can take of a node -----------------------------------------
+    Mutant("outbox-without-a-bound", "a streaming-wire client that never reads is slowed, not buffered for",
+           "api/stream.py", "self.budget = Budget(MAX_OUTBOX_FRAMES, MAX_OUTBOX_BYTES)",
+           "self.budget = Budget(1 << 62, 1 << 62)",
+           (T_SST + "test_a_client_that_floods_answered_frames_and_never_reads_is_slowed_not_buffered_for",)),
+    Mutant("subscriptions-without-a-cap", "one connection cannot take every long-poll slot",
+           "api/stream.py", "if len(self.subscriptions) >= cap:", "if False:",
+           (T_SST + "test_one_connection_subscribing_1100_times_leaves_others_their_long_polls",)),
+    Mutant("long-polls-per-client-without-a-cap", "one client address cannot take every long-poll slot",
+           "engine/node.py", "if client is not None and self._waiting_by_client[client] > max_per_client:",
+           "if False:",
+           (T_SST + "test_one_client_address_gets_its_share_of_the_long_polls_and_another_its_own",)),
 ]
 
 

@@ -50,8 +50,9 @@ LOG_BEFORE_SATURATION = 9_500
 REQUEST_BYTES = 4 << 20              # --max-request-bytes, the default
 MESSAGE_BYTES = 1 << 20              # --max-message-bytes, the default
 RETRY_PAUSE_S = 0.1                  # what a client waits after a refusal before asking again
-NODE_ARGS = ("--max-long-polls", str(LONG_POLLS + 100), "--max-connections", str(LONG_POLLS + 500),
-             "--max-queues", str(QUEUES + 100))
+# every client here is 127.0.0.1: one address holds all the long polls
+NODE_ARGS = ("--max-long-polls", str(LONG_POLLS + 100), "--max-long-polls-per-client", str(LONG_POLLS + 100),
+             "--max-connections", str(LONG_POLLS + 500), "--max-queues", str(QUEUES + 100))
 REFUSED = 0                          # tallied for a connection the node closed or reset
 
 
