@@ -22,7 +22,8 @@ pushed instead of polled.
   MAX_OUTBOX_BYTES). Whatever would add to a full one waits — the reader
   does not read the next frame, a subscription does not lease — so a client
   that sends without reading is slowed by TCP, not buffered for. This is the
-  producer's back-pressure besides its own window.
+  producer's back-pressure besides its own window. A client that lets no
+  frame be written for WRITE_STALL_S is dropped.
 - MAX_BAD_FRAMES_IN_A_ROW malformed frames (each answered 400) in a row close
   the connection with 1008: a client that only earns errors costs no more.
 - A subscription holds at most `prefetch` messages leased to this
@@ -63,6 +64,8 @@ CLOSE_NOT_LEADER = 4307
 CLOSE_PROTOCOL_ERROR = 4400
 CLOSE_POLICY = 1008
 CLOSE_TIMEOUT_S = 5.0   # a client that reads nothing cannot hold a closing connection longer
+# nor an open one: a frame it has not let the node write for this long drops it
+WRITE_STALL_S = 30.0
 SETTLE_OPS = {"ack": "acked", "nack": "nacked", "extend": "extended"}
 ANSWERS = {"confirm", "settled", "subscribed", "unsubscribed"}   # a frame served: the bad ones' run ends
 IDLE_RECHECK_S = 1.0    # a subscription re-reads readiness at least this often
@@ -189,7 +192,7 @@ class Session:
         writer = asyncio.create_task(self._write())
         reader = asyncio.create_task(self._read())
         leaving = asyncio.create_task(self.leaving.wait())
-        await asyncio.wait({reader, leaving}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({reader, leaving, writer}, return_when=asyncio.FIRST_COMPLETED)
         if self.leaving.is_set() and not self.ws.closed:
             self.outbox.put_last(cbor2.dumps({"op": "redirect", "leader_url": _leader_url(self.request)}))
         reader.cancel()
@@ -217,7 +220,15 @@ class Session:
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
                 await self.ws.close(code=code, message=message)
         except TimeoutError:
-            pass    # aiohttp closed the transport
+            self._drop()
+
+    def _drop(self) -> None:
+        """End the connection now. (A transport's close waits until the client
+        has read what is buffered for it: one that reads nothing would keep
+        the connection, and this session, forever.)"""
+        transport = self.request.transport
+        if transport is not None:
+            transport.abort()
 
     async def send(self, frame: dict | bytes) -> None:
         """Queue a frame (a map, or one already encoded), once the outbox has room."""
@@ -234,7 +245,12 @@ class Session:
             frame = await self.outbox.get()
             if frame is None or self.ws.closed:
                 return
-            await self.ws.send_bytes(frame)
+            try:
+                async with asyncio.timeout(WRITE_STALL_S):
+                    await self.ws.send_bytes(frame)
+            except TimeoutError:
+                self._drop()
+                return
 
     async def _read(self) -> None:
         async for msg in self.ws:

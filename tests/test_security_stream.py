@@ -15,6 +15,7 @@ import aiohttp
 import cbor2
 import pytest
 
+from api.stream import WRITE_STALL_S
 from raftq.client import AsyncClient
 from tests.wire import call
 
@@ -69,10 +70,11 @@ def open_stream(url: str, token: str) -> socket.socket:
     return sock
 
 
-def flood(url: str, token: str, node_pid: int, frame: bytes) -> dict:
+def flood(url: str, token: str, node_pid: int, frame: bytes, *, wait_for_drop_s: float = 0) -> dict:
     """Send `frame` over and over without reading, while sampling the fronts'
     RSS; stops after FLOOD_FRAMES, FLOOD_S, when the node stopped reading for
-    STALL_S, or when it closed the connection."""
+    STALL_S, or when it closed the connection. Then, reading nothing still,
+    waits up to `wait_for_drop_s` for the node to drop the connection."""
     pids = front_pids(node_pid)
     before = rss_bytes(pids)
     peak = before
@@ -111,10 +113,19 @@ def flood(url: str, token: str, node_pid: int, frame: bytes) -> dict:
         while time.monotonic() < settle_until:
             peak = max(peak, rss_bytes(pids))
             time.sleep(0.2)
+        stalled_at, dropped_after = time.monotonic(), None
+        while dropped_after is None and time.monotonic() - stalled_at < wait_for_drop_s:
+            time.sleep(1)
+            try:
+                sock.send(frame)        # its buffers are full: only a reset connection answers
+            except BlockingIOError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                dropped_after = time.monotonic() - last_progress
     finally:
         sock.close()
     return {"growth": peak - before, "frames_sent": sent // len(frame), "ended": ended,
-            "seconds": time.monotonic() - started}
+            "seconds": time.monotonic() - started, "dropped_after_s": dropped_after}
 
 
 @pytest.fixture
@@ -132,13 +143,15 @@ def test_a_client_that_floods_bad_frames_and_never_reads_costs_the_front_little(
     assert result["ended"] in ("closed", "stalled"), result   # the node did not take it all in
 
 
-def test_a_client_that_floods_answered_frames_and_never_reads_is_slowed_not_buffered_for(one_node):
+def test_a_client_that_floods_answered_frames_and_never_reads_is_slowed_then_dropped(one_node):
     cluster, url, pid = one_node
     # each is answered "unsubscribed", never an error: only the outbox's bound stops it
     unsubscribe = ws_frame(cbor2.dumps({"op": "unsubscribe", "sub": 1}))
-    result = flood(url, cluster.token, pid, unsubscribe)
+    result = flood(url, cluster.token, pid, unsubscribe, wait_for_drop_s=WRITE_STALL_S + 30)
     assert result["growth"] < RSS_GROWTH_BOUND, result
     assert result["ended"] == "stalled", result
+    # and, since it lets nothing be written, it does not hold the connection forever
+    assert result["dropped_after_s"] is not None, result
     # the node still serves
     assert call("GET", f"{url}/health/ready").status == 200
 
