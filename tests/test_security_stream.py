@@ -254,3 +254,23 @@ def test_one_client_address_gets_its_share_of_the_long_polls_and_another_its_own
     assert "--max-long-polls-per-client" in over[1]["message"]
     assert elsewhere[0] == 200 and elsewhere[1]["messages"] == [], elsewhere
     assert [status for status, _ in held] == [200] * 4
+
+
+def test_docs_security_states_the_streaming_wire_bounds_of_the_code():
+    from api import stream
+    text = (Path(__file__).resolve().parent.parent / "docs" / "security.md").read_text()
+    section = text[text.index("\n## A streaming-wire connection\n"):]
+    section = section[:section.index("\n## ", 1)]
+    cells = [[cell.strip() for cell in line.strip("|").split("|")]
+             for line in section.splitlines() if line.startswith("|")][2:]     # header and rule dropped
+    stated = {what.split(":")[0].split(" (")[0]: most for what, most, _ in cells}
+
+    def spaced(n: int) -> str:
+        return f"{n:,}".replace(",", " ")
+    mib = 1 << 20
+    assert stated == {
+        "the outbox": f"{spaced(stream.MAX_OUTBOX_FRAMES)} frames, {stream.MAX_OUTBOX_BYTES // mib} MiB",
+        "frames being applied": f"{stream.MAX_FRAMES_IN_FLIGHT} frames, {stream.MAX_BYTES_IN_FLIGHT // mib} MiB",
+        "malformed frames in a row": str(stream.MAX_BAD_FRAMES_IN_A_ROW),
+        "time a frame waits for a client that reads nothing": f"{stream.WRITE_STALL_S:g} s",
+    }
