@@ -147,7 +147,7 @@ class Outbox:
 
     def put_last(self, frame: bytes | None) -> None:
         """A frame that ends the connection (None: the end itself), queued
-        even when the budget is spent: one per connection."""
+        even when the budget is spent: a few per connection, at its end."""
         self.budget.take_now(len(frame or b""))
         self._append(frame)
 
@@ -314,8 +314,8 @@ class Session:
             await self.send({"op": "unsubscribed", "sub": frame.get("sub")})
         else:
             await self.send({"op": "error", "error": "bad_request", "status": 400,
-                       "message": "a frame is a map whose op is publish, subscribe, unsubscribe, "
-                                  "ack, nack or extend"})
+                             "message": "a frame is a map whose op is publish, subscribe, unsubscribe, "
+                                        "ack, nack or extend"})
 
     async def _apply(self, command: dict) -> Committed:
         """The command's result (refusals included) and index; LeadershipLost when it cannot be known here."""
@@ -350,8 +350,9 @@ class Session:
                 raise ApiError("bad_request", "messages must be a non-empty list of maps, each with an integer cid")
         except ApiError as exc:
             await self.send({"op": "confirm", "queue": frame.get("queue"), "results": [],
-                       "refused": [_refusal(c, exc) for c in cids if is_int(c)]} if any(is_int(c) for c in cids)
-                      else {"op": "error", "error": exc.code, "status": exc.status, "message": exc.message})
+                             "refused": [_refusal(c, exc) for c in cids if is_int(c)]}
+                            if any(is_int(c) for c in cids)
+                            else {"op": "error", "error": exc.code, "status": exc.status, "message": exc.message})
             return
         # Each message is checked on its own (checked_message: the rules of a
         # put's message), so that one malformed message is refused alone; the
