@@ -22,8 +22,8 @@ pushed instead of polled.
   MAX_OUTBOX_BYTES). Whatever would add to a full one waits — the reader
   does not read the next frame, a subscription does not lease — so a client
   that sends without reading is slowed by TCP, not buffered for. This is the
-  producer's back-pressure besides its own window. A client that lets no
-  frame be written for WRITE_STALL_S is dropped.
+  producer's back-pressure besides its own window. A client that takes
+  nothing of a waiting frame for WRITE_STALL_S is dropped.
 - MAX_BAD_FRAMES_IN_A_ROW malformed frames (each answered 400) in a row close
   the connection with 1008: a client that only earns errors costs no more.
 - A subscription holds at most `prefetch` messages leased to this
@@ -64,7 +64,7 @@ CLOSE_NOT_LEADER = 4307
 CLOSE_PROTOCOL_ERROR = 4400
 CLOSE_POLICY = 1008
 CLOSE_TIMEOUT_S = 5.0   # a client that reads nothing cannot hold a closing connection longer
-# nor an open one: a frame it has not let the node write for this long drops it
+# nor an open one: while a frame waits, a client that takes none of it for this long is dropped
 WRITE_STALL_S = 30.0
 SETTLE_OPS = {"ack": "acked", "nack": "nacked", "extend": "extended"}
 ANSWERS = {"confirm", "settled", "subscribed", "unsubscribed"}   # a frame served: the bad ones' run ends
@@ -173,6 +173,8 @@ class Session:
         self.outbox = Outbox()
         self.in_flight = Budget(MAX_FRAMES_IN_FLIGHT, MAX_BYTES_IN_FLIGHT)
         self.bad_frames_in_a_row = 0
+        self.writing = False       # the writer waits for the client to take a frame
+        self.frames_written = 0
         self.tasks: set[asyncio.Task] = set()
         self.subscriptions: dict[object, Subscription] = {}
         self.receipts: dict[str, Subscription] = {}   # unsettled deliveries of this connection
@@ -190,9 +192,10 @@ class Session:
             await self._close(CLOSE_NOT_LEADER, b"not the leader")
             return
         writer = asyncio.create_task(self._write())
+        watchdog = asyncio.create_task(self._watch_writes())
         reader = asyncio.create_task(self._read())
         leaving = asyncio.create_task(self.leaving.wait())
-        await asyncio.wait({reader, leaving, writer}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({reader, leaving, writer, watchdog}, return_when=asyncio.FIRST_COMPLETED)
         if self.leaving.is_set() and not self.ws.closed:
             self.outbox.put_last(cbor2.dumps({"op": "redirect", "leader_url": _leader_url(self.request)}))
         reader.cancel()
@@ -204,7 +207,8 @@ class Session:
         # its socket: it is given CLOSE_TIMEOUT_S, then dropped.
         await asyncio.wait({writer}, timeout=CLOSE_TIMEOUT_S)
         writer.cancel()
-        await asyncio.gather(writer, return_exceptions=True)
+        watchdog.cancel()
+        await asyncio.gather(writer, watchdog, return_exceptions=True)
         await self._close(CLOSE_NOT_LEADER if self.leaving.is_set() else 1000)
 
     async def close(self) -> None:
@@ -245,10 +249,24 @@ class Session:
             frame = await self.outbox.get()
             if frame is None or self.ws.closed:
                 return
-            try:
-                async with asyncio.timeout(WRITE_STALL_S):
-                    await self.ws.send_bytes(frame)
-            except TimeoutError:
+            self.writing = True
+            await self.ws.send_bytes(frame)
+            self.writing = False
+            self.frames_written += 1
+
+    async def _watch_writes(self) -> None:
+        """Drop the connection when, while a frame waits to be written, the
+        client takes nothing for WRITE_STALL_S: neither a frame is finished nor
+        the bytes buffered for it go down (a large frame to a slow reader is
+        no stall)."""
+        seen, progressed = None, time.monotonic()
+        while True:
+            await asyncio.sleep(WRITE_STALL_S / 6)
+            transport = self.request.transport
+            buffered = transport.get_write_buffer_size() if transport is not None else 0
+            if not self.writing or seen is None or self.frames_written != seen[0] or buffered < seen[1]:
+                seen, progressed = (self.frames_written, buffered), time.monotonic()
+            elif time.monotonic() - progressed >= WRITE_STALL_S:
                 self._drop()
                 return
 
