@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 
 SYSTEMS = ("raftq", "raftq-http", "rabbitmq", "nats", "nats-lazy")
@@ -65,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
                          help="W6's numbers of client processes, each producing to a queue of its own")
     compare.add_argument("--out", default="results", help="parent folder of the results")
     args = parser.parse_args(argv)
+    # A stop by SIGTERM unwinds like Ctrl-C, so every cluster started is stopped by PID on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     from bench.compare import run
     report = run(args)
     print(json.dumps(report, sort_keys=True))

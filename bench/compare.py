@@ -120,8 +120,8 @@ def run(args, log=print) -> dict:
     try:
         for system in systems:
             t = time.perf_counter()
+            started.append(system)   # stopped even if it fails half way up
             system.start()
-            started.append(system)
             log(f"{system.label}: up in {time.perf_counter() - t:.1f} s")
         for rep in range(args.reps):
             for system in systems:

@@ -10,7 +10,9 @@ two cores alone. Everything started here is stopped here, by PID.
 from __future__ import annotations
 
 import os
+import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -119,6 +121,7 @@ class RabbitMQ:
         self.procs: dict[int, subprocess.Popen] = {}
         self._rounds = 0
         self.version = "(not started)"
+        self.epmd: subprocess.Popen | None = None
 
     @property
     def label(self) -> str:
@@ -170,6 +173,15 @@ class RabbitMQ:
 
     def start(self) -> None:
         (self.root / "home").mkdir(parents=True, exist_ok=True)   # the Erlang cookie lives here
+        # Our own epmd on the private port: a node would otherwise start one as a daemon that
+        # outlives it (and `epmd -kill` refuses while a dead node is still registered).
+        self.epmd = subprocess.Popen(["epmd", "-port", str(self.epmd_port), "-address", "127.0.0.1"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while not self._epmd_listening():
+            if self.epmd.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"epmd did not listen on 127.0.0.1:{self.epmd_port}")
+            time.sleep(0.05)
         (self.root / "empty-env.conf").write_text("")
         (self.root / "enabled_plugins").write_text("[].\n")
         for n in self.nodes:
@@ -196,8 +208,16 @@ class RabbitMQ:
                     except ProcessLookupError:
                         pass
             self._reap(n)
-        # The epmd the first node started on our private port
-        subprocess.run(["epmd", "-port", str(self.epmd_port), "-kill"], capture_output=True, timeout=30)
+        if self.epmd is not None:
+            self.epmd.kill()
+            self.epmd.wait()
+
+    def _epmd_listening(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.epmd_port), timeout=1).close()
+            return True
+        except OSError:
+            return False
 
     def _reap(self, n: int) -> None:
         """Wait for a node whose beam was killed; its start script goes with it, or is killed."""
@@ -236,9 +256,9 @@ class RabbitMQ:
         """Every quorum queue's leader node, by one question to node `via`."""
         leaders = {}
         for line in self._ctl(via, "list_queues", "-q", "name", "leader").splitlines():
-            parts = line.split()
-            if len(parts) == 2:
-                leaders[parts[0]] = int(parts[1].split("@")[0].removeprefix("rabbit"))
+            found = re.fullmatch(r"(\S+)\s+rabbit(\d+)@\S+", line.strip())   # not the header, "name leader"
+            if found:
+                leaders[found.group(1)] = int(found.group(2))
         return leaders
 
     # ---- workloads ---------------------------------------------------------------------------------
@@ -271,8 +291,9 @@ class RabbitMQ:
         self._publish_window(queue, 600, count, W2_WINDOW)
         return queue
 
-    def _consume(self, queue: str, count: int | None, until: float, on_message=None) -> int:
-        conn = pika.BlockingConnection(self._params(self._leader(queue, 1)))
+    def _consume(self, queue: str, count: int | None, until: float, on_message=None,
+                 params: pika.ConnectionParameters | None = None) -> int:
+        conn = pika.BlockingConnection(params or self._params(self._leader(queue, 1)))
         channel = conn.channel()
         channel.basic_qos(prefetch_count=W3_PREFETCH)
         received, unacked_tag = 0, None
@@ -345,12 +366,15 @@ class RabbitMQ:
 
     def w5(self, rate: float, seconds: float) -> dict:
         queue = self._queue("w5")
+        # Asked once, before the clock: rabbitmqctl takes seconds on a busy machine, and a
+        # consumer that asked it itself could start after its deadline and take nothing.
+        leader = self._params(self._leader(queue, 1))
         e2e: list[float] = []
         consumer = threading.Thread(target=self._consume, args=(
             queue, None, time.perf_counter() + seconds + 1,
-            lambda body: e2e.append((time.perf_counter() - float(body)) * 1000)))
+            lambda body: e2e.append((time.perf_counter() - float(body)) * 1000), leader))
         consumer.start()
-        sent = self._publish_window(queue, seconds, None, W2_WINDOW, pacer=Pacer(rate), stamp=True)["n"]
+        sent = publish_window(leader, queue, seconds, None, W2_WINDOW, pacer=Pacer(rate), stamp=True)["n"]
         consumer.join()
         return {"n": len(e2e), "sent": sent, "e2e_ms": e2e}
 
