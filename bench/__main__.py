@@ -1,9 +1,11 @@
 """python -m bench compare: raftq beside RabbitMQ and NATS, in one run.
 
-    python -m bench compare [--systems raftq,raftq-http,rabbitmq,nats] [--reps 2] [--seconds 5]
-                            [--backlog 100000] [--failovers 3] [--stored 1000000] [--out results]
+    python -m bench compare [--systems raftq,raftq-http,rabbitmq,nats,nats-lazy] [--reps 2] [--seconds 5]
+                            [--backlog 100000] [--failovers 9] [--stored 1000000] [--w5-rate 5000]
+                            [--scale 1,4,8] [--out results]
 
-RabbitMQ and NATS come from Debian's packages: run bench/peers/setup once.
+RabbitMQ comes from Debian's package, NATS from the `bench` extra: run
+bench/peers/setup once.
 The last line of output is one JSON object of the figures (raftq ÷ peer ratios
 among them); report.md, report.json and PNG plots go to --out.
 """
@@ -12,9 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 
-SYSTEMS = ("raftq", "raftq-http", "rabbitmq", "nats")
+SYSTEMS = ("raftq", "raftq-http", "rabbitmq", "nats", "nats-lazy")
 
 
 def _systems(value: str) -> list[str]:
@@ -23,6 +26,26 @@ def _systems(value: str) -> list[str]:
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"systems are a comma-separated subset of {', '.join(SYSTEMS)}")
     return names
+
+
+def _rate(value: str) -> float:
+    try:
+        rate = float(value)
+    except ValueError:
+        rate = 0.0
+    if not rate > 0:
+        raise argparse.ArgumentTypeError("a rate is a number of messages per second above 0")
+    return rate
+
+
+def _scale(value: str) -> list[int]:
+    try:
+        counts = sorted({int(v) for v in value.split(",") if v.strip()})
+    except ValueError:
+        counts = []
+    if not counts or counts[0] < 1:
+        raise argparse.ArgumentTypeError("scale is a comma-separated list of client process counts, each >= 1")
+    return counts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,8 +60,14 @@ def main(argv: list[str] | None = None) -> int:
                          help="W4 rounds per system (a median of few rounds moves a lot from run to run)")
     compare.add_argument("--stored", type=int, default=1_000_000,
                          help="messages raftq holds for the RSS and restart figures (0: skip)")
+    compare.add_argument("--w5-rate", type=_rate, default=5000.0,
+                         help="W5's one rate for every system, msgs/s (W5b: each at half its own maximum)")
+    compare.add_argument("--scale", type=_scale, default=[1, 4, 8],
+                         help="W6's numbers of client processes, each producing to a queue of its own")
     compare.add_argument("--out", default="results", help="parent folder of the results")
     args = parser.parse_args(argv)
+    # A stop by SIGTERM unwinds like Ctrl-C, so every cluster started is stopped by PID on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     from bench.compare import run
     report = run(args)
     print(json.dumps(report, sort_keys=True))

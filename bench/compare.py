@@ -1,5 +1,6 @@
-"""`python -m bench compare`: raftq, RabbitMQ quorum queues and NATS JetStream,
-each a 3-node cluster on 127.0.0.1, measured side by side in one run.
+"""`python -m bench compare`: raftq, RabbitMQ quorum queues and NATS JetStream
+(twice: fsyncing every message, and as it ships), each a 3-node cluster on
+127.0.0.1, measured side by side in one run.
 
 Theory of operation
 -------------------
@@ -8,7 +9,9 @@ while another is measured; then every workload runs on each system in turn,
 and the whole round is repeated (`--reps`), so that the machine's noise falls
 on every system alike: raftq, RabbitMQ, NATS, raftq, RabbitMQ, NATS, ...
 Ratios are raftq ÷ peer from medians of this run, never against a figure from
-another day. Everything started is stopped by PID, whatever happens.
+another day; `*_vs_nats` is against the NATS that fsyncs every message, the
+promise raftq and RabbitMQ make. Everything started is stopped by PID,
+whatever happens.
 
 Workloads (100-byte messages, durable as each system allows):
 - W1  one message at a time, each acknowledged before the next: rate, p50, p99
@@ -18,9 +21,13 @@ Workloads (100-byte messages, durable as each system allows):
 - W3  consume and ack a backlog of `--backlog` messages in each system's best mode
 - W4  kill -9 of the leader under one-at-a-time writes: time to the next
       acknowledged write (median over `--failovers` rounds), acked writes lost
-- W5  produce at half of what the system can both take and hand out (the
-      lower of its own W2 and W3 rates) while consuming: put -> delivered
-      latency p50, p99
+- W5  produce at one rate for every system (`--w5-rate`) while consuming:
+      put -> delivered latency p50, p99
+- W5b the same at half of what the system itself can both take and hand out
+      (the lower of its own W2 and W3 rates)
+- W6  K client processes at once (each K of `--scale`), each producing as in
+      W2 to a queue or stream of its own: aggregate msgs/s, the servers' CPU
+      per message and cores busy (bench/scale.py)
 - raftq alone, on a cluster of its own: RSS per node holding `--stored`
   messages (once the snapshots their last puts caused are written; the most
   seen while they were, as `rss_1m_snapshot_peak_mib`), and a whole-cluster
@@ -39,9 +46,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from bench.measure import cpu_seconds, percentile
-
-NATS_NOTE = "NATS 2.9 does not fsync each message: its acks mean a majority holds it in memory"
+from bench.measure import cpu_seconds, machine, percentile
+from bench.scale import w6
 
 
 def make_systems(names: list[str], root: Path) -> list:
@@ -61,9 +67,12 @@ def make_systems(names: list[str], root: Path) -> list:
         elif name == "rabbitmq":
             from bench.rabbitmq_side import RabbitMQ
             made[name] = RabbitMQ(root)
-        else:
+        elif name == "nats":
             from bench.nats_side import Nats
             made[name] = Nats(root)
+        else:
+            from bench.nats_side import NatsLazy
+            made[name] = NatsLazy(root)
     return list(made.values())
 
 
@@ -83,7 +92,8 @@ def measured(system, workload, *args) -> dict:
 def _summary(runs: list[dict]) -> dict:
     """Medians over repetitions of what a workload reported."""
     out = {}
-    for key in ("msgs_per_s", "server_cpu_us_per_msg", "client_cpu_us_per_msg", "p50_ms", "p99_ms"):
+    for key in ("msgs_per_s", "server_cpu_us_per_msg", "client_cpu_us_per_msg", "p50_ms", "p99_ms",
+                "rate", "sent_per_s", "server_cores_busy", "raft_groups"):
         values = [r[key] for r in runs if r.get(key) is not None]
         if values:
             out[key] = statistics.median(values)
@@ -99,6 +109,8 @@ def _latency_figures(figures: dict, key: str) -> None:
 
 def run(args, log=print) -> dict:
     root = Path(tempfile.mkdtemp(prefix="raftq-compare-"))
+    size = machine()
+    log(f"on {size['cores']} cores (load average {size['load_avg_1m']})")
     out = Path(args.out) / time.strftime("compare-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     systems = make_systems(args.systems, root)
@@ -108,8 +120,8 @@ def run(args, log=print) -> dict:
     try:
         for system in systems:
             t = time.perf_counter()
+            started.append(system)   # stopped even if it fails half way up
             system.start()
-            started.append(system)
             log(f"{system.label}: up in {time.perf_counter() - t:.1f} s")
         for rep in range(args.reps):
             for system in systems:
@@ -124,19 +136,31 @@ def run(args, log=print) -> dict:
                     f"p99 {w1['p99_ms']:.2f} ms | W2 {w2['msgs_per_s']:8.0f}/s | W3 {w3['msgs_per_s']:8.0f}/s")
         for rep in range(args.reps):
             for system in systems:
-                rate = 0.5 * min(statistics.median(r["msgs_per_s"] for r in raw[system.name][w])
-                                 for w in ("w2", "w3"))
-                w5 = measured(system, system.w5, rate, args.seconds)
-                _latency_figures(w5, "e2e_ms")
-                w5["rate"] = rate
-                raw[system.name]["w5"].append(w5)
-                log(f"rep {rep + 1} {system.name:<9} W5 at {rate:7.0f}/s: e2e p50 {w5['p50_ms']:.2f} ms "
-                    f"p99 {w5['p99_ms']:.2f} ms ({w5['n']} of {w5['sent']} delivered)")
+                own_half = 0.5 * min(statistics.median(r["msgs_per_s"] for r in raw[system.name][w])
+                                     for w in ("w2", "w3"))
+                for workload, rate in (("w5", args.w5_rate), ("w5b", own_half)):
+                    figures = measured(system, system.w5, rate, args.seconds)
+                    _latency_figures(figures, "e2e_ms")
+                    figures["rate"] = rate
+                    # a system that cannot take the rate sends less: its latency is then its backlog's
+                    figures["sent_per_s"] = figures["sent"] / args.seconds
+                    raw[system.name][workload].append(figures)
+                    log(f"rep {rep + 1} {system.name:<10} {workload.upper():<3} at {rate:7.0f}/s: e2e p50 "
+                        f"{figures['p50_ms']:.2f} ms p99 {figures['p99_ms']:.2f} ms "
+                        f"({figures['n']} of {figures['sent']} delivered)")
+        for rep in range(args.reps):
+            for k in args.scale:
+                for system in [s for s in systems if s.scales]:
+                    figures = w6(system, k, args.seconds)
+                    raw[system.name][f"w6_k{k}"].append(figures)
+                    log(f"rep {rep + 1} {system.name:<10} W6 {k} processes: {figures['msgs_per_s']:8.0f}/s, "
+                        f"server {figures['server_cpu_us_per_msg']:.0f} µs/msg, "
+                        f"{figures['server_cores_busy']:.2f} of {size['cores']} cores busy")
         for system in [s for s in systems if s.fails_over]:
             w4 = system.w4(args.failovers)
             w4["median_s"] = statistics.median(w4["rounds_s"])
             raw[system.name]["w4"].append(w4)
-            log(f"{system.name:<9} W4 kill -9 leader -> next acked write: median {w4['median_s'] * 1000:.0f} ms "
+            log(f"{system.name:<10} W4 kill -9 leader -> next acked write: median {w4['median_s'] * 1000:.0f} ms "
                 f"over {len(w4['rounds_s'])} rounds, {w4['lost']} acked writes lost")
         raftq = next((s for s in systems if s.name == "raftq"), None)
         if raftq is not None and args.stored:
@@ -156,7 +180,8 @@ def run(args, log=print) -> dict:
         for system in reversed(started):
             system.stop()
         shutil.rmtree(root, ignore_errors=True)
-    report = build_report(raw, extra, args)
+    report = build_report(raw, extra, args, {
+        "machine": size, "described": {s.name: {"label": s.label, "durability": s.durability} for s in systems}})
     write_outputs(out, raw, report, systems)
     log(f"results in {out}")
     return report
@@ -166,14 +191,18 @@ def _ratio(a, b) -> float | None:
     return round(a / b, 3) if a is not None and b else None
 
 
-def build_report(raw: dict, extra: dict, args) -> dict:
+def build_report(raw: dict, extra: dict, args, about: dict) -> dict:
+    """The figures: medians per system and workload, and raftq ÷ peer ratios. `about` says
+    where they were taken (`machine`) and what ran (`described`: each system's label, with
+    the version that ran, and its durability)."""
     table: dict[str, dict] = {}
     for name, workloads in raw.items():
         table[name] = {w: _summary(runs) for w, runs in workloads.items() if w != "w4"}
         if workloads.get("w4"):
             w4 = workloads["w4"][0]
             table[name]["w4"] = {"median_s": w4["median_s"], "lost": w4["lost"], "rounds_s": w4["rounds_s"]}
-    figures: dict = {"reps": args.reps, "seconds": args.seconds, "backlog": args.backlog, "systems": table}
+    figures: dict = {"reps": args.reps, "seconds": args.seconds, "backlog": args.backlog,
+                     "w5_rate": args.w5_rate, "scale": args.scale, **about, "systems": table}
 
     def get(system, workload, key):
         return table.get(system, {}).get(workload, {}).get(key)
@@ -186,8 +215,16 @@ def build_report(raw: dict, extra: dict, args) -> dict:
         for w in ("w1", "w2", "w3"):
             figures[f"{w}_vs_{peer}"] = _ratio(get("raftq", w, "msgs_per_s"), get(peer, w, "msgs_per_s"))
         figures[f"w4_median_vs_{peer}"] = _ratio(get("raftq", "w4", "median_s"), get(peer, "w4", "median_s"))
-        figures[f"w5_p50_vs_{peer}"] = _ratio(get("raftq", "w5", "p50_ms"), get(peer, "w5", "p50_ms"))
-        figures[f"w5_p99_vs_{peer}"] = _ratio(get("raftq", "w5", "p99_ms"), get(peer, "w5", "p99_ms"))
+        for w in ("w5", "w5b"):
+            figures[f"{w}_p50_vs_{peer}"] = _ratio(get("raftq", w, "p50_ms"), get(peer, w, "p50_ms"))
+            figures[f"{w}_p99_vs_{peer}"] = _ratio(get("raftq", w, "p99_ms"), get(peer, w, "p99_ms"))
+        for k in args.scale:
+            figures[f"w6_k{k}_vs_{peer}"] = _ratio(get("raftq", f"w6_k{k}", "msgs_per_s"),
+                                                  get(peer, f"w6_k{k}", "msgs_per_s"))
+    if "raftq" in table and len(args.scale) > 1:
+        most, fewest = max(args.scale), min(args.scale)
+        figures[f"w6_k{most}_vs_k{fewest}"] = _ratio(get("raftq", f"w6_k{most}", "msgs_per_s"),
+                                                     get("raftq", f"w6_k{fewest}", "msgs_per_s"))
     figures["acked_lost"] = {name: t["w4"]["lost"] for name, t in table.items() if "w4" in t}
     if extra:
         figures["rss_1m_mib"] = round(extra["rss_mib_max"], 1)
@@ -197,10 +234,10 @@ def build_report(raw: dict, extra: dict, args) -> dict:
     return figures
 
 
-def markdown(report: dict, systems) -> str:
+def markdown(report: dict) -> str:
     table = report["systems"]
-    names = [s.name for s in systems]
-    labels = {s.name: s.label for s in systems}
+    described = report["described"]
+    names = list(described)
     peers = [p for p in ("rabbitmq", "nats") if p in names and "raftq" in names]
 
     def cell(system, workload, key, scale=1.0, digits=0):
@@ -217,23 +254,36 @@ def markdown(report: dict, systems) -> str:
         (f"W3 consume+ack {report['backlog']:,} backlog: msgs/s", "w3", "msgs_per_s", 1, 0, "rate"),
         ("W4 kill -9 leader -> next acked write: median ms", "w4", "median_s", 1000, 0, "latency"),
         ("W4 acked writes lost", "w4", "lost", 1, 0, None),
-        ("W5 at half of own max: e2e p50 ms", "w5", "p50_ms", 1, 2, "latency"),
+        (f"W5 at {report['w5_rate']:,.0f} msgs/s for all: sent msgs/s", "w5", "sent_per_s", 1, 0, None),
+        ("W5 e2e p50 ms", "w5", "p50_ms", 1, 2, "latency"),
         ("W5 e2e p99 ms", "w5", "p99_ms", 1, 2, "latency"),
+        ("W5b at half of own max: sent msgs/s", "w5b", "sent_per_s", 1, 0, None),
+        ("W5b e2e p50 ms", "w5b", "p50_ms", 1, 2, "latency"),
+        ("W5b e2e p99 ms", "w5b", "p99_ms", 1, 2, "latency"),
     ]
-    head = ["workload", *[labels[n] for n in names], *[f"raftq ÷ {p}" for p in peers]]
+    for k in report["scale"]:
+        rows += [(f"W6 {k} producing processes: msgs/s", f"w6_k{k}", "msgs_per_s", 1, 0, "rate"),
+                 (f"W6 {k}: server CPU µs/msg", f"w6_k{k}", "server_cpu_us_per_msg", 1, 0, None),
+                 (f"W6 {k}: server cores busy", f"w6_k{k}", "server_cores_busy", 1, 2, None),
+                 (f"W6 {k}: Raft groups", f"w6_k{k}", "raft_groups", 1, 0, None)]
+    head = ["workload", *names, *[f"raftq ÷ {p}" for p in peers]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for title, workload, key, scale, digits, kind in rows:
         cells = [cell(n, workload, key, scale, digits) for n in names]
+        if all(c == "—" for c in cells):
+            continue
         ratios = []
         for p in peers:
             a = table["raftq"].get(workload, {}).get(key)
             b = table[p].get(workload, {}).get(key)
             ratios.append(f"{a / b:.2f}" if kind and a is not None and b else "")
         lines.append("| " + " | ".join([title, *cells, *ratios]) + " |")
-    notes = [f"Medians of {report['reps']} interleaved repetitions of {report['seconds']} s each; "
-             "throughput ratios above 1 and latency ratios below 1 favour raftq."]
-    if "nats" in names:
-        notes.append(NATS_NOTE + ".")
+    size = report["machine"]
+    notes = [f"Medians of {report['reps']} interleaved repetitions of {report['seconds']} s each, on "
+             f"{size['cores']} cores (the machine has {size['cpu_count']}; load average "
+             f"{size['load_avg_1m']} at the start); throughput ratios above 1 and latency ratios below 1 "
+             "favour raftq."]
+    notes += [f"{name}: {d['label']}; {d['durability']}." for name, d in described.items()]
     if "rss_1m_mib" in report:
         notes.append(f"raftq holding {report['stored_for_rss']:,} stored 100-byte messages: "
                      f"{report['rss_1m_mib']} MiB RSS per node (max; {report['rss_1m_snapshot_peak_mib']} MiB "
@@ -244,7 +294,7 @@ def markdown(report: dict, systems) -> str:
 
 def write_outputs(out: Path, raw: dict, report: dict, systems) -> None:
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "report.md").write_text(markdown(report, systems))
+    (out / "report.md").write_text(markdown(report))
     try:
         from bench.compare_plots import plot
     except ImportError:

@@ -18,7 +18,7 @@ def plot(out: Path, raw: dict, labels: dict) -> None:
     for ax, (workload, title) in zip(axes, (("w1", "W1 one at a time"), ("w2", "W2 pipelined"),
                                             ("w3", "W3 consume + ack"))):
         values = [[r["msgs_per_s"] for r in raw[n][workload]] for n in names]
-        ax.bar(range(len(names)), [percentile(v, 50) for v in values], color=["C0", "C1", "C2"][:len(names)])
+        ax.bar(range(len(names)), [percentile(v, 50) for v in values], color=[f"C{i}" for i in range(len(names))])
         for i, v in enumerate(values):
             ax.plot([i] * len(v), v, "k.", markersize=4)
         ax.set_xticks(range(len(names)), names)

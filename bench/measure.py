@@ -1,5 +1,6 @@
 """What every benchmark here measures with: percentiles, CPU seconds of other
-processes, resident memory, and pacing a load at a fixed rate."""
+processes, resident memory, pacing a load at a fixed rate, and the machine's
+size, which counts and waits that depend on it follow."""
 
 from __future__ import annotations
 
@@ -7,6 +8,18 @@ import os
 import time
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# The cores this process may run on (a container or taskset can give fewer than the machine has).
+CORES = len(os.sched_getaffinity(0))
+
+
+def machine() -> dict:
+    """What a report says about where it ran."""
+    return {"cores": CORES, "cpu_count": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)}
+
+
+def patience(seconds: float, processes: int = 1) -> float:
+    """A wait for `processes` busy processes, stretched when they outnumber the cores."""
+    return seconds * max(1.0, processes / CORES)
 
 
 def percentile(values: list[float], p: float) -> float | None:

