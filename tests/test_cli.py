@@ -1,5 +1,6 @@
 """The `raftq` command line, run as a user runs it."""
 
+import base64
 import json
 import os
 import re
@@ -178,7 +179,7 @@ def test_queue_commands_create_show_patch_list_delete(cluster3):
     patched = as_json("queue", "patch", "cli-admin", "--max-deliveries", "none", "--overflow", "drop_oldest",
                       cluster=cluster3)
     assert patched["config"]["max_deliveries"] is None and patched["config"]["overflow"] == "drop_oldest"
-    raftq("put", "cli-admin", "x", cluster=cluster3)
+    raftq("put", "cli-admin", "x", "--text", cluster=cluster3)
     shown = raftq("queue", "show", "cli-admin", cluster=cluster3).stdout
     assert "depth 1" in shown and "lease_ms=5000" in shown and "default" in shown
     assert as_json("queue", "show", "cli-admin", cluster=cluster3)["stats"]["put_total"] == 1
@@ -207,11 +208,11 @@ def test_message_commands_put_receive_nack_extend_ack_browse_commit_tx(cluster3)
     put = as_json("put", q, '{"n": 1}', "--key", "k", "--header", "trace=abc", "--ttl-ms", "600000",
                   cluster=cluster3)
     assert put["messages"][0]["seq"] == 1
-    raftq("put", q, "two", cluster=cluster3)
+    raftq("put", q, "two", "--text", cluster=cluster3)
     browsed = as_json("browse", q, "--from-seq", "1", "--limit", "5", cluster=cluster3)
     assert [(m["seq"], m["body"], m["key"], m["headers"]) for m in browsed["messages"]] == [
         (1, {"n": 1}, "k", {"trace": "abc"}), (2, "two", None, None)]
-    assert "key k" in raftq("browse", q, cluster=cluster3).stdout
+    assert json.loads(raftq("browse", q, cluster=cluster3).stdout.splitlines()[0])["key"] == "k"
     first = as_json("receive", q, "--lease-ms", "60000", cluster=cluster3)["messages"][0]
     assert raftq("nack", q, first["receipt"], cluster=cluster3).stdout.strip() == "nacked 1"
     again = as_json("receive", q, cluster=cluster3)["messages"][0]
@@ -238,7 +239,8 @@ def test_subscribe_prints_pushed_messages_and_acks_them(cluster3):
     assert as_json("queue", "show", "cli-sub", cluster=cluster3)["stats"]["acked_total"] == 3
     raftq("put", "cli-sub", '"kept"', cluster=cluster3)
     text = raftq("subscribe", "cli-sub", "--no-ack", "--idle", "2", cluster=cluster3).stdout
-    assert "body 'kept'" in text and "receipt" in text
+    kept = json.loads(text)
+    assert kept["body"] == "kept" and kept["receipt"]
 
 
 def test_redrive_command(cluster3):
@@ -449,3 +451,42 @@ def test_a_leader_on_our_port_counts_only_when_it_is_our_process(fresh_cluster):
     finally:
         stand_in.kill()
         stand_in.wait()
+
+
+def test_put_body_is_json_unless_a_flag_says_otherwise(cluster3, tmp_path):
+    q = "cli-body-kinds"
+    typo = raftq("put", q, '{"x": 1', cluster=cluster3, check=False)
+    assert typo.returncode == 2 and "is not JSON" in typo.stderr and "--text" in typo.stderr
+    assert len(typo.stderr.strip().splitlines()) == 1
+    assert raftq("queues", "--json", cluster=cluster3, check=False).stdout.count(q) == 0   # nothing stored
+    raftq("put", q, '{"x": 1}', cluster=cluster3)
+    raftq("put", q, '{"x": 1', "--text", cluster=cluster3)
+    raftq("put", q, base64.b64encode(b"\x00\xff").decode(), "--base64", cluster=cluster3)
+    payload = tmp_path / "payload.bin"
+    payload.write_bytes(b"\x01raw\xfe")
+    raftq("put", q, "--file", str(payload), cluster=cluster3)
+    bodies = [m.get("body", m.get("body_b64")) for m in as_json("browse", q, cluster=cluster3)["messages"]]
+    assert bodies == [{"x": 1}, '{"x": 1', base64.b64encode(b"\x00\xff").decode(),
+                      base64.b64encode(b"\x01raw\xfe").decode()]
+    for args, complaint in ((("not base64!", "--base64"), "is not base64"),
+                            (("--file", str(tmp_path / "missing")), "cannot read --file"),
+                            (("{}", "--file", str(payload)), "not both"),
+                            ((), "give the message body")):
+        refused = raftq("put", q, *args, cluster=cluster3, check=False)
+        assert refused.returncode == 2 and complaint in refused.stderr, refused.stderr
+    assert as_json("queue", "show", q, cluster=cluster3)["stats"]["put_total"] == 4
+    bad_tx = raftq("tx", "--put", q, "{oops", cluster=cluster3, check=False)
+    assert bad_tx.returncode == 2 and "is not JSON" in bad_tx.stderr
+
+
+def test_receive_and_browse_print_one_json_line_per_message(cluster3):
+    q = "cli-json-lines"
+    raftq("put", q, '{"task": 2}', cluster=cluster3)
+    raftq("put", q, base64.b64encode(b"\x00").decode(), "--base64", cluster=cluster3)
+    browsed = [json.loads(line) for line in raftq("browse", q, cluster=cluster3).stdout.splitlines()]
+    assert [(m["seq"], m.get("body"), m.get("body_b64")) for m in browsed] == [(1, {"task": 2}, None), (2, None, "AA==")]
+    assert all("receipt" not in m for m in browsed)
+    received = [json.loads(line) for line in raftq("receive", q, "--max", "2", cluster=cluster3).stdout.splitlines()]
+    assert [m["body"] for m in received[:1]] == [{"task": 2}] and all(m["receipt"] for m in received)
+    empty = raftq("receive", q, cluster=cluster3)
+    assert empty.stdout == "" and "nothing ready" in empty.stderr
