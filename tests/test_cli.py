@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from raftq.client import Client
 from raftq.local import LocalCluster, free_ports, port_free
 from tests.waiting import wait_until
 from tests.wire import token_for
@@ -490,3 +491,44 @@ def test_receive_and_browse_print_one_json_line_per_message(cluster3):
     assert [m["body"] for m in received[:1]] == [{"task": 2}] and all(m["receipt"] for m in received)
     empty = raftq("receive", q, cluster=cluster3)
     assert empty.stdout == "" and "nothing ready" in empty.stderr
+
+
+def test_version():
+    done = raftq("--version")
+    assert re.fullmatch(r"raftq \d+\.\d+\.\d+\S*\n", done.stdout), done.stdout
+
+
+def test_status_lists_nodes_in_id_order_with_their_pids(cluster3):
+    # A leader lists itself first: make it the last node so that its own order is not id order.
+    if cluster3.wait_for_leader(30) != "n3":
+        raftq("cluster", "transfer", "n3", cluster=cluster3)
+    assert cluster3.wait_for_leader(30) == "n3"
+    with Client(cluster3.url("n3"), token=cluster3.token) as client:
+        assert client.cluster()["nodes"][0]["id"] == "n3"
+    rows = [line.split()[0] for line in raftq("cluster", "status", cluster=cluster3).stdout.splitlines()[1:4]]
+    assert rows == ["n1", "n2", "n3"]
+    view = as_json("cluster", "status", cluster=cluster3)
+    assert [(n["id"], n["pid"]) for n in view["nodes"]] == [(nid, cluster3.pid(nid)) for nid in cluster3.ids]
+    top = json.loads(raftq("top", "--iterations", "1", "--json", cluster=cluster3).stdout)
+    assert [n["id"] for n in top["cluster"]["nodes"]] == ["n1", "n2", "n3"]
+
+
+def test_top_fits_the_terminal_it_is_given(cluster3):
+    long_name = "a-queue-with-a-name-much-longer-than-a-terminal-has-room-for-" + "x" * 20
+    raftq("put", long_name, "1", cluster=cluster3)
+    for columns in (80, 60):
+        env_columns = {"COLUMNS": str(columns)}
+        done = subprocess.run([sys.executable, "-m", "raftq", "top", "--iterations", "1"], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, **env_columns, "RAFTQ_URL": ",".join(cluster3.urls),
+                                                          "RAFTQ_TOKEN": cluster3.token})
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert max(len(line) for line in lines) <= columns, done.stdout
+        row = next(line for line in lines if line.startswith("a-queue-with"))
+        assert row.split()[0].endswith("…") and row.split()[1] == "1"    # the name shortened, its depth kept
+        assert all(any(line.startswith(nid) for line in lines) for nid in cluster3.ids)
+    wide = subprocess.run([sys.executable, "-m", "raftq", "top", "--iterations", "1"], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "COLUMNS": "250",
+                                                      "RAFTQ_URL": ",".join(cluster3.urls),
+                                                      "RAFTQ_TOKEN": cluster3.token}).stdout
+    assert "fsync-per-append" in wide and long_name in wide
