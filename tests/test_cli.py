@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -532,3 +533,95 @@ def test_top_fits_the_terminal_it_is_given(cluster3):
                                                       "RAFTQ_URL": ",".join(cluster3.urls),
                                                       "RAFTQ_TOKEN": cluster3.token}).stdout
     assert "fsync-per-append" in wide and long_name in wide
+
+
+class Lines:
+    """What a running `raftq up` prints from now on, read by a thread so that a test can wait on it."""
+
+    def __init__(self, proc, already: str = ""):
+        self.text = already
+        self.reader = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self.reader.start()
+
+    def _read(self, proc):
+        for line in proc.stdout:
+            self.text += line
+
+    def wait_for(self, pattern: str, timeout: float = 90.0) -> re.Match:
+        return wait_until(lambda: re.search(pattern, self.text), timeout, what=f"{pattern!r} in: {self.text}")
+
+
+def secrets_of(data_dir) -> list[str]:
+    from engine.config import load
+    cfg = load(data_dir / "cluster.toml")
+    return [cfg.secret, cfg.tokens.admin, cfg.tokens.data, cfg.tokens.metrics]
+
+
+def test_up_restarts_a_node_that_died_and_never_prints_a_secret(tmp_path):
+    data_dir = tmp_path / "up"
+    proc, output = start_up(data_dir, "--demo")
+    try:
+        assert "cluster up" in output, output
+        printed = Lines(proc, output)
+        pids = dict(re.findall(r"(n\d)  \S+   pid (\d+)", output))
+        os.killpg(int(pids["n2"]), signal.SIGKILL)
+        printed.wait_for(r"node n2 exited with -9; see \S+n2.log. Restarting it in 1 s")
+        restarted = int(printed.wait_for(r"node n2 restarted \(pid (\d+)\)").group(1))
+        assert restarted != int(pids["n2"]) and alive(restarted)
+
+        def n2_back():
+            done = raftq("cluster", "status", "--json", "--cluster-dir", str(data_dir), check=False)
+            view = json.loads(done.stdout) if done.returncode == 0 else None
+            return view and [(n["id"], n["pid"], n["healthy"]) for n in view["nodes"]][1] == ("n2", restarted, True)
+        wait_until(n2_back, 60, what="n2 to be back, with the pid `raftq up` printed")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+        printed.reader.join(10)
+        assert "stopped." in printed.text
+        assert not alive(restarted) and not any(alive(int(p)) for p in pids.values())
+        # issue 21: its output goes to files (make up > up.log): no token, no secret in it
+        leaked = [s for s in secrets_of(data_dir) if s and s in printed.text]
+        assert leaked == [], printed.text
+        assert str(data_dir / "cluster.toml") in printed.text          # it names where they are instead
+    finally:
+        stop_everything(proc, data_dir)
+
+
+def test_up_stops_a_node_restarted_by_hand_too(tmp_path):
+    data_dir = tmp_path / "up"
+    proc, output = start_up(data_dir, "--no-restart")
+    by_hand = None
+    try:
+        assert "cluster up" in output, output
+        printed = Lines(proc, output)
+        pids = dict(re.findall(r"(n\d)  \S+   pid (\d+)", output))
+        os.killpg(int(pids["n3"]), signal.SIGKILL)
+        command = printed.wait_for(r"node n3 exited with -9; see \S+. Restart it by hand: raftq (node .*) >> "
+                                   r"(\S+) 2>&1 &").groups()
+        with open(command[1], "ab") as log:
+            by_hand = subprocess.Popen([sys.executable, "-m", "raftq", *command[0].split()], stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        printed.wait_for(rf"node n3 runs again, started by hand \(pid {by_hand.pid}\); Ctrl-C stops it")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+        assert by_hand.wait(30) == 0          # stopped as the others are: SIGTERM, a clean exit
+    finally:
+        if by_hand is not None and by_hand.poll() is None:
+            by_hand.kill()
+            by_hand.wait()
+        stop_everything(proc, data_dir)
+
+
+def test_up_names_the_process_holding_its_port(tmp_path):
+    http_port = consecutive_free_port(3)
+    squatter = socket.socket()
+    try:
+        squatter.bind(("127.0.0.1", http_port + 1))
+        squatter.listen()
+        done = subprocess.run([sys.executable, "-m", "raftq", "up", "--data-dir", str(tmp_path / "up"),
+                               "--http-port", str(http_port), "--raft-port", str(consecutive_free_port(3))],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        squatter.close()
+    assert done.returncode == 1 and "cluster up" not in done.stdout
+    assert f"ports already in use: 127.0.0.1:{http_port + 1} (pid {os.getpid()}: " in done.stderr, done.stderr
