@@ -89,3 +89,21 @@ def test_the_readme_runs_as_pasted(tmp_path):
             except subprocess.TimeoutExpired:
                 pass
         stop_everything(up, workdir / ".raftq")
+
+
+def test_the_docs_point_only_inside_the_repository():
+    """A newcomer has the repository and nothing beside it: every relative link of the README
+    and docs/ resolves to a file of the repository, and no text names a document outside it."""
+    root = README.parent
+    broken = []
+    for page in [README, *sorted((root / "docs").glob("*.md"))]:
+        text = page.read_text()
+        if "../shared" in text:
+            broken.append(f"{page.name}: names ../shared")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            path = (page.parent / target.split("#")[0]).resolve()
+            if not path.is_relative_to(root) or not path.exists():
+                broken.append(f"{page.name}: {target}")
+    assert broken == []
