@@ -2,8 +2,14 @@
 restore, a node that lost its data rejoining, installing for deploy/'s systemd unit,
 a rolling upgrade (issue 27, item 8)."""
 
+import os
+import re
 import shutil
+import stat
+import subprocess
+import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +20,7 @@ from tests.wire import register
 
 pytestmark = pytest.mark.integration
 
+REPO = Path(__file__).resolve().parent.parent
 QUEUES = ("orders", "events", "audit")
 
 
@@ -105,3 +112,64 @@ def test_a_node_that_lost_its_data_rejoins_and_holds_every_message(fresh_cluster
             browsed = own.browse(name, limit=10_000, consistency="any")["messages"]
             assert [(m["seq"], m["body"], m["key"]) for m in browsed] == queue["messages"]
     assert contents(cluster) == before
+
+
+def documented_block(heading: str) -> str:
+    """The first ```sh block after `heading` in docs/operations.md."""
+    text = (REPO / "docs" / "operations.md").read_text()
+    after = text[text.index(heading):]
+    return after[after.index("```sh\n") + 6:after.index("```", after.index("```sh\n") + 6)]
+
+
+def test_the_documented_install_gives_the_systemd_unit_every_path_it_names(tmp_path):
+    """The install steps, run as written into a temporary root: without sudo, and without what
+    needs root (the user, ownership, systemctl). Then the unit's own command runs a node."""
+    root, wheels = tmp_path / "root", tmp_path / "wheels"
+    checkout = tmp_path / "checkout"          # building writes build/ and *.egg-info: not in the tree
+    shutil.copytree(REPO, checkout, ignore=shutil.ignore_patterns(".venv", ".git", "results", "__pycache__",
+                                                                  "build", "*.egg-info", ".raftq"))
+    single = LocalCluster.create(tmp_path / "cluster", 1)
+    steps = []
+    for line in documented_block("## Installing for systemd").splitlines():
+        if not line.strip() or line.startswith("#") or "useradd" in line or "systemctl" in line:
+            continue
+        line = line.replace("sudo ", "").replace("-o raftq -g raftq ", "").replace("python3 ", f"{sys.executable} ")
+        line = line.replace("/tmp/raftq-wheels", str(wheels)).replace(" cluster.toml ", f" {single.config_path} ")
+        line = re.sub(r"(?<![\w/.-])/(opt|etc|var/lib)/", f"{root}/\\1/", line)
+        steps.append(line)
+    assert len(steps) == 7, steps
+    built = subprocess.run(["bash", "-e", "-c", steps[0]], cwd=checkout, capture_output=True, text=True, timeout=1200)
+    if built.returncode != 0:
+        message = f"building the wheels needs a package index: {built.stderr[-500:]}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    (root / "etc/systemd/system").mkdir(parents=True)      # there on any machine with systemd
+    done = subprocess.run(["bash", "-e", "-c", "\n".join(steps[1:])], cwd=checkout, capture_output=True, text=True,
+                          timeout=1200)
+    assert done.returncode == 0, done.stderr
+
+    unit = (REPO / "deploy" / "raftq@.service").read_text()
+    command = re.search(r"^ExecStart=(.*)$", unit, re.M).group(1).replace("%i", "n1").split()
+    config = root / "etc/raftq/cluster.toml"
+    data_root = root / re.search(r"^ReadWritePaths=/(.*)$", unit, re.M).group(1)
+    assert command[0] == "/opt/raftq/bin/raftq" and (root / command[0][1:]).is_file()
+    assert command[command.index("--config") + 1] == "/etc/raftq/cluster.toml" and config.is_file()
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    assert data_root.is_dir() and stat.S_IMODE(data_root.stat().st_mode) == 0o700
+    assert (root / "etc/systemd/system/raftq@.service").read_text() == unit
+    version = subprocess.run([str(root / command[0][1:]), "--version"], capture_output=True, text=True, timeout=60)
+    assert re.fullmatch(r"raftq \d+\.\d+\.\d+\S*\n", version.stdout), version
+    # the unit's command, its paths under the temporary root, serves a node from the installed package
+    # (run from tmp_path, with no PYTHONPATH: nothing of the checkout is importable)
+    node = [str(root / command[0][1:])] + [str(root) + arg if arg.startswith("/") else arg for arg in command[1:]]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.Popen(node, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        wait_until(lambda: single.ready_view("n1") or proc.poll() is not None, 60, what="the installed node")
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        assert (data_root / "n1" / "raft").is_dir()
+    finally:
+        proc.terminate()
+        proc.wait(30)
