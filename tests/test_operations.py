@@ -173,3 +173,65 @@ def test_the_documented_install_gives_the_systemd_unit_every_path_it_names(tmp_p
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+# The revision the rolling-upgrade test starts from: the last one before issue 27's changes.
+# Move it to the newest release that a cluster may be upgraded from whenever one is cut.
+UPGRADE_FROM = "9a08f1a"
+
+
+def exported(revision: str, into: Path) -> Path:
+    """The tree of `revision`, exported from this repository's history (or a skip)."""
+    into.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", revision], capture_output=True, timeout=120)
+    if archive.returncode != 0:
+        pytest.skip(f"revision {revision} is not in this checkout's history: {archive.stderr.decode()[-300:]}")
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True, timeout=120)
+    return into
+
+
+def test_a_rolling_upgrade_keeps_serving_and_loses_nothing(tmp_path, monkeypatch):
+    """docs/operations.md's rolling upgrade: followers first, one at a time, then the leader after a
+    transfer; reads, writes and replica digests checked with old and new nodes side by side."""
+    old_tree = exported(UPGRADE_FROM, tmp_path / "old-tree")
+    # `python -m raftq` puts its working directory first on sys.path: run the nodes from elsewhere
+    monkeypatch.chdir(tmp_path)
+    old_env = {**os.environ, "PYTHONPATH": str(old_tree)}
+    new_env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cluster = LocalCluster.create(tmp_path / "cluster", 3, env=old_env)
+    register(cluster)
+    try:
+        cluster.start()
+        assert cluster.wait_for_leader(60) is not None and cluster.wait_all_ready(60)
+        load(cluster)
+        with cluster.client() as client:
+            # this release's rows carry each node's pid; the old one's do not: old code is running
+            assert all("pid" not in n for n in client.cluster()["nodes"])
+        old_leader = cluster.wait_for_leader(30)
+
+        def upgrade(node_id: str) -> None:
+            wait_until(lambda: caught_up(cluster, node_id), 60, what=f"{node_id} to be caught up")
+            cluster.stop(node_id)                    # SIGTERM, as systemctl restart sends it
+            cluster.env = new_env
+            cluster.start(node_id)
+            wait_until(lambda: caught_up(cluster, node_id), 120, what=f"{node_id} back on the new release")
+
+        for step, follower in enumerate(n for n in cluster.ids if n != old_leader):
+            upgrade(follower)
+            with cluster.client() as client:        # mixed: it serves, and the replicas agree
+                client.put_batch("orders", [{"body": {"during": step, "n": i}} for i in range(50)])
+                assert client.verify()["agree"]
+        upgraded = next(n for n in cluster.ids if n != old_leader)
+        with cluster.client() as client:
+            assert client.transfer_leadership(upgraded)["moved"]
+        upgrade(old_leader)
+        with cluster.client() as client:
+            client.put_batch("orders", [{"body": {"after": i}} for i in range(50)])
+            assert client.verify()["agree"]
+            view = client.cluster()
+        assert [n["pid"] for n in view["nodes"]] == [cluster.pid(n["id"]) for n in view["nodes"]]
+        seen = contents(cluster)
+        assert seen["orders"]["counters"]["put_total"] == 301 + 2 * 50 + 50
+        assert seen["events"]["counters"]["put_total"] == seen["audit"]["counters"]["put_total"] == 301
+    finally:
+        cluster.close()
