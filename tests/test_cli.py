@@ -486,7 +486,8 @@ def test_receive_and_browse_print_one_json_line_per_message(cluster3):
     raftq("put", q, '{"task": 2}', cluster=cluster3)
     raftq("put", q, base64.b64encode(b"\x00").decode(), "--base64", cluster=cluster3)
     browsed = [json.loads(line) for line in raftq("browse", q, cluster=cluster3).stdout.splitlines()]
-    assert [(m["seq"], m.get("body"), m.get("body_b64")) for m in browsed] == [(1, {"task": 2}, None), (2, None, "AA==")]
+    assert [(m["seq"], m.get("body"), m.get("body_b64")) for m in browsed] == [(1, {"task": 2}, None),
+                                                                              (2, None, "AA==")]
     assert all("receipt" not in m for m in browsed)
     received = [json.loads(line) for line in raftq("receive", q, "--max", "2", cluster=cluster3).stdout.splitlines()]
     assert [m["body"] for m in received[:1]] == [{"task": 2}] and all(m["receipt"] for m in received)
@@ -517,21 +518,22 @@ def test_status_lists_nodes_in_id_order_with_their_pids(cluster3):
 def test_top_fits_the_terminal_it_is_given(cluster3):
     long_name = "a-queue-with-a-name-much-longer-than-a-terminal-has-room-for-" + "x" * 20
     raftq("put", long_name, "1", cluster=cluster3)
-    for columns in (80, 60):
-        env_columns = {"COLUMNS": str(columns)}
+
+    def top_in(columns: int) -> str:
+        env = {**os.environ, "COLUMNS": str(columns), "RAFTQ_URL": ",".join(cluster3.urls),
+               "RAFTQ_TOKEN": cluster3.token}
         done = subprocess.run([sys.executable, "-m", "raftq", "top", "--iterations", "1"], capture_output=True,
-                              text=True, timeout=60, env={**os.environ, **env_columns, "RAFTQ_URL": ",".join(cluster3.urls),
-                                                          "RAFTQ_TOKEN": cluster3.token})
+                              text=True, timeout=60, env=env)
         assert done.returncode == 0, done.stderr
-        lines = done.stdout.splitlines()
-        assert max(len(line) for line in lines) <= columns, done.stdout
+        return done.stdout
+
+    for columns in (80, 60):
+        lines = top_in(columns).splitlines()
+        assert max(len(line) for line in lines) <= columns, lines
         row = next(line for line in lines if line.startswith("a-queue-with"))
         assert row.split()[0].endswith("…") and row.split()[1] == "1"    # the name shortened, its depth kept
         assert all(any(line.startswith(nid) for line in lines) for nid in cluster3.ids)
-    wide = subprocess.run([sys.executable, "-m", "raftq", "top", "--iterations", "1"], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "COLUMNS": "250",
-                                                      "RAFTQ_URL": ",".join(cluster3.urls),
-                                                      "RAFTQ_TOKEN": cluster3.token}).stdout
+    wide = top_in(250)
     assert "fsync-per-append" in wide and long_name in wide
 
 

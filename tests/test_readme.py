@@ -77,7 +77,8 @@ def test_the_readme_runs_as_pasted(tmp_path):
             command = ["bash", "-e", "-o", "pipefail", "-c", code] if block["lang"] == "sh" else \
                 [str(workdir / ".venv/bin/python"), "-c", code]
             done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
-            shown = f"README block {number} ({block['lang']}):\n{code}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+            shown = (f"README block {number} ({block['lang']}):\n{code}\n"
+                     f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}")
             assert done.returncode == 0, shown
             assert '"error"' not in done.stdout + done.stderr and "Traceback" not in done.stderr, shown
             assert "<Future" not in done.stdout, shown
