@@ -8,6 +8,7 @@ STATUS = {
     "method_not_allowed": 405,
     "timeout": 408,
     "conflict": 409,
+    "invalid_receipt": 400,
     "stale_receipt": 409,
     "too_large": 413,
     "queue_full": 429,

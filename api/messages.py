@@ -4,7 +4,7 @@ import re
 
 from aiohttp import web
 
-from statemachine.queue import message_size
+from statemachine.queue import could_be_receipt, message_size
 from statemachine.validation import MAX_RECEIVE, MAX_WAIT_MS, check_message, is_int
 
 from .buffering import buffer_put, with_ids
@@ -139,7 +139,20 @@ async def _settle(request: web.Request, op: str) -> web.Response:
         command["delay_ms"] = body["delay_ms"]
     if op == "extend" and body.get("lease_ms") is not None:
         command["lease_ms"] = body["lease_ms"]
+    validate(command)
+    refuse_invalid_receipts(command["receipts"])
     return respond(request, (await write(request, command)).result)
+
+
+def refuse_invalid_receipts(receipts: list) -> None:
+    """A receipt raftq could never have issued (a typo, a truncated paste) is the client's
+    mistake, 400; one that names a lease that ended stays the state machine's 409 stale_receipt.
+    Checked here, at the edge only: the log applies exactly as the nodes that wrote it did."""
+    invalid = [r for r in receipts if not could_be_receipt(r)]
+    if invalid:
+        raise ApiError("invalid_receipt", f"{len(invalid)} of the receipts could not have been issued by "
+                                          "raftq (a receipt is what receive answered, unchanged)",
+                       invalid=invalid)
 
 
 @leader_only
@@ -200,6 +213,8 @@ async def transaction(request: web.Request) -> web.Response:
         part["messages"] = _messages(request, {"messages": part.get("messages")})
     command = {"op": "tx", "ack": body.get("ack", []), "put": puts,
                "auto_create": request.app[NODE].auto_create}
+    validate(command)
+    refuse_invalid_receipts([r for part in command["ack"] for r in part["receipts"]])
     committed = await write(request, command)
     return respond(request, {**committed.result, "commit_index": committed.index}, status=201 if puts else 200)
 

@@ -24,9 +24,10 @@ import http.client
 import socket
 import time
 import uuid
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import aiohttp
+from yarl import URL
 
 from .failover import DurabilityNotReached, Failover, RaftqError, backoff_delays
 from .stream_client import BlockingConsumer, Consumer, Message, Producer
@@ -39,6 +40,14 @@ RETRYABLE_STATUS = {503}
 APPLIED_INDEX_HEADER = "X-Raftq-Applied-Index"
 # A redirect answers a redirect only while leadership moves; more than this is a loop.
 MAX_REDIRECTS = 8
+
+
+def _part(name: str) -> str:
+    """A name as one URL path segment or query value: quoted, so that whatever it holds reaches
+    the server, whose one naming rule then answers (400 bad_request for a name it refuses)."""
+    quoted = quote(str(name), safe="")
+    # "." and ".." as a whole segment would be collapsed by the path's normalisation
+    return quoted if quoted.strip(".") else quoted.replace(".", "%2E")
 
 
 def _wire_message(message) -> dict:
@@ -73,7 +82,7 @@ class _Calls:
     def put_batch(self, queue: str, messages: list, *, durability: str | None = None):
         """All or nothing; each message a body or a dict with body/key/id/headers/ttl_ms/delay_ms."""
         query = f"?durability={durability}" if durability else ""
-        return self._call("POST", f"/v1/queues/{queue}/messages{query}",
+        return self._call("POST", f"/v1/queues/{_part(queue)}/messages{query}",
                           {"messages": [_wire_message(m) for m in messages]}, retry=True)
 
     def receive(self, queue: str, *, group: str = "default", max: int = 1, wait_ms: int = 0,
@@ -83,54 +92,54 @@ class _Calls:
             body["lease_ms"] = lease_ms
         # Retried like the rest: if a lost answer had leased messages, nobody
         # holds them; their lease expires and they are delivered again.
-        return self._call("POST", f"/v1/queues/{queue}/receive", body, retry=True,
+        return self._call("POST", f"/v1/queues/{_part(queue)}/receive", body, retry=True,
                           timeout=wait_ms / 1000 + 10)
 
     def ack(self, queue: str, receipts: list):
-        return self._call("POST", f"/v1/queues/{queue}/ack", {"receipts": list(receipts)}, retry=True)
+        return self._call("POST", f"/v1/queues/{_part(queue)}/ack", {"receipts": list(receipts)}, retry=True)
 
     def nack(self, queue: str, receipts: list, *, delay_ms: int | None = None):
         body = {"receipts": list(receipts)}
         if delay_ms is not None:
             body["delay_ms"] = delay_ms
-        return self._call("POST", f"/v1/queues/{queue}/nack", body, retry=True)
+        return self._call("POST", f"/v1/queues/{_part(queue)}/nack", body, retry=True)
 
     def extend(self, queue: str, receipts: list, *, lease_ms: int | None = None):
         body = {"receipts": list(receipts)}
         if lease_ms is not None:
             body["lease_ms"] = lease_ms
-        return self._call("POST", f"/v1/queues/{queue}/extend", body, retry=True)
+        return self._call("POST", f"/v1/queues/{_part(queue)}/extend", body, retry=True)
 
     def create_queue(self, queue: str, **config):
-        return self._call("PUT", f"/v1/queues/{queue}", config, retry=True)
+        return self._call("PUT", f"/v1/queues/{_part(queue)}", config, retry=True)
 
     def patch_queue(self, queue: str, **config):
-        return self._call("PATCH", f"/v1/queues/{queue}", config, retry=True)
+        return self._call("PATCH", f"/v1/queues/{_part(queue)}", config, retry=True)
 
     def delete_queue(self, queue: str):
-        return self._call("DELETE", f"/v1/queues/{queue}", None, retry=True)
+        return self._call("DELETE", f"/v1/queues/{_part(queue)}", None, retry=True)
 
     def queues(self, *, consistency: str = "leader"):
         return self._call("GET", f"/v1/queues?consistency={consistency}", None, retry=True)
 
     def queue(self, queue: str, *, consistency: str = "leader"):
-        return self._call("GET", f"/v1/queues/{queue}?consistency={consistency}", None, retry=True)
+        return self._call("GET", f"/v1/queues/{_part(queue)}?consistency={consistency}", None, retry=True)
 
     def add_group(self, queue: str, group: str, *, start: str = "earliest"):
-        return self._call("PUT", f"/v1/queues/{queue}/groups/{group}", {"start": start}, retry=True)
+        return self._call("PUT", f"/v1/queues/{_part(queue)}/groups/{_part(group)}", {"start": start}, retry=True)
 
     def delete_group(self, queue: str, group: str):
-        return self._call("DELETE", f"/v1/queues/{queue}/groups/{group}", None, retry=True)
+        return self._call("DELETE", f"/v1/queues/{_part(queue)}/groups/{_part(group)}", None, retry=True)
 
     def browse(self, queue: str, *, group: str = "default", from_seq: int = 0, limit: int = 100,
                consistency: str = "leader"):
         """With consistency="any", the answer adds `applied_index`: the answering replica's
         state is at least that far along the log."""
-        return self._call("GET", f"/v1/queues/{queue}/messages?group={group}&from_seq={from_seq}"
+        return self._call("GET", f"/v1/queues/{_part(queue)}/messages?group={_part(group)}&from_seq={from_seq}"
                                  f"&limit={limit}&consistency={consistency}", None, retry=True)
 
     def commit(self, queue: str, group: str, seq: int):
-        return self._call("POST", f"/v1/queues/{queue}/groups/{group}/commit", {"seq": seq}, retry=True)
+        return self._call("POST", f"/v1/queues/{_part(queue)}/groups/{_part(group)}/commit", {"seq": seq}, retry=True)
 
     # ---- staged writes: exactly-once producers (docs/api.md, statemachine/staging.py) ----
     def stage(self, producer: str, token: str, chunk: int, queue: str, messages: list, *,
@@ -141,7 +150,7 @@ class _Calls:
                 "messages": [self._message_out(m) for m in messages]}
         if ttl_ms is not None:
             body["ttl_ms"] = ttl_ms
-        return self._call("POST", f"/v1/producers/{producer}/stage", body, retry=True)
+        return self._call("POST", f"/v1/producers/{_part(producer)}/stage", body, retry=True)
 
     def commit_stages(self, producer: str, batch: int, parts: list, *, retain_ms: int | None = None):
         """Publish the stages [{"token", "chunks"}] in one log entry, once per (producer, batch):
@@ -149,16 +158,16 @@ class _Calls:
         body = {"batch": batch, "parts": parts}
         if retain_ms is not None:
             body["retain_ms"] = retain_ms
-        return self._call("POST", f"/v1/producers/{producer}/commit", body, retry=True)
+        return self._call("POST", f"/v1/producers/{_part(producer)}/commit", body, retry=True)
 
     def abort_stages(self, producer: str, tokens: list):
-        return self._call("POST", f"/v1/producers/{producer}/abort", {"tokens": list(tokens)}, retry=True)
+        return self._call("POST", f"/v1/producers/{_part(producer)}/abort", {"tokens": list(tokens)}, retry=True)
 
     def producer(self, producer: str):
-        return self._call("GET", f"/v1/producers/{producer}", None, retry=True)
+        return self._call("GET", f"/v1/producers/{_part(producer)}", None, retry=True)
 
     def delete_producer(self, producer: str):
-        return self._call("DELETE", f"/v1/producers/{producer}", None, retry=True)
+        return self._call("DELETE", f"/v1/producers/{_part(producer)}", None, retry=True)
 
     def transaction(self, *, ack: list | None = None, put: list | None = None):
         """ack: [{"queue", "receipts"}], put: [{"queue", "messages"}] — one all-or-nothing entry."""
@@ -174,7 +183,7 @@ class _Calls:
             body["from_queue"] = from_queue
         if max is not None:
             body["max"] = max
-        return self._call("POST", f"/v1/queues/{dead_letter_queue}/redrive", body, retry=True)
+        return self._call("POST", f"/v1/queues/{_part(dead_letter_queue)}/redrive", body, retry=True)
 
     def cluster(self):
         return self._call("GET", "/v1/cluster", None, retry=True)
@@ -188,7 +197,7 @@ class _Calls:
                           {"id": node_id, "raft_addr": raft_addr, "http_addr": http_addr}, retry=True)
 
     def remove_node(self, node_id: str, *, force: bool = False):
-        return self._call("DELETE", f"/v1/cluster/nodes/{node_id}" + ("?force=true" if force else ""),
+        return self._call("DELETE", f"/v1/cluster/nodes/{_part(node_id)}" + ("?force=true" if force else ""),
                           None, retry=True)
 
     def transfer_leadership(self, to: str | None = None):
@@ -196,11 +205,11 @@ class _Calls:
                           timeout=30)
 
     def group(self, queue: str, group: str, *, consistency: str = "leader"):
-        return self._call("GET", f"/v1/queues/{queue}/groups/{group}?consistency={consistency}", None,
+        return self._call("GET", f"/v1/queues/{_part(queue)}/groups/{_part(group)}?consistency={consistency}", None,
                           retry=True)
 
     def groups(self, queue: str, *, consistency: str = "leader"):
-        return self._call("GET", f"/v1/queues/{queue}/groups?consistency={consistency}", None, retry=True)
+        return self._call("GET", f"/v1/queues/{_part(queue)}/groups?consistency={consistency}", None, retry=True)
 
     def live(self):
         return self._call("GET", "/health/live", None, retry=False)
@@ -347,7 +356,9 @@ class AsyncClient(_Calls):
         while True:
             try:
                 async with self._session.request(
-                        method, route.base + path, data=data, headers=route.headers, allow_redirects=False,
+                        # encoded: the path is quoted already (_part), and requoting would undo a "%2E"
+                        method, URL(route.base + path, encoded=True), data=data, headers=route.headers,
+                        allow_redirects=False,
                         timeout=aiohttp.ClientTimeout(sock_connect=timeout or route.timeout,
                                                       sock_read=timeout or route.timeout)) as reply:
                     raw = await reply.read()

@@ -26,6 +26,7 @@ from sortedcontainers import SortedList
 
 from .group import Group
 from .results import CONFLICT, NOT_FOUND, QUEUE_FULL, error
+from .validation import NAME_RE
 
 COUNTERS = ("put_total", "acked_total", "redelivered_total", "dead_lettered_total",
             "expired_total", "dropped_total", "replaced_total", "redriven_total")
@@ -126,6 +127,13 @@ def parse_receipt(receipt: str):
         return None
     incarnation, group, seq, token = parsed.groups()
     return int(incarnation), group, int(seq), int(token)
+
+
+def could_be_receipt(receipt) -> bool:
+    """Whether raftq could have issued it, whatever lease it names now: what tells a
+    malformed receipt (refused at the API's edge) from a stale one."""
+    parsed = parse_receipt(receipt) if isinstance(receipt, str) else None
+    return parsed is not None and NAME_RE.fullmatch(parsed[1]) is not None
 
 
 class Queue:

@@ -123,8 +123,8 @@ def test_put_receive_ack_json_and_bytes(cluster3):
     assert acked.status == 200 and acked.body == {"acked": 2, "stale": []}
     again = call("POST", f"{url}/v1/queues/{q}/ack", {"receipts": [msgs[0]["receipt"]]})
     assert again.status == 409 and again.body["error"] == "stale_receipt"
-    unknown = call("POST", f"{url}/v1/queues/{q}/ack", {"receipts": ["default:999:999"]})
-    assert unknown.status == 409
+    unknown = call("POST", f"{url}/v1/queues/{q}/ack", {"receipts": ["1:default:999:999"]})
+    assert unknown.status == 409 and unknown.body["error"] == "stale_receipt"
     assert call("GET", f"{url}/v1/queues/{q}").body["stats"]["depth"] == 0
 
 
@@ -293,7 +293,8 @@ def test_transaction_all_or_nothing(cluster3):
     url, src, dst = leader_url(cluster3), qname(), qname()
     call("POST", f"{url}/v1/queues/{src}/messages", {"messages": [{"body": 1}, {"body": 2}]})
     got = call("POST", f"{url}/v1/queues/{src}/receive", {"max": 2}).body["messages"]
-    bad = call("POST", f"{url}/v1/tx", {"ack": [{"queue": src, "receipts": [got[0]["receipt"], "default:1:999999"]}],
+    ended = got[1]["receipt"].rpartition(":")[0] + ":999999"     # as issued, but for a lease that is not
+    bad = call("POST", f"{url}/v1/tx", {"ack": [{"queue": src, "receipts": [got[0]["receipt"], ended]}],
                                         "put": [{"queue": dst, "messages": [{"body": "result"}]}]})
     assert bad.status == 409 and bad.body["error"] == "stale_receipt"
     assert call("GET", f"{url}/v1/queues/{dst}").status == 404

@@ -1,5 +1,6 @@
 """The `raftq` command line, run as a user runs it."""
 
+import base64
 import json
 import os
 import re
@@ -7,10 +8,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
+from raftq.client import Client
 from raftq.local import LocalCluster, free_ports, port_free
 from tests.waiting import wait_until
 from tests.wire import token_for
@@ -178,7 +181,7 @@ def test_queue_commands_create_show_patch_list_delete(cluster3):
     patched = as_json("queue", "patch", "cli-admin", "--max-deliveries", "none", "--overflow", "drop_oldest",
                       cluster=cluster3)
     assert patched["config"]["max_deliveries"] is None and patched["config"]["overflow"] == "drop_oldest"
-    raftq("put", "cli-admin", "x", cluster=cluster3)
+    raftq("put", "cli-admin", "x", "--text", cluster=cluster3)
     shown = raftq("queue", "show", "cli-admin", cluster=cluster3).stdout
     assert "depth 1" in shown and "lease_ms=5000" in shown and "default" in shown
     assert as_json("queue", "show", "cli-admin", cluster=cluster3)["stats"]["put_total"] == 1
@@ -207,11 +210,11 @@ def test_message_commands_put_receive_nack_extend_ack_browse_commit_tx(cluster3)
     put = as_json("put", q, '{"n": 1}', "--key", "k", "--header", "trace=abc", "--ttl-ms", "600000",
                   cluster=cluster3)
     assert put["messages"][0]["seq"] == 1
-    raftq("put", q, "two", cluster=cluster3)
+    raftq("put", q, "two", "--text", cluster=cluster3)
     browsed = as_json("browse", q, "--from-seq", "1", "--limit", "5", cluster=cluster3)
     assert [(m["seq"], m["body"], m["key"], m["headers"]) for m in browsed["messages"]] == [
         (1, {"n": 1}, "k", {"trace": "abc"}), (2, "two", None, None)]
-    assert "key k" in raftq("browse", q, cluster=cluster3).stdout
+    assert json.loads(raftq("browse", q, cluster=cluster3).stdout.splitlines()[0])["key"] == "k"
     first = as_json("receive", q, "--lease-ms", "60000", cluster=cluster3)["messages"][0]
     assert raftq("nack", q, first["receipt"], cluster=cluster3).stdout.strip() == "nacked 1"
     again = as_json("receive", q, cluster=cluster3)["messages"][0]
@@ -238,7 +241,8 @@ def test_subscribe_prints_pushed_messages_and_acks_them(cluster3):
     assert as_json("queue", "show", "cli-sub", cluster=cluster3)["stats"]["acked_total"] == 3
     raftq("put", "cli-sub", '"kept"', cluster=cluster3)
     text = raftq("subscribe", "cli-sub", "--no-ack", "--idle", "2", cluster=cluster3).stdout
-    assert "body 'kept'" in text and "receipt" in text
+    kept = json.loads(text)
+    assert kept["body"] == "kept" and kept["receipt"]
 
 
 def test_redrive_command(cluster3):
@@ -449,3 +453,177 @@ def test_a_leader_on_our_port_counts_only_when_it_is_our_process(fresh_cluster):
     finally:
         stand_in.kill()
         stand_in.wait()
+
+
+def test_put_body_is_json_unless_a_flag_says_otherwise(cluster3, tmp_path):
+    q = "cli-body-kinds"
+    typo = raftq("put", q, '{"x": 1', cluster=cluster3, check=False)
+    assert typo.returncode == 2 and "is not JSON" in typo.stderr and "--text" in typo.stderr
+    assert len(typo.stderr.strip().splitlines()) == 1
+    assert raftq("queues", "--json", cluster=cluster3, check=False).stdout.count(q) == 0   # nothing stored
+    raftq("put", q, '{"x": 1}', cluster=cluster3)
+    raftq("put", q, '{"x": 1', "--text", cluster=cluster3)
+    raftq("put", q, base64.b64encode(b"\x00\xff").decode(), "--base64", cluster=cluster3)
+    payload = tmp_path / "payload.bin"
+    payload.write_bytes(b"\x01raw\xfe")
+    raftq("put", q, "--file", str(payload), cluster=cluster3)
+    bodies = [m.get("body", m.get("body_b64")) for m in as_json("browse", q, cluster=cluster3)["messages"]]
+    assert bodies == [{"x": 1}, '{"x": 1', base64.b64encode(b"\x00\xff").decode(),
+                      base64.b64encode(b"\x01raw\xfe").decode()]
+    for args, complaint in ((("not base64!", "--base64"), "is not base64"),
+                            (("--file", str(tmp_path / "missing")), "cannot read --file"),
+                            (("{}", "--file", str(payload)), "not both"),
+                            ((), "give the message body")):
+        refused = raftq("put", q, *args, cluster=cluster3, check=False)
+        assert refused.returncode == 2 and complaint in refused.stderr, refused.stderr
+    assert as_json("queue", "show", q, cluster=cluster3)["stats"]["put_total"] == 4
+    bad_tx = raftq("tx", "--put", q, "{oops", cluster=cluster3, check=False)
+    assert bad_tx.returncode == 2 and "is not JSON" in bad_tx.stderr
+
+
+def test_receive_and_browse_print_one_json_line_per_message(cluster3):
+    q = "cli-json-lines"
+    raftq("put", q, '{"task": 2}', cluster=cluster3)
+    raftq("put", q, base64.b64encode(b"\x00").decode(), "--base64", cluster=cluster3)
+    browsed = [json.loads(line) for line in raftq("browse", q, cluster=cluster3).stdout.splitlines()]
+    assert [(m["seq"], m.get("body"), m.get("body_b64")) for m in browsed] == [(1, {"task": 2}, None),
+                                                                              (2, None, "AA==")]
+    assert all("receipt" not in m for m in browsed)
+    received = [json.loads(line) for line in raftq("receive", q, "--max", "2", cluster=cluster3).stdout.splitlines()]
+    assert [m["body"] for m in received[:1]] == [{"task": 2}] and all(m["receipt"] for m in received)
+    empty = raftq("receive", q, cluster=cluster3)
+    assert empty.stdout == "" and "nothing ready" in empty.stderr
+
+
+def test_version():
+    done = raftq("--version")
+    assert re.fullmatch(r"raftq \d+\.\d+\.\d+\S*\n", done.stdout), done.stdout
+
+
+def test_status_lists_nodes_in_id_order_with_their_pids(cluster3):
+    # A leader lists itself first: make it the last node so that its own order is not id order.
+    if cluster3.wait_for_leader(30) != "n3":
+        raftq("cluster", "transfer", "n3", cluster=cluster3)
+    assert cluster3.wait_for_leader(30) == "n3"
+    with Client(cluster3.url("n3"), token=cluster3.token) as client:
+        assert client.cluster()["nodes"][0]["id"] == "n3"
+    rows = [line.split()[0] for line in raftq("cluster", "status", cluster=cluster3).stdout.splitlines()[1:4]]
+    assert rows == ["n1", "n2", "n3"]
+    view = as_json("cluster", "status", cluster=cluster3)
+    assert [(n["id"], n["pid"]) for n in view["nodes"]] == [(nid, cluster3.pid(nid)) for nid in cluster3.ids]
+    top = json.loads(raftq("top", "--iterations", "1", "--json", cluster=cluster3).stdout)
+    assert [n["id"] for n in top["cluster"]["nodes"]] == ["n1", "n2", "n3"]
+
+
+def test_top_fits_the_terminal_it_is_given(cluster3):
+    long_name = "a-queue-with-a-name-much-longer-than-a-terminal-has-room-for-" + "x" * 20
+    raftq("put", long_name, "1", cluster=cluster3)
+
+    def top_in(columns: int) -> str:
+        env = {**os.environ, "COLUMNS": str(columns), "RAFTQ_URL": ",".join(cluster3.urls),
+               "RAFTQ_TOKEN": cluster3.token}
+        done = subprocess.run([sys.executable, "-m", "raftq", "top", "--iterations", "1"], capture_output=True,
+                              text=True, timeout=60, env=env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    for columns in (80, 60):
+        lines = top_in(columns).splitlines()
+        assert max(len(line) for line in lines) <= columns, lines
+        row = next(line for line in lines if line.startswith("a-queue-with"))
+        assert row.split()[0].endswith("…") and row.split()[1] == "1"    # the name shortened, its depth kept
+        assert all(any(line.startswith(nid) for line in lines) for nid in cluster3.ids)
+    wide = top_in(250)
+    assert "fsync-per-append" in wide and long_name in wide
+
+
+class Lines:
+    """What a running `raftq up` prints from now on, read by a thread so that a test can wait on it."""
+
+    def __init__(self, proc, already: str = ""):
+        self.text = already
+        self.reader = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self.reader.start()
+
+    def _read(self, proc):
+        for line in proc.stdout:
+            self.text += line
+
+    def wait_for(self, pattern: str, timeout: float = 90.0) -> re.Match:
+        return wait_until(lambda: re.search(pattern, self.text), timeout, what=f"{pattern!r} in: {self.text}")
+
+
+def secrets_of(data_dir) -> list[str]:
+    from engine.config import load
+    cfg = load(data_dir / "cluster.toml")
+    return [cfg.secret, cfg.tokens.admin, cfg.tokens.data, cfg.tokens.metrics]
+
+
+def test_up_restarts_a_node_that_died_and_never_prints_a_secret(tmp_path):
+    data_dir = tmp_path / "up"
+    proc, output = start_up(data_dir, "--demo")
+    try:
+        assert "cluster up" in output, output
+        printed = Lines(proc, output)
+        pids = dict(re.findall(r"(n\d)  \S+   pid (\d+)", output))
+        os.killpg(int(pids["n2"]), signal.SIGKILL)
+        printed.wait_for(r"node n2 exited with -9; see \S+n2.log. Restarting it in 1 s")
+        restarted = int(printed.wait_for(r"node n2 restarted \(pid (\d+)\)").group(1))
+        assert restarted != int(pids["n2"]) and alive(restarted)
+
+        def n2_back():
+            done = raftq("cluster", "status", "--json", "--cluster-dir", str(data_dir), check=False)
+            view = json.loads(done.stdout) if done.returncode == 0 else None
+            return view and [(n["id"], n["pid"], n["healthy"]) for n in view["nodes"]][1] == ("n2", restarted, True)
+        wait_until(n2_back, 60, what="n2 to be back, with the pid `raftq up` printed")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+        printed.reader.join(10)
+        assert "stopped." in printed.text
+        assert not alive(restarted) and not any(alive(int(p)) for p in pids.values())
+        # issue 21: its output goes to files (make up > up.log): no token, no secret in it
+        leaked = [s for s in secrets_of(data_dir) if s and s in printed.text]
+        assert leaked == [], printed.text
+        assert str(data_dir / "cluster.toml") in printed.text          # it names where they are instead
+    finally:
+        stop_everything(proc, data_dir)
+
+
+def test_up_stops_a_node_restarted_by_hand_too(tmp_path):
+    data_dir = tmp_path / "up"
+    proc, output = start_up(data_dir, "--no-restart")
+    by_hand = None
+    try:
+        assert "cluster up" in output, output
+        printed = Lines(proc, output)
+        pids = dict(re.findall(r"(n\d)  \S+   pid (\d+)", output))
+        os.killpg(int(pids["n3"]), signal.SIGKILL)
+        command = printed.wait_for(r"node n3 exited with -9; see \S+. Restart it by hand: raftq (node .*) >> "
+                                   r"(\S+) 2>&1 &").groups()
+        with open(command[1], "ab") as log:
+            by_hand = subprocess.Popen([sys.executable, "-m", "raftq", *command[0].split()], stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        printed.wait_for(rf"node n3 runs again, started by hand \(pid {by_hand.pid}\); Ctrl-C stops it")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+        assert by_hand.wait(30) == 0          # stopped as the others are: SIGTERM, a clean exit
+    finally:
+        if by_hand is not None and by_hand.poll() is None:
+            by_hand.kill()
+            by_hand.wait()
+        stop_everything(proc, data_dir)
+
+
+def test_up_names_the_process_holding_its_port(tmp_path):
+    http_port = consecutive_free_port(3)
+    squatter = socket.socket()
+    try:
+        squatter.bind(("127.0.0.1", http_port + 1))
+        squatter.listen()
+        done = subprocess.run([sys.executable, "-m", "raftq", "up", "--data-dir", str(tmp_path / "up"),
+                               "--http-port", str(http_port), "--raft-port", str(consecutive_free_port(3))],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        squatter.close()
+    assert done.returncode == 1 and "cluster up" not in done.stdout
+    assert f"ports already in use: 127.0.0.1:{http_port + 1} (pid {os.getpid()}: " in done.stderr, done.stderr

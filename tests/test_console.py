@@ -178,3 +178,29 @@ def test_console_shows_and_steers_the_cluster_through_a_failover(fresh_cluster):
             assert script_errors == []
         finally:
             browser.close()
+
+
+def test_console_says_which_token_it_needs_and_when_one_was_rejected(fresh_cluster):
+    sync_playwright = browser_or_skip()
+    cluster = fresh_cluster(1)
+    assert cluster.wait_for_leader(30) == "n1"
+
+    def connection_says(page, *words):
+        page.wait_for_function(
+            "words => words.every(w => document.querySelector('#connection').textContent.includes(w))",
+            arg=list(words), timeout=WAIT_MS)
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(cluster.url("n1") + "/ui")
+            connection_says(page, "admin token", "is needed")
+            for token, words in (("not-a-token", ("was rejected", "admin token")),
+                                 (cluster.cfg.tokens.data, ("may not see the cluster", "admin token")),
+                                 (cluster.token, ("live · leader n1",))):
+                page.fill("#token", token)
+                page.click("#token-form button")
+                connection_says(page, *words)
+        finally:
+            browser.close()

@@ -87,14 +87,22 @@ function setConnection(text, kind) {
   pill.className = "pill " + (kind || "");
 }
 
+// Which token is wanted, and whether the one given was refused or there was none.
+function tokenProblem(status) {
+  const wanted = "the admin token ([auth] admin in cluster.toml)";
+  if (status === 403) return "this token may not see the cluster: it needs " + wanted;
+  if (state.token) return "this token was rejected: give " + wanted;
+  return wanted + " is needed: enter it above";
+}
+
 async function follow() {
   for (;;) {
     try {
       const reply = await fetch("/v1/events?interval_ms=1000",
                                 {headers: headers({"Accept": "text/event-stream"}), cache: "no-store"});
       if (reply.status === 401 || reply.status === 403) {
-        // the node answers: the token is missing or lacks the admin role, nothing to move away from
-        setConnection(reply.status === 401 ? "a token is needed" : "this token may not see the cluster (admin)", "bad");
+        // the node answers: the token is missing, wrong or lacks the admin role, nothing to move away from
+        setConnection(tokenProblem(reply.status), "bad");
         await sleep(1500);
         continue;
       }

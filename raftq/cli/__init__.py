@@ -9,6 +9,7 @@ takes --json, --url (repeatable), --token, --ca, before or after its name.
 
 import argparse
 import sys
+from importlib import metadata
 
 from ..client import RaftqError
 from . import bench, cluster, messages, queues, run, top
@@ -33,9 +34,18 @@ def _connection_options(defaults: bool) -> argparse.ArgumentParser:
     return options
 
 
+def version() -> str:
+    """The installed distribution's version (pyproject.toml), which docs/operations.md's upgrade rules name."""
+    try:
+        return metadata.version("raftq")
+    except metadata.PackageNotFoundError:
+        return "unknown (run from a source tree that is not installed)"
+
+
 def parser() -> argparse.ArgumentParser:
     top_level = argparse.ArgumentParser(prog="raftq", description="A Raft-replicated durable queue cluster.",
                                         parents=[_connection_options(True)])
+    top_level.add_argument("--version", action="version", version=f"raftq {version()}")
     sub = top_level.add_subparsers(dest="command", required=True)
     common = _connection_options(False)
     run.add_parsers(sub)

@@ -1,5 +1,6 @@
 """`raftq cluster ...` and `raftq health`/`raftq metrics`: the nodes, membership, leadership."""
 
+import re
 import sys
 
 from ..client import RaftqError
@@ -9,7 +10,18 @@ CONTACT_NOTE = ("heard: how long ago the leader last heard from that node over R
                 "(- on the leader itself, or when no leader answered)")
 
 
+def node_order(node_id: str) -> list:
+    """n2 before n10: the digits in an id compare as numbers."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", node_id)]
+
+
 def cluster_view(where, client) -> dict:
+    """The cluster's view (see _asked_view), its nodes in id order whoever answered."""
+    view = _asked_view(where, client)
+    return {**view, "nodes": sorted(view["nodes"], key=lambda n: node_order(n["id"]))}
+
+
+def _asked_view(where, client) -> dict:
     """GET /v1/cluster, asked of the leader when another node answered first.
 
     Only the leader hears from every node, so only its view has a meaningful

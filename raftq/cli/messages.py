@@ -1,17 +1,54 @@
 """Messages from a terminal: put, receive, ack, nack, extend, browse, commit, tx, subscribe."""
 
 import argparse
+import base64
 import json
+import sys
 
 from .connect import emit, target
 
 
-def body_of(text: str):
-    """A body given on the command line: JSON when it parses, else the string itself."""
+class BodyError(Exception):
+    """A message body given on the command line that is not what its flag says."""
+
+
+def json_body(text: str):
+    """BODY as JSON: a typo in it is an error, never silently a string."""
     try:
         return json.loads(text)
-    except ValueError:
-        return text
+    except ValueError as exc:
+        raise BodyError(f"the body {text!r} is not JSON ({exc}); give --text to send it as a string, "
+                        "--base64 for bytes, or --file PATH") from None
+
+
+def body_of(args):
+    """The message body as the flags say: JSON (default), --text, --base64 or --file (bytes)."""
+    if args.file is not None:
+        if args.body is not None:
+            raise BodyError("give the body or --file, not both")
+        try:
+            with open(args.file, "rb") as source:
+                return source.read()
+        except OSError as exc:
+            raise BodyError(f"cannot read --file {args.file}: {exc.strerror}") from None
+    if args.body is None:
+        raise BodyError("give the message body (JSON unless --text or --base64), or --file PATH")
+    if args.text:
+        return args.body
+    if args.base64:
+        try:
+            return base64.b64decode(args.body, validate=True)
+        except ValueError:
+            raise BodyError(f"the body {args.body!r} is not base64") from None
+    return json_body(args.body)
+
+
+def printable(message: dict) -> dict:
+    """A message as JSON can show it: a byte body as body_b64, as the HTTP API sends it."""
+    if isinstance(message.get("body"), (bytes, bytearray)):
+        message = dict(message)
+        message["body_b64"] = base64.b64encode(message.pop("body")).decode()
+    return message
 
 
 def header(text: str) -> tuple[str, str]:
@@ -22,22 +59,27 @@ def header(text: str) -> tuple[str, str]:
 
 
 def show_messages(messages: list, *, receipts: bool) -> str:
-    lines = []
-    for m in messages:
-        line = f"seq {m['seq']}"
-        if receipts:
-            line += f"  receipt {m['receipt']}"
-        line += f"  deliveries {m['deliveries']}"
-        if m.get("key") is not None:
-            line += f"  key {m['key']}"
-        if m.get("headers"):
-            line += "  headers " + ",".join(f"{k}={v}" for k, v in m["headers"].items())
-        lines.append(line + f"  body {m['body']!r}")
-    return "\n".join(lines)
+    """One line of JSON per message (a byte body as body_b64), without receipts unless asked."""
+    hidden = () if receipts else ("receipt",)
+    return "\n".join(json.dumps({k: v for k, v in printable(m).items() if k not in hidden}) for m in messages)
+
+
+def print_messages(args, result: dict, *, receipts: bool, none: str) -> None:
+    """--json: the whole answer in one line; else a line of JSON per message, and `none`
+    on stderr when there is none, so that stdout holds only JSON either way."""
+    shown = {**result, "messages": [printable(m) for m in result["messages"]]}
+    if args.json or shown["messages"]:
+        emit(args, shown, show_messages(result["messages"], receipts=receipts))
+    else:
+        print(none, file=sys.stderr)
 
 
 def cmd_put(args) -> int:
-    message = {"body": body_of(args.body)}
+    try:
+        message = {"body": body_of(args)}
+    except BodyError as exc:
+        print(f"raftq put: {exc}", file=sys.stderr)
+        return 2
     for field, value in (("key", args.key), ("id", args.id), ("ttl_ms", args.ttl_ms), ("delay_ms", args.delay_ms)):
         if value is not None:
             message[field] = value
@@ -55,7 +97,7 @@ def cmd_receive(args) -> int:
     with target(args).client() as client:
         result = client.receive(args.queue, group=args.group, max=args.max, wait_ms=args.wait,
                                 lease_ms=args.lease_ms)
-    emit(args, result, show_messages(result["messages"], receipts=True) or "(nothing ready)")
+    print_messages(args, result, receipts=True, none="(nothing ready)")
     return 0
 
 
@@ -75,7 +117,7 @@ def cmd_settle(args) -> int:
 def cmd_browse(args) -> int:
     with target(args).client() as client:
         result = client.browse(args.queue, group=args.group, from_seq=args.from_seq, limit=args.limit)
-    emit(args, result, show_messages(result["messages"], receipts=False) or "(no messages)")
+    print_messages(args, result, receipts=False, none="(no messages)")
     return 0
 
 
@@ -92,7 +134,11 @@ def cmd_tx(args) -> int:
         acks.setdefault(queue, []).append(receipt)
     puts: dict[str, list] = {}
     for queue, body in args.put or []:
-        puts.setdefault(queue, []).append({"body": body_of(body)})
+        try:
+            puts.setdefault(queue, []).append({"body": json_body(body)})
+        except BodyError as exc:
+            print(f"raftq tx: {exc}", file=sys.stderr)
+            return 2
     if not acks and not puts:
         raise SystemExit("raftq tx: give at least one --ack QUEUE RECEIPT or --put QUEUE BODY")
     with target(args).client() as client:
@@ -118,16 +164,21 @@ def cmd_subscribe(args) -> int:
                 message.ack()
             fields = {name: getattr(message, name) for name in
                       ("seq", "receipt", "body", "key", "headers", "deliveries", "put_at_ms")}
-            emit(args, fields, show_messages([fields], receipts=args.no_ack))
+            emit(args, printable(fields), show_messages([fields], receipts=args.no_ack))
             seen += 1
         consumer.flush()
     return 0
 
 
 def add_parsers(sub, common) -> None:
-    put = sub.add_parser("put", parents=[common], help="put one message (BODY is JSON, or else a string)")
+    put = sub.add_parser("put", parents=[common],
+                         help="put one message (BODY is JSON; --text, --base64 or --file for anything else)")
     put.add_argument("queue")
-    put.add_argument("body")
+    put.add_argument("body", nargs="?", help="the body, as JSON unless --text or --base64 says otherwise")
+    kind = put.add_mutually_exclusive_group()
+    kind.add_argument("--text", action="store_true", help="BODY is sent as a string, as it is")
+    kind.add_argument("--base64", action="store_true", help="BODY is base64: the body is the bytes it decodes to")
+    kind.add_argument("--file", metavar="PATH", help="the body is the bytes of this file (no BODY)")
     put.add_argument("--key", help="replaces an unreceived message with the same key")
     put.add_argument("--id", help="idempotency id: a retry with it stores nothing new")
     put.add_argument("--header", action="append", type=header, metavar="NAME=VALUE")
@@ -171,7 +222,7 @@ def add_parsers(sub, common) -> None:
 
     tx = sub.add_parser("tx", parents=[common], help="acks and puts across queues, all or nothing")
     tx.add_argument("--ack", nargs=2, action="append", metavar=("QUEUE", "RECEIPT"))
-    tx.add_argument("--put", nargs=2, action="append", metavar=("QUEUE", "BODY"))
+    tx.add_argument("--put", nargs=2, action="append", metavar=("QUEUE", "BODY"), help="BODY is JSON")
     tx.set_defaults(run=cmd_tx)
 
     subscribe = sub.add_parser("subscribe", parents=[common],

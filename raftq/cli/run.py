@@ -58,7 +58,7 @@ def cmd_node(args) -> int:
 
 def cmd_up(args) -> int:
     from ..local import up
-    return up(args.nodes, args.data_dir, args.http_port, args.raft_port, args.demo)
+    return up(args.nodes, args.data_dir, args.http_port, args.raft_port, args.demo, restart=not args.no_restart)
 
 
 def add_parsers(sub) -> None:
@@ -68,6 +68,8 @@ def add_parsers(sub) -> None:
     up.add_argument("--http-port", type=int, default=8001)
     up.add_argument("--raft-port", type=int, default=7001)
     up.add_argument("--demo", action="store_true", help="put, receive and ack one message once it is up")
+    up.add_argument("--no-restart", action="store_true",
+                    help="leave a node that exits down (default: start it again, backing off if it keeps exiting)")
     up.set_defaults(run=cmd_up)
 
     node = sub.add_parser("node", help="run one node of a cluster")

@@ -1,6 +1,7 @@
 """`raftq top`: a live terminal view of the nodes and the queues, refreshed each second."""
 
 import json
+import shutil
 import sys
 import time
 
@@ -46,25 +47,57 @@ def look(where, client, rates: Rates) -> dict:
     return {"at": time.time(), "cluster": view, "queues": queues}
 
 
-def frame(where, seen: dict) -> str:
+def _widest(text: str) -> int:
+    return max(len(line) for line in text.splitlines())
+
+
+def _shorten(text: str, room: int) -> str:
+    return text if len(text) <= room else text[:room - 1] + "…"
+
+
+def fitted_table(columns: tuple, rows: list, width: int, droppable: tuple = ()) -> str:
+    """A table no wider than `width`: the `droppable` columns go first, in that order, then
+    the first column's cells (names) are shortened to the room left."""
+    columns, rows = list(columns), [list(row) for row in rows]
+    text = table(columns, rows)
+    for name in droppable:
+        if _widest(text) <= width:
+            break
+        at = columns.index(name)
+        del columns[at]
+        for row in rows:
+            del row[at]
+        text = table(columns, rows)
+    if _widest(text) > width and len(columns) > 1:
+        rest = _widest(table(columns[1:], [row[1:] for row in rows]))
+        room = max(4, width - rest - 2)
+        text = table(columns, [[_shorten("-" if row[0] is None else str(row[0]), room)] + row[1:]
+                               for row in rows])
+    return text
+
+
+def frame(where, seen: dict, width: int) -> str:
+    """One screen of `top`, no line wider than the terminal (a wrapped line breaks the table)."""
     view = seen["cluster"]
     commit = view.get("commit_index") or 0
-    lines = [f"raftq top   {time.strftime('%H:%M:%S')}   {where.describe()}",
-             f"leader {view.get('leader') or 'NONE'}   term {view.get('term')}   commit {commit}",
-             table(("node", "role", "term", "commit", "applied", "lag", "healthy", "fsync", "http"), [
-                 (n["id"] + (" *" if n["id"] == view.get("leader") else ""), n["role"], n.get("term"),
-                  n.get("commit_index"), n.get("applied_index"),
-                  None if n.get("applied_index") is None else max(0, commit - n["applied_index"]),
-                  "yes" if n["healthy"] else "NO", n.get("fsync_policy"), n["http_addr"]) for n in view["nodes"]]),
-             ""]
+    nodes = fitted_table(
+        ("node", "role", "term", "commit", "applied", "lag", "healthy", "fsync", "http"), [
+            (n["id"] + (" *" if n["id"] == view.get("leader") else ""), n["role"], n.get("term"),
+             n.get("commit_index"), n.get("applied_index"),
+             None if n.get("applied_index") is None else max(0, commit - n["applied_index"]),
+             "yes" if n["healthy"] else "NO", n.get("fsync_policy"), n["http_addr"]) for n in view["nodes"]],
+        width, droppable=("fsync", "http", "term"))
     rows = [(q["name"], q["stats"]["depth"], q["stats"]["in_flight"], q["stats"]["delayed"], q["behind"],
              q["stats"]["dead_lettered_total"],
              "…" if q["put_per_s"] is None else f"{q['put_per_s']:.1f}",
              "…" if q["ack_per_s"] is None else f"{q['ack_per_s']:.1f}", len(q["stats"]["groups"]))
             for q in seen["queues"]]
-    lines.append(table(("queue", "depth", "in_flight", "delayed", "behind", "dead", "put/s", "ack/s", "groups"), rows)
-                 if rows else "(no queues)")
-    return "\n".join(lines)
+    queues = (fitted_table(("queue", "depth", "in_flight", "delayed", "behind", "dead", "put/s", "ack/s", "groups"),
+                           rows, width, droppable=("groups", "delayed", "dead")) if rows else "(no queues)")
+    lines = [f"raftq top   {time.strftime('%H:%M:%S')}   {where.describe()}",
+             f"leader {view.get('leader') or 'NONE'}   term {view.get('term')}   commit {commit}",
+             nodes, "", queues]
+    return "\n".join(line[:width] for line in "\n".join(lines).splitlines())
 
 
 def cmd_top(args) -> int:
@@ -84,7 +117,8 @@ def cmd_top(args) -> int:
             elif "error" in seen:
                 text = seen["error"]
             else:
-                text = (CLEAR if sys.stdout.isatty() else "") + frame(where, seen) + "\n"
+                width = shutil.get_terminal_size((80, 24)).columns
+                text = (CLEAR if sys.stdout.isatty() else "") + frame(where, seen, width) + "\n"
             sys.stdout.write(text + "\n")
             sys.stdout.flush()
             shown += 1
