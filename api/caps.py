@@ -36,6 +36,8 @@ def prepare(limits, command: dict) -> None:
                                       "(the node option --max-dedup-window-ms)")
     if op in CREATING_QUEUES:
         command["max_queues"] = limits.max_queues
+    if op == "stage_commit":
+        command["max_producers"] = limits.max_producers
     if op in ("put", "tx"):
         # The state machine forgets a queue's oldest ids beyond this; carried in
         # the command so that every replica forgets the same ones.
@@ -48,7 +50,8 @@ def prepare(limits, command: dict) -> None:
         command.setdefault("ttl_ms", min(DEFAULT_STAGE_TTL_MS, limits.max_stage_ttl_ms))
         command["caps"] = {"stages": limits.max_stages, "bytes": limits.max_staged_bytes,
                            "producer_stages": limits.max_stages_per_producer,
-                           "producer_bytes": limits.max_staged_bytes_per_producer}
+                           "producer_bytes": limits.max_staged_bytes_per_producer,
+                           "producer_messages": limits.max_staged_messages_per_producer}
 
 
 async def check(node, limits, command: dict) -> None:

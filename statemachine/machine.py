@@ -63,10 +63,11 @@ SNAPSHOT_VERSION = 6
 # Version 5 is version 6 without staged writes, version 4 also without redrive:
 # a node upgraded in place restores either.
 READABLE_SNAPSHOT_VERSIONS = (4, 5, 6)
-# Making a queue costs more than a put into one: 10 000 in one entry held
-# the apply past the election timeout (issue 21); 1 000 take about 25 ms
-# (bench/widest_entry.py).
-MAX_NEW_QUEUES_PER_ENTRY = 1_000
+# Making a queue costs more than a put into one (its default group holds
+# three sorted containers): 10 000 in one entry held the apply past the
+# election timeout (issue 21). 500 cost about as much as the widest put of
+# 10 000 messages (bench/widest_entry.py).
+MAX_NEW_QUEUES_PER_ENTRY = 500
 
 
 def encode_entry(commands: list) -> bytes:
@@ -332,6 +333,11 @@ class StateMachine:
         problem = self._check_room(batches, cmd.get("auto_create", True), cmd)
         if problem:
             return problem
+        cap = cmd.get("max_producers")
+        if done is None and cap is not None and len(self.staging.producers) >= cap:
+            return error(LIMIT_REACHED, f"the cluster keeps the committed batch of {len(self.staging.producers)} "
+                                        f"producers (limit {cap}, the node option --max-producers); delete "
+                                        "producers that are done")
         stored = duplicates = 0
         for name, messages in batches.items():
             for result in self._queue_for_put(name, True).put(messages, self.clock):

@@ -21,7 +21,8 @@ both gaps:
   commit when the commit asked for that (one-off producers).
 
 Staging holds every staged row in every replica's memory, so it is bounded:
-stages and bytes per producer and in all (``caps`` of a stage command, which
+stages and bytes per producer and in all, and messages per producer, which
+bounds what one commit publishes in one entry (``caps`` of a stage command, which
 the leader fills from its node options: the limit travels in the command, so
 every replica refuses the same stage). A stage past a cap is refused whole
 (``limit_reached``) and changes nothing; an abort, a commit or an expiry
@@ -51,7 +52,8 @@ MAX_BATCH_STEP = 1_000_000
 # The caps a stage command carries (node options of the same names), and the
 # option that sets each, for the refusal's message.
 STAGE_CAPS = {"stages": "max-stages", "bytes": "max-staged-bytes",
-              "producer_stages": "max-stages-per-producer", "producer_bytes": "max-staged-bytes-per-producer"}
+              "producer_stages": "max-stages-per-producer", "producer_bytes": "max-staged-bytes-per-producer",
+              "producer_messages": "max-staged-messages-per-producer"}
 
 
 def staged_size(messages: list) -> int:
@@ -63,7 +65,7 @@ class Staging:
         # token -> {"producer", "queue", "chunks": {index: [messages]}, "sizes": {index: bytes},
         #           "expires_at"}  (sizes: derived, not in snapshots)
         self.stages: dict[str, dict] = {}
-        # producer -> {"tokens": {token: None}, "bytes"}: what each producer has staged (derived)
+        # producer -> {"tokens": {token: None}, "bytes", "messages"}: what each producer has staged (derived)
         self.staged: dict[str, dict] = {}
         self.staged_bytes = 0
         self.stage_expiries = SortedList()        # (expires_at, token)
@@ -90,8 +92,9 @@ class Staging:
             return error(CONFLICT, f"stage {token!r} belongs to producer {stage['producer']!r} "
                                    f"and queue {stage['queue']!r}")
         size = staged_size(messages)
-        problem = self._check_caps(producer, stage is None,
-                                   size - (stage["sizes"].get(chunk, 0) if stage else 0), caps or {})
+        replaced = stage["chunks"].get(chunk, ()) if stage else ()
+        problem = self._check_caps(producer, stage is None, size - (stage["sizes"].get(chunk, 0) if stage else 0),
+                                   len(messages) - len(replaced), caps or {})
         if problem:
             return problem
         if stage is None:
@@ -101,17 +104,19 @@ class Staging:
         self._set_stage_expiry(token, clock + ttl_ms)
         return {"staged": len(messages), "chunks": len(stage["chunks"])}
 
-    def _check_caps(self, producer: str, new_stage: bool, more_bytes: int, caps: dict):
-        mine = self.staged.get(producer, {"tokens": {}, "bytes": 0})
+    def _check_caps(self, producer: str, new_stage: bool, more_bytes: int, more_messages: int, caps: dict):
+        mine = self.staged.get(producer, {"tokens": {}, "bytes": 0, "messages": 0})
         after = {"stages": len(self.stages) + new_stage, "bytes": self.staged_bytes + more_bytes,
-                 "producer_stages": len(mine["tokens"]) + new_stage, "producer_bytes": mine["bytes"] + more_bytes}
+                 "producer_stages": len(mine["tokens"]) + new_stage, "producer_bytes": mine["bytes"] + more_bytes,
+                 "producer_messages": mine["messages"] + more_messages}
         grows = {"stages": new_stage, "bytes": more_bytes > 0, "producer_stages": new_stage,
-                 "producer_bytes": more_bytes > 0}
+                 "producer_bytes": more_bytes > 0, "producer_messages": more_messages > 0}
         for name, option in STAGE_CAPS.items():
             cap = caps.get(name)
             if cap is not None and grows[name] and after[name] > cap:
                 whose = f"producer {producer!r}" if name.startswith("producer") else "the cluster"
-                what = "stages" if name.endswith("stages") else "staged bytes"
+                what = {"stages": "stages", "bytes": "staged bytes", "messages": "staged messages"}[
+                    name.rsplit("_", 1)[-1]]
                 return error(LIMIT_REACHED, f"{whose} would hold {after[name]} {what} (limit {cap}, the node "
                                             f"option --{option}); commit or abort stages first")
         return None
@@ -169,8 +174,9 @@ class Staging:
 
     def _set_chunk(self, token: str, chunk: int, messages: list, size: int) -> None:
         stage = self.stages[token]
-        mine = self.staged.setdefault(stage["producer"], {"tokens": {}, "bytes": 0})
+        mine = self.staged.setdefault(stage["producer"], {"tokens": {}, "bytes": 0, "messages": 0})
         more = size - stage["sizes"].get(chunk, 0)
+        mine["messages"] += len(messages) - len(stage["chunks"].get(chunk, ()))
         stage["chunks"][chunk], stage["sizes"][chunk] = messages, size
         mine["tokens"][token] = None
         mine["bytes"] += more
@@ -184,6 +190,7 @@ class Staging:
             mine = self.staged[stage["producer"]]
             del mine["tokens"][token]
             mine["bytes"] -= size
+            mine["messages"] -= sum(map(len, stage["chunks"].values()))
             self.staged_bytes -= size
             if not mine["tokens"]:
                 del self.staged[stage["producer"]]
@@ -195,7 +202,7 @@ class Staging:
 
     # ---- read-only views --------------------------------------------------------------
     def producer_info(self, producer: str) -> dict:
-        mine = self.staged.get(producer, {"tokens": {}, "bytes": 0})
+        mine = self.staged.get(producer, {"tokens": {}, "bytes": 0, "messages": 0})
         stages = [{"token": token, "queue": s["queue"], "chunks": len(s["chunks"]),
                    "messages": sum(map(len, s["chunks"].values())), "bytes": sum(s["sizes"].values()),
                    "expires_at": s["expires_at"]}

@@ -299,7 +299,7 @@ def check_int(value, what: str, low: int, high: int):
     return None
 
 
-STAGE_CAP_NAMES = frozenset({"stages", "bytes", "producer_stages", "producer_bytes"})
+STAGE_CAP_NAMES = frozenset({"stages", "bytes", "producer_stages", "producer_bytes", "producer_messages"})
 
 
 def check_stage_caps(caps):
@@ -326,7 +326,7 @@ def check_stage_commit(cmd):
     problem = (check_name(cmd.get("producer"), "producer id")
                or check_int(cmd.get("batch"), "batch", 0, MAX_BATCH_ID)
                or check_duration(cmd.get("retain_ms"), "retain_ms", minimum=1, optional=True)
-               or _check_max_queues(cmd))
+               or _check_max_queues(cmd) or _check_limit(cmd.get("max_producers"), "max_producers"))
     if problem:
         return problem
     parts = cmd.get("parts")

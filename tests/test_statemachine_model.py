@@ -543,11 +543,13 @@ class Model:
             return err("conflict")
         more = staged_size(cmd["messages"]) - (staged_size(old["chunks"].get(cmd["chunk"], [])) if old else 0)
         mine = [s for s in self.stages.values() if s["producer"] == cmd["producer"]]
+        more_messages = len(cmd["messages"]) - (len(old["chunks"].get(cmd["chunk"], [])) if old else 0)
         after = {"stages": len(self.stages) + 1, "producer_stages": len(mine) + 1,
                  "bytes": sum(self.stage_bytes(s) for s in self.stages.values()) + more,
-                 "producer_bytes": sum(self.stage_bytes(s) for s in mine) + more}
+                 "producer_bytes": sum(self.stage_bytes(s) for s in mine) + more,
+                 "producer_messages": sum(len(m) for s in mine for m in s["chunks"].values()) + more_messages}
         for name, cap in (cmd.get("caps") or {}).items():
-            grows = old is None if name.endswith("stages") else more > 0
+            grows = {"stages": old is None, "bytes": more > 0, "messages": more_messages > 0}[name.rsplit("_", 1)[-1]]
             if grows and after[name] > cap:
                 return err("limit_reached")
         stage = self.stages.setdefault(cmd["token"], {"producer": cmd["producer"], "queue": cmd["queue"],
@@ -589,6 +591,8 @@ class Model:
                     return err("not_found")
             elif self.too_full(q, messages):
                 return err("queue_full")
+        if done is None and cmd.get("max_producers") is not None and len(self.producers) >= cmd["max_producers"]:
+            return err("limit_reached")
         results = [r for name, messages in batches.items()
                    for r in self.store(self.touch(name) or self.new_queue(name, QUEUE_DEFAULTS), messages)]
         for part in parts:
@@ -865,7 +869,7 @@ class QueuesComparison(RuleBasedStateMachine):
           queue=st.sampled_from(QUEUES), batch=batches, ttl_ms=st.one_of(st.none(), ms(50, 3_000)),
           auto_create=st.sampled_from([True, True, False]),
           caps=st.one_of(st.none(), st.dictionaries(st.sampled_from(["stages", "bytes", "producer_stages",
-                                                                      "producer_bytes"]),
+                                                                      "producer_bytes", "producer_messages"]),
                                                     st.integers(0, 1_200), max_size=2)))
     def stage(self, producer, token, chunk, queue, batch, ttl_ms, auto_create, caps):
         """A task attempt stages a chunk, or repeats one (replacing it), within caps of staging or not."""
@@ -878,8 +882,8 @@ class QueuesComparison(RuleBasedStateMachine):
     @rule(data=st.data(), producer=st.sampled_from(PRODUCERS),
           step=st.sampled_from([1, 1, 1, 2, 0, -1, 1_000_000, 1_000_001]),
           retain_ms=st.one_of(st.none(), st.none(), ms(50, 3_000)), auto_create=st.sampled_from([True, False]),
-          max_queues=st.sampled_from([None, None, 1, 2, 3]))
-    def stage_commit(self, data, producer, step, retain_ms, auto_create, max_queues):
+          max_queues=st.sampled_from([None, None, 1, 2, 3]), max_producers=st.sampled_from([None, None, 0, 1]))
+    def stage_commit(self, data, producer, step, retain_ms, auto_create, max_queues, max_producers):
         """A driver commits some stages (mostly complete ones, sometimes wrong ones, sometimes none)
         as its next batch, or replays an old one, or jumps far ahead."""
         batch = max(0, self.model.producers.get(producer, {}).get("batch", -1) + step)
@@ -891,6 +895,8 @@ class QueuesComparison(RuleBasedStateMachine):
         fields = {} if retain_ms is None else {"retain_ms": retain_ms}
         if max_queues is not None:
             fields["max_queues"] = max_queues
+        if max_producers is not None:
+            fields["max_producers"] = max_producers
         self.run("stage_commit", producer=producer, batch=batch, parts=parts, auto_create=auto_create,
                  **fields)
 

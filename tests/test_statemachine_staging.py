@@ -332,18 +332,43 @@ def test_every_command_that_creates_queues_keeps_max_queues(m):
     assert [q["name"] for q in m.sm.list_queues()["queues"]] == ["q1", "q2", "q3"]
 
 
-def test_one_log_entry_creates_at_most_a_thousand_queues(m):
+def test_one_log_entry_creates_at_most_500_queues(m):
     from statemachine import encode_entry
     from statemachine.machine import MAX_NEW_QUEUES_PER_ENTRY
-    assert MAX_NEW_QUEUES_PER_ENTRY == 1_000
-    for n in range(1_001):
+    assert MAX_NEW_QUEUES_PER_ENTRY == 500
+    for n in range(501):
         stage(m, f"t{n}", 0, "a", queue=f"q{n}")
-    parts = [{"token": f"t{n}", "chunks": 1} for n in range(1_001)]
+    parts = [{"token": f"t{n}", "chunks": 1} for n in range(501)]
     refused = m.fails("limit_reached", "stage_commit", producer="p", batch=0, parts=parts)
-    assert "at most 1000" in refused["message"] and m.sm.list_queues()["queues"] == []
-    # commands packed into one entry share the entry's thousand; the next entry has its own
-    puts = [{"op": "put", "queue": f"n{n}", "messages": [msg()], "now_ms": T0} for n in range(1_001)]
+    assert "at most 500" in refused["message"] and m.sm.list_queues()["queues"] == []
+    # commands packed into one entry share the entry's 500; the next entry has its own
+    puts = [{"op": "put", "queue": f"n{n}", "messages": [msg()], "now_ms": T0} for n in range(501)]
     results = m.sm.apply_entry(encode_entry(puts))
-    assert [r.get("error") for r in results] == [None] * 1_000 + ["limit_reached"]
-    assert "error" not in m.sm.apply_entry(encode_entry(puts[1_000:]))[0]
-    assert commit(m, 0, *[(f"t{n}", 1) for n in range(1_000)])["put"] == 1_000
+    assert [r.get("error") for r in results] == [None] * 500 + ["limit_reached"]
+    assert "error" not in m.sm.apply_entry(encode_entry(puts[500:]))[0]
+    assert commit(m, 0, *[(f"t{n}", 1) for n in range(500)])["put"] == 500
+
+
+def test_staged_messages_per_producer_are_capped_so_one_commit_stays_small(m):
+    caps = {"producer_messages": 3}
+    stage(m, "t1", 0, "a", "b", caps=caps)
+    refused = m.fails("limit_reached", "stage", producer="p", token="t2", chunk=0, queue="q",
+                      messages=[msg("c"), msg("d")], caps=caps)
+    assert "--max-staged-messages-per-producer" in refused["message"]
+    stage(m, "t1", 0, "a", "b", "c", caps=caps)          # a replaced chunk counts what it adds
+    stage(m, "t2", 0, "e", producer="p2", caps=caps)
+    commit(m, 0, ("t1", 1))
+    stage(m, "t3", 0, "x", "y", "z", caps=caps)           # published rows no longer count
+
+
+def test_the_producers_whose_mark_is_kept_are_capped(m):
+    stage(m, "t1", 0, "a", producer="p1")
+    stage(m, "t2", 0, "b", producer="p2")
+    commit(m, 0, ("t1", 1), producer="p1", max_producers=1)
+    refused = m.fails("limit_reached", "stage_commit", producer="p2", batch=0,
+                      parts=[{"token": "t2", "chunks": 1}], max_producers=1)
+    assert "--max-producers" in refused["message"]
+    stage(m, "t3", 0, "c", producer="p1")
+    assert commit(m, 1, ("t3", 1), producer="p1", max_producers=1)["committed"] is True   # an existing mark moves
+    m.ok("drop_producer", producer="p1")
+    assert commit(m, 0, ("t2", 1), producer="p2", max_producers=1)["committed"] is True
