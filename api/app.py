@@ -44,6 +44,13 @@ class Limits:
     max_groups_per_queue: int = 100
     max_dedup_bytes: int = 16 << 20
     max_dedup_window_ms: int = 86_400_000
+    max_staged_bytes: int = 256 << 20
+    max_staged_bytes_per_producer: int = 64 << 20
+    max_stages: int = 10_000
+    max_stages_per_producer: int = 2_000
+    max_staged_messages_per_producer: int = 10_000
+    max_stage_ttl_ms: int = 86_400_000
+    max_producers: int = 10_000
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -65,6 +72,17 @@ LIMIT_HELP = {
     "max_dedup_bytes": "bytes of message ids a queue keeps for deduplication; the oldest are forgotten "
                        "beyond it, before their window ends",
     "max_dedup_window_ms": "largest dedup_window_ms a queue may be given",
+    "max_staged_bytes": "bytes of staged writes the cluster holds (each message's size plus 100); "
+                        "a stage beyond is 429 limit_reached",
+    "max_staged_bytes_per_producer": "bytes of staged writes one producer holds; a stage beyond is 429 "
+                                     "limit_reached",
+    "max_stages": "stages the cluster holds; a new stage beyond is 429 limit_reached",
+    "max_stages_per_producer": "stages one producer holds; a new stage beyond is 429 limit_reached",
+    "max_staged_messages_per_producer": "messages one producer holds staged, so also the most one commit "
+                                        "publishes in one log entry; a stage beyond is 429 limit_reached",
+    "max_stage_ttl_ms": "largest ttl_ms of a stage (400 beyond); also caps the default of an hour",
+    "max_producers": "producers whose committed batch the cluster keeps; a first commit beyond is 429 "
+                     "limit_reached",
 }
 assert set(LIMIT_HELP) == {f for f in Limits.__dataclass_fields__}
 

@@ -1,15 +1,24 @@
 """The node's caps on what clients may make: queues, groups per queue, the
-dedup window, ids kept for deduplication (docs/security.md).
+dedup window, staged writes (docs/security.md).
 
-Counts are checked on the leader before a command enters the log, against
-the state it has applied, so the state machine never reads a node option
-(replicas with other options apply the same log alike). Commands already in
-flight are not counted: concurrent creations may pass a cap by as many as
-are in flight together. The dedup budget travels in the put itself
-(``dedup_max_bytes``), so every replica forgets the same oldest ids.
+A cap that depends on the state is checked where the state is: the leader
+puts the limit into the command (``max_queues``, a stage's ``caps``,
+``dedup_max_bytes``) and the state machine applies it, the same on every
+replica, so replicas started with other options still agree, and commands in
+flight together cannot pass a cap between them. A ``stage_commit`` names
+stages, not queues: only the state knows which queues it would make.
+
+The group count alone is still checked here, on the leader, against the
+state it has applied: concurrent ``add_group`` calls may pass it by as many
+as are in flight together.
 """
 
+from statemachine.staging import DEFAULT_STAGE_TTL_MS
+
 from .errors import ApiError
+
+# Commands that may create queues: each carries the cluster's queue cap.
+CREATING_QUEUES = frozenset({"create_queue", "put", "tx", "stage_commit"})
 
 
 def _refuse(what: str, cap: int, option: str):
@@ -17,53 +26,41 @@ def _refuse(what: str, cap: int, option: str):
                    headers={"Retry-After": "60"})
 
 
-def _created_by(command: dict) -> list:
-    op = command["op"]
-    if op == "create_queue":
-        return [command["queue"]]
-    if op == "put" and command.get("auto_create", True):
-        return [command["queue"]]
-    if op == "tx" and command.get("auto_create", True):
-        return [part["queue"] for part in command.get("put", [])]
-    return []
-
-
-def prepare(limits, command: dict) -> list | None:
-    """The checks that need no state; then the queues whose existence alone
-    passes every cap (none: nothing to check), or None when the caps need
-    the usage read (``check``).
-
-    A write into queues that exist creates nothing, so the engine can check
-    their existence as it submits (``submit(..., if_queues_exist=...)``):
-    a put costs one round trip to the engine, not two.
-    """
+def prepare(limits, command: dict) -> None:
+    """The checks that need no state, and the limits the state machine applies."""
     op = command["op"]
     config = command.get("config")
     if op in ("create_queue", "patch_queue") and isinstance(config, dict) \
             and (config.get("dedup_window_ms") or 0) > limits.max_dedup_window_ms:
         raise ApiError("bad_request", f"dedup_window_ms may be at most {limits.max_dedup_window_ms} "
                                       "(the node option --max-dedup-window-ms)")
+    if op in CREATING_QUEUES:
+        command["max_queues"] = limits.max_queues
+    if op == "stage_commit":
+        command["max_producers"] = limits.max_producers
     if op in ("put", "tx"):
         # The state machine forgets a queue's oldest ids beyond this; carried in
         # the command so that every replica forgets the same ones.
         command["dedup_max_bytes"] = limits.max_dedup_bytes
-    return None if op == "add_group" else list(dict.fromkeys(_created_by(command)))
+    if op == "stage":
+        ttl_ms = command.get("ttl_ms")
+        if ttl_ms is not None and ttl_ms > limits.max_stage_ttl_ms:
+            raise ApiError("bad_request", f"ttl_ms may be at most {limits.max_stage_ttl_ms} "
+                                          "(the node option --max-stage-ttl-ms)")
+        command.setdefault("ttl_ms", min(DEFAULT_STAGE_TTL_MS, limits.max_stage_ttl_ms))
+        command["caps"] = {"stages": limits.max_stages, "bytes": limits.max_staged_bytes,
+                           "producer_stages": limits.max_stages_per_producer,
+                           "producer_bytes": limits.max_staged_bytes_per_producer,
+                           "producer_messages": limits.max_staged_messages_per_producer}
 
 
 async def check(node, limits, command: dict) -> None:
+    """Every cap a command must pass before it is submitted (``prepare``'s, and
+    the group count, which needs the applied state read)."""
     prepare(limits, command)
-    op = command["op"]
-    created = _created_by(command)
-    grouped = [command["queue"]] if op == "add_group" else []
-    names = list(dict.fromkeys(created + grouped))
-    if not names:
+    if command["op"] != "add_group":
         return
-    usage = (await node.read("usage", names)).result
-    new = [n for n in dict.fromkeys(created) if usage["named"][n] is None]
-    if new and usage["queues"] + len(new) > limits.max_queues:
-        _refuse(f"this cluster holds {usage['queues']} queues", limits.max_queues, "max-queues")
-    for name in grouped:
-        groups = usage["named"][name]
-        if groups is not None and groups >= limits.max_groups_per_queue:
-            _refuse(f"queue {name!r} has {groups} groups", limits.max_groups_per_queue,
-                    "max-groups-per-queue")
+    name = command["queue"]
+    groups = (await node.read("usage", [name])).result["named"][name]
+    if groups is not None and groups >= limits.max_groups_per_queue:
+        _refuse(f"queue {name!r} has {groups} groups", limits.max_groups_per_queue, "max-groups-per-queue")

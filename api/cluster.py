@@ -92,6 +92,7 @@ async def view(request: web.Request) -> dict:
     return {"id": node.id, "leader": status["leader_id"], "term": status["term"],
             "commit_index": status["commit_index"], "nodes": nodes,
             "limits": request.app[SETTINGS].limits.as_dict(),
+            "staging": (await node.read("staging_usage")).result,
             "buffer": {"pending_bytes": buffer.pending_bytes, "dead_lettered": buffer.dead_lettered,
                        "dead_letter_file": str(buffer.dead_path)}}
 

@@ -40,4 +40,5 @@ class ApiError(Exception):
 def from_result(result: dict) -> ApiError:
     """A refusal from the state machine, as an API error."""
     details = {k: v for k, v in result.items() if k not in ("error", "message")}
-    return ApiError(result["error"], result.get("message", result["error"]), **details)
+    headers = {"Retry-After": "60"} if result["error"] == "limit_reached" else None
+    return ApiError(result["error"], result.get("message", result["error"]), headers=headers, **details)

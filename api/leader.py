@@ -114,14 +114,8 @@ async def apply(app: web.Application, command: dict) -> Committed:
     A write whose fate is unknown (lost leadership, no majority in time) is
     ApiError no_quorum: retried with the same ids, it is stored once.
     """
-    node, limits = app[NODE], app[SETTINGS].limits
-    existing = caps.prepare(limits, command)
-    if existing is not None:
-        committed = await _committed(app, node.submit(command, if_queues_exist=existing), 0.0)
-        if committed is not None:
-            return committed
-        # a queue it names is missing: the write would create it, within the caps only
-    await caps.check(node, limits, command)
+    node = app[NODE]
+    await caps.check(node, app[SETTINGS].limits, command)
     return await _committed(app, node.submit(command), 0.0)
 
 

@@ -59,7 +59,8 @@ class NodeCollector:
             if len(page) < STATS_PAGE:
                 break
             after = page[-1][0]
-        self.scrape = {"status": status, "stats": stats, "queues": queues}
+        staging = (await node.read("staging_usage")).result
+        self.scrape = {"status": status, "stats": stats, "queues": queues, "staging": staging}
 
     def collect(self):
         if self.scrape is None:      # the registry's own describe() at registration
@@ -116,6 +117,13 @@ class NodeCollector:
                 family.add_metric([queue], figures[field])
         for _, family in gauges + counters:
             yield family
+        staging = self.scrape["staging"]
+        yield GaugeMetricFamily("raftq_staged_bytes", "Bytes of staged writes held (each message's size plus "
+                                "100), counted against --max-staged-bytes", value=staging["bytes"])
+        yield GaugeMetricFamily("raftq_stages", "Stages held, counted against --max-stages",
+                                value=staging["stages"])
+        yield GaugeMetricFamily("raftq_producers", "Producers with a committed batch (high-water mark)",
+                                value=staging["marks"])
         for name, help_, packing in (("raftq_log_entry_commands", "Commands packed per log entry",
                                       stats["packing"]["commands"]),
                                      ("raftq_log_entry_size_bytes", "Bytes per log entry", stats["packing"]["bytes"])):

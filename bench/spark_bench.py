@@ -11,8 +11,8 @@ Figures (the last line is one JSON object with all of them):
   the same in CBOR, as the connector reads;
 - put_batch_msgs_per_s: bench/put_bench.py's batched put load (16 producers,
   100 messages a request), in this run, as the yardstick for writes;
-- stream_write_msgs_per_s: a streaming query (Trigger.AvailableNow, 100k
-  messages a batch) copying a queue of --stream-messages into another through
+- stream_write_msgs_per_s: a streaming query (Trigger.AvailableNow, 10k
+  messages a batch, the nodes' --max-staged-messages-per-producer) copying a queue of --stream-messages into another through
   the exactly-once sink: rows over the query's wall time, reading included;
 - stream_lag_p50_s / p90: a producer puts a message every 20 ms stamped with
   its send time; a streaming read with the fastest trigger hands each batch to
@@ -93,7 +93,7 @@ def batch_read(spark, urls, queue: str, messages: int, partitions: int) -> float
 def stream_write(spark, urls, token, source: str, sink: str, messages: int, checkpoint: str) -> float:
     url = ",".join(urls)
     query = (spark.readStream.format("raftq").option("url", url).option("queue", source)
-             .option("group", "bench-copy").option("maxMessagesPerTrigger", 100_000).load()
+             .option("group", "bench-copy").option("maxMessagesPerTrigger", 10_000).load()
              .selectExpr("body").writeStream.format("raftq").option("url", url).option("queue", sink)
              .option("producerId", "bench-copy").option("checkpointLocation", checkpoint)
              .trigger(availableNow=True))

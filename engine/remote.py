@@ -112,12 +112,10 @@ class RemoteNode:
         return None if node_id is None else self._view["http"].get(node_id)
 
     # ---- the log and the state machine ---------------------------------------------------
-    async def submit(self, command: dict, *, if_queues_exist: list | None = None) -> Committed | None:
-        """The command applied through the log; with `if_queues_exist`, None
-        (and nothing submitted) when one of those queues does not exist."""
+    async def submit(self, command: dict) -> Committed:
+        """The command applied through the log."""
         # encoded here, so the engine only splices in its log time
-        answer = await self._call("submit", cbor2.dumps(command), if_queues_exist or [])
-        return None if answer is None else Committed(*answer)
+        return Committed(*await self._call("submit", cbor2.dumps(command)))
 
     async def read(self, query: str, *args, settled: bool = False) -> Read:
         """A query of the state machine; `settled` waits first for this leader's barrier."""

@@ -9,8 +9,7 @@ engine is reachable from a front:
 =====================  ==============================================  =======================
 call                   args                                            answer
 =====================  ==============================================  =======================
-submit                 command, CBOR-encoded (bytes), queue names      [result, log index], or None
-                                                                       when a named queue is missing
+submit                 command, CBOR-encoded (bytes)                   [result, log index]
 read                   query, args, settled                            [result, applied index]
 receive                receive command, wait_s, last_try, encoded,     [result, log index] or None;
                        client (who waits: its address)                 ``encoded``: a result's messages
@@ -134,11 +133,7 @@ class EngineService:
         if call_id:
             out.send([call_id, error, value])
 
-    async def _submit(self, encoded: bytes, if_queues_exist: list) -> list | None:
-        # The front's caps hold for a write into queues that exist: looked up
-        # here, not by a read of its own first, a put takes one round trip.
-        if if_queues_exist and None in self.node.read("usage", if_queues_exist)["named"].values():
-            return None
+    async def _submit(self, encoded: bytes) -> list:
         committed = await self.node.submit_encoded(encoded)
         return [committed.result, committed.index]
 

@@ -34,7 +34,15 @@ Rules that keep replicas identical:
   queue's due timers; ``tick`` (sent by the leader while timers are pending)
   fires everyone's;
 - only ordered iteration: dicts keep insertion order, which is the same on
-  every replica because it comes from the log.
+  every replica because it comes from the log;
+- no node option: a cap that depends on the state travels in the command
+  (``max_queues``, a stage's ``caps``, ``dedup_max_bytes``), filled in by the
+  leader, so replicas started with other options still apply alike.
+
+Every command that creates queues (``put``, ``tx``, ``stage_commit``,
+``create_queue``) passes one check, ``_room_for_queues``: the cluster's
+``max_queues``, and at most MAX_NEW_QUEUES_PER_ENTRY new queues per log
+entry, so that applying one entry stays far below the election timeout.
 """
 
 import gc
@@ -45,8 +53,8 @@ import cbor2
 
 from .queue import BODY, HEADERS, KEY, PARKED_RETRY_MS, Queue
 from .redrive import redrive
-from .results import BAD_REQUEST, CONFLICT, INTERNAL, NOT_FOUND, STALE_RECEIPT, error
-from .staging import DEFAULT_STAGE_TTL_MS, Staging
+from .results import BAD_REQUEST, CONFLICT, INTERNAL, LIMIT_REACHED, NOT_FOUND, STALE_RECEIPT, error
+from .staging import DEFAULT_STAGE_TTL_MS, MAX_BATCH_STEP, Staging
 from . import validation as v
 from .validation import full_config
 
@@ -55,6 +63,11 @@ SNAPSHOT_VERSION = 6
 # Version 5 is version 6 without staged writes, version 4 also without redrive:
 # a node upgraded in place restores either.
 READABLE_SNAPSHOT_VERSIONS = (4, 5, 6)
+# Making a queue costs more than a put into one (its default group holds
+# three sorted containers): 10 000 in one entry held the apply past the
+# election timeout (issue 21). 500 cost about as much as the widest put of
+# 10 000 messages (bench/widest_entry.py).
+MAX_NEW_QUEUES_PER_ENTRY = 500
 
 
 def encode_entry(commands: list) -> bytes:
@@ -73,6 +86,7 @@ class StateMachine:
         self.queues: dict[str, Queue] = {}
         self.members: dict[str, dict] = {}   # node id -> {"raft_addr", "http_addr"}
         self.staging = Staging()
+        self.queues_left_in_entry = MAX_NEW_QUEUES_PER_ENTRY   # (not state: reset by each entry)
 
     # ---- applying the log -----------------------------------------------------
     def apply_entry(self, entry: bytes) -> list:
@@ -82,9 +96,15 @@ class StateMachine:
             return [error(BAD_REQUEST, f"log entry is not CBOR: {exc}")]
         if not isinstance(commands, list):
             return [error(BAD_REQUEST, "log entry is not a list of commands")]
-        return [self.apply(cmd) for cmd in commands]
+        self.queues_left_in_entry = MAX_NEW_QUEUES_PER_ENTRY
+        return [self._apply_one(cmd) for cmd in commands]
 
     def apply(self, cmd) -> dict:
+        """One command, as if it were an entry of its own."""
+        self.queues_left_in_entry = MAX_NEW_QUEUES_PER_ENTRY
+        return self._apply_one(cmd)
+
+    def _apply_one(self, cmd) -> dict:
         problem = check_command(cmd)
         if problem:
             return problem
@@ -105,11 +125,26 @@ class StateMachine:
 
     def _new_queue(self, name: str, config: dict) -> Queue:
         self.incarnations += 1
+        self.queues_left_in_entry -= 1
         queue = self.queues[name] = Queue(name, config, self.incarnations)
         return queue
 
     def _missing(self, name: str) -> dict:
         return error(NOT_FOUND, f"queue {name!r} does not exist")
+
+    def _room_for_queues(self, names, cmd):
+        """None when the command may create those of `names` that are missing; else limit_reached."""
+        new = [name for name in dict.fromkeys(names) if name not in self.queues]
+        if not new:
+            return None
+        if len(new) > self.queues_left_in_entry:
+            return error(LIMIT_REACHED, f"this would create {len(new)} queues in one log entry, which creates "
+                                        f"at most {MAX_NEW_QUEUES_PER_ENTRY}: create them in smaller requests")
+        cap = cmd.get("max_queues")
+        if cap is not None and len(self.queues) + len(new) > cap:
+            return error(LIMIT_REACHED, f"this cluster holds {len(self.queues)} queues and this would create "
+                                        f"{len(new)} more (limit {cap}, the node option --max-queues)")
+        return None
 
     # ---- queues -----------------------------------------------------------------
     def _check_dead_letter(self, name: str, config: dict):
@@ -128,6 +163,9 @@ class StateMachine:
                 return {"created": False, "config": existing.config}
             return error(CONFLICT, f"queue {name!r} exists with another config; use PATCH to change it",
                          config=existing.config)
+        problem = self._room_for_queues([name], cmd)
+        if problem:
+            return problem
         self._new_queue(name, config)
         return {"created": True, "config": config}
 
@@ -160,6 +198,9 @@ class StateMachine:
         auto_create = cmd.get("auto_create", True)
         if name not in self.queues and not auto_create:
             return self._missing(name)
+        problem = self._room_for_queues([name], cmd)
+        if problem:
+            return problem
         queue = self._queue_for_put(name, auto_create)
         problem = queue.check_capacity(cmd["messages"])
         if problem:
@@ -229,7 +270,7 @@ class StateMachine:
         batches: dict[str, list] = {}
         for part in cmd.get("put", []):
             batches.setdefault(part["queue"], []).extend(part["messages"])
-        problem = self._check_room(batches, auto_create)
+        problem = self._check_room(batches, auto_create, cmd)
         if problem:
             return problem
         for queue, group, seq in leases.values():
@@ -242,8 +283,13 @@ class StateMachine:
             self.queues[name].forget_ids_beyond(cmd.get("dedup_max_bytes"))
         return {"acked": len(leases), "put": puts}
 
-    def _check_room(self, batches: dict, auto_create: bool):
-        """Refuse (changing nothing) puts into several queues unless every one takes its batch whole."""
+    def _check_room(self, batches: dict, auto_create: bool, cmd):
+        """Refuse (changing nothing) puts into several queues unless every one takes its batch whole
+        and the queues they would create fit the caps."""
+        if auto_create:
+            problem = self._room_for_queues(batches, cmd)
+            if problem:
+                return problem
         for name, messages in batches.items():
             queue = self.queues.get(name)
             if queue is None:
@@ -262,7 +308,7 @@ class StateMachine:
         if name not in self.queues and not cmd.get("auto_create", True):
             return self._missing(name)
         return self.staging.stage(cmd["producer"], cmd["token"], cmd["chunk"], name, cmd["messages"],
-                                  cmd.get("ttl_ms") or DEFAULT_STAGE_TTL_MS, self.clock)
+                                  cmd.get("ttl_ms") or DEFAULT_STAGE_TTL_MS, self.clock, cmd.get("caps"))
 
     def _stage_commit(self, cmd):
         """Publish the named stages in this one entry, once per (producer, batch)."""
@@ -272,14 +318,26 @@ class StateMachine:
         if done is not None and batch <= done:
             self.staging.drop_stages(producer, [p["token"] for p in parts])
             return {"committed": False, "duplicate": True, "committed_batch": done, "put": 0}
+        if batch > (-1 if done is None else done) + MAX_BATCH_STEP:
+            return error(CONFLICT, f"batch {batch} is more than {MAX_BATCH_STEP} past producer {producer!r}'s "
+                                   f"committed batch ({done}): refused, so that no later batch of it "
+                                   "is taken for a duplicate")
+        if not parts:   # nothing to publish: the mark stays, so only a producer's own rows move it
+            return {"committed": False, "duplicate": False, "committed_batch": done, "put": 0,
+                    "duplicate_ids": 0}
         batches, problem = self.staging.check_commit(producer, parts)
         if problem:
             return problem
         for name in batches:
             self._touch(name)
-        problem = self._check_room(batches, cmd.get("auto_create", True))
+        problem = self._check_room(batches, cmd.get("auto_create", True), cmd)
         if problem:
             return problem
+        cap = cmd.get("max_producers")
+        if done is None and cap is not None and len(self.staging.producers) >= cap:
+            return error(LIMIT_REACHED, f"the cluster keeps the committed batch of {len(self.staging.producers)} "
+                                        f"producers (limit {cap}, the node option --max-producers); delete "
+                                        "producers that are done")
         stored = duplicates = 0
         for name, messages in batches.items():
             for result in self._queue_for_put(name, True).put(messages, self.clock):
@@ -421,6 +479,9 @@ class StateMachine:
     def list_producers(self) -> dict:
         return self.staging.list_producers()
 
+    def staging_usage(self) -> dict:
+        return self.staging.usage()
+
     def has_ready(self, name: str, group: str) -> bool:
         return self.ready_count(name, group) > 0
 
@@ -528,6 +589,7 @@ OPS: dict[str, Op] = {
     "next_timer": _read(StateMachine.next_timer),
     "producer_info": _read(StateMachine.producer_info),
     "list_producers": _read(StateMachine.list_producers),
+    "staging_usage": _read(StateMachine.staging_usage),
 }
 
 

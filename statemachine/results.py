@@ -11,9 +11,11 @@ CONFLICT = "conflict"
 STALE_RECEIPT = "stale_receipt"
 QUEUE_FULL = "queue_full"
 TOO_LARGE = "too_large"
+LIMIT_REACHED = "limit_reached"
 INTERNAL = "internal"
 
-ERROR_CODES = frozenset({BAD_REQUEST, NOT_FOUND, CONFLICT, STALE_RECEIPT, QUEUE_FULL, TOO_LARGE, INTERNAL})
+ERROR_CODES = frozenset({BAD_REQUEST, NOT_FOUND, CONFLICT, STALE_RECEIPT, QUEUE_FULL, TOO_LARGE,
+                         LIMIT_REACHED, INTERNAL})
 
 
 def error(code: str, message: str, **details) -> dict:

@@ -20,21 +20,54 @@ both gaps:
   the timers, and so is a producer's record ``retain_ms`` after its last
   commit when the commit asked for that (one-off producers).
 
+Staging holds every staged row in every replica's memory, so it is bounded:
+stages and bytes per producer and in all, and messages per producer, which
+bounds what one commit publishes in one entry (``caps`` of a stage command, which
+the leader fills from its node options: the limit travels in the command, so
+every replica refuses the same stage). A stage past a cap is refused whole
+(``limit_reached``) and changes nothing; an abort, a commit or an expiry
+gives its bytes back at once.
+
+A producer's high-water mark moves only by a commit that publishes stages:
+a commit that names none leaves it where it is, and a batch more than
+``MAX_BATCH_STEP`` past it (past -1 for a producer without one) is refused,
+so one stray or hostile request cannot make every later batch a duplicate.
+
 Like the queues, this is pure: log time comes from the state machine, and
 refusals are results.
 """
 
 from sortedcontainers import SortedList
 
-from .results import CONFLICT, NOT_FOUND, error
+from .queue import message_size
+from .results import CONFLICT, LIMIT_REACHED, NOT_FOUND, error
 
 DEFAULT_STAGE_TTL_MS = 3_600_000
+# What a staged message counts besides message_size (the bytes a queue's
+# max_bytes counts): what holding it costs, so that empty bodies are not free.
+STAGED_MESSAGE_OVERHEAD = 100
+# A Spark stream numbers its micro-batches 0, 1, 2, ...; batches that stage
+# no rows leave gaps, but not of a million (11 days of one-second triggers).
+MAX_BATCH_STEP = 1_000_000
+# The caps a stage command carries (node options of the same names), and the
+# option that sets each, for the refusal's message.
+STAGE_CAPS = {"stages": "max-stages", "bytes": "max-staged-bytes",
+              "producer_stages": "max-stages-per-producer", "producer_bytes": "max-staged-bytes-per-producer",
+              "producer_messages": "max-staged-messages-per-producer"}
+
+
+def staged_size(messages: list) -> int:
+    return sum(message_size(m) for m in messages) + STAGED_MESSAGE_OVERHEAD * len(messages)
 
 
 class Staging:
     def __init__(self):
-        # token -> {"producer", "queue", "chunks": {index: [messages]}, "expires_at"}
+        # token -> {"producer", "queue", "chunks": {index: [messages]}, "sizes": {index: bytes},
+        #           "expires_at"}  (sizes: derived, not in snapshots)
         self.stages: dict[str, dict] = {}
+        # producer -> {"tokens": {token: None}, "bytes", "messages"}: what each producer has staged (derived)
+        self.staged: dict[str, dict] = {}
+        self.staged_bytes = 0
         self.stage_expiries = SortedList()        # (expires_at, token)
         # producer -> {"batch": high-water mark, "expires_at": log time or None}
         self.producers: dict[str, dict] = {}
@@ -53,17 +86,40 @@ class Staging:
 
     # ---- commands -----------------------------------------------------------------
     def stage(self, producer: str, token: str, chunk: int, queue: str, messages: list,
-              ttl_ms: int, clock: int):
+              ttl_ms: int, clock: int, caps: dict | None = None):
         stage = self.stages.get(token)
-        if stage is None:
-            stage = self.stages[token] = {"producer": producer, "queue": queue, "chunks": {},
-                                          "expires_at": None}
-        elif (stage["producer"], stage["queue"]) != (producer, queue):
+        if stage is not None and (stage["producer"], stage["queue"]) != (producer, queue):
             return error(CONFLICT, f"stage {token!r} belongs to producer {stage['producer']!r} "
                                    f"and queue {stage['queue']!r}")
-        stage["chunks"][chunk] = messages
+        size = staged_size(messages)
+        replaced = stage["chunks"].get(chunk, ()) if stage else ()
+        problem = self._check_caps(producer, stage is None, size - (stage["sizes"].get(chunk, 0) if stage else 0),
+                                   len(messages) - len(replaced), caps or {})
+        if problem:
+            return problem
+        if stage is None:
+            stage = self.stages[token] = {"producer": producer, "queue": queue, "chunks": {}, "sizes": {},
+                                          "expires_at": None}
+        self._set_chunk(token, chunk, messages, size)
         self._set_stage_expiry(token, clock + ttl_ms)
         return {"staged": len(messages), "chunks": len(stage["chunks"])}
+
+    def _check_caps(self, producer: str, new_stage: bool, more_bytes: int, more_messages: int, caps: dict):
+        mine = self.staged.get(producer, {"tokens": {}, "bytes": 0, "messages": 0})
+        after = {"stages": len(self.stages) + new_stage, "bytes": self.staged_bytes + more_bytes,
+                 "producer_stages": len(mine["tokens"]) + new_stage, "producer_bytes": mine["bytes"] + more_bytes,
+                 "producer_messages": mine["messages"] + more_messages}
+        grows = {"stages": new_stage, "bytes": more_bytes > 0, "producer_stages": new_stage,
+                 "producer_bytes": more_bytes > 0, "producer_messages": more_messages > 0}
+        for name, option in STAGE_CAPS.items():
+            cap = caps.get(name)
+            if cap is not None and grows[name] and after[name] > cap:
+                whose = f"producer {producer!r}" if name.startswith("producer") else "the cluster"
+                what = {"stages": "stages", "bytes": "staged bytes", "messages": "staged messages"}[
+                    name.rsplit("_", 1)[-1]]
+                return error(LIMIT_REACHED, f"{whose} would hold {after[name]} {what} (limit {cap}, the node "
+                                            f"option --{option}); commit or abort stages first")
+        return None
 
     def committed_batch(self, producer: str):
         record = self.producers.get(producer)
@@ -100,7 +156,7 @@ class Staging:
         return len(mine)
 
     def drop_producer(self, producer: str):
-        tokens = [t for t, s in self.stages.items() if s["producer"] == producer]
+        tokens = list(self.staged.get(producer, {"tokens": {}})["tokens"])
         if producer not in self.producers and not tokens:
             return error(NOT_FOUND, f"producer {producer!r} has neither commits nor stages")
         for token in tokens:
@@ -116,10 +172,28 @@ class Staging:
         stage["expires_at"] = expires_at
         self.stage_expiries.add((expires_at, token))
 
+    def _set_chunk(self, token: str, chunk: int, messages: list, size: int) -> None:
+        stage = self.stages[token]
+        mine = self.staged.setdefault(stage["producer"], {"tokens": {}, "bytes": 0, "messages": 0})
+        more = size - stage["sizes"].get(chunk, 0)
+        mine["messages"] += len(messages) - len(stage["chunks"].get(chunk, ()))
+        stage["chunks"][chunk], stage["sizes"][chunk] = messages, size
+        mine["tokens"][token] = None
+        mine["bytes"] += more
+        self.staged_bytes += more
+
     def _drop_stage(self, token: str) -> None:
         stage = self.stages.pop(token, None)
         if stage is not None:
             self.stage_expiries.remove((stage["expires_at"], token))
+            size = sum(stage["sizes"].values())
+            mine = self.staged[stage["producer"]]
+            del mine["tokens"][token]
+            mine["bytes"] -= size
+            mine["messages"] -= sum(map(len, stage["chunks"].values()))
+            self.staged_bytes -= size
+            if not mine["tokens"]:
+                del self.staged[stage["producer"]]
 
     def _drop_producer(self, producer: str) -> None:
         record = self.producers.pop(producer, None)
@@ -128,23 +202,31 @@ class Staging:
 
     # ---- read-only views --------------------------------------------------------------
     def producer_info(self, producer: str) -> dict:
+        mine = self.staged.get(producer, {"tokens": {}, "bytes": 0, "messages": 0})
         stages = [{"token": token, "queue": s["queue"], "chunks": len(s["chunks"]),
-                   "messages": sum(map(len, s["chunks"].values())), "expires_at": s["expires_at"]}
-                  for token, s in self.stages.items() if s["producer"] == producer]
+                   "messages": sum(map(len, s["chunks"].values())), "bytes": sum(s["sizes"].values()),
+                   "expires_at": s["expires_at"]}
+                  for token, s in ((t, self.stages[t]) for t in mine["tokens"])]
         record = self.producers.get(producer)
         return {"producer": producer, "committed_batch": None if record is None else record["batch"],
-                "expires_at": None if record is None else record["expires_at"], "stages": stages}
+                "expires_at": None if record is None else record["expires_at"], "staged_bytes": mine["bytes"],
+                "stages": stages}
 
     def list_producers(self) -> dict:
         """Every producer with a mark or stages: what staging holds, for operators."""
-        names = list(dict.fromkeys([*self.producers, *(s["producer"] for s in self.stages.values())]))
+        names = list(dict.fromkeys([*self.producers, *self.staged]))
         out = []
         for name in names:
             info = self.producer_info(name)
             out.append({"producer": name, "committed_batch": info["committed_batch"],
-                        "stages": len(info["stages"]),
+                        "stages": len(info["stages"]), "staged_bytes": info["staged_bytes"],
                         "staged_messages": sum(s["messages"] for s in info["stages"])})
         return {"producers": out}
+
+    def usage(self) -> dict:
+        """What staging holds in all: the figures its caps count."""
+        return {"stages": len(self.stages), "bytes": self.staged_bytes, "producers": len(self.staged),
+                "marks": len(self.producers)}
 
     # ---- snapshot ---------------------------------------------------------------------
     def to_state(self) -> list:
@@ -159,7 +241,9 @@ class Staging:
         stages, producers = state
         for token, producer, queue, expires_at, chunks in stages:
             staging.stages[token] = {"producer": producer, "queue": queue, "expires_at": expires_at,
-                                     "chunks": {index: messages for index, messages in chunks}}
+                                     "chunks": {}, "sizes": {}}
+            for index, messages in chunks:
+                staging._set_chunk(token, index, messages, staged_size(messages))
             staging.stage_expiries.add((expires_at, token))
         for producer, batch, expires_at in producers:
             staging.producers[producer] = {"batch": batch, "expires_at": expires_at}

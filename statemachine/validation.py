@@ -149,16 +149,24 @@ def check_receipts(receipts):
     return None
 
 
-def _check_dedup_budget(cmd):
-    budget = cmd.get("dedup_max_bytes")
-    if budget is not None and (not is_int(budget) or budget < 0):
-        return error(BAD_REQUEST, "dedup_max_bytes must be a non-negative integer")
+def _check_limit(value, what: str):
+    """A cap the leader puts in a command (None: no cap, as in entries older than the cap)."""
+    if value is not None and (not is_int(value) or value < 0):
+        return error(BAD_REQUEST, f"{what} must be a non-negative integer")
     return None
+
+
+def _check_dedup_budget(cmd):
+    return _check_limit(cmd.get("dedup_max_bytes"), "dedup_max_bytes")
+
+
+def _check_max_queues(cmd):
+    return _check_limit(cmd.get("max_queues"), "max_queues")
 
 
 def check_put(cmd):
     return (check_name(cmd.get("queue"), "queue name") or check_messages(cmd.get("messages"))
-            or _check_dedup_budget(cmd))
+            or _check_dedup_budget(cmd) or _check_max_queues(cmd))
 
 
 def check_receive(cmd):
@@ -189,7 +197,7 @@ def check_delete_queue(cmd):
 
 def check_configure_queue(cmd):
     """create_queue and patch_queue: a name and a config."""
-    return check_delete_queue(cmd) or check_queue_config(cmd.get("config"))
+    return check_delete_queue(cmd) or check_queue_config(cmd.get("config")) or _check_max_queues(cmd)
 
 
 def check_group(cmd):
@@ -229,7 +237,7 @@ def check_tx(cmd):
         total += len(part["messages"])
     if total > MAX_BATCH:
         return error(BAD_REQUEST, f"a transaction puts at most {MAX_BATCH} messages")
-    return _check_dedup_budget(cmd)
+    return _check_dedup_budget(cmd) or _check_max_queues(cmd)
 
 
 def check_redrive(cmd):
@@ -291,17 +299,34 @@ def check_int(value, what: str, low: int, high: int):
     return None
 
 
+STAGE_CAP_NAMES = frozenset({"stages", "bytes", "producer_stages", "producer_bytes", "producer_messages"})
+
+
+def check_stage_caps(caps):
+    if caps is None:
+        return None
+    if not isinstance(caps, dict) or not STAGE_CAP_NAMES.issuperset(caps):
+        return error(BAD_REQUEST, f"caps must be an object of {', '.join(sorted(STAGE_CAP_NAMES))}")
+    for name, value in caps.items():
+        problem = _check_limit(value, f"caps.{name}")
+        if problem:
+            return problem
+    return None
+
+
 def check_stage(cmd):
     return (check_name(cmd.get("producer"), "producer id") or check_token(cmd.get("token"), "token")
             or check_int(cmd.get("chunk"), "chunk", 0, MAX_STAGE_CHUNK)
             or check_name(cmd.get("queue"), "queue name") or check_messages(cmd.get("messages"))
-            or check_duration(cmd.get("ttl_ms"), "ttl_ms", minimum=1, optional=True))
+            or check_duration(cmd.get("ttl_ms"), "ttl_ms", minimum=1, optional=True)
+            or check_stage_caps(cmd.get("caps")))
 
 
 def check_stage_commit(cmd):
     problem = (check_name(cmd.get("producer"), "producer id")
                or check_int(cmd.get("batch"), "batch", 0, MAX_BATCH_ID)
-               or check_duration(cmd.get("retain_ms"), "retain_ms", minimum=1, optional=True))
+               or check_duration(cmd.get("retain_ms"), "retain_ms", minimum=1, optional=True)
+               or _check_max_queues(cmd) or _check_limit(cmd.get("max_producers"), "max_producers"))
     if problem:
         return problem
     parts = cmd.get("parts")

@@ -52,6 +52,8 @@ T_JRN = "tests/test_journal.py::"
 T_REC = "tests/test_records.py::"
 T_FLT = "tests/test_faults.py::"
 T_SST = "tests/test_security_stream.py::"
+T_STG = "tests/test_statemachine_staging.py::"
+T_SSG = "tests/test_security_staging.py::"
 RULES = ("tests/test_statemachine_rules.py", "tests/test_statemachine_model.py")
 
 MUTANTS = [
@@ -256,6 +258,20 @@ MUTANTS = [
            "engine/node.py", "if client is not None and self._waiting_by_client[client] > max_per_client:",
            "if False:",
            (T_SST + "test_one_client_address_gets_its_share_of_the_long_polls_and_another_its_own",)),
+    # ---- issue 21: staged writes bounded, the queue cap on every path, a mark only its producer moves ----
+    Mutant("stage-without-a-cap", "staging is bounded: stages and bytes per producer and in all",
+           "statemachine/staging.py", "if cap is not None and grows[name] and after[name] > cap:", "if False:",
+           (T_STG + "test_a_stage_past_a_producer_or_cluster_cap_is_refused_whole_and_changes_nothing",
+            T_SSG + "test_forty_three_megabyte_stages_are_refused_past_the_caps_and_an_abort_frees_all")),
+    Mutant("commit-skips-the-queue-cap", "every command that creates queues passes the queue cap",
+           "statemachine/machine.py", 'problem = self._check_room(batches, cmd.get("auto_create", True), cmd)',
+           'problem = self._check_room(batches, cmd.get("auto_create", True), {})',
+           (T_STG + "test_every_command_that_creates_queues_keeps_max_queues",
+            T_SSG + "test_a_commit_into_new_queues_keeps_max_queues")),
+    Mutant("empty-commit-moves-the-mark", "a producer's mark moves only by a commit of its own rows",
+           "statemachine/machine.py", "        if not parts:   # nothing to publish", "        if False:   # nothing",
+           (T_STG + "test_a_commit_without_parts_does_not_move_the_mark",
+            T_SSG + "test_a_poisoned_batch_number_cannot_make_the_next_real_batch_a_duplicate")),
 ]
 
 

@@ -43,10 +43,11 @@ def test_stage_then_commit_publishes_once_and_a_replay_answers_duplicate(cluster
     page = call("GET", f"{base}/v1/queues/{queue}/messages?limit=10", headers=auth(cluster3), cbor=True).body
     assert [m["body"] for m in page["messages"]] == [{"n": 1}, b"\x00\x01", b"\xff"]
     info = call("GET", f"{base}/v1/producers/{producer}", headers=auth(cluster3)).body
-    assert info == {"producer": producer, "committed_batch": 3, "expires_at": None, "stages": [],
-                    "auto_create": True}
+    assert info == {"producer": producer, "committed_batch": 3, "expires_at": None, "staged_bytes": 0,
+                    "stages": [], "auto_create": True}
     listed = call("GET", f"{base}/v1/producers", headers=auth(cluster3)).body["producers"]
-    assert {"producer": producer, "committed_batch": 3, "stages": 0, "staged_messages": 0} in listed
+    assert {"producer": producer, "committed_batch": 3, "stages": 0, "staged_bytes": 0,
+            "staged_messages": 0} in listed
 
 
 def test_a_commit_of_a_missing_stage_is_a_conflict(cluster3):

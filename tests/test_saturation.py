@@ -25,6 +25,7 @@ import time
 import aiohttp
 import pytest
 
+from statemachine.machine import MAX_NEW_QUEUES_PER_ENTRY
 from tests.conftest import start_cluster
 from tests.waiting import wait_until
 
@@ -42,7 +43,7 @@ BURST_S = 15
 SATURATION_S = 60
 SNAPSHOT_WAIT_S = 400
 SETUP_S = 300
-TX_QUEUES = 1_000                    # queues made per transaction while setting up
+TX_QUEUES = MAX_NEW_QUEUES_PER_ENTRY  # queues made per transaction while setting up (one entry makes at most that)
 # A follower compacts its log past 10 000-15 000 entries (engine/consensus.py);
 # the saturated cluster's log is filled to just below, so that a follower takes
 # its snapshot of the million messages during the 60 s.
@@ -311,7 +312,7 @@ def loaded(tmp_path_factory):
     """10 000 queues, a million stored messages, and a log just short of a follower's snapshot."""
     cluster = start_cluster(tmp_path_factory.mktemp("saturation"), 3, node_args=NODE_ARGS)
     try:
-        # the log first, while a write is cheap: 100 entries store the messages, 10 make the queues
+        # the log first, while a write is cheap: 100 entries store the messages, 20 make the queues
         asyncio.run(fill_log(cluster, LOG_BEFORE_SATURATION - STORED // STORE_BATCH - QUEUES // TX_QUEUES))
         asyncio.run(store(cluster, "stored", STORED))
         asyncio.run(make_queues(cluster, QUEUES - 1))

@@ -186,3 +186,23 @@ def test_a_streaming_write_survives_kill_9_of_the_leader(spark, fresh_cluster, t
     bodies = [m["body"] for m in stored(cluster, sink)]
     assert sorted(bodies) == sorted(f'{{"n":{n}}}' for n in range(12_000))
     shutil.rmtree(checkpoint)
+
+
+def test_a_batch_that_another_writer_committed_past_fails_the_query(spark, cluster3, tmp_path):
+    """Anyone with the data token may commit under any producer id: a mark moved past the
+    query's batch makes that batch a duplicate, and its rows are dropped. The sink must fail
+    the query then, never report the batch written."""
+    source, sink, producer = name("src"), name("dst"), name("prod")
+    fill(cluster3, source, 30)
+    with cluster3.client() as client:           # another writer, before the query's first batch
+        client.stage(producer, "other", 0, name("elsewhere"), [{"body": "not the query's"}])
+        client.commit_stages(producer, 5, [{"token": "other", "chunks": 1}])
+    df = spark.readStream.format("raftq").options(**options(cluster3, source, group="copy")).load()
+    query = (df.selectExpr("body_json AS body").writeStream.format("raftq")
+             .options(**options(cluster3, sink, producerId=producer))
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    with pytest.raises(Exception, match="batch 0 was NOT written: the producer's committed batch is already 5"):
+        query.awaitTermination(300)
+    with cluster3.client() as client:
+        assert client.producer(producer)["committed_batch"] == 5
+        assert sink not in [q["name"] for q in client.queues()["queues"]]

@@ -72,6 +72,11 @@ def err(code, **details):
     return {"error": code, **details}
 
 
+def staged_size(messages) -> int:
+    """What a staged message costs staging's caps: its size plus 100."""
+    return sum(message_size(m) + 100 for m in messages)
+
+
 class Model:
     """raftq's queues, the obvious way."""
 
@@ -278,13 +283,18 @@ class Model:
         self.producers = {p: r for p, r in self.producers.items()
                           if r["expires_at"] is None or r["expires_at"] > self.clock}
 
+    @staticmethod
+    def stage_bytes(stage):
+        return sum(staged_size(messages) for messages in stage["chunks"].values())
+
     def producer_info(self, producer):
         stages = [{"token": t, "queue": s["queue"], "chunks": len(s["chunks"]),
-                   "messages": sum(len(m) for m in s["chunks"].values()), "expires_at": s["expires_at"]}
+                   "messages": sum(len(m) for m in s["chunks"].values()), "bytes": self.stage_bytes(s),
+                   "expires_at": s["expires_at"]}
                   for t, s in self.stages.items() if s["producer"] == producer]
         record = self.producers.get(producer, {"batch": None, "expires_at": None})
         return {"producer": producer, "committed_batch": record["batch"], "expires_at": record["expires_at"],
-                "stages": stages}
+                "staged_bytes": sum(s["bytes"] for s in stages), "stages": stages}
 
     def timers(self):
         """When each pending lease end, delay, TTL, idempotency id and stage falls due."""
@@ -313,6 +323,8 @@ class Model:
         q = self.queues.get(cmd["queue"])
         if q is not None:
             return {"created": False, "config": q["config"]} if q["config"] == config else err("conflict")
+        if self.no_room([cmd["queue"]], cmd):
+            return err("limit_reached")
         self.new_queue(cmd["queue"], config)
         return {"created": True, "config": config}
 
@@ -331,10 +343,18 @@ class Model:
             return err("not_found")
         return {"deleted": True}
 
+    def no_room(self, names, cmd):
+        """limit_reached when the queues it would create pass max_queues."""
+        new = [n for n in dict.fromkeys(names) if n not in self.queues]
+        cap = cmd.get("max_queues")
+        return new and cap is not None and len(self.queues) + len(new) > cap
+
     def op_put(self, cmd):
         name = cmd["queue"]
         if name not in self.queues and not cmd.get("auto_create", True):
             return err("not_found")
+        if self.no_room([name], cmd):
+            return err("limit_reached")
         q = self.touch(name) or self.new_queue(name, QUEUE_DEFAULTS)
         if self.too_full(q, cmd["messages"]):
             return err("queue_full")
@@ -455,6 +475,8 @@ class Model:
         batches = {}
         for part in cmd.get("put", []):
             batches.setdefault(part["queue"], []).extend(part["messages"])
+        if auto_create and self.no_room(batches, cmd):
+            return err("limit_reached")
         for name, messages in batches.items():
             q = self.queues.get(name)
             if q is None:
@@ -516,10 +538,22 @@ class Model:
         self.fire_staging()
         if cmd["queue"] not in self.queues and not cmd.get("auto_create", True):
             return err("not_found")
+        old = self.stages.get(cmd["token"])
+        if old is not None and (old["producer"], old["queue"]) != (cmd["producer"], cmd["queue"]):
+            return err("conflict")
+        more = staged_size(cmd["messages"]) - (staged_size(old["chunks"].get(cmd["chunk"], [])) if old else 0)
+        mine = [s for s in self.stages.values() if s["producer"] == cmd["producer"]]
+        more_messages = len(cmd["messages"]) - (len(old["chunks"].get(cmd["chunk"], [])) if old else 0)
+        after = {"stages": len(self.stages) + 1, "producer_stages": len(mine) + 1,
+                 "bytes": sum(self.stage_bytes(s) for s in self.stages.values()) + more,
+                 "producer_bytes": sum(self.stage_bytes(s) for s in mine) + more,
+                 "producer_messages": sum(len(m) for s in mine for m in s["chunks"].values()) + more_messages}
+        for name, cap in (cmd.get("caps") or {}).items():
+            grows = {"stages": old is None, "bytes": more > 0, "messages": more_messages > 0}[name.rsplit("_", 1)[-1]]
+            if grows and after[name] > cap:
+                return err("limit_reached")
         stage = self.stages.setdefault(cmd["token"], {"producer": cmd["producer"], "queue": cmd["queue"],
                                                       "chunks": {}})
-        if (stage["producer"], stage["queue"]) != (cmd["producer"], cmd["queue"]):
-            return err("conflict")
         stage["chunks"][cmd["chunk"]] = cmd["messages"]
         stage["expires_at"] = self.clock + cmd.get("ttl_ms", 3_600_000)
         return {"staged": len(cmd["messages"]), "chunks": len(stage["chunks"])}
@@ -533,6 +567,11 @@ class Model:
                 if self.stages.get(part["token"], {}).get("producer") == producer:
                     del self.stages[part["token"]]
             return {"committed": False, "duplicate": True, "committed_batch": done, "put": 0}
+        if batch > (-1 if done is None else done) + 1_000_000:
+            return err("conflict")
+        if not parts:
+            return {"committed": False, "duplicate": False, "committed_batch": done, "put": 0,
+                    "duplicate_ids": 0}
         batches = {}
         for part in parts:
             stage = self.stages.get(part["token"])
@@ -543,6 +582,8 @@ class Model:
                 m for i in range(part["chunks"]) for m in stage["chunks"][i])
         for name in batches:
             self.touch(name)
+        if cmd.get("auto_create", True) and self.no_room(batches, cmd):
+            return err("limit_reached")
         for name, messages in batches.items():
             q = self.queues.get(name)
             if q is None:
@@ -550,6 +591,8 @@ class Model:
                     return err("not_found")
             elif self.too_full(q, messages):
                 return err("queue_full")
+        if done is None and cmd.get("max_producers") is not None and len(self.producers) >= cmd["max_producers"]:
+            return err("limit_reached")
         results = [r for name, messages in batches.items()
                    for r in self.store(self.touch(name) or self.new_queue(name, QUEUE_DEFAULTS), messages)]
         for part in parts:
@@ -735,6 +778,10 @@ class QueuesComparison(RuleBasedStateMachine):
     def put(self, queue, batch, auto_create):
         self.run("put", queue=queue, messages=batch, auto_create=auto_create)
 
+    @rule(queue=st.sampled_from(QUEUES), batch=batches, max_queues=st.integers(0, 3))
+    def put_under_a_queue_cap(self, queue, batch, max_queues):
+        self.run("put", queue=queue, messages=batch, max_queues=max_queues)
+
     @rule(queue=st.sampled_from(QUEUES), batch=batches)
     def put_more(self, queue, batch):
         """Producers outnumber the other rules, so that queues hold something to work on."""
@@ -820,18 +867,25 @@ class QueuesComparison(RuleBasedStateMachine):
     # ---- staged writes -----------------------------------------------------------------------
     @rule(producer=st.sampled_from(PRODUCERS), token=st.sampled_from(TOKENS), chunk=st.sampled_from([0, 0, 0, 1, 2]),
           queue=st.sampled_from(QUEUES), batch=batches, ttl_ms=st.one_of(st.none(), ms(50, 3_000)),
-          auto_create=st.sampled_from([True, True, False]))
-    def stage(self, producer, token, chunk, queue, batch, ttl_ms, auto_create):
-        """A task attempt stages a chunk, or repeats one (replacing it)."""
+          auto_create=st.sampled_from([True, True, False]),
+          caps=st.one_of(st.none(), st.dictionaries(st.sampled_from(["stages", "bytes", "producer_stages",
+                                                                      "producer_bytes", "producer_messages"]),
+                                                    st.integers(0, 1_200), max_size=2)))
+    def stage(self, producer, token, chunk, queue, batch, ttl_ms, auto_create, caps):
+        """A task attempt stages a chunk, or repeats one (replacing it), within caps of staging or not."""
         fields = {} if ttl_ms is None else {"ttl_ms": ttl_ms}
+        if caps is not None:
+            fields["caps"] = caps
         self.run("stage", producer=producer, token=token, chunk=chunk, queue=queue, messages=batch,
                  auto_create=auto_create, **fields)
 
-    @rule(data=st.data(), producer=st.sampled_from(PRODUCERS), step=st.sampled_from([1, 1, 1, 2, 0, -1]),
-          retain_ms=st.one_of(st.none(), st.none(), ms(50, 3_000)), auto_create=st.sampled_from([True, False]))
-    def stage_commit(self, data, producer, step, retain_ms, auto_create):
-        """A driver commits some stages (mostly complete ones, sometimes wrong ones) as its next
-        batch, or replays an old one."""
+    @rule(data=st.data(), producer=st.sampled_from(PRODUCERS),
+          step=st.sampled_from([1, 1, 1, 2, 0, -1, 1_000_000, 1_000_001]),
+          retain_ms=st.one_of(st.none(), st.none(), ms(50, 3_000)), auto_create=st.sampled_from([True, False]),
+          max_queues=st.sampled_from([None, None, 1, 2, 3]), max_producers=st.sampled_from([None, None, 0, 1]))
+    def stage_commit(self, data, producer, step, retain_ms, auto_create, max_queues, max_producers):
+        """A driver commits some stages (mostly complete ones, sometimes wrong ones, sometimes none)
+        as its next batch, or replays an old one, or jumps far ahead."""
         batch = max(0, self.model.producers.get(producer, {}).get("batch", -1) + step)
         staged = [(t, s) for t, s in self.model.stages.items() if s["producer"] == producer]
         tokens = data.draw(st.lists(st.sampled_from([t for t, _ in staged] * 3 + TOKENS[:1]), unique=True,
@@ -839,6 +893,10 @@ class QueuesComparison(RuleBasedStateMachine):
         parts = [{"token": t, "chunks": len(self.model.stages[t]["chunks"]) if t in self.model.stages
                   and data.draw(st.integers(0, 5)) else data.draw(st.integers(0, 3))} for t in tokens]
         fields = {} if retain_ms is None else {"retain_ms": retain_ms}
+        if max_queues is not None:
+            fields["max_queues"] = max_queues
+        if max_producers is not None:
+            fields["max_producers"] = max_producers
         self.run("stage_commit", producer=producer, batch=batch, parts=parts, auto_create=auto_create,
                  **fields)
 

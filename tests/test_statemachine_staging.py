@@ -42,7 +42,8 @@ def test_a_commit_publishes_every_part_in_part_then_chunk_order(m):
     stage(m, "t2", 0, "b1")
     commit(m, 7, ("t2", 2), ("t1", 1))
     assert bodies(m) == ["b1", "b2", "a1"]
-    assert m.sm.producer_info("p") == {"producer": "p", "committed_batch": 7, "expires_at": None, "stages": []}
+    assert m.sm.producer_info("p") == {"producer": "p", "committed_batch": 7, "expires_at": None,
+                                         "staged_bytes": 0, "stages": []}
 
 
 def test_a_repeated_chunk_replaces_the_first_so_a_retried_request_stores_once(m):
@@ -222,5 +223,152 @@ def test_list_producers_shows_marks_and_pending_stages(m):
     commit(m, 1, ("t2", 1), producer="p2")
     stage(m, "t3", 0, "d", producer="p2")
     assert m.sm.list_producers() == {"producers": [
-        {"producer": "p2", "committed_batch": 1, "stages": 1, "staged_messages": 1},
-        {"producer": "p1", "committed_batch": None, "stages": 1, "staged_messages": 2}]}
+        {"producer": "p2", "committed_batch": 1, "stages": 1, "staged_bytes": 101, "staged_messages": 1},
+        {"producer": "p1", "committed_batch": None, "stages": 1, "staged_bytes": 202, "staged_messages": 2}]}
+
+
+# ---- bounds (issue 21) ---------------------------------------------------------------------------
+MB = "x" * 1_000_000
+
+
+def test_a_stage_past_a_producer_or_cluster_cap_is_refused_whole_and_changes_nothing(m):
+    caps = {"producer_bytes": 2_500_000, "bytes": 4_000_000, "producer_stages": 3, "stages": 5}
+    stage(m, "t1", 0, MB, MB, caps=caps)
+    before = m.sm.snapshot()
+    refused = m.fails("limit_reached", "stage", producer="p", token="t2", chunk=0, queue="q",
+                      messages=[msg(MB)], caps=caps)
+    assert "--max-staged-bytes-per-producer" in refused["message"] and "producer 'p'" in refused["message"]
+    assert m.sm.snapshot() == before and m.sm.staging_usage()["bytes"] == 2_000_200
+    # a repeated chunk counts only what it adds: the same rows again fit
+    stage(m, "t1", 0, MB, MB, caps=caps)
+    stage(m, "t3", 0, MB, producer="p2", caps=caps)
+    refused = m.fails("limit_reached", "stage", producer="p3", token="t4", chunk=0, queue="q",
+                      messages=[msg(MB)], caps=caps)
+    assert "--max-staged-bytes)" in refused["message"] and "the cluster" in refused["message"]
+    for token in ("a", "b"):
+        stage(m, token, 0, "small", producer="p2", caps=caps)
+    refused = m.fails("limit_reached", "stage", producer="p2", token="c", chunk=0, queue="q",
+                      messages=[msg("small")], caps=caps)
+    assert "--max-stages-per-producer" in refused["message"]
+    stage(m, "d", 0, "small", producer="p4", caps=caps)
+    refused = m.fails("limit_reached", "stage", producer="p5", token="e", chunk=0, queue="q",
+                      messages=[msg("small")], caps=caps)
+    assert "--max-stages)" in refused["message"]
+
+
+def test_empty_bodies_are_not_free_every_staged_message_counts_its_overhead(m):
+    stage(m, "t1", 0, "", "")
+    assert m.sm.staging_usage()["bytes"] == 200
+    m.fails("limit_reached", "stage", producer="p", token="t1", chunk=1, queue="q",
+            messages=[msg("")] * 10_000, caps={"producer_bytes": 500_000})
+
+
+def test_an_abort_a_commit_an_expiry_and_a_drop_give_back_every_staged_byte(m):
+    stage(m, "t1", 0, MB, MB)
+    stage(m, "t1", 1, MB)
+    stage(m, "t2", 0, MB, ttl_ms=1_000)
+    stage(m, "t3", 0, "c")
+    stage(m, "t4", 0, "d", producer="p2")
+    assert m.sm.staging_usage() == {"stages": 4, "bytes": 4_000_000 + 4 * 100 + 2 * 101, "producers": 2,
+                                    "marks": 0}
+    assert m.ok("stage_abort", producer="p", tokens=["t1"]) == {"dropped": 1}
+    m.tick(T0 + 1_000)                                      # t2 expires
+    commit(m, 0, ("t3", 1))
+    assert m.ok("drop_producer", producer="p2")["stages_dropped"] == 1
+    assert m.sm.staging_usage() == {"stages": 0, "bytes": 0, "producers": 0, "marks": 1}
+    assert m.sm.producer_info("p")["staged_bytes"] == 0
+    # everything given back: the cap holds as much again
+    stage(m, "t5", 0, MB, MB, MB, MB, caps={"producer_bytes": 4_000_400, "bytes": 4_000_400})
+
+
+def test_staged_bytes_are_rebuilt_from_a_snapshot(m):
+    stage(m, "t1", 0, MB, "b")
+    restored = StateMachine()
+    restored.restore(m.sm.snapshot())
+    assert restored.staging_usage() == m.sm.staging_usage()
+    assert restored.producer_info("p") == m.sm.producer_info("p")
+
+
+def test_a_commit_without_parts_does_not_move_the_mark(m):
+    stage(m, "t1", 0, "a")
+    commit(m, 1, ("t1", 1))
+    assert commit(m, 5) == {"committed": False, "duplicate": False, "committed_batch": 1, "put": 0,
+                            "duplicate_ids": 0}
+    stage(m, "t2", 0, "b")
+    assert commit(m, 2, ("t2", 1))["committed"] is True
+    assert bodies(m) == ["a", "b"]
+    assert commit(m, 7, producer="fresh")["committed_batch"] is None
+    assert m.sm.producer_info("fresh")["committed_batch"] is None
+
+
+def test_a_batch_far_past_the_mark_is_refused_and_the_real_next_batch_is_stored(m):
+    stage(m, "t1", 0, "a")
+    commit(m, 1, ("t1", 1))
+    stage(m, "evil", 0, "x")
+    for batch in ((1 << 63) - 1, 1 + 1_000_001):
+        m.fails("conflict", "stage_commit", producer="p", batch=batch, parts=[{"token": "evil", "chunks": 1}])
+    m.fails("conflict", "stage_commit", producer="new", batch=1_000_000, parts=[])
+    assert m.sm.producer_info("p")["committed_batch"] == 1
+    stage(m, "t2", 0, "b")
+    assert commit(m, 2, ("t2", 1))["put"] == 1
+    assert commit(m, 2 + 1_000_000, ("evil", 1))["committed"] is True     # the step itself is allowed
+    assert bodies(m) == ["a", "b", "x"]
+
+
+def test_every_command_that_creates_queues_keeps_max_queues(m):
+    m.ok("create_queue", queue="q1", config={})
+    m.fails("limit_reached", "create_queue", queue="q2", config={}, max_queues=1)
+    m.fails("limit_reached", "put", queue="q2", messages=[msg()], max_queues=1)
+    m.put("q1", msg(), max_queues=1)                                   # an existing queue takes puts
+    m.fails("limit_reached", "tx", put=[{"queue": "q1", "messages": [msg()]},
+                                        {"queue": "q2", "messages": [msg()]}], max_queues=1)
+    stage(m, "t1", 0, "a", queue="q2")
+    stage(m, "t2", 0, "b", queue="q3")
+    before = m.sm.snapshot()
+    refused = m.fails("limit_reached", "stage_commit", producer="p", batch=0,
+                      parts=[{"token": "t1", "chunks": 1}, {"token": "t2", "chunks": 1}], max_queues=2)
+    assert "--max-queues" in refused["message"] and m.sm.snapshot() == before
+    assert commit(m, 0, ("t1", 1), ("t2", 1), max_queues=3)["put"] == 2
+    assert [q["name"] for q in m.sm.list_queues()["queues"]] == ["q1", "q2", "q3"]
+
+
+def test_one_log_entry_creates_at_most_500_queues(m):
+    from statemachine import encode_entry
+    from statemachine.machine import MAX_NEW_QUEUES_PER_ENTRY
+    assert MAX_NEW_QUEUES_PER_ENTRY == 500
+    for n in range(501):
+        stage(m, f"t{n}", 0, "a", queue=f"q{n}")
+    parts = [{"token": f"t{n}", "chunks": 1} for n in range(501)]
+    refused = m.fails("limit_reached", "stage_commit", producer="p", batch=0, parts=parts)
+    assert "at most 500" in refused["message"] and m.sm.list_queues()["queues"] == []
+    # commands packed into one entry share the entry's 500; the next entry has its own
+    puts = [{"op": "put", "queue": f"n{n}", "messages": [msg()], "now_ms": T0} for n in range(501)]
+    results = m.sm.apply_entry(encode_entry(puts))
+    assert [r.get("error") for r in results] == [None] * 500 + ["limit_reached"]
+    assert "error" not in m.sm.apply_entry(encode_entry(puts[500:]))[0]
+    assert commit(m, 0, *[(f"t{n}", 1) for n in range(500)])["put"] == 500
+
+
+def test_staged_messages_per_producer_are_capped_so_one_commit_stays_small(m):
+    caps = {"producer_messages": 3}
+    stage(m, "t1", 0, "a", "b", caps=caps)
+    refused = m.fails("limit_reached", "stage", producer="p", token="t2", chunk=0, queue="q",
+                      messages=[msg("c"), msg("d")], caps=caps)
+    assert "--max-staged-messages-per-producer" in refused["message"]
+    stage(m, "t1", 0, "a", "b", "c", caps=caps)          # a replaced chunk counts what it adds
+    stage(m, "t2", 0, "e", producer="p2", caps=caps)
+    commit(m, 0, ("t1", 1))
+    stage(m, "t3", 0, "x", "y", "z", caps=caps)           # published rows no longer count
+
+
+def test_the_producers_whose_mark_is_kept_are_capped(m):
+    stage(m, "t1", 0, "a", producer="p1")
+    stage(m, "t2", 0, "b", producer="p2")
+    commit(m, 0, ("t1", 1), producer="p1", max_producers=1)
+    refused = m.fails("limit_reached", "stage_commit", producer="p2", batch=0,
+                      parts=[{"token": "t2", "chunks": 1}], max_producers=1)
+    assert "--max-producers" in refused["message"]
+    stage(m, "t3", 0, "c", producer="p1")
+    assert commit(m, 1, ("t3", 1), producer="p1", max_producers=1)["committed"] is True   # an existing mark moves
+    m.ok("drop_producer", producer="p1")
+    assert commit(m, 0, ("t2", 1), producer="p2", max_producers=1)["committed"] is True

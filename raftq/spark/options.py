@@ -164,4 +164,5 @@ def write_options(options: dict, *, streaming: bool) -> WriteOptions:
         queue=_name(options, "queue", options.get("path")),
         producer=None if producer is None else _name(options, "producerId"),
         chunk_rows=_int(options, "stageChunkSize", 5_000, 1, MAX_STAGE_ROWS),
-        stage_ttl_ms=_int(options, "stageTtlMs", 3_600_000, 1_000, 30 * 24 * 3_600_000))
+        # a node refuses a stage TTL above its --max-stage-ttl-ms (a day by default)
+        stage_ttl_ms=_int(options, "stageTtlMs", 3_600_000, 1_000, 24 * 3_600_000))

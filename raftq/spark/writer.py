@@ -9,6 +9,12 @@ so a replay of that batch, or a retry of the commit after a failover, is a
 no-op however late it comes.  Attempts that lost (failed tasks, speculative
 twins) are never named; ``abort`` drops what it knows of, and the stage TTL
 drops the rest.  See docs/spark.md for why this holds.
+
+A ``duplicate`` answer is taken for this writer's own batch only when the
+producer's mark is that very batch (Spark replays only its last batch, and
+a retried commit finds its own mark); a mark past it was moved by another
+writer under the same producer id, so the rows of this batch were dropped:
+the commit raises and the query fails instead of reporting them written.
 """
 
 import base64
@@ -100,6 +106,19 @@ def _parts(messages) -> list:
             if isinstance(m, Staged) and m.chunks]
 
 
+class ForeignCommit(RuntimeError):
+    """Another writer committed past this batch under the same producer id."""
+
+
+def _check_own(result: dict, producer: str, batch: int) -> None:
+    if result.get("duplicate") and result.get("committed_batch") != batch:
+        raise ForeignCommit(
+            f"raftq producer {producer!r}: batch {batch} was NOT written: the producer's committed batch "
+            f"is already {result.get('committed_batch')}, which this query never committed. Another writer "
+            "uses this producerId (give each query its own), or the mark was moved by someone else; "
+            f"an operator can DELETE /v1/producers/{producer} to start it over")
+
+
 def _abort(opts: WriteOptions, producer: str, messages) -> None:
     tokens = [m.token for m in messages if isinstance(m, Staged) and m.chunks]
     if tokens:
@@ -120,7 +139,8 @@ class BatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages) -> None:
         with self.opts.connection.client() as client:
-            client.commit_stages(self.producer, 0, _parts(messages), retain_ms=BATCH_PRODUCER_RETAIN_MS)
+            result = client.commit_stages(self.producer, 0, _parts(messages), retain_ms=BATCH_PRODUCER_RETAIN_MS)
+        _check_own(result, self.producer, 0)
 
     def abort(self, messages) -> None:
         _abort(self.opts, self.producer, messages)
@@ -137,7 +157,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages, batchId: int) -> None:
         with self.opts.connection.client() as client:
-            client.commit_stages(self.opts.producer, batchId, _parts(messages))
+            result = client.commit_stages(self.opts.producer, batchId, _parts(messages))
+        _check_own(result, self.opts.producer, batchId)
 
     def abort(self, messages, batchId: int) -> None:
         _abort(self.opts, self.opts.producer, messages)
