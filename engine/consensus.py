@@ -47,8 +47,11 @@ What the facade itself adds to pysyncobj 0.3.17 (../shared/PYSYNCOBJ.md):
   loads the snapshot and replays a short tail; and reading a snapshot drops
   only the log entries it covers (pysyncobj would clear the whole log when a
   crash came between writing a snapshot and compacting the log).
-- Fast failover timing, a low ``leaderFallbackTimeout`` and a quorum check
-  before accepting a write (pysyncobj has no check-quorum), entries above
+- Fast failover timing, a quorum check before accepting a write (the
+  leader lease) and, when a leader has stepped down for want of a majority
+  (CheckQuorum, ``engine.raft_node``), a routing view that says it is cut
+  off, so that its fronts refuse at once rather than wait for an election
+  it cannot see (``route``); entries above
   ``max_entry_bytes`` refused before they reach pysyncobj (its chunked path
   for big entries is broken), the Raft port bound to the configured host
   rather than 0.0.0.0, and a loud warning when no cluster secret is set
