@@ -158,8 +158,9 @@ def test_each_input_bound_is_the_codes(row):
     option = re.search(r"`(--[a-z-]+)`", maximum)
     if option:
         option = option.group(1)
-        documented = quantities(maximum.replace(option, ""))[0]
-        assert expected_in_option_units(option, documented) == option_in_code(option, node_option_defaults())
+        documented = expected_in_option_units(option, quantities(maximum.replace(option, ""))[0])
+        in_code = option_in_code(option, node_option_defaults())
+        assert documented == in_code, f"'{what}': the document says {maximum}, {option} defaults to {in_code}"
         return
     key = next((k for k in INPUT_BOUNDS if what.startswith(k)), None)
     assert key is not None, (f"docs/security.md's input bound '{what}' names no `--option`: map it to "
@@ -182,7 +183,9 @@ def test_each_cap_is_the_default_of_its_option(row):
     option = option.strip("`")
     documented = quantities(default)
     assert documented, f"{option}: no number in '{default}'"
-    assert expected_in_option_units(option, documented[0]) == option_in_code(option, node_option_defaults())
+    in_code = option_in_code(option, node_option_defaults())
+    assert expected_in_option_units(option, documented[0]) == in_code, (
+        f"docs/security.md gives {option} as {default}; its default is {in_code}")
 
 
 def test_every_cap_of_the_node_has_a_row():
