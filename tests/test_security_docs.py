@@ -207,6 +207,11 @@ def test_the_raft_port_limits_are_the_codes():
     pending = re.search(r"at most (\d+) such unidentified connections per remote address and (\d+) in all", text)
     assert pending and (int(pending.group(1)), int(pending.group(2))) == (
         raft_wire.PENDING_PER_ADDRESS, raft_wire.PENDING_LIMIT)
+    backlog = re.search(r"waits in a backlog of (\d+) and up to (\d+) are accepted per tick", text)
+    assert backlog and (int(backlog.group(1)), int(backlog.group(2))) == (
+        raft_wire.LISTEN_BACKLOG, raft_wire.ACCEPTS_PER_TICK)
+    warnings = re.search(r"each kind of warning at most once per ([\d.]+) s", text)
+    assert warnings and float(warnings.group(1)) == raft_wire.STRANGER_WARNING_INTERVAL_S
 
 
 def test_the_streaming_wire_frame_bound_is_the_codes():
