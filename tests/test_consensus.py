@@ -278,8 +278,8 @@ def test_a_node_with_another_secret_takes_no_part(cluster):
 def test_a_leader_cut_off_from_the_majority_refuses_before_another_could_lead(cluster):
     """The leader lease: without a majority heard within the minimum election
     timeout (here 1 s), the leader refuses (`no_quorum`) and is not ready,
-    while pysyncobj still has it leading (its own fallback waits the maximum
-    election timeout, 5 s here): the refusal is raftq's lease, not pysyncobj."""
+    while it still leads (CheckQuorum waits the longest election timeout,
+    5 s here): the refusal is the lease's, before any step-down."""
     c = cluster(election_timeout=(1.0, 5.0)).start_all()
     leader = c.leader()
     for node_id in [i for i, n in c.nodes.items() if n is not leader]:
