@@ -3,10 +3,13 @@
 Any node accepts any request.  Writes and ``leader``/``strong`` reads are
 served by the leader; a follower answers 307 with the leader's address (or,
 on ``X-Raftq-Forward: 1``, forwards the call itself).  A node that knows no
-leader — or a leader that has not heard from a majority within the election
-timeout — holds the request for up to ELECTION_HOLD_S in case an election
+leader — or a leader that has not heard from a majority within the leader
+lease — holds the request for up to ELECTION_HOLD_S in case an election
 is under way, then answers 503 ``no_quorum`` with ``Retry-After``, so a node
-cut off from the majority never serves a stale or doomed request.
+cut off from the majority never serves a stale or doomed request.  A node
+that knows it is cut off (it stepped down as leader for want of a majority,
+and has heard from no majority since: the view's ``cut_off``) says so at
+once: no election it could learn of is under way.
 """
 
 import asyncio
@@ -46,7 +49,7 @@ async def _view_after_election(node) -> dict:
     """
     view = node.view()
     deadline = asyncio.get_running_loop().time() + ELECTION_HOLD_S
-    while not _leader_known(view):
+    while not _leader_known(view) and not view["cut_off"]:
         remaining = deadline - asyncio.get_running_loop().time()
         if remaining <= 0:
             break
@@ -67,6 +70,8 @@ async def route_to_leader(request: web.Request) -> web.StreamResponse | None:
         return None
     leader = status["leader_id"]
     address = node.http_addr(leader)
+    if status["cut_off"] and not status["quorum_ok"]:
+        raise no_quorum("this node stopped leading: it has heard from no majority of the cluster since")
     if leader is None or address is None or not status["quorum_ok"]:
         raise no_quorum("no leader is known to this node")
     url = f"{request.scheme}://{address}{request.path_qs}"

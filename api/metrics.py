@@ -83,6 +83,9 @@ class NodeCollector:
                                   "asked whether a majority would vote for it", value=status["pre_votes"]["asked"])
         yield CounterMetricFamily("raftq_pre_votes_won", "Times a majority said yes and this node stood for election",
                                   value=status["pre_votes"]["won"])
+        yield CounterMetricFamily("raftq_quorum_step_downs", "Times this node stopped leading because no majority "
+                                  "answered it within the election timeout (CheckQuorum)",
+                                  value=status["quorum_step_downs"])
         yield CounterMetricFamily("raftq_entries_applied", "Log entries applied by this node",
                                   value=stats["entries_applied"])
         yield GaugeMetricFamily("raftq_buffer_pending_bytes", "Bytes of buffered puts not forwarded yet",

@@ -73,10 +73,16 @@ def cbor_array_header(length: int) -> bytes:
     return b"\x9a" + length.to_bytes(4, "big")
 
 
+# The largest log entry: one command may be this large (a 16 MiB batch put is
+# one all-or-nothing command). The Raft port's frame limit follows from it
+# (engine.raft_wire.max_frame_bytes; docs/security.md gives both).
+MAX_ENTRY_BYTES = 17 << 20
+
+
 class GroupCommitter:
     def __init__(self, submit_entry: Callable[[bytes, int, Callable], None], *,
                  max_commands: int = 2_000, pack_bytes: int = 1 << 20,
-                 max_entry_bytes: int = 17 << 20, max_in_flight: int = 4):
+                 max_entry_bytes: int = MAX_ENTRY_BYTES, max_in_flight: int = 4):
         self._submit_entry = submit_entry
         self.max_commands = max_commands
         # Entries are packed up to pack_bytes, so that one replication round

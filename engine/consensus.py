@@ -47,8 +47,11 @@ What the facade itself adds to pysyncobj 0.3.17 (../shared/PYSYNCOBJ.md):
   loads the snapshot and replays a short tail; and reading a snapshot drops
   only the log entries it covers (pysyncobj would clear the whole log when a
   crash came between writing a snapshot and compacting the log).
-- Fast failover timing, a low ``leaderFallbackTimeout`` and a quorum check
-  before accepting a write (pysyncobj has no check-quorum), entries above
+- Fast failover timing, a quorum check before accepting a write (the
+  leader lease) and, when a leader has stepped down for want of a majority
+  (CheckQuorum, ``engine.raft_node``), a routing view that says it is cut
+  off, so that its fronts refuse at once rather than wait for an election
+  it cannot see (``route``); entries above
   ``max_entry_bytes`` refused before they reach pysyncobj (its chunked path
   for big entries is broken), the Raft port bound to the configured host
   rather than 0.0.0.0, and a loud warning when no cluster secret is set
@@ -149,7 +152,7 @@ class Consensus:
         self._retired = False
         self._close_lock = threading.Lock()
         self._last_role: tuple | None = None
-        self._last_quorum = False
+        self._last_quorum: tuple | None = None
         self._snapshot_info = {"index": None, "bytes": None, "seconds": None, "count": 0}
         self._loaded_snapshot: tuple | None = None
 
@@ -176,7 +179,9 @@ class Consensus:
             # the election timeout and TCP keepalive instead.
             connectionTimeout=max(30.0, election_timeout[1]),
             connectionRetryTime=connection_retry,
-            leaderFallbackTimeout=election_timeout[1],
+            # CheckQuorum is raftq's (engine.raft_node, item 12): it reads the
+            # answers waiting behind a late tick, and says why it stepped down.
+            leaderFallbackTimeout=float("inf"),
             # Measured: batch mode waits for the next heartbeat (~heartbeat
             # per lone write); per-command sending commits in about an RTT.
             appendEntriesUseBatch=False,
@@ -266,6 +271,8 @@ class Consensus:
             "applied_index": node.raftLastApplied,
             "last_log_index": self._journal[-1][1],
             "quorum_ok": self._quorum_ok(now),
+            "cut_off": self._cut_off(),
+            "quorum_step_downs": node.quorum_step_downs,
             "pre_votes": {"asked": node.pre_votes_asked, "won": node.pre_votes_won},
             "peers": peers,
             "fsync_policy": self._fsync_policy,
@@ -284,13 +291,14 @@ class Consensus:
         counts an entry applied only once apply has returned)."""
         return self._node._SyncObj__raftLastApplied + 1
 
-    def route(self) -> tuple[str, str | None, int, bool]:
-        """Role, leader id, term and whether a majority is heard: what routing a
-        request needs, without the rest of status()."""
+    def route(self) -> tuple[str, str | None, int, bool, bool]:
+        """Role, leader id, term, whether a majority is heard and whether this
+        node is cut off (``_cut_off``): what routing a request needs, without
+        the rest of status()."""
         node = self._node
         leader = node._SyncObj__raftLeader
         return (ROLE_NAMES[node._SyncObj__raftState], None if leader is None else self._id_of(leader),
-                node.raftCurrentTerm, self._quorum_ok(monotonic()))
+                node.raftCurrentTerm, self._quorum_ok(monotonic()), self._cut_off())
 
     def term(self) -> int:
         """The current term, cheaply (status() builds the whole picture)."""
@@ -431,7 +439,7 @@ class Consensus:
         role = (node._SyncObj__raftState, node._SyncObj__raftLeader, node.raftCurrentTerm)
         # The fronts route on whether a majority is heard, too: a change of it
         # is reported like a change of role, from here rather than by polling.
-        quorum = self._quorum_ok(monotonic())
+        quorum = (self._quorum_ok(monotonic()), self._cut_off())
         if role != self._last_role or quorum != self._last_quorum:
             if role != self._last_role and self._last_role is not None and self._last_role[0] == LEADER:
                 # Deposed (or re-elected in a new term): pysyncobj answers the
@@ -533,6 +541,17 @@ class Consensus:
             # sent to an address that refuses them until the timeout.
             return now - self._leader_contact < self._election_timeout and node.isNodeConnected(leader)
         return False
+
+    def _cut_off(self) -> bool:
+        """Stepped down for want of a majority (CheckQuorum) and heard from no
+        majority since: no election this node could win or learn of is under
+        way, so a request need not wait for one."""
+        lost_at = self._node.quorum_lost_at
+        if lost_at is None:
+            return False
+        others = list(self._node._SyncObj__otherNodes)
+        heard = sum(1 for n in others if self._last_heard.get(n.id, 0.0) > lost_at)
+        return heard + 1 <= (len(others) + 1) / 2
 
     def _refusal(self) -> str | None:
         if not self._node._isLeader():

@@ -442,13 +442,14 @@ class Node:
 
     def view(self) -> dict:
         """What a front needs to route a request: role, leader, term, quorum,
-        and every member's HTTP address."""
-        role, leader, term, quorum_ok = self.consensus.route()
+        whether this node is cut off from a majority, and every member's HTTP
+        address."""
+        role, leader, term, quorum_ok, cut_off = self.consensus.route()
         addresses = {spec.id: spec.http for spec in self.cluster.nodes}
         with self._lock:
             addresses.update({node_id: m["http_addr"] for node_id, m in self.machine.members.items()})
         return {"id": self.id, "role": role, "leader_id": leader, "term": term, "quorum_ok": quorum_ok,
-                "http": addresses}
+                "cut_off": cut_off, "http": addresses}
 
     def watch_view(self, changed) -> None:
         """Call `changed()` on the loop whenever the role, leader or term changes."""

@@ -226,6 +226,10 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         self._journal = journal
         self._acks_apply_until: float | None = None   # see _commit_acknowledged
         self.reads = ReadConfirmations()
+        # CheckQuorum (item 12): when this node last stepped down for want of a
+        # majority, until it follows a leader or leads again; and how often.
+        self.quorum_lost_at: float | None = None
+        self.quorum_step_downs = 0
         self.compaction_min_bytes = compaction_min_bytes
         journal.before_rewrite = self._flush_replies
         super().__init__(self_node, other_nodes, conf,
@@ -288,6 +292,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
             message["sent_at"] = monotonic()
 
     def _SyncObj__onBecomeLeader(self):
+        self.quorum_lost_at = None
         for ticket in self.reads.begin_leading(monotonic()):
             ticket.resolve(None, "leader_changed")
         SyncObj._SyncObj__onBecomeLeader(self)
@@ -394,6 +399,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
     def _onTick(self, timeToWait=0.0):
         self._acks_apply_until = None
         with self._journal.deferred():
+            self._check_quorum()
             self._read_before_electing()
             self._ask_before_standing()
             super()._onTick(self._until_due(timeToWait))
@@ -428,6 +434,35 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         super()._checkCommandsToApply()
         self._journal.sync()
 
+    # -- a leader that hears from no majority (CheckQuorum) -------------------
+
+    def _heard_by_majority(self) -> bool:
+        """Whether a majority (this leader counting itself) answered its appends
+        within the longest election timeout: after that long without them, the
+        others may have elected another leader."""
+        others = self._SyncObj__otherNodes
+        since = monotonic() - self._SyncObj__conf.raftMaxTimeout
+        answered = self._SyncObj__lastResponseTime
+        return sum(1 for node in others if answered.get(node, 0.0) > since) + 1 > (len(others) + 1) / 2
+
+    def _check_quorum(self) -> None:
+        if self._SyncObj__raftState != LEADER or not self._SyncObj__otherNodes or self._heard_by_majority():
+            return
+        # A late tick (a long apply, a busy machine) reads the answers waiting
+        # in its sockets before it concludes that nobody answered.
+        if self._SyncObj__transport.ready:
+            self._poller.poll(0)
+        if self._SyncObj__raftState != LEADER or self._heard_by_majority():
+            return
+        now = monotonic()
+        self._SyncObj__setState(FOLLOWER)
+        self._SyncObj__raftLeader = None
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+        self.quorum_lost_at = now
+        self.quorum_step_downs += 1
+        logger.warning("stepping down as leader of term %d: no majority answered for %.2f s (CheckQuorum)",
+                       self._SyncObj__raftCurrentTerm, self._SyncObj__conf.raftMaxTimeout)
+
     # -- a leader that goes away ----------------------------------------------
 
     def _SyncObj__onNodeDisconnected(self, node):
@@ -449,6 +484,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
             elif message["type"] == PRE_VOTE_ANSWER:
                 self._on_pre_vote_answer(node, message)
             elif message["type"] == "append_entries" and message["term"] >= self._SyncObj__raftCurrentTerm:
+                self.quorum_lost_at = None     # following a leader: no longer cut off
                 self._on_append_entries(node, message)
             else:
                 SyncObj._SyncObj__onMessageReceived(self, node, message)

@@ -15,7 +15,11 @@ travels and who may connect (the classes below say how and why):
   ``HANDSHAKE_DEADLINE_S`` (pysyncobj's read-only peers and utility commands
   are refused), and an address may hold only ``PENDING_PER_ADDRESS`` such
   connections at a time. Node-to-node messages are unpickled: without the
-  cluster secret anyone reaching the port can run code.
+  cluster secret anyone reaching the port can run code. What such a
+  connection makes the node log is rate-limited (``StrangerWarnings``): a
+  flood of them writes a few lines, not one each; and a burst of them waits
+  in a long backlog and is accepted in batches (``Server``), so a peer's
+  reconnect is not dropped behind it.
 - Proxy dialing: a node's identity is its ``raft_addr``; ``Peer.dial_addr``
   only changes where this node connects to (``DialingTransport``). It lives
   in the transport rather than in a Node subclass because Node objects are
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import socket
 import struct
 from typing import Callable
 
@@ -34,7 +39,9 @@ from . import pysyncobj_pin  # noqa: F401  -- the release these overrides were w
 from pysyncobj import pickle as _pickle
 from pysyncobj.dns_resolver import globalDnsResolver
 from pysyncobj.monotonic import monotonic
+from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
+from pysyncobj.tcp_server import TcpServer
 from pysyncobj.transport import TCPTransport
 
 logger = logging.getLogger(__name__)
@@ -49,6 +56,49 @@ PENDING_PER_ADDRESS = 4
 PENDING_LIMIT = 64
 # The most one read takes from a peer socket (pysyncobj read up to this much too).
 READ_CHUNK = 1 << 20
+# pysyncobj's server listened with a backlog of 5 and accepted one connection
+# per tick: a burst of strangers filled the backlog, and a peer's reconnect
+# then waited for its SYN to be sent again (a second or more). Now a burst
+# waits in a longer backlog, and a tick takes up to ACCEPTS_PER_TICK of it.
+LISTEN_BACKLOG = 128
+ACCEPTS_PER_TICK = 64
+# A warning a stranger on the Raft port can cause is logged at most once per
+# this interval per kind; the next line says how many were left out.
+STRANGER_WARNING_INTERVAL_S = 5.0
+
+
+class StrangerWarnings:
+    """Warnings about connections that are not (yet) peers, rate-limited: a
+    kind's first one is logged at once, later ones in the same interval are
+    counted, and ``flush`` (each tick) logs the last of them with the count.
+    Log volume is the attacker's to choose otherwise: 3 000 hostile
+    connections wrote a line each. Tick thread only."""
+
+    def __init__(self, interval: float = STRANGER_WARNING_INTERVAL_S):
+        self.interval = interval
+        # message format -> [start of its interval, left out since, the last one's args]
+        self._kinds: dict[str, list] = {}
+
+    def warn(self, message: str, *args) -> None:
+        now = monotonic()
+        kind = self._kinds.get(message)
+        if kind is None or (not kind[1] and now - kind[0] >= self.interval):
+            self._kinds[message] = [now, 0, args]
+            logger.warning(message, *args)
+            return
+        kind[1] += 1
+        kind[2] = args
+
+    def flush(self) -> None:
+        now = monotonic()
+        for message, kind in self._kinds.items():
+            if kind[1] and now - kind[0] >= self.interval:
+                logger.warning(message + " (and %d more like it in %.0f s)", *kind[2], kind[1], now - kind[0])
+                kind[0], kind[1] = now, 0
+
+
+# One per process: the log it guards is the process's.
+stranger_warnings = StrangerWarnings()
 
 
 def max_frame_bytes(max_entry_bytes: int) -> int:
@@ -140,7 +190,8 @@ class Connection(TcpConnection):
             return True
         declared = FRAME.unpack_from(buffer)[0]
         if declared > self.max_frame:
-            logger.warning("a Raft connection declared a %d-byte frame (limit %d); closed", declared, self.max_frame)
+            stranger_warnings.warn("a Raft connection declared a %d-byte frame (limit %d); closed",
+                                   declared, self.max_frame)
             self.disconnect()
             return False
         return len(buffer) < FRAME.size + declared
@@ -191,6 +242,37 @@ class Connection(TcpConnection):
         return message
 
 
+class Server(TcpServer):
+    """pysyncobj's TCP server, with a longer backlog and every waiting
+    connection accepted at once (up to ACCEPTS_PER_TICK), not one per tick."""
+
+    def bind(self):
+        super().bind()
+        self._TcpServer__socket.listen(LISTEN_BACKLOG)
+
+    def _TcpServer__onNewConnection(self, descr, event):
+        if event & POLL_EVENT_TYPE.ERROR:
+            self.unbind()
+            return
+        for _ in range(ACCEPTS_PER_TICK):
+            try:
+                sock, _ = self._TcpServer__socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.ECONNABORTED, errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self.unbind()
+                return
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._TcpServer__sendBufferSize)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._TcpServer__recvBufferSize)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setblocking(False)
+            self._TcpServer__onNewConnectionCallback(TcpConnection(
+                poller=self._TcpServer__poller, socket=sock, timeout=self._TcpServer__connectionTimeout,
+                sendBufferSize=self._TcpServer__sendBufferSize, recvBufferSize=self._TcpServer__recvBufferSize,
+                keepalive=self._TcpServer__keepalive))
+
+
 class DialingTransport(TCPTransport):
     """TCPTransport that connects to a peer's dial address when one is set,
     over raftq's connections (``Connection``).
@@ -222,13 +304,17 @@ class DialingTransport(TCPTransport):
         conn.read_chunk = self._read_chunk
         conn.accepted_at = monotonic()
 
+    def _createServer(self):
+        super()._createServer()
+        self._server.__class__ = Server
+
     def _onNewIncomingConnection(self, conn):
         self._adopt(conn)
         address = remote_address(conn)
         pending = [c for c in self._unknownConnections if c.state != CONNECTION_STATE.DISCONNECTED]
         if len(pending) >= PENDING_LIMIT or \
                 sum(1 for c in pending if remote_address(c) == address) >= PENDING_PER_ADDRESS:
-            logger.warning("too many Raft connections from %s that named no peer yet; closed", address)
+            stranger_warnings.warn("too many Raft connections from %s that named no peer yet; closed", address)
             conn.disconnect()
             return
         super()._onNewIncomingConnection(conn)
@@ -239,8 +325,8 @@ class DialingTransport(TCPTransport):
         # (a node that receives every entry) and utility commands (lists).
         if conn.sendRandKey or not self._syncObj.encryptor:
             if not isinstance(message, str) or message not in self._nodeAddrToNode:
-                logger.warning("a Raft connection from %s did not name a configured peer; closed",
-                               remote_address(conn))
+                stranger_warnings.warn("a Raft connection from %s did not name a configured peer; closed",
+                                       remote_address(conn))
                 conn.disconnect()
                 self._unknownConnections.discard(conn)
                 return
@@ -255,10 +341,11 @@ class DialingTransport(TCPTransport):
         if self._unknownConnections:
             expired = monotonic() - HANDSHAKE_DEADLINE_S
             for conn in [c for c in self._unknownConnections if c.accepted_at < expired]:
-                logger.warning("a Raft connection from %s named no peer within %.0f s; closed",
-                               remote_address(conn), HANDSHAKE_DEADLINE_S)
+                stranger_warnings.warn("a Raft connection from %s named no peer within %.0f s; closed",
+                                       remote_address(conn), HANDSHAKE_DEADLINE_S)
                 conn.disconnect()
                 self._unknownConnections.discard(conn)
+        stranger_warnings.flush()
 
     def _connectIfNecessarySingle(self, node):
         # pysyncobj 0.3.17's method, with the destination looked up in _dial_addrs

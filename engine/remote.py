@@ -38,7 +38,8 @@ class RemoteNode:
         self.data_dir = data_dir
         self.engine_pid = engine_pid
         self.closed = asyncio.Event()
-        self._view: dict = {"role": "follower", "leader_id": None, "term": 0, "quorum_ok": False, "http": {}}
+        self._view: dict = {"role": "follower", "leader_id": None, "term": 0, "quorum_ok": False, "cut_off": False,
+                            "http": {}}
         self._view_changed: asyncio.Future | None = None   # resolved, and replaced, at every push
         self._calls: dict[int, asyncio.Future] = {}
         self._ids = itertools.count(1)
@@ -100,7 +101,7 @@ class RemoteNode:
 
     # ---- routing, from the pushed view ---------------------------------------------------
     def view(self) -> dict:
-        """role, leader_id, term, quorum_ok: as the engine last reported them."""
+        """role, leader_id, term, quorum_ok, cut_off: as the engine last reported them."""
         return self._view
 
     async def next_view(self) -> dict:

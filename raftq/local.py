@@ -3,7 +3,7 @@ tests, benchmarks and the chaos suite drive raftq through.
 
 A cluster lives in one directory (mode 0700): cluster.toml (mode 0600, with a
 generated cluster secret and generated admin, data and metrics tokens), one
-data directory and one log file per node.  Running it again keeps its
+data directory, one log file and one pid file per node (0600 too).  Running it again keeps its
 queues.  Every process is started here and stopped here, by PID.
 
 Clients of a local cluster authenticate with ``LocalCluster.token`` (the
@@ -111,6 +111,15 @@ def command_line(pid: int) -> str:
         return "?"
 
 
+def _open_private(path: Path, flags: int) -> int:
+    """A descriptor of `path`, created or made mode 0600 whatever the umask: a
+    node's log holds what it was asked (queue names, errors), and a copy of
+    the directory keeps the modes."""
+    fd = os.open(path, flags | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)
+    return fd
+
+
 class LocalCluster:
     def __init__(self, root: str | Path, cfg: cluster_config.ClusterConfig, *,
                  node_args: tuple[str, ...] = (), env: dict | None = None,
@@ -122,6 +131,7 @@ class LocalCluster:
         self.env = env
         self.procs: dict[str, subprocess.Popen] = {}
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.root.chmod(0o700)    # made by an older release, or by hand
         self.config_path = self.root / "cluster.toml"
         self.write_config()
 
@@ -181,14 +191,14 @@ class LocalCluster:
         for nid in [node_id] if node_id else self.ids:
             if nid in self.procs and self.procs[nid].poll() is None:
                 continue
-            with open(self.log_path(nid), "ab") as log:
+            with os.fdopen(_open_private(self.log_path(nid), os.O_WRONLY | os.O_APPEND), "ab") as log:
                 self.procs[nid] = subprocess.Popen(
                     [sys.executable, "-m", "raftq", "node", "--config", str(self.config_path),
                      "--id", nid, "--data-dir", str(self.root / nid), *self.node_args, *extra_args],
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=self.env)
             # So that whoever runs `raftq up` (a test, an operator) can always
             # find and stop every node by PID, even if `up` itself is killed.
-            (self.root / f"{nid}.pid").write_text(str(self.procs[nid].pid))
+            cluster_config.write_private(self.root / f"{nid}.pid", str(self.procs[nid].pid))
 
     def pid(self, node_id: str) -> int | None:
         proc = self.procs.get(node_id)

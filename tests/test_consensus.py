@@ -278,8 +278,8 @@ def test_a_node_with_another_secret_takes_no_part(cluster):
 def test_a_leader_cut_off_from_the_majority_refuses_before_another_could_lead(cluster):
     """The leader lease: without a majority heard within the minimum election
     timeout (here 1 s), the leader refuses (`no_quorum`) and is not ready,
-    while pysyncobj still has it leading (its own fallback waits the maximum
-    election timeout, 5 s here): the refusal is raftq's lease, not pysyncobj."""
+    while it still leads (CheckQuorum waits the longest election timeout,
+    5 s here): the refusal is the lease's, before any step-down."""
     c = cluster(election_timeout=(1.0, 5.0)).start_all()
     leader = c.leader()
     for node_id in [i for i, n in c.nodes.items() if n is not leader]:
@@ -1030,6 +1030,40 @@ def test_a_follower_cut_off_from_everyone_rejoins_without_an_election(proxied_cl
     c.converged()
     assert c.leader() is leader
     assert [c.nodes[i].status()["term"] for i in c.nodes] == [term] * 3
+
+
+
+def test_a_leader_cut_off_from_everyone_steps_down_and_says_it_is_cut_off(proxied_cluster):
+    """CheckQuorum. No answer to its appends reaches the leader (its links
+    paused: connections stay up, nothing passes): within the longest
+    election timeout it steps down, counts it, and says it is cut off, so
+    its fronts refuse at once; what it is asked now is refused before the
+    log. The other two elect a leader; once the links pass again the old
+    leader follows it and is no longer cut off. pysyncobj's own fallback is
+    off: without raftq's check the cut-off leader would lead on."""
+    c, proxies = proxied_cluster()
+    old = c.leader()
+    commit(c, b"before")
+    old_id = old.status()["self_id"]
+    links = [c.link(old_id, i) for i in c.nodes if i != old_id]
+    for link in links:
+        link.paused = True
+    wait_until(lambda: old.status()["role"] != "leader", timeout=10 * CALM_ELECTIONS[1],
+               what="the cut-off leader to step down")
+    status = old.status()
+    assert status["cut_off"] and status["quorum_step_downs"] == 1 and not status["quorum_ok"]
+    assert old.route()[4] is True
+    assert submit_wait(old, b"lonely") == [(None, "not_leader")]
+    new = wait_until(lambda: next((n for i, n in c.nodes.items() if i != old_id
+                                   and n.status()["role"] == "leader"), None), what="a new leader")
+    assert new.status()["term"] > status["term"]
+    for link in links:
+        link.paused = False
+    commit(c, b"after")
+    c.converged()
+    wait_until(lambda: not old.status()["cut_off"], what="the old leader to hear the new one")
+    assert c.machines[old_id].entries == [b"before", b"after"]
+    assert [n.status()["quorum_step_downs"] for i, n in c.nodes.items() if i != old_id] == [0, 0]
 
 
 # -- membership and leadership -----------------------------------------------------------

@@ -5,12 +5,15 @@ survives the loss of any minority of nodes, and a full crash of every node.
 """
 
 import dataclasses
+import inspect
 import json
 import signal
 import threading
+import time
 
 import pytest
 
+from api.leader import ELECTION_HOLD_S
 from chaos.power import PowerCutCluster
 from raftq.client import RaftqError
 from tests.waiting import wait_until
@@ -268,3 +271,90 @@ def test_power_loss_of_every_node_under_load_loses_no_acknowledged_put(tmp_path)
     assert not missing, f"acknowledged but lost in the power cut: {sorted(missing)[:20]}"
     assert not set(producer.acked) - set(received)
     assert len(received) == len(set(received))
+
+
+def _consensus_default(name: str):
+    from engine.consensus import Consensus
+    return inspect.signature(Consensus).parameters[name].default
+
+
+@pytest.fixture
+def proxied_cluster(tmp_path):
+    """Three real nodes whose Raft links each pass through a fault proxy, as in
+    the chaos suite (chaos.runner.wire_proxies); everything stopped by PID."""
+    from chaos.runner import wire_proxies
+    from chaos.toxiproxy import ToxiproxyServer
+    from raftq.local import LocalCluster
+    from tests.wire import register
+
+    server = ToxiproxyServer.start(seed=1)
+    cluster = None
+    try:
+        cluster = LocalCluster.create(tmp_path / "cluster", 3)
+        network, _ = wire_proxies(server, cluster)
+        register(cluster)
+        cluster.start()
+        assert cluster.wait_for_leader(60) is not None and cluster.wait_all_ready(60)
+        yield cluster, network
+    finally:
+        if cluster is not None:
+            cluster.close()
+        server.stop()
+
+
+# The chaos prober's attempt (chaos.workload.STALE_PROBE_TIMEOUT_S): shorter
+# than any hold for an election, so only a refusal answers it.
+PROBE_TIMEOUT_S = 0.1
+# What a refusal may take beyond the step-down on this loaded machine: the
+# attempt under way (PROBE_TIMEOUT_S and a pause), the view's push to the
+# front, a late tick.
+REFUSAL_ALLOWANCE_S = 0.3
+
+
+@pytest.mark.parametrize("method", ["blackhole", "disable"])
+def test_an_isolated_leader_steps_down_and_refuses_writes_at_once(proxied_cluster, method):
+    """CheckQuorum. A leader cut off from both followers (its Raft links
+    silenced, or refused) hears no answer to its appends; within the longest
+    election timeout it steps down, and its front refuses writes at once
+    (503 no_quorum) instead of holding each for an election it cannot see.
+    Short attempts, as the chaos prober makes, time the first refusal from
+    the cut: within the election timeout plus one heartbeat. Before, the
+    front held every attempt past its timeout until the partition healed
+    (only one that slipped in as the leader's lease ran out was refused)."""
+    cluster, network = proxied_cluster
+    leader = cluster.wait_for_leader(30)
+    url = cluster.url(leader) + "/v1/queues/isolated/messages"
+    assert call("POST", url, {"body": "before"}).status == 201
+    network.cut(network.pairs_touching(leader), method)
+    cut = time.monotonic()     # the last answer the leader hears came before this
+    refused = None
+    while time.monotonic() - cut < 10:
+        try:
+            reply = call("POST", url, {"body": "during"}, timeout=PROBE_TIMEOUT_S)
+        except OSError:       # held (or slow): no answer within the attempt
+            continue
+        if reply.status == 503:
+            refused = reply, time.monotonic() - cut
+            break
+        time.sleep(0.02)
+    assert refused is not None, "the isolated leader never refused a write"
+    reply, after = refused
+    assert reply.body["error"] == "no_quorum" and reply.headers["Retry-After"]
+    bound = _consensus_default("election_timeout")[1] + _consensus_default("heartbeat")
+    assert after <= bound + REFUSAL_ALLOWANCE_S, f"refused {after:.2f} s after the cut"
+    # it stepped down (its view says so, the step-down is counted), and says
+    # so at once: no write is held, each is refused well before the hold ends
+    wait_until(lambda: call("GET", cluster.url(leader) + "/health/ready").body["role"] == "follower",
+               what="the isolated leader to step down")
+    metrics = call("GET", cluster.url(leader) + "/metrics").raw.decode()
+    assert "raftq_quorum_step_downs_total 1.0" in metrics
+    for _ in range(5):
+        reply = call("POST", url, {"body": "during"}, timeout=ELECTION_HOLD_S / 2)
+        assert reply.status == 503 and reply.body["error"] == "no_quorum", reply
+    # the others elected a leader meanwhile; once healed, the old one follows it
+    network.heal()
+    new = cluster.wait_for_leader(30)
+    assert new is not None
+    wait_until(lambda: call("GET", cluster.url(leader) + "/health/ready").status == 200,
+               what="the old leader to follow the new one")
+    assert call("POST", url, {"body": "after"}, headers={"X-Raftq-Forward": "1"}).status == 201

@@ -136,15 +136,36 @@ def test_the_config_is_written_0600_from_the_start(tmp_path):
     assert stat.S_IMODE(cluster.root.stat().st_mode) == 0o700
 
 
-def test_a_nodes_files_are_its_owners_only(node):
-    with node.client() as client:
-        client.put("perm", "secret body")
-    client_dir = node.root / "n1"
-    found = 0
-    for dirpath, dirnames, filenames in os.walk(client_dir):
-        assert stat.S_IMODE(os.stat(dirpath).st_mode) == 0o700, dirpath
+def test_every_file_a_node_writes_is_its_owners_only(fresh_cluster):
+    """Message bodies, queue names and errors end up in a node's files, and a
+    backup or copy of its directory keeps their modes: every file a node
+    writes is 0600 and every directory 0700. The cluster's directory is
+    walked whole once it holds one of each kind: cluster.toml, each node's
+    log and pid file, journal segments and meta, a snapshot (written by a
+    node stopped with a long log), the put buffer (a put taken while no
+    majority was up) and its replay state."""
+    cluster = fresh_cluster(3)
+    with cluster.client() as client:
+        for _ in range(16):     # 16 MiB of log: a node stopped now compacts it into a snapshot first
+            client.put_batch("perm", [{"body": "secret body " * 80} for _ in range(1000)])
+    survivor = cluster.wait_for_leader(30)
+    for nid in cluster.ids:
+        if nid != survivor:
+            cluster.kill(nid)
+    url = cluster.url(survivor) + "/v1/queues/perm/messages?buffer=allow"
+    assert call("POST", url, {"body": "buffered"}).status == 202
+    cluster.stop(survivor)
+    cluster.start()
+    assert cluster.wait_for_leader(60) is not None
+    kinds, wrong = set(), []
+    for dirpath, _, filenames in os.walk(cluster.root):
+        if stat.S_IMODE(os.stat(dirpath).st_mode) != 0o700:
+            wrong.append((dirpath, oct(stat.S_IMODE(os.stat(dirpath).st_mode))))
         for name in filenames:
-            found += 1
-            mode = stat.S_IMODE(os.stat(os.path.join(dirpath, name)).st_mode)
-            assert mode & 0o077 == 0, (name, oct(mode))
-    assert found > 0
+            path = os.path.join(dirpath, name)
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+            if mode != 0o600:
+                wrong.append((path, oct(mode)))
+            kinds.add(name.rsplit(".", 1)[-1] if name.startswith("seg-") else name.replace(survivor, "n"))
+    assert not wrong, wrong
+    assert {"cluster.toml", "n.log", "n.pid", "snapshot.bin", "log", "buffer.log"} <= kinds, sorted(kinds)

@@ -3,15 +3,17 @@ garbage, stalled and impersonating connections.  Each attack runs against
 the leader of a real 3-node cluster; the leader must stay leader in the same
 term and grow by less than 50 MiB."""
 
+import json
 import os
 import pickle
+import re
 import selectors
 import socket
 import time
 
 import pytest
 
-from engine.raft_wire import FRAME, HANDSHAKE_DEADLINE_S
+from engine.raft_wire import FRAME, HANDSHAKE_DEADLINE_S, STRANGER_WARNING_INTERVAL_S
 from engine.sealer import Sealer
 
 pytestmark = pytest.mark.integration
@@ -123,6 +125,58 @@ def test_stalled_connections_are_closed_after_the_handshake_deadline(target):
     finally:
         for sock in socks:
             sock.close()
+    watch.check()
+
+
+HOSTILE_CONNECTIONS = 3_000
+HELD_OPEN = 20        # stalled connections kept at once: past 4 per address they are refused
+
+
+def log_lines(cluster, node_id: str) -> list[str]:
+    return cluster.log_path(node_id).read_text(errors="replace").splitlines()
+
+
+def test_hostile_connections_write_a_bounded_number_of_log_lines(target):
+    """3 000 hostile connections (oversized frames, garbage, stalled ones past
+    the per-address limit) used to write a warning line each: log volume an
+    attacker chose. Each kind of warning is now logged at most once per
+    STRANGER_WARNING_INTERVAL_S, the next line counting those left out; the
+    lines the leader gains depend on how long the attack lasts, not on how
+    many connections it makes."""
+    watch = Watch(target)
+    before = len(log_lines(target, watch.leader))
+    started = time.monotonic()
+    held = []
+    try:
+        for i in range(HOSTILE_CONNECTIONS):
+            sock = socket.create_connection(raft_addr(target, watch.leader), timeout=10)
+            try:
+                if i % 3 == 0:
+                    sock.sendall(FRAME.pack((2 << 30) - 1))
+                elif i % 3 == 1:
+                    sock.sendall(os.urandom(64))
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            if i % 3 == 2:
+                held.append(sock)
+                if len(held) > HELD_OPEN:
+                    held.pop(0).close()
+            else:
+                sock.close()
+        attack_s = time.monotonic() - started
+    finally:
+        for sock in held:
+            sock.close()
+    # the stalled ones' deadline passes, then one interval for the counts
+    time.sleep(HANDSHAKE_DEADLINE_S + STRANGER_WARNING_INTERVAL_S + 2)
+    gained = log_lines(target, watch.leader)[before:]
+    kinds = 4    # oversized frame, too many pending, no peer named, no peer in time
+    bound = kinds * (2 + attack_s / STRANGER_WARNING_INTERVAL_S)
+    assert len(gained) <= bound, f"{len(gained)} lines for {HOSTILE_CONNECTIONS} connections in {attack_s:.1f} s"
+    messages = [json.loads(line)["msg"] for line in gained]
+    left_out = sum(int(m.group(1)) for m in map(re.compile(r"and (\d+) more like it").search, messages) if m)
+    oversized = HOSTILE_CONNECTIONS // 3
+    assert len(messages) + left_out >= oversized, messages   # counted, not dropped
     watch.check()
 
 
