@@ -23,7 +23,7 @@ from api.routes import ROUTES
 from engine import raft_wire
 from engine.committer import MAX_ENTRY_BYTES
 from raftq.cli import parser
-from statemachine import check_command, validation
+from statemachine import check_command, machine, staging, validation
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "security.md"
 SIZES = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
@@ -141,6 +141,8 @@ INPUT_BOUNDS = {
     "durations": lambda: [(validation.MAX_DURATION_MS / 1000, "time")],
     "`limit` of a browse": lambda: [_browse_limit()],
     "queue, group, node names": lambda: [validation.NAME_PATTERN],
+    "a commit's `batch` past": lambda: [staging.MAX_BATCH_STEP],
+    "new queues made by one log entry": lambda: [machine.MAX_NEW_QUEUES_PER_ENTRY],
 }
 
 
