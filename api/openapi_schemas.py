@@ -42,6 +42,11 @@ QUEUE_CONFIG = {
         "max_bytes": OPTIONAL_DURATION,
         "overflow": {"type": "string", "enum": ["reject", "drop_oldest"]},
         "dedup_window_ms": DURATION,
+        "tags": {"oneOf": [{"type": "object", "maxProperties": 50,
+                            "additionalProperties": {"type": "string", "maxLength": 256}}, {"type": "null"}]},
+        "sqs_attributes": {"oneOf": [{"type": "object", "maxProperties": 32,
+                                      "additionalProperties": {"type": "string", "maxLength": 32_768}},
+                                     {"type": "null"}]},
     },
     "additionalProperties": False,
 }

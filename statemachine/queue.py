@@ -26,6 +26,7 @@ from sortedcontainers import SortedList
 
 from .group import Group
 from .results import CONFLICT, NOT_FOUND, QUEUE_FULL, error
+from .validation import full_config
 
 COUNTERS = ("put_total", "acked_total", "redelivered_total", "dead_lettered_total",
             "expired_total", "dropped_total", "replaced_total", "redriven_total")
@@ -526,7 +527,9 @@ class Queue:
         # A version-4 snapshot has neither redrives nor the counters added since.
         name, config, incarnation, next_seq, next_lease, counters, messages, dedup, groups, outbox, *newer = state
         redrives = newer[0] if newer else []
-        queue = cls(name, config, incarnation)
+        # A config saved before a field existed gets the field's default, so a
+        # create with equal settings still finds it equal.
+        queue = cls(name, full_config(config), incarnation)
         queue.next_seq, queue.next_lease = next_seq, next_lease
         queue.counters = {**dict.fromkeys(COUNTERS, 0), **dict(zip(COUNTERS, counters))}
         msgs, queue.shows_at = messages_from_columns(messages)

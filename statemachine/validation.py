@@ -33,7 +33,14 @@ QUEUE_DEFAULTS = {
     "max_bytes": None,
     "overflow": "reject",
     "dedup_window_ms": 300_000,
+    # Labels a queue carries for its owner (the SQS API's TagQueue), and the
+    # SQS queue attributes that raftq keeps but does not act on in the state
+    # machine (docs/sqs.md): both plain string maps, replaced whole by a patch.
+    "tags": None,
+    "sqs_attributes": None,
 }
+# The SQS API's own bounds on tags; attributes hold at most a policy document each.
+STRING_MAPS = {"tags": (50, 128, 256), "sqs_attributes": (32, 64, 32_768)}   # entries, key, value chars
 OVERFLOW_POLICIES = ("reject", "drop_oldest")
 GROUP_STARTS = ("earliest", "latest")
 
@@ -72,11 +79,24 @@ def check_queue_config(config):
             problem = check_duration(value, field)
         elif field == "dead_letter":
             problem = None if value is None else check_name(value, "dead_letter")
+        elif field in STRING_MAPS:
+            problem = check_string_map(value, field, *STRING_MAPS[field])
         else:  # overflow
             problem = None if value in OVERFLOW_POLICIES else error(
                 BAD_REQUEST, "overflow must be 'reject' or 'drop_oldest'")
         if problem:
             return problem
+    return None
+
+
+def check_string_map(value, what: str, max_entries: int, max_key: int, max_value: int):
+    if value is None:
+        return None
+    if (not isinstance(value, dict) or len(value) > max_entries
+            or not all(isinstance(k, str) and 1 <= len(k) <= max_key and isinstance(v, str)
+                       and len(v) <= max_value for k, v in value.items())):
+        return error(BAD_REQUEST, f"{what} must map at most {max_entries} names of 1 to {max_key} characters "
+                                  f"to strings of at most {max_value} characters")
     return None
 
 

@@ -78,7 +78,8 @@ def test_create_queue_fills_defaults_and_answers_created(m):
     assert result["created"] is True
     assert result["config"] == {"lease_ms": 5_000, "max_deliveries": None, "dead_letter": None,
                                 "ttl_ms": None, "max_length": None, "max_bytes": None,
-                                "overflow": "reject", "dedup_window_ms": 300_000}
+                                "overflow": "reject", "dedup_window_ms": 300_000,
+                                "tags": None, "sqs_attributes": None}
 
 
 def test_create_queue_again_with_same_config_is_not_a_change(m):
@@ -1214,3 +1215,33 @@ def test_every_queues_figures_are_read_in_pages_by_name():
     rest = machine.read("all_queue_stats", first[-1][0], 3)
     assert [name for name, _ in first] == ["a", "b", "c"] and [name for name, _ in rest] == ["d"]
     assert rest[0][1] == machine.queue_info("d")["stats"]
+
+
+# ---- tags and SQS attributes: string maps a queue keeps for its owner -----------------
+
+def test_tags_and_sqs_attributes_are_kept_and_a_patch_replaces_each_map_whole(m):
+    m.ok("create_queue", queue="q", config={"tags": {"team": "a", "env": "dev"},
+                                            "sqs_attributes": {"DelaySeconds": "5"}})
+    config = m.ok("patch_queue", queue="q", config={"tags": {"team": "b"}})["config"]
+    assert config["tags"] == {"team": "b"}
+    assert config["sqs_attributes"] == {"DelaySeconds": "5"}
+    assert m.sm.queue_info("q")["config"]["tags"] == {"team": "b"}
+
+
+@pytest.mark.parametrize("field, value", [
+    ("tags", {"k": 1}), ("tags", ["k"]), ("tags", {"": "v"}), ("tags", {"k" * 129: "v"}),
+    ("tags", {"k": "v" * 257}), ("tags", {f"k{i}": "v" for i in range(51)}),
+    ("sqs_attributes", {"DelaySeconds": 5}), ("sqs_attributes", {"Policy": "p" * 32_769}),
+])
+def test_malformed_tags_or_sqs_attributes_are_refused_and_change_nothing(m, field, value):
+    m.fails("bad_request", "create_queue", queue="q", config={field: value})
+    assert "q" not in m.sm.queues
+
+
+def test_a_queue_from_a_snapshot_before_tags_equals_one_created_with_the_same_settings(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 5_000})
+    state = cbor2.loads(m.sm.snapshot())
+    for queue in state["queues"]:
+        del queue[1]["tags"], queue[1]["sqs_attributes"]
+    m.sm.restore(cbor2.dumps(state))
+    assert m.ok("create_queue", queue="q", config={"lease_ms": 5_000})["created"] is False
