@@ -3,7 +3,7 @@
 import re
 
 from .errors import STATUS
-from .openapi_schemas import ERROR, NAME
+from .openapi_schemas import ERROR, NAME, SQS_ERROR
 
 REASONS = {101: "Switching protocols", 200: "OK", 201: "Created", 202: "Accepted (buffered)",
            204: "No content", 302: "Found"}
@@ -14,7 +14,23 @@ for _code, _status in STATUS.items():
     CODES_BY_STATUS.setdefault(_status, []).append(_code)
 
 
+SQS_TYPES = ("application/x-amz-json-1.0", "text/xml")
+
+
+def _sqs_responses() -> dict:
+    """The SQS endpoint answers in the caller's protocol: JSON 1.0 or the query protocol's XML."""
+    def content(json_schema: dict) -> dict:
+        return {"application/x-amz-json-1.0": {"schema": json_schema}, "text/xml": {"schema": {"type": "string"}}}
+    responses = {"200": {"description": "the action's result (docs/sqs.md)", "content": content({"type": "object"})}}
+    for status in (400, 403, 413, 503):
+        responses[str(status)] = {"description": "an SQS error (docs/sqs.md)",
+                                  "content": content({"$ref": "#/components/schemas/SqsError"})}
+    return responses
+
+
 def _responses(route) -> dict:
+    if route.role == "sigv4":
+        return _sqs_responses()
     statuses = set(route.errors) | {400}
     if route.role is not None:
         statuses |= {401, 403}
@@ -71,6 +87,6 @@ def document(routes, *, limits: dict) -> dict:
                                 "sigv4": {"type": "apiKey", "in": "header", "name": "Authorization",
                                           "description": "AWS Signature Version 4 by a key of [sqs] in "
                                                          "cluster.toml (docs/sqs.md)"}},
-            "schemas": {"Error": ERROR},
+            "schemas": {"Error": ERROR, "SqsError": SQS_ERROR},
         },
     }

@@ -99,3 +99,6 @@ ERROR = {
     "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
     "required": ["error", "message"],
 }
+
+SQS_ERROR = {"type": "object", "properties": {"__type": {"type": "string"}, "message": {"type": "string"}},
+             "required": ["__type", "message"]}

@@ -42,3 +42,22 @@ def sqs_client(url: str, key: SqsKey = ADMIN, *, secret: str | None = None, atte
 def follower(cluster) -> str:
     leader = cluster.wait_for_leader(30)
     return next(nid for nid in cluster.ids if nid != leader)
+
+
+def signed(url: str, body: bytes, headers: dict, key: SqsKey = ADMIN, *, method: str = "POST",
+           secret: str | None = None) -> dict:
+    """`headers` with botocore's SigV4 signature of the request added."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    request = AWSRequest(method=method, url=url, data=body, headers=headers)
+    SigV4Auth(Credentials(key.access_key, secret or key.secret_key), "sqs", REGION).add_auth(request)
+    return dict(request.headers.items())
+
+
+JSON_TYPE = "application/x-amz-json-1.0"
+
+
+def json_headers(action: str) -> dict:
+    return {"Content-Type": JSON_TYPE, "X-Amz-Target": f"AmazonSQS.{action}"}

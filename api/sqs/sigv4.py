@@ -75,7 +75,7 @@ def verify(sqs: Sqs, method: str, raw_path: str, raw_query: str, headers, body: 
         raise SqsError("AccessDenied", "this raftq cluster has no SQS keys: add [[sqs.keys]] to cluster.toml "
                                        "(docs/sqs.md); until then every SQS call is refused")
     authorization = headers.get("Authorization")
-    if authorization is None:
+    if not authorization:
         raise SqsError("MissingAuthenticationToken", "the request must be signed with AWS Signature Version 4 "
                                                      "(an Authorization header)")
     parsed = AUTHORIZATION.fullmatch(authorization.strip())
