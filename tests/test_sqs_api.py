@@ -5,6 +5,7 @@ follower tests send to a follower, which forwards to the leader.
 """
 
 import hashlib
+import json
 import time
 
 import pytest
@@ -282,3 +283,73 @@ def test_a_data_key_cannot_change_queues(cluster, sqs):
         assert error_code(denied) == "AccessDenied"
     data.send_message(QueueUrl=url, MessageBody="data may send")
     assert data.receive_message(QueueUrl=url, WaitTimeSeconds=1)["Messages"][0]["Body"] == "data may send"
+
+
+def test_tags_on_a_queue(sqs):
+    url = sqs.create_queue(QueueName="tagged", tags={"team": "red"})["QueueUrl"]
+    sqs.tag_queue(QueueUrl=url, Tags={"env": "prod", "team": "blue"})
+    assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"team": "blue", "env": "prod"}
+    sqs.untag_queue(QueueUrl=url, TagKeys=["team"])
+    assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"env": "prod"}
+    sqs.untag_queue(QueueUrl=url, TagKeys=["env"])
+    assert "Tags" not in sqs.list_queue_tags(QueueUrl=url)
+
+
+def test_redrive_policy_dead_letters_and_a_move_task_brings_them_back(sqs):
+    dlq = sqs.create_queue(QueueName="dead-letters")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2})
+    source = sqs.create_queue(QueueName="dies-twice", Attributes={"RedrivePolicy": policy})["QueueUrl"]
+    shown = json.loads(sqs.get_queue_attributes(QueueUrl=source, AttributeNames=["RedrivePolicy"])[
+        "Attributes"]["RedrivePolicy"])
+    assert shown == {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2}
+    assert sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [source]
+    sent = sqs.send_message(QueueUrl=source, MessageBody="poison")
+    for _ in range(2):
+        handle = sqs.receive_message(QueueUrl=source, WaitTimeSeconds=2)["Messages"][0]["ReceiptHandle"]
+        sqs.change_message_visibility(QueueUrl=source, ReceiptHandle=handle, VisibilityTimeout=0)
+    dead = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=5, VisibilityTimeout=1)["Messages"]
+    assert [(m["Body"], m["MessageId"]) for m in dead] == [("poison", sent["MessageId"])]
+    assert sqs.receive_message(QueueUrl=source).get("Messages", []) == []
+    time.sleep(1.5)   # the dead letter's lease in the dead-letter queue ends: a move skips leased ones
+    with pytest.raises(ClientError) as not_a_dlq:
+        sqs.start_message_move_task(SourceArn=dlq_arn.replace("dead-letters", "dies-twice"))
+    assert error_code(not_a_dlq) == "InvalidParameterValue"
+    handle = sqs.start_message_move_task(SourceArn=dlq_arn)["TaskHandle"]
+    tasks = sqs.list_message_move_tasks(SourceArn=dlq_arn)["Results"]
+    assert [(t["Status"], t["ApproximateNumberOfMessagesMoved"]) for t in tasks] == [("COMPLETED", 1)]
+    back = sqs.receive_message(QueueUrl=source, WaitTimeSeconds=2)["Messages"]
+    assert [(m["Body"], m["MessageId"]) for m in back] == [("poison", sent["MessageId"])]
+    with pytest.raises(sqs.exceptions.ResourceNotFoundException):
+        sqs.cancel_message_move_task(TaskHandle=handle)
+    sqs.set_queue_attributes(QueueUrl=source, Attributes={"RedrivePolicy": ""})
+    assert "RedrivePolicy" not in sqs.get_queue_attributes(QueueUrl=source, AttributeNames=["All"])["Attributes"]
+
+
+def test_a_redrive_policy_needs_an_existing_dead_letter_queue_that_allows_it(sqs):
+    missing = json.dumps({"deadLetterTargetArn": f"arn:aws:sqs:us-east-1:{ACCOUNT}:nowhere", "maxReceiveCount": 3})
+    with pytest.raises(ClientError) as refused:
+        sqs.create_queue(QueueName="orphan-source", Attributes={"RedrivePolicy": missing})
+    assert error_code(refused) == "InvalidParameterValue"
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.get_queue_url(QueueName="orphan-source")
+    closed = sqs.create_queue(QueueName="closed-dlq", Attributes={
+        "RedriveAllowPolicy": json.dumps({"redrivePermission": "denyAll"})})["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=closed, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    with pytest.raises(ClientError) as denied:
+        sqs.create_queue(QueueName="denied-source", Attributes={
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": 3})})
+    assert error_code(denied) == "InvalidParameterValue"
+
+
+def test_permissions_are_refused_honestly(sqs):
+    url = sqs.create_queue(QueueName="no-policies")["QueueUrl"]
+    with pytest.raises(sqs.exceptions.UnsupportedOperation):
+        sqs.add_permission(QueueUrl=url, Label="l", AWSAccountIds=[ACCOUNT], Actions=["SendMessage"])
+    with pytest.raises(sqs.exceptions.UnsupportedOperation):
+        sqs.remove_permission(QueueUrl=url, Label="l")
+
+
+def test_fifo_queues_are_refused_until_built(sqs):
+    with pytest.raises(sqs.exceptions.UnsupportedOperation):
+        sqs.create_queue(QueueName="ordered.fifo", Attributes={"FifoQueue": "true"})

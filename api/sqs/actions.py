@@ -332,15 +332,20 @@ async def list_queue_tags(ctx: Context, params: dict) -> dict:
     return {"Tags": tags} if tags else {}
 
 
-async def list_dead_letter_source_queues(ctx: Context, params: dict) -> dict:
-    name = queue_of(ctx, params)
-    await read(ctx, "queue_info", name)
+async def _sources(ctx: Context, name: str) -> list:
+    """The queues whose dead letters go to `name`, sorted."""
     names = []
     for queue in (await read(ctx, "list_queues"))["queues"]:
         result, _ = await ctx.app[NODE].read("queue_info", queue["name"])
         if "error" not in result and result["config"]["dead_letter"] == name:
             names.append(queue["name"])
-    page, token = _page(params, sorted(names))
+    return sorted(names)
+
+
+async def list_dead_letter_source_queues(ctx: Context, params: dict) -> dict:
+    name = queue_of(ctx, params)
+    await read(ctx, "queue_info", name)
+    page, token = _page(params, await _sources(ctx, name))
     result = {"queueUrls": [ctx.queue_url(n) for n in page]}
     if token:
         result["NextToken"] = token
@@ -600,18 +605,90 @@ async def change_message_visibility_batch(ctx: Context, params: dict) -> dict:
     return {"Successful": done, "Failed": failed}
 
 
+# ---- message move tasks: the native redrive -----------------------------------------------------------
+
+MOVE_TASKS = "MessageMoveTasks"     # the dead-letter queue's recent tasks, in its sqs_attributes
+KEPT_TASKS = 10
+REDRIVE_STEP = 1_000
+
+
+async def _dead_letter_source(ctx: Context, params: dict) -> tuple[str, dict]:
+    source_arn = required(params, "SourceArn")
+    name = attrs.queue_from_arn(source_arn, ctx.account, "SourceArn")
+    info = await read(ctx, "queue_info", name)
+    if await _sources(ctx, name):
+        return name, info
+    raise invalid("SourceArn", source_arn, "Source queue must be configured as a Dead Letter Queue.")
+
+
+def _tasks(info: dict) -> list:
+    return orjson.loads((info["config"].get("sqs_attributes") or {}).get(MOVE_TASKS, "[]"))
+
+
+async def start_message_move_task(ctx: Context, params: dict) -> dict:
+    name, info = await _dead_letter_source(ctx, params)
+    if params.get("DestinationArn") is not None:
+        raise SqsError("UnsupportedOperation", "raftq moves dead letters back to the queues they came from; "
+                                               "a DestinationArn is not supported")
+    if params.get("MaxNumberOfMessagesPerSecond") is not None:
+        raise SqsError("UnsupportedOperation", "raftq moves dead letters as fast as the log takes them; "
+                                               "MaxNumberOfMessagesPerSecond is not supported")
+    handle = base64.urlsafe_b64encode(f"{name}:{uuid.uuid4()}".encode()).decode()
+    task = {"TaskHandle": handle, "Status": "COMPLETED", "SourceArn": params["SourceArn"],
+            "ApproximateNumberOfMessagesToMove": info["stats"]["depth"], "ApproximateNumberOfMessagesMoved": 0,
+            "StartedTimestamp": int(time.time() * 1000)}
+    # The move runs to its end here, one redrive (an atomic log entry) at a
+    # time; each has an id, so a retried step is not applied twice.
+    step = 0
+    while True:
+        try:
+            moved = (await write(ctx, {"op": "redrive", "queue": name, "max": REDRIVE_STEP,
+                                       "id": f"{handle}:{step}"}))["moved"]
+        except SqsError as exc:
+            task.update(Status="FAILED", FailureReason=exc.message)
+            break
+        task["ApproximateNumberOfMessagesMoved"] += moved
+        step += 1
+        if moved < REDRIVE_STEP:
+            break
+    current = await read(ctx, "queue_info", name)
+    kept = dict(current["config"].get("sqs_attributes") or {})
+    kept[MOVE_TASKS] = orjson.dumps([task, *_tasks(current)][:KEPT_TASKS]).decode()
+    await write(ctx, {"op": "patch_queue", "queue": name, "config": {"sqs_attributes": kept}})
+    return {"TaskHandle": handle}
+
+
+async def list_message_move_tasks(ctx: Context, params: dict) -> dict:
+    source_arn = required(params, "SourceArn")
+    name = attrs.queue_from_arn(source_arn, ctx.account, "SourceArn")
+    limit = integer(params, "MaxResults", 1, KEPT_TASKS, 1)
+    tasks = _tasks(await read(ctx, "queue_info", name))[:limit]
+    # a handle is only shown for a running task (SQS's rule); raftq's have all ended
+    return {"Results": [{k: v for k, v in t.items() if k != "TaskHandle"} for t in tasks]}
+
+
+async def cancel_message_move_task(ctx: Context, params: dict) -> dict:
+    handle = required(params, "TaskHandle")
+    try:
+        name = base64.urlsafe_b64decode(handle.encode()).decode().split(":", 1)[0]
+    except (ValueError, UnicodeDecodeError):
+        raise SqsError("ResourceNotFoundException", "no such message move task") from None
+    try:
+        tasks = _tasks(await read(ctx, "queue_info", name))
+    except SqsError:
+        tasks = []
+    if not any(t["TaskHandle"] == handle for t in tasks):
+        raise SqsError("ResourceNotFoundException", "no such message move task")
+    raise SqsError("ResourceNotFoundException", "the task is not running: raftq runs a move to its end "
+                                                "within StartMessageMoveTask, so there is nothing to cancel")
+
+
 # ---- what raftq does not do ----------------------------------------------------------------------------
 
 async def permissions(ctx: Context, params: dict) -> dict:
     raise SqsError("UnsupportedOperation", "raftq grants access by the role of each key in cluster.toml "
                                            "([[sqs.keys]] role = admin or data), not by queue policies: "
                                            "AddPermission and RemovePermission change nothing and are refused")
-
-
-async def move_tasks(ctx: Context, params: dict) -> dict:
-    raise SqsError("UnsupportedOperation", "message move tasks are not built in raftq's SQS API yet; the native "
-                                           "API's POST /v1/queues/{dlq}/redrive moves dead letters back "
-                                           "(docs/sqs.md)")
 
 
 @dataclass(frozen=True)
@@ -641,7 +718,7 @@ ACTIONS = {
     "ChangeMessageVisibilityBatch": Action(change_message_visibility_batch),
     "AddPermission": Action(permissions, admin=True),
     "RemovePermission": Action(permissions, admin=True),
-    "StartMessageMoveTask": Action(move_tasks, admin=True),
-    "ListMessageMoveTasks": Action(move_tasks),
-    "CancelMessageMoveTask": Action(move_tasks, admin=True),
+    "StartMessageMoveTask": Action(start_message_move_task, admin=True),
+    "ListMessageMoveTasks": Action(list_message_move_tasks),
+    "CancelMessageMoveTask": Action(cancel_message_move_task, admin=True),
 }

@@ -37,8 +37,6 @@ NUMERIC = {
     "ReceiveMessageWaitTimeSeconds": (0, 20, 0),
     "VisibilityTimeout": (0, 43_200, 30),
 }
-KEPT = ("DelaySeconds", "MaximumMessageSize", "ReceiveMessageWaitTimeSeconds", "Policy", "RedriveAllowPolicy",
-        "CreatedTimestamp", "LastModifiedTimestamp")
 SETTABLE = frozenset(NUMERIC) | {"Policy", "RedrivePolicy", "RedriveAllowPolicy", "SqsManagedSseEnabled"}
 FIFO_ONLY = frozenset({"FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit"})
 READ_ONLY = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
