@@ -237,6 +237,16 @@ MUTANTS = [
     Mutant("long-poll-never-woken", "a waiting receive is woken by the put that makes a message ready",
            "engine/node.py", "if self._loop is not None and self._waiters and not self._wake_scheduled:", "if False:",
            (T_API + "test_long_poll_wakes_on_put",)),
+    # ---- the SQS API (docs/sqs.md) ---------------------------------------------------------------
+    Mutant("sqs-signature-not-compared", "an SQS call signed with a wrong secret is refused",
+           "api/sqs/sigv4.py", "if not hmac.compare_digest(expected.encode(), signature.encode()):", "if False:",
+           ("tests/test_sqs_auth.py::test_a_wrong_secret_is_signature_does_not_match_and_sends_nothing",)),
+    Mutant("sqs-attributes-md5-unsorted", "MD5OfMessageAttributes is computed as AWS does, names in order",
+           "api/sqs/attributes.py", "for name in sorted(attributes):", "for name in attributes:",
+           ("tests/test_sqs_api.py::test_message_attributes_of_every_type_and_their_md5",)),
+    Mutant("sqs-follower-answers-without-the-leader", "a follower forwards SQS calls to the leader",
+           "api/sqs/service.py", "return await _forward(request, body, exc.headers[\"Location\"])", "return None",
+           ("tests/test_sqs_api.py::test_every_action_works_through_a_follower",)),
 ]
 
 

@@ -10,7 +10,6 @@ import base64
 import hashlib
 import json
 import os
-import struct
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -19,7 +18,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.sqsutil import ACCOUNT, ADMIN, REGION, follower, signed, start_sqs_cluster
+from tests.sqsutil import ACCOUNT, ADMIN, REGION, follower, md5_of_attributes, signed, start_sqs_cluster
 from tests.wire import call
 
 pytestmark = pytest.mark.timeout(300)
@@ -51,18 +50,6 @@ def ok(url: str, action: str, path: str = "/", **params) -> ET.Element:
 
 def texts(root: ET.Element, path: str) -> list:
     return [e.text for e in root.findall(path, NS)]
-
-
-def md5_of_attributes(attributes: dict) -> str:
-    """AWS's documented encoding, written out here independently of the node's."""
-    out = b""
-    for name in sorted(attributes):
-        data_type, value = attributes[name]
-        out += struct.pack(">I", len(name.encode())) + name.encode()
-        out += struct.pack(">I", len(data_type.encode())) + data_type.encode()
-        raw, transport = (value, 2) if isinstance(value, bytes) else (value.encode(), 1)
-        out += bytes([transport]) + struct.pack(">I", len(raw)) + raw
-    return hashlib.md5(out).hexdigest()
 
 
 def test_the_query_protocol_serves_queues_and_messages(cluster):
