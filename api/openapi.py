@@ -17,20 +17,24 @@ for _code, _status in STATUS.items():
 SQS_TYPES = ("application/x-amz-json-1.0", "text/xml")
 
 
-def _sqs_responses() -> dict:
-    """The SQS endpoint answers in the caller's protocol: JSON 1.0 or the query protocol's XML."""
+def _sqs_responses(route) -> dict:
+    """The SQS endpoint answers in the caller's protocol: JSON 1.0 or the query protocol's XML
+    (a path that is no queue URL is the router's 404)."""
     def content(json_schema: dict) -> dict:
         return {"application/x-amz-json-1.0": {"schema": json_schema}, "text/xml": {"schema": {"type": "string"}}}
     responses = {"200": {"description": "the action's result (docs/sqs.md)", "content": content({"type": "object"})}}
     for status in (400, 403, 413, 503):
         responses[str(status)] = {"description": "an SQS error (docs/sqs.md)",
                                   "content": content({"$ref": "#/components/schemas/SqsError"})}
+    if "{" in route.path:
+        responses["404"] = {"description": "error: not_found (no queue URL)", "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
     return responses
 
 
 def _responses(route) -> dict:
     if route.role == "sigv4":
-        return _sqs_responses()
+        return _sqs_responses(route)
     statuses = set(route.errors) | {400}
     if route.role is not None:
         statuses |= {401, 403}

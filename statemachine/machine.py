@@ -51,10 +51,11 @@ from . import validation as v
 from .validation import full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 6
-# Version 5 is version 6 without staged writes, version 4 also without redrive:
-# a node upgraded in place restores either.
-READABLE_SNAPSHOT_VERSIONS = (4, 5, 6)
+SNAPSHOT_VERSION = 7
+# Version 6 is version 7 without the time of each message's first delivery,
+# version 5 also without staged writes, version 4 also without redrive:
+# a node upgraded in place restores any of them.
+READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7)
 
 
 def encode_entry(commands: list) -> bytes:

@@ -331,14 +331,15 @@ class Queue:
             msg = self.messages[seq]
             token = self.next_lease
             self.next_lease = token + 1
-            deliveries = group.lease(seq, token, deadline)
+            deliveries = group.lease(seq, token, deadline, clock)
             if deliveries > 1:
                 self.counters["redelivered_total"] += 1
             if not msg[RECEIVED]:
                 self.messages[seq] = msg[:RECEIVED] + (True,)
             out.append({"seq": seq, "receipt": f"{prefix}{seq}:{token}",
                         "body": msg[BODY], "key": msg[KEY], "headers": given_headers(msg[HEADERS]),
-                        "deliveries": deliveries, "put_at_ms": msg[PUT_AT]})
+                        "deliveries": deliveries, "put_at_ms": msg[PUT_AT],
+                        "first_received_at_ms": group.first_leased.get(seq)})
         return {"messages": out}
 
     def live_lease(self, receipt: str):

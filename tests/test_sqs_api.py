@@ -183,11 +183,14 @@ def test_delete_and_change_visibility_in_batches(sqs):
 def test_visibility_timeout_expires_and_change_message_visibility_extends_it(sqs):
     url = sqs.create_queue(QueueName="visibility", Attributes={"VisibilityTimeout": "1"})["QueueUrl"]
     sqs.send_message(QueueUrl=url, MessageBody="a")
-    first = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1)["Messages"][0]
+    first = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1, MessageSystemAttributeNames=["All"])["Messages"][0]
     assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
     again = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5, MessageSystemAttributeNames=["All"])["Messages"][0]
     assert again["MessageId"] == first["MessageId"]
     assert again["Attributes"]["ApproximateReceiveCount"] == "2"
+    first_receive = first["Attributes"]["ApproximateFirstReceiveTimestamp"]
+    assert again["Attributes"]["ApproximateFirstReceiveTimestamp"] == first_receive
+    assert int(first["Attributes"]["SentTimestamp"]) <= int(first_receive)
     sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"], VisibilityTimeout=30)
     assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2).get("Messages", []) == []
     with pytest.raises(sqs.exceptions.MessageNotInflight):

@@ -362,13 +362,15 @@ class Model:
             entry.update(state="leased", lease=self.leases,
                          deadline=self.clock + (cmd.get("lease_ms") or q["config"]["lease_ms"]))
             entry["deliveries"] += 1
+            if entry["deliveries"] == 1:
+                entry["first_received_at"] = self.clock
             if entry["deliveries"] > 1:
                 q["counters"]["redelivered_total"] += 1
             m = self.find(q, seq)
             m["received"] = True
             out.append({"seq": seq, "receipt": (q["uid"], group, seq, self.leases), "body": m["body"],
                         "key": m["key"], "headers": m["headers"], "deliveries": entry["deliveries"],
-                        "put_at_ms": m["put_at"]})
+                        "put_at_ms": m["put_at"], "first_received_at_ms": entry.get("first_received_at")})
         self.dead_letter(q)
         return {"messages": out}
 

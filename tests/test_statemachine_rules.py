@@ -272,7 +272,8 @@ def test_receive_hands_out_in_seq_order_with_the_message_fields(m):
     assert len(out) == 1
     first = out[0]
     assert {k: v for k, v in first.items() if k != "receipt"} == {
-        "seq": 1, "body": "a", "key": "k", "headers": {"h": "1"}, "deliveries": 1, "put_at_ms": T0}
+        "seq": 1, "body": "a", "key": "k", "headers": {"h": "1"}, "deliveries": 1, "put_at_ms": T0,
+        "first_received_at_ms": T0 + 5}
     assert isinstance(first["receipt"], str)
     second = m.receive("q", 5)
     assert [(r["seq"], r["body"], r["key"], r["headers"]) for r in second] == [(2, b"\x00raw", None, None)]
@@ -1245,3 +1246,33 @@ def test_a_queue_from_a_snapshot_before_tags_equals_one_created_with_the_same_se
         del queue[1]["tags"], queue[1]["sqs_attributes"]
     m.sm.restore(cbor2.dumps(state))
     assert m.ok("create_queue", queue="q", config={"lease_ms": 5_000})["created"] is False
+
+
+# ---- the time of a message's first delivery (SQS's ApproximateFirstReceiveTimestamp) -----------
+
+def test_a_redelivery_keeps_the_time_of_the_first_delivery_also_through_a_snapshot(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 1_000})
+    m.put("q", msg())
+    first = m.receive("q")[0]
+    assert first["first_received_at_ms"] == T0
+    m.tick(T0 + 5_000)
+    restored = StateMachine()
+    restored.restore(m.sm.snapshot())
+    m.sm = restored
+    again = m.receive("q")[0]
+    assert (again["deliveries"], again["first_received_at_ms"]) == (2, T0)
+
+
+def test_a_version_6_snapshot_restores_with_no_first_delivery_times(m):
+    m.put("q", msg(), msg())
+    m.receive("q", n=1)
+    state = cbor2.loads(m.sm.snapshot())
+    state["version"] = 6
+    for queue in state["queues"]:
+        for group in queue[8]:
+            del group[6]
+    restored = StateMachine()
+    restored.restore(cbor2.dumps(state))
+    m.sm = restored
+    m.tick(T0 + 60_000)
+    assert [(r["deliveries"], r["first_received_at_ms"]) for r in m.receive("q")] == [(2, None), (1, T0 + 60_000)]

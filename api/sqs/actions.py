@@ -479,7 +479,8 @@ def _rendered(ctx: Context, name: str, message: dict, wanted_system: set, wanted
     out = {"MessageId": message_id, "ReceiptHandle": message["receipt"], "MD5OfBody": attrs.md5_of_text(body),
            "Body": body}
     system = {"SentTimestamp": str(message["put_at_ms"]), "ApproximateReceiveCount": str(message["deliveries"]),
-              "ApproximateFirstReceiveTimestamp": str(message.get("first_received_ms") or received_at)}
+              # None only for a message first received before raftq kept that time
+              "ApproximateFirstReceiveTimestamp": str(message.get("first_received_at_ms") or received_at)}
     if attrs.HEADER_SENDER in headers:
         system["SenderId"] = headers[attrs.HEADER_SENDER]
     if attrs.HEADER_TRACE in headers:
