@@ -52,7 +52,8 @@ from .validation import full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
 SNAPSHOT_VERSION = 7
-# Version 6 is version 7 without the time of each message's first delivery,
+# Version 6 is version 7 without the time of each message's first delivery and
+# without ordering keys,
 # version 5 also without staged writes, version 4 also without redrive:
 # a node upgraded in place restores any of them.
 READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7)
@@ -338,7 +339,8 @@ class StateMachine:
                 # included: otherwise two unreceived versions of one key could be
                 # stored there, and a restored replica (whose key index is rebuilt
                 # from the messages) would replace a different one than the leader.
-                moved = [{"body": msg[BODY], "key": msg[KEY], "headers": headers}]
+                moved = [{"body": msg[BODY], "key": msg[KEY], "headers": headers,
+                          "ordering_key": queue.ordering.get(seq)}]
                 if target.config["overflow"] == "reject" and target.check_capacity(moved):
                     return
                 target.put(moved, self.clock)

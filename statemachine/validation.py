@@ -118,7 +118,8 @@ def is_plain(value, depth: int = 0) -> bool:
     return False
 
 
-MESSAGE_FIELDS = frozenset({"body", "key", "id", "headers", "ttl_ms", "delay_ms"})
+MESSAGE_FIELDS = frozenset({"body", "key", "id", "headers", "ttl_ms", "delay_ms", "ordering_key"})
+MAX_ORDERING_KEY = 128
 
 
 def check_message(message, index: int):
@@ -135,6 +136,11 @@ def check_message(message, index: int):
         value = message.get(field)
         if value is not None and (not isinstance(value, str) or not 1 <= len(value) <= 1024):
             return error(BAD_REQUEST, f"message {index}: {field} must be a string of 1 to 1024 characters")
+    ordering_key = message.get("ordering_key")
+    if ordering_key is not None and (not isinstance(ordering_key, str)
+                                     or not 1 <= len(ordering_key) <= MAX_ORDERING_KEY):
+        return error(BAD_REQUEST, f"message {index}: ordering_key must be a string of 1 to {MAX_ORDERING_KEY} "
+                                  "characters")
     headers = message.get("headers")
     if headers is not None:
         if not isinstance(headers, dict) or not all(

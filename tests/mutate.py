@@ -237,6 +237,9 @@ MUTANTS = [
     Mutant("long-poll-never-woken", "a waiting receive is woken by the put that makes a message ready",
            "engine/node.py", "if self._loop is not None and self._waiters and not self._wake_scheduled:", "if False:",
            (T_API + "test_long_poll_wakes_on_put",)),
+    Mutant("ordering-key-ignored", "a message waits while an earlier one of its ordering key is not ready",
+           "statemachine/queue.py", "waiting = self._ordering_waits(group) if self.ordering else None", "waiting = None",
+           ("tests/test_statemachine_rules.py::test_a_later_message_of_an_ordering_key_waits_while_an_earlier_one_is_in_flight",)),
     # ---- the SQS API (docs/sqs.md) ---------------------------------------------------------------
     Mutant("sqs-signature-not-compared", "an SQS call signed with a wrong secret is refused",
            "api/sqs/sigv4.py", "if not hmac.compare_digest(expected.encode(), signature.encode()):", "if False:",

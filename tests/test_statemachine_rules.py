@@ -273,7 +273,7 @@ def test_receive_hands_out_in_seq_order_with_the_message_fields(m):
     first = out[0]
     assert {k: v for k, v in first.items() if k != "receipt"} == {
         "seq": 1, "body": "a", "key": "k", "headers": {"h": "1"}, "deliveries": 1, "put_at_ms": T0,
-        "first_received_at_ms": T0 + 5}
+        "first_received_at_ms": T0 + 5, "ordering_key": None}
     assert isinstance(first["receipt"], str)
     second = m.receive("q", 5)
     assert [(r["seq"], r["body"], r["key"], r["headers"]) for r in second] == [(2, b"\x00raw", None, None)]
@@ -1276,3 +1276,52 @@ def test_a_version_6_snapshot_restores_with_no_first_delivery_times(m):
     m.sm = restored
     m.tick(T0 + 60_000)
     assert [(r["deliveries"], r["first_received_at_ms"]) for r in m.receive("q")] == [(2, None), (1, T0 + 60_000)]
+
+
+# ---- ordering keys: per key, nothing overtakes a message that is not ready ----------------
+
+def test_a_later_message_of_an_ordering_key_waits_while_an_earlier_one_is_in_flight(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 1_000})
+    m.put("q", msg("a1", ordering_key="a"), msg("a2", ordering_key="a"), msg("b1", ordering_key="b"),
+          msg("plain"))
+    first = m.receive("q", n=1)
+    assert [(r["body"], r["ordering_key"]) for r in first] == [("a1", "a")]
+    # a2 waits for a1; other keys and messages without a key go on
+    assert [r["body"] for r in m.receive("q")] == ["b1", "plain"]
+    assert m.receive("q") == []
+    m.ack("q", first[0]["receipt"])
+    assert [r["body"] for r in m.receive("q")] == ["a2"]
+
+
+def test_one_receive_hands_out_several_messages_of_a_key_in_order(m):
+    m.put("q", msg("a1", ordering_key="a"), msg("a2", ordering_key="a"))
+    assert [r["body"] for r in m.receive("q")] == ["a1", "a2"]
+
+
+def test_an_expired_or_nacked_message_goes_out_again_before_the_later_ones_of_its_key(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 1_000})
+    m.put("q", msg("a1", ordering_key="a"), msg("a2", ordering_key="a"))
+    m.receive("q", n=1)
+    m.tick(T0 + 2_000)
+    again = m.receive("q", n=1)
+    assert [(r["body"], r["deliveries"]) for r in again] == [("a1", 2)]
+    m.ok("nack", queue="q", receipts=[again[0]["receipt"]], delay_ms=5_000)
+    assert m.receive("q") == []      # a1 is delayed: a2 still waits
+    m.tick(T0 + 8_000)
+    assert [r["body"] for r in m.receive("q")] == ["a1", "a2"]
+
+
+def test_ordering_keys_survive_a_snapshot_and_a_dead_letter_move(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 1_000, "max_deliveries": 1, "dead_letter": "dl"})
+    m.put("q", msg("a1", ordering_key="a"))
+    m.receive("q")
+    m.tick(T0 + 2_000)
+    restored = StateMachine()
+    restored.restore(m.sm.snapshot())
+    m.sm = restored
+    assert [(r["body"], r["ordering_key"]) for r in m.receive("dl")] == [("a1", "a")]
+
+
+def test_a_malformed_ordering_key_is_refused(m):
+    for bad in ("", 7, "k" * 129):
+        m.fails("bad_request", "put", queue="q", messages=[msg(ordering_key=bad)])
