@@ -353,7 +353,3 @@ def test_permissions_are_refused_honestly(sqs):
     with pytest.raises(sqs.exceptions.UnsupportedOperation):
         sqs.remove_permission(QueueUrl=url, Label="l")
 
-
-def test_fifo_queues_are_refused_until_built(sqs):
-    with pytest.raises(sqs.exceptions.UnsupportedOperation):
-        sqs.create_queue(QueueName="ordered.fifo", Attributes={"FifoQueue": "true"})

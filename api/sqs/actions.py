@@ -11,6 +11,8 @@ group's cursor past the last message.
 """
 
 import base64
+import hashlib
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -152,11 +154,13 @@ def queue_of(ctx: Context, params: dict) -> str:
     return parts[1]
 
 
-def checked_name(name: str) -> str:
-    if name.endswith(".fifo"):
-        raise SqsError("UnsupportedOperation", "FIFO queues are not built in raftq yet (docs/sqs.md)")
-    if not attrs.QUEUE_NAME.fullmatch(name):
-        raise invalid("QueueName", name, "a queue name is 1 to 80 letters, digits, '-' and '_'")
+def checked_name(name: str, fifo: bool) -> str:
+    if not isinstance(name, str) or not attrs.QUEUE_NAME.fullmatch(name.removesuffix(".fifo")) or len(name) > 80:
+        raise invalid("QueueName", name, "a queue name is 1 to 80 letters, digits, '-' and '_' (and a FIFO "
+                                         "queue's ends with .fifo)")
+    if name.endswith(".fifo") != fifo:
+        raise invalid("QueueName", name, "a FIFO queue (FifoQueue=true) has a name ending with .fifo, and only "
+                                         "a FIFO queue has")
     return name
 
 
@@ -166,7 +170,7 @@ def now_s() -> str:
 
 # ---- queues ---------------------------------------------------------------------------------------------
 
-async def _check_dead_letter(ctx: Context, config: dict, source: str) -> None:
+async def _check_dead_letter(ctx: Context, config: dict, source: str, fifo: bool) -> None:
     target = config.get("dead_letter")
     if target is None:
         return
@@ -177,6 +181,10 @@ async def _check_dead_letter(ctx: Context, config: dict, source: str) -> None:
             raise
         raise SqsError("InvalidParameterValue", "Value for parameter RedrivePolicy is invalid. Reason: Dead "
                                                 "letter target does not exist.") from None
+    if attrs.is_fifo(info["config"]) != fifo:
+        raise SqsError("InvalidParameterValue", "Value for parameter RedrivePolicy is invalid. Reason: the "
+                                                "dead-letter queue of a FIFO queue must be a FIFO queue, and that "
+                                                "of a standard queue a standard queue.")
     allow = (info["config"].get("sqs_attributes") or {}).get("RedriveAllowPolicy")
     if not attrs.allows_source(allow, source, ctx.account):
         raise SqsError("InvalidParameterValue", f"Value for parameter RedrivePolicy is invalid. Reason: the "
@@ -196,8 +204,9 @@ def _matches(info: dict, given: dict, ctx: Context) -> bool:
     shown = attrs.render_attributes(info, ["All"], ctx.signer.region, ctx.account)
     for name, value in given.items():
         if name == "FifoQueue":
-            continue
-        if name == "RedrivePolicy" and value:
+            if (value == "true") != attrs.is_fifo(info["config"]):
+                return False
+        elif name == "RedrivePolicy" and value:
             target, count = attrs.redrive_policy(value, ctx.account, info["name"])
             if (info["config"]["dead_letter"], info["config"]["max_deliveries"]) != (target, count):
                 return False
@@ -210,12 +219,14 @@ def _matches(info: dict, given: dict, ctx: Context) -> bool:
 
 
 async def create_queue(ctx: Context, params: dict) -> dict:
-    name = checked_name(required(params, "QueueName"))
     given = string_map(params, "Attributes")
-    if given.get("FifoQueue", "false").lower() != "false":
-        raise SqsError("UnsupportedOperation", "FIFO queues are not built in raftq yet (docs/sqs.md)")
+    if given.get("FifoQueue", "false") not in ("true", "false"):
+        raise SqsError("InvalidAttributeValue", "Invalid value for the parameter FifoQueue: it must be true or false")
+    fifo = given.get("FifoQueue") == "true"
+    name = checked_name(required(params, "QueueName"), fifo)
     tags = _tags(params, "tags")
-    config, kept = attrs.config_changes(given, {}, ctx.account, name)
+    config, kept = attrs.config_changes(given, attrs.fifo_defaults() if fifo else {}, ctx.account, name,
+                                        creating=True)
     config.setdefault("ttl_ms", attrs.DEFAULT_RETENTION_S * 1000)
     kept["CreatedTimestamp"] = kept["LastModifiedTimestamp"] = now_s()
     config["sqs_attributes"] = kept
@@ -226,7 +237,7 @@ async def create_queue(ctx: Context, params: dict) -> dict:
     except SqsError as exc:
         if exc.code != "QueueDoesNotExist":
             raise
-        await _check_dead_letter(ctx, config, name)
+        await _check_dead_letter(ctx, config, name, fifo)
         try:
             await write(ctx, {"op": "create_queue", "queue": name, "config": config})
             return {"QueueUrl": ctx.queue_url(name)}
@@ -292,7 +303,7 @@ async def set_queue_attributes(ctx: Context, params: dict) -> dict:
     given = string_map(params, "Attributes")
     info = await read(ctx, "queue_info", name)
     config, kept = attrs.config_changes(given, info["config"].get("sqs_attributes") or {}, ctx.account, name)
-    await _check_dead_letter(ctx, config, name)
+    await _check_dead_letter(ctx, config, name, attrs.is_fifo(info["config"]))
     kept["LastModifiedTimestamp"] = now_s()
     await write(ctx, {"op": "patch_queue", "queue": name, "config": {**config, "sqs_attributes": kept}})
     return {}
@@ -367,6 +378,16 @@ def _system_attributes(params: dict) -> tuple[dict, int]:
     return {"AWSTraceHeader": {"DataType": "String", "StringValue": value["StringValue"]}}, 0
 
 
+FIFO_ID = re.compile(r"[\x21-\x7e]{1,128}", re.ASCII)
+
+
+def _fifo_id(params: dict, name: str) -> str | None:
+    value = params.get(name)
+    if value is not None and (not isinstance(value, str) or not FIFO_ID.fullmatch(value)):
+        raise invalid(name, value, "it is 1 to 128 letters, digits and punctuation")
+    return value
+
+
 def _message(ctx: Context, params: dict, info: dict) -> tuple[dict, dict]:
     """(the raftq message, the SQS reply's fields) for one SendMessage or batch entry."""
     body = params.get("MessageBody")
@@ -375,10 +396,16 @@ def _message(ctx: Context, params: dict, info: dict) -> tuple[dict, dict]:
     if not isinstance(body, str):
         raise invalid("MessageBody", body, "it must be a string")
     attrs.check_text(body, "the message body")
-    for fifo_only in ("MessageDeduplicationId", "MessageGroupId"):
-        if params.get(fifo_only) is not None:
-            raise invalid(fifo_only, params[fifo_only], "the request includes a parameter that is not valid for "
-                                                        "this queue type (standard)")
+    fifo = attrs.is_fifo(info["config"])
+    group, dedup = _fifo_id(params, "MessageGroupId"), _fifo_id(params, "MessageDeduplicationId")
+    if not fifo and dedup is not None:
+        raise invalid("MessageDeduplicationId", dedup, "the request includes a parameter that is not valid for "
+                                                       "this queue type (standard)")
+    if fifo and group is None:
+        raise missing("MessageGroupId")
+    if fifo and params.get("DelaySeconds") is not None:
+        raise invalid("DelaySeconds", params["DelaySeconds"], "the request includes a parameter that is not valid "
+                                                              "for this queue type (FIFO: set the queue's DelaySeconds)")
     message_attributes, size = attrs.check_message_attributes(params.get("MessageAttributes"))
     system, _ = _system_attributes(params)
     size += len(body.encode())
@@ -386,8 +413,27 @@ def _message(ctx: Context, params: dict, info: dict) -> tuple[dict, dict]:
     if size > limit:
         raise invalid("MessageBody", "...", f"Message must be shorter than {limit} bytes (body and attributes)")
     delay = integer(params, "DelaySeconds", 0, 900, attrs.kept_number(info["config"], "DelaySeconds"))
-    message_id = str(uuid.uuid4())
+    message = {"body": body}
+    if fifo:
+        kept = info["config"]["sqs_attributes"]
+        if dedup is None:
+            if kept.get("ContentBasedDeduplication") != "true":
+                raise invalid("MessageDeduplicationId", "", "The queue should either have ContentBasedDeduplication "
+                                                            "enabled or MessageDeduplicationId provided explicitly")
+            dedup = hashlib.sha256(body.encode()).hexdigest()
+        # raftq's idempotent id: a duplicate within the window stores nothing and
+        # answers the first one's seq; its MessageId follows from the id, so it is the first's too
+        message["id"] = f"{len(group)}:{group}:{dedup}" if kept.get("DeduplicationScope") == "messageGroup" else dedup
+        message["ordering_key"] = group
+        message_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"raftq-sqs:{info['name']}:"
+                                                        f"{kept.get('CreatedTimestamp')}:{message['id']}"))
+    else:
+        message_id = str(uuid.uuid4())
     headers = {attrs.HEADER_ID: message_id, attrs.HEADER_SENDER: ctx.signer.key.access_key}
+    if dedup is not None:
+        headers[attrs.HEADER_DEDUPLICATION] = dedup
+    if group is not None and not fifo:
+        headers[attrs.HEADER_GROUP] = group     # a standard queue's group orders nothing (SQS's fair queues)
     reply = {"MessageId": message_id, "MD5OfMessageBody": attrs.md5_of_text(body)}
     if message_attributes:
         headers[attrs.HEADER_ATTRIBUTES] = orjson.dumps(message_attributes).decode()
@@ -395,7 +441,7 @@ def _message(ctx: Context, params: dict, info: dict) -> tuple[dict, dict]:
     if system:
         headers[attrs.HEADER_TRACE] = system["AWSTraceHeader"]["StringValue"]
         reply["MD5OfMessageSystemAttributes"] = attrs.md5_of_attributes(system)
-    message = {"body": body, "headers": headers}
+    message["headers"] = headers
     if delay:
         message["delay_ms"] = delay * 1000
     return message, reply
@@ -405,10 +451,17 @@ def _put(name: str, messages: list) -> dict:
     return {"op": "put", "queue": name, "messages": messages, "auto_create": False}
 
 
+def _sequence_number(seq: int) -> str:
+    return str(seq).zfill(20)
+
+
 async def send_message(ctx: Context, params: dict) -> dict:
     name = queue_of(ctx, params)
-    message, reply = _message(ctx, params, await local_info(ctx, name))
-    await write(ctx, _put(name, [message]))
+    info = await local_info(ctx, name)
+    message, reply = _message(ctx, params, info)
+    stored = (await write(ctx, _put(name, [message])))["messages"]
+    if attrs.is_fifo(info["config"]):
+        reply["SequenceNumber"] = _sequence_number(stored[0]["seq"])
     return reply
 
 
@@ -455,7 +508,10 @@ async def send_message_batch(ctx: Context, params: dict) -> dict:
         messages.append(message)
         replies.append({"Id": entry["Id"], **reply})
     if messages:
-        await write(ctx, _put(name, messages))
+        stored = (await write(ctx, _put(name, messages)))["messages"]
+        if attrs.is_fifo(info["config"]):
+            for reply, result in zip(replies, stored):
+                reply["SequenceNumber"] = _sequence_number(result["seq"])
     return {"Successful": replies, "Failed": failed}
 
 
@@ -485,6 +541,13 @@ def _rendered(ctx: Context, name: str, message: dict, wanted_system: set, wanted
         system["SenderId"] = headers[attrs.HEADER_SENDER]
     if attrs.HEADER_TRACE in headers:
         system["AWSTraceHeader"] = headers[attrs.HEADER_TRACE]
+    group = message.get("ordering_key") or headers.get(attrs.HEADER_GROUP)
+    if group is not None:
+        system["MessageGroupId"] = group
+    if attrs.HEADER_DEDUPLICATION in headers:
+        system["MessageDeduplicationId"] = headers[attrs.HEADER_DEDUPLICATION]
+    if message.get("ordering_key") is not None:
+        system["SequenceNumber"] = _sequence_number(message["seq"])
     chosen = {k: v for k, v in system.items() if "All" in wanted_system or k in wanted_system}
     if chosen:
         out["Attributes"] = chosen

@@ -26,6 +26,8 @@ HEADER_ID = "x-sqs-message-id"
 HEADER_ATTRIBUTES = "x-sqs-message-attributes"
 HEADER_SENDER = "x-sqs-sender-id"
 HEADER_TRACE = "x-sqs-aws-trace-header"
+HEADER_DEDUPLICATION = "x-sqs-deduplication-id"
+HEADER_GROUP = "x-sqs-message-group-id"
 
 DEFAULT_RETENTION_S = 345_600
 DEFAULT_MAX_MESSAGE = 1_048_576
@@ -67,23 +69,38 @@ def _number(name: str, value) -> int:
     return int(value)
 
 
-def check_attributes(given: dict) -> None:
-    """Refuse attribute names SQS does not know or that cannot be set on a standard queue."""
+# FIFO's settings: name -> (allowed values, default)
+FIFO_CHOICES = {"ContentBasedDeduplication": (("true", "false"), "false"),
+                "DeduplicationScope": (("queue", "messageGroup"), "queue"),
+                "FifoThroughputLimit": (("perQueue", "perMessageGroupId"), "perQueue")}
+
+
+def is_fifo(config: dict) -> bool:
+    return (config.get("sqs_attributes") or {}).get("FifoQueue") == "true"
+
+
+def check_attributes(given: dict, fifo: bool, creating: bool) -> None:
+    """Refuse attribute names SQS does not know, or that this queue's type does not take."""
     for name in given:
-        if name in FIFO_ONLY:
-            if name == "FifoQueue" and given[name].lower() == "false":
-                continue
-            raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}: FIFO queues are not built in raftq "
-                                                   "yet (docs/sqs.md)")
-        if name not in SETTABLE:
+        if name == "FifoQueue":
+            if not creating:
+                raise SqsError("InvalidAttributeName", "FifoQueue is given when a queue is created, and only then")
+        elif name in FIFO_ONLY:
+            if not fifo:
+                raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}: it is a FIFO queue's")
+        elif name not in SETTABLE:
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
 
 
-def config_changes(given: dict, kept: dict, account: str, queue: str) -> tuple[dict, dict]:
+def fifo_defaults() -> dict:
+    return {"FifoQueue": "true", **{name: default for name, (_, default) in FIFO_CHOICES.items()}}
+
+
+def config_changes(given: dict, kept: dict, account: str, queue: str, *, creating: bool = False) -> tuple[dict, dict]:
     """(raftq config fields, the new sqs_attributes) for SQS attributes `given`
     on a queue whose sqs_attributes are `kept`. The dead-letter queue's existence
     is the caller's to check (it needs the state)."""
-    check_attributes(given)
+    check_attributes(given, kept.get("FifoQueue") == "true", creating)
     config, kept = {}, dict(kept)
     for name, value in given.items():
         if not isinstance(value, str):
@@ -108,8 +125,14 @@ def config_changes(given: dict, kept: dict, account: str, queue: str) -> tuple[d
                 kept[name] = value
             else:
                 kept.pop(name, None)
-        elif name == "FifoQueue":
-            pass    # "false" (check_attributes refused anything else): a standard queue
+        elif name in FIFO_CHOICES:
+            if value not in FIFO_CHOICES[name][0]:
+                raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}: it must be "
+                                                        f"{' or '.join(FIFO_CHOICES[name][0])}")
+            kept[name] = value
+    if kept.get("FifoThroughputLimit") == "perMessageGroupId" and kept.get("DeduplicationScope") != "messageGroup":
+        raise SqsError("InvalidAttributeValue", "FifoThroughputLimit perMessageGroupId needs DeduplicationScope "
+                                                "messageGroup")
     return config, kept
 
 
@@ -192,7 +215,8 @@ def render_attributes(info: dict, wanted, region: str, account: str) -> dict:
     }
     if config["ttl_ms"] is not None:
         values["MessageRetentionPeriod"] = str(config["ttl_ms"] // 1000)
-    for name in ("CreatedTimestamp", "LastModifiedTimestamp", "Policy", "RedriveAllowPolicy"):
+    for name in ("CreatedTimestamp", "LastModifiedTimestamp", "Policy", "RedriveAllowPolicy", "FifoQueue",
+                 *FIFO_CHOICES):
         if name in kept:
             values[name] = kept[name]
     if config["dead_letter"] is not None and config["max_deliveries"] is not None:
