@@ -149,3 +149,16 @@ def test_the_aws_cli_through_a_follower(cluster):
     aws(url, "delete-message", "--queue-url", queue, "--receipt-handle", got[0]["ReceiptHandle"])
     assert aws(url, "get-queue-attributes", "--queue-url", queue, "--attribute-names",
                "ApproximateNumberOfMessages")["Attributes"] == {"ApproximateNumberOfMessages": "0"}
+
+
+def test_the_query_protocol_as_a_get_with_its_signed_query_string(cluster):
+    url = cluster.url(cluster.wait_for_leader(30))
+    ok(url, "CreateQueue", QueueName="xml-get")
+    target = f"{url}/?" + urlencode({"Action": "GetQueueUrl", "QueueName": "xml-get", "Version": "2012-11-05"})
+    reply = call("GET", target, headers=signed(target, b"", {}, method="GET"))
+    assert reply.status == 200, reply
+    root = ET.fromstring(reply.raw)
+    assert root.find("q:GetQueueUrlResult/q:QueueUrl", NS).text == f"{url}/{ACCOUNT}/xml-get"
+    tampered = target.replace("xml-get", "xml-got")
+    reply = call("GET", tampered, headers=signed(target, b"", {}, method="GET"))
+    assert reply.status == 403 and b"<Code>SignatureDoesNotMatch</Code>" in reply.raw, reply
