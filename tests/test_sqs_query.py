@@ -90,6 +90,9 @@ def test_the_query_protocol_serves_queues_and_messages(cluster):
     assert attributes["kind"].find("q:StringValue", NS).text == "greeting"
     assert base64.b64decode(attributes["raw"].find("q:BinaryValue", NS).text) == blob
 
+    empty = ok(url, "ReceiveMessage", QueueUrl=queue)
+    assert empty.find("q:ReceiveMessageResult", NS) is not None
+    assert empty.findall("q:ReceiveMessageResult/q:Message", NS) == []
     batch = ok(url, "DeleteMessageBatch", QueueUrl=queue, **{
         "DeleteMessageBatchRequestEntry.1.Id": "m1",
         "DeleteMessageBatchRequestEntry.1.ReceiptHandle": message.find("q:ReceiptHandle", NS).text})

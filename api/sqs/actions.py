@@ -281,7 +281,7 @@ async def list_queues(ctx: Context, params: dict) -> dict:
     prefix = text(params, "QueueNamePrefix") or ""
     names = sorted(q["name"] for q in (await read(ctx, "list_queues"))["queues"] if q["name"].startswith(prefix))
     page, token = _page(params, names)
-    result = {"QueueUrls": [ctx.queue_url(n) for n in page]}
+    result = {"QueueUrls": [ctx.queue_url(n) for n in page]} if page else {}    # AWS leaves out an empty list
     if token:
         result["NextToken"] = token
     return result
@@ -309,11 +309,22 @@ async def set_queue_attributes(ctx: Context, params: dict) -> dict:
     return {}
 
 
+PURGE_INTERVAL_S = 60
+LAST_PURGE = "LastPurgeTimestamp"     # in sqs_attributes; not an attribute SQS shows
+
+
 async def purge_queue(ctx: Context, params: dict) -> dict:
     name = queue_of(ctx, params)
-    last = (await read(ctx, "queue_info", name))["stats"]["last_seq"]
+    info = await read(ctx, "queue_info", name)
+    kept = dict(info["config"].get("sqs_attributes") or {})
+    if int(now_s()) - int(kept.get(LAST_PURGE, 0)) < PURGE_INTERVAL_S:
+        raise SqsError("PurgeQueueInProgress", f"Only one PurgeQueue operation on {name} is allowed every "
+                                               f"{PURGE_INTERVAL_S} seconds.")
+    last = info["stats"]["last_seq"]
     if last is not None:
         await write(ctx, {"op": "commit", "queue": name, "group": "default", "seq": last})
+    kept[LAST_PURGE] = now_s()
+    await write(ctx, {"op": "patch_queue", "queue": name, "config": {"sqs_attributes": kept}})
     return {}
 
 
@@ -581,6 +592,8 @@ async def receive_message(ctx: Context, params: dict) -> dict:
     if "error" in result:
         raise from_native(ApiError(result["error"], result.get("message", "")))
     received_at = str(int(time.time() * 1000))
+    if not result["messages"]:
+        return {}     # AWS leaves out an empty list
     return {"Messages": [_rendered(ctx, name, m, wanted_system, wanted_attributes, received_at)
                          for m in result["messages"]]}
 

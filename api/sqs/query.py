@@ -114,8 +114,13 @@ def _text(value) -> str:
     return escape(str(value))
 
 
+# The actions whose reply has no result element
+NO_RESULT = frozenset({"DeleteMessage", "DeleteQueue", "SetQueueAttributes", "PurgeQueue", "ChangeMessageVisibility",
+                       "TagQueue", "UntagQueue", "AddPermission", "RemovePermission"})
+
+
 def render(action: str, result: dict, request_id: str) -> bytes:
-    inner = f"<{action}Result>{_fields(result, action)}</{action}Result>" if result else ""
+    inner = "" if action in NO_RESULT else f"<{action}Result>{_fields(result, action)}</{action}Result>"
     return (f'<?xml version="1.0"?><{action}Response xmlns="{NAMESPACE}">{inner}'
             f"<ResponseMetadata><RequestId>{request_id}</RequestId></ResponseMetadata>"
             f"</{action}Response>").encode()
