@@ -160,6 +160,16 @@ def test_malformed_batches_are_refused_whole(sqs, entries, code):
         "Attributes"]["ApproximateNumberOfMessages"] == "0"
 
 
+def test_a_batch_longer_than_1_mib_with_its_attributes_is_refused_whole(sqs):
+    url = sqs.create_queue(QueueName="long-batch")["QueueUrl"]
+    blob = {"blob": {"DataType": "Binary", "BinaryValue": b"x" * 100_000}}
+    with pytest.raises(sqs.exceptions.BatchRequestTooLong):
+        sqs.send_message_batch(QueueUrl=url, Entries=[
+            {"Id": str(i), "MessageBody": "y" * 20_000, "MessageAttributes": blob} for i in range(10)])
+    assert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])[
+        "Attributes"]["ApproximateNumberOfMessages"] == "0"
+
+
 def test_delete_and_change_visibility_in_batches(sqs):
     url = sqs.create_queue(QueueName="settle-batch")["QueueUrl"]
     sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": str(i)} for i in range(4)])

@@ -399,8 +399,9 @@ def _fifo_id(params: dict, name: str) -> str | None:
     return value
 
 
-def _message(ctx: Context, params: dict, info: dict) -> tuple[dict, dict]:
-    """(the raftq message, the SQS reply's fields) for one SendMessage or batch entry."""
+def _message(ctx: Context, params: dict, info: dict) -> tuple[dict, dict, int]:
+    """(the raftq message, the SQS reply's fields, its size as SQS counts it: body
+    and attributes) for one SendMessage or batch entry."""
     body = params.get("MessageBody")
     if body is None or body == "":
         raise missing("MessageBody")
@@ -455,7 +456,7 @@ def _message(ctx: Context, params: dict, info: dict) -> tuple[dict, dict]:
     message["headers"] = headers
     if delay:
         message["delay_ms"] = delay * 1000
-    return message, reply
+    return message, reply, size
 
 
 def _put(name: str, messages: list) -> dict:
@@ -469,7 +470,7 @@ def _sequence_number(seq: int) -> str:
 async def send_message(ctx: Context, params: dict) -> dict:
     name = queue_of(ctx, params)
     info = await local_info(ctx, name)
-    message, reply = _message(ctx, params, info)
+    message, reply, _ = _message(ctx, params, info)
     stored = (await write(ctx, _put(name, [message])))["messages"]
     if attrs.is_fifo(info["config"]):
         reply["SequenceNumber"] = _sequence_number(stored[0]["seq"])
@@ -505,19 +506,20 @@ async def send_message_batch(ctx: Context, params: dict) -> dict:
     name = queue_of(ctx, params)
     entries = _entries(params)
     info = await local_info(ctx, name)
-    total = sum(len(str(e.get("MessageBody", "")).encode()) for e in entries)
-    if total > MAX_BATCH_BYTES:
-        raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {MAX_BATCH_BYTES} bytes. "
-                                              f"You have sent {total} bytes.")
-    messages, replies, failed = [], [], []
+    messages, replies, failed, total = [], [], [], 0
     for entry in entries:
         try:
-            message, reply = _message(ctx, entry, info)
+            message, reply, size = _message(ctx, entry, info)
         except SqsError as exc:
             failed.append(_failed(entry["Id"], exc))
+            total += len(str(entry.get("MessageBody", "")).encode())
             continue
+        total += size
         messages.append(message)
         replies.append({"Id": entry["Id"], **reply})
+    if total > MAX_BATCH_BYTES:
+        raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {MAX_BATCH_BYTES} bytes "
+                                              f"(bodies and attributes). You have sent {total} bytes.")
     if messages:
         stored = (await write(ctx, _put(name, messages)))["messages"]
         if attrs.is_fifo(info["config"]):
