@@ -31,6 +31,10 @@ from .validation import full_config
 COUNTERS = ("put_total", "acked_total", "redelivered_total", "dead_lettered_total",
             "expired_total", "dropped_total", "replaced_total", "redriven_total")
 PARKED_RETRY_MS = 1_000
+# A receive steps over at most this many ready messages whose ordering key
+# waits (a few ms on the apply thread): messages of other keys further back
+# are handed out once the keys ahead move (docs/api.md).
+MAX_STEPPED_OVER = 10_000
 
 
 # A stored message is a plain tuple of the fields below, replaced whole when
@@ -328,13 +332,17 @@ class Queue:
         ready = group.ready
         prefix = receipt_prefix(self.incarnation, group_name)
         waiting = self._ordering_waits(group) if self.ordering else None
-        skipped = 0     # ready messages left in place: an earlier one of their ordering key is not ready
-        while len(ready) > skipped and len(out) < count:
-            seq = ready[skipped]
-            if waiting and seq > waiting.get(self.ordering.get(seq), seq):
-                skipped += 1
-                continue
-            ready.pop(skipped)
+        stepped = 0     # ready messages stepped over: an earlier one of their ordering key is not ready
+        seq = 0
+        while ready and len(out) < count:
+            if waiting:
+                seq, steps = self._next_not_waiting(ready, seq, waiting, MAX_STEPPED_OVER - stepped)
+                stepped += steps
+                if seq is None:
+                    break
+                ready.remove(seq)
+            else:
+                seq = ready.pop(0)
             if limit is not None and group.deliveries.get(seq, 0) >= limit:
                 # max_deliveries was lowered below what this message has had
                 self._park(group, seq)
@@ -353,6 +361,18 @@ class Queue:
                         "first_received_at_ms": group.first_leased.get(seq),
                         "ordering_key": self.ordering.get(seq) if self.ordering else None})
         return {"messages": out}
+
+    def _next_not_waiting(self, ready, after: int, waiting: dict, budget: int):
+        """(the first ready seq above `after` whose ordering key does not wait,
+        or None; how many were stepped over), stepping over at most `budget`."""
+        ordering, steps = self.ordering, 0
+        for seq in ready.irange(minimum=after + 1):
+            if seq <= waiting.get(ordering.get(seq), seq):
+                return seq, steps
+            steps += 1
+            if steps >= budget:
+                break
+        return None, steps
 
     def _ordering_waits(self, group: Group) -> dict:
         """Ordering key -> the lowest seq of that key the group holds but cannot

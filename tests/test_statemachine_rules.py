@@ -1325,3 +1325,16 @@ def test_ordering_keys_survive_a_snapshot_and_a_dead_letter_move(m):
 def test_a_malformed_ordering_key_is_refused(m):
     for bad in ("", 7, "k" * 129):
         m.fails("bad_request", "put", queue="q", messages=[msg(ordering_key=bad)])
+
+
+@pytest.mark.parametrize("waiting, other_handed_out", [(9_999, True), (10_000, False)])
+def test_a_receive_steps_over_at_most_10_000_waiting_messages(m, waiting, other_handed_out):
+    from statemachine.queue import MAX_STEPPED_OVER
+    assert MAX_STEPPED_OVER == 10_000
+    m.put("q", *[msg("hot", ordering_key="hot") for _ in range(waiting + 1 - 5_000)])
+    m.put("q", *[msg("hot", ordering_key="hot") for _ in range(5_000)], msg("other", ordering_key="b"))
+    first = m.receive("q", n=1)
+    got = m.receive("q")
+    assert [r["body"] for r in got] == (["other"] if other_handed_out else [])
+    m.ack("q", first[0]["receipt"])
+    assert [r["body"] for r in m.receive("q", n=1)] == ["hot"]
