@@ -428,8 +428,9 @@ class StateMachine:
         return self.ready_count(name, group) > 0
 
     def ready_count(self, name: str, group: str) -> int:
+        """What a receive could hand out now (waiting long polls are woken by it)."""
         queue = self.queues.get(name)
-        return len(queue.groups[group].ready) if queue and group in queue.groups else 0
+        return queue.deliverable(queue.groups[group]) if queue and group in queue.groups else 0
 
     def next_timer(self):
         """The earliest log time at which a tick would change something, or None."""

@@ -362,6 +362,22 @@ class Queue:
                         "ordering_key": self.ordering.get(seq) if self.ordering else None})
         return {"messages": out}
 
+    def deliverable(self, group: Group, limit: int = 1_000) -> int:
+        """How many ready messages a receive could hand out now (up to `limit`
+        when ordering keys wait): a message whose key waits is not one, or a
+        long poll would be woken to receive nothing, again and again."""
+        waiting = self._ordering_waits(group) if self.ordering else None
+        if not waiting:
+            return len(group.ready)
+        found, seq, budget = 0, 0, MAX_STEPPED_OVER
+        while found < limit:
+            seq, steps = self._next_not_waiting(group.ready, seq, waiting, budget)
+            budget -= steps
+            if seq is None:
+                break
+            found += 1
+        return found
+
     def _next_not_waiting(self, ready, after: int, waiting: dict, budget: int):
         """(the first ready seq above `after` whose ordering key does not wait,
         or None; how many were stepped over), stepping over at most `budget`."""

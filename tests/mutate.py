@@ -240,6 +240,10 @@ MUTANTS = [
     Mutant("ordering-key-ignored", "a message waits while an earlier one of its ordering key is not ready",
            "statemachine/queue.py", "waiting = self._ordering_waits(group) if self.ordering else None", "waiting = None",
            ("tests/test_statemachine_rules.py::test_a_later_message_of_an_ordering_key_waits_while_an_earlier_one_is_in_flight",)),
+    Mutant("waiting-key-wakes-long-polls", "a long poll is not woken by messages whose ordering key waits",
+           "statemachine/machine.py", "return queue.deliverable(queue.groups[group]) if queue",
+           "return len(queue.groups[group].ready) if queue",
+           ("tests/test_statemachine_rules.py::test_a_message_whose_ordering_key_waits_is_not_ready_for_a_long_poll",)),
     # ---- the SQS API (docs/sqs.md) ---------------------------------------------------------------
     Mutant("sqs-signature-not-compared", "an SQS call signed with a wrong secret is refused",
            "api/sqs/sigv4.py", "if not hmac.compare_digest(expected.encode(), signature.encode()):", "if False:",

@@ -150,3 +150,19 @@ def test_a_fifo_dead_letter_keeps_its_group(sqs):
     assert [m["Body"] for m in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"]] == ["next"]
     dead = sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=2, MessageSystemAttributeNames=["All"])["Messages"]
     assert [(m["Body"], m["Attributes"]["MessageGroupId"]) for m in dead] == [("poison", "g")]
+
+
+def test_a_long_poll_does_not_spin_while_its_only_messages_wait_for_their_group(sqs, cluster):
+    from tests.wire import call
+    url = fifo(sqs, "quiet-poll.fifo", ContentBasedDeduplication="true")
+    for body in ("a1", "a2"):
+        sqs.send_message(QueueUrl=url, MessageBody=body, MessageGroupId="a")
+    held = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, VisibilityTimeout=60)["Messages"]
+    leader = cluster.url(cluster.wait_for_leader(30))
+    before = call("GET", leader + "/health/ready").body["commit_index"]
+    started = time.monotonic()
+    assert "Messages" not in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)
+    assert time.monotonic() - started >= 1.9     # it waited, rather than answering at once
+    # the wait wrote its one last receive, not a receive per turn of a loop
+    assert call("GET", leader + "/health/ready").body["commit_index"] - before <= 3
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=held[0]["ReceiptHandle"])

@@ -1338,3 +1338,14 @@ def test_a_receive_steps_over_at_most_10_000_waiting_messages(m, waiting, other_
     assert [r["body"] for r in got] == (["other"] if other_handed_out else [])
     m.ack("q", first[0]["receipt"])
     assert [r["body"] for r in m.receive("q", n=1)] == ["hot"]
+
+
+def test_a_message_whose_ordering_key_waits_is_not_ready_for_a_long_poll(m):
+    m.put("q", msg("a1", ordering_key="a"), msg("a2", ordering_key="a"))
+    assert m.sm.ready_count("q", "default") == 2
+    first = m.receive("q", n=1)
+    assert (m.sm.has_ready("q", "default"), m.sm.ready_count("q", "default")) == (False, 0)
+    m.put("q", msg("b1", ordering_key="b"), msg("plain"))
+    assert m.sm.ready_count("q", "default") == 2
+    m.ack("q", first[0]["receipt"])
+    assert m.sm.ready_count("q", "default") == 3
