@@ -18,17 +18,16 @@ SQS_TYPES = ("application/x-amz-json-1.0", "text/xml")
 
 
 def _sqs_responses(route) -> dict:
-    """The SQS endpoint answers in the caller's protocol: JSON 1.0 or the query protocol's XML
-    (a path that is no queue URL is the router's 404)."""
+    """The SQS endpoint answers in the caller's protocol: JSON 1.0 or the query protocol's XML."""
     def content(json_schema: dict) -> dict:
         return {"application/x-amz-json-1.0": {"schema": json_schema}, "text/xml": {"schema": {"type": "string"}}}
     responses = {"200": {"description": "the action's result (docs/sqs.md)", "content": content({"type": "object"})}}
-    for status in (400, 403, 413, 503):
+    for status in (400, 403, 404, 413, 503):
         responses[str(status)] = {"description": "an SQS error (docs/sqs.md)",
                                   "content": content({"$ref": "#/components/schemas/SqsError"})}
     if "{" in route.path:
-        responses["404"] = {"description": "error: not_found (no queue URL)", "content": {
-            "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+        responses["404"]["description"] += "; or the router's not_found, for a path that is no queue URL"
+        responses["404"]["content"]["application/json"] = {"schema": {"$ref": "#/components/schemas/Error"}}
     return responses
 
 

@@ -46,7 +46,7 @@ def test_the_document_is_openapi_3_1_open_to_all_and_names_every_route_once(node
         assert "500" not in op["responses"]
         for status, response in op["responses"].items():
             # the SQS endpoint answers SQS's errors, in the caller's protocol (docs/sqs.md)
-            content, error = (("application/x-amz-json-1.0", "SqsError") if route.role == "sigv4" and status != "404"
+            content, error = (("application/x-amz-json-1.0", "SqsError") if route.role == "sigv4"
                               else ("application/json", "Error"))
             if int(status) >= 400:
                 assert response["content"][content]["schema"] == {"$ref": f"#/components/schemas/{error}"}

@@ -100,6 +100,10 @@ def test_get_queue_url_and_a_missing_queue(sqs):
     assert error_code(missing) == "AWS.SimpleQueueService.NonExistentQueue"
     with pytest.raises(sqs.exceptions.QueueDoesNotExist):
         sqs.send_message(QueueUrl=url.replace("findme", "no-such-queue"), MessageBody="x")
+    with pytest.raises(sqs.exceptions.QueueDoesNotExist):
+        sqs.send_message(QueueUrl=url.replace(ACCOUNT, "999999999999"), MessageBody="x")
+    with pytest.raises(sqs.exceptions.InvalidAddress):
+        sqs.send_message(QueueUrl="not a queue url", MessageBody="x")
 
 
 def test_list_queues_by_prefix_and_in_pages(sqs):
@@ -365,3 +369,14 @@ def test_permissions_are_refused_honestly(sqs):
     with pytest.raises(sqs.exceptions.UnsupportedOperation):
         sqs.remove_permission(QueueUrl=url, Label="l")
 
+
+
+def test_a_message_of_1_mib_goes_through_and_one_byte_more_is_refused(sqs, via_follower):
+    url = sqs.create_queue(QueueName="one-mib")["QueueUrl"]
+    body = "z" * (1 << 20)
+    via_follower.send_message(QueueUrl=url, MessageBody=body)
+    got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"]
+    assert got[0]["Body"] == body and got[0]["MD5OfBody"] == hashlib.md5(body.encode()).hexdigest()
+    with pytest.raises(ClientError) as too_long:
+        sqs.send_message(QueueUrl=url, MessageBody=body + "z")
+    assert error_code(too_long) == "InvalidParameterValue"

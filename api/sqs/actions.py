@@ -149,8 +149,10 @@ def queue_of(ctx: Context, params: dict) -> str:
     if not url:
         raise missing("QueueUrl")
     parts = urlsplit(url).path.strip("/").split("/")
-    if len(parts) != 2 or parts[0] != ctx.account or not attrs.QUEUE_NAME.fullmatch(parts[1].removesuffix(".fifo")):
-        raise SqsError("QueueDoesNotExist", f"{NO_QUEUE} ({url!r} is not a queue URL of account {ctx.account})")
+    if len(parts) != 2 or not parts[0].isdigit() or not parts[1]:
+        raise SqsError("InvalidAddress", f"{url!r} is not a queue URL (http://<node>/<account>/<queue>)")
+    if parts[0] != ctx.account or not attrs.QUEUE_NAME.fullmatch(parts[1].removesuffix(".fifo")):
+        raise SqsError("QueueDoesNotExist", f"{NO_QUEUE} ({url!r} names no queue of account {ctx.account})")
     return parts[1]
 
 

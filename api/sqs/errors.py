@@ -23,6 +23,7 @@ ERRORS = {
     "OverLimit": (403, "OverLimit", True),
     "RequestThrottled": (403, "RequestThrottled", True),
     "ResourceNotFoundException": (404, "ResourceNotFoundException", True),
+    "InvalidAddress": (404, "InvalidAddress", True),
     # common to every AWS query-era API
     "InvalidAction": (400, "InvalidAction", True),
     "InvalidParameterValue": (400, "InvalidParameterValue", True),
@@ -45,7 +46,7 @@ MODELED = frozenset({
     "ReceiptHandleIsInvalid", "PurgeQueueInProgress", "BatchEntryIdsNotDistinct", "BatchRequestTooLong",
     "EmptyBatchRequest", "InvalidBatchEntryId", "TooManyEntriesInBatchRequest", "UnsupportedOperation",
     "InvalidAttributeName", "InvalidAttributeValue", "InvalidMessageContents", "InvalidIdFormat", "OverLimit",
-    "RequestThrottled", "ResourceNotFoundException"})
+    "RequestThrottled", "ResourceNotFoundException", "InvalidAddress"})
 
 
 class SqsError(Exception):
