@@ -94,10 +94,12 @@ async def read(ctx: Context, query: str, *args):
 
 async def local_info(ctx: Context, name: str) -> dict:
     """A queue's config and stats as this (leading) node has applied them: no
-    round to the majority, for what a send or receive needs of its settings."""
+    round to the majority, for what a send or receive needs of its settings.
+    A queue it does not find is looked for again by a confirmed read: a leader
+    just elected may not have applied the entry that created it yet."""
     result, _ = await ctx.app[NODE].read("queue_info", name)
     if "error" in result:
-        raise SqsError("QueueDoesNotExist", NO_QUEUE)
+        return await read(ctx, "queue_info", name)
     return result
 
 
