@@ -3,18 +3,37 @@
 import re
 
 from .errors import STATUS
-from .openapi_schemas import ERROR, NAME
+from .openapi_schemas import ERROR, NAME, SQS_ERROR
 
 REASONS = {101: "Switching protocols", 200: "OK", 201: "Created", 202: "Accepted (buffered)",
            204: "No content", 302: "Found"}
-PATH_PARAMS = {"queue": NAME, "group": NAME, "node": NAME, "producer": {"type": "string", "minLength": 1}, "name": {"type": "string", "minLength": 1},
+PATH_PARAMS = {"account": {"type": "string", "pattern": "^[0-9]{12}$"}, "queue": NAME, "group": NAME, "node": NAME, "producer": {"type": "string", "minLength": 1}, "name": {"type": "string", "minLength": 1},
                "token": {"type": "string", "minLength": 1, "maxLength": 64}}
 CODES_BY_STATUS: dict[int, list[str]] = {}
 for _code, _status in STATUS.items():
     CODES_BY_STATUS.setdefault(_status, []).append(_code)
 
 
+SQS_TYPES = ("application/x-amz-json-1.0", "text/xml")
+
+
+def _sqs_responses(route) -> dict:
+    """The SQS endpoint answers in the caller's protocol: JSON 1.0 or the query protocol's XML."""
+    def content(json_schema: dict) -> dict:
+        return {"application/x-amz-json-1.0": {"schema": json_schema}, "text/xml": {"schema": {"type": "string"}}}
+    responses = {"200": {"description": "the action's result (docs/sqs.md)", "content": content({"type": "object"})}}
+    for status in (400, 403, 404, 413, 503):
+        responses[str(status)] = {"description": "an SQS error (docs/sqs.md)",
+                                  "content": content({"$ref": "#/components/schemas/SqsError"})}
+    if "{" in route.path:
+        responses["404"]["description"] += "; or the router's not_found, for a path that is no queue URL"
+        responses["404"]["content"]["application/json"] = {"schema": {"$ref": "#/components/schemas/Error"}}
+    return responses
+
+
 def _responses(route) -> dict:
+    if route.role == "sigv4":
+        return _sqs_responses(route)
     statuses = set(route.errors) | {400}
     if route.role is not None:
         statuses |= {401, 403}
@@ -34,12 +53,12 @@ def _responses(route) -> dict:
 
 
 def _operation(route) -> dict:
-    op = {"summary": route.summary, "operationId": f"{route.method.lower()}{_camel(route.path)}",
+    op = {"summary": route.summary, "operationId": f"{route.method.lower()}{_camel(route.template)}",
           "x-raftq-role": route.role or "open",
-          "security": [] if route.role is None else [{"bearer": []}],
+          "security": [] if route.role is None else [{"sigv4" if route.role == "sigv4" else "bearer": []}],
           "responses": _responses(route)}
     params = [{"name": name, "in": "path", "required": True, "schema": PATH_PARAMS[name]}
-              for name in re.findall(r"{(\w+)}", route.path)]
+              for name in re.findall(r"{(\w+)}", route.template)]
     params += [{"name": name, "in": "query", "required": False, "schema": schema} for name, schema in route.query]
     if params:
         op["parameters"] = params
@@ -57,7 +76,7 @@ def _camel(path: str) -> str:
 def document(routes, *, limits: dict) -> dict:
     paths: dict[str, dict] = {}
     for route in routes:
-        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
+        paths.setdefault(route.template, {})[route.method.lower()] = _operation(route)
     return {
         "openapi": "3.1.0",
         "info": {"title": "raftq", "version": "1",
@@ -67,7 +86,10 @@ def document(routes, *, limits: dict) -> dict:
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
                                            "description": "the token of the role the route names "
-                                                          "(x-raftq-role); admin's is taken everywhere"}},
-            "schemas": {"Error": ERROR},
+                                                          "(x-raftq-role); admin's is taken everywhere"},
+                                "sigv4": {"type": "apiKey", "in": "header", "name": "Authorization",
+                                          "description": "AWS Signature Version 4 by a key of [sqs] in "
+                                                         "cluster.toml (docs/sqs.md)"}},
+            "schemas": {"Error": ERROR, "SqsError": SQS_ERROR},
         },
     }

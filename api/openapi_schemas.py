@@ -4,8 +4,8 @@ They describe what the handlers and statemachine/validation.py accept; the
 limits come from the same constants.
 """
 
-from statemachine.validation import (MAX_BATCH, MAX_DURATION_MS, MAX_RECEIVE, MAX_WAIT_MS, NAME_PATTERN,
-                                     QUEUE_DEFAULTS)
+from statemachine.validation import (MAX_BATCH, MAX_DURATION_MS, MAX_ORDERING_KEY, MAX_RECEIVE, MAX_WAIT_MS,
+                                     NAME_PATTERN, QUEUE_DEFAULTS)
 
 NAME = {"type": "string", "pattern": f"^{NAME_PATTERN}$"}
 DURATION = {"type": "integer", "minimum": 0, "maximum": MAX_DURATION_MS}
@@ -21,6 +21,7 @@ MESSAGE = {
         "headers": {"type": "object", "additionalProperties": {"type": "string"}},
         "ttl_ms": OPTIONAL_DURATION,
         "delay_ms": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_DURATION_MS},
+        "ordering_key": {"type": ["string", "null"], "minLength": 1, "maxLength": MAX_ORDERING_KEY},
     },
     "additionalProperties": False,
 }
@@ -42,6 +43,11 @@ QUEUE_CONFIG = {
         "max_bytes": OPTIONAL_DURATION,
         "overflow": {"type": "string", "enum": ["reject", "drop_oldest"]},
         "dedup_window_ms": DURATION,
+        "tags": {"oneOf": [{"type": "object", "maxProperties": 50,
+                            "additionalProperties": {"type": "string", "maxLength": 256}}, {"type": "null"}]},
+        "sqs_attributes": {"oneOf": [{"type": "object", "maxProperties": 32,
+                                      "additionalProperties": {"type": "string", "maxLength": 32_768}},
+                                     {"type": "null"}]},
     },
     "additionalProperties": False,
 }
@@ -94,3 +100,6 @@ ERROR = {
     "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
     "required": ["error", "message"],
 }
+
+SQS_ERROR = {"type": "object", "properties": {"__type": {"type": "string"}, "message": {"type": "string"}},
+             "required": ["__type", "message"]}

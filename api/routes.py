@@ -11,12 +11,17 @@ verification and the console's event stream, and its token is also taken
 wherever ``data`` or ``metrics`` is asked for.
 """
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
 from . import cluster, console, events, messages, openapi_schemas as schemas, queues, staging, stream
+from .sqs import service as sqs
 
 OPEN, DATA, METRICS, ADMIN = None, "data", "metrics", "admin"
+# Signed with AWS Signature Version 4 by a key of [sqs] in cluster.toml, whose
+# role the SQS endpoint checks per action (docs/sqs.md): no bearer token.
+SIGV4 = "sigv4"
 ACCEPTED = {DATA: ("data", "admin"), METRICS: ("metrics", "admin"), ADMIN: ("admin",)}
 
 
@@ -34,8 +39,14 @@ class Route:
     query: tuple[tuple[str, dict], ...] = field(default=())
     leader: bool = False                 # served by the leader: 307 / 503 from a follower
 
+    @property
+    def template(self) -> str:
+        """The path without its parameters' patterns, as aiohttp's canonical form and OpenAPI name it."""
+        return re.sub(r"\{(\w+):[^/]*\}", r"{\1}", self.path)
+
 
 Q = "/v1/queues/{queue}"
+SQS_QUEUE = "/{account:[0-9]{12}}/{queue}"
 P = "/v1/producers/{producer}"
 FORCE = ("force", {"type": "string", "enum": ["true"]})
 CONSISTENCY = ("consistency", {"type": "string", "enum": ["leader", "strong", "any"]})
@@ -110,6 +121,12 @@ ROUTES = (
           ok=(200, 201), errors=(404, 409, 429), body=schemas.ANY_OBJECT, body_required=True, leader=True),
     Route("POST", P + "/abort", staging.abort, DATA, "Drop staged messages", errors=(404, 409),
           body=schemas.ANY_OBJECT, body_required=True, leader=True),
+    Route("POST", "/", sqs.handle, SIGV4, "The SQS API: AWS JSON 1.0 (X-Amz-Target) or the query protocol "
+          "(docs/sqs.md)", errors=(403, 413, 503)),
+    Route("GET", "/", sqs.handle, SIGV4, "The SQS API's query protocol as a GET", errors=(403, 503)),
+    Route("POST", SQS_QUEUE, sqs.handle, SIGV4, "The SQS API at a queue's URL", errors=(403, 413, 503)),
+    Route("GET", SQS_QUEUE, sqs.handle, SIGV4, "The SQS API's query protocol at a queue's URL, as a GET",
+          errors=(403, 503)),
     Route("GET", "/ui", console.root, OPEN, "The web console", ok=(302,)),
     Route("GET", "/ui/", console.asset, OPEN, "The web console's page"),
     Route("GET", "/ui/{name}", console.asset, OPEN, "The web console's files", errors=(404,)),

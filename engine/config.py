@@ -9,6 +9,13 @@ admin = "..."           # everything: queue config, membership, verify, data, me
 data = "..."            # optional: queues' messages and consumer groups
 metrics = "..."         # optional: GET /metrics
 
+[sqs]                   # optional: the SQS API (docs/sqs.md); without keys every SQS call is refused
+account = "123456789012"  # the account id in queue URLs and ARNs
+[[sqs.keys]]
+access_key = "AKIA..."
+secret_key = "..."
+role = "data"             # the raftq role the key acts as: admin or data
+
 [[nodes]]
 id = "n1"
 raft = "10.0.0.1:7001"  # the address peers know this node by
@@ -86,12 +93,37 @@ class Tokens:
         return cls(**{role: secrets.token_urlsafe(32) for role in ROLES})
 
 
+SQS_ROLES = ("admin", "data")
+DEFAULT_SQS_ACCOUNT = "000000000000"
+
+
+@dataclass(frozen=True)
+class SqsKey:
+    """An access key of the SQS API: its id, the secret it signs with, the raftq role it acts as."""
+    access_key: str
+    secret_key: str
+    role: str
+
+
+@dataclass(frozen=True)
+class Sqs:
+    account: str = DEFAULT_SQS_ACCOUNT
+    keys: tuple[SqsKey, ...] = ()
+
+    def key(self, access_key: str) -> SqsKey | None:
+        for key in self.keys:
+            if key.access_key == access_key:
+                return key
+        return None
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     nodes: tuple[NodeSpec, ...]
     secret: str | None = None
     links: tuple[Link, ...] = ()
     tokens: Tokens = field(default_factory=Tokens)
+    sqs: Sqs = field(default_factory=Sqs)
 
     def node(self, node_id: str) -> NodeSpec:
         for spec in self.nodes:
@@ -119,6 +151,11 @@ class ClusterConfig:
         if self.tokens.any():
             lines += ["[auth]"] + [f"{role} = {json.dumps(getattr(self.tokens, role))}"
                                    for role in ROLES if getattr(self.tokens, role)] + [""]
+        if self.sqs.keys or self.sqs.account != DEFAULT_SQS_ACCOUNT:
+            lines += ["[sqs]", f"account = {json.dumps(self.sqs.account)}", ""]
+            for key in self.sqs.keys:
+                lines += ["[[sqs.keys]]", f"access_key = {json.dumps(key.access_key)}",
+                          f"secret_key = {json.dumps(key.secret_key)}", f"role = {json.dumps(key.role)}", ""]
         for spec in self.nodes:
             lines += ["[[nodes]]", f'id = "{spec.id}"', f'raft = "{spec.raft}"', f'http = "{spec.http}"']
             if spec.dial:
@@ -181,10 +218,11 @@ def load(path: str | Path) -> ClusterConfig:
         raise ConfigError("node ids must be unique")
     secret = (data.get("cluster") or {}).get("secret")
     tokens = _load_tokens(data.get("auth", {}))
-    if secret or tokens.any():
-        check_private(path, "the cluster secret" if secret else "API tokens")
+    sqs = _load_sqs(data.get("sqs", {}))
+    if secret or tokens.any() or sqs.keys:
+        check_private(path, "the cluster secret" if secret else "API tokens" if tokens.any() else "SQS keys")
     return ClusterConfig(nodes=tuple(nodes), secret=str(secret) if secret else None,
-                         links=_load_links(data.get("links", []), set(ids)), tokens=tokens)
+                         links=_load_links(data.get("links", []), set(ids)), tokens=tokens, sqs=sqs)
 
 
 def _load_tokens(raw) -> Tokens:
@@ -196,6 +234,32 @@ def _load_tokens(raw) -> Tokens:
     if raw and "admin" not in raw:
         raise ConfigError("[auth] needs an admin token")
     return Tokens(**raw)
+
+
+def _load_sqs(raw) -> Sqs:
+    if not isinstance(raw, dict) or set(raw) - {"account", "keys"}:
+        raise ConfigError("[sqs] may only set account and [[sqs.keys]]")
+    account = raw.get("account", DEFAULT_SQS_ACCOUNT)
+    if not isinstance(account, str) or not (len(account) == 12 and account.isascii() and account.isdigit()):
+        raise ConfigError("[sqs] account must be a string of 12 digits, like an AWS account id")
+    raw_keys = raw.get("keys", [])
+    if not isinstance(raw_keys, list):
+        raise ConfigError("[sqs] keys must be [[sqs.keys]] tables")
+    keys = []
+    for entry in raw_keys:
+        if not isinstance(entry, dict) or set(entry) != {"access_key", "secret_key", "role"}:
+            raise ConfigError("each [[sqs.keys]] table needs access_key, secret_key and role, and nothing else")
+        access_key, secret_key, role = entry["access_key"], entry["secret_key"], entry["role"]
+        if not isinstance(access_key, str) or not 16 <= len(access_key) <= 128 or not access_key.isalnum():
+            raise ConfigError("an [[sqs.keys]] access_key must be 16 to 128 letters and digits")
+        if not isinstance(secret_key, str) or len(secret_key) < 16:
+            raise ConfigError(f"the secret_key of SQS key {access_key} must be a string of at least 16 characters")
+        if role not in SQS_ROLES:
+            raise ConfigError(f"the role of SQS key {access_key} must be admin or data")
+        keys.append(SqsKey(access_key, secret_key, role))
+    if len({k.access_key for k in keys}) != len(keys):
+        raise ConfigError("each [[sqs.keys]] access_key may be given once")
+    return Sqs(account=account, keys=tuple(keys))
 
 
 def _load_links(raw_links, ids: set[str]) -> tuple[Link, ...]:

@@ -40,7 +40,7 @@ def same_objects(values: list, stored: list) -> list:
 
 class Group:
     __slots__ = ("name", "ready", "leases", "lease_deadlines", "delayed",
-                 "delayed_times", "deliveries", "parked")
+                 "delayed_times", "deliveries", "first_leased", "parked")
 
     def __init__(self, name: str):
         self.name = name
@@ -55,6 +55,7 @@ class Group:
         self.delayed = SortedDict()           # seq -> visible_at
         self.delayed_times = SortedList()     # (visible_at, seq)
         self.deliveries = {}                # seq -> deliveries so far
+        self.first_leased = {}              # seq -> log time of its first delivery (SQS shows it)
         self.parked = SortedDict()          # seq -> reason
 
     def held(self, maximum=None) -> list:
@@ -73,11 +74,13 @@ class Group:
         leased = sorted(s for s in self.leases if s >= minimum)
         return merge(leased, *(s.irange(minimum=minimum) for s in (self.ready, self.delayed, self.parked)))
 
-    def lease(self, seq: int, token: int, deadline: int) -> int:
+    def lease(self, seq: int, token: int, deadline: int, clock: int) -> int:
         self.leases[seq] = (token, deadline)
         self._add_deadline(seq, deadline)
         count = self.deliveries.get(seq, 0) + 1
         self.deliveries[seq] = count
+        if count == 1:
+            self.first_leased[seq] = clock
         return count
 
     def end_lease(self, seq: int) -> None:
@@ -120,6 +123,7 @@ class Group:
     def forget(self, seq: int) -> bool:
         """Drop every trace of the message; True when the group still held it."""
         self.deliveries.pop(seq, None)
+        self.first_leased.pop(seq, None)
         if seq in self.leases:
             self.end_lease(seq)
         elif seq in self.delayed:
@@ -157,12 +161,14 @@ class Group:
                 [lease_seqs, [t for t, _ in leases], [d for _, d in leases]],
                 [list(self.delayed), list(self.delayed.values())],
                 [list(self.deliveries), list(self.deliveries.values())],
-                [list(self.parked), list(self.parked.values())]]
+                [list(self.parked), list(self.parked.values())],
+                [list(self.first_leased), list(self.first_leased.values())]]
 
     @classmethod
     def from_state(cls, state: list, stored: list) -> "Group":
         """`stored`: the queue's seqs, in order, whose int objects the ready list shares."""
-        name, ready, (lease_seqs, tokens, deadlines), delayed, deliveries, parked = state
+        # Snapshots before version 7 have no first deliveries' times.
+        name, ready, (lease_seqs, tokens, deadlines), delayed, deliveries, parked, *newer = state
         group = cls(name)
         group.ready = SortedList(same_objects(ready, stored))
         group.leases = dict(zip(lease_seqs, zip(tokens, deadlines)))
@@ -172,4 +178,5 @@ class Group:
         group.delayed_times = SortedList(zip(delayed[1], delayed[0]))
         group.deliveries = dict(zip(*deliveries))
         group.parked = SortedDict(zip(*parked))
+        group.first_leased = dict(zip(*newer[0])) if newer else {}
         return group

@@ -59,10 +59,12 @@ from . import validation as v
 from .validation import full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 6
-# Version 5 is version 6 without staged writes, version 4 also without redrive:
-# a node upgraded in place restores either.
-READABLE_SNAPSHOT_VERSIONS = (4, 5, 6)
+SNAPSHOT_VERSION = 7
+# Version 6 is version 7 without the time of each message's first delivery and
+# without ordering keys,
+# version 5 also without staged writes, version 4 also without redrive:
+# a node upgraded in place restores any of them.
+READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7)
 # Making a queue costs more than a put into one (its default group holds
 # three sorted containers): 10 000 in one entry held the apply past the
 # election timeout (issue 21). 500 cost about as much as the widest put of
@@ -395,7 +397,8 @@ class StateMachine:
                 # included: otherwise two unreceived versions of one key could be
                 # stored there, and a restored replica (whose key index is rebuilt
                 # from the messages) would replace a different one than the leader.
-                moved = [{"body": msg[BODY], "key": msg[KEY], "headers": headers}]
+                moved = [{"body": msg[BODY], "key": msg[KEY], "headers": headers,
+                          "ordering_key": queue.ordering.get(seq)}]
                 if target.config["overflow"] == "reject" and target.check_capacity(moved):
                     return
                 target.put(moved, self.clock)
@@ -486,8 +489,9 @@ class StateMachine:
         return self.ready_count(name, group) > 0
 
     def ready_count(self, name: str, group: str) -> int:
+        """What a receive could hand out now (waiting long polls are woken by it)."""
         queue = self.queues.get(name)
-        return len(queue.groups[group].ready) if queue and group in queue.groups else 0
+        return queue.deliverable(queue.groups[group]) if queue and group in queue.groups else 0
 
     def next_timer(self):
         """The earliest log time at which a tick would change something, or None."""

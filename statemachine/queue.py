@@ -18,7 +18,7 @@ which lives outside this queue.
 
 import re
 from collections import deque
-from itertools import groupby, islice, repeat
+from itertools import chain, groupby, islice, repeat
 from operator import itemgetter
 
 import cbor2
@@ -26,11 +26,15 @@ from sortedcontainers import SortedList
 
 from .group import Group
 from .results import CONFLICT, NOT_FOUND, QUEUE_FULL, error
-from .validation import NAME_RE
+from .validation import NAME_RE, full_config
 
 COUNTERS = ("put_total", "acked_total", "redelivered_total", "dead_lettered_total",
             "expired_total", "dropped_total", "replaced_total", "redriven_total")
 PARKED_RETRY_MS = 1_000
+# A receive steps over at most this many ready messages whose ordering key
+# waits (a few ms on the apply thread): messages of other keys further back
+# are handed out once the keys ahead move (docs/api.md).
+MAX_STEPPED_OVER = 10_000
 
 
 # A stored message is a plain tuple of the fields below, replaced whole when
@@ -98,10 +102,10 @@ def body_size(body) -> int:
 
 def message_size(message: dict) -> int:
     """Bytes a message counts toward max_bytes (and a node's --max-message-bytes):
-    its body, plus its key, id, header names and values in UTF-8 -- else
+    its body, plus its key, id, ordering key, header names and values in UTF-8 -- else
     megabytes of headers would fit in a queue of max_bytes=100."""
     size = body_size(message["body"])
-    for field in ("key", "id"):
+    for field in ("key", "id", "ordering_key"):
         if message.get(field) is not None:
             size += len(message[field].encode())
     for name, value in (message.get("headers") or {}).items():
@@ -150,6 +154,7 @@ class Queue:
         self.messages = {}                  # seq -> Message, in seq order
         self.head = 1                       # no stored seq is lower (first_seq moves it)
         self.shows_at = {}                  # seq -> visible_at of a message put with a delay
+        self.ordering = {}                  # seq -> ordering key of a message put with one
         self.bytes = 0
         self.keys = {}                      # key -> seq of its newest stored version
         self.dedup = {}                     # id -> (seq, put_at)
@@ -266,7 +271,8 @@ class Queue:
                     self.counters["replaced_total"] += 1
             ttl = m.get("ttl_ms")
             seq = self.insert(m["body"], key, m.get("headers"), clock,
-                              clock + ttl if ttl else expires_at, m.get("delay_ms") or 0, message_size(m))
+                              clock + ttl if ttl else expires_at, m.get("delay_ms") or 0, message_size(m),
+                              m.get("ordering_key"))
             if mid is not None:
                 self.dedup[mid] = (seq, clock)
                 self.dedup_order.append((clock, mid))
@@ -286,10 +292,13 @@ class Queue:
                 del self.dedup[mid]
                 self.dedup_bytes -= len(mid.encode())
 
-    def insert(self, body, key, headers, clock: int, expires_at, delay_ms: int, size: int) -> int:
+    def insert(self, body, key, headers, clock: int, expires_at, delay_ms: int, size: int,
+               ordering_key=None) -> int:
         """Append one message of `size` bytes (message_size) at the tail, visible to every current group."""
         seq = self.next_seq
         self.next_seq = seq + 1
+        if ordering_key is not None:
+            self.ordering[seq] = ordering_key
         self.messages[seq] = (body, key, stored_headers(headers), clock, expires_at, size, len(self.groups), False)
         self.bytes += size
         if key is not None:
@@ -329,8 +338,18 @@ class Queue:
         out = []
         ready = group.ready
         prefix = receipt_prefix(self.incarnation, group_name)
+        waiting = self._ordering_waits(group) if self.ordering else None
+        stepped = 0     # ready messages stepped over: an earlier one of their ordering key is not ready
+        seq = 0
         while ready and len(out) < count:
-            seq = ready.pop(0)
+            if waiting:
+                seq, steps = self._next_not_waiting(ready, seq, waiting, MAX_STEPPED_OVER - stepped)
+                stepped += steps
+                if seq is None:
+                    break
+                ready.remove(seq)
+            else:
+                seq = ready.pop(0)
             if limit is not None and group.deliveries.get(seq, 0) >= limit:
                 # max_deliveries was lowered below what this message has had
                 self._park(group, seq)
@@ -338,15 +357,57 @@ class Queue:
             msg = self.messages[seq]
             token = self.next_lease
             self.next_lease = token + 1
-            deliveries = group.lease(seq, token, deadline)
+            deliveries = group.lease(seq, token, deadline, clock)
             if deliveries > 1:
                 self.counters["redelivered_total"] += 1
             if not msg[RECEIVED]:
                 self.messages[seq] = msg[:RECEIVED] + (True,)
             out.append({"seq": seq, "receipt": f"{prefix}{seq}:{token}",
                         "body": msg[BODY], "key": msg[KEY], "headers": given_headers(msg[HEADERS]),
-                        "deliveries": deliveries, "put_at_ms": msg[PUT_AT]})
+                        "deliveries": deliveries, "put_at_ms": msg[PUT_AT],
+                        "first_received_at_ms": group.first_leased.get(seq),
+                        "ordering_key": self.ordering.get(seq) if self.ordering else None})
         return {"messages": out}
+
+    def deliverable(self, group: Group, limit: int = 1_000) -> int:
+        """How many ready messages a receive could hand out now (up to `limit`
+        when ordering keys wait): a message whose key waits is not one, or a
+        long poll would be woken to receive nothing, again and again."""
+        waiting = self._ordering_waits(group) if self.ordering else None
+        if not waiting:
+            return len(group.ready)
+        found, seq, budget = 0, 0, MAX_STEPPED_OVER
+        while found < limit:
+            seq, steps = self._next_not_waiting(group.ready, seq, waiting, budget)
+            budget -= steps
+            if seq is None:
+                break
+            found += 1
+        return found
+
+    def _next_not_waiting(self, ready, after: int, waiting: dict, budget: int):
+        """(the first ready seq above `after` whose ordering key does not wait,
+        or None; how many were stepped over), stepping over at most `budget`."""
+        ordering, steps = self.ordering, 0
+        for seq in ready.irange(minimum=after + 1):
+            if seq <= waiting.get(ordering.get(seq), seq):
+                return seq, steps
+            steps += 1
+            if steps >= budget:
+                break
+        return None, steps
+
+    def _ordering_waits(self, group: Group) -> dict:
+        """Ordering key -> the lowest seq of that key the group holds but cannot
+        hand out (in flight, delayed or parked): later messages of the key wait
+        for it. Costs what the group holds in those states, and only queues
+        with ordering keys pay it."""
+        ordering, waits = self.ordering, {}
+        for seq in chain(group.leases, group.delayed, group.parked):
+            key = ordering.get(seq)
+            if key is not None and seq < waits.get(key, seq + 1):
+                waits[key] = seq
+        return waits
 
     def live_lease(self, receipt: str):
         """(group, seq) when the receipt names a lease that still holds."""
@@ -438,6 +499,8 @@ class Queue:
             self.expiries.remove((expires_at, seq))
         if self.shows_at:
             self.shows_at.pop(seq, None)
+        if self.ordering:
+            self.ordering.pop(seq, None)
 
     # ---- groups -------------------------------------------------------------
     def add_group(self, name: str, start: str, clock: int):
@@ -527,14 +590,19 @@ class Queue:
                  if self.dedup.get(mid, (None, None))[1] == put_at],
                 [g.to_state() for g in self.groups.values()],
                 [[g, s] for g, s in self.outbox],
-                [[rid, self.redrives[rid][0], at] for at, rid in self.redrive_order]]
+                [[rid, self.redrives[rid][0], at] for at, rid in self.redrive_order],
+                [list(self.ordering), list(self.ordering.values())]]
 
     @classmethod
     def from_state(cls, state: list) -> "Queue":
-        # A version-4 snapshot has neither redrives nor the counters added since.
+        # A version-4 snapshot has neither redrives nor the counters added since;
+        # one before version 7 has no ordering keys.
         name, config, incarnation, next_seq, next_lease, counters, messages, dedup, groups, outbox, *newer = state
         redrives = newer[0] if newer else []
-        queue = cls(name, config, incarnation)
+        ordering = newer[1] if len(newer) > 1 else [[], []]
+        # A config saved before a field existed gets the field's default, so a
+        # create with equal settings still finds it equal.
+        queue = cls(name, full_config(config), incarnation)
         queue.next_seq, queue.next_lease = next_seq, next_lease
         queue.counters = {**dict.fromkeys(COUNTERS, 0), **dict(zip(COUNTERS, counters))}
         msgs, queue.shows_at = messages_from_columns(messages)
@@ -551,4 +619,5 @@ class Queue:
         queue.outbox = deque((g, s) for g, s in outbox)
         queue.redrives = {rid: (result, at) for rid, result, at in redrives}
         queue.redrive_order = deque((at, rid) for rid, _, at in redrives)
+        queue.ordering = dict(zip(*ordering))
         return queue

@@ -55,7 +55,7 @@ def redrive(machine, cmd) -> dict:
         if target is not None:
             target.advance(machine.clock)
         headers = {k: v for k, v in msg[HEADERS] if k not in DEAD_LETTER_HEADERS} or None
-        back = [{"body": msg[BODY], "key": msg[KEY], "headers": headers}]
+        back = [{"body": msg[BODY], "key": msg[KEY], "headers": headers, "ordering_key": dlq.ordering.get(seq)}]
         if target is None or target.check_capacity(back):
             blocked.add(source)
             continue

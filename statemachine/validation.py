@@ -33,7 +33,14 @@ QUEUE_DEFAULTS = {
     "max_bytes": None,
     "overflow": "reject",
     "dedup_window_ms": 300_000,
+    # Labels a queue carries for its owner (the SQS API's TagQueue), and the
+    # SQS queue attributes that raftq keeps but does not act on in the state
+    # machine (docs/sqs.md): both plain string maps, replaced whole by a patch.
+    "tags": None,
+    "sqs_attributes": None,
 }
+# The SQS API's own bounds on tags; attributes hold at most a policy document each.
+STRING_MAPS = {"tags": (50, 128, 256), "sqs_attributes": (32, 64, 32_768)}   # entries, key, value chars
 OVERFLOW_POLICIES = ("reject", "drop_oldest")
 GROUP_STARTS = ("earliest", "latest")
 
@@ -72,11 +79,24 @@ def check_queue_config(config):
             problem = check_duration(value, field)
         elif field == "dead_letter":
             problem = None if value is None else check_name(value, "dead_letter")
+        elif field in STRING_MAPS:
+            problem = check_string_map(value, field, *STRING_MAPS[field])
         else:  # overflow
             problem = None if value in OVERFLOW_POLICIES else error(
                 BAD_REQUEST, "overflow must be 'reject' or 'drop_oldest'")
         if problem:
             return problem
+    return None
+
+
+def check_string_map(value, what: str, max_entries: int, max_key: int, max_value: int):
+    if value is None:
+        return None
+    if (not isinstance(value, dict) or len(value) > max_entries
+            or not all(isinstance(k, str) and 1 <= len(k) <= max_key and isinstance(v, str)
+                       and len(v) <= max_value for k, v in value.items())):
+        return error(BAD_REQUEST, f"{what} must map at most {max_entries} names of 1 to {max_key} characters "
+                                  f"to strings of at most {max_value} characters")
     return None
 
 
@@ -98,7 +118,8 @@ def is_plain(value, depth: int = 0) -> bool:
     return False
 
 
-MESSAGE_FIELDS = frozenset({"body", "key", "id", "headers", "ttl_ms", "delay_ms"})
+MESSAGE_FIELDS = frozenset({"body", "key", "id", "headers", "ttl_ms", "delay_ms", "ordering_key"})
+MAX_ORDERING_KEY = 128
 
 
 def check_message(message, index: int):
@@ -115,6 +136,11 @@ def check_message(message, index: int):
         value = message.get(field)
         if value is not None and (not isinstance(value, str) or not 1 <= len(value) <= 1024):
             return error(BAD_REQUEST, f"message {index}: {field} must be a string of 1 to 1024 characters")
+    ordering_key = message.get("ordering_key")
+    if ordering_key is not None and (not isinstance(ordering_key, str)
+                                     or not 1 <= len(ordering_key) <= MAX_ORDERING_KEY):
+        return error(BAD_REQUEST, f"message {index}: ordering_key must be a string of 1 to {MAX_ORDERING_KEY} "
+                                  "characters")
     headers = message.get("headers")
     if headers is not None:
         if not isinstance(headers, dict) or not all(

@@ -283,6 +283,23 @@ MUTANTS = [
            "statemachine/machine.py", "        if not parts:   # nothing to publish", "        if False:   # nothing",
            (T_STG + "test_a_commit_without_parts_does_not_move_the_mark",
             T_SSG + "test_a_poisoned_batch_number_cannot_make_the_next_real_batch_a_duplicate")),
+    Mutant("ordering-key-ignored", "a message waits while an earlier one of its ordering key is not ready",
+           "statemachine/queue.py", "waiting = self._ordering_waits(group) if self.ordering else None", "waiting = None",
+           ("tests/test_statemachine_rules.py::test_a_later_message_of_an_ordering_key_waits_while_an_earlier_one_is_in_flight",)),
+    Mutant("waiting-key-wakes-long-polls", "a long poll is not woken by messages whose ordering key waits",
+           "statemachine/machine.py", "return queue.deliverable(queue.groups[group]) if queue",
+           "return len(queue.groups[group].ready) if queue",
+           ("tests/test_statemachine_rules.py::test_a_message_whose_ordering_key_waits_is_not_ready_for_a_long_poll",)),
+    # ---- the SQS API (docs/sqs.md) ---------------------------------------------------------------
+    Mutant("sqs-signature-not-compared", "an SQS call signed with a wrong secret is refused",
+           "api/sqs/sigv4.py", "if not hmac.compare_digest(expected.encode(), signature.encode()):", "if False:",
+           ("tests/test_sqs_auth.py::test_a_wrong_secret_is_signature_does_not_match_and_sends_nothing",)),
+    Mutant("sqs-attributes-md5-unsorted", "MD5OfMessageAttributes is computed as AWS does, names in order",
+           "api/sqs/attributes.py", "for name in sorted(attributes):", "for name in attributes:",
+           ("tests/test_sqs_api.py::test_message_attributes_of_every_type_and_their_md5",)),
+    Mutant("sqs-follower-answers-without-the-leader", "a follower forwards SQS calls to the leader",
+           "api/sqs/service.py", "return await _forward(request, body, exc.headers[\"Location\"])", "return None",
+           ("tests/test_sqs_api.py::test_every_action_works_through_a_follower",)),
 ]
 
 

@@ -528,3 +528,21 @@ def test_a_node_with_open_event_streams_still_shuts_down_cleanly(fresh_cluster):
         assert b"event: snapshot" not in rest
     finally:
         conn.close()
+
+
+def test_ordering_keys_over_http(cluster3):
+    url, q = follower_url(cluster3), qname()
+    headers = {"X-Raftq-Forward": "1"}
+    put = call("POST", f"{url}/v1/queues/{q}/messages", {"messages": [
+        {"body": "a1", "ordering_key": "a"}, {"body": "a2", "ordering_key": "a"}, {"body": "b1", "ordering_key": "b"}]},
+        headers=headers)
+    assert put.status == 201, put
+    first = call("POST", f"{url}/v1/queues/{q}/receive", {"max": 1}, headers=headers).body["messages"]
+    assert [(m["body"], m["ordering_key"]) for m in first] == [("a1", "a")]
+    assert [m["body"] for m in call("POST", f"{url}/v1/queues/{q}/receive", {"max": 10},
+                                    headers=headers).body["messages"]] == ["b1"]
+    call("POST", f"{url}/v1/queues/{q}/ack", {"receipts": [first[0]["receipt"]]}, headers=headers)
+    assert [m["body"] for m in call("POST", f"{url}/v1/queues/{q}/receive", {"max": 10},
+                                    headers=headers).body["messages"]] == ["a2"]
+    bad = call("POST", f"{url}/v1/queues/{q}/messages", {"body": "x", "ordering_key": ""}, headers=headers)
+    assert bad.status == 400 and bad.body["error"] == "bad_request"

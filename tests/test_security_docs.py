@@ -20,6 +20,7 @@ import pytest
 from api import bounded, stream
 from api.app import Limits, Settings
 from api.routes import ROUTES
+from api.sqs import actions as sqs_actions, attributes as sqs_attributes, query as sqs_query
 from engine import raft_wire
 from engine.committer import MAX_ENTRY_BYTES
 from raftq.cli import parser
@@ -124,6 +125,12 @@ def _browse_limit() -> int:
     return next(schema["maximum"] for name, schema in route.query if name == "limit")
 
 
+def _string_map_bounds(field: str) -> list[int]:
+    """As the rows state them: entries, then names from 1 to their longest, then the longest value."""
+    entries, longest_name, longest_value = validation.STRING_MAPS[field]
+    return [entries, 1, longest_name, longest_value]
+
+
 # Input bounds that name no option: what in the code each row states, by the
 # start of its first cell, as the row's numbers (a bare number, or (value,
 # "time") in seconds) or the text it quotes. None: the row states no number
@@ -143,6 +150,12 @@ INPUT_BOUNDS = {
     "queue, group, node names": lambda: [validation.NAME_PATTERN],
     "a commit's `batch` past": lambda: [staging.MAX_BATCH_STEP],
     "new queues made by one log entry": lambda: [machine.MAX_NEW_QUEUES_PER_ENTRY],
+    "a message's `ordering_key`": lambda: [validation.MAX_ORDERING_KEY],
+    "a queue's `tags`": lambda: _string_map_bounds("tags"),
+    "a queue's `sqs_attributes`": lambda: _string_map_bounds("sqs_attributes"),
+    "SQS: entries of a batch": lambda: [sqs_actions.MAX_BATCH, (sqs_actions.MAX_BATCH_BYTES, "size")],
+    "SQS: message attributes per message": lambda: [sqs_attributes.MAX_MESSAGE_ATTRIBUTES],
+    "SQS: parameters of a query-protocol call": lambda: [sqs_query.MAX_FIELDS, sqs_query.MAX_INDEX],
 }
 
 

@@ -62,8 +62,8 @@ def body_size(body) -> int:
 
 
 def message_size(msg) -> int:
-    """Body, key, id and headers all count toward max_bytes."""
-    text = [msg.get("key"), msg.get("id"), *(msg.get("headers") or {}).keys(),
+    """Body, key, id, ordering key and headers all count toward max_bytes."""
+    text = [msg.get("key"), msg.get("id"), msg.get("ordering_key"), *(msg.get("headers") or {}).keys(),
             *(msg.get("headers") or {}).values()]
     return body_size(msg["body"]) + sum(len(t.encode()) for t in text if t is not None)
 
@@ -174,7 +174,7 @@ class Model:
                 headers.update({"x-raftq-from-queue": q["name"], "x-raftq-from-group": group,
                                 "x-raftq-deliveries": str(entry["deliveries"]),
                                 "x-raftq-reason": "max_deliveries"})
-                moved = [{"body": m["body"], "key": m["key"], "headers": headers}]
+                moved = [{"body": m["body"], "key": m["key"], "headers": headers, "ordering_key": m["ordering_key"]}]
                 if target["config"]["overflow"] == "reject" and self.too_full(target, moved):
                     return
                 self.store(target, moved)
@@ -205,6 +205,7 @@ class Model:
             delay = msg.get("delay_ms") or 0
             q["messages"].append({
                 "seq": seq, "body": msg["body"], "key": key, "headers": msg.get("headers"),
+                "ordering_key": msg.get("ordering_key"),
                 "put_at": self.clock, "visible_at": self.clock + delay,
                 "expires_at": self.clock + ttl if ttl else None, "size": message_size(msg),
                 "received": False})
@@ -360,6 +361,23 @@ class Model:
             return err("queue_full")
         return {"messages": self.store(q, cmd["messages"])}
 
+    def ordering_waits(self, q, group):
+        """Ordering key -> its lowest seq the group holds but not ready: later ones of the key wait."""
+        held = {}
+        for seq, entry in q["groups"][group].items():
+            key = self.find(q, seq)["ordering_key"]
+            if entry["state"] != "ready" and key is not None:
+                held[key] = min(seq, held.get(key, seq))
+        return held
+
+    def deliverable(self, q, group) -> bool:
+        """Whether a receive could hand out a message now."""
+        if group not in q["groups"]:
+            return False
+        held = self.ordering_waits(q, group)
+        return any(e["state"] == "ready" and seq <= held.get(self.find(q, seq)["ordering_key"], seq)
+                   for seq, e in q["groups"][group].items())
+
     def op_receive(self, cmd):
         q = self.touch(cmd["queue"])
         if q is None:
@@ -370,9 +388,12 @@ class Model:
         entries = q["groups"][group]
         limit = q["config"]["max_deliveries"]
         out = []
+        held = self.ordering_waits(q, group)
         for seq in sorted(s for s, e in entries.items() if e["state"] == "ready"):
             if len(out) == cmd["max"]:
                 break
+            if seq > held.get(self.find(q, seq)["ordering_key"], seq):
+                continue
             entry = entries[seq]
             if limit is not None and entry["deliveries"] >= limit:
                 entry["state"] = "parked"
@@ -382,13 +403,16 @@ class Model:
             entry.update(state="leased", lease=self.leases,
                          deadline=self.clock + (cmd.get("lease_ms") or q["config"]["lease_ms"]))
             entry["deliveries"] += 1
+            if entry["deliveries"] == 1:
+                entry["first_received_at"] = self.clock
             if entry["deliveries"] > 1:
                 q["counters"]["redelivered_total"] += 1
             m = self.find(q, seq)
             m["received"] = True
             out.append({"seq": seq, "receipt": (q["uid"], group, seq, self.leases), "body": m["body"],
                         "key": m["key"], "headers": m["headers"], "deliveries": entry["deliveries"],
-                        "put_at_ms": m["put_at"]})
+                        "put_at_ms": m["put_at"], "first_received_at_ms": entry.get("first_received_at"),
+                        "ordering_key": m["ordering_key"]})
         self.dead_letter(q)
         return {"messages": out}
 
@@ -513,7 +537,7 @@ class Model:
                 self.fire(target)
             headers = {k: v for k, v in m["headers"].items() if k not in (
                 "x-raftq-from-queue", "x-raftq-from-group", "x-raftq-deliveries", "x-raftq-reason")} or None
-            back = [{"body": m["body"], "key": m["key"], "headers": headers}]
+            back = [{"body": m["body"], "key": m["key"], "headers": headers, "ordering_key": m["ordering_key"]}]
             if target is None or self.too_full(target, back):
                 blocked.add(source)
                 continue
@@ -642,7 +666,8 @@ def messages(draw):
             ("key", st.sampled_from(KEYS), 2), ("id", st.sampled_from(IDS), 4),
             ("headers", st.dictionaries(st.sampled_from(["h", "x-raftq-reason"]), st.text(max_size=2),
                                         max_size=2), 5),
-            ("ttl_ms", ms(1, 3_000), 6), ("delay_ms", ms(0, 1_000), 5)):
+            ("ttl_ms", ms(1, 3_000), 6), ("delay_ms", ms(0, 1_000), 5),
+            ("ordering_key", st.sampled_from(["o1", "o2"]), 2)):
         if draw(st.integers(1, odds)) == 1:
             msg[field] = draw(values)
     return msg
@@ -963,8 +988,7 @@ class QueuesComparison(RuleBasedStateMachine):
             assert info["stats"] == self.model.stats(q), name
             assert self.sm.list_groups(name)["groups"] == [self.model.group_stats(q, g) for g in q["groups"]]
             for group in GROUPS:
-                assert self.sm.has_ready(name, group) == any(
-                    e["state"] == "ready" for e in q["groups"].get(group, {}).values())
+                assert self.sm.has_ready(name, group) == self.model.deliverable(q, group)
             for group in q["groups"]:
                 page = self.sm.browse(name, group, 0, 1_000)
                 assert page["last_seq"] == q["next_seq"] - 1

@@ -78,7 +78,8 @@ def test_create_queue_fills_defaults_and_answers_created(m):
     assert result["created"] is True
     assert result["config"] == {"lease_ms": 5_000, "max_deliveries": None, "dead_letter": None,
                                 "ttl_ms": None, "max_length": None, "max_bytes": None,
-                                "overflow": "reject", "dedup_window_ms": 300_000}
+                                "overflow": "reject", "dedup_window_ms": 300_000,
+                                "tags": None, "sqs_attributes": None}
 
 
 def test_create_queue_again_with_same_config_is_not_a_change(m):
@@ -271,7 +272,8 @@ def test_receive_hands_out_in_seq_order_with_the_message_fields(m):
     assert len(out) == 1
     first = out[0]
     assert {k: v for k, v in first.items() if k != "receipt"} == {
-        "seq": 1, "body": "a", "key": "k", "headers": {"h": "1"}, "deliveries": 1, "put_at_ms": T0}
+        "seq": 1, "body": "a", "key": "k", "headers": {"h": "1"}, "deliveries": 1, "put_at_ms": T0,
+        "first_received_at_ms": T0 + 5, "ordering_key": None}
     assert isinstance(first["receipt"], str)
     second = m.receive("q", 5)
     assert [(r["seq"], r["body"], r["key"], r["headers"]) for r in second] == [(2, b"\x00raw", None, None)]
@@ -1214,3 +1216,136 @@ def test_every_queues_figures_are_read_in_pages_by_name():
     rest = machine.read("all_queue_stats", first[-1][0], 3)
     assert [name for name, _ in first] == ["a", "b", "c"] and [name for name, _ in rest] == ["d"]
     assert rest[0][1] == machine.queue_info("d")["stats"]
+
+
+# ---- tags and SQS attributes: string maps a queue keeps for its owner -----------------
+
+def test_tags_and_sqs_attributes_are_kept_and_a_patch_replaces_each_map_whole(m):
+    m.ok("create_queue", queue="q", config={"tags": {"team": "a", "env": "dev"},
+                                            "sqs_attributes": {"DelaySeconds": "5"}})
+    config = m.ok("patch_queue", queue="q", config={"tags": {"team": "b"}})["config"]
+    assert config["tags"] == {"team": "b"}
+    assert config["sqs_attributes"] == {"DelaySeconds": "5"}
+    assert m.sm.queue_info("q")["config"]["tags"] == {"team": "b"}
+
+
+@pytest.mark.parametrize("field, value", [
+    ("tags", {"k": 1}), ("tags", ["k"]), ("tags", {"": "v"}), ("tags", {"k" * 129: "v"}),
+    ("tags", {"k": "v" * 257}), ("tags", {f"k{i}": "v" for i in range(51)}),
+    ("sqs_attributes", {"DelaySeconds": 5}), ("sqs_attributes", {"Policy": "p" * 32_769}),
+])
+def test_malformed_tags_or_sqs_attributes_are_refused_and_change_nothing(m, field, value):
+    m.fails("bad_request", "create_queue", queue="q", config={field: value})
+    assert "q" not in m.sm.queues
+
+
+def test_a_queue_from_a_snapshot_before_tags_equals_one_created_with_the_same_settings(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 5_000})
+    state = cbor2.loads(m.sm.snapshot())
+    for queue in state["queues"]:
+        del queue[1]["tags"], queue[1]["sqs_attributes"]
+    m.sm.restore(cbor2.dumps(state))
+    assert m.ok("create_queue", queue="q", config={"lease_ms": 5_000})["created"] is False
+
+
+# ---- the time of a message's first delivery (SQS's ApproximateFirstReceiveTimestamp) -----------
+
+def test_a_redelivery_keeps_the_time_of_the_first_delivery_also_through_a_snapshot(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 1_000})
+    m.put("q", msg())
+    first = m.receive("q")[0]
+    assert first["first_received_at_ms"] == T0
+    m.tick(T0 + 5_000)
+    restored = StateMachine()
+    restored.restore(m.sm.snapshot())
+    m.sm = restored
+    again = m.receive("q")[0]
+    assert (again["deliveries"], again["first_received_at_ms"]) == (2, T0)
+
+
+def test_a_version_6_snapshot_restores_with_no_first_delivery_times(m):
+    m.put("q", msg(), msg())
+    m.receive("q", n=1)
+    state = cbor2.loads(m.sm.snapshot())
+    state["version"] = 6
+    for queue in state["queues"]:
+        for group in queue[8]:
+            del group[6]
+    restored = StateMachine()
+    restored.restore(cbor2.dumps(state))
+    m.sm = restored
+    m.tick(T0 + 60_000)
+    assert [(r["deliveries"], r["first_received_at_ms"]) for r in m.receive("q")] == [(2, None), (1, T0 + 60_000)]
+
+
+# ---- ordering keys: per key, nothing overtakes a message that is not ready ----------------
+
+def test_a_later_message_of_an_ordering_key_waits_while_an_earlier_one_is_in_flight(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 1_000})
+    m.put("q", msg("a1", ordering_key="a"), msg("a2", ordering_key="a"), msg("b1", ordering_key="b"),
+          msg("plain"))
+    first = m.receive("q", n=1)
+    assert [(r["body"], r["ordering_key"]) for r in first] == [("a1", "a")]
+    # a2 waits for a1; other keys and messages without a key go on
+    assert [r["body"] for r in m.receive("q")] == ["b1", "plain"]
+    assert m.receive("q") == []
+    m.ack("q", first[0]["receipt"])
+    assert [r["body"] for r in m.receive("q")] == ["a2"]
+
+
+def test_one_receive_hands_out_several_messages_of_a_key_in_order(m):
+    m.put("q", msg("a1", ordering_key="a"), msg("a2", ordering_key="a"))
+    assert [r["body"] for r in m.receive("q")] == ["a1", "a2"]
+
+
+def test_an_expired_or_nacked_message_goes_out_again_before_the_later_ones_of_its_key(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 1_000})
+    m.put("q", msg("a1", ordering_key="a"), msg("a2", ordering_key="a"))
+    m.receive("q", n=1)
+    m.tick(T0 + 2_000)
+    again = m.receive("q", n=1)
+    assert [(r["body"], r["deliveries"]) for r in again] == [("a1", 2)]
+    m.ok("nack", queue="q", receipts=[again[0]["receipt"]], delay_ms=5_000)
+    assert m.receive("q") == []      # a1 is delayed: a2 still waits
+    m.tick(T0 + 8_000)
+    assert [r["body"] for r in m.receive("q")] == ["a1", "a2"]
+
+
+def test_ordering_keys_survive_a_snapshot_and_a_dead_letter_move(m):
+    m.ok("create_queue", queue="q", config={"lease_ms": 1_000, "max_deliveries": 1, "dead_letter": "dl"})
+    m.put("q", msg("a1", ordering_key="a"))
+    m.receive("q")
+    m.tick(T0 + 2_000)
+    restored = StateMachine()
+    restored.restore(m.sm.snapshot())
+    m.sm = restored
+    assert [(r["body"], r["ordering_key"]) for r in m.receive("dl")] == [("a1", "a")]
+
+
+def test_a_malformed_ordering_key_is_refused(m):
+    for bad in ("", 7, "k" * 129):
+        m.fails("bad_request", "put", queue="q", messages=[msg(ordering_key=bad)])
+
+
+@pytest.mark.parametrize("waiting, other_handed_out", [(9_999, True), (10_000, False)])
+def test_a_receive_steps_over_at_most_10_000_waiting_messages(m, waiting, other_handed_out):
+    from statemachine.queue import MAX_STEPPED_OVER
+    assert MAX_STEPPED_OVER == 10_000
+    m.put("q", *[msg("hot", ordering_key="hot") for _ in range(waiting + 1 - 5_000)])
+    m.put("q", *[msg("hot", ordering_key="hot") for _ in range(5_000)], msg("other", ordering_key="b"))
+    first = m.receive("q", n=1)
+    got = m.receive("q")
+    assert [r["body"] for r in got] == (["other"] if other_handed_out else [])
+    m.ack("q", first[0]["receipt"])
+    assert [r["body"] for r in m.receive("q", n=1)] == ["hot"]
+
+
+def test_a_message_whose_ordering_key_waits_is_not_ready_for_a_long_poll(m):
+    m.put("q", msg("a1", ordering_key="a"), msg("a2", ordering_key="a"))
+    assert m.sm.ready_count("q", "default") == 2
+    first = m.receive("q", n=1)
+    assert (m.sm.has_ready("q", "default"), m.sm.ready_count("q", "default")) == (False, 0)
+    m.put("q", msg("b1", ordering_key="b"), msg("plain"))
+    assert m.sm.ready_count("q", "default") == 2
+    m.ack("q", first[0]["receipt"])
+    assert m.sm.ready_count("q", "default") == 3

@@ -1,0 +1,132 @@
+"""The query protocol: form-encoded ``Action=...&Param.1.Name=...`` in, XML out.
+
+Parameters are rebuilt into the JSON protocol's shapes (``Attribute.N.Name`` /
+``.Value`` into an ``Attributes`` map, ``AttributeName.N`` into a list, batch
+entries into ``Entries``), so the actions serve both protocols; results are
+rendered with the query protocol's flattened element names.
+"""
+
+from xml.sax.saxutils import escape
+
+from .errors import SqsError
+
+NAMESPACE = "http://queue.amazonaws.com/doc/2012-11-05/"
+# query's flattened map -> (JSON member, key element, value element)
+MAPS = {"Attribute": ("Attributes", "Name", "Value"), "Tag": ("Tags", "Key", "Value"),
+        "MessageAttribute": ("MessageAttributes", "Name", "Value"),
+        "MessageSystemAttribute": ("MessageSystemAttributes", "Name", "Value")}
+LISTS = {"AttributeName": "AttributeNames", "MessageAttributeName": "MessageAttributeNames",
+         "MessageSystemAttributeName": "MessageSystemAttributeNames", "TagKey": "TagKeys",
+         "AWSAccountId": "AWSAccountIds", "ActionName": "Actions"}
+ENTRIES = ("SendMessageBatchRequestEntry", "DeleteMessageBatchRequestEntry",
+           "ChangeMessageVisibilityBatchRequestEntry")
+MAX_FIELDS = 2_000
+MAX_INDEX = 1_000
+
+
+def parse(fields: list) -> tuple[str, dict]:
+    """(action, params) from the decoded (name, value) pairs of query and form."""
+    if len(fields) > MAX_FIELDS:
+        raise SqsError("MalformedQueryString", f"a request carries at most {MAX_FIELDS} parameters")
+    tree: dict = {}
+    for name, value in fields:
+        node = tree
+        parts = name.split(".")
+        if not all(parts):
+            raise SqsError("MalformedQueryString", f"parameter name {name!r} has an empty part")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise SqsError("MalformedQueryString", f"parameter {name!r} conflicts with another")
+            node = child
+        if parts[-1] in node:
+            raise SqsError("MalformedQueryString", f"parameter {name!r} is given twice")
+        node[parts[-1]] = value
+    action = tree.pop("Action", None)
+    if not isinstance(action, str) or not action:
+        raise SqsError("MissingParameter", "The request must contain the parameter Action.")
+    for noise in ("Version", "X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-SignedHeaders",
+                  "X-Amz-Signature"):
+        tree.pop(noise, None)
+    params = _members(tree)
+    if action == "CreateQueue" and "Tags" in params:
+        params["tags"] = params.pop("Tags")    # the JSON protocol's CreateQueue spells it so
+    return action, params
+
+
+def _numbered(node, name: str) -> list:
+    if not isinstance(node, dict) or not all(k.isascii() and k.isdigit() and 0 < int(k) <= MAX_INDEX for k in node):
+        raise SqsError("MalformedQueryString", f"{name} must be numbered {name}.1, {name}.2, ...")
+    return [node[k] for k in sorted(node, key=int)]
+
+
+def _members(tree: dict) -> dict:
+    params = {}
+    for name, node in tree.items():
+        if name in MAPS:
+            member, key_name, value_name = MAPS[name]
+            params[member] = {}
+            for item in _numbered(node, name):
+                if not isinstance(item, dict) or not isinstance(item.get(key_name), str) or value_name not in item:
+                    raise SqsError("MalformedQueryString", f"each {name}.N needs {key_name} and {value_name}")
+                params[member][item[key_name]] = item[value_name]
+        elif name in LISTS:
+            params[LISTS[name]] = _numbered(node, name)
+        elif name in ENTRIES:
+            params["Entries"] = [_members(item) if isinstance(item, dict) else item for item in _numbered(node, name)]
+        else:
+            params[name] = node
+    return params
+
+
+# ---- rendering ----------------------------------------------------------------------------------
+
+def _entry_names(action: str) -> dict:
+    return {"Successful": f"{action}ResultEntry", "Failed": "BatchResultErrorEntry",
+            "QueueUrls": "QueueUrl", "queueUrls": "QueueUrl", "Messages": "Message",
+            "Results": f"{action}ResultEntry"}
+
+
+def _element(name: str, value, action: str) -> str:
+    if isinstance(value, dict):
+        if name in ("Attributes", "MessageSystemAttributes"):
+            return "".join(f"<Attribute><Name>{escape(k)}</Name><Value>{_text(v)}</Value></Attribute>"
+                           for k, v in value.items())
+        if name == "MessageAttributes":
+            return "".join(f"<MessageAttribute><Name>{escape(k)}</Name><Value>{_fields(v, action)}</Value>"
+                           "</MessageAttribute>" for k, v in value.items())
+        if name == "Tags":
+            return "".join(f"<Tag><Key>{escape(k)}</Key><Value>{_text(v)}</Value></Tag>" for k, v in value.items())
+        return f"<{name}>{_fields(value, action)}</{name}>"
+    if isinstance(value, list):
+        item = _entry_names(action).get(name, name)
+        return "".join(_element(item, v, action) for v in value)
+    return f"<{name}>{_text(value)}</{name}>"
+
+
+def _fields(value: dict, action: str) -> str:
+    return "".join(_element(k, v, action) for k, v in value.items() if v is not None)
+
+
+def _text(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return escape(str(value))
+
+
+# The actions whose reply has no result element
+NO_RESULT = frozenset({"DeleteMessage", "DeleteQueue", "SetQueueAttributes", "PurgeQueue", "ChangeMessageVisibility",
+                       "TagQueue", "UntagQueue", "AddPermission", "RemovePermission"})
+
+
+def render(action: str, result: dict, request_id: str) -> bytes:
+    inner = "" if action in NO_RESULT else f"<{action}Result>{_fields(result, action)}</{action}Result>"
+    return (f'<?xml version="1.0"?><{action}Response xmlns="{NAMESPACE}">{inner}'
+            f"<ResponseMetadata><RequestId>{request_id}</RequestId></ResponseMetadata>"
+            f"</{action}Response>").encode()
+
+
+def render_error(error: SqsError, fault: str, request_id: str) -> bytes:
+    return (f'<?xml version="1.0"?><ErrorResponse xmlns="{NAMESPACE}"><Error><Type>{fault}</Type>'
+            f"<Code>{escape(error.query_code)}</Code><Message>{escape(error.message)}</Message><Detail/></Error>"
+            f"<RequestId>{request_id}</RequestId></ErrorResponse>").encode()

@@ -1,0 +1,110 @@
+"""The SQS endpoint of a front: ``POST /`` and the queue URLs' paths.
+
+A call is read (bounded like every body), its SigV4 signature checked, its
+protocol parsed, its key's role checked against the action; then a follower
+forwards the signed request, as it came, to the leader (the SDKs do not
+follow a 307 on POST) and relays the answer, and the leader runs the action.
+Every failure is an SQS error of the caller's protocol, never raftq's own shape.
+"""
+
+import asyncio
+import logging
+import time
+
+from aiohttp import ClientError, ClientTimeout, web
+from multidict import CIMultiDict
+
+from ..errors import ApiError
+from ..leader import HTTP, SETTINGS, route_to_leader
+from . import sigv4
+from .actions import ACTIONS, Context
+from .errors import SqsError
+from .protocol import new_request_id, parse, render, render_error, speaks_json
+
+log = logging.getLogger("raftq.sqs")
+
+FORWARDED = "X-Raftq-Sqs-Forwarded"
+# Hop-by-hop, or set anew by the client that forwards
+NOT_FORWARDED = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length"})
+RELAYED = ("x-amzn-RequestId", "x-amzn-query-error", "Retry-After")
+# A long poll (20 s) and the leader's write timeout, with room to spare
+FORWARD_TIMEOUT_S = 45
+
+
+async def _body(request: web.Request) -> bytes:
+    limits = request.app[SETTINGS].limits
+    if (request.content_length or 0) > limits.max_request_bytes:
+        raise SqsError("RequestEntityTooLarge", f"the request body may be at most {limits.max_request_bytes} bytes")
+    try:
+        async with asyncio.timeout(limits.body_timeout_s):
+            return await request.read()
+    except TimeoutError:
+        raise SqsError("RequestEntityTooLarge", "the request body did not arrive in time") from None
+    except web.HTTPRequestEntityTooLarge:
+        raise SqsError("RequestEntityTooLarge", f"the request body may be at most {limits.max_request_bytes} "
+                                                "bytes") from None
+
+
+async def _to_leader(request: web.Request, body: bytes) -> web.Response | None:
+    """None when this node leads; else the leader's answer to the same signed request."""
+    if "X-Raftq-Forward" in request.headers:
+        # the native API's forwarding would change the Host the call was signed for
+        raise SqsError("InvalidParameterValue", "X-Raftq-Forward belongs to the native API: every node forwards "
+                                                "SQS calls to the leader by itself")
+    try:
+        elsewhere = await route_to_leader(request)
+    except ApiError as exc:
+        if exc.code != "not_leader":
+            raise SqsError("ServiceUnavailable", exc.message) from None
+        if FORWARDED in request.headers:
+            raise SqsError("ServiceUnavailable", "leadership moved while the call was forwarded; retry") from None
+        return await _forward(request, body, exc.headers["Location"])
+    assert elsewhere is None
+    return None
+
+
+async def _forward(request: web.Request, body: bytes, url: str) -> web.Response:
+    # Every header as the client sent it, Host included: the leader checks the same signature.
+    headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED)
+    headers[FORWARDED] = "1"
+    try:
+        async with request.app[HTTP].request(request.method, url, data=body, headers=headers,
+                                             allow_redirects=False, skip_auto_headers=("User-Agent",),
+                                             timeout=ClientTimeout(total=FORWARD_TIMEOUT_S)) as upstream:
+            answer = await upstream.read()
+            return web.Response(body=answer, status=upstream.status,
+                                headers={h: upstream.headers[h] for h in RELAYED if h in upstream.headers},
+                                content_type=upstream.content_type)
+    except (ClientError, asyncio.TimeoutError) as exc:
+        raise SqsError("ServiceUnavailable", f"the leader did not answer the forwarded call: {exc!r}; "
+                                             "retry") from None
+
+
+async def handle(request: web.Request) -> web.StreamResponse:
+    request_id = new_request_id()
+    protocol = "json" if speaks_json(request) else "query"
+    try:
+        body = await _body(request)
+        signer = sigv4.verify(request.app[SETTINGS].sqs, request.method, request.rel_url.raw_path,
+                              request.rel_url.raw_query_string, request.headers, body, time.time())
+        call = parse(request, body, request_id)
+        if "queue" in request.match_info and "QueueUrl" not in call.params:
+            # the query protocol may name the queue by the URL it posts to
+            call.params["QueueUrl"] = request.path
+        action = ACTIONS.get(call.action)
+        if action is None:
+            raise SqsError("InvalidAction", f"The action or operation requested is invalid: {call.action!r}. "
+                                            "Verify that the action is typed correctly.")
+        if action.admin and signer.key.role != "admin":
+            raise SqsError("AccessDenied", f"{call.action} needs a key of role admin; "
+                                           f"{signer.key.access_key} has role {signer.key.role}")
+        forwarded = await _to_leader(request, body)
+        if forwarded is not None:
+            return forwarded
+        result = await action.handler(Context(request, signer), call.params)
+        return render(protocol, call.action, result, request_id)
+    except SqsError as exc:
+        return render_error(protocol, exc, request_id)
+    except Exception:
+        log.exception("unhandled error serving SQS %s %s", request.method, request.path)
+        return render_error(protocol, SqsError("InternalError", "the node hit a bug; see its log"), request_id)
