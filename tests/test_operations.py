@@ -47,6 +47,15 @@ def contents(cluster) -> dict:
     return seen
 
 
+def replica_contents(cluster, node_id: str) -> dict:
+    """What one replica serves of every queue, read from that node alone."""
+    with Client([cluster.url(node_id)], token=cluster.token, cafile=cluster.cafile) as client:
+        return {name: ({k: stats[k] for k in ("depth", "in_flight", "put_total", "acked_total")},
+                       [(m["seq"], m["body"]) for m in client.browse(name, limit=10_000, consistency="any")["messages"]])
+                for name in sorted(q["name"] for q in client.queues(consistency="any")["queues"])
+                for stats in [client.queue(name, consistency="any")["stats"]]}
+
+
 def caught_up(cluster, node_id: str) -> bool:
     leader = cluster.wait_for_leader(30)
     mine, theirs = cluster.ready_view(node_id), cluster.ready_view(leader)
@@ -218,9 +227,13 @@ def test_a_rolling_upgrade_keeps_serving_and_loses_nothing(tmp_path, monkeypatch
 
         for step, follower in enumerate(n for n in cluster.ids if n != old_leader):
             upgrade(follower)
-            with cluster.client() as client:        # mixed: it serves, and the replicas agree
+            with cluster.client() as client:        # mixed: it serves, and the replicas hold the same
                 client.put_batch("orders", [{"body": {"during": step, "n": i}} for i in range(50)])
-                assert client.verify()["agree"]
+            # `verify` hashes each replica's snapshot encoding, which names its release's version:
+            # across releases it differs by design (docs/operations.md), so compare what each serves
+            wait_until(lambda: all(caught_up(cluster, n) for n in cluster.ids), 60, what="every replica")
+            held = [replica_contents(cluster, n) for n in cluster.ids]
+            assert all(h == held[0] for h in held[1:]), held
         upgraded = next(n for n in cluster.ids if n != old_leader)
         with cluster.client() as client:
             assert client.transfer_leadership(upgraded)["moved"]
