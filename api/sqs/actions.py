@@ -591,7 +591,7 @@ async def receive_message(ctx: Context, params: dict) -> dict:
     command = {"op": "receive", "queue": name, "group": "default", "max": count,
                "lease_ms": None if visibility is None else max(1, visibility * 1000)}
     try:
-        committed = await leader.receive_waiting(ctx.app, command, wait)
+        committed = await leader.receive_waiting(ctx.app, command, wait, client=ctx.request.remote)
     except ApiError as exc:
         raise from_native(exc) from None
     result = committed.result

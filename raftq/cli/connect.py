@@ -7,13 +7,16 @@ directory), and last ``http://127.0.0.1:8001``.  Every node of the list is
 tried in turn, so a command works while any of them answers.  The bearer
 token is ``--token``, ``RAFTQ_TOKEN``, or the local cluster's own (its admin
 token, whichever way the nodes were named); the CA bundle for https:// is
-``--ca`` or ``RAFTQ_CA``.
+``--ca`` or ``RAFTQ_CA``.  The SQS account and keys, too, are the local
+cluster's (its ``[sqs]``), whichever way the nodes were named.
 """
 
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from engine.config import Sqs
 
 from ..client import Client
 
@@ -27,6 +30,8 @@ class Target:
     token: str | None
     cafile: str | None
     source: str           # where the URLs came from, for error messages
+    config_path: Path | None = None     # the local cluster.toml read, if any
+    sqs: Sqs = Sqs()                    # its [sqs] account and keys (for `raftq bench --wire sqs`)
 
     def client(self, *, retry_for: float = 5.0, timeout: float = 15.0) -> Client:
         return Client(self.urls, token=self.token, cafile=self.cafile, retry_for=retry_for, timeout=timeout)
@@ -48,12 +53,13 @@ def target(args) -> Target:
         from ..local import LocalCluster
         local = LocalCluster.open(root)
         token, cafile = token or local.token, cafile or local.cafile
+    config = {} if local is None else {"config_path": local.config_path, "sqs": local.cfg.sqs}
     if getattr(args, "url", None):
-        return Target(_split(args.url), token, cafile, "--url")
+        return Target(_split(args.url), token, cafile, "--url", **config)
     if os.environ.get("RAFTQ_URL"):
-        return Target(_split([os.environ["RAFTQ_URL"]]), token, cafile, "RAFTQ_URL")
+        return Target(_split([os.environ["RAFTQ_URL"]]), token, cafile, "RAFTQ_URL", **config)
     if local is not None:
-        return Target(local.urls, token, cafile, str(root / "cluster.toml"))
+        return Target(local.urls, token, cafile, str(root / "cluster.toml"), **config)
     return Target([DEFAULT_URL], token, cafile, "the default")
 
 
