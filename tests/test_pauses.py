@@ -17,11 +17,13 @@ CHILD = textwrap.dedent(f"""
     import gc, json
     from engine.pauses import keep_pauses_short
     from statemachine import StateMachine, encode_entry
+    from statemachine.machine import MAX_NEW_QUEUES_PER_ENTRY
 
     keep_pauses_short()
     machine = StateMachine()
-    machine.apply_entry(encode_entry([{{"op": "put", "queue": f"q{{i}}", "messages": [{{"body": "x"}}], "now_ms": 1}}
-                                      for i in range({QUEUES})]))
+    for first in range(0, {QUEUES}, MAX_NEW_QUEUES_PER_ENTRY):   # the most queues one entry may make
+        machine.apply_entry(encode_entry([{{"op": "put", "queue": f"q{{i}}", "messages": [{{"body": "x"}}],
+                                           "now_ms": 1}} for i in range(first, first + MAX_NEW_QUEUES_PER_ENTRY)]))
     gc.collect()
     frozen = gc.get_freeze_count()
     machine.apply_entry(encode_entry([{{"op": "put", "queue": "q1", "messages": [{{"body": "y"}}], "now_ms": 2}}]))
