@@ -25,6 +25,7 @@ from api.app import Limits  # noqa: E402
 from statemachine import StateMachine, encode_entry  # noqa: E402
 from statemachine.machine import MAX_NEW_QUEUES_PER_ENTRY  # noqa: E402
 from statemachine.staging import STAGED_MESSAGE_OVERHEAD  # noqa: E402
+from statemachine.queue import MAX_EARLIEST_GROUP_MESSAGES  # noqa: E402
 from statemachine.validation import MAX_BATCH  # noqa: E402
 
 NOW = 1_700_000_000_000
@@ -159,7 +160,7 @@ def main() -> None:
         seconds, messages = median(lambda: widest_commit(body), repeat)
         figures[f"commit_{messages}_staged_messages_of_{body}_bytes_s"] = seconds
     figures["drop_producer_with_max_stages_s"] = median(drop_producer, repeat)
-    depth = 100_000 if args.quick else 1_000_000
+    depth = 100_000 if args.quick else MAX_EARLIEST_GROUP_MESSAGES   # past it, refused
     figures[f"add_group_earliest_on_{depth}_messages_s"] = median(lambda: add_group(depth), 1)
     figures[f"list_producers_of_{LIMITS.max_producers}_s"] = median(lambda: producer_reads(LIMITS.max_producers), 1)
     for name, value in figures.items():

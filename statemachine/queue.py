@@ -35,6 +35,11 @@ PARKED_RETRY_MS = 1_000
 # waits (a few ms on the apply thread): messages of other keys further back
 # are handed out once the keys ahead move (docs/api.md).
 MAX_STEPPED_OVER = 10_000
+# A group that starts at the earliest message counts itself into every stored
+# message in one entry: about 0.5 us a message, so 200 000 cost what the widest
+# put costs (bench/widest_entry.py) and no more can be applied between two
+# heartbeats without risking an election (issue 21).
+MAX_EARLIEST_GROUP_MESSAGES = 200_000
 
 
 # A stored message is a plain tuple of the fields below, replaced whole when
@@ -506,6 +511,10 @@ class Queue:
     def add_group(self, name: str, start: str, clock: int):
         if name in self.groups:
             return {"created": False, **self.group_stats(self.groups[name])}
+        if start == "earliest" and len(self.messages) > MAX_EARLIEST_GROUP_MESSAGES:
+            return error(CONFLICT, f"queue {self.name!r} holds {len(self.messages)} messages; a group can start "
+                                   f"at the earliest one while it holds at most {MAX_EARLIEST_GROUP_MESSAGES}: "
+                                   "start it at the latest, or add it once consumers have caught up")
         group = Group(name)
         if start == "earliest":
             ready = []

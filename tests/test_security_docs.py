@@ -24,7 +24,7 @@ from api.sqs import actions as sqs_actions, attributes as sqs_attributes, query 
 from engine import raft_wire
 from engine.committer import MAX_ENTRY_BYTES
 from raftq.cli import parser
-from statemachine import check_command, machine, staging, validation
+from statemachine import check_command, machine, queue, staging, validation
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "security.md"
 SIZES = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
@@ -150,6 +150,7 @@ INPUT_BOUNDS = {
     "queue, group, node names": lambda: [validation.NAME_PATTERN],
     "a commit's `batch` past": lambda: [staging.MAX_BATCH_STEP],
     "new queues made by one log entry": lambda: [machine.MAX_NEW_QUEUES_PER_ENTRY],
+    "stored messages of a queue a group may start": lambda: [queue.MAX_EARLIEST_GROUP_MESSAGES],
     "a message's `ordering_key`": lambda: [validation.MAX_ORDERING_KEY],
     "a queue's `tags`": lambda: _string_map_bounds("tags"),
     "a queue's `sqs_attributes`": lambda: _string_map_bounds("sqs_attributes"),

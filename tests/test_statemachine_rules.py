@@ -10,6 +10,7 @@ import pytest
 
 from statemachine import StateMachine, check_command, decode_entry, encode_entry, is_error
 from statemachine.machine import OPS
+from statemachine.queue import MAX_EARLIEST_GROUP_MESSAGES
 
 T0 = 1_000_000
 
@@ -837,6 +838,17 @@ def test_group_at_earliest_sees_stored_messages_and_latest_only_later_ones(m):
     m.put("q", msg())
     assert m.seqs("q", group="early") == [2, 3]
     assert m.seqs("q", group="late") == [3]
+
+
+def test_a_group_starts_at_the_earliest_message_only_while_one_entry_can_afford_it(m):
+    for first in range(0, MAX_EARLIEST_GROUP_MESSAGES, 10_000):
+        m.put("q", *[msg() for _ in range(10_000)])
+    assert m.ok("add_group", queue="q", group="at-the-cap", start="earliest")["depth"] == MAX_EARLIEST_GROUP_MESSAGES
+    m.put("q", msg())
+    before = m.sm.snapshot()
+    m.fails("conflict", "add_group", queue="q", group="past-the-cap", start="earliest")
+    assert m.sm.snapshot() == before
+    assert m.ok("add_group", queue="q", group="past-the-cap", start="latest")["created"] is True
 
 
 def test_group_at_earliest_keeps_a_pending_delay(m):
