@@ -42,6 +42,9 @@ from .lifetime import die_with
 
 logger = logging.getLogger(__name__)
 
+# How much lower the snapshot writer runs than the engine (os.nice).
+SNAPSHOT_NICENESS = 10
+
 
 class ForkedSnapshots(Serializer):
     """pysyncobj's Serializer for a file, with ``write(path, (last, prev, cluster))``
@@ -82,6 +85,10 @@ class ForkedSnapshots(Serializer):
         try:
             gc.disable()
             die_with(parent)
+            # Encoding a million messages takes seconds of a core: below the
+            # tick threads and the fronts, it cannot delay a heartbeat, and it
+            # still gets a share under load so that the log is compacted.
+            os.nice(SNAPSHOT_NICENESS)
             temporary = self._path + ".tmp"
             self._write(temporary, data)
             os.replace(temporary, self._path)
