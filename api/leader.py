@@ -154,6 +154,9 @@ async def _committed(app: web.Application, call, wait_s: float) -> Committed:
             raise ApiError("too_large", "the request does not fit in one log entry") from None
         if exc.code == "engine_gone":
             raise no_quorum("this node is shutting down; retry (with the same message ids)") from None
+        if exc.code == "no_quorum":
+            raise no_quorum("this node heard from no majority within its leader lease, so it wrote nothing; "
+                            "retry") from None
         raise no_quorum(f"the write's outcome is unknown ({exc.code}); retry it "
                         "(with the same message ids, so it is stored once)") from None
     except asyncio.TimeoutError:

@@ -42,6 +42,15 @@ CHECKPOINTS_KEPT = 64
 # A woken receiver that never says it is done (a bug, a dropped task) stops
 # holding back the other waiters after this long.
 CLAIM_EXPIRY_S = 5.0
+# A leader refuses a command before the log when no majority answered it
+# within the leader lease (0.2 s).  Under load that is often a stall, not a
+# partition: the followers' answers wait behind an fsync or a busy core and
+# are read a few milliseconds later.  Nothing of the command was written, so
+# it is proposed again once the lease holds, for as long as the fronts hold a
+# request in an election (api/leader.py ELECTION_HOLD_S); a leader cut off
+# for real still refuses, after the hold.
+LEASE_HOLD_S = 0.8
+LEASE_RECHECK_S = 0.01
 
 
 class LogClock:
@@ -214,9 +223,27 @@ class Node:
         term = self.consensus.term()
         await self._settled(term)
         try:
-            return await self.committer.submit(stamped(encoded, self.clock.now_ms()), term)
+            try:
+                return await self.committer.submit(stamped(encoded, self.clock.now_ms()), term)
+            except CommitError as exc:
+                if exc.code != "no_quorum" or not await self._lease_regained(term):
+                    raise
+                return await self.committer.submit(stamped(encoded, self.clock.now_ms()), term)
         finally:
             self._ticker_wake.set()   # the command may have set a timer
+
+    async def _lease_regained(self, term: int) -> bool:
+        """Whether this node, still leading `term`, hears from a majority again
+        within LEASE_HOLD_S (see there)."""
+        deadline = time.monotonic() + LEASE_HOLD_S
+        while time.monotonic() < deadline:
+            role, _, now_term, quorum_ok, cut_off = self.consensus.route()
+            if role != "leader" or now_term != term or cut_off:
+                return False
+            if quorum_ok:
+                return True
+            await asyncio.sleep(LEASE_RECHECK_S)
+        return False
 
     async def settled(self) -> None:
         """Return once this leader has applied the barrier of its current term.

@@ -62,16 +62,20 @@ class Tally:
 
     def __init__(self):
         self.by_kind: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        self.refusals: collections.Counter = collections.Counter()   # (kind, the 503's message)
         self.snapshot_missed = False
 
-    def add(self, kind: str, status: int) -> None:
+    def add(self, kind: str, status: int, message: str | None = None) -> None:
         self.by_kind[kind][status] += 1
+        if status == 503:
+            self.refusals[kind, message] += 1
 
     def count(self, status: int) -> int:
         return sum(counter[status] for counter in self.by_kind.values())
 
     def __repr__(self) -> str:
-        return repr({kind: dict(counter) for kind, counter in self.by_kind.items()})
+        return repr({kind: dict(counter) for kind, counter in self.by_kind.items()}) + \
+            (f"; 503s: {dict(self.refusals)}" if self.refusals else "")
 
 
 def session(cluster) -> aiohttp.ClientSession:
@@ -82,6 +86,14 @@ def session(cluster) -> aiohttp.ClientSession:
                                  timeout=aiohttp.ClientTimeout(total=120))
 
 
+def refusal_message(answer: bytes) -> str:
+    """What a 503 said (its error's message), so a failure shows which refusal it was."""
+    try:
+        return json.loads(answer)["message"]
+    except (ValueError, KeyError, TypeError):
+        return answer[:200].decode(errors="replace")
+
+
 def encode(body) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
@@ -90,11 +102,11 @@ async def ask(http, tally: Tally, kind: str, method: str, url: str, body: bytes 
     """The answer's status, tallied; a refusal is followed by a client's pause."""
     try:
         async with http.request(method, url, data=body, allow_redirects=False) as reply:
-            await reply.read()
+            answer = await reply.read()
             status = reply.status
     except aiohttp.ClientConnectionError:
-        status = REFUSED
-    tally.add(kind, status)
+        status, answer = REFUSED, b""
+    tally.add(kind, status, refusal_message(answer) if status == 503 else None)
     if status not in (200, 201):
         await asyncio.sleep(RETRY_PAUSE_S)
     return status
@@ -349,11 +361,6 @@ def test_the_leaders_snapshot_of_a_million_messages_costs_no_election(fresh_clus
 
 # ---- everything at once ----------------------------------------------------------------------------
 
-# Known to fail on this 2-core machine since 2026-11-27, on the landed revision 9a08f1a too (an
-# election or a few 503s while a follower snapshots a million messages, the disk and both cores
-# saturated); the snapshot writer's syncs and niceness made it pass alone, not yet in the full
-# suite. It still runs and reports; the next session makes it pass and removes this mark.
-@pytest.mark.xfail(strict=False, reason="a known failure on this machine: see the comment above")
 def test_60_s_of_every_burst_at_once_costs_no_election(loaded):
     every = [big_bodies, metrics_scrapes, long_polls, producers, fillers]
     tally = assert_no_election_and_no_503(
