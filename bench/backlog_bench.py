@@ -18,12 +18,13 @@ Part one, on a fresh 3-node cluster on 127.0.0.1:
 3. disk: what each node's data directory takes (allocated blocks) ÷ the live
    body bytes;
 4. a snapshot with the backlog in it, provoked (no API asks a node for one):
-   1 MB puts into a side queue that keeps only its newest message
-   (`max_length` 1, `drop_oldest`) grow every node's log past its compaction
-   threshold while its memory is sampled every SAMPLE_S: the peak while its
-   snapshot writer (a forked child: a node's process count goes up by one)
-   runs, ÷ the rest figure of 2; the snapshot's size ÷ stored messages and
-   its duration, as the node's /metrics tell them;
+   1 MB puts into a side queue, each repeating the id of one stored empty
+   message (a duplicate stores nothing, but its entry is in the log), grow
+   every node's log past its compaction threshold while its memory is
+   sampled every SAMPLE_S: the peak while its snapshot writer (a forked
+   child: a node's process count goes up by one) runs, ÷ the rest figure of
+   2; the snapshot's size ÷ stored messages and its duration, as the node's
+   /metrics tell them;
 5. consume+ack at depth: the rounds of 1, taken from the backlog (its depth
    falls by at most CONSUME_ROUNDS × 1 000), against the rate of 1;
 6. restart to ready (docs/api.md: `/health/ready` says ready, and the node has
@@ -92,6 +93,9 @@ SAMPLE_S = 0.1
 # How long a node is left alone before its memory counts as at rest.
 REST_S = 3.0
 CHURN_BODY = "x" * 1_000_000       # under --max-message-bytes (1 MiB) with its id
+# Every churned put repeats the id of one stored empty message: the log grows by each, the state by none.
+CHURN_ID = "backlog-churn"
+CHURN_DEDUP_WINDOW_MS = 3_600_000
 # Past this many churned bytes a node that wrote no snapshot is reported without one.
 CHURN_LIMIT_BYTES = 1 << 30
 # Waits that grow with the backlog (a follower applying, a restart replaying): generous, never the measure.
@@ -294,7 +298,8 @@ async def provoke_snapshots(side: Raftq, processes: dict, log) -> dict:
     cluster = side.cluster
     queue = "backlog-churn"
     async with AsyncClient(cluster.urls, token=cluster.token) as client:
-        await client.create_queue(queue, max_length=1, overflow="drop_oldest", **NO_DEDUP)
+        await client.create_queue(queue, dedup_window_ms=CHURN_DEDUP_WINDOW_MS)
+        await client.put(queue, "", id=CHURN_ID)
     before = {n: snapshot_stamp(cluster, n) for n in cluster.ids}
     written: dict[str, tuple[int, float]] = {}
     churned = 0
@@ -302,7 +307,7 @@ async def provoke_snapshots(side: Raftq, processes: dict, log) -> dict:
         async with Producer(cluster.urls, token=cluster.token, window=8, max_batch=1) as producer:
             while len(written) < len(cluster.ids) and churned < CHURN_LIMIT_BYTES:
                 for _ in range(8):
-                    await producer.send(queue, CHURN_BODY)
+                    await producer.send(queue, CHURN_BODY, id=CHURN_ID)
                 await producer.flush()
                 churned += 8 * len(CHURN_BODY)
                 for node_id in cluster.ids:
