@@ -232,9 +232,9 @@ async def fill(side: Raftq, queue: str, count: int, body: str, log) -> int:
             filled += len(confirms)
             # projected anew after every chunk: the first ones overstate what a message takes
             most, why = await asyncio.to_thread(room.fits, filled)
-            if max(filled, min(count, most)) != target:
-                target = max(filled, min(count, most))
-                log(f"scaled: {target:,} of the {count:,} messages asked fit this machine ({why})")
+            target = max(filled, min(count, most))
+    if filled < count:
+        log(f"scaled down: {filled:,} of the {count:,} messages asked fit this machine ({why})")
     async with AsyncClient(cluster.urls, token=cluster.token) as client:
         depth = (await client.queue(queue))["stats"]["depth"]
     if depth < filled:
