@@ -119,7 +119,7 @@ def run(args, log=print) -> dict:
     systems = make_systems(args.systems, root)
     raw: dict[str, dict[str, list]] = {s.name: defaultdict(list) for s in systems}
     extra: dict = {}
-    backlog: dict = {}
+    backlog_figures: dict = {}
     started = []
     try:
         for system in systems:
@@ -185,14 +185,15 @@ def run(args, log=print) -> dict:
                 if system.name == "raftq":   # the workloads' cluster and the one holding --stored: not the backlog's
                     system.stop()
             from bench.backlog_bench import measure as measure_backlog
-            backlog = measure_backlog(root / "backlog", args.backlog_messages, args.backlog_big_messages, log=log)
+            backlog_figures = measure_backlog(root / "backlog", args.backlog_messages, args.backlog_big_messages,
+                                              log=log)
     finally:
         for system in reversed(started):
             system.stop()
         shutil.rmtree(root, ignore_errors=True)
     report = build_report(raw, extra, args, {
         "machine": size, "described": {s.name: {"label": s.label, "durability": s.durability} for s in systems}},
-        backlog)
+        backlog_figures)
     write_outputs(out, raw, report, systems)
     log(f"results in {out}")
     return report
@@ -202,10 +203,10 @@ def _ratio(a, b) -> float | None:
     return round(a / b, 3) if a is not None and b else None
 
 
-def build_report(raw: dict, extra: dict, args, about: dict, backlog: dict | None = None) -> dict:
+def build_report(raw: dict, extra: dict, args, about: dict, backlog_figures: dict | None = None) -> dict:
     """The figures: medians per system and workload, and raftq ÷ peer ratios. `about` says
     where they were taken (`machine`) and what ran (`described`: each system's label, with
-    the version that ran, and its durability); `backlog` is bench/backlog_bench.py's figures,
+    the version that ran, and its durability); `backlog_figures` are bench/backlog_bench.py's,
     each kept under its name prefixed `backlog_`."""
     table: dict[str, dict] = {}
     for name, workloads in raw.items():
@@ -243,7 +244,7 @@ def build_report(raw: dict, extra: dict, args, about: dict, backlog: dict | None
         figures["rss_1m_snapshot_peak_mib"] = round(extra["rss_peak_mib"], 1)
         figures["restart_1m_s"] = round(extra["restart_s"], 2)
         figures["stored_for_rss"] = extra["stored"]
-    for key, value in (backlog or {}).items():
+    for key, value in (backlog_figures or {}).items():
         if key != "machine":      # the run's, said once
             figures[f"backlog_{key}"] = value
     return figures
