@@ -30,7 +30,7 @@ Part one, on a fresh 3-node cluster on 127.0.0.1:
    2; the snapshot's size ÷ stored messages and its duration, as the node's
    /metrics tell them;
 5. consume+ack at depth: the rounds of 1, taken from the backlog (its depth
-   falls by at most CONSUME_ROUNDS × 1 000), against the rate of 1;
+   falls by at most 2 × ROUND a round), against the rate of 1;
 6. restart to ready (docs/api.md: `/health/ready` says ready, and the node has
    applied everything the leader had committed): kill -9 of a follower, started
    again; then every node stopped (SIGTERM) and started. `restart_s` is the
