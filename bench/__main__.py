@@ -2,7 +2,8 @@
 
     python -m bench compare [--systems raftq,raftq-http,rabbitmq,nats,nats-lazy] [--reps 2] [--seconds 5]
                             [--backlog 100000] [--failovers 9] [--stored 1000000] [--w5-rate 5000]
-                            [--scale 1,4,8] [--out results]
+                            [--scale 1,4,8] [--backlog-messages 200000] [--backlog-big-messages 20000]
+                            [--out results]
 
 RabbitMQ comes from Debian's package, NATS from the `bench` extra: run
 bench/peers/setup once.
@@ -48,6 +49,23 @@ def _scale(value: str) -> list[int]:
     return counts
 
 
+def _count(value: str) -> int:
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError("a count of messages, 0 or more")
+    return count
+
+
+def _backlog_count(value: str) -> int:
+    count = _count(value)
+    if 0 < count < 2000:
+        raise argparse.ArgumentTypeError("the backlog row takes 0 (skip it) or at least 2000 messages")
+    return count
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -64,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
                          help="W5's one rate for every system, msgs/s (W5b: each at half its own maximum)")
     compare.add_argument("--scale", type=_scale, default=[1, 4, 8],
                          help="W6's numbers of client processes, each producing to a queue of its own")
+    compare.add_argument("--backlog-messages", type=_backlog_count, default=200_000,
+                         help="raftq's backlog row (bench/backlog_bench.py): 100-byte messages stored (0: skip it)")
+    compare.add_argument("--backlog-big-messages", type=_count, default=20_000,
+                         help="the backlog row's 10 KiB messages (0: none)")
     compare.add_argument("--out", default="results", help="parent folder of the results")
     args = parser.parse_args(argv)
     # A stop by SIGTERM unwinds like Ctrl-C, so every cluster started is stopped by PID on the way out.

@@ -32,6 +32,9 @@ Workloads (100-byte messages, durable as each system allows):
   messages (once the snapshots their last puts caused are written; the most
   seen while they were, as `rss_1m_snapshot_peak_mib`), and a whole-cluster
   restart to ready with them.
+- raftq alone, the backlog row (`--backlog-messages`, `--backlog-big-messages`):
+  bench/backlog_bench.py at those counts, on clusters of its own; its figures
+  come out prefixed `backlog_`.
 CPU per message (server: the nodes' processes; client: this process) is
 reported beside each throughput figure.
 """
@@ -116,6 +119,7 @@ def run(args, log=print) -> dict:
     systems = make_systems(args.systems, root)
     raw: dict[str, dict[str, list]] = {s.name: defaultdict(list) for s in systems}
     extra: dict = {}
+    backlog_figures: dict = {}
     started = []
     try:
         for system in systems:
@@ -176,12 +180,20 @@ def run(args, log=print) -> dict:
             log(f"raftq holding {args.stored:,} messages: RSS {extra['rss_mib_max']:.0f} MiB per node (max), "
                 f"{extra['rss_peak_mib']:.0f} MiB while writing a snapshot, restart to ready {extra['restart_s']:.1f} s"
                 + ("" if extra["snapshot_settled"] else " (a snapshot was still being written)"))
+        if raftq is not None and args.backlog_messages:
+            for system in started:
+                if system.name == "raftq":   # the workloads' cluster and the one holding --stored: not the backlog's
+                    system.stop()
+            from bench.backlog_bench import measure as measure_backlog
+            backlog_figures = measure_backlog(root / "backlog", args.backlog_messages, args.backlog_big_messages,
+                                              log=log)
     finally:
         for system in reversed(started):
             system.stop()
         shutil.rmtree(root, ignore_errors=True)
     report = build_report(raw, extra, args, {
-        "machine": size, "described": {s.name: {"label": s.label, "durability": s.durability} for s in systems}})
+        "machine": size, "described": {s.name: {"label": s.label, "durability": s.durability} for s in systems}},
+        backlog_figures)
     write_outputs(out, raw, report, systems)
     log(f"results in {out}")
     return report
@@ -191,10 +203,11 @@ def _ratio(a, b) -> float | None:
     return round(a / b, 3) if a is not None and b else None
 
 
-def build_report(raw: dict, extra: dict, args, about: dict) -> dict:
+def build_report(raw: dict, extra: dict, args, about: dict, backlog_figures: dict | None = None) -> dict:
     """The figures: medians per system and workload, and raftq ÷ peer ratios. `about` says
     where they were taken (`machine`) and what ran (`described`: each system's label, with
-    the version that ran, and its durability)."""
+    the version that ran, and its durability); `backlog_figures` are bench/backlog_bench.py's,
+    each kept under its name prefixed `backlog_`."""
     table: dict[str, dict] = {}
     for name, workloads in raw.items():
         table[name] = {w: _summary(runs) for w, runs in workloads.items() if w != "w4"}
@@ -231,6 +244,9 @@ def build_report(raw: dict, extra: dict, args, about: dict) -> dict:
         figures["rss_1m_snapshot_peak_mib"] = round(extra["rss_peak_mib"], 1)
         figures["restart_1m_s"] = round(extra["restart_s"], 2)
         figures["stored_for_rss"] = extra["stored"]
+    for key, value in (backlog_figures or {}).items():
+        if key != "machine":      # the run's, said once
+            figures[f"backlog_{key}"] = value
     return figures
 
 
@@ -289,6 +305,15 @@ def markdown(report: dict) -> str:
                      f"{report['rss_1m_mib']} MiB RSS per node (max; {report['rss_1m_snapshot_peak_mib']} MiB "
                      f"while the node writes a snapshot, whose writer is a forked child), whole-cluster restart "
                      f"to ready {report['restart_1m_s']} s.")
+    if "backlog_messages" in report:
+        met = report["backlog_targets_met"]
+        notes.append(f"raftq's backlog (bench/backlog_bench.py, {report['backlog_messages']:,} stored 100-byte "
+                     f"messages): {report['backlog_rss_growth_b_per_msg']} B per stored message, peak "
+                     f"{report['backlog_rss_peak_vs_rest']} x rest while a snapshot is written, snapshot "
+                     f"{report['backlog_snapshot_b_per_msg']} B per message, restart {report['backlog_restart_s']} s, "
+                     f"consume+ack at depth {report['backlog_consume_at_depth_vs_shallow']} x at 1 k, disk "
+                     f"{report['backlog_disk_vs_live_bytes']} x the live bodies; issue 25's targets met: "
+                     f"{sum(met.values())} of {len(met)}.")
     return "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
 
 

@@ -1,6 +1,7 @@
 """What every benchmark here measures with: percentiles, CPU seconds of other
-processes, resident memory, pacing a load at a fixed rate, and the machine's
-size, which counts and waits that depend on it follow."""
+processes, resident memory, the memory the machine has left, pacing a load at
+a fixed rate, and the machine's size, which counts and waits that depend on
+it follow."""
 
 from __future__ import annotations
 
@@ -77,6 +78,29 @@ def memory_mib(pids: list[int]) -> float | None:
         except OSError:
             continue
     return total if seen else None
+
+
+def resident_mib(pid: int) -> float | None:
+    """Resident set size of one process (VmRSS), pages it shares with others included;
+    None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def available_mib() -> float:
+    """Memory the machine can still give without swapping (MemAvailable: free memory
+    plus page cache it can drop)."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("/proc/meminfo has no MemAvailable")
 
 
 class Pacer:

@@ -83,10 +83,11 @@ def test_bench_arguments_refuse_what_cannot_be_measured():
 
 @pytest.mark.integration
 def test_a_short_compare_of_raftq_alone_ends_with_its_figures(tmp_path):
+    # the backlog row is run by tests/test_backlog_bench.py
     done = subprocess.run(
         [sys.executable, "-m", "bench", "compare", "--systems", "raftq", "--reps", "1", "--seconds", "0.5",
          "--backlog", "500", "--failovers", "1", "--stored", "2000", "--w5-rate", "500", "--scale", "1,2",
-         "--out", str(tmp_path)],
+         "--backlog-messages", "0", "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
@@ -115,7 +116,8 @@ def test_a_short_compare_of_raftq_and_nats_ends_with_every_ratio(tmp_path):
     # The backlog is W3's default cut to what a fsync per message fills in seconds on a busy machine.
     done = subprocess.run(
         [sys.executable, "-m", "bench", "compare", "--systems", "raftq,nats", "--reps", "1", "--seconds", "1",
-         "--failovers", "1", "--stored", "0", "--scale", "1,2", "--backlog", "2000", "--out", str(tmp_path)],
+         "--failovers", "1", "--stored", "0", "--scale", "1,2", "--backlog", "2000", "--backlog-messages", "0",
+         "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,0 +1,79 @@
+"""bench/backlog_bench.py (issue 25's proof): one tiny run end to end on real
+clusters, ending with every figure the issue names; its row in `bench
+compare`, prefixed `backlog_`. No figure is held to a target here: the
+bench prints issue 25's targets beside its figures."""
+
+import json
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from bench.compare import build_report
+
+ROOT = Path(__file__).resolve().parents[1]
+# What issue 25 asks the last line to hold, at least.
+ISSUE_KEYS = ("rss_growth_b_per_msg", "rss_peak_vs_rest", "snapshot_b_per_msg", "restart_s",
+              "consume_at_depth_vs_shallow", "disk_vs_live_bytes", "rss_growth_10k_bodies_b_per_msg")
+
+
+@pytest.mark.integration
+def test_a_tiny_backlog_run_ends_with_every_figure_issue_25_names():
+    done = subprocess.run([sys.executable, "bench/backlog_bench.py", "--messages", "2000", "--big-messages", "200"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    for key in ISSUE_KEYS:
+        assert figures[key] is not None, key
+    assert figures["messages"] == figures["messages_requested"] == 2000
+    assert figures["big_messages"] == figures["big_messages_requested"] == 200
+    assert figures["code_path"] == str(ROOT)
+    assert figures["consume_shallow_msgs_per_s"] > 0 and figures["consume_at_depth_msgs_per_s"] > 0
+    assert figures["restart_one_kill9_s"] > 0 and figures["restart_all_s"] > 0
+    assert sorted(figures["nodes"]) == ["n1", "n2", "n3"]
+    for node in figures["nodes"].values():
+        assert node["rest_mib"] > 0 and node["disk_mib"] > 0 and node["snapshot_bytes"] > 0
+    # every target is printed beside its figure, met or not
+    assert set(figures["targets_met"]) == set(ISSUE_KEYS)
+    targets = [line for line in done.stdout.splitlines() if line.startswith("target ")]
+    assert len(targets) == len(ISSUE_KEYS) and all(line.endswith("met") for line in targets)
+
+
+def test_a_backlog_too_small_to_consume_at_depth_is_refused():
+    done = subprocess.run([sys.executable, "bench/backlog_bench.py", "--messages", "1999"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--messages must be at least 2000" in done.stderr
+
+
+def test_compare_keeps_its_figures_and_adds_the_backlogs_prefixed():
+    args = Namespace(reps=1, seconds=1.0, backlog=1000, w5_rate=500.0, scale=[1])
+    about = {"machine": {"cores": 2, "cpu_count": 2, "load_avg_1m": 0.5},
+             "described": {"raftq": {"label": "raftq", "durability": "majority fsynced"}}}
+    raw = {"raftq": {"w2": [{"msgs_per_s": 30_000.0}]}}
+    without = build_report(raw, {}, args, about)
+    backlog = {"messages": 2000, "rss_growth_b_per_msg": 650.0, "machine": about["machine"],
+               "targets_met": {"rss_growth_b_per_msg": False}}
+    report = build_report(raw, {}, args, about, backlog)
+    assert {k: v for k, v in report.items() if not k.startswith("backlog_")} == without
+    assert report["backlog_messages"] == 2000 and report["backlog_rss_growth_b_per_msg"] == 650.0
+    assert "backlog_machine" not in report
+
+
+@pytest.mark.integration
+def test_compare_runs_the_backlog_row_and_ends_with_its_figures(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "compare", "--systems", "raftq", "--reps", "1", "--seconds", "0.5",
+         "--backlog", "500", "--failovers", "1", "--stored", "0", "--w5-rate", "500", "--scale", "1",
+         "--backlog-messages", "2000", "--backlog-big-messages", "0", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["backlog_messages"] == 2000
+    for key in ISSUE_KEYS[:-1]:
+        assert figures[f"backlog_{key}"] is not None, key
+    assert "rss_growth_10k_bodies_b_per_msg" not in figures["backlog_targets_met"]
+    assert figures["systems"]["raftq"]["w2"]["msgs_per_s"] > 0
+    [out] = tmp_path.iterdir()
+    assert "raftq's backlog" in (out / "report.md").read_text()
