@@ -57,7 +57,7 @@ def cmd_node(args) -> int:
 
 
 def cmd_up(args) -> int:
-    from ..local import up
+    from .up import up
     return up(args.nodes, args.data_dir, args.http_port, args.raft_port, args.demo, restart=not args.no_restart)
 
 
