@@ -51,7 +51,7 @@ from .leader import NODE, SETTINGS, apply, leader_read, receive_waiting
 from .messages import DURABILITY, checked_message, reach_durability
 from .routing import checked_name
 
-log = logging.getLogger("raftq.api.stream")
+log = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 16 << 20

@@ -64,7 +64,7 @@ VERSION = "2.0.0-raftq"
 READ_SIZE = 32 * 1024
 QUEUED_CHUNKS = 32
 
-log = logging.getLogger("chaos.toxiproxy")
+log = logging.getLogger(__name__)
 
 
 def loopback_address(address: str) -> tuple[str, int]:
