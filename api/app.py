@@ -25,7 +25,7 @@ from .leader import HTTP, NODE, SETTINGS
 from .metrics import Metrics
 from .routes import ACCEPTED, DATA, ROUTES, SIGV4
 
-log = logging.getLogger("raftq.api")
+log = logging.getLogger(__name__)
 
 AIOHTTP_ERRORS = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 

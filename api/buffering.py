@@ -12,7 +12,6 @@ order, so that a record held back is not overtaken.
 """
 
 import asyncio
-import base64
 import logging
 import uuid
 from urllib.parse import quote
@@ -21,6 +20,7 @@ from aiohttp import ClientError, ClientTimeout, web
 
 from engine.buffer import BufferFull, PutBuffer
 from engine.committer import CommitError
+from wire_format import with_body_b64
 
 from . import caps
 from .codec import respond
@@ -28,7 +28,7 @@ from .errors import ApiError
 from .keys import HTTP, NODE, SETTINGS
 from .leader import validate
 
-log = logging.getLogger("engine.buffer")
+log = logging.getLogger(__name__)
 
 BUFFER = web.AppKey("buffer", PutBuffer)
 BUFFERED = web.AppKey("buffered", asyncio.Event)   # set when a put is buffered
@@ -80,7 +80,7 @@ async def _forward(app: web.Application, queue: str, messages: list) -> str | No
     token = app[SETTINGS].tokens.admin
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        async with app[HTTP].post(url, json={"messages": [_wire(m) for m in messages]}, headers=headers,
+        async with app[HTTP].post(url, json={"messages": [with_body_b64(m) for m in messages]}, headers=headers,
                                   allow_redirects=False, timeout=ClientTimeout(total=15)) as reply:
             if reply.status == 201:
                 return None
@@ -90,13 +90,6 @@ async def _forward(app: web.Application, queue: str, messages: list) -> str | No
     except (ClientError, asyncio.TimeoutError):
         pass
     return "retry"
-
-
-def _wire(message: dict) -> dict:
-    if isinstance(message.get("body"), bytes):
-        message = dict(message)
-        message["body_b64"] = base64.b64encode(message.pop("body")).decode()
-    return message
 
 
 async def replay(app: web.Application) -> None:

@@ -13,6 +13,8 @@ import cbor2
 import orjson
 from aiohttp import web
 
+from wire_format import with_body_b64
+
 from .bounded import check_cbor, check_json
 from .errors import ApiError
 from .keys import SETTINGS
@@ -65,10 +67,7 @@ def respond(request: web.Request, payload, status: int = 200, headers=None) -> w
 def json_safe(value):
     """Bytes become body_b64 on messages; anywhere else, base64 text."""
     if isinstance(value, dict):
-        if isinstance(value.get("body"), bytes):
-            value = dict(value)
-            value["body_b64"] = base64.b64encode(value.pop("body")).decode()
-        return {k: json_safe(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in with_body_b64(value).items()}
     if isinstance(value, list):
         return [json_safe(v) for v in value]
     if isinstance(value, bytes):

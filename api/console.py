@@ -1,4 +1,4 @@
-"""`/ui`: the web console, static files shipped in the package (api/console/).
+"""`/ui`: the web console, static files shipped in the package (api/console_files/).
 
 No build step and nothing fetched from elsewhere: plain HTML, CSS and
 JavaScript that talk to the API of the node that served them.  The files hold
@@ -12,9 +12,8 @@ from aiohttp import web
 
 from .errors import ApiError
 
-FILES = Path(__file__).parent / "console"
+FILES = Path(__file__).parent / "console_files"
 CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
-PUBLIC_PREFIX = "/ui"
 # Only its own files run; it talks to its node and, to move after a failover,
 # probes the other nodes; no page may frame it (its buttons change the cluster).
 SECURITY_HEADERS = {
@@ -24,10 +23,6 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
-
-
-def is_public(path: str) -> bool:
-    return path == PUBLIC_PREFIX or path.startswith(PUBLIC_PREFIX + "/")
 
 
 async def root(request: web.Request) -> web.Response:

@@ -54,27 +54,23 @@ async def put(request: web.Request) -> web.Response:
         return {"op": "put", "queue": name, "messages": with_ids(messages) if may_buffer else messages,
                 "auto_create": node.auto_create}
 
-    def buffered(cmd: dict) -> web.Response:
-        validate(cmd)
-        return buffer_put(request, name, cmd["messages"])
-
-    # A follower redirects before it reads the body: decoding is the leader's cost.
+    put_command = None
     try:
+        # A follower redirects before it reads the body: decoding is the leader's cost.
         elsewhere = await route_to_leader(request)
-    except ApiError as exc:
-        # Only when no leader can take the write; a refusal (400, 429) is final.
-        if may_buffer and exc.code == "no_quorum":
-            return buffered(await command())
-        raise
-    if elsewhere is not None:
-        return elsewhere
-    put_command = await command()
-    try:
+        if elsewhere is not None:
+            return elsewhere
+        put_command = await command()
         committed = await write(request, put_command)
     except ApiError as exc:
-        if may_buffer and exc.code == "no_quorum":
-            return buffered(put_command)
-        raise
+        # Buffered only when no leader can take the write; a refusal (400, 429) is final.
+        # The body is read here if no leader was found before it was; a command that was
+        # offered to the log keeps its ids, so a replay of it stores nothing twice.
+        if not (may_buffer and exc.code == "no_quorum"):
+            raise
+        put_command = put_command or await command()
+        validate(put_command)
+        return buffer_put(request, name, put_command["messages"])
     given, shortfall = await reach_durability(request.app, durability, committed.index)
     reply = {"messages": committed.result["messages"], "commit_index": committed.index, "durability": given}
     if shortfall:

@@ -5,7 +5,8 @@ limits come from the same constants.
 """
 
 from statemachine.validation import (MAX_BATCH, MAX_DURATION_MS, MAX_ORDERING_KEY, MAX_RECEIVE, MAX_WAIT_MS,
-                                     NAME_PATTERN, QUEUE_DEFAULTS)
+                                     QUEUE_DEFAULTS)
+from wire_format import NAME_PATTERN
 
 NAME = {"type": "string", "pattern": f"^{NAME_PATTERN}$"}
 DURATION = {"type": "integer", "minimum": 0, "maximum": MAX_DURATION_MS}

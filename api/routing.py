@@ -4,26 +4,27 @@ import functools
 
 from aiohttp import web
 
-from statemachine.validation import NAME_PATTERN, NAME_RE
+from wire_format import NAME_PATTERN, is_name
 
 from .errors import ApiError
 from .leader import route_to_leader
 
 
-def _name(value: str, what: str) -> str:
-    if not NAME_RE.fullmatch(value):
+def checked_name(value, what: str) -> str:
+    """`value` if it follows the naming rule; else 400 bad_request naming `what`."""
+    if not is_name(value):
         raise ApiError("bad_request", f"{what} must match {NAME_PATTERN}")
     return value
 
 
 def queue_name(request: web.Request) -> str:
-    return _name(request.match_info["queue"], "queue name")
+    return checked_name(request.match_info["queue"], "queue name")
 
 
 def group_name(value) -> str:
     if not isinstance(value, str):
         raise ApiError("bad_request", "group name must be a string")
-    return _name(value, "group name")
+    return checked_name(value, "group name")
 
 
 def leader_only(handler):

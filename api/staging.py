@@ -10,11 +10,11 @@ from .codec import read_body, respond
 from .errors import ApiError
 from .leader import NODE, leader_read, read, write
 from .messages import _messages as parse_messages
-from .routing import _name, leader_only
+from .routing import checked_name, leader_only
 
 
 def producer_id(request: web.Request) -> str:
-    return _name(request.match_info["producer"], "producer id")
+    return checked_name(request.match_info["producer"], "producer id")
 
 
 async def _object(request: web.Request, fields: set, required: set) -> dict:

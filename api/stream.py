@@ -43,14 +43,15 @@ from aiohttp import WSMsgType, web
 
 from engine.committer import Committed
 from statemachine import check_command
-from statemachine.validation import MAX_RECEIVE, NAME_PATTERN, NAME_RE, is_int
+from statemachine.validation import MAX_RECEIVE, is_int
 
 from .bounded import check_cbor
 from .errors import ApiError, from_result
 from .leader import NODE, SETTINGS, apply, leader_read, receive_waiting
 from .messages import DURABILITY, checked_message, reach_durability
+from .routing import checked_name
 
-log = logging.getLogger("raftq.api.stream")
+log = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 16 << 20
@@ -69,12 +70,6 @@ WRITE_STALL_S = 30.0
 SETTLE_OPS = {"ack": "acked", "nack": "nacked", "extend": "extended"}
 ANSWERS = {"confirm", "settled", "subscribed", "unsubscribed"}   # a frame served: the bad ones' run ends
 IDLE_RECHECK_S = 1.0    # a subscription re-reads readiness at least this often
-
-
-def _name(value, what: str) -> str:
-    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
-        raise ApiError("bad_request", f"{what} must match {NAME_PATTERN}")
-    return value
 
 
 def _leader_url(request: web.Request) -> str | None:
@@ -360,7 +355,7 @@ class Session:
         cids = [m.get("cid") if isinstance(m, dict) else None for m in messages] \
             if isinstance(messages, list) else []
         try:
-            queue = _name(frame.get("queue"), "queue")
+            queue = checked_name(frame.get("queue"), "queue")
             durability = frame.get("durability", "quorum")
             if durability not in DURABILITY:
                 raise ApiError("bad_request", "durability must be quorum, all or leader")
@@ -412,7 +407,7 @@ class Session:
         rid = frame.get("rid")
         receipts = frame.get("receipts")
         try:
-            queue = _name(frame.get("queue"), "queue")
+            queue = checked_name(frame.get("queue"), "queue")
             if not isinstance(receipts, list) or not receipts or not all(isinstance(r, str) for r in receipts):
                 raise ApiError("bad_request", "receipts must be a non-empty list of strings")
             command = {"op": op, "queue": queue, "receipts": receipts}
@@ -456,8 +451,8 @@ class Session:
             if len(self.subscriptions) >= cap:
                 raise ApiError("limit_reached", f"this connection has {cap} subscriptions "
                                                 "(--max-subscriptions-per-connection); unsubscribe one first")
-            queue = _name(frame.get("queue"), "queue")
-            group = _name(frame.get("group", "default"), "group")
+            queue = checked_name(frame.get("queue"), "queue")
+            group = checked_name(frame.get("group", "default"), "group")
             prefetch = frame.get("prefetch", 100)
             if not is_int(prefetch) or not 1 <= prefetch <= MAX_PREFETCH:
                 raise ApiError("bad_request", f"prefetch must be an integer from 1 to {MAX_PREFETCH}")

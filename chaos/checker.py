@@ -10,11 +10,10 @@ what the clients saw; a report of a violation is therefore a proof, never a
 suspicion, and a quiet checker is evidence in proportion to the faults the run
 went through.
 
-Leases need one more fact, which raftq's design promises (DESIGN.md, "Log time,
-not wall time"): log time never runs faster than real time, so a lease of
-`lease_ms` granted by a receive invoked at real time t holds at least until
-t + lease_ms, unless the holder ends it sooner (a nack; an ack ends it for
-good). A node whose clock runs fast or jumps would break exactly this, and the
+Leases need one more fact, which raftq promises (docs/guarantees.md, "Log
+time"): log time never runs faster than real time, so a lease of `lease_ms`
+granted by a receive invoked at real time t holds at least until t + lease_ms,
+unless the holder ends it sooner (a nack; an ack ends it for good). A node whose clock runs fast or jumps would break exactly this, and the
 double-lease check is how that shows.
 
 Properties (each gets a verdict; the run is valid only if all hold):

@@ -55,7 +55,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
-from toxiproxy import Toxiproxy
 
 from chaos.toxics import STREAMS, Chunk, InvalidToxic, Stage, Toxic
 
@@ -64,7 +63,7 @@ VERSION = "2.0.0-raftq"
 READ_SIZE = 32 * 1024
 QUEUED_CHUNKS = 32
 
-log = logging.getLogger("chaos.toxiproxy")
+log = logging.getLogger(__name__)
 
 
 def loopback_address(address: str) -> tuple[str, int]:
@@ -584,12 +583,15 @@ class ToxiproxyServer:
     def pid(self) -> int | None:
         return self.process.pid if self.process else None
 
-    def client(self) -> Toxiproxy:
-        """A toxiproxy-python client for this server.
+    def client(self):
+        """A toxiproxy-python client (`toxiproxy.Toxiproxy`) for this server.
 
         toxiproxy-python keeps the server address in class attributes, so this
-        re-points every `Toxiproxy` object in the process at this server.
+        re-points every `Toxiproxy` object in the process at this server. It
+        comes with the `dev` extra: the server itself needs only aiohttp.
         """
+        from toxiproxy import Toxiproxy
+
         client = Toxiproxy()
         client.update_api_consumer(self.host, self.port)
         return client

@@ -19,7 +19,6 @@ are importable from here too.
 """
 
 import asyncio
-import base64
 import http.client
 import socket
 import time
@@ -28,6 +27,8 @@ from urllib.parse import quote, urlsplit
 
 import aiohttp
 from yarl import URL
+
+from wire_format import with_body_b64
 
 from .failover import DurabilityNotReached, Failover, RaftqError, backoff_delays
 from .stream_client import BlockingConsumer, Consumer, Message, Producer
@@ -53,11 +54,8 @@ def _part(name: str) -> str:
 def _wire_message(message) -> dict:
     if not isinstance(message, dict):
         message = {"body": message}
-    message = dict(message)
-    if isinstance(message.get("body"), (bytes, bytearray)):
-        message["body_b64"] = base64.b64encode(message.pop("body")).decode()
-    message.setdefault("id", uuid.uuid4().hex)
-    return message
+    message = with_body_b64(message)
+    return message if "id" in message else {**message, "id": uuid.uuid4().hex}
 
 
 class _Calls:
@@ -65,10 +63,7 @@ class _Calls:
 
     def _message_out(self, message: dict) -> dict:
         """A message as sent: a byte body as body_b64 in JSON, as it is in CBOR."""
-        if not self._route.cbor and isinstance(message.get("body"), (bytes, bytearray)):
-            message = dict(message)
-            message["body_b64"] = base64.b64encode(message.pop("body")).decode()
-        return message
+        return message if self._route.cbor else with_body_b64(message)
 
     def put(self, queue: str, body=None, *, key=None, id=None, headers=None, ttl_ms=None,
             delay_ms=None, durability: str | None = None):

@@ -24,7 +24,7 @@ from api.app import Settings, make_app
 from engine.lifetime import die_with
 from engine.remote import RemoteNode
 
-log = logging.getLogger("raftq.front")
+log = logging.getLogger(__name__)
 
 def cap_connections(server: web.Server, limit: int) -> None:
     """Close any connection beyond `limit` as soon as it is made (aiohttp has no such cap)."""

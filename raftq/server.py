@@ -33,7 +33,7 @@ from engine.service import EngineService
 
 from .front import run_front
 
-log = logging.getLogger("raftq.server")
+log = logging.getLogger(__name__)
 
 FRONT_STOP_S = 20.0
 

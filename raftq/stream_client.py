@@ -33,7 +33,7 @@ import cbor2
 
 from .failover import DurabilityNotReached, Failover, RaftqError, backoff_delays
 
-log = logging.getLogger("raftq.stream_client")
+log = logging.getLogger(__name__)
 
 UNKNOWN_OUTCOME = "no_quorum"    # refused without knowing whether it applied: resend, same ids
 RESEND_AFTER_S = 0.05

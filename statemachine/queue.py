@@ -24,9 +24,11 @@ from operator import itemgetter
 import cbor2
 from sortedcontainers import SortedList
 
+from wire_format import is_name
+
 from .group import Group
 from .results import CONFLICT, NOT_FOUND, QUEUE_FULL, error
-from .validation import NAME_RE, full_config
+from .validation import full_config
 
 COUNTERS = ("put_total", "acked_total", "redelivered_total", "dead_lettered_total",
             "expired_total", "dropped_total", "replaced_total", "redriven_total")
@@ -142,7 +144,7 @@ def could_be_receipt(receipt) -> bool:
     """Whether raftq could have issued it, whatever lease it names now: what tells a
     malformed receipt (refused at the API's edge) from a stale one."""
     parsed = parse_receipt(receipt) if isinstance(receipt, str) else None
-    return parsed is not None and NAME_RE.fullmatch(parsed[1]) is not None
+    return parsed is not None and is_name(parsed[1])
 
 
 class Queue:

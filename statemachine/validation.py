@@ -9,14 +9,10 @@ table (``machine.OPS``) names each command's validator, and
 ``check_command`` runs it.
 """
 
-import re
+from wire_format import NAME_PATTERN, is_name
 
 from .results import BAD_REQUEST, error
 
-# Names travel in URL paths: no "." or ".." (a client or proxy collapses them),
-# and no leading "-" (read as an option on a command line).
-NAME_PATTERN = "[A-Za-z0-9_][A-Za-z0-9._-]{0,127}"
-NAME_RE = re.compile(NAME_PATTERN)
 MAX_BATCH = 10_000
 MAX_RECEIVE = 1_000
 MAX_WAIT_MS = 30_000
@@ -50,7 +46,7 @@ def is_int(value) -> bool:
 
 
 def check_name(value, what: str):
-    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
+    if not is_name(value):
         return error(BAD_REQUEST, f"{what} must match {NAME_PATTERN}")
     return None
 
@@ -286,9 +282,7 @@ def check_nothing(cmd):
 
 
 def check_remove_member(cmd):
-    if not isinstance(cmd.get("id"), str) or check_name(cmd["id"], "node id"):
-        return error(BAD_REQUEST, f"node id must match {NAME_PATTERN}")
-    return None
+    return check_name(cmd.get("id"), "node id")
 
 
 def check_set_member(cmd):

@@ -26,7 +26,7 @@ def require_spark() -> None:
 
 
 def spark_env() -> dict:
-    """What the driver, its JVM and every Python worker must see (SPARK.md pitfalls 1, 3, 13)."""
+    """What the driver, its JVM and every Python worker must see (docs/spark.md, "A local Spark session")."""
     return {
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,

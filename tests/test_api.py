@@ -1,4 +1,4 @@
-"""The HTTP contract of API.md against a real 3-node cluster on 127.0.0.1."""
+"""The HTTP contract of docs/api.md against a real 3-node cluster on 127.0.0.1."""
 
 import base64
 import threading

@@ -25,6 +25,7 @@ from engine import raft_wire
 from engine.committer import MAX_ENTRY_BYTES
 from raftq.cli import parser
 from statemachine import check_command, machine, queue, staging, validation
+import wire_format
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "security.md"
 SIZES = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
@@ -147,7 +148,7 @@ INPUT_BOUNDS = {
     "key, id": lambda: [_largest_key_accepted()],
     "durations": lambda: [(validation.MAX_DURATION_MS / 1000, "time")],
     "`limit` of a browse": lambda: [_browse_limit()],
-    "queue, group, node names": lambda: [validation.NAME_PATTERN],
+    "queue, group, node names": lambda: [wire_format.NAME_PATTERN],
     "a commit's `batch` past": lambda: [staging.MAX_BATCH_STEP],
     "new queues made by one log entry": lambda: [machine.MAX_NEW_QUEUES_PER_ENTRY],
     "stored messages of a queue a group may start": lambda: [queue.MAX_EARLIEST_GROUP_MESSAGES],

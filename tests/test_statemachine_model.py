@@ -1,14 +1,14 @@
 """The state machine against a deliberately simple reference model, and its determinism.
 
-The model is written from API.md's queue semantics and DESIGN.md's timer
-rules with plain lists and dicts and linear scans: a message is a dict, a
-group is a dict seq -> entry, and every question ("what is ready?", "which
-version of this key is the newest?", "does the batch fit?") is answered by
-looking at everything.  It knows nothing of the machine's indexes, so when the
+The model is written from docs/api.md's queue semantics and the timer rules
+of docs/guarantees.md ("When timers fire") with plain lists and dicts and
+linear scans: a message is a dict, a group is a dict seq -> entry, and every
+question ("what is ready?", "which version of this key is the newest?", "does
+the batch fit?") is answered by looking at everything.  It knows nothing of the machine's indexes, so when the
 two agree after every step of a random command sequence, the indexes are
 right.
 
-Where API.md leaves an order or a moment open, the model follows what the
+Where docs/api.md leaves an order or a moment open, the model follows what the
 machine documents:
 - timers fire lazily, when a command names the queue (its own, or as the
   target of a dead-letter move), and on `tick`, for every queue, in creation

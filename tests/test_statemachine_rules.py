@@ -1,4 +1,4 @@
-"""The queue semantics of API.md and issue 2, one rule (or edge case) per test.
+"""The queue semantics of docs/api.md and issue 2, one rule (or edge case) per test.
 
 Every test drives the state machine only through `apply` (or `apply_entry`)
 and its read-only queries, as the node does; times are explicit `now_ms`

@@ -21,7 +21,7 @@ from .actions import ACTIONS, Context
 from .errors import SqsError
 from .protocol import new_request_id, parse, render, render_error, speaks_json
 
-log = logging.getLogger("raftq.sqs")
+log = logging.getLogger(__name__)
 
 FORWARDED = "X-Raftq-Sqs-Forwarded"
 # Hop-by-hop, or set anew by the client that forwards

@@ -1,9 +1,10 @@
 """The `raftq` command line: run nodes, operate the cluster, use queues from a terminal.
 
-One module per responsibility: run.py (node, up), cluster.py (status,
-membership, leadership, health, metrics), queues.py (queues, groups,
-redrive), messages.py (put ... tx), top.py (live view), bench.py (load
-generator); connect.py finds the cluster and prints.  Every client command
+One module per responsibility: run.py (node, up), up.py (what `raftq up`
+does and prints), cluster.py (status, membership, leadership, health,
+metrics), queues.py (queues, groups, redrive), messages.py (put ... tx),
+top.py (live view), bench.py (load generator); connect.py finds the cluster
+and prints.  Every client command
 takes --json, --url (repeatable), --token, --ca, before or after its name.
 """
 

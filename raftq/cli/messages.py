@@ -5,6 +5,8 @@ import base64
 import json
 import sys
 
+from wire_format import with_body_b64
+
 from .connect import emit, target
 
 
@@ -43,14 +45,6 @@ def body_of(args):
     return json_body(args.body)
 
 
-def printable(message: dict) -> dict:
-    """A message as JSON can show it: a byte body as body_b64, as the HTTP API sends it."""
-    if isinstance(message.get("body"), (bytes, bytearray)):
-        message = dict(message)
-        message["body_b64"] = base64.b64encode(message.pop("body")).decode()
-    return message
-
-
 def header(text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     if not sep or not name:
@@ -61,13 +55,13 @@ def header(text: str) -> tuple[str, str]:
 def show_messages(messages: list, *, receipts: bool) -> str:
     """One line of JSON per message (a byte body as body_b64), without receipts unless asked."""
     hidden = () if receipts else ("receipt",)
-    return "\n".join(json.dumps({k: v for k, v in printable(m).items() if k not in hidden}) for m in messages)
+    return "\n".join(json.dumps({k: v for k, v in with_body_b64(m).items() if k not in hidden}) for m in messages)
 
 
 def print_messages(args, result: dict, *, receipts: bool, none: str) -> None:
     """--json: the whole answer in one line; else a line of JSON per message, and `none`
     on stderr when there is none, so that stdout holds only JSON either way."""
-    shown = {**result, "messages": [printable(m) for m in result["messages"]]}
+    shown = {**result, "messages": [with_body_b64(m) for m in result["messages"]]}
     if args.json or shown["messages"]:
         emit(args, shown, show_messages(result["messages"], receipts=receipts))
     else:
@@ -164,7 +158,7 @@ def cmd_subscribe(args) -> int:
                 message.ack()
             fields = {name: getattr(message, name) for name in
                       ("seq", "receipt", "body", "key", "headers", "deliveries", "put_at_ms")}
-            emit(args, printable(fields), show_messages([fields], receipts=args.no_ack))
+            emit(args, with_body_b64(fields), show_messages([fields], receipts=args.no_ack))
             seen += 1
         consumer.flush()
     return 0

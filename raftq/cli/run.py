@@ -34,7 +34,7 @@ def cmd_node(args) -> int:
     for flag, given in (("--insecure-no-secret", args.insecure_no_secret),
                         ("--insecure-no-auth", args.insecure_no_auth)):
         if given:
-            logging.getLogger("raftq.server").warning("INSECURE: started with %s; for tests only", flag)
+            logging.getLogger(__name__).warning("INSECURE: started with %s; for tests only", flag)
     if bool(args.tls_cert) != bool(args.tls_key):
         print("raftq node: give both --tls-cert and --tls-key", file=sys.stderr)
         return 2
@@ -57,7 +57,7 @@ def cmd_node(args) -> int:
 
 
 def cmd_up(args) -> int:
-    from ..local import up
+    from .up import up
     return up(args.nodes, args.data_dir, args.http_port, args.raft_port, args.demo, restart=not args.no_restart)
 
 

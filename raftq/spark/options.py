@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from statemachine.validation import NAME_RE
+from wire_format import NAME_PATTERN, is_name
 
 DEFAULT_URL = "http://127.0.0.1:8001"
 MAX_PAGE = 10_000                     # the browse endpoint's own limit
@@ -97,8 +97,8 @@ def _name(options: dict, option: str, default=None) -> str:
     value = options.get(option.lower(), default)
     if value is None:
         raise OptionError(f"option {option}: required")
-    if not NAME_RE.fullmatch(value):
-        raise OptionError(f"option {option}: {value!r} must match [A-Za-z0-9._-]{{1,128}}")
+    if not is_name(value):
+        raise OptionError(f"option {option}: {value!r} must match {NAME_PATTERN}")
     return value
 
 

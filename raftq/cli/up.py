@@ -1,0 +1,288 @@
+"""`raftq up`: a local cluster in the foreground, and what it tells the terminal.
+
+It creates or reopens the cluster (`raftq.local.LocalCluster`), starts every
+node, prints where each one is and how to reach it (never a token or the
+secret), keeps the nodes running while it runs (`Supervisor`) and stops them
+all on Ctrl-C, SIGTERM or SIGHUP.
+"""
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from engine.config import ConfigError
+
+from ..local import LocalCluster
+
+
+def port_holders(port: int) -> list[int]:
+    """The PIDs with a socket listening on `port` (TCP, IPv4 or IPv6), as far as /proc lets
+    this user see: other users' processes stay hidden."""
+    inodes = set()
+    for table_path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table_path).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    holders = []
+    for entry in Path("/proc").iterdir() if inodes else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                holders.append(int(entry.name))
+        except OSError:         # gone meanwhile, or not ours to look at
+            continue
+    return sorted(holders)
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def demo(cluster: LocalCluster) -> None:
+    with cluster.client() as client:
+        put = client.put("demo", {"hello": "raftq"})
+        _say(f"  put      demo  -> seq {put['messages'][0]['seq']}")
+        got = client.receive("demo", max=1, wait_ms=1000)["messages"]
+        if got:
+            msg = got[0]
+            _say(f"  receive  demo  -> seq {msg['seq']} body {msg['body']} receipt {msg['receipt']}")
+            _say(f"  ack      demo  -> {client.ack('demo', [msg['receipt']])}")
+        stats = client.queue("demo")["stats"]
+        _say(f"  queue    demo  -> depth {stats['depth']}, put_total {stats['put_total']}, "
+             f"acked_total {stats['acked_total']}")
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(Exception):
+    """A stop signal reached `raftq up`."""
+
+
+def _stop_on_signal(signum, frame):
+    raise Stopped(signal.Signals(signum).name)
+
+
+def _say(text: str, err: bool = False) -> None:
+    # After SIGHUP the terminal is gone: writing to it fails, stopping must not.
+    try:
+        print(text, file=sys.stderr if err else sys.stdout, flush=True)
+    except OSError:
+        pass
+
+
+def _who_holds(address: str) -> str:
+    """An address in use, and the processes listening on it (a node's engine and its fronts share one)."""
+    holders = port_holders(int(address.rpartition(":")[2]))
+    if not holders:
+        return f"{address} (by a process this user cannot see)"
+    return f"{address} (" + "; ".join(f"pid {pid}: {command_line(pid)[:200]}" for pid in holders) + ")"
+
+
+def _ports_taken_message(taken: list[str]) -> str:
+    return (f"raftq up: ports already in use: {', '.join(_who_holds(a) for a in taken)}\n"
+            "  nodes an earlier `raftq up` or a hand-started `raftq node` left: stop each with kill <pid> "
+            "of the process on its Raft port, its engine, which stops its fronts")
+
+
+class Supervisor:
+    """What `raftq up` does about its nodes while it runs.
+
+    A node it started that exits is started again, after 1 s and then after
+    twice as long each time it exits again within a minute of starting (at most
+    30 s): a node that crashes at once is not restarted in a tight loop, and
+    once it has exited six times in a row, each within a minute of starting,
+    it is left down. A node someone started by
+    hand in its place (a `raftq node` of this cluster.toml and this id, seen on
+    the node's HTTP port) is adopted instead: Ctrl-C stops it with the others.
+    """
+
+    QUICK_EXIT_S = 60.0
+    FIRST_DELAY_S = 1.0
+    MAX_DELAY_S = 30.0
+    GIVE_UP_AFTER = 5
+
+    def __init__(self, cluster: LocalCluster, restart: bool):
+        self.cluster = cluster
+        self.restart = restart
+        self.started_at = {nid: time.monotonic() for nid in cluster.ids}
+        self.quick_exits = dict.fromkeys(cluster.ids, 0)
+        self.due: dict[str, float] = {}        # node id -> when to start it again
+        self.adopted: dict[str, int] = {}      # node id -> pid of a node started by hand
+
+    def check(self) -> None:
+        now = time.monotonic()
+        for nid in self.cluster.ids:
+            if nid in self.adopted:
+                if not _pid_alive(self.adopted[nid]):
+                    _say(f"node {nid} (pid {self.adopted[nid]}, started by hand) exited", err=True)
+                    del self.adopted[nid]
+                continue
+            proc = self.cluster.procs.get(nid)
+            if proc is not None and proc.poll() is not None:
+                self.cluster.procs.pop(nid)
+                self._exited(nid, proc.returncode, now)
+            if nid not in self.cluster.procs:
+                self._adopt_or_restart(nid, now)
+
+    def _exited(self, nid: str, code: int, now: float) -> None:
+        log = self.cluster.log_path(nid)
+        self.quick_exits[nid] = self.quick_exits[nid] + 1 if now - self.started_at[nid] < self.QUICK_EXIT_S else 1
+        if not self.restart:
+            _say(f"node {nid} exited with {code}; see {log}. Restart it by hand: {self.hand_start(nid)}", err=True)
+        elif self.quick_exits[nid] > self.GIVE_UP_AFTER:
+            _say(f"node {nid} exited with {code}, the {self.quick_exits[nid]}th time in a row within "
+                 f"{self.QUICK_EXIT_S:.0f} s of starting; leaving it down: see {log}", err=True)
+        else:
+            delay = min(self.MAX_DELAY_S, self.FIRST_DELAY_S * 2 ** (self.quick_exits[nid] - 1))
+            self.due[nid] = now + delay
+            _say(f"node {nid} exited with {code}; see {log}. Restarting it in {delay:g} s", err=True)
+
+    def _adopt_or_restart(self, nid: str, now: float) -> None:
+        by_hand = self._started_by_hand(nid)
+        if by_hand is not None:
+            self.adopted[nid] = by_hand
+            self.due.pop(nid, None)
+            _say(f"node {nid} runs again, started by hand (pid {by_hand}); Ctrl-C stops it with the others")
+        elif self.due.get(nid, float("inf")) <= now:
+            del self.due[nid]
+            taken = self.cluster.ports_in_use_by(nid)
+            if taken:
+                _say(_ports_taken_message(taken) + f"\n  node {nid} stays down", err=True)
+                return
+            self.cluster.start(nid)
+            self.started_at[nid] = now
+            _say(f"node {nid} restarted (pid {self.cluster.pid(nid)})")
+
+    def _started_by_hand(self, nid: str) -> int | None:
+        """The engine pid of a `raftq node` of this cluster and id: it alone holds the node's Raft port
+        (its fronts hold the HTTP port)."""
+        spec = self.cluster.cfg.node(nid)
+        for pid in port_holders(int(spec.raft.rpartition(":")[2])):
+            words = command_line(pid).split()
+            if ("node" in words and str(self.cluster.config_path) in words
+                    and "--id" in words and words[words.index("--id") + 1:][:1] == [nid]):
+                return pid
+        return None
+
+    def hand_start(self, nid: str) -> str:
+        cluster = self.cluster
+        return (f"raftq node --config {cluster.config_path} --id {nid} --data-dir {cluster.root / nid} "
+                f">> {cluster.log_path(nid)} 2>&1 &")
+
+    def stop_adopted(self, timeout: float = 15.0) -> None:
+        """SIGTERM to each adopted node's engine (it stops its fronts), SIGKILL after `timeout`."""
+        for pid in self.adopted.values():
+            _signal_pid(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while any(_pid_alive(pid) for pid in self.adopted.values()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for pid in self.adopted.values():
+            if _pid_alive(pid):
+                _signal_pid(pid, signal.SIGKILL)
+        self.adopted.clear()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _signal_pid(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _start(cluster: LocalCluster, timeout: float) -> str | None:
+    """Start every node and wait until one of *these* processes leads; its id, or None."""
+    cluster.start()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for nid in cluster.ids:
+            proc = cluster.procs[nid]
+            if proc.poll() is not None:
+                _say(f"node {nid} exited with {proc.returncode} while starting; see {cluster.log_path(nid)}",
+                     err=True)
+                return None
+        leader = cluster.wait_for_leader(0.2)
+        if leader is not None:
+            return leader
+    _say(f"no leader was elected within {timeout:.0f} s; see the node logs in {cluster.root}", err=True)
+    return None
+
+
+def up(nodes: int, data_dir: str, http_port: int, raft_port: int, run_demo: bool, restart: bool) -> int:
+    """`raftq up`: SIGINT, SIGTERM and SIGHUP (the terminal closed) all stop every node,
+    those it started and those it adopted (Supervisor). It never prints a secret: its
+    output is often redirected to a file that anyone may read."""
+    root = Path(data_dir)
+    if (root / "cluster.toml").exists():
+        try:
+            cluster = LocalCluster.open(root)
+        except ConfigError as exc:
+            print(f"raftq up: {exc}", file=sys.stderr)
+            return 2
+        if len(cluster.ids) != nodes:
+            _say(f"{root / 'cluster.toml'} describes {len(cluster.ids)} nodes, not {nodes}; "
+                 f"use --nodes {len(cluster.ids)} or another --data-dir", err=True)
+            return 2
+        cluster.secure()
+    else:
+        cluster = LocalCluster.create(root, nodes, http_port=http_port, raft_port=raft_port)
+    taken = cluster.ports_in_use()
+    if taken:
+        _say(_ports_taken_message(taken), err=True)
+        return 1
+    previous = {sig: signal.signal(sig, _stop_on_signal) for sig in STOP_SIGNALS}
+    supervisor = Supervisor(cluster, restart)
+    try:
+        leader = _start(cluster, 30)
+        if leader is None:
+            return 1
+        _say(f"raftq: {nodes}-node cluster up in {cluster.root} (leader {leader})")
+        for nid in cluster.ids:
+            _say(f"  {nid}  {cluster.url(nid)}   pid {cluster.pid(nid)}   log {cluster.log_path(nid)}")
+        _say(f"  console: {cluster.urls[0]}/ui   (it asks for the admin token: [auth] admin in cluster.toml)")
+        _say(f"  auth:    the secret and the admin, data and metrics tokens are in {cluster.config_path} "
+             "(mode 0600);\n           the raftq CLI finds them there, or give RAFTQ_TOKEN")
+        _say("  try:     raftq cluster status      (finds this cluster through ./.raftq/cluster.toml)"
+             if root.resolve() == Path(".raftq").resolve() else
+             f"  try:     raftq --cluster-dir {cluster.root} cluster status")
+        _say(f"           T=$(sed -n 's/^data = \"\\(.*\\)\"/\\1/p' {cluster.config_path})   # the data token")
+        _say(f"           curl --location-trusted -H \"Authorization: Bearer $T\" "
+             f"-XPOST {cluster.urls[0]}/v1/queues/jobs/messages -d '{{\"body\": \"hi\"}}'")
+        if run_demo:
+            demo(cluster)
+        _say("Ctrl-C stops the cluster; its data stays for the next run. A node that exits is "
+             + ("restarted." if restart else "left down (--no-restart)."))
+        while True:
+            supervisor.check()
+            time.sleep(0.2)
+    except Stopped as stop:
+        _say(f"{stop}: stopping the cluster ...")
+    finally:
+        # A second signal must not cut the stop short and orphan a node.
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        cluster.stop()
+        supervisor.stop_adopted()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _say("stopped.")
+    return 0
