@@ -60,7 +60,7 @@ LOW32 = (1 << 32) - 1
 # Ids per bucket before one more bucket splits off: a lookup searches about
 # this many records (2 KiB) in C, and a bucket object's own cost is spread
 # over as many ids.
-LOAD = 32
+LOAD = 128
 # The FIFO is a list of fixed chunks, allocated whole, so that a full chunk
 # holds no slack; the first chunk of a window is small, each next one twice
 # the last, up to the largest.

@@ -3,10 +3,11 @@
 Messages live in one dict keyed by seq, in seq order because seqs are only
 ever inserted growing (``first_seq`` keeps the head).  Three indexes hang off it:
 ``keys`` (key -> newest seq, for keyed replacement), ``dedup`` (idempotency
-id -> seq within the window, hashed: ``dedup.py``) and ``expiries`` (TTL order).  Each consumer
-group (``group.py``) keeps its own ready/leased/delayed sets of seqs; a message
-carries ``pending``, the number of groups not done with it, and is removed
-when that reaches zero, when it expires, or when overflow drops it.
+id -> seq within the window, kept hashed: ``dedup.py``) and ``expiries`` (TTL
+order).  Each consumer group (``group.py``) keeps its own ready/leased/delayed
+sets of seqs; a message carries ``pending``, the number of groups not done
+with it, and is removed when that reaches zero, when it expires, or when
+overflow drops it.
 
 Nothing here reads a clock: every method takes the log time ``clock`` from
 the state machine, and timers (delays, leases, retries, TTLs, dedup windows)
