@@ -104,7 +104,10 @@ class DedupWindow:
         raw = mid.encode()
         digest = blake2b(raw).digest()[:HASH_BYTES]     # (the first 12 bytes of BLAKE2b-512: faster than BLAKE2b-96)
         address = ADDRESS.unpack_from(digest)[0]
-        bucket = self._bucket(address)
+        index = address & ((1 << self.level) - 1)      # (_bucket's, inline: a lookup per put)
+        if index < self.split:
+            index = address & ((2 << self.level) - 1)
+        bucket = self.buckets[index]
         at = bucket.find(digest)
         while at > 0 and at % RECORD.size:      # a match across two records
             at = bucket.find(digest, at + 1)
