@@ -171,36 +171,50 @@ class DedupWindow:
         if self.split == 1 << self.level:
             self.level, self.split = self.level + 1, 0
 
-    def forget_oldest(self) -> None:
-        fifo, head_at = self.fifo, self.head_at
-        address, _, length = ENTRY.unpack_from(fifo[0], head_at)
-        del self._bucket(address)[:RECORD.size]
-        self.id_bytes -= length
-        self.count -= 1
-        if not self.count:
-            self._clear()
-            return
-        head_at += ENTRY.size
-        if head_at == len(fifo[0]):
-            del fifo[0]
-            head_at = 0
-        self.head_at = head_at
-        self.popped += 1
-        if self.far_puts and self.popped in self.far_puts:
-            self.oldest_put = self.far_puts.pop(self.popped)
-        else:
-            low = ENTRY.unpack_from(fifo[0], head_at)[1]
-            self.oldest_put += (low - self.oldest_put) & LOW32
-
     def expire(self, clock: int, window: int) -> None:
         """Forget every id put `window` ms or more before log time `clock`."""
-        while self.count and self.oldest_put + window <= clock:
-            self.forget_oldest()
+        if self.count and self.oldest_put + window <= clock:
+            self._forget(clock - window, self.id_bytes)
 
     def forget_beyond(self, max_bytes: int) -> None:
         """Forget the oldest ids until those left hold at most `max_bytes` UTF-8 bytes."""
-        while self.id_bytes > max_bytes:
-            self.forget_oldest()
+        if self.id_bytes > max_bytes:
+            self._forget(self.oldest_put - 1, max_bytes)
+
+    def forget_oldest(self) -> None:
+        self._forget(self.oldest_put - 1, self.id_bytes - 1)     # (an id is at least 1 byte)
+
+    def _forget(self, put_at_most: int, max_bytes: int) -> None:
+        """Forget the oldest id while it was put at or before `put_at_most`, or
+        while the ids hold more than `max_bytes`: one loop for every way an id
+        goes, its state in locals (an expiry forgets as many ids as were put)."""
+        fifo, head_at, count, id_bytes, oldest_put = self.fifo, self.head_at, self.count, self.id_bytes, self.oldest_put
+        buckets, low_mask, high_mask, split = self.buckets, (1 << self.level) - 1, (2 << self.level) - 1, self.split
+        far_puts = self.far_puts
+        head = fifo[0]
+        while count and (oldest_put <= put_at_most or id_bytes > max_bytes):
+            address, _, length = ENTRY.unpack_from(head, head_at)
+            index = address & low_mask
+            if index < split:
+                index = address & high_mask
+            del buckets[index][:RECORD.size]
+            id_bytes -= length
+            count -= 1
+            if not count:
+                break
+            head_at += ENTRY.size
+            if head_at == len(head):
+                del fifo[0]
+                head, head_at = fifo[0], 0
+            self.popped += 1
+            if far_puts and self.popped in far_puts:
+                oldest_put = far_puts.pop(self.popped)
+            else:
+                oldest_put += (ENTRY.unpack_from(head, head_at)[1] - oldest_put) & LOW32
+        if not count:
+            self._clear()
+            return
+        self.head_at, self.count, self.id_bytes, self.oldest_put = head_at, count, id_bytes, oldest_put
 
     # ---- snapshot ------------------------------------------------------------------------
     def to_state(self) -> list:
