@@ -15,8 +15,14 @@ Each tree runs in its own child processes (statemachine/ exported from the
 ref with `git archive`), the trees taking turns for --rounds rounds; the
 best run of each figure counts (other processes share the cores).
 
+--instructions counts instead what a put with ids costs under valgrind's
+callgrind, which no other process disturbs: 200 puts of 100 messages with
+ids, each followed by a commit, into a window of 10 000 ids, less the same
+run without those 200 puts, per message.
+
     .venv/bin/python bench/dedup_bench.py                  # against 8baf810, ids kept whole
     .venv/bin/python bench/dedup_bench.py --against main
+    .venv/bin/python bench/dedup_bench.py --instructions   # minutes: callgrind runs 50 times slower
 
 The last line printed is one JSON object with every figure and the ratios
 (working tree / ref).
@@ -26,6 +32,7 @@ import argparse
 import gc
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -119,7 +126,44 @@ def put_throughput(window_ids: int) -> dict:
     return {"put_with_ids_msgs_per_s": best[True], "put_without_ids_msgs_per_s": best[False]}
 
 
+COUNTED_PUTS = 200
+
+
+def counted_puts(puts: int) -> None:
+    """The run callgrind counts: a window of 10 000 ids filled, then `puts` puts with ids."""
+    machine = Machine(window_ms=100)
+    for _ in range(100 + puts):
+        machine.apply(machine.put(True))
+        machine.trim(0)
+
+
+def instructions(tree: str, puts: int) -> subprocess.Popen:
+    return subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+                             os.path.abspath(__file__), "--child", "count", str(puts)],
+                            env={**os.environ, "RAFTQ_BENCH_TREE": tree}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def collected(run: subprocess.Popen) -> int:
+    return int(re.search(r"Collected : (\d+)", run.communicate()[1]).group(1))
+
+
+def main_instructions(ref: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="raftq-dedupbench-") as scratch:
+        trees = {ref: export(ref, scratch), "working tree": REPO}
+        runs = {(label, puts): instructions(tree, puts) for label, tree in trees.items() for puts in (0, COUNTED_PUTS)}
+        counts = {key: collected(run) for key, run in runs.items()}
+    per_message = {label: (counts[label, COUNTED_PUTS] - counts[label, 0]) / (COUNTED_PUTS * BATCH) for label in trees}
+    ratio = round(per_message["working tree"] / per_message[ref], 3)
+    print(f"instructions per message of a put with an id (and its commit): {ref} {per_message[ref]:,.0f}, "
+          f"working tree {per_message['working tree']:,.0f}, ratio {ratio}")
+    print(json.dumps({"instructions_per_message": per_message, "ratio_tree_vs_ref": ratio}))
+
+
 def run_child(kind: str, ids: int) -> None:
+    if kind == "count":
+        counted_puts(ids)
+        return
     print(json.dumps({"bytes_per_id": bytes_per_id(ids)} if kind == "memory" else put_throughput(ids)))
 
 
@@ -165,9 +209,12 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=3, help="turns of each tree for throughput")
     parser.add_argument("--ids", type=int, default=200_000, help="ids remembered for the memory figure")
     parser.add_argument("--window-ids", type=int, default=1_000_000, help="ids the window holds while puts are timed")
+    parser.add_argument("--instructions", action="store_true", help="count instructions under callgrind instead")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
         run_child(options.child[0], int(options.child[1]))
+    elif options.instructions:
+        main_instructions(options.against)
     else:
         main(options.against, options.rounds, options.ids, options.window_ids)
