@@ -80,7 +80,8 @@ class DedupWindow:
         self.level = 0                  # 2**level + split buckets
         self.split = 0                  # the bucket that splits next
         self.buckets = [bytearray()]    # RECORDs, each bucket in put order
-        self.fifo = []                  # chunks of ENTRYs: the head at fifo[0][head_at], the tail before fifo[-1][tail_at]
+        # chunks of ENTRYs: the head at fifo[0][head_at], the tail just before fifo[-1][tail_at]
+        self.fifo = []
         self.head_at = 0
         self.tail_at = 0
         self.count = 0
@@ -90,7 +91,8 @@ class DedupWindow:
         self.newest_put = None
         self.newest_seq = None
         self.seq_floor = None           # at most the oldest id's seq: a check that costs nothing on most puts
-        self.far_puts = {}              # FIFO position (counting `popped`) -> put time of an id put >= 2**32 ms after the one before
+        # FIFO position (counting `popped`) -> put time of an id put 2**32 ms or more after the one before
+        self.far_puts = {}
 
     def __len__(self) -> int:
         return self.count
