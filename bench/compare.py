@@ -169,7 +169,7 @@ def run(args, log=print) -> dict:
         raftq = next((s for s in systems if s.name == "raftq"), None)
         if raftq is not None and args.stored:
             # On a cluster of its own: the workloads' puts carried ids, which
-            # every node remembers for the dedup window (5 min; about 280 B
+            # every node remembers for the dedup window (5 min; about 28 B
             # each, docs/operations.md), and a million of them is not what
             # holding the stored messages costs.
             raftq.stop()

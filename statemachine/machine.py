@@ -59,12 +59,13 @@ from . import validation as v
 from .validation import full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 7
-# Version 6 is version 7 without the time of each message's first delivery and
-# without ordering keys,
+SNAPSHOT_VERSION = 8
+# Version 7 is version 8 with each queue's dedup window as its ids, not their
+# hashes (statemachine/dedup.py); version 6 is version 7 without the time of
+# each message's first delivery and without ordering keys,
 # version 5 also without staged writes, version 4 also without redrive:
 # a node upgraded in place restores any of them.
-READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7)
+READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8)
 # Making a queue costs more than a put into one (its default group holds
 # three sorted containers): 10 000 in one entry held the apply past the
 # election timeout (issue 21). 500 cost about as much as the widest put of
@@ -534,7 +535,7 @@ class StateMachine:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            self.queues = {q[0]: Queue.from_state(q) for q in state["queues"]}
+            self.queues = {q[0]: Queue.from_state(q, state["version"]) for q in state["queues"]}
         finally:
             if collecting:
                 gc.enable()

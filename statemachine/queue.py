@@ -3,10 +3,11 @@
 Messages live in one dict keyed by seq, in seq order because seqs are only
 ever inserted growing (``first_seq`` keeps the head).  Three indexes hang off it:
 ``keys`` (key -> newest seq, for keyed replacement), ``dedup`` (idempotency
-id -> seq within the window) and ``expiries`` (TTL order).  Each consumer
-group (``group.py``) keeps its own ready/leased/delayed sets of seqs; a message
-carries ``pending``, the number of groups not done with it, and is removed
-when that reaches zero, when it expires, or when overflow drops it.
+id -> seq within the window, kept hashed: ``dedup.py``) and ``expiries`` (TTL
+order).  Each consumer group (``group.py``) keeps its own ready/leased/delayed
+sets of seqs; a message carries ``pending``, the number of groups not done
+with it, and is removed when that reaches zero, when it expires, or when
+overflow drops it.
 
 Nothing here reads a clock: every method takes the log time ``clock`` from
 the state machine, and timers (delays, leases, retries, TTLs, dedup windows)
@@ -26,6 +27,7 @@ from sortedcontainers import SortedList
 
 from wire_format import is_name
 
+from .dedup import DedupWindow
 from .group import Group
 from .results import CONFLICT, NOT_FOUND, QUEUE_FULL, error
 from .validation import full_config
@@ -164,9 +166,7 @@ class Queue:
         self.ordering = {}                  # seq -> ordering key of a message put with one
         self.bytes = 0
         self.keys = {}                      # key -> seq of its newest stored version
-        self.dedup = {}                     # id -> (seq, put_at)
-        self.dedup_bytes = 0                # UTF-8 bytes of the ids in dedup (derived, not snapshot)
-        self.dedup_order = deque()          # (put_at, id), oldest first: log time only grows
+        self.dedup = DedupWindow()          # id -> seq, for dedup_window_ms after the put
         # Redrives out of this (dead-letter) queue by request id, for the same
         # window as put ids: a retried redrive answers the first one's result.
         self.redrives = {}                  # id -> (result, at)
@@ -190,11 +190,7 @@ class Queue:
             self._remove(self.expiries[0][1])
             self.counters["expired_total"] += 1
         window = self.config["dedup_window_ms"]
-        while self.dedup_order and self.dedup_order[0][0] + window <= clock:
-            put_at, mid = self.dedup_order.popleft()
-            if self.dedup.get(mid, (None, None))[1] == put_at:
-                del self.dedup[mid]
-                self.dedup_bytes -= len(mid.encode())
+        self.dedup.expire(clock, window)
         while self.redrive_order and self.redrive_order[0][0] + window <= clock:
             del self.redrives[self.redrive_order.popleft()[1]]
 
@@ -202,7 +198,7 @@ class Queue:
         """False when no timer can be pending: leases, delays and expiries all
         belong to stored messages, and only remembered ids outlive them. Cheap
         enough to ask of every queue at every tick."""
-        return bool(self.messages or self.dedup_order or self.redrive_order)
+        return bool(self.messages or self.dedup or self.redrive_order)
 
     def next_timer(self):
         """The earliest log time at which `advance` has work, or None."""
@@ -211,8 +207,8 @@ class Queue:
         times = [g.next_timer() for g in self.groups.values()]
         if self.expiries:
             times.append(self.expiries[0][0])
-        if self.dedup_order:
-            times.append(self.dedup_order[0][0] + self.config["dedup_window_ms"])
+        if self.dedup:
+            times.append(self.dedup.oldest_put + self.config["dedup_window_ms"])
         if self.redrive_order:
             times.append(self.redrive_order[0][0] + self.config["dedup_window_ms"])
         times = [t for t in times if t is not None]
@@ -265,8 +261,10 @@ class Queue:
         expires_at = clock + ttl if ttl else None    # one int object for the batch, not one per message
         for m in messages:
             mid = m.get("id")
-            if mid is not None and mid in self.dedup:
-                results.append({"seq": self.dedup[mid][0], "duplicate": True, "replaced_seq": None})
+            # remembered before the message is stored, which takes the next seq
+            original = None if mid is None else self.dedup.remember(mid, self.next_seq, clock)
+            if original is not None:
+                results.append({"seq": original, "duplicate": True, "replaced_seq": None})
                 continue
             replaced = None
             key = m.get("key")
@@ -280,24 +278,15 @@ class Queue:
             seq = self.insert(m["body"], key, m.get("headers"), clock,
                               clock + ttl if ttl else expires_at, m.get("delay_ms") or 0, message_size(m),
                               m.get("ordering_key"))
-            if mid is not None:
-                self.dedup[mid] = (seq, clock)
-                self.dedup_order.append((clock, mid))
-                self.dedup_bytes += len(mid.encode())
             results.append({"seq": seq, "duplicate": False, "replaced_seq": replaced})
         self.drop_overflow()
         return results
 
     def forget_ids_beyond(self, max_bytes) -> None:
-        """Keep at most `max_bytes` of idempotency ids (None: no limit): the
-        oldest are forgotten before their dedup window ends."""
-        if max_bytes is None:
-            return
-        while self.dedup_bytes > max_bytes and self.dedup_order:
-            put_at, mid = self.dedup_order.popleft()
-            if self.dedup.get(mid, (None, None))[1] == put_at:
-                del self.dedup[mid]
-                self.dedup_bytes -= len(mid.encode())
+        """Keep idempotency ids of at most `max_bytes` UTF-8 bytes in all (None:
+        no limit): the oldest are forgotten before their dedup window ends."""
+        if max_bytes is not None:
+            self.dedup.forget_beyond(max_bytes)
 
     def insert(self, body, key, headers, clock: int, expires_at, delay_ms: int, size: int,
                ordering_key=None) -> int:
@@ -597,17 +586,17 @@ class Queue:
         return [self.name, self.config, self.incarnation, self.next_seq, self.next_lease,
                 [self.counters[c] for c in COUNTERS],
                 message_columns(seqs, list(self.messages.values()), self.shows_at),
-                [[mid, self.dedup[mid][0], put_at] for put_at, mid in self.dedup_order
-                 if self.dedup.get(mid, (None, None))[1] == put_at],
+                self.dedup.to_state(),
                 [g.to_state() for g in self.groups.values()],
                 [[g, s] for g, s in self.outbox],
                 [[rid, self.redrives[rid][0], at] for at, rid in self.redrive_order],
                 [list(self.ordering), list(self.ordering.values())]]
 
     @classmethod
-    def from_state(cls, state: list) -> "Queue":
+    def from_state(cls, state: list, version: int) -> "Queue":
         # A version-4 snapshot has neither redrives nor the counters added since;
-        # one before version 7 has no ordering keys.
+        # one before version 7 has no ordering keys; one before version 8 holds
+        # the dedup window's ids themselves.
         name, config, incarnation, next_seq, next_lease, counters, messages, dedup, groups, outbox, *newer = state
         redrives = newer[0] if newer else []
         ordering = newer[1] if len(newer) > 1 else [[], []]
@@ -623,9 +612,7 @@ class Queue:
         queue.bytes = sum(messages[7])
         queue.keys = {m[KEY]: seq for seq, m in zip(seqs, msgs) if m[KEY] is not None}
         queue.expiries = SortedList((m[EXPIRES_AT], seq) for seq, m in zip(seqs, msgs) if m[EXPIRES_AT] is not None)
-        queue.dedup = {mid: (seq, put_at) for mid, seq, put_at in dedup}
-        queue.dedup_order = deque((put_at, mid) for mid, _, put_at in dedup)
-        queue.dedup_bytes = sum(len(mid.encode()) for mid in queue.dedup)
+        queue.dedup = DedupWindow.from_state(dedup) if version >= 8 else DedupWindow.from_ids(dedup)
         queue.groups = {g[0]: Group.from_state(g, seqs) for g in groups}
         queue.outbox = deque((g, s) for g, s in outbox)
         queue.redrives = {rid: (result, at) for rid, result, at in redrives}

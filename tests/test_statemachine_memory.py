@@ -85,3 +85,33 @@ def with_headers_and_a_group() -> StateMachine:
 def test_stored_messages_are_not_tracked_by_the_garbage_collector():
     assert tracked_objects_per_message(filled) < 0.01
     assert tracked_objects_per_message(with_headers_and_a_group) < 0.05
+
+
+# ---- the dedup window ----------------------------------------------------------------------
+IDS = 50_000
+# Issue 25: a remembered id costs at most 32 bytes (28 now; the dict of the ids themselves
+# that 8baf810 kept cost 272 for a 32-character id, `bench/dedup_bench.py`, CPython 3.11).
+LIMIT_PER_ID = 32
+
+
+def held_after_puts(with_ids: bool) -> int:
+    """Bytes a machine holds after IDS puts (batches of 100, 32-character ids as the
+    clients send) and a commit of every message: only the remembered ids remain."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        machine = StateMachine()
+        for now in range(1, IDS // 100 + 1):
+            messages = [{"body": BODY, **({"id": f"{now:016x}{i:016x}"} if with_ids else {})} for i in range(100)]
+            machine.apply_entry(encode_entry([{"op": "put", "queue": "q", "messages": messages, "now_ms": now}]))
+        machine.apply_entry(encode_entry([{"op": "commit", "queue": "q", "group": "default", "seq": IDS,
+                                           "now_ms": now}]))
+        gc.collect()
+        assert len(machine.queues["q"].messages) == 0 and len(machine.queues["q"].dedup) == (IDS if with_ids else 0)
+        return tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_remembered_id_costs_at_most_32_bytes():
+    assert (held_after_puts(True) - held_after_puts(False)) / IDS <= LIMIT_PER_ID
