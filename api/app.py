@@ -15,7 +15,7 @@ from pathlib import Path
 
 from aiohttp import ClientSession, TCPConnector, web
 
-from engine.buffer import PutBuffer
+from engine.storage.put_buffer import PutBuffer
 from engine.config import Sqs, Tokens
 
 from . import buffering, events, openapi

@@ -1,6 +1,6 @@
 """`buffer=allow`: take puts while no leader is reachable, forward them once one is.
 
-The buffer itself (engine/buffer.py) is a durable FIFO on this node's disk.
+The buffer itself (engine/storage/put_buffer.py) is a durable FIFO on this node's disk.
 Forwarding goes through the same door as any client: the local node when it
 leads, else an HTTP put to the leader.  A put the leader answered 201
 advances the buffer.  One it refused for good (400, 404, 409, 413: the
@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 from aiohttp import ClientError, ClientTimeout, web
 
-from engine.buffer import BufferFull, PutBuffer
+from engine.storage.put_buffer import BufferFull, PutBuffer
 from engine.committer import CommitError
 
 from . import caps
@@ -28,7 +28,7 @@ from .errors import ApiError
 from .keys import HTTP, NODE, SETTINGS
 from .leader import validate
 
-log = logging.getLogger("engine.buffer")
+log = logging.getLogger("engine.storage.put_buffer")
 
 BUFFER = web.AppKey("buffer", PutBuffer)
 BUFFERED = web.AppKey("buffered", asyncio.Event)   # set when a put is buffered

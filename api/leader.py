@@ -27,7 +27,7 @@ from .keys import HTTP, NODE, SETTINGS  # noqa: F401  (the handlers import them 
 
 CONSISTENCY_LEVELS = ("leader", "strong", "any")
 # Longer than an election takes (its timeout is 0.3-0.6 s, then a vote;
-# a killed leader is replaced sooner, engine/raft_node.py).
+# a killed leader is replaced sooner, engine/raft/node.py).
 ELECTION_HOLD_S = 0.8
 FORWARD_HEADERS = ("Content-Type", "Accept", "Authorization")
 

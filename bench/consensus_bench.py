@@ -1,4 +1,4 @@
-"""Commit latency and throughput of engine.consensus: 3 node processes on 127.0.0.1, fsync on.
+"""Commit latency and throughput of engine.raft.consensus: 3 node processes on 127.0.0.1, fsync on.
 
     .venv/bin/python bench/consensus_bench.py [--lone 1000] [--seconds 5] [--window 64]
 
@@ -86,7 +86,7 @@ def measure(node, args) -> dict:
 
 
 def run_node(args) -> None:
-    from engine.consensus import Consensus, Peer
+    from engine.raft.consensus import Consensus, Peer
     peers = [Peer(f"n{i}", a) for i, a in enumerate(args.addrs.split(","))]
     me = peers[args.node]
     applied = [0]

@@ -49,7 +49,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .consensus import Peer
+from .raft.consensus import Peer
 
 
 class ConfigError(ValueError):

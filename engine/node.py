@@ -1,13 +1,13 @@
 """A raftq node's engine: the state machine, replicated, and what the fronts need of it.
 
 It runs in the node's engine process (docs/architecture.md), which serves
-it to the front processes through ``engine.service``.  Threads:
+it to the front processes through ``engine.link.service``.  Threads:
 pysyncobj applies log entries on its own tick thread; this object's
 coroutines run on the engine's asyncio loop.  The state machine is only ever
 mutated on the tick thread, under ``_lock``; every read takes the same
 lock, so a read never sees half an entry.  A snapshot is the exception: the
 tick thread forks a child that encodes its copy of the state, between two
-applies and without the lock (``engine.raft_snapshots``).  Results travel
+applies and without the lock (``engine.raft.snapshots``).  Results travel
 back to the loop through ``call_soon_threadsafe``.
 
 Log time: the leader stamps every command with ``now_ms`` from
@@ -33,7 +33,7 @@ from statemachine import StateMachine
 
 from .committer import Committed, CommitError, GroupCommitter
 from .config import ClusterConfig, NodeSpec
-from .consensus import Consensus, Peer
+from .raft.consensus import Consensus, Peer
 
 log = logging.getLogger("engine.node")
 

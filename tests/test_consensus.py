@@ -1,4 +1,4 @@
-"""engine.consensus: real pysyncobj nodes on 127.0.0.1, in this process or in children.
+"""engine.raft.consensus: real pysyncobj nodes on 127.0.0.1, in this process or in children.
 
 Every node, proxy, socket and child process a test starts is closed by the
 test itself (fixtures and try/finally), whether it passes or fails.
@@ -26,13 +26,13 @@ from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.poller import createPoller
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
-from engine import snapshot_file
-from engine.consensus import Consensus, Peer
-from engine.raft_wire import FRAME, Connection
-from engine.journal import DurableJournal
-from engine.records import DamagedFile
+from engine.storage import snapshot_file
+from engine.raft.consensus import Consensus, Peer
+from engine.raft.wire import FRAME, Connection
+from engine.storage.journal import DurableJournal
+from engine.storage.records import DamagedFile
 from raftq.local import free_ports as local_free_ports
-from engine.sealer import Sealer
+from engine.raft.sealer import Sealer
 from tests.tools import require_strace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1116,7 +1116,7 @@ def test_transfer_leadership(cluster):
 CHILD = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
-    from engine.consensus import Consensus, Peer
+    from engine.raft.consensus import Consensus, Peer
     me, data_dir, *others = sys.argv[1:]
     peers = [Peer(*o.split("=")) for o in others]
     applied = []

@@ -2,21 +2,21 @@
 
 Theory of operation
 -------------------
-pysyncobj (pinned, ``engine/pysyncobj_pin.py``) runs the Raft protocol on its
+pysyncobj (pinned, ``engine/raft/pysyncobj_pin.py``) runs the Raft protocol on its
 own *tick thread*: network I/O, elections, replication, commit, apply. Four
 modules are the only code in raftq that imports it, one concern each:
 
-- ``engine.consensus`` (this module): ``Consensus``, the facade below, and
+- ``engine.raft.consensus`` (this module): ``Consensus``, the facade below, and
   ``Peer``;
-- ``engine.raft_node``: ``RaftNode``, pysyncobj's SyncObj with raftq's
+- ``engine.raft.node``: ``RaftNode``, pysyncobj's SyncObj with raftq's
   protocol fixes (durable journal hook, follower truncation, grouped fsyncs,
   compaction by entries and bytes, term-checked command queue);
-- ``engine.raft_wire``: framing, sealing, handshake and limits of the Raft
+- ``engine.raft.wire``: framing, sealing, handshake and limits of the Raft
   port, and dialing through proxies;
-- ``engine.raft_snapshots``: snapshots written by a forked child;
-- ``engine.pysyncobj_pin``: the one release these overrides were written for.
-The files they keep are ``engine.journal`` (the log) and
-``engine.snapshot_file``, both record files of ``engine.records``.
+- ``engine.raft.snapshots``: snapshots written by a forked child;
+- ``engine.raft.pysyncobj_pin``: the one release these overrides were written for.
+The files they keep are ``engine.storage.journal`` (the log) and
+``engine.storage.snapshot_file``, both record files of ``engine.storage.records``.
 
 raftq gives pysyncobj one replicated method, ``_raftq_apply(entry: bytes)``,
 which hands the entry to the state machine's ``apply``. Everything above this
@@ -39,7 +39,7 @@ What the facade itself adds to pysyncobj 0.3.17 (../shared/PYSYNCOBJ.md):
   logged CRITICAL and becomes the result ``{"error": "internal", ...}``, so
   it cannot re-run forever.
 - Snapshots: the state machine's own bytes plus the two last applied entries
-  and the membership (``engine.snapshot_file``), written by a forked child
+  and the membership (``engine.storage.snapshot_file``), written by a forked child
   from a copy-on-write image of the state, so ``snapshot`` runs in that
   child and must not take a lock. ``journalFile`` and ``fullDumpFile`` are
   always both set. Compaction thresholds (entries, bytes, seconds) are
@@ -49,7 +49,7 @@ What the facade itself adds to pysyncobj 0.3.17 (../shared/PYSYNCOBJ.md):
   crash came between writing a snapshot and compacting the log).
 - Fast failover timing, a quorum check before accepting a write (the
   leader lease) and, when a leader has stepped down for want of a majority
-  (CheckQuorum, ``engine.raft_node``), a routing view that says it is cut
+  (CheckQuorum, ``engine.raft.node``), a routing view that says it is cut
   off, so that its fronts refuse at once rather than wait for an election
   it cannot see (``route``); entries above
   ``max_entry_bytes`` refused before they reach pysyncobj (its chunked path
@@ -78,10 +78,10 @@ from pysyncobj import SyncObjConf
 from pysyncobj.monotonic import monotonic
 from pysyncobj.node import TCPNode
 
-from . import snapshot_file
-from .journal import DurableJournal
-from .raft_node import FOLLOWER, LEADER, MAX_POLL_S, REGULAR_COMMAND, ROLE_NAMES, RaftNode, Ticket
-from .raft_wire import max_frame_bytes
+from ..storage import snapshot_file
+from ..storage.journal import DurableJournal
+from .node import FOLLOWER, LEADER, MAX_POLL_S, REGULAR_COMMAND, ROLE_NAMES, RaftNode, Ticket
+from .wire import max_frame_bytes
 from .sealer import Sealer
 
 logger = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ class Consensus:
             # the election timeout and TCP keepalive instead.
             connectionTimeout=max(30.0, election_timeout[1]),
             connectionRetryTime=connection_retry,
-            # CheckQuorum is raftq's (engine.raft_node, item 12): it reads the
+            # CheckQuorum is raftq's (engine.raft.node, item 12): it reads the
             # answers waiting behind a late tick, and says why it stepped down.
             leaderFallbackTimeout=float("inf"),
             # Measured: batch mode waits for the next heartbeat (~heartbeat
@@ -235,7 +235,7 @@ class Consensus:
         """Call back ``(None, None)`` once a read arriving now may be answered
         from this leader's applied state: a majority answered appends sent
         after now, and this node applied what it had committed by now
-        (``engine.read_index``). Otherwise an error, as ``submit``'s."""
+        (``engine.raft.read_index``). Otherwise an error, as ``submit``'s."""
         ticket = self._admitted(callback)
         if ticket is not None:
             asked_at = monotonic()
@@ -479,7 +479,7 @@ class Consensus:
     # -- snapshots (tick thread) -------------------------------------------
 
     def _write_snapshot(self, filename: str, data) -> None:
-        # in the snapshot writer's child process (engine.raft_snapshots)
+        # in the snapshot writer's child process (engine.raft.snapshots)
         last, prev, cluster = data
         snapshot_file.write(filename, last=last, prev=prev, state=self._snapshot(),
                             cluster=[[n.id, self._id_of(n)] for n in cluster])

@@ -2,7 +2,7 @@
 
 pysyncobj 0.3.17 runs the Raft protocol on its own *tick thread* (network
 I/O, elections, replication, commit, apply). ``RaftNode`` subclasses it and
-closes these gaps (../shared/PYSYNCOBJ.md); ``engine.consensus`` drives it.
+closes these gaps (../shared/PYSYNCOBJ.md); ``engine.raft.consensus`` drives it.
 
 1. Durability. ``engine.journal.DurableJournal`` (checksummed, fsynced
    segments; term/vote/commit index in an fsynced meta file) replaces
@@ -19,11 +19,11 @@ closes these gaps (../shared/PYSYNCOBJ.md); ``engine.consensus`` drives it.
    queued acknowledgement untrue (truncation, clear, a new term) first flushes
    the queue.
 2. Follower truncation. A follower handles AppendEntries and snapshots
-   itself (``engine.raft_follower``): it deletes entries only on a real
+   itself (``engine.raft.follower``): it deletes entries only on a real
    conflict and loads a snapshot only over a log that lacks its last entry;
    pysyncobj dropped acknowledged entries in both cases.
-3. Compaction. Snapshots are ``engine.snapshot_file``'s (no pickle of live
-   objects), written by a forked child (``engine.raft_snapshots``) so that
+3. Compaction. Snapshots are ``engine.storage.snapshot_file``'s (no pickle of live
+   objects), written by a forked child (``engine.raft.snapshots``) so that
    no node stops ticking while one is taken. A node compacts once its log
    holds more entries *or more bytes* than its thresholds (pysyncobj counts
    entries only, and group commit makes entries large).
@@ -57,11 +57,11 @@ closes these gaps (../shared/PYSYNCOBJ.md); ``engine.consensus`` drives it.
    is still found by the election timeout; so the timeout can be generous
    (elections under load are rare) while a crashed leader is replaced
    quickly.
-10. Confirmed leader reads (``engine.read_index``). Appends carry the time
+10. Confirmed leader reads (``engine.raft.read_index``). Appends carry the time
    the leader sent them (``sent_at``), echoed in the answers; a read is
    answered once a majority answered an append sent after it arrived, and
    the leader applied up to its commit index of that moment (ReadIndex).
-11. PreVote (``engine.raft_prevote``). A node whose election timeout runs
+11. PreVote (``engine.raft.prevote``). A node whose election timeout runs
    out first asks whether a majority would vote for it, and stands only if
    so: a node cut off from the others no longer deposes a healthy leader
    when it comes back, nor is one that lost only the leader elected.
@@ -83,11 +83,11 @@ from pysyncobj.fast_queue import FastQueue
 from pysyncobj.journal import Journal
 from pysyncobj.monotonic import monotonic
 
-from .journal import DurableJournal
-from .raft_follower import FollowerSide
-from .raft_prevote import PRE_VOTE, PRE_VOTE_ANSWER, PreVote
-from .raft_snapshots import ForkedSnapshots
-from .raft_wire import DialingTransport
+from ..storage.journal import DurableJournal
+from .follower import FollowerSide
+from .prevote import PRE_VOTE, PRE_VOTE_ANSWER, PreVote
+from .snapshots import ForkedSnapshots
+from .wire import DialingTransport
 from .read_index import ReadConfirmations
 from .sealer import Sealer
 
@@ -216,7 +216,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
     """SyncObj with raftq's follower fix, PreVote, grouped fsyncs and one replicated method.
 
     Name-mangled ``_SyncObj__*`` attributes are pysyncobj 0.3.17 internals
-    (engine/pysyncobj_pin.py).
+    (engine/raft/pysyncobj_pin.py).
     """
 
     def __init__(self, owner: RaftOwner, self_node, other_nodes, conf, journal: DurableJournal, dial_addrs,
@@ -265,7 +265,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
 
     def confirm_read(self, ticket: Ticket, asked_at: float) -> None:
         """Resolve ``ticket`` once a read that arrived at ``asked_at`` may be
-        answered from this leader's state (``engine.read_index``)."""
+        answered from this leader's state (``engine.raft.read_index``)."""
         if not self.leads(ticket.term):
             ticket.resolve(None, "not_leader")
             return

@@ -1,4 +1,4 @@
-"""A node's engine as a front process sees it: the face of ``engine.service``, over a link.
+"""A node's engine as a front process sees it: the face of ``engine.link.service``, over a link.
 
 Routing needs no round trip: ``view()`` is the routing view the engine last
 pushed.  Everything that touches the state machine or the log is a call.
@@ -20,10 +20,10 @@ from typing import NamedTuple
 
 import cbor2
 
-from .committer import Committed, CommitError
-from .link import FrameWriter, LinkClosed, read_frame
+from ..committer import Committed, CommitError
+from .frames import FrameWriter, LinkClosed, read_frame
 
-log = logging.getLogger("engine.remote")
+log = logging.getLogger("engine.link.remote")
 
 
 class Read(NamedTuple):

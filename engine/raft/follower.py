@@ -12,11 +12,11 @@ follower:
 - loads a leader's snapshot only over a log that lacks the snapshot's last
   entry (``_install_snapshot``);
 - queues its acknowledgements while it appends, and sends them only after
-  the fsync that makes them true (``engine.raft_node`` syncs once per tick);
+  the fsync that makes them true (``engine.raft.node`` syncs once per tick);
   anything that could make a queued acknowledgement untrue (truncation,
   clear, a new term) first flushes the queue (``_flush_replies``);
 - echoes the ``sent_at`` of the append it answers, which confirms the
-  leader's reads (``engine.read_index``).
+  leader's reads (``engine.raft.read_index``).
 
 ``FollowerSide`` is mixed into ``engine.raft_node.RaftNode``; like it, it
 uses pysyncobj's name-mangled ``_SyncObj__*`` internals.
@@ -30,7 +30,7 @@ from . import pysyncobj_pin  # noqa: F401  -- the release these overrides were w
 from pysyncobj.monotonic import monotonic
 from pysyncobj.syncobj import _RAFT_STATE
 
-from . import snapshot_file
+from ..storage import snapshot_file
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class FollowerSide:
     def _reply(self, node, next_idx: int, success: bool, reset: bool) -> None:
         reply = {"type": "next_node_idx", "next_node_idx": next_idx, "reset": reset, "success": success}
         if self._answering_sent_at is not None:
-            reply["sent_at"] = self._answering_sent_at   # confirms the leader's reads (engine.read_index)
+            reply["sent_at"] = self._answering_sent_at   # confirms the leader's reads (engine.raft.read_index)
         self._replies.append((node, reply))
 
 

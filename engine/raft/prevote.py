@@ -18,7 +18,7 @@ theirs. A peer says yes only if
 - the asker's log is at least as up to date as its own (the vote's rule), and
 - it has no live leader: none heard within the shortest election timeout,
   or the leader's connection has closed (a killed leader is replaced at
-  once: engine.raft_node, item 9).
+  once: engine.raft.node, item 9).
 
 With a majority of yeses, its own counted, the node stands as pysyncobj does.
 A no that carries a newer term teaches the asker that term. A leadership

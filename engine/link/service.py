@@ -1,6 +1,6 @@
 """The engine's face, served to the node's front processes over their links.
 
-Each front holds one link (``engine.link``); this side answers its calls
+Each front holds one link (``engine.link.frames``); this side answers its calls
 against the ``Node`` and pushes the routing view to every front whenever it
 changes, so that a front routes a request (serve, redirect, 503) without a
 round trip.  Calls are the whole face of the node — nothing else of the
@@ -39,11 +39,11 @@ import socket
 
 import cbor2
 
-from .committer import CommitError
-from .link import FrameWriter, LinkClosed, read_frame
-from .node import Node
+from ..committer import CommitError
+from .frames import FrameWriter, LinkClosed, read_frame
+from ..node import Node
 
-log = logging.getLogger("engine.service")
+log = logging.getLogger("engine.link.service")
 
 # Role, leader, term and quorum changes are reported by the consensus module
 # as they happen; members' HTTP addresses change with applied entries, and are

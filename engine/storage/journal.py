@@ -7,7 +7,7 @@ protocol while every acknowledgement rests on bytes that reached the disk.
 
 Layout of the directory:
 
-- ``seg-<seq>.log``: record files (``engine.records``: header with the
+- ``seg-<seq>.log``: record files (``engine.storage.records``: header with the
   segment's sequence number as its tag, then checksummed records) whose
   payloads are ``<u64 index><u64 term><command>``. A new segment is started
   once the current one passes ``segment_bytes``, so compaction
