@@ -19,8 +19,8 @@ from urllib.parse import quote
 
 from aiohttp import ClientError, ClientTimeout, web
 
+from engine.outcome import CommitError
 from engine.storage.put_buffer import BufferFull, PutBuffer
-from engine.committer import CommitError
 
 from . import caps
 from .codec import respond

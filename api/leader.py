@@ -16,7 +16,7 @@ import asyncio
 
 from aiohttp import ClientError, ClientTimeout, web
 
-from engine.committer import Committed, CommitError
+from engine.outcome import Committed, CommitError
 from statemachine import check_command
 
 from . import caps

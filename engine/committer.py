@@ -17,21 +17,9 @@ same term, and is submitted for that term.
 
 import asyncio
 from collections import deque
-from typing import Callable, NamedTuple
+from typing import Callable
 
-
-class CommitError(Exception):
-    """The entry's fate is unknown or it was refused before the log (see code)."""
-
-    def __init__(self, code: str):
-        super().__init__(code)
-        self.code = code
-
-
-class Committed(NamedTuple):
-    """A command's result, and the log index of the entry that carried it."""
-    result: dict
-    index: int
+from .outcome import Committed, CommitError
 
 
 class Packing:
@@ -75,7 +63,7 @@ def cbor_array_header(length: int) -> bytes:
 
 # The largest log entry: one command may be this large (a 16 MiB batch put is
 # one all-or-nothing command). The Raft port's frame limit follows from it
-# (engine.raft_wire.max_frame_bytes; docs/security.md gives both).
+# (engine.raft.wire.max_frame_bytes; docs/security.md gives both).
 MAX_ENTRY_BYTES = 17 << 20
 
 

@@ -10,7 +10,8 @@ import asyncio
 import cbor2
 import pytest
 
-from engine.committer import CommitError, GroupCommitter
+from engine.committer import GroupCommitter
+from engine.outcome import CommitError
 
 
 class Log:

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import cbor2
 
-from ..committer import Committed, CommitError
+from ..outcome import Committed, CommitError
 from .frames import FrameWriter, LinkClosed, read_frame
 
 log = logging.getLogger("engine.link.remote")

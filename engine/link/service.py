@@ -39,7 +39,7 @@ import socket
 
 import cbor2
 
-from ..committer import CommitError
+from ..outcome import CommitError
 from .frames import FrameWriter, LinkClosed, read_frame
 from ..node import Node
 
