@@ -86,7 +86,8 @@ def measure(node, args) -> dict:
 
 
 def run_node(args) -> None:
-    from engine.raft.consensus import Consensus, Peer
+    from engine.config import Peer
+    from engine.raft.consensus import Consensus
     peers = [Peer(f"n{i}", a) for i, a in enumerate(args.addrs.split(","))]
     me = peers[args.node]
     applied = [0]

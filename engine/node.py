@@ -31,9 +31,10 @@ import cbor2
 
 from statemachine import StateMachine
 
-from .committer import Committed, CommitError, GroupCommitter
-from .config import ClusterConfig, NodeSpec
-from .raft.consensus import Consensus, Peer
+from .committer import GroupCommitter
+from .outcome import Committed, CommitError
+from .config import ClusterConfig, NodeSpec, Peer
+from .raft.consensus import Consensus
 
 log = logging.getLogger("engine.node")
 

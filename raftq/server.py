@@ -27,9 +27,9 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from api.app import Settings
 from engine.config import ClusterConfig
+from engine.link.service import EngineService
 from engine.node import Node
 from engine.pauses import keep_pauses_short
-from engine.link.service import EngineService
 
 from .front import run_front
 

@@ -26,13 +26,14 @@ from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.poller import createPoller
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
-from engine.storage import snapshot_file
-from engine.raft.consensus import Consensus, Peer
+from engine.config import Peer
+from engine.raft.consensus import Consensus
+from engine.raft.sealer import Sealer
 from engine.raft.wire import FRAME, Connection
+from engine.storage import snapshot_file
 from engine.storage.journal import DurableJournal
 from engine.storage.records import DamagedFile
 from raftq.local import free_ports as local_free_ports
-from engine.raft.sealer import Sealer
 from tests.tools import require_strace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -362,7 +363,7 @@ def test_the_wire_refuses_backward_timestamps_and_foreign_frames():
 
 class FakeLeader:
     """Speaks the Raft wire format, unencrypted, to one follower: raftq's
-    (pysyncobj's messages framed by engine.raft_wire.FRAME), or with
+    (pysyncobj's messages framed by engine.raft.wire.FRAME), or with
     ``pysyncobj_framing`` plain pysyncobj 0.3.17's (native int length, zlib)."""
 
     def __init__(self, own_addr, follower_addr, *, pysyncobj_framing=False):
@@ -1116,7 +1117,8 @@ def test_transfer_leadership(cluster):
 CHILD = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
-    from engine.raft.consensus import Consensus, Peer
+    from engine.config import Peer
+    from engine.raft.consensus import Consensus
     me, data_dir, *others = sys.argv[1:]
     peers = [Peer(*o.split("=")) for o in others]
     applied = []

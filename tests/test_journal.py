@@ -1,4 +1,4 @@
-"""engine.journal.DurableJournal: what survives a reopen, a torn write, a kill -9."""
+"""engine.storage.journal.DurableJournal: what survives a reopen, a torn write, a kill -9."""
 
 import errno
 import logging

@@ -18,7 +18,7 @@ follower:
 - echoes the ``sent_at`` of the append it answers, which confirms the
   leader's reads (``engine.raft.read_index``).
 
-``FollowerSide`` is mixed into ``engine.raft_node.RaftNode``; like it, it
+``FollowerSide`` is mixed into ``engine.raft.node.RaftNode``; like it, it
 uses pysyncobj's name-mangled ``_SyncObj__*`` internals.
 """
 
@@ -74,7 +74,7 @@ class FollowerSide:
             self._SyncObj__setCurrentTerm(term, None)
         self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
         leader_commit = self._SyncObj__leaderCommitIndex = message["commit_index"]
-        self._owner._leader_contact = monotonic()
+        self.leader_contact = monotonic()
         self._answering_sent_at = message.get("sent_at")
 
         verified = None  # last index known to equal the leader's log
@@ -127,9 +127,9 @@ class FollowerSide:
             snapshots.drop_incoming()
             return None
         snapshots.take_incoming()
-        self._owner._loaded_snapshot = None
+        self.loaded_snapshot = None
         self._SyncObj__loadDumpFile(clearJournal=True)
-        loaded = self._owner._loaded_snapshot
+        loaded = self.loaded_snapshot
         # pysyncobj logs and swallows a failed load; acknowledging then
         # would vouch for the old log. Without a reply the leader finds the
         # gap and sends the snapshot again.

@@ -28,7 +28,7 @@ In a rolling upgrade from a release without PreVote, the older nodes do not
 answer pre-votes; a node of the newer release can then lead only once a
 majority runs it, while the older ones still elect among themselves.
 
-``PreVote`` is mixed into ``engine.raft_node.RaftNode``, which calls
+``PreVote`` is mixed into ``engine.raft.node.RaftNode``, which calls
 ``_ask_before_standing`` before each tick and hands it the two messages.
 """
 
@@ -81,7 +81,7 @@ class PreVote:
     def _has_live_leader(self) -> bool:
         leader = self._SyncObj__raftLeader
         return (leader is not None and self.isNodeConnected(leader)
-                and monotonic() - self._owner._leader_contact < self._SyncObj__conf.raftMinTimeout)
+                and monotonic() - self.leader_contact < self._SyncObj__conf.raftMinTimeout)
 
     def _on_pre_vote(self, node, message) -> None:
         term = self._SyncObj__raftCurrentTerm
