@@ -8,7 +8,8 @@ mutated on the tick thread, under ``_lock``; every read takes the same
 lock, so a read never sees half an entry.  A snapshot is the exception: the
 tick thread forks a child that encodes its copy of the state, between two
 applies and without the lock (``engine.raft.snapshots``).  Results travel
-back to the loop through ``call_soon_threadsafe``.
+back to the loop through ``call_soon_threadsafe``.  Receives that wait for
+a message (long polls) are ``Node.long_polls`` (``engine.long_poll``).
 
 Log time: the leader stamps every command with ``now_ms`` from
 ``LogClock``, which continues from the last applied log time with this
@@ -20,7 +21,6 @@ wait for it (see ``Node.submit``).
 """
 
 import asyncio
-import collections
 import logging
 import threading
 import time
@@ -32,17 +32,15 @@ import cbor2
 from statemachine import StateMachine
 
 from .committer import GroupCommitter
-from .outcome import Committed, CommitError
 from .config import ClusterConfig, NodeSpec, Peer
+from .long_poll import LongPolls
+from .outcome import Committed, CommitError
 from .raft.consensus import Consensus
 
 log = logging.getLogger("engine.node")
 
 TICK_INTERVAL_S = 0.02
 CHECKPOINTS_KEPT = 64
-# A woken receiver that never says it is done (a bug, a dropped task) stops
-# holding back the other waiters after this long.
-CLAIM_EXPIRY_S = 5.0
 
 
 class LogClock:
@@ -113,11 +111,8 @@ class Node:
         self.clock = LogClock(self.machine)
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiters: dict[tuple[str, str], list[asyncio.Future]] = {}
-        self._waiting_by_client: collections.Counter[str] = collections.Counter()
-        # per group, when each woken receiver not done yet was woken
-        self._claims: dict[tuple[str, str], list[float]] = {}
-        self._wake_scheduled = False
+        # before the Raft node: it may apply entries (replay) as it is built
+        self.long_polls = LongPolls(self.machine, self._lock, self.submit)
         self._checkpoints: dict[str, str] = {}
         self._was_leader = False
         self.times_became_leader = 0
@@ -140,6 +135,7 @@ class Node:
     # ---- life cycle ---------------------------------------------------------------
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self.long_polls.start(self._loop)
         self._ticker = asyncio.create_task(self._tick_loop())
 
     async def hand_over(self) -> None:
@@ -167,11 +163,7 @@ class Node:
                 self._checkpoints[result["checkpoint"]] = result["digest"]
                 while len(self._checkpoints) > CHECKPOINTS_KEPT:
                     del self._checkpoints[next(iter(self._checkpoints))]
-        # Only for long polls: most applies have nobody to wake. A waiter
-        # registers before it checks has_ready, so none is missed.
-        if self._loop is not None and self._waiters and not self._wake_scheduled:
-            self._wake_scheduled = True
-            self._loop.call_soon_threadsafe(self._wake_waiters)
+        self.long_polls.entry_applied()
         return index, results
 
     def _restore(self, data: bytes) -> None:
@@ -322,121 +314,6 @@ class Node:
         with self._lock:
             return self.machine.read(query, *args), self.consensus.applied_index()
 
-    # ---- long poll ---------------------------------------------------------------------------
-    async def receive(self, command: dict, wait_s: float, max_waiters: int, *, last_try: bool = True,
-                      client: str | None = None, max_per_client: int = 0) -> Committed | None:
-        """A receive command that waits up to `wait_s` for something to lease.
-
-        Waiting costs no log entry: the receive is written once something may
-        be ready (or the group is missing, to get its error), and — when
-        `last_try` — once more at the end if nothing was (an HTTP receive
-        answers with its result); without it the end of the wait is None.
-        CommitError too_many_waiters when `max_waiters` wait on this node
-        already, too_many_client_waiters when `max_per_client` of `client` do.
-        """
-        queue, group = command["queue"], command["group"]
-        deadline = time.monotonic() + wait_s
-        woken = False
-        try:
-            while True:
-                if time.monotonic() < deadline:
-                    if woken:
-                        self.woken_done(queue, group)
-                    outcome = await self.wait_ready(queue, group, deadline - time.monotonic(), max_waiters,
-                                                    client, max_per_client)
-                    woken = outcome == "woken"
-                    if outcome == "timeout" and not last_try:
-                        return None
-                committed = await self.submit(dict(command))
-                if committed.result.get("messages") or "error" in committed.result \
-                        or time.monotonic() >= deadline:
-                    return committed
-        finally:
-            if woken:
-                self.woken_done(queue, group)
-
-    async def wait_ready(self, queue: str, group: str, timeout: float, max_waiters: int,
-                         client: str | None = None, max_per_client: int = 0) -> str:
-        """Wait until the group may have a ready message for this caller.
-
-        "woken" when an apply woke this caller: it was counted as claiming
-        one ready message, and must call ``woken_done`` once it has tried to
-        lease (before waiting again, too), so that what it left ready wakes
-        the next waiter.  "ready" at once when something is ready (or the
-        group does not exist: a receive then gets its error); "timeout" after
-        `timeout`.  CommitError too_many_waiters when `max_waiters` wait already;
-        too_many_client_waiters when `client` (the front's name for who asks:
-        its address) has `max_per_client` waiting already, so that no one
-        client takes every slot.
-        """
-        key = (queue, group)
-        future = self._loop.create_future()
-        # Registered before looking: an apply that makes the group ready after
-        # the look below then finds a waiter and wakes it (_apply_entry).
-        self._waiters.setdefault(key, []).append(future)
-        if client is not None:
-            self._waiting_by_client[client] += 1
-        try:
-            if self.read("has_ready", queue, group) or "error" in self.read("group_info", queue, group):
-                return "ready"
-            if self.long_polls_waiting() > max_waiters:
-                raise CommitError("too_many_waiters")
-            if client is not None and self._waiting_by_client[client] > max_per_client:
-                raise CommitError("too_many_client_waiters")
-            await asyncio.wait_for(future, timeout)
-            return "woken"
-        except asyncio.TimeoutError:
-            return "timeout"
-        finally:
-            waiting = self._waiters.get(key)
-            if waiting is not None and future in waiting:
-                waiting.remove(future)
-                if not waiting:
-                    del self._waiters[key]
-            if client is not None:
-                self._waiting_by_client[client] -= 1
-                if not self._waiting_by_client[client]:
-                    del self._waiting_by_client[client]
-
-    def woken_done(self, queue: str, group: str) -> None:
-        claims = self._claims.get((queue, group))
-        if claims:
-            claims.pop(0)
-            if not claims:
-                del self._claims[(queue, group)]
-        if self._waiters and not self._wake_scheduled:
-            self._wake_scheduled = True
-            self._loop.call_soon(self._wake_waiters)
-
-    def long_polls_waiting(self) -> int:
-        return sum(len(waiting) for waiting in self._waiters.values())
-
-    def _wake_waiters(self) -> None:
-        # A ready message wakes one waiter, oldest first, unless a receiver
-        # woken before is still on its way to it: waking every waiter of a
-        # group made each one write a receive to the log (500 waiters: 496
-        # empty receives per put).
-        self._wake_scheduled = False
-        if not self._waiters:
-            return
-        with self._lock:
-            ready = {key: self.machine.ready_count(*key) for key in self._waiters}
-        stale = time.monotonic() - CLAIM_EXPIRY_S
-        for key, count in ready.items():
-            claims = self._claims.setdefault(key, [])
-            while claims and claims[0] < stale:
-                claims.pop(0)
-            waiting = self._waiters[key]
-            while waiting and count > len(claims):
-                future = waiting.pop(0)
-                if not future.done():
-                    future.set_result(None)
-                    claims.append(time.monotonic())
-            if not claims:
-                del self._claims[key]
-            if not waiting:
-                del self._waiters[key]
-
     # ---- cluster ------------------------------------------------------------------------------
     def is_leader(self) -> bool:
         return self.consensus.route()[0] == "leader"
@@ -458,7 +335,7 @@ class Node:
 
     def stats(self) -> dict:
         return {"times_became_leader": self.times_became_leader, "entries_applied": self.entries_applied,
-                "long_polls_waiting": self.long_polls_waiting(), "packing": self.committer.packing.as_dict()}
+                "long_polls_waiting": self.long_polls.waiting(), "packing": self.committer.packing.as_dict()}
 
     def status(self) -> dict:
         return self.consensus.status()

@@ -252,7 +252,7 @@ MUTANTS = [
            "return bool(self.messages)",
            ("tests/test_statemachine_rules.py::test_an_emptied_queue_still_ticks_to_forget_the_ids_it_remembers",)),
     Mutant("long-poll-never-woken", "a waiting receive is woken by the put that makes a message ready",
-           "engine/node.py", "if self._loop is not None and self._waiters and not self._wake_scheduled:", "if False:",
+           "engine/long_poll.py", "if self._loop is not None and self._waiters and not self._wake_scheduled:", "if False:",
            (T_API + "test_long_poll_wakes_on_put",)),
     # ---- issue 21: what one client can take of a node -----------------------------------------
     Mutant("outbox-without-a-bound", "a streaming-wire client that never reads is slowed, not buffered for",
@@ -266,7 +266,7 @@ MUTANTS = [
            "api/stream.py", "if len(self.subscriptions) >= cap:", "if False:",
            (T_SST + "test_one_connection_subscribing_1100_times_leaves_others_their_long_polls",)),
     Mutant("long-polls-per-client-without-a-cap", "one client address cannot take every long-poll slot",
-           "engine/node.py", "if client is not None and self._waiting_by_client[client] > max_per_client:",
+           "engine/long_poll.py", "if client is not None and self._waiting_by_client[client] > max_per_client:",
            "if False:",
            (T_SST + "test_one_client_address_gets_its_share_of_the_long_polls_and_another_its_own",)),
     # ---- issue 21: staged writes bounded, the queue cap on every path, a mark only its producer moves ----

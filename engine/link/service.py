@@ -145,7 +145,7 @@ class EngineService:
 
     async def _receive(self, command: dict, wait_s: float, last_try: bool, encoded: bool,
                        client: str | None) -> list | None:
-        committed = await self.node.receive(command, wait_s, self.max_long_polls, last_try=last_try,
+        committed = await self.node.long_polls.receive(command, wait_s, self.max_long_polls, last_try=last_try,
                                             client=client, max_per_client=self.max_long_polls_per_client)
         if committed is None:
             return None
