@@ -65,7 +65,7 @@ async def _forward(app: web.Application, queue: str, messages: list) -> str | No
         try:
             validate(command)
             await caps.check(node, app[SETTINGS].limits, command)
-            result = (await node.submit(command)).result
+            result = (await node.apply(command)).result
         except CommitError:
             return "retry"
         except ApiError as exc:

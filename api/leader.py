@@ -121,7 +121,7 @@ async def apply(app: web.Application, command: dict) -> Committed:
     """
     node = app[NODE]
     await caps.check(node, app[SETTINGS].limits, command)
-    return await _committed(app, node.submit(command), 0.0)
+    return await _committed(app, node.apply(command), 0.0)
 
 
 async def receive_waiting(app: web.Application, command: dict, wait_s: float, *, client: str | None,

@@ -117,7 +117,7 @@ class Node:
         self._was_leader = False
         self.times_became_leader = 0
         self.entries_applied = 0
-        self.committer = GroupCommitter(self._submit_entry)
+        self.committer = GroupCommitter(self._propose)
         self.consensus = Consensus(
             self_peer=self.spec.peer(),
             peers=cluster.peers_for(node_id),
@@ -189,11 +189,12 @@ class Node:
         self._was_leader = leader
 
     # ---- writes -------------------------------------------------------------------------
-    def _submit_entry(self, entry: bytes, term: int, callback) -> None:
-        self.consensus.submit(entry, callback, term=term)
+    def _propose(self, entry: bytes, term: int, callback) -> None:
+        self.consensus.propose(entry, callback, term=term)
 
     async def submit(self, command: dict) -> Committed:
-        """Apply one command through the log: its result and entry's index, or CommitError."""
+        """Stamp one command with log time and apply it through the log (group
+        commit, Raft): its result and its entry's index, or CommitError."""
         return await self.submit_encoded(cbor2.dumps(command))
 
     async def submit_encoded(self, encoded: bytes) -> Committed:
@@ -207,7 +208,7 @@ class Node:
         term = self.consensus.term()
         await self._settled(term)
         try:
-            return await self.committer.submit(stamped(encoded, self.clock.now_ms()), term)
+            return await self.committer.enqueue(stamped(encoded, self.clock.now_ms()), term)
         finally:
             self._ticker_wake.set()   # the command may have set a timer
 
@@ -275,7 +276,7 @@ class Node:
             try:
                 if not self.clock.settled_for(term):
                     # The barrier: once applied, the applied log time is the latest.
-                    await self.committer.submit(cbor2.dumps({"op": "tick", "now_ms": self.clock.barrier_ms()}), term)
+                    await self.committer.enqueue(cbor2.dumps({"op": "tick", "now_ms": self.clock.barrier_ms()}), term)
                     if self.is_leader() and self.consensus.term() == term:
                         self.clock.settle(term)
                         self._release_settle_waiters(term)

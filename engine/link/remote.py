@@ -113,8 +113,9 @@ class RemoteNode:
         return None if node_id is None else self._view["http"].get(node_id)
 
     # ---- the log and the state machine ---------------------------------------------------
-    async def submit(self, command: dict) -> Committed:
-        """The command applied through the log."""
+    async def apply(self, command: dict) -> Committed:
+        """The command applied through the engine's log (``Node.submit``, one
+        round trip): its result and its entry's index, or CommitError."""
         # encoded here, so the engine only splices in its log time
         return Committed(*await self._call("submit", cbor2.dumps(command)))
 

@@ -24,12 +24,12 @@ The files they keep are ``engine.storage.journal`` (the log) and
 
 raftq gives pysyncobj one replicated method, ``_raftq_apply(entry: bytes)``,
 which hands the entry to the state machine's ``apply``. Everything above this
-module sees ``Consensus``: ``submit(entry, callback, term=...)``, ``status()``,
+module sees ``Consensus``: ``propose(entry, callback, term=...)``, ``status()``,
 membership, leadership transfer and snapshots, with raftq's own node ids;
 pysyncobj knows nodes only by their Raft addresses, so an id <-> address map
 lives here.
 
-A submitted entry is wrapped in a ticket. The ticket's callback runs exactly
+A proposed entry is wrapped in a ticket. The ticket's callback runs exactly
 once on the tick thread: with the apply result when the entry is committed and
 applied here, or with an error string -- ``not_leader``, ``no_quorum``,
 ``too_large``, ``overloaded`` (definitely not applied); ``discarded``,
@@ -209,8 +209,9 @@ class Consensus:
 
     # -- public interface --------------------------------------------------
 
-    def submit(self, entry: bytes, callback: Callable[[object | None, str | None], None], *, term: int) -> None:
-        """Propose ``entry``, prepared for ``term``: it enters the log only while this node leads that term."""
+    def propose(self, entry: bytes, callback: Callable[[object | None, str | None], None], *, term: int) -> None:
+        """Propose ``entry``, prepared for ``term``, to the Raft log: it enters the log only while
+        this node leads that term; ``callback(result, error)`` runs once, on the tick thread."""
         ticket = self._ticket(callback, term)
         if ticket is None:
             return
@@ -227,7 +228,7 @@ class Consensus:
         """Call back ``(None, None)`` once a read arriving now may be answered
         from this leader's applied state: a majority answered appends sent
         after now, and this node applied what it had committed by now
-        (``engine.raft.read_index``). Otherwise an error, as ``submit``'s."""
+        (``engine.raft.read_index``). Otherwise an error, as ``propose``'s."""
         ticket = self._admitted(callback)
         if ticket is not None:
             asked_at = monotonic()
