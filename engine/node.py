@@ -37,7 +37,7 @@ from .long_poll import LongPolls
 from .outcome import Committed, CommitError
 from .raft.consensus import Consensus
 
-log = logging.getLogger("engine.node")
+logger = logging.getLogger(__name__)
 
 TICK_INTERVAL_S = 0.02
 CHECKPOINTS_KEPT = 64
@@ -144,7 +144,7 @@ class Node:
             self._ticker.cancel()
         if self.is_leader():
             moved = await self.transfer_leadership(2.0)
-            log.info("leadership %s before shutdown", "handed over" if moved else "given up")
+            logger.info("leadership %s before shutdown", "handed over" if moved else "given up")
         self.consensus.retire()
         self.committer.fail_pending("shutting_down")
         self._release_settle_waiters(None)
@@ -180,10 +180,10 @@ class Node:
         leader = self.is_leader()
         if leader and not self._was_leader:
             self.times_became_leader += 1
-            log.info("became leader at term %s", self.consensus.term())
+            logger.info("became leader at term %s", self.consensus.term())
             self._ticker_wake.set()   # the barrier goes out now, not at the next tick
         elif not leader and self._was_leader:
-            log.info("stepped down; leader is now %s", self.consensus.leader_id())
+            logger.info("stepped down; leader is now %s", self.consensus.leader_id())
             self.committer.fail_pending("leader_changed")
             self._release_settle_waiters(None)
         self._was_leader = leader
@@ -289,7 +289,7 @@ class Node:
             except Exception:
                 # Without this loop a leader never settles its clock and every
                 # write waits for a barrier that is never sent: log, go on.
-                log.exception("tick loop round failed")
+                logger.exception("tick loop round failed")
             await asyncio.sleep(TICK_INTERVAL_S)
 
     async def _sleep_until_due(self) -> None:

@@ -23,7 +23,7 @@ import cbor2
 from ..outcome import Committed, CommitError
 from .frames import FrameWriter, LinkClosed, read_frame
 
-log = logging.getLogger("engine.link.remote")
+logger = logging.getLogger(__name__)
 
 
 class Read(NamedTuple):
@@ -76,7 +76,7 @@ class RemoteNode:
                     else:
                         future.set_exception(CommitError(error))
         except LinkClosed:
-            log.warning("the engine went away")
+            logger.warning("the engine went away")
         finally:
             for future in self._calls.values():
                 if not future.done():

@@ -43,7 +43,7 @@ from ..outcome import CommitError
 from .frames import FrameWriter, LinkClosed, read_frame
 from ..node import Node
 
-log = logging.getLogger("engine.link.service")
+logger = logging.getLogger(__name__)
 
 # Role, leader, term and quorum changes are reported by the consensus module
 # as they happen; members' HTTP addresses change with applied entries, and are
@@ -113,7 +113,7 @@ class EngineService:
         try:
             value = self._instant[method](*args)
         except Exception:
-            log.exception("engine call %s failed", method)
+            logger.exception("engine call %s failed", method)
             value, error = None, "internal"
         else:
             error = None
@@ -128,7 +128,7 @@ class EngineService:
         except asyncio.CancelledError:
             return
         except Exception:
-            log.exception("engine call %s failed", method)
+            logger.exception("engine call %s failed", method)
             value, error = None, "internal"
         if call_id:
             out.send([call_id, error, value])
