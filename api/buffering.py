@@ -28,7 +28,7 @@ from .errors import ApiError
 from .keys import HTTP, NODE, SETTINGS
 from .leader import validate
 
-log = logging.getLogger("engine.storage.put_buffer")
+log = logging.getLogger("engine.buffer")
 
 BUFFER = web.AppKey("buffer", PutBuffer)
 BUFFERED = web.AppKey("buffered", asyncio.Event)   # set when a put is buffered
