@@ -38,7 +38,7 @@ the same idempotency id); ``denied`` (membership change refused). A ticket
 that outlives ``submit_timeout`` gets ``timeout`` and any later outcome from
 pysyncobj is dropped.
 
-What the facade itself adds to pysyncobj 0.3.17 (../shared/PYSYNCOBJ.md):
+What the facade itself adds to pysyncobj 0.3.17 (docs/guarantees.md, "What pysyncobj 0.3.17 lacks"):
 - Never raise. The state machine's ``apply`` is wrapped: an exception is
   logged CRITICAL and becomes the result ``{"error": "internal", ...}``, so
   it cannot re-run forever.

@@ -2,8 +2,8 @@
 
 pysyncobj 0.3.17's follower truncated its log after every overlapping,
 shorter AppendEntries, dropping entries it had acknowledged, and loaded every
-snapshot a leader sent it over its log (../shared/PYSYNCOBJ.md). Here a
-follower:
+snapshot a leader sent it over its log (docs/guarantees.md, "What pysyncobj
+0.3.17 lacks"). Here a follower:
 
 - deletes entries only on a real conflict (same index, different term),
   appends only the entries it lacks, acknowledges the last index of the

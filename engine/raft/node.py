@@ -2,7 +2,8 @@
 
 pysyncobj 0.3.17 runs the Raft protocol on its own *tick thread* (network
 I/O, elections, replication, commit, apply). ``RaftNode`` subclasses it and
-closes these gaps (../shared/PYSYNCOBJ.md); ``engine.raft.consensus`` drives it.
+closes these gaps (docs/guarantees.md, "What pysyncobj 0.3.17 lacks");
+``engine.raft.consensus`` drives it.
 
 1. Durability. ``engine.storage.journal.DurableJournal`` (checksummed, fsynced
    segments; term/vote/commit index in an fsynced meta file) replaces
