@@ -4,7 +4,8 @@ Theory of operation
 -------------------
 pysyncobj (pinned, ``engine/raft/pysyncobj_pin.py``) runs the Raft protocol on its
 own *tick thread*: network I/O, elections, replication, commit, apply. Only
-the modules of ``engine/raft/`` import it, one concern each:
+the modules of ``engine/raft/`` read its internals (``engine.storage.journal``
+implements its public journal interface), one concern each:
 
 - ``engine.raft.consensus`` (this module): ``Consensus``, the facade below;
 - ``engine.raft.node``: ``RaftNode``, pysyncobj's SyncObj with raftq's
@@ -38,7 +39,8 @@ the same idempotency id); ``denied`` (membership change refused). A ticket
 that outlives ``submit_timeout`` gets ``timeout`` and any later outcome from
 pysyncobj is dropped.
 
-What the facade itself adds to pysyncobj 0.3.17 (docs/guarantees.md, "What pysyncobj 0.3.17 lacks"):
+What the facade itself adds to pysyncobj 0.3.17 (docs/guarantees.md, "What
+pysyncobj 0.3.17 lacks"):
 - Never raise. The state machine's ``apply`` is wrapped: an exception is
   logged CRITICAL and becomes the result ``{"error": "internal", ...}``, so
   it cannot re-run forever.
@@ -158,7 +160,7 @@ class Consensus:
         # all fork a snapshot writer at the same moment; spread them per node.
         jitter = 1 + (zlib.crc32(self_peer.raft_addr.encode()) % 1000) / 2000
         conf = SyncObjConf(
-            password=None,   # encryption is the Sealer's (given to _RaftNode), not Fernet
+            password=None,   # encryption is the Sealer's (given to RaftNode), not Fernet
             autoTick=True,
             # the longest the tick thread polls; RaftNode wakes it sooner for
             # a heartbeat or an election deadline
