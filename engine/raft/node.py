@@ -12,14 +12,13 @@ closes these gaps (docs/guarantees.md, "What pysyncobj 0.3.17 lacks");
    when the first ``RaftNode`` is built, so that a journal *object* passed as
    ``conf.journalFile`` is used as is, while any other value gets pysyncobj's
    own behaviour -- per instance, and inert for other users of pysyncobj in
-   the process. Syncs are grouped but
-   never skipped: the leader appends a round of commands, sends them to the
-   followers and fsyncs while they do (Raft allows the leader's own write in
-   parallel; it counts itself only at the next tick, after the sync); a
-   follower appends what one network poll brought, fsyncs once, and only then
-   sends the acknowledgements it queued meanwhile. Anything that could make a
-   queued acknowledgement untrue (truncation, clear, a new term) first flushes
-   the queue.
+   the process. Syncs are grouped but never skipped: the leader appends a
+   round of commands, sends them to the followers and fsyncs while they do
+   (Raft allows the leader's own write in parallel; it counts itself only at
+   the next tick, after the sync); a follower appends what one network poll
+   brought, fsyncs once, and only then sends the acknowledgements it queued
+   meanwhile. Anything that could make a queued acknowledgement untrue
+   (truncation, clear, a new term) first flushes the queue.
 2. Follower truncation. A follower handles AppendEntries and snapshots
    itself (``engine.raft.follower``): it deletes entries only on a real
    conflict and loads a snapshot only over a log that lacks its last entry;
