@@ -182,7 +182,7 @@ class TermCheckedQueue(FastQueue):
     log time ahead of real time and expire leases early (found by the chaos
     suite: a paused leader woke up and put its tick into the new leader's
     log, 223 ms ahead). So a command is handed out only while this node leads
-    the term it was submitted for; any other is refused, definitely not
+    the term it was proposed for; any other is refused, definitely not
     applied, and its caller retries with the current leader. The check runs
     on the tick thread at the moment pysyncobj decides, so no role change can
     slip in between.
@@ -492,7 +492,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
 
     def _until_due(self, longest: float) -> float:
         # How long this tick may poll: until the next heartbeat (leader) or
-        # election deadline (follower), not a fixed period. Messages, submits
+        # election deadline (follower), not a fixed period. Messages, proposals
         # and tasks end the poll early through their sockets and the pipe.
         # Judged before the tick: a heartbeat or election due now goes out in it.
         if self._SyncObj__raftLastApplied < self._SyncObj__raftCommitIndex:
