@@ -126,7 +126,7 @@ class RemoteNode:
 
     async def receive(self, command: dict, wait_s: float, *, last_try: bool = True,
                       encoded: bool = False, client: str | None = None) -> Committed | None:
-        """A receive that waits up to `wait_s` for a message (``Node.receive``);
+        """A receive that waits up to `wait_s` for a message (``LongPolls.receive``);
         `encoded`: its messages as {"receipts": [...], "encoded": CBOR array};
         `client`: who waits (its address), held to its share of the node's waits."""
         answer = await self._call("receive", command, wait_s, last_try, encoded, client)
