@@ -15,8 +15,8 @@ from pathlib import Path
 
 from aiohttp import ClientSession, TCPConnector, web
 
-from engine.buffer import PutBuffer
 from engine.config import Sqs, Tokens
+from engine.storage.put_buffer import PutBuffer
 
 from . import buffering, events, openapi
 from .codec import respond
@@ -149,7 +149,7 @@ def _auth_middleware(tokens: Tokens):
 
 
 def make_app(node, settings: Settings, buffer_dir: Path) -> web.Application:
-    """The application of one front, over `node` (an ``engine.remote.RemoteNode``)."""
+    """The application of one front, over `node` (an ``engine.link.remote.RemoteNode``)."""
     buffer = PutBuffer(buffer_dir, settings.buffer_max_bytes)
     metrics = Metrics(node, buffer)
     middlewares = [metrics.middleware(), _error_middleware()]

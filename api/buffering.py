@@ -1,6 +1,6 @@
 """`buffer=allow`: take puts while no leader is reachable, forward them once one is.
 
-The buffer itself (engine/buffer.py) is a durable FIFO on this node's disk.
+The buffer itself (engine/storage/put_buffer.py) is a durable FIFO on this node's disk.
 Forwarding goes through the same door as any client: the local node when it
 leads, else an HTTP put to the leader.  A put the leader answered 201
 advances the buffer.  One it refused for good (400, 404, 409, 413: the
@@ -18,8 +18,8 @@ from urllib.parse import quote
 
 from aiohttp import ClientError, ClientTimeout, web
 
-from engine.buffer import BufferFull, PutBuffer
-from engine.committer import CommitError
+from engine.outcome import CommitError
+from engine.storage.put_buffer import BufferFull, PutBuffer
 from wire_format import with_body_b64
 
 from . import caps
@@ -65,7 +65,7 @@ async def _forward(app: web.Application, queue: str, messages: list) -> str | No
         try:
             validate(command)
             await caps.check(node, app[SETTINGS].limits, command)
-            result = (await node.submit(command)).result
+            result = (await node.apply(command)).result
         except CommitError:
             return "retry"
         except ApiError as exc:

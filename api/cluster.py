@@ -4,7 +4,7 @@ import asyncio
 
 from aiohttp import ClientError, ClientTimeout, web
 
-from engine.committer import CommitError
+from engine.outcome import CommitError
 
 from .buffering import BUFFER
 from .codec import read_body, respond

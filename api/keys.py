@@ -2,6 +2,8 @@
 
 from aiohttp import ClientSession, web
 
-NODE = web.AppKey("node", object)
+from engine.link.remote import RemoteNode
+
+NODE = web.AppKey("node", RemoteNode)
 SETTINGS = web.AppKey("settings", object)
 HTTP = web.AppKey("http", ClientSession)

@@ -16,7 +16,7 @@ import asyncio
 
 from aiohttp import ClientError, ClientTimeout, web
 
-from engine.committer import Committed, CommitError
+from engine.outcome import Committed, CommitError
 from statemachine import check_command
 
 from . import caps
@@ -27,7 +27,7 @@ from .keys import HTTP, NODE, SETTINGS  # noqa: F401  (the handlers import them 
 
 CONSISTENCY_LEVELS = ("leader", "strong", "any")
 # Longer than an election takes (its timeout is 0.3-0.6 s, then a vote;
-# a killed leader is replaced sooner, engine/raft_node.py).
+# a killed leader is replaced sooner, engine/raft/node.py).
 ELECTION_HOLD_S = 0.8
 FORWARD_HEADERS = ("Content-Type", "Accept", "Authorization")
 
@@ -121,7 +121,7 @@ async def apply(app: web.Application, command: dict) -> Committed:
     """
     node = app[NODE]
     await caps.check(node, app[SETTINGS].limits, command)
-    return await _committed(app, node.submit(command), 0.0)
+    return await _committed(app, node.apply(command), 0.0)
 
 
 async def receive_waiting(app: web.Application, command: dict, wait_s: float, *, client: str | None,

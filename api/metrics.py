@@ -14,7 +14,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from engine.committer import CommitError
+from engine.outcome import CommitError
 
 from .errors import ApiError
 

@@ -41,7 +41,7 @@ import time
 import cbor2
 from aiohttp import WSMsgType, web
 
-from engine.committer import Committed
+from engine.outcome import Committed
 from statemachine import check_command
 from statemachine.validation import MAX_RECEIVE, is_int
 

@@ -1,9 +1,9 @@
-"""Commit latency and throughput of engine.consensus: 3 node processes on 127.0.0.1, fsync on.
+"""Commit latency and throughput of engine.raft.consensus: 3 node processes on 127.0.0.1, fsync on.
 
     .venv/bin/python bench/consensus_bench.py [--lone 1000] [--seconds 5] [--window 64]
 
 The leader's process measures, through the commit callbacks: the latency of
-one entry at a time (submit -> applied on the leader after a majority fsynced
+one entry at a time (propose -> applied on the leader after a majority fsynced
 it), then the throughput with --window entries in flight, for small and for
 64 KiB entries. The last line printed is one JSON object with the figures.
 """
@@ -29,7 +29,7 @@ def measure(node, args) -> dict:
     def one(entry):
         done = threading.Event()
         out = []
-        node.submit(entry, lambda r, e: (out.append(e), done.set()), term=node.term())
+        node.propose(entry, lambda r, e: (out.append(e), done.set()), term=node.term())
         done.wait(30)
         return out[0] if out else "no-callback"
 
@@ -59,7 +59,7 @@ def measure(node, args) -> dict:
         sent = 0
         while time.perf_counter() < deadline:
             slots.acquire()
-            node.submit(payload, callback, term=node.term())
+            node.propose(payload, callback, term=node.term())
             sent += 1
         for _ in range(args.window):
             slots.acquire()
@@ -86,7 +86,8 @@ def measure(node, args) -> dict:
 
 
 def run_node(args) -> None:
-    from engine.consensus import Consensus, Peer
+    from engine.config import Peer
+    from engine.raft.consensus import Consensus
     peers = [Peer(f"n{i}", a) for i, a in enumerate(args.addrs.split(","))]
     me = peers[args.node]
     applied = [0]

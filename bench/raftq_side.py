@@ -252,7 +252,7 @@ class RaftqHttp:
     def memory_and_restart(self, count: int) -> dict:
         """Memory per node (engine and fronts) holding `count` stored messages, once
         no snapshot is being written; the most seen while one was (its writer is a
-        forked child, engine/raft_snapshots.py); and a whole-cluster restart to ready."""
+        forked child, engine/raft/snapshots.py); and a whole-cluster restart to ready."""
         processes = {n: len(group_pids([self.cluster.pid(n)])) for n in self.cluster.ids}
         asyncio.run(self._fill(self._queue("1m"), count))
         peak, deadline = 0.0, time.monotonic() + SNAPSHOT_SETTLE_S

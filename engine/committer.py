@@ -4,7 +4,7 @@ A Raft round trip and an fsync cost the same for one command as for a
 thousand, so the HTTP layer never calls Raft per request.  Each request's
 command is encoded once and queued; at the end of the current event-loop
 iteration everything queued is packed into one entry (bounded by count and
-bytes) and submitted, as long as fewer than ``max_in_flight`` entries are
+bytes) and proposed, as long as fewer than ``max_in_flight`` entries are
 waiting for their commit.  A lone request therefore leaves at once, and
 under load requests pile up behind the in-flight entries and share the next
 one.  When the entry is applied, each request is answered from its own slot
@@ -12,26 +12,14 @@ of the entry's result list.
 
 Commands are stamped with the leader's log time for one term (see
 ``engine.node.LogClock``), so an entry only ever packs commands stamped in the
-same term, and is submitted for that term.
+same term, and is proposed for that term.
 """
 
 import asyncio
 from collections import deque
-from typing import Callable, NamedTuple
+from typing import Callable
 
-
-class CommitError(Exception):
-    """The entry's fate is unknown or it was refused before the log (see code)."""
-
-    def __init__(self, code: str):
-        super().__init__(code)
-        self.code = code
-
-
-class Committed(NamedTuple):
-    """A command's result, and the log index of the entry that carried it."""
-    result: dict
-    index: int
+from .outcome import Committed, CommitError
 
 
 class Packing:
@@ -75,15 +63,15 @@ def cbor_array_header(length: int) -> bytes:
 
 # The largest log entry: one command may be this large (a 16 MiB batch put is
 # one all-or-nothing command). The Raft port's frame limit follows from it
-# (engine.raft_wire.max_frame_bytes; docs/security.md gives both).
+# (engine.raft.wire.max_frame_bytes; docs/security.md gives both).
 MAX_ENTRY_BYTES = 17 << 20
 
 
 class GroupCommitter:
-    def __init__(self, submit_entry: Callable[[bytes, int, Callable], None], *,
+    def __init__(self, propose: Callable[[bytes, int, Callable], None], *,
                  max_commands: int = 2_000, pack_bytes: int = 1 << 20,
                  max_entry_bytes: int = MAX_ENTRY_BYTES, max_in_flight: int = 4):
-        self._submit_entry = submit_entry
+        self._propose = propose
         self.max_commands = max_commands
         # Entries are packed up to pack_bytes, so that one replication round
         # stays short; a single command may be larger (a 16 MiB batch put is
@@ -97,8 +85,9 @@ class GroupCommitter:
         self._flush_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def submit(self, encoded: bytes, term: int) -> asyncio.Future:
-        """A future resolved with the command's ``Committed`` once its entry is applied here.
+    def enqueue(self, encoded: bytes, term: int) -> asyncio.Future:
+        """Queue a stamped command for the next entry of ``term``: a future of
+        its ``Committed`` once that entry is applied here, or CommitError.
 
         ``encoded`` is the command as CBOR, ``term`` the term it was stamped in.
         """
@@ -140,7 +129,7 @@ class GroupCommitter:
             self._in_flight += 1
             self.packing.add(len(items), len(entry))
             loop = self._loop
-            self._submit_entry(entry, term, lambda result, err, f=futures: loop.call_soon_threadsafe(
+            self._propose(entry, term, lambda result, err, f=futures: loop.call_soon_threadsafe(
                 self._resolve, f, result, err))
 
     def _resolve(self, futures: list, applied, err) -> None:

@@ -49,11 +49,19 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .consensus import Peer
 
 
 class ConfigError(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A voter as Raft knows it: its id, the address peers know it by, and
+    where this node connects to reach it (None: that address)."""
+    id: str
+    raft_addr: str
+    dial_addr: str | None = None
 
 
 @dataclass(frozen=True)

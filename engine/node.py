@@ -1,14 +1,15 @@
 """A raftq node's engine: the state machine, replicated, and what the fronts need of it.
 
 It runs in the node's engine process (docs/architecture.md), which serves
-it to the front processes through ``engine.service``.  Threads:
+it to the front processes through ``engine.link.service``.  Threads:
 pysyncobj applies log entries on its own tick thread; this object's
 coroutines run on the engine's asyncio loop.  The state machine is only ever
 mutated on the tick thread, under ``_lock``; every read takes the same
 lock, so a read never sees half an entry.  A snapshot is the exception: the
 tick thread forks a child that encodes its copy of the state, between two
-applies and without the lock (``engine.raft_snapshots``).  Results travel
-back to the loop through ``call_soon_threadsafe``.
+applies and without the lock (``engine.raft.snapshots``).  Results travel
+back to the loop through ``call_soon_threadsafe``.  Receives that wait for
+a message (long polls) are ``Node.long_polls`` (``engine.long_poll``).
 
 Log time: the leader stamps every command with ``now_ms`` from
 ``LogClock``, which continues from the last applied log time with this
@@ -20,7 +21,6 @@ wait for it (see ``Node.submit``).
 """
 
 import asyncio
-import collections
 import logging
 import threading
 import time
@@ -31,17 +31,16 @@ import cbor2
 
 from statemachine import StateMachine
 
-from .committer import Committed, CommitError, GroupCommitter
-from .config import ClusterConfig, NodeSpec
-from .consensus import Consensus, Peer
+from .committer import GroupCommitter
+from .config import ClusterConfig, NodeSpec, Peer
+from .long_poll import LongPolls
+from .outcome import Committed, CommitError
+from .raft.consensus import Consensus
 
-log = logging.getLogger("engine.node")
+logger = logging.getLogger(__name__)
 
 TICK_INTERVAL_S = 0.02
 CHECKPOINTS_KEPT = 64
-# A woken receiver that never says it is done (a bug, a dropped task) stops
-# holding back the other waiters after this long.
-CLAIM_EXPIRY_S = 5.0
 # A leader refuses a command before the log when no majority answered it
 # within the leader lease (0.2 s).  Under load that is often a stall, not a
 # partition: the followers' answers wait behind an fsync or a busy core and
@@ -121,16 +120,13 @@ class Node:
         self.clock = LogClock(self.machine)
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiters: dict[tuple[str, str], list[asyncio.Future]] = {}
-        self._waiting_by_client: collections.Counter[str] = collections.Counter()
-        # per group, when each woken receiver not done yet was woken
-        self._claims: dict[tuple[str, str], list[float]] = {}
-        self._wake_scheduled = False
+        # before the Raft node: it may apply entries (replay) as it is built
+        self.long_polls = LongPolls(self.machine, self._lock, self.submit)
         self._checkpoints: dict[str, str] = {}
         self._was_leader = False
         self.times_became_leader = 0
         self.entries_applied = 0
-        self.committer = GroupCommitter(self._submit_entry)
+        self.committer = GroupCommitter(self._propose)
         self.consensus = Consensus(
             self_peer=self.spec.peer(),
             peers=cluster.peers_for(node_id),
@@ -148,6 +144,7 @@ class Node:
     # ---- life cycle ---------------------------------------------------------------
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self.long_polls.start(self._loop)
         self._ticker = asyncio.create_task(self._tick_loop())
 
     async def hand_over(self) -> None:
@@ -156,7 +153,7 @@ class Node:
             self._ticker.cancel()
         if self.is_leader():
             moved = await self.transfer_leadership(2.0)
-            log.info("leadership %s before shutdown", "handed over" if moved else "given up")
+            logger.info("leadership %s before shutdown", "handed over" if moved else "given up")
         self.consensus.retire()
         self.committer.fail_pending("shutting_down")
         self._release_settle_waiters(None)
@@ -175,11 +172,7 @@ class Node:
                 self._checkpoints[result["checkpoint"]] = result["digest"]
                 while len(self._checkpoints) > CHECKPOINTS_KEPT:
                     del self._checkpoints[next(iter(self._checkpoints))]
-        # Only for long polls: most applies have nobody to wake. A waiter
-        # registers before it checks has_ready, so none is missed.
-        if self._loop is not None and self._waiters and not self._wake_scheduled:
-            self._wake_scheduled = True
-            self._loop.call_soon_threadsafe(self._wake_waiters)
+        self.long_polls.entry_applied()
         return index, results
 
     def _restore(self, data: bytes) -> None:
@@ -196,20 +189,21 @@ class Node:
         leader = self.is_leader()
         if leader and not self._was_leader:
             self.times_became_leader += 1
-            log.info("became leader at term %s", self.consensus.term())
+            logger.info("became leader at term %s", self.consensus.term())
             self._ticker_wake.set()   # the barrier goes out now, not at the next tick
         elif not leader and self._was_leader:
-            log.info("stepped down; leader is now %s", self.consensus.leader_id())
+            logger.info("stepped down; leader is now %s", self.consensus.leader_id())
             self.committer.fail_pending("leader_changed")
             self._release_settle_waiters(None)
         self._was_leader = leader
 
     # ---- writes -------------------------------------------------------------------------
-    def _submit_entry(self, entry: bytes, term: int, callback) -> None:
-        self.consensus.submit(entry, callback, term=term)
+    def _propose(self, entry: bytes, term: int, callback) -> None:
+        self.consensus.propose(entry, callback, term=term)
 
     async def submit(self, command: dict) -> Committed:
-        """Apply one command through the log: its result and entry's index, or CommitError."""
+        """Stamp one command with log time and apply it through the log (group
+        commit, Raft): its result and its entry's index, or CommitError."""
         return await self.submit_encoded(cbor2.dumps(command))
 
     async def submit_encoded(self, encoded: bytes) -> Committed:
@@ -224,11 +218,11 @@ class Node:
         await self._settled(term)
         try:
             try:
-                return await self.committer.submit(stamped(encoded, self.clock.now_ms()), term)
+                return await self.committer.enqueue(stamped(encoded, self.clock.now_ms()), term)
             except CommitError as exc:
                 if exc.code != "no_quorum" or not await self._lease_regained(term):
                     raise
-                return await self.committer.submit(stamped(encoded, self.clock.now_ms()), term)
+                return await self.committer.enqueue(stamped(encoded, self.clock.now_ms()), term)
         finally:
             self._ticker_wake.set()   # the command may have set a timer
 
@@ -309,7 +303,7 @@ class Node:
             try:
                 if not self.clock.settled_for(term):
                     # The barrier: once applied, the applied log time is the latest.
-                    await self.committer.submit(cbor2.dumps({"op": "tick", "now_ms": self.clock.barrier_ms()}), term)
+                    await self.committer.enqueue(cbor2.dumps({"op": "tick", "now_ms": self.clock.barrier_ms()}), term)
                     if self.is_leader() and self.consensus.term() == term:
                         self.clock.settle(term)
                         self._release_settle_waiters(term)
@@ -322,7 +316,7 @@ class Node:
             except Exception:
                 # Without this loop a leader never settles its clock and every
                 # write waits for a barrier that is never sent: log, go on.
-                log.exception("tick loop round failed")
+                logger.exception("tick loop round failed")
             await asyncio.sleep(TICK_INTERVAL_S)
 
     async def _sleep_until_due(self) -> None:
@@ -348,121 +342,6 @@ class Node:
         with self._lock:
             return self.machine.read(query, *args), self.consensus.applied_index()
 
-    # ---- long poll ---------------------------------------------------------------------------
-    async def receive(self, command: dict, wait_s: float, max_waiters: int, *, last_try: bool = True,
-                      client: str | None = None, max_per_client: int = 0) -> Committed | None:
-        """A receive command that waits up to `wait_s` for something to lease.
-
-        Waiting costs no log entry: the receive is written once something may
-        be ready (or the group is missing, to get its error), and — when
-        `last_try` — once more at the end if nothing was (an HTTP receive
-        answers with its result); without it the end of the wait is None.
-        CommitError too_many_waiters when `max_waiters` wait on this node
-        already, too_many_client_waiters when `max_per_client` of `client` do.
-        """
-        queue, group = command["queue"], command["group"]
-        deadline = time.monotonic() + wait_s
-        woken = False
-        try:
-            while True:
-                if time.monotonic() < deadline:
-                    if woken:
-                        self.woken_done(queue, group)
-                    outcome = await self.wait_ready(queue, group, deadline - time.monotonic(), max_waiters,
-                                                    client, max_per_client)
-                    woken = outcome == "woken"
-                    if outcome == "timeout" and not last_try:
-                        return None
-                committed = await self.submit(dict(command))
-                if committed.result.get("messages") or "error" in committed.result \
-                        or time.monotonic() >= deadline:
-                    return committed
-        finally:
-            if woken:
-                self.woken_done(queue, group)
-
-    async def wait_ready(self, queue: str, group: str, timeout: float, max_waiters: int,
-                         client: str | None = None, max_per_client: int = 0) -> str:
-        """Wait until the group may have a ready message for this caller.
-
-        "woken" when an apply woke this caller: it was counted as claiming
-        one ready message, and must call ``woken_done`` once it has tried to
-        lease (before waiting again, too), so that what it left ready wakes
-        the next waiter.  "ready" at once when something is ready (or the
-        group does not exist: a receive then gets its error); "timeout" after
-        `timeout`.  CommitError too_many_waiters when `max_waiters` wait already;
-        too_many_client_waiters when `client` (the front's name for who asks:
-        its address) has `max_per_client` waiting already, so that no one
-        client takes every slot.
-        """
-        key = (queue, group)
-        future = self._loop.create_future()
-        # Registered before looking: an apply that makes the group ready after
-        # the look below then finds a waiter and wakes it (_apply_entry).
-        self._waiters.setdefault(key, []).append(future)
-        if client is not None:
-            self._waiting_by_client[client] += 1
-        try:
-            if self.read("has_ready", queue, group) or "error" in self.read("group_info", queue, group):
-                return "ready"
-            if self.long_polls_waiting() > max_waiters:
-                raise CommitError("too_many_waiters")
-            if client is not None and self._waiting_by_client[client] > max_per_client:
-                raise CommitError("too_many_client_waiters")
-            await asyncio.wait_for(future, timeout)
-            return "woken"
-        except asyncio.TimeoutError:
-            return "timeout"
-        finally:
-            waiting = self._waiters.get(key)
-            if waiting is not None and future in waiting:
-                waiting.remove(future)
-                if not waiting:
-                    del self._waiters[key]
-            if client is not None:
-                self._waiting_by_client[client] -= 1
-                if not self._waiting_by_client[client]:
-                    del self._waiting_by_client[client]
-
-    def woken_done(self, queue: str, group: str) -> None:
-        claims = self._claims.get((queue, group))
-        if claims:
-            claims.pop(0)
-            if not claims:
-                del self._claims[(queue, group)]
-        if self._waiters and not self._wake_scheduled:
-            self._wake_scheduled = True
-            self._loop.call_soon(self._wake_waiters)
-
-    def long_polls_waiting(self) -> int:
-        return sum(len(waiting) for waiting in self._waiters.values())
-
-    def _wake_waiters(self) -> None:
-        # A ready message wakes one waiter, oldest first, unless a receiver
-        # woken before is still on its way to it: waking every waiter of a
-        # group made each one write a receive to the log (500 waiters: 496
-        # empty receives per put).
-        self._wake_scheduled = False
-        if not self._waiters:
-            return
-        with self._lock:
-            ready = {key: self.machine.ready_count(*key) for key in self._waiters}
-        stale = time.monotonic() - CLAIM_EXPIRY_S
-        for key, count in ready.items():
-            claims = self._claims.setdefault(key, [])
-            while claims and claims[0] < stale:
-                claims.pop(0)
-            waiting = self._waiters[key]
-            while waiting and count > len(claims):
-                future = waiting.pop(0)
-                if not future.done():
-                    future.set_result(None)
-                    claims.append(time.monotonic())
-            if not claims:
-                del self._claims[key]
-            if not waiting:
-                del self._waiters[key]
-
     # ---- cluster ------------------------------------------------------------------------------
     def is_leader(self) -> bool:
         return self.consensus.route()[0] == "leader"
@@ -484,7 +363,7 @@ class Node:
 
     def stats(self) -> dict:
         return {"times_became_leader": self.times_became_leader, "entries_applied": self.entries_applied,
-                "long_polls_waiting": self.long_polls_waiting(), "packing": self.committer.packing.as_dict()}
+                "long_polls_waiting": self.long_polls.waiting(), "packing": self.committer.packing.as_dict()}
 
     def status(self) -> dict:
         return self.consensus.status()

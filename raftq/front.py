@@ -1,5 +1,5 @@
 """A front process of a node: the HTTP API, the streaming wire, long polls,
-metrics and the put buffer, over the engine's face (``engine.remote``).
+metrics and the put buffer, over the engine's face (``engine.link.remote``).
 
 A node runs one or more fronts (``raftq node --workers``), forked by the
 engine process before it starts Raft; each front serves its own listening
@@ -22,7 +22,7 @@ from aiohttp import web
 
 from api.app import Settings, make_app
 from engine.lifetime import die_with
-from engine.remote import RemoteNode
+from engine.link.remote import RemoteNode
 
 log = logging.getLogger(__name__)
 

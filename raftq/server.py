@@ -3,7 +3,7 @@
 The process started as `raftq node` binds the node's HTTP port, forks the
 fronts (``raftq.front``) while it has no other thread yet, then becomes the
 engine: pysyncobj's tick thread, the journal, the state machine and log
-time, serving the fronts over socket pairs (``engine.service``).  Its PID is
+time, serving the fronts over socket pairs (``engine.link.service``).  Its PID is
 the node's: stopping or killing it stops the node.
 
 SIGTERM and SIGINT shut it down cleanly: hand leadership over when leading,
@@ -27,9 +27,9 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from api.app import Settings
 from engine.config import ClusterConfig
+from engine.link.service import EngineService
 from engine.node import Node
 from engine.pauses import keep_pauses_short
-from engine.service import EngineService
 
 from .front import run_front
 

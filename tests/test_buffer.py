@@ -1,7 +1,7 @@
 """The local put buffer: durable FIFO, torn tails cut, restart-safe."""
 
-from engine.buffer import BufferFull, PutBuffer
-from engine.records import FILE_HEADER
+from engine.storage.put_buffer import BufferFull, PutBuffer
+from engine.storage.records import FILE_HEADER
 
 
 def test_fifo_survives_reopen_and_advances(tmp_path):

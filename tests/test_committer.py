@@ -10,7 +10,8 @@ import asyncio
 import cbor2
 import pytest
 
-from engine.committer import CommitError, GroupCommitter
+from engine.committer import GroupCommitter
+from engine.outcome import CommitError
 
 
 class Log:
@@ -33,7 +34,7 @@ def test_concurrent_commands_share_one_entry_and_each_gets_its_own_result():
     async def scenario():
         log = Log()
         committer = GroupCommitter(log.propose)
-        futures = [committer.submit(cbor2.dumps({"n": i}), term=3) for i in range(5)]
+        futures = [committer.enqueue(cbor2.dumps({"n": i}), term=3) for i in range(5)]
         await asyncio.sleep(0)
         assert [(len(cmds), term) for cmds, term, _ in log.proposed] == [(5, 3)]
         log.commit_all()
@@ -46,8 +47,8 @@ def test_an_entry_never_mixes_commands_stamped_in_different_terms():
     async def scenario():
         log = Log()
         committer = GroupCommitter(log.propose)
-        futures = [committer.submit(cbor2.dumps({"n": 0}), term=3), committer.submit(cbor2.dumps({"n": 1}), term=3),
-                   committer.submit(cbor2.dumps({"n": 2}), term=4), committer.submit(cbor2.dumps({"n": 3}), term=3)]
+        futures = [committer.enqueue(cbor2.dumps({"n": 0}), term=3), committer.enqueue(cbor2.dumps({"n": 1}), term=3),
+                   committer.enqueue(cbor2.dumps({"n": 2}), term=4), committer.enqueue(cbor2.dumps({"n": 3}), term=3)]
         await asyncio.sleep(0)
         log.commit_all()
         await asyncio.gather(*futures)
@@ -60,8 +61,8 @@ def test_a_cancelled_command_does_not_decide_the_term_of_the_next_entry():
     async def scenario():
         log = Log()
         committer = GroupCommitter(log.propose)
-        gone = committer.submit(cbor2.dumps({"n": 0}), term=3)
-        kept = committer.submit(cbor2.dumps({"n": 1}), term=4)
+        gone = committer.enqueue(cbor2.dumps({"n": 0}), term=3)
+        kept = committer.enqueue(cbor2.dumps({"n": 1}), term=4)
         gone.cancel()
         await asyncio.sleep(0)
         log.commit_all()
@@ -75,7 +76,7 @@ def test_in_flight_entries_are_bounded_and_the_rest_wait_for_a_commit():
     async def scenario():
         log = Log()
         committer = GroupCommitter(log.propose, max_commands=1, max_in_flight=2)
-        futures = [committer.submit(cbor2.dumps({"n": i}), term=1) for i in range(4)]
+        futures = [committer.enqueue(cbor2.dumps({"n": i}), term=1) for i in range(4)]
         await asyncio.sleep(0)
         first_round = len(log.proposed)
         log.commit_all()
@@ -91,7 +92,7 @@ def test_refusals_reach_every_command_of_the_entry():
     async def scenario():
         log = Log()
         committer = GroupCommitter(log.propose)
-        futures = [committer.submit(cbor2.dumps({"n": i}), term=1) for i in range(3)]
+        futures = [committer.enqueue(cbor2.dumps({"n": i}), term=1) for i in range(3)]
         await asyncio.sleep(0)
         log.proposed[0][2](None, "not_leader")
         return await asyncio.gather(*futures, return_exceptions=True)
@@ -105,7 +106,7 @@ def test_a_command_too_big_for_any_entry_is_refused_before_the_log():
     async def scenario():
         log = Log()
         committer = GroupCommitter(log.propose, max_entry_bytes=100)
-        future = committer.submit(cbor2.dumps({"n": 0, "body": "x" * 200}), term=1)
+        future = committer.enqueue(cbor2.dumps({"n": 0, "body": "x" * 200}), term=1)
         with pytest.raises(CommitError) as refused:
             await future
         return refused.value.code, log.proposed

@@ -1,4 +1,4 @@
-"""engine.consensus: real pysyncobj nodes on 127.0.0.1, in this process or in children.
+"""engine.raft.consensus: real pysyncobj nodes on 127.0.0.1, in this process or in children.
 
 Every node, proxy, socket and child process a test starts is closed by the
 test itself (fixtures and try/finally), whether it passes or fails.
@@ -26,13 +26,14 @@ from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.poller import createPoller
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
-from engine import snapshot_file
-from engine.consensus import Consensus, Peer
-from engine.raft_wire import FRAME, Connection
-from engine.journal import DurableJournal
-from engine.records import DamagedFile
+from engine.config import Peer
+from engine.raft.consensus import Consensus
+from engine.raft.sealer import Sealer
+from engine.raft.wire import FRAME, Connection
+from engine.storage import snapshot_file
+from engine.storage.journal import DurableJournal
+from engine.storage.records import DamagedFile
 from raftq.local import free_ports as local_free_ports
-from engine.sealer import Sealer
 from tests.tools import require_strace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,8 +148,8 @@ def cluster(tmp_path):
         c.close()
 
 
-def submit_wait(node, entry, timeout=20.0, term=None):
-    """Submit (for the node's current term unless told) and wait; returns the
+def propose_wait(node, entry, timeout=20.0, term=None):
+    """Propose (for the node's current term unless told) and wait; returns the
     list of (result, error) callbacks seen."""
     calls = []
     done = threading.Event()
@@ -157,7 +158,7 @@ def submit_wait(node, entry, timeout=20.0, term=None):
         calls.append((result, error))
         done.set()
 
-    node.submit(entry, callback, term=node.term() if term is None else term)
+    node.propose(entry, callback, term=node.term() if term is None else term)
     assert done.wait(timeout), "no callback"
     return calls
 
@@ -168,7 +169,7 @@ def commit(c, entry, timeout=20.0):
     (`not_leader`, `no_quorum`: certainly not applied), so that is retried."""
     deadline = time.monotonic() + timeout
     while True:
-        [(result, error)] = submit_wait(c.leader(), entry, timeout)
+        [(result, error)] = propose_wait(c.leader(), entry, timeout)
         if error not in ("not_leader", "no_quorum") or time.monotonic() > deadline:
             assert error is None, error
             return result
@@ -188,7 +189,7 @@ def test_replicates_and_answers_every_submitter_once(cluster):
         return callback
 
     for entry in entries:
-        leader.submit(entry, callback_for(entry), term=leader.term())
+        leader.propose(entry, callback_for(entry), term=leader.term())
     for _ in entries:
         assert done.acquire(timeout=20)
     c.converged()
@@ -213,8 +214,8 @@ def test_refusals_before_the_log(cluster):
     c = cluster(max_entry_bytes=1000).start_all()
     leader = c.leader()
     follower = next(n for n in c.nodes.values() if n is not leader)
-    assert submit_wait(follower, b"x") == [(None, "not_leader")]
-    assert submit_wait(leader, b"x" * 1001) == [(None, "too_large")]
+    assert propose_wait(follower, b"x") == [(None, "not_leader")]
+    assert propose_wait(leader, b"x" * 1001) == [(None, "too_large")]
     commit(c, b"x" * 1000)
     c.converged()
     assert all(m.entries == [b"x" * 1000] for m in c.machines.values())
@@ -223,7 +224,7 @@ def test_refusals_before_the_log(cluster):
 def test_an_entry_prepared_for_another_term_never_enters_the_log(cluster):
     c = cluster().start_all()
     leader = c.leader()
-    assert submit_wait(leader, b"stale", term=leader.term() - 1) == [(None, "not_leader")]
+    assert propose_wait(leader, b"stale", term=leader.term() - 1) == [(None, "not_leader")]
     commit(c, b"current")
     c.converged()
     assert all(m.entries == [b"current"] for m in c.machines.values())
@@ -245,7 +246,7 @@ def test_a_command_queued_before_losing_the_lead_is_not_forwarded_to_the_new_lea
     try:
         assert holding.wait(5)
         calls = []
-        old.submit(b"queued-while-leading", lambda result, error: calls.append(error), term=old_term)
+        old.propose(b"queued-while-leading", lambda result, error: calls.append(error), term=old_term)
         others = [n for n in c.nodes.values() if n is not old]
         wait_until(lambda: any(n.status()["role"] == "leader" and n.term() > old_term for n in others),
                    what="another node to take the lead")
@@ -286,7 +287,7 @@ def test_a_leader_cut_off_from_the_majority_refuses_before_another_could_lead(cl
         c.stop(node_id)
     wait_until(lambda: not leader.status()["quorum_ok"], what="the lease to run out")
     assert leader.status()["role"] == "leader"
-    assert submit_wait(leader, b"lonely") == [(None, "no_quorum")]
+    assert propose_wait(leader, b"lonely") == [(None, "no_quorum")]
     assert c.machines[leader.status()["self_id"]].entries == []
 
 
@@ -308,7 +309,7 @@ def test_a_callback_that_raises_does_not_reapply_the_entry(cluster):
         raised.set()
         raise RuntimeError("caller bug")
 
-    leader.submit(b"once", bad_callback, term=leader.term())
+    leader.propose(b"once", bad_callback, term=leader.term())
     assert raised.wait(20)
     commit(c, b"twice?")
     c.converged()
@@ -362,7 +363,7 @@ def test_the_wire_refuses_backward_timestamps_and_foreign_frames():
 
 class FakeLeader:
     """Speaks the Raft wire format, unencrypted, to one follower: raftq's
-    (pysyncobj's messages framed by engine.raft_wire.FRAME), or with
+    (pysyncobj's messages framed by engine.raft.wire.FRAME), or with
     ``pysyncobj_framing`` plain pysyncobj 0.3.17's (native int length, zlib)."""
 
     def __init__(self, own_addr, follower_addr, *, pysyncobj_framing=False):
@@ -616,7 +617,7 @@ def test_a_backlog_of_slow_applies_costs_no_election(cluster):
         answered.release()
 
     for i in range(30):
-        leader.submit(b"slow-%d" % i, callback, term=term)
+        leader.propose(b"slow-%d" % i, callback, term=term)
     for _ in range(30):
         assert answered.acquire(timeout=30)
     c.converged()
@@ -942,7 +943,7 @@ def test_a_timed_out_submission_is_answered_once(proxied_cluster):
     commit(c, b"first")
     for proxy in proxies:
         proxy.paused = True
-    calls = submit_wait(leader, b"stalled")
+    calls = propose_wait(leader, b"stalled")
     assert calls == [(None, "timeout")]
     for proxy in proxies:
         proxy.paused = False
@@ -1053,7 +1054,7 @@ def test_a_leader_cut_off_from_everyone_steps_down_and_says_it_is_cut_off(proxie
     status = old.status()
     assert status["cut_off"] and status["quorum_step_downs"] == 1 and not status["quorum_ok"]
     assert old.route()[4] is True
-    assert submit_wait(old, b"lonely") == [(None, "not_leader")]
+    assert propose_wait(old, b"lonely") == [(None, "not_leader")]
     new = wait_until(lambda: next((n for i, n in c.nodes.items() if i != old_id
                                    and n.status()["role"] == "leader"), None), what="a new leader")
     assert new.status()["term"] > status["term"]
@@ -1116,7 +1117,8 @@ def test_transfer_leadership(cluster):
 CHILD = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})
-    from engine.consensus import Consensus, Peer
+    from engine.config import Peer
+    from engine.raft.consensus import Consensus
     me, data_dir, *others = sys.argv[1:]
     peers = [Peer(*o.split("=")) for o in others]
     applied = []

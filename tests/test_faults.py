@@ -274,7 +274,7 @@ def test_power_loss_of_every_node_under_load_loses_no_acknowledged_put(tmp_path)
 
 
 def _consensus_default(name: str):
-    from engine.consensus import Consensus
+    from engine.raft.consensus import Consensus
     return inspect.signature(Consensus).parameters[name].default
 
 

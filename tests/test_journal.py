@@ -1,4 +1,4 @@
-"""engine.journal.DurableJournal: what survives a reopen, a torn write, a kill -9."""
+"""engine.storage.journal.DurableJournal: what survives a reopen, a torn write, a kill -9."""
 
 import errno
 import logging
@@ -14,8 +14,8 @@ import pytest
 
 from chaos import sync_ledger
 from chaos.power import node_site_env
-from engine.journal import PREALLOCATE_BYTES, SEGMENT_HEADER, DurableJournal, encode_record
-from engine.records import DamagedFile
+from engine.storage.journal import PREALLOCATE_BYTES, SEGMENT_HEADER, DurableJournal, encode_record
+from engine.storage.records import DamagedFile
 from tests.tools import require_strace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +99,7 @@ def test_after_a_crash_the_unused_preallocation_is_not_damage(tmp_path, caplog):
     j = DurableJournal(tmp_path)
     fill(j, 1, 10)
     crash(j)
-    with caplog.at_level(logging.WARNING, logger="engine.journal"):
+    with caplog.at_level(logging.WARNING, logger="engine.storage.journal"):
         j = DurableJournal(tmp_path)
     assert [e[1] for e in contents(j)] == list(range(1, 11))
     assert not caplog.records
@@ -115,7 +115,7 @@ def test_zeros_after_a_rolled_segment_keep_the_segments_after_it(tmp_path, caplo
     first = segments(tmp_path)[0]
     with open(first, "ab") as f:
         f.write(b"\0" * 1000)
-    with caplog.at_level(logging.WARNING, logger="engine.journal"):
+    with caplog.at_level(logging.WARNING, logger="engine.storage.journal"):
         j = DurableJournal(tmp_path, segment_bytes=300)
     assert [e[1] for e in contents(j)] == list(range(1, 41))
     assert not caplog.records
@@ -321,7 +321,7 @@ def test_rewrites_flush_queued_acknowledgements_first(tmp_path):
 WRITER = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {root!r})
-    from engine.journal import DurableJournal
+    from engine.storage.journal import DurableJournal
     path, fsync, n_synced, n_unsynced = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), int(sys.argv[4])
     marker = os.open(os.path.join(os.path.dirname(path), "marker"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     j = DurableJournal(path, fsync=fsync)

@@ -1,6 +1,6 @@
-"""The bookkeeping of confirmed leader reads (engine.read_index), alone."""
+"""The bookkeeping of confirmed leader reads (engine.raft.read_index), alone."""
 
-from engine.read_index import ReadConfirmations
+from engine.raft.read_index import ReadConfirmations
 
 
 class Ticket:

@@ -1,4 +1,4 @@
-"""engine.records: the one record format and its writers, byte for byte."""
+"""engine.storage.records: the one record format and its writers, byte for byte."""
 
 import os
 import stat
@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from engine import records
+from engine.storage import records
 
 MAGIC = b"RAFTQTST"
 

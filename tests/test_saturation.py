@@ -13,7 +13,7 @@ tallied by kind and status.
 Bursts go to the leader, where a stalled heartbeat costs an election. A
 client cannot ask for a snapshot: it causes one by writing, so the snapshot
 test writes one-message puts (one log entry each) until the leader has taken
-one, at its compaction threshold (engine/consensus.py): some 10 000–15 000
+one, at its compaction threshold (engine/raft/consensus.py): some 10 000–15 000
 entries.
 """
 
@@ -44,7 +44,7 @@ SATURATION_S = 60
 SNAPSHOT_WAIT_S = 400
 SETUP_S = 300
 TX_QUEUES = MAX_NEW_QUEUES_PER_ENTRY  # queues made per transaction while setting up (one entry makes at most that)
-# A follower compacts its log past 10 000-15 000 entries (engine/consensus.py);
+# A follower compacts its log past 10 000-15 000 entries (engine/raft/consensus.py);
 # the saturated cluster's log is filled to just below, so that a follower takes
 # its snapshot of the million messages during the 60 s.
 LOG_BEFORE_SATURATION = 9_500

@@ -1,9 +1,9 @@
-"""engine.sealer: AES-GCM sealing of node-to-node Raft messages."""
+"""engine.raft.sealer: AES-GCM sealing of node-to-node Raft messages."""
 
 import pytest
 from cryptography.exceptions import InvalidTag
 
-from engine.sealer import HEADER, Sealer
+from engine.raft.sealer import HEADER, Sealer
 
 
 @pytest.fixture(scope="module")

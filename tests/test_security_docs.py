@@ -21,8 +21,8 @@ from api import bounded, stream
 from api.app import Limits, Settings
 from api.routes import ROUTES
 from api.sqs import actions as sqs_actions, attributes as sqs_attributes, query as sqs_query
-from engine import raft_wire
 from engine.committer import MAX_ENTRY_BYTES
+from engine.raft import wire as raft_wire
 from raftq.cli import parser
 from statemachine import check_command, machine, queue, staging, validation
 import wire_format

@@ -3,7 +3,7 @@
 pysyncobj takes a snapshot through its ``Serializer``: ``serialize`` when the
 log is long enough, then ``checkSerializing`` on every tick until it reports
 success, when the log prefix the snapshot covers is dropped. With raftq's own
-file format (``engine.snapshot_file``) pysyncobj calls the writer on the tick
+file format (``engine.storage.snapshot_file``) pysyncobj calls the writer on the tick
 thread, and a million stored messages take 1.5 s or more to encode and write:
 meanwhile that node neither sends heartbeats (a leader is deposed) nor reads
 them (a follower calls an election when it wakes up).
@@ -38,7 +38,7 @@ from . import pysyncobj_pin  # noqa: F401  -- the release this override was writ
 from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.serializer import Serializer
 
-from .lifetime import die_with
+from ..lifetime import die_with
 
 logger = logging.getLogger(__name__)
 

@@ -2,28 +2,29 @@
 
 pysyncobj 0.3.17 runs the Raft protocol on its own *tick thread* (network
 I/O, elections, replication, commit, apply). ``RaftNode`` subclasses it and
-closes these gaps (../shared/PYSYNCOBJ.md); ``engine.consensus`` drives it.
+closes these gaps (docs/guarantees.md, "What pysyncobj 0.3.17 lacks");
+``engine.raft.consensus`` drives it.
 
-1. Durability. ``engine.journal.DurableJournal`` (checksummed, fsynced
+1. Durability. ``engine.storage.journal.DurableJournal`` (checksummed, fsynced
    segments; term/vote/commit index in an fsynced meta file) replaces
    pysyncobj's mmap journal through pysyncobj's single injection point,
-   ``createJournal`` as imported into ``pysyncobj.syncobj``: it is wrapped once
-   so that a journal *object* passed as ``conf.journalFile`` is used as is,
-   while any other value gets pysyncobj's own behaviour -- per instance, and
-   inert for other users of pysyncobj in the process. Syncs are grouped but
-   never skipped: the leader appends a round of commands, sends them to the
-   followers and fsyncs while they do (Raft allows the leader's own write in
-   parallel; it counts itself only at the next tick, after the sync); a
-   follower appends what one network poll brought, fsyncs once, and only then
-   sends the acknowledgements it queued meanwhile. Anything that could make a
-   queued acknowledgement untrue (truncation, clear, a new term) first flushes
-   the queue.
+   ``createJournal`` as imported into ``pysyncobj.syncobj``: it is wrapped once,
+   when the first ``RaftNode`` is built, so that a journal *object* passed as
+   ``conf.journalFile`` is used as is, while any other value gets pysyncobj's
+   own behaviour -- per instance, and inert for other users of pysyncobj in
+   the process. Syncs are grouped but never skipped: the leader appends a
+   round of commands, sends them to the followers and fsyncs while they do
+   (Raft allows the leader's own write in parallel; it counts itself only at
+   the next tick, after the sync); a follower appends what one network poll
+   brought, fsyncs once, and only then sends the acknowledgements it queued
+   meanwhile. Anything that could make a queued acknowledgement untrue
+   (truncation, clear, a new term) first flushes the queue.
 2. Follower truncation. A follower handles AppendEntries and snapshots
-   itself (``engine.raft_follower``): it deletes entries only on a real
+   itself (``engine.raft.follower``): it deletes entries only on a real
    conflict and loads a snapshot only over a log that lacks its last entry;
    pysyncobj dropped acknowledged entries in both cases.
-3. Compaction. Snapshots are ``engine.snapshot_file``'s (no pickle of live
-   objects), written by a forked child (``engine.raft_snapshots``) so that
+3. Compaction. Snapshots are ``engine.storage.snapshot_file``'s (no pickle of live
+   objects), written by a forked child (``engine.raft.snapshots``) so that
    no node stops ticking while one is taken. A node compacts once its log
    holds more entries *or more bytes* than its thresholds (pysyncobj counts
    entries only, and group commit makes entries large).
@@ -57,11 +58,11 @@ closes these gaps (../shared/PYSYNCOBJ.md); ``engine.consensus`` drives it.
    is still found by the election timeout; so the timeout can be generous
    (elections under load are rare) while a crashed leader is replaced
    quickly.
-10. Confirmed leader reads (``engine.read_index``). Appends carry the time
+10. Confirmed leader reads (``engine.raft.read_index``). Appends carry the time
    the leader sent them (``sent_at``), echoed in the answers; a read is
    answered once a majority answered an append sent after it arrived, and
    the leader applied up to its commit index of that moment (ReadIndex).
-11. PreVote (``engine.raft_prevote``). A node whose election timeout runs
+11. PreVote (``engine.raft.prevote``). A node whose election timeout runs
    out first asks whether a majority would vote for it, and stands only if
    so: a node cut off from the others no longer deposes a healthy leader
    when it comes back, nor is one that lost only the leader elected.
@@ -71,9 +72,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import pickle
 import random
 import threading
-from typing import Protocol
+from typing import Callable
 
 from . import pysyncobj_pin  # noqa: F401  -- the release these overrides were written for
 import pysyncobj.syncobj as _syncobj
@@ -83,27 +86,15 @@ from pysyncobj.fast_queue import FastQueue
 from pysyncobj.journal import Journal
 from pysyncobj.monotonic import monotonic
 
-from .journal import DurableJournal
-from .raft_follower import FollowerSide
-from .raft_prevote import PRE_VOTE, PRE_VOTE_ANSWER, PreVote
-from .raft_snapshots import ForkedSnapshots
-from .raft_wire import DialingTransport
+from ..storage.journal import DurableJournal
+from .follower import FollowerSide
+from .prevote import PRE_VOTE, PRE_VOTE_ANSWER, PreVote
+from .snapshots import ForkedSnapshots
+from .wire import DialingTransport
 from .read_index import ReadConfirmations
 from .sealer import Sealer
 
 logger = logging.getLogger(__name__)
-
-
-class RaftOwner(Protocol):
-    """What the Raft node needs of the facade that owns it (``engine.consensus.Consensus``)."""
-    _leader_contact: float        # when a leader was last heard, for quorum_ok
-    _loaded_snapshot: object      # set by the snapshot reader while a snapshot loads
-
-    def _apply_entry(self, entry: bytes): ...
-
-    def _snapshot_written(self, last_index: int, seconds: float) -> None: ...
-
-    def _heard_from(self, addr: str) -> None: ...
 
 
 def _install_journal_hook() -> None:
@@ -119,8 +110,6 @@ def _install_journal_hook() -> None:
     createJournal.raftq_hook = True
     _syncobj.createJournal = createJournal
 
-
-_install_journal_hook()
 
 FOLLOWER, CANDIDATE, LEADER = _syncobj._RAFT_STATE.FOLLOWER, _syncobj._RAFT_STATE.CANDIDATE, _syncobj._RAFT_STATE.LEADER
 ROLE_NAMES = {FOLLOWER: "follower", CANDIDATE: "candidate", LEADER: "leader"}
@@ -193,7 +182,7 @@ class TermCheckedQueue(FastQueue):
     log time ahead of real time and expire leases early (found by the chaos
     suite: a paused leader woke up and put its tick into the new leader's
     log, 223 ms ahead). So a command is handed out only while this node leads
-    the term it was submitted for; any other is refused, definitely not
+    the term it was proposed for; any other is refused, definitely not
     applied, and its caller retries with the current leader. The check runs
     on the tick thread at the moment pysyncobj decides, so no role change can
     slip in between.
@@ -215,17 +204,33 @@ class TermCheckedQueue(FastQueue):
 class RaftNode(FollowerSide, PreVote, SyncObj):
     """SyncObj with raftq's follower fix, PreVote, grouped fsyncs and one replicated method.
 
-    Name-mangled ``_SyncObj__*`` attributes are pysyncobj 0.3.17 internals
-    (engine/pysyncobj_pin.py).
+    It and its mixins are the only owners of pysyncobj's name-mangled
+    ``_SyncObj__*`` attributes, pysyncobj 0.3.17 internals
+    (engine/raft/pysyncobj_pin.py); the facade (``engine.raft.consensus``)
+    reads and steers it through the methods under "what the facade reads"
+    and "what the facade steers".
+
+    ``apply_entry(entry)`` applies a committed entry (on the tick thread);
+    ``snapshot_written(last_index, seconds)`` runs once a snapshot is in place.
     """
 
-    def __init__(self, owner: RaftOwner, self_node, other_nodes, conf, journal: DurableJournal, dial_addrs,
-                 *, sealer: Sealer | None, max_frame: int, compaction_min_bytes: int):
-        self._owner = owner
+    def __init__(self, self_node, other_nodes, conf, journal: DurableJournal, dial_addrs, *,
+                 apply_entry: Callable[[bytes], object], snapshot_written: Callable[[int, float], None],
+                 sealer: Sealer | None, max_frame: int, compaction_min_bytes: int):
+        _install_journal_hook()
+        self._apply_entry = apply_entry
         self._sealer = sealer
         self._journal = journal
         self._acks_apply_until: float | None = None   # see _commit_acknowledged
         self.reads = ReadConfirmations()
+        # When each peer (by Raft address) was last heard from, and when this
+        # node last heard from a leader it follows: what the facade judges a
+        # majority by (engine.raft.consensus, quorum_ok) and PreVote a live leader.
+        self.last_heard: dict[str, float] = {}
+        self.leader_contact = 0.0
+        # The last entry of the snapshot loaded last (set by the snapshot
+        # reader): how a follower knows that a leader's snapshot loaded.
+        self.loaded_snapshot: tuple | None = None
         # CheckQuorum (item 12): when this node last stepped down for want of a
         # majority, until it follows a leader or leads again; and how often.
         self.quorum_lost_at: float | None = None
@@ -241,16 +246,91 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         # Replaced before the first tick: the tick thread sleeps 0.1 s after
         # it starts, and nothing reads these until it ticks.
         self._SyncObj__commandsQueue = TermCheckedQueue(self, conf.commandsQueueSize)
+        self._read_snapshot = conf.deserializer
         self.snapshots = ForkedSnapshots(conf.fullDumpFile, conf.logCompactionBatchSize,
-                                         write=conf.serializer, read=conf.deserializer,
-                                         on_written=owner._snapshot_written)
+                                         write=conf.serializer, read=self._load_snapshot,
+                                         on_written=snapshot_written)
         self._SyncObj__serializer = self.snapshots
         self._SyncObj__transport.on_send = self._stamp
         self.apply_func_id = self._methodToID[self._getFuncName("_raftq_apply")]
 
     @replicated
     def _raftq_apply(self, entry):
-        return self._owner._apply_entry(entry)
+        return self._apply_entry(entry)
+
+    def _load_snapshot(self, filename: str):
+        """The snapshot reader (``conf.deserializer``), noting what it loaded."""
+        loaded = self._read_snapshot(filename)
+        self.loaded_snapshot = loaded[0]
+        return loaded
+
+    # -- what the facade reads (any thread: each is one read of the tick thread's state) --
+
+    def role(self):
+        """FOLLOWER, CANDIDATE or LEADER (``ROLE_NAMES`` names them)."""
+        return self._SyncObj__raftState
+
+    def is_leader(self) -> bool:
+        return self._SyncObj__raftState == LEADER
+
+    def leader(self):
+        """The leader this node knows of (a pysyncobj node), or None."""
+        return self._SyncObj__raftLeader
+
+    def others(self) -> list:
+        """The other voters (pysyncobj nodes)."""
+        return list(self._SyncObj__otherNodes)
+
+    def replication(self) -> tuple[dict, dict]:
+        """A leader's match and next index per follower (empty on a follower)."""
+        if self._SyncObj__raftState != LEADER:
+            return {}, {}
+        return dict(self._SyncObj__raftMatchIndex), dict(self._SyncObj__raftNextIndex)
+
+    def applying_index(self) -> int:
+        """Inside ``apply_entry``: the log index of the entry being applied
+        (pysyncobj counts an entry applied only once apply has returned)."""
+        return self._SyncObj__raftLastApplied + 1
+
+    def compaction_pending(self) -> bool:
+        """A compaction was asked for and its snapshot is not taken yet."""
+        return self._SyncObj__forceLogCompaction
+
+    # -- what the facade steers ----------------------------------------------
+
+    def propose(self, entry: bytes, callback) -> None:
+        """Queue ``entry`` for the log as a call of ``_raftq_apply``;
+        ``callback(result, fail_reason)`` runs on the tick thread."""
+        command = pickle.dumps((self.apply_func_id, (entry,)), protocol=5)
+        self._applyCommand(command, callback, REGULAR_COMMAND)
+
+    def hold_back(self, seconds: float) -> None:
+        """Stand for no election for ``seconds`` (tick thread)."""
+        self._SyncObj__raftElectionDeadline = monotonic() + seconds
+
+    def step_down(self, hold_back_s: float) -> None:
+        """Stop leading, and stand for no election for ``hold_back_s``:
+        without that, this node would win the next election itself (tick thread)."""
+        if self._SyncObj__raftState != LEADER:
+            return
+        self._SyncObj__setState(FOLLOWER)
+        self._SyncObj__raftLeader = None
+        self.hold_back(hold_back_s)
+
+    def wake(self) -> None:
+        """End the tick thread's poll now."""
+        self._SyncObj__pipeNotifier.notify()
+
+    def stop(self) -> None:
+        """Stop the tick thread and wait for it, stop a snapshot writer, and
+        close the wake-up pipe, which pysyncobj leaves open."""
+        self.destroy()
+        self.wake()
+        self._SyncObj__thread.join()
+        self.snapshots.abandon()
+        notifier = self._SyncObj__pipeNotifier
+        os.close(notifier._PipeNotifier__pipeR)
+        os.close(notifier._PipeNotifier__pipeW)
 
     @property
     def encryptor(self):
@@ -265,7 +345,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
 
     def confirm_read(self, ticket: Ticket, asked_at: float) -> None:
         """Resolve ``ticket`` once a read that arrived at ``asked_at`` may be
-        answered from this leader's state (``engine.read_index``)."""
+        answered from this leader's state (``engine.raft.read_index``)."""
         if not self.leads(ticket.term):
             ticket.resolve(None, "not_leader")
             return
@@ -412,7 +492,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
 
     def _until_due(self, longest: float) -> float:
         # How long this tick may poll: until the next heartbeat (leader) or
-        # election deadline (follower), not a fixed period. Messages, submits
+        # election deadline (follower), not a fixed period. Messages, proposals
         # and tasks end the poll early through their sockets and the pipe.
         # Judged before the tick: a heartbeat or election due now goes out in it.
         if self._SyncObj__raftLastApplied < self._SyncObj__raftCommitIndex:
@@ -478,7 +558,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
 
     def _SyncObj__onMessageReceived(self, node, message):
         try:
-            self._owner._heard_from(node.id)
+            self.last_heard[node.id] = monotonic()
             if message["type"] == PRE_VOTE:
                 self._on_pre_vote(node, message)
             elif message["type"] == PRE_VOTE_ANSWER:

@@ -1,7 +1,7 @@
 """The snapshot file: what log compaction leaves on disk, and what a follower
 that lacks the compacted log is sent.
 
-A record file (``engine.records``) with magic ``RAFTQSN2`` holding exactly two
+A record file (``engine.storage.records``) with magic ``RAFTQSN2`` holding exactly two
 records:
 1. CBOR ``{"last": entry, "prev": entry, "cluster": [[raft_addr, node_id], ...]}``:
    the two last applied log entries (``[command, index, term]``; pysyncobj

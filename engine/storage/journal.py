@@ -1,13 +1,13 @@
 """The Raft log on disk: checksummed records in append-only segment files.
 
 pysyncobj 0.3.17's own FileJournal never fsyncs and has no checksums
-(../shared/PYSYNCOBJ.md, "Durability"). This journal implements the same
-interface (pysyncobj.journal.Journal) so that pysyncobj keeps driving the
-protocol while every acknowledgement rests on bytes that reached the disk.
+(docs/guarantees.md, "What pysyncobj 0.3.17 lacks"). This journal implements
+the same interface (pysyncobj.journal.Journal) so that pysyncobj keeps driving
+the protocol while every acknowledgement rests on bytes that reached the disk.
 
 Layout of the directory:
 
-- ``seg-<seq>.log``: record files (``engine.records``: header with the
+- ``seg-<seq>.log``: record files (``engine.storage.records``: header with the
   segment's sequence number as its tag, then checksummed records) whose
   payloads are ``<u64 index><u64 term><command>``. A new segment is started
   once the current one passes ``segment_bytes``, so compaction

@@ -18,7 +18,7 @@ theirs. A peer says yes only if
 - the asker's log is at least as up to date as its own (the vote's rule), and
 - it has no live leader: none heard within the shortest election timeout,
   or the leader's connection has closed (a killed leader is replaced at
-  once: engine.raft_node, item 9).
+  once: engine.raft.node, item 9).
 
 With a majority of yeses, its own counted, the node stands as pysyncobj does.
 A no that carries a newer term teaches the asker that term. A leadership
@@ -28,7 +28,7 @@ In a rolling upgrade from a release without PreVote, the older nodes do not
 answer pre-votes; a node of the newer release can then lead only once a
 majority runs it, while the older ones still elect among themselves.
 
-``PreVote`` is mixed into ``engine.raft_node.RaftNode``, which calls
+``PreVote`` is mixed into ``engine.raft.node.RaftNode``, which calls
 ``_ask_before_standing`` before each tick and hands it the two messages.
 """
 
@@ -81,7 +81,7 @@ class PreVote:
     def _has_live_leader(self) -> bool:
         leader = self._SyncObj__raftLeader
         return (leader is not None and self.isNodeConnected(leader)
-                and monotonic() - self._owner._leader_contact < self._SyncObj__conf.raftMinTimeout)
+                and monotonic() - self.leader_contact < self._SyncObj__conf.raftMinTimeout)
 
     def _on_pre_vote(self, node, message) -> None:
         term = self._SyncObj__raftCurrentTerm

@@ -22,7 +22,7 @@ Reads waiting together share rounds, and one round at a time is out for
 them: reads that arrive while a round is unanswered wait for it, then one
 more round covers them all (rounds the leader sends anyway, heartbeats and
 new entries, count as well). So a crowd of readers costs a round per round
-trip, not one per read. This module keeps the bookkeeping; ``engine.raft_node``
+trip, not one per read. This module keeps the bookkeeping; ``engine.raft.node``
 stamps the appends, feeds it the answers, sends the rounds it asks for and
 resolves what it hands back, on the tick thread.
 """

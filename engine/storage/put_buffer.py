@@ -6,7 +6,7 @@ a leader may still take a producer's messages, write them to its own disk
 back.  Every buffered message carries an idempotency id, so a replay that is
 interrupted and repeated stores each message once.
 
-Files (record files, ``engine.records``):
+Files (record files, ``engine.storage.records``):
 - ``buffer.log``: one record per buffered put, ``CBOR [queue, messages]``,
   appended and fdatasynced.  A torn tail from a crash fails its checksum and
   is cut at start-up.

@@ -5,7 +5,7 @@ travels and who may connect (the classes below say how and why):
 
 - Framing: ``<u32 length><sealed pickle>`` without pysyncobj's zlib
   (``Connection``), read one frame at a time.
-- Sealing: messages are sealed with AES-256-GCM (``engine.sealer``, handed to
+- Sealing: messages are sealed with AES-256-GCM (``engine.raft.sealer``, handed to
   pysyncobj as its ``encryptor``) instead of pysyncobj's Fernet, at a
   fraction of its cost per message; replayed or forged frames drop the
   connection.

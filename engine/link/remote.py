@@ -1,4 +1,4 @@
-"""A node's engine as a front process sees it: the face of ``engine.service``, over a link.
+"""A node's engine as a front process sees it: the face of ``engine.link.service``, over a link.
 
 Routing needs no round trip: ``view()`` is the routing view the engine last
 pushed.  Everything that touches the state machine or the log is a call.
@@ -20,10 +20,10 @@ from typing import NamedTuple
 
 import cbor2
 
-from .committer import Committed, CommitError
-from .link import FrameWriter, LinkClosed, read_frame
+from ..outcome import Committed, CommitError
+from .frames import FrameWriter, LinkClosed, read_frame
 
-log = logging.getLogger("engine.remote")
+logger = logging.getLogger(__name__)
 
 
 class Read(NamedTuple):
@@ -76,7 +76,7 @@ class RemoteNode:
                     else:
                         future.set_exception(CommitError(error))
         except LinkClosed:
-            log.warning("the engine went away")
+            logger.warning("the engine went away")
         finally:
             for future in self._calls.values():
                 if not future.done():
@@ -113,8 +113,9 @@ class RemoteNode:
         return None if node_id is None else self._view["http"].get(node_id)
 
     # ---- the log and the state machine ---------------------------------------------------
-    async def submit(self, command: dict) -> Committed:
-        """The command applied through the log."""
+    async def apply(self, command: dict) -> Committed:
+        """The command applied through the engine's log (``Node.submit``, one
+        round trip): its result and its entry's index, or CommitError."""
         # encoded here, so the engine only splices in its log time
         return Committed(*await self._call("submit", cbor2.dumps(command)))
 
@@ -125,7 +126,7 @@ class RemoteNode:
 
     async def receive(self, command: dict, wait_s: float, *, last_try: bool = True,
                       encoded: bool = False, client: str | None = None) -> Committed | None:
-        """A receive that waits up to `wait_s` for a message (``Node.receive``);
+        """A receive that waits up to `wait_s` for a message (``LongPolls.receive``);
         `encoded`: its messages as {"receipts": [...], "encoded": CBOR array};
         `client`: who waits (its address), held to its share of the node's waits."""
         answer = await self._call("receive", command, wait_s, last_try, encoded, client)

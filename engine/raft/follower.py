@@ -2,8 +2,8 @@
 
 pysyncobj 0.3.17's follower truncated its log after every overlapping,
 shorter AppendEntries, dropping entries it had acknowledged, and loaded every
-snapshot a leader sent it over its log (../shared/PYSYNCOBJ.md). Here a
-follower:
+snapshot a leader sent it over its log (docs/guarantees.md, "What pysyncobj
+0.3.17 lacks"). Here a follower:
 
 - deletes entries only on a real conflict (same index, different term),
   appends only the entries it lacks, acknowledges the last index of the
@@ -12,13 +12,13 @@ follower:
 - loads a leader's snapshot only over a log that lacks the snapshot's last
   entry (``_install_snapshot``);
 - queues its acknowledgements while it appends, and sends them only after
-  the fsync that makes them true (``engine.raft_node`` syncs once per tick);
+  the fsync that makes them true (``engine.raft.node`` syncs once per tick);
   anything that could make a queued acknowledgement untrue (truncation,
   clear, a new term) first flushes the queue (``_flush_replies``);
 - echoes the ``sent_at`` of the append it answers, which confirms the
-  leader's reads (``engine.read_index``).
+  leader's reads (``engine.raft.read_index``).
 
-``FollowerSide`` is mixed into ``engine.raft_node.RaftNode``; like it, it
+``FollowerSide`` is mixed into ``engine.raft.node.RaftNode``; like it, it
 uses pysyncobj's name-mangled ``_SyncObj__*`` internals.
 """
 
@@ -30,7 +30,7 @@ from . import pysyncobj_pin  # noqa: F401  -- the release these overrides were w
 from pysyncobj.monotonic import monotonic
 from pysyncobj.syncobj import _RAFT_STATE
 
-from . import snapshot_file
+from ..storage import snapshot_file
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class FollowerSide:
     def _reply(self, node, next_idx: int, success: bool, reset: bool) -> None:
         reply = {"type": "next_node_idx", "next_node_idx": next_idx, "reset": reset, "success": success}
         if self._answering_sent_at is not None:
-            reply["sent_at"] = self._answering_sent_at   # confirms the leader's reads (engine.read_index)
+            reply["sent_at"] = self._answering_sent_at   # confirms the leader's reads (engine.raft.read_index)
         self._replies.append((node, reply))
 
 
@@ -74,7 +74,7 @@ class FollowerSide:
             self._SyncObj__setCurrentTerm(term, None)
         self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
         leader_commit = self._SyncObj__leaderCommitIndex = message["commit_index"]
-        self._owner._leader_contact = monotonic()
+        self.leader_contact = monotonic()
         self._answering_sent_at = message.get("sent_at")
 
         verified = None  # last index known to equal the leader's log
@@ -127,9 +127,9 @@ class FollowerSide:
             snapshots.drop_incoming()
             return None
         snapshots.take_incoming()
-        self._owner._loaded_snapshot = None
+        self.loaded_snapshot = None
         self._SyncObj__loadDumpFile(clearJournal=True)
-        loaded = self._owner._loaded_snapshot
+        loaded = self.loaded_snapshot
         # pysyncobj logs and swallows a failed load; acknowledging then
         # would vouch for the old log. Without a reply the leader finds the
         # gap and sends the snapshot again.

@@ -1,6 +1,6 @@
 """The engine's face, served to the node's front processes over their links.
 
-Each front holds one link (``engine.link``); this side answers its calls
+Each front holds one link (``engine.link.frames``); this side answers its calls
 against the ``Node`` and pushes the routing view to every front whenever it
 changes, so that a front routes a request (serve, redirect, 503) without a
 round trip.  Calls are the whole face of the node — nothing else of the
@@ -39,11 +39,11 @@ import socket
 
 import cbor2
 
-from .committer import CommitError
-from .link import FrameWriter, LinkClosed, read_frame
-from .node import Node
+from ..outcome import CommitError
+from .frames import FrameWriter, LinkClosed, read_frame
+from ..node import Node
 
-log = logging.getLogger("engine.service")
+logger = logging.getLogger(__name__)
 
 # Role, leader, term and quorum changes are reported by the consensus module
 # as they happen; members' HTTP addresses change with applied entries, and are
@@ -113,7 +113,7 @@ class EngineService:
         try:
             value = self._instant[method](*args)
         except Exception:
-            log.exception("engine call %s failed", method)
+            logger.exception("engine call %s failed", method)
             value, error = None, "internal"
         else:
             error = None
@@ -128,7 +128,7 @@ class EngineService:
         except asyncio.CancelledError:
             return
         except Exception:
-            log.exception("engine call %s failed", method)
+            logger.exception("engine call %s failed", method)
             value, error = None, "internal"
         if call_id:
             out.send([call_id, error, value])
@@ -145,7 +145,7 @@ class EngineService:
 
     async def _receive(self, command: dict, wait_s: float, last_try: bool, encoded: bool,
                        client: str | None) -> list | None:
-        committed = await self.node.receive(command, wait_s, self.max_long_polls, last_try=last_try,
+        committed = await self.node.long_polls.receive(command, wait_s, self.max_long_polls, last_try=last_try,
                                             client=client, max_per_client=self.max_long_polls_per_client)
         if committed is None:
             return None

@@ -2,30 +2,35 @@
 
 Theory of operation
 -------------------
-pysyncobj (pinned, ``engine/pysyncobj_pin.py``) runs the Raft protocol on its
-own *tick thread*: network I/O, elections, replication, commit, apply. Four
-modules are the only code in raftq that imports it, one concern each:
+pysyncobj (pinned, ``engine/raft/pysyncobj_pin.py``) runs the Raft protocol on its
+own *tick thread*: network I/O, elections, replication, commit, apply. Only
+the modules of ``engine/raft/`` read its internals (``engine.storage.journal``
+implements its public journal interface), one concern each:
 
-- ``engine.consensus`` (this module): ``Consensus``, the facade below, and
-  ``Peer``;
-- ``engine.raft_node``: ``RaftNode``, pysyncobj's SyncObj with raftq's
+- ``engine.raft.consensus`` (this module): ``Consensus``, the facade below;
+- ``engine.raft.node``: ``RaftNode``, pysyncobj's SyncObj with raftq's
   protocol fixes (durable journal hook, follower truncation, grouped fsyncs,
-  compaction by entries and bytes, term-checked command queue);
-- ``engine.raft_wire``: framing, sealing, handshake and limits of the Raft
+  compaction by entries and bytes, term-checked command queue), and its
+  mixins ``engine.raft.follower`` and ``engine.raft.prevote``: the one
+  owner of pysyncobj's internals. This facade touches none of them: it
+  reads the Raft node (role, leader, term, commit and applied index, the
+  other voters and when each was last heard) and steers it (propose, hold
+  back, step down, wake, stop) through ``RaftNode``'s own methods;
+- ``engine.raft.wire``: framing, sealing, handshake and limits of the Raft
   port, and dialing through proxies;
-- ``engine.raft_snapshots``: snapshots written by a forked child;
-- ``engine.pysyncobj_pin``: the one release these overrides were written for.
-The files they keep are ``engine.journal`` (the log) and
-``engine.snapshot_file``, both record files of ``engine.records``.
+- ``engine.raft.snapshots``: snapshots written by a forked child;
+- ``engine.raft.pysyncobj_pin``: the one release these overrides were written for.
+The files they keep are ``engine.storage.journal`` (the log) and
+``engine.storage.snapshot_file``, both record files of ``engine.storage.records``.
 
 raftq gives pysyncobj one replicated method, ``_raftq_apply(entry: bytes)``,
 which hands the entry to the state machine's ``apply``. Everything above this
-module sees ``Consensus``: ``submit(entry, callback, term=...)``, ``status()``,
+module sees ``Consensus``: ``propose(entry, callback, term=...)``, ``status()``,
 membership, leadership transfer and snapshots, with raftq's own node ids;
 pysyncobj knows nodes only by their Raft addresses, so an id <-> address map
 lives here.
 
-A submitted entry is wrapped in a ticket. The ticket's callback runs exactly
+A proposed entry is wrapped in a ticket. The ticket's callback runs exactly
 once on the tick thread: with the apply result when the entry is committed and
 applied here, or with an error string -- ``not_leader``, ``no_quorum``,
 ``too_large``, ``overloaded`` (definitely not applied); ``discarded``,
@@ -34,12 +39,13 @@ the same idempotency id); ``denied`` (membership change refused). A ticket
 that outlives ``submit_timeout`` gets ``timeout`` and any later outcome from
 pysyncobj is dropped.
 
-What the facade itself adds to pysyncobj 0.3.17 (../shared/PYSYNCOBJ.md):
+What the facade itself adds to pysyncobj 0.3.17 (docs/guarantees.md, "What
+pysyncobj 0.3.17 lacks"):
 - Never raise. The state machine's ``apply`` is wrapped: an exception is
   logged CRITICAL and becomes the result ``{"error": "internal", ...}``, so
   it cannot re-run forever.
 - Snapshots: the state machine's own bytes plus the two last applied entries
-  and the membership (``engine.snapshot_file``), written by a forked child
+  and the membership (``engine.storage.snapshot_file``), written by a forked child
   from a copy-on-write image of the state, so ``snapshot`` runs in that
   child and must not take a lock. ``journalFile`` and ``fullDumpFile`` are
   always both set. Compaction thresholds (entries, bytes, seconds) are
@@ -49,7 +55,7 @@ What the facade itself adds to pysyncobj 0.3.17 (../shared/PYSYNCOBJ.md):
   crash came between writing a snapshot and compacting the log).
 - Fast failover timing, a quorum check before accepting a write (the
   leader lease) and, when a leader has stepped down for want of a majority
-  (CheckQuorum, ``engine.raft_node``), a routing view that says it is cut
+  (CheckQuorum, ``engine.raft.node``), a routing view that says it is cut
   off, so that its fronts refuse at once rather than wait for an election
   it cannot see (``route``); entries above
   ``max_entry_bytes`` refused before they reach pysyncobj (its chunked path
@@ -65,12 +71,9 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
-import pickle
 import threading
 import time
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -78,11 +81,12 @@ from pysyncobj import SyncObjConf
 from pysyncobj.monotonic import monotonic
 from pysyncobj.node import TCPNode
 
-from . import snapshot_file
-from .journal import DurableJournal
-from .raft_node import FOLLOWER, LEADER, MAX_POLL_S, REGULAR_COMMAND, ROLE_NAMES, RaftNode, Ticket
-from .raft_wire import max_frame_bytes
+from ..config import Peer
+from ..storage import snapshot_file
+from ..storage.journal import DurableJournal
+from .node import FOLLOWER, LEADER, MAX_POLL_S, ROLE_NAMES, RaftNode, Ticket
 from .sealer import Sealer
+from .wire import max_frame_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -92,13 +96,6 @@ SNAPSHOT_FILE = "snapshot.bin"
 # compaction threshold: replaying 8 MiB of entries at restart costs about as
 # much as a snapshot of a small state, far less than one of a large state.
 SHUTDOWN_COMPACTION_DIVISOR = 4
-
-
-@dataclass(frozen=True)
-class Peer:
-    id: str
-    raft_addr: str
-    dial_addr: str | None = None
 
 
 class Consensus:
@@ -144,8 +141,6 @@ class Consensus:
 
         self._ids = {p.raft_addr: p.id for p in [self_peer, *peers]}
         self._dial_addrs = {p.raft_addr: p.dial_addr for p in peers if p.dial_addr}
-        self._last_heard: dict[str, float] = {}
-        self._leader_contact = 0.0
         self._tickets: collections.deque[Ticket] = collections.deque()
         self._tasks: collections.deque[Callable[[], None]] = collections.deque()
         self._closed = False
@@ -154,7 +149,6 @@ class Consensus:
         self._last_role: tuple | None = None
         self._last_quorum: tuple | None = None
         self._snapshot_info = {"index": None, "bytes": None, "seconds": None, "count": 0}
-        self._loaded_snapshot: tuple | None = None
 
         data_dir = Path(data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -166,7 +160,7 @@ class Consensus:
         # all fork a snapshot writer at the same moment; spread them per node.
         jitter = 1 + (zlib.crc32(self_peer.raft_addr.encode()) % 1000) / 2000
         conf = SyncObjConf(
-            password=None,   # encryption is the Sealer's (given to _RaftNode), not Fernet
+            password=None,   # encryption is the Sealer's (given to RaftNode), not Fernet
             autoTick=True,
             # the longest the tick thread polls; RaftNode wakes it sooner for
             # a heartbeat or an election deadline
@@ -179,7 +173,7 @@ class Consensus:
             # the election timeout and TCP keepalive instead.
             connectionTimeout=max(30.0, election_timeout[1]),
             connectionRetryTime=connection_retry,
-            # CheckQuorum is raftq's (engine.raft_node, item 12): it reads the
+            # CheckQuorum is raftq's (engine.raft.node, item 12): it reads the
             # answers waiting behind a late tick, and says why it stepped down.
             leaderFallbackTimeout=float("inf"),
             # Measured: batch mode waits for the next heartbeat (~heartbeat
@@ -201,14 +195,15 @@ class Consensus:
             logCompactionBatchSize=2 ** 20,
         )
         try:
-            self._node = RaftNode(self, self._make_node(self_peer.raft_addr),
-                                   [self._make_node(p.raft_addr) for p in peers],
-                                   conf, self._journal, self._dial_addrs,
-                                   sealer=Sealer(secret) if secret is not None else None,
-                                   max_frame=max_frame_bytes(max_entry_bytes),
-                                   # 32 MiB of batched 100-byte puts replay in about 2 s at
-                                   # restart; a snapshot of 1 M messages costs about 3 s
-                                   compaction_min_bytes=int(compaction_min_bytes * jitter))
+            self._node = RaftNode(self._make_node(self_peer.raft_addr),
+                                  [self._make_node(p.raft_addr) for p in peers],
+                                  conf, self._journal, self._dial_addrs,
+                                  apply_entry=self._apply_entry, snapshot_written=self._snapshot_written,
+                                  sealer=Sealer(secret) if secret is not None else None,
+                                  max_frame=max_frame_bytes(max_entry_bytes),
+                                  # 32 MiB of batched 100-byte puts replay in about 2 s at
+                                  # restart; a snapshot of 1 M messages costs about 3 s
+                                  compaction_min_bytes=int(compaction_min_bytes * jitter))
         except BaseException:
             self._journal._destroy()
             raise
@@ -216,8 +211,9 @@ class Consensus:
 
     # -- public interface --------------------------------------------------
 
-    def submit(self, entry: bytes, callback: Callable[[object | None, str | None], None], *, term: int) -> None:
-        """Propose ``entry``, prepared for ``term``: it enters the log only while this node leads that term."""
+    def propose(self, entry: bytes, callback: Callable[[object | None, str | None], None], *, term: int) -> None:
+        """Propose ``entry``, prepared for ``term``, to the Raft log: it enters the log only while
+        this node leads that term; ``callback(result, error)`` runs once, on the tick thread."""
         ticket = self._ticket(callback, term)
         if ticket is None:
             return
@@ -228,14 +224,13 @@ class Consensus:
         if refusal:
             self._later(ticket, refusal)
             return
-        command = pickle.dumps((self._node.apply_func_id, (entry,)), protocol=5)
-        self._node._applyCommand(command, ticket.on_pysyncobj_result, REGULAR_COMMAND)
+        self._node.propose(entry, ticket.on_pysyncobj_result)
 
     def confirm_read(self, callback: Callable[[object | None, str | None], None]) -> None:
         """Call back ``(None, None)`` once a read arriving now may be answered
         from this leader's applied state: a majority answered appends sent
         after now, and this node applied what it had committed by now
-        (``engine.read_index``). Otherwise an error, as ``submit``'s."""
+        (``engine.raft.read_index``). Otherwise an error, as ``propose``'s."""
         ticket = self._admitted(callback)
         if ticket is not None:
             asked_at = monotonic()
@@ -244,14 +239,12 @@ class Consensus:
     def status(self) -> dict:
         node = self._node
         now = monotonic()
-        state = node._SyncObj__raftState
-        leader = node._SyncObj__raftLeader
-        is_leader = state == LEADER
-        match = dict(node._SyncObj__raftMatchIndex) if is_leader else {}
-        nxt = dict(node._SyncObj__raftNextIndex) if is_leader else {}
-        heard = dict(self._last_heard)
+        state = node.role()
+        leader = node.leader()
+        match, nxt = node.replication()
+        heard = dict(node.last_heard)
         peers = {}
-        for other in list(node._SyncObj__otherNodes):
+        for other in node.others():
             addr = other.id
             contact = heard.get(addr)
             peers[self._id_of(other)] = {
@@ -289,15 +282,15 @@ class Consensus:
     def applying_index(self) -> int:
         """Inside ``apply``: the log index of the entry being applied (pysyncobj
         counts an entry applied only once apply has returned)."""
-        return self._node._SyncObj__raftLastApplied + 1
+        return self._node.applying_index()
 
     def route(self) -> tuple[str, str | None, int, bool, bool]:
         """Role, leader id, term, whether a majority is heard and whether this
         node is cut off (``_cut_off``): what routing a request needs, without
         the rest of status()."""
         node = self._node
-        leader = node._SyncObj__raftLeader
-        return (ROLE_NAMES[node._SyncObj__raftState], None if leader is None else self._id_of(leader),
+        leader = node.leader()
+        return (ROLE_NAMES[node.role()], None if leader is None else self._id_of(leader),
                 node.raftCurrentTerm, self._quorum_ok(monotonic()), self._cut_off())
 
     def term(self) -> int:
@@ -305,7 +298,7 @@ class Consensus:
         return self._node.raftCurrentTerm
 
     def leader_id(self) -> str | None:
-        leader = self._node._SyncObj__raftLeader
+        leader = self._node.leader()
         return None if leader is None else self._id_of(leader)
 
     def add_node(self, peer: Peer, callback) -> None:
@@ -343,10 +336,10 @@ class Consensus:
             leader = self.leader_id()
             if leader is not None and leader != self.self_peer.id:
                 return True
-            if self._node._isLeader():
+            if self._node.is_leader():
                 self._run_on_tick(lambda: self._node.transferLeadership(target))
             time.sleep(0.02)
-        if self._node._isLeader():
+        if self._node.is_leader():
             self._run_on_tick(self._step_down)
         return False
 
@@ -358,10 +351,8 @@ class Consensus:
         self._run_on_tick(self._hold_back)
 
     def _hold_back(self) -> None:
-        node = self._node
-        node._SyncObj__raftElectionDeadline = monotonic() + 10 * self._election_timeout
-        if node._SyncObj__raftState == LEADER:
-            self._step_down()
+        self._node.hold_back(10 * self._election_timeout)
+        self._step_down()
 
     def force_snapshot(self, timeout: float = 60.0) -> bool:
         """Compact the log now; True if a new snapshot was written."""
@@ -389,7 +380,7 @@ class Consensus:
             # that tick) and drops the log prefix in the next one, when the
             # serializer's pid is back to 0.
             node = self._node
-            if node._SyncObj__forceLogCompaction or node.snapshots.busy():
+            if node.compaction_pending() or node.snapshots.busy():
                 self._tasks.append(check)
                 return
             outcome.append(self._snapshot_info["count"] > before)
@@ -408,13 +399,7 @@ class Consensus:
             if self._closed:
                 return
             self._closed = True
-        self._node.destroy()
-        self._wake()
-        self._node._SyncObj__thread.join()
-        self._node.snapshots.abandon()
-        notifier = self._node._SyncObj__pipeNotifier
-        os.close(notifier._PipeNotifier__pipeR)
-        os.close(notifier._PipeNotifier__pipeW)
+        self._node.stop()
         while self._tasks:
             self._tasks.popleft()()
         while self._tickets:
@@ -436,7 +421,7 @@ class Consensus:
         while tickets and (tickets[0].done or tickets[0].deadline <= now):
             tickets.popleft().resolve(None, "timeout")
         node = self._node
-        role = (node._SyncObj__raftState, node._SyncObj__raftLeader, node.raftCurrentTerm)
+        role = (node.role(), node.leader(), node.raftCurrentTerm)
         # The fronts route on whether a majority is heard, too: a change of it
         # is reported like a change of role, from here rather than by polling.
         quorum = (self._quorum_ok(monotonic()), self._cut_off())
@@ -465,21 +450,12 @@ class Consensus:
             return {"error": "internal", "detail": f"{type(exc).__name__}: {exc}"}
 
     def _step_down(self) -> None:
-        node = self._node
-        if node._SyncObj__raftState != LEADER:
-            return
-        node._SyncObj__setState(FOLLOWER)
-        node._SyncObj__raftLeader = None
-        # without a hold-off this node would win the next election itself
-        node._SyncObj__raftElectionDeadline = monotonic() + 10 * self._election_timeout
-
-    def _heard_from(self, addr: str) -> None:
-        self._last_heard[addr] = monotonic()
+        self._node.step_down(hold_back_s=10 * self._election_timeout)
 
     # -- snapshots (tick thread) -------------------------------------------
 
     def _write_snapshot(self, filename: str, data) -> None:
-        # in the snapshot writer's child process (engine.raft_snapshots)
+        # in the snapshot writer's child process (engine.raft.snapshots)
         last, prev, cluster = data
         snapshot_file.write(filename, last=last, prev=prev, state=self._snapshot(),
                             cluster=[[n.id, self._id_of(n)] for n in cluster])
@@ -506,7 +482,6 @@ class Consensus:
         last, prev = tuple(header["last"]), tuple(header["prev"])
         self._drop_entries_before(prev)
         self._snapshot_info = dict(self._snapshot_info, index=last[1], bytes=Path(filename).stat().st_size)
-        self._loaded_snapshot = last
         return last, prev, nodes
 
     def _drop_entries_before(self, prev: tuple) -> None:
@@ -529,32 +504,33 @@ class Consensus:
 
     def _quorum_ok(self, now: float) -> bool:
         node = self._node
-        state = node._SyncObj__raftState
+        state = node.role()
         if state == LEADER:
-            others = list(node._SyncObj__otherNodes)
-            recent = sum(1 for n in others if now - self._last_heard.get(n.id, 0.0) < self._leader_lease)
+            others = node.others()
+            recent = sum(1 for n in others if now - node.last_heard.get(n.id, 0.0) < self._leader_lease)
             return recent + 1 > (len(others) + 1) / 2
-        leader = node._SyncObj__raftLeader
+        leader = node.leader()
         if state == FOLLOWER and leader is not None:
             # A leader whose connection dropped (killed, restarted) is gone for
             # routing at once: requests are held for the election rather than
             # sent to an address that refuses them until the timeout.
-            return now - self._leader_contact < self._election_timeout and node.isNodeConnected(leader)
+            return now - node.leader_contact < self._election_timeout and node.isNodeConnected(leader)
         return False
 
     def _cut_off(self) -> bool:
         """Stepped down for want of a majority (CheckQuorum) and heard from no
         majority since: no election this node could win or learn of is under
         way, so a request need not wait for one."""
-        lost_at = self._node.quorum_lost_at
+        node = self._node
+        lost_at = node.quorum_lost_at
         if lost_at is None:
             return False
-        others = list(self._node._SyncObj__otherNodes)
-        heard = sum(1 for n in others if self._last_heard.get(n.id, 0.0) > lost_at)
+        others = node.others()
+        heard = sum(1 for n in others if node.last_heard.get(n.id, 0.0) > lost_at)
         return heard + 1 <= (len(others) + 1) / 2
 
     def _refusal(self) -> str | None:
-        if not self._node._isLeader():
+        if not self._node.is_leader():
             return "not_leader"
         if not self._quorum_ok(monotonic()):
             return "no_quorum"
@@ -586,7 +562,4 @@ class Consensus:
 
     def _run_on_tick(self, task: Callable[[], None]) -> None:
         self._tasks.append(task)
-        self._wake()
-
-    def _wake(self) -> None:
-        self._node._SyncObj__pipeNotifier.notify()
+        self._node.wake()

@@ -1,6 +1,6 @@
 """The one pysyncobj release raftq's Raft modules are written against.
 
-engine/raft_wire.py and engine/raft_node.py read and replace pysyncobj
+engine/raft/wire.py and engine/raft/node.py read and replace pysyncobj
 internals line by line (name-mangled ``_SyncObj__*`` attributes, copied
 method bodies); a different release must be re-read before this pin moves.
 Both import this module before anything of pysyncobj's, so a mismatch stops
