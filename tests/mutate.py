@@ -328,7 +328,9 @@ def run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[bool, float, str]:
     env = {**os.environ, **ENV, "PYTHONPATH": str(tree)}
     started = time.monotonic()
     try:
-        done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+        # A basetemp of its own: pytest's shared default is cleaned by any other run on the machine.
+        done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                               "--basetemp", str(tree.parent / "pytest"), *tests],
                               cwd=tree, env=env, capture_output=True, text=True, timeout=TEST_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         return False, time.monotonic() - started, f"timed out: {str(exc.stdout)[-300:]}"
@@ -359,7 +361,7 @@ def main(argv: list[str]) -> int:
         raise SystemExit(f"no such mutants: {', '.join(sorted(unknown))} (see --list)")
     results: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="raftq-mutate-") as tmp:
-        tree = Path(tmp)
+        tree = Path(tmp) / "tree"
         copy_tree(tree)
         for mutant in chosen:      # every source still there, before anything runs
             original = mutate(tree, mutant)
