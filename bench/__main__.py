@@ -18,6 +18,8 @@ import json
 import signal
 import sys
 
+from bench.backlog_bench import message_count
+
 SYSTEMS = ("raftq", "raftq-http", "rabbitmq", "nats", "nats-lazy")
 
 
@@ -49,18 +51,8 @@ def _scale(value: str) -> list[int]:
     return counts
 
 
-def _count(value: str) -> int:
-    try:
-        count = int(value)
-    except ValueError:
-        count = -1
-    if count < 0:
-        raise argparse.ArgumentTypeError("a count of messages, 0 or more")
-    return count
-
-
 def _backlog_count(value: str) -> int:
-    count = _count(value)
+    count = message_count(value)
     if 0 < count < 2000:
         raise argparse.ArgumentTypeError("the backlog row takes 0 (skip it) or at least 2000 messages")
     return count
@@ -84,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                          help="W6's numbers of client processes, each producing to a queue of its own")
     compare.add_argument("--backlog-messages", type=_backlog_count, default=200_000,
                          help="raftq's backlog row (bench/backlog_bench.py): 100-byte messages stored (0: skip it)")
-    compare.add_argument("--backlog-big-messages", type=_count, default=20_000,
+    compare.add_argument("--backlog-big-messages", type=message_count, default=20_000,
                          help="the backlog row's 10 KiB messages (0: none)")
     compare.add_argument("--out", default="results", help="parent folder of the results")
     args = parser.parse_args(argv)

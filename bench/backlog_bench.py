@@ -487,7 +487,8 @@ def measure(root: Path, messages: int, big_messages: int, log=print) -> dict:
     return figures
 
 
-def _count(value: str) -> int:
+def message_count(value: str) -> int:
+    """An argparse type: a count of messages, 0 or more."""
     try:
         count = int(value)
     except ValueError:
@@ -499,9 +500,9 @@ def _count(value: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=_count, default=10_000_000,
+    parser.add_argument("--messages", type=message_count, default=10_000_000,
                         help="100-byte messages in the backlog (at least 2 000: a round consuming at depth may take as many)")
-    parser.add_argument("--big-messages", type=_count, default=1_000_000,
+    parser.add_argument("--big-messages", type=message_count, default=1_000_000,
                         help="10 KiB messages of part two (0: skip it)")
     args = parser.parse_args(argv)
     if args.messages < 2 * ROUND:
