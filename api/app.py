@@ -21,7 +21,8 @@ from engine.storage.put_buffer import PutBuffer
 from . import buffering, events, openapi
 from .codec import respond
 from .errors import ApiError
-from .leader import HTTP, NODE, SETTINGS
+from .groups import Groups
+from .leader import ENGINES, GROUPS, HTTP, NODE, SETTINGS
 from .metrics import Metrics
 from .routes import ACCEPTED, DATA, ROUTES, SIGV4
 
@@ -148,8 +149,12 @@ def _auth_middleware(tokens: Tokens):
     return auth
 
 
-def make_app(node, settings: Settings, buffer_dir: Path) -> web.Application:
-    """The application of one front, over `node` (an ``engine.link.remote.RemoteNode``)."""
+def make_app(engines: dict, settings: Settings, buffer_dir: Path,
+             placement: dict[int, list[str]] | None = None) -> web.Application:
+    """The application of one front, over this node's `engines` (group id ->
+    ``engine.link.remote.RemoteNode``) and the cluster's `placement` (group id -> its
+    members' node ids; None: one group)."""
+    node = engines[0]
     buffer = PutBuffer(buffer_dir, settings.buffer_max_bytes)
     metrics = Metrics(node, buffer)
     middlewares = [metrics.middleware(), _error_middleware()]
@@ -157,6 +162,8 @@ def make_app(node, settings: Settings, buffer_dir: Path) -> web.Application:
         middlewares.append(_auth_middleware(settings.tokens))
     app = web.Application(middlewares=middlewares, client_max_size=settings.limits.max_request_bytes)
     app[NODE] = node
+    app[ENGINES] = engines
+    app[GROUPS] = Groups(engines, placement)
     app[SETTINGS] = settings
 
     app[buffering.BUFFER] = buffer

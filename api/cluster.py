@@ -9,7 +9,8 @@ from engine.outcome import CommitError
 from .buffering import BUFFER
 from .codec import read_body, respond
 from .errors import ApiError
-from .leader import HTTP, NODE, SETTINGS, no_quorum, write
+from .gather import group_param, per_group
+from .leader import GROUPS, HTTP, NODE, SETTINGS, Elsewhere, no_quorum, serve_here, write
 from .routing import leader_only
 
 PEER_TIMEOUT = ClientTimeout(total=0.7)
@@ -45,8 +46,25 @@ async def readiness(node) -> tuple[bool, dict]:
         "pid": node.engine_pid, "ready": ready}
 
 
+async def group_states(app: web.Application) -> list[dict]:
+    """Each of this node's engines as its Raft group sees it: role, leader, term, indexes."""
+    async def state(group: int, engine) -> dict:
+        try:
+            async with asyncio.timeout(ENGINE_TIMEOUT_S):
+                status = await engine.status()
+        except (CommitError, asyncio.TimeoutError):
+            status = {}
+        view = engine.view()
+        return {"id": group, "role": view["role"] if status else "unknown", "leader": view["leader_id"],
+                "term": view["term"], "commit_index": status.get("commit_index"),
+                "applied_index": status.get("applied_index")}
+    engines = app[GROUPS].engines
+    return list(await asyncio.gather(*(state(group, engines[group]) for group in sorted(engines))))
+
+
 async def ready(request: web.Request) -> web.Response:
     is_ready, body = await readiness(request.app[NODE])
+    body["groups"] = await group_states(request.app)
     return respond(request, body, status=200 if is_ready else 503)
 
 
@@ -70,7 +88,7 @@ async def view(request: web.Request) -> dict:
     members = await node.members()
 
     async def own() -> dict:
-        return (await readiness(node))[1]
+        return {**(await readiness(node))[1], "groups": await group_states(request.app)}
     views = await asyncio.gather(*(
         _peer_ready(request, m["http_addr"]) if m["id"] != node.id else own() for m in members))
     nodes = []
@@ -91,10 +109,33 @@ async def view(request: web.Request) -> dict:
         })
     return {"id": node.id, "leader": status["leader_id"], "term": status["term"],
             "commit_index": status["commit_index"], "nodes": nodes,
+            "groups": _groups_seen(request.app[GROUPS], members, views),
             "limits": request.app[SETTINGS].limits.as_dict(),
             "staging": (await node.read("staging_usage")).result,
             "buffer": {"pending_bytes": buffer.pending_bytes, "dead_lettered": buffer.dead_lettered,
                        "dead_letter_file": str(buffer.dead_path)}}
+
+
+def _groups_seen(groups, members: list[dict], views: list) -> list[dict]:
+    """Every Raft group as its members reported it (their /health/ready): members, leader,
+    term, the leader's commit index, and each member's applied index and lag behind it."""
+    reports = {}   # group id -> {node id: that node's state of it}
+    for member, seen in zip(members, views):
+        for state in (seen or {}).get("groups", []):
+            reports.setdefault(state["id"], {})[member["id"]] = state
+    out = []
+    for group in range(groups.count):
+        states = reports.get(group, {})
+        leader = next((node for node, state in states.items() if state["role"] == "leader"), None)
+        commit = states[leader]["commit_index"] if leader else None
+        out.append({"id": group, "members": groups.members(group), "leader": leader,
+                    "term": max((state["term"] for state in states.values()), default=None),
+                    "commit_index": commit,
+                    "replicas": {node: {"applied_index": state["applied_index"],
+                                        "lag": None if commit is None or state["applied_index"] is None
+                                        else max(0, commit - state["applied_index"])}
+                                 for node, state in states.items()}})
+    return out
 
 
 async def show(request: web.Request) -> web.Response:
@@ -210,3 +251,35 @@ async def checkpoint(request: web.Request) -> web.Response:
     if digest is None:
         raise ApiError("not_found", "this node has not applied that checkpoint (yet)")
     return respond(request, {"token": token, "digest": digest})
+
+
+async def routing(request: web.Request) -> web.Response:
+    """Where each queue is served (issue 24): every Raft group's members and leader, and queue -> group.
+
+    Assignments never change, so a client may keep them; a leader is as this
+    node last heard it (a group it has no engine of: as one of its members
+    heard it), so a client refreshes on a 307 or a lost connection.
+    """
+    groups = request.app[GROUPS]
+    group = group_param(request)
+
+    async def here(group: int) -> dict:
+        engine = groups.engines[group]
+        view = engine.view()
+        return {"groups": [{"id": group, "members": groups.members(group), "leader": view["leader_id"],
+                            "leader_http_addr": engine.http_addr(view["leader_id"]), "term": view["term"]}]}
+    if group is not None:
+        try:
+            await serve_here(request.app, group, leader=False)
+        except Elsewhere as there:
+            raise ApiError("not_found", f"this node has no engine of group {group}; node {there.node_id} has") \
+                from None
+        return respond(request, await here(group))
+    answers = await per_group(request, here, leader=False)
+    if groups.count == 1:
+        queues = {queue["name"]: 0 for queue in (await groups.catalog.read("list_queues")).result["queues"]}
+    else:
+        queues = (await groups.catalog.read("list_catalog")).result["groups"]
+    return respond(request, {"group_count": groups.count,
+                             "groups": [answers[g]["groups"][0] for g in range(groups.count)],
+                             "queues": queues})

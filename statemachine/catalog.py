@@ -7,10 +7,11 @@ one queue's writes to two groups.
 
 How a name is placed:
 
-- names assigned together (one request: a transaction, a batch) go to one
-  group, so that what one request writes stays in one log;
-- that group is the one of a name among them that already has one, or of the
-  ``like`` queue (a dead-letter queue lives in its queue's group);
+- names assigned together (one request: a transaction, a batch, a queue
+  and the dead-letter queue its config names) go to one group, so that what
+  one request writes stays in one log and a dead-letter queue lives in its
+  queue's group;
+- that group is the one of a name among them that already has one;
 - otherwise the group with the fewest names assigned (ties: the lowest id),
   so one name at a time keeps every group within one of the mean.
 
@@ -31,9 +32,9 @@ class Catalog:
         """name -> group id, or None for a name never assigned."""
         return {name: self.assigned.get(name) for name in names}
 
-    def assign(self, names: list, like: str | None, max_names: int | None) -> dict:
-        """Assign the unassigned of `names` (and `like`) together; every name's group, or a refusal."""
-        wanted = list(dict.fromkeys(([like] if like is not None else []) + names))
+    def assign(self, names: list, max_names: int | None) -> dict:
+        """Assign the unassigned of `names` together; every name's group, or a refusal."""
+        wanted = list(dict.fromkeys(names))
         held = sorted({self.assigned[name] for name in wanted if name in self.assigned})
         if len(held) > 1:
             return error(CROSS_GROUP, f"these queues live in groups {held}: one request writes to one group",

@@ -444,7 +444,7 @@ class StateMachine:
     def _assign(self, cmd):
         if self.group_id != 0:
             return error(WRONG_GROUP, f"the catalog lives in group 0, not {self.group_id}", group=self.group_id)
-        return self.catalog.assign(cmd["queues"], cmd.get("like"), cmd.get("max_names"))
+        return self.catalog.assign(cmd["queues"], cmd.get("max_names"))
 
     def catalog_lookup(self, names: list) -> dict:
         return {"groups": self.catalog.groups_of(names)}

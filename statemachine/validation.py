@@ -386,7 +386,7 @@ MAX_ASSIGNED_TOGETHER = MAX_BATCH
 
 
 def check_assign(cmd):
-    """assign: 1 to MAX_ASSIGNED_TOGETHER queue names, optionally `like` a queue, under a cap on the catalog."""
+    """assign: 1 to MAX_ASSIGNED_TOGETHER queue names, under a cap on the catalog."""
     names = cmd.get("queues")
     if not isinstance(names, list) or not 1 <= len(names) <= MAX_ASSIGNED_TOGETHER:
         return error(BAD_REQUEST, f"queues must be a list of 1 to {MAX_ASSIGNED_TOGETHER} queue names")
@@ -394,8 +394,7 @@ def check_assign(cmd):
         problem = check_name(name, "queue name")
         if problem:
             return problem
-    like = cmd.get("like")
-    return (like is not None and check_name(like, "like")) or _check_limit(cmd.get("max_names"), "max_names")
+    return _check_limit(cmd.get("max_names"), "max_names")
 
 
 def check_raft_group(cmd):

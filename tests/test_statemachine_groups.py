@@ -29,8 +29,8 @@ def apply(machine, op, **fields):
     return machine.apply({"op": op, "now_ms": T0, **fields})
 
 
-def assign(machine, *names, like=None, max_names=None):
-    result = apply(machine, "assign", queues=list(names), like=like, max_names=max_names)
+def assign(machine, *names, max_names=None):
+    result = apply(machine, "assign", queues=list(names), max_names=max_names)
     return result if is_error(result) else result["groups"]
 
 
@@ -52,11 +52,11 @@ def test_an_assignment_is_sticky_even_after_the_queue_is_deleted():
     assert catalog.read("catalog_lookup", ["a", "z"]) == {"groups": {"a": 0, "z": None}}
 
 
-def test_a_dead_letter_queue_is_assigned_like_its_queue():
+def test_a_dead_letter_queue_assigned_with_its_queue_joins_its_group():
     catalog = StateMachine(0, 4)
     assign(catalog, "x")
     assert assign(catalog, "q") == {"q": 1}
-    assert assign(catalog, "dlq", like="q") == {"q": 1, "dlq": 1}
+    assert assign(catalog, "dlq", "q") == {"dlq": 1, "q": 1}
 
 
 def test_names_assigned_together_share_one_group_and_join_one_already_placed():
@@ -100,8 +100,7 @@ def test_the_catalog_survives_a_snapshot():
     assert assign(restored, "d") == {"d": 2}
 
 
-@pytest.mark.parametrize("bad", [{"queues": []}, {"queues": ["a b"]}, {"queues": "a"}, {"queues": ["a"], "like": ""},
-                                 {"queues": ["a"], "max_names": -1}, {"queues": ["a"] * 10_001}])
+@pytest.mark.parametrize("bad", [{"queues": []}, {"queues": ["a b"]}, {"queues": "a"}, {"queues": ["a"], "max_names": -1}, {"queues": ["a"] * 10_001}])
 def test_a_malformed_assignment_is_refused(bad):
     assert apply(StateMachine(0, 2), "assign", **bad)["error"] == "bad_request"
 

@@ -57,11 +57,34 @@ def status_table(view: dict) -> str:
     lines = [table(columns, rows),
              f"leader: {view.get('leader') or 'none'}   (* marks the leader; view of {view.get('id')})",
              CONTACT_NOTE]
+    groups = view.get("groups") or []
+    if len(groups) > 1:
+        lines += ["", groups_table(groups)]
     buffer = view.get("buffer") or {}
     if buffer.get("dead_lettered"):
         lines.append(f"put buffer of {view['id']}: {buffer['dead_lettered']} buffered put(s) refused for good, "
                      f"set aside in {buffer['dead_letter_file']}")
     return "\n".join(lines)
+
+
+def groups_table(groups: list[dict]) -> str:
+    """The Raft groups (issue 24): members, leader, term, commit, each member's applied index and
+    lag; then how many groups each node leads."""
+    rows = []
+    for group in groups:
+        replicas = group["replicas"]
+        rows.append((group["id"], " ".join(group["members"]), group["leader"] or "none", group["term"],
+                     group["commit_index"],
+                     " ".join(f"{node}:{replicas[node]['applied_index']}" for node in sorted(replicas, key=node_order)),
+                     max((r["lag"] for r in replicas.values() if r["lag"] is not None), default=None)))
+    leads = {}
+    for group in groups:
+        for node in group["members"]:
+            leads.setdefault(node, 0)
+        if group["leader"]:
+            leads[group["leader"]] = leads.get(group["leader"], 0) + 1
+    return "\n".join([table(("group", "members", "leader", "term", "commit", "applied", "lag"), rows),
+                      "groups led: " + "  ".join(f"{node} {leads[node]}" for node in sorted(leads, key=node_order))])
 
 
 def has_quorum(view: dict) -> bool:
