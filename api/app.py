@@ -149,14 +149,13 @@ def _auth_middleware(tokens: Tokens):
     return auth
 
 
-def make_app(engines: dict, settings: Settings, buffer_dir: Path,
-             placement: dict[int, list[str]] | None = None) -> web.Application:
+def make_app(engines: dict, placement, settings: Settings, buffer_dir: Path) -> web.Application:
     """The application of one front, over this node's `engines` (group id ->
-    ``engine.link.remote.RemoteNode``) and the cluster's `placement` (group id -> its
-    members' node ids; None: one group)."""
+    ``engine.link.remote.RemoteNode``) and the cluster's `placement` (its ``groups``: each
+    group's members' node ids, in order of preference for leadership; None: one group)."""
     node = engines[0]
     buffer = PutBuffer(buffer_dir, settings.buffer_max_bytes)
-    metrics = Metrics(node, buffer)
+    metrics = Metrics(engines, buffer)
     middlewares = [metrics.middleware(), _error_middleware()]
     if settings.tokens.any():
         middlewares.append(_auth_middleware(settings.tokens))

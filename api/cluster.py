@@ -10,7 +10,7 @@ from .buffering import BUFFER
 from .codec import read_body, respond
 from .errors import ApiError
 from .gather import group_param, per_group
-from .leader import GROUPS, HTTP, NODE, SETTINGS, Elsewhere, no_quorum, serve_here, write
+from .leader import GROUPS, HTTP, NODE, SETTINGS, Elsewhere, no_quorum, route_to_leader, serve_here, write
 from .routing import leader_only
 
 PEER_TIMEOUT = ClientTimeout(total=0.7)
@@ -46,8 +46,9 @@ async def readiness(node) -> tuple[bool, dict]:
         "pid": node.engine_pid, "ready": ready}
 
 
-async def group_states(app: web.Application) -> list[dict]:
-    """Each of this node's engines as its Raft group sees it: role, leader, term, indexes."""
+async def group_states(app: web.Application) -> dict:
+    """Each of this node's engines (by group id, a string) as its Raft group sees it: role,
+    leader, term, indexes."""
     async def state(group: int, engine) -> dict:
         try:
             async with asyncio.timeout(ENGINE_TIMEOUT_S):
@@ -55,11 +56,12 @@ async def group_states(app: web.Application) -> list[dict]:
         except (CommitError, asyncio.TimeoutError):
             status = {}
         view = engine.view()
-        return {"id": group, "role": view["role"] if status else "unknown", "leader": view["leader_id"],
+        return {"role": view["role"] if status else "unknown", "leader": view["leader_id"],
                 "term": view["term"], "commit_index": status.get("commit_index"),
                 "applied_index": status.get("applied_index")}
-    engines = app[GROUPS].engines
-    return list(await asyncio.gather(*(state(group, engines[group]) for group in sorted(engines))))
+    groups = sorted(app[GROUPS].engines)
+    states = await asyncio.gather(*(state(group, app[GROUPS].engines[group]) for group in groups))
+    return {str(group): state for group, state in zip(groups, states)}
 
 
 async def ready(request: web.Request) -> web.Response:
@@ -121,8 +123,8 @@ def _groups_seen(groups, members: list[dict], views: list) -> list[dict]:
     term, the leader's commit index, and each member's applied index and lag behind it."""
     reports = {}   # group id -> {node id: that node's state of it}
     for member, seen in zip(members, views):
-        for state in (seen or {}).get("groups", []):
-            reports.setdefault(state["id"], {})[member["id"]] = state
+        for group, state in (seen or {}).get("groups", {}).items():
+            reports.setdefault(int(group), {})[member["id"]] = state
     out = []
     for group in range(groups.count):
         states = reports.get(group, {})
@@ -219,15 +221,29 @@ async def transfer_leadership(request: web.Request) -> web.Response:
     return respond(request, {"moved": moved, "previous": node.id, "leader": status["leader_id"]})
 
 
-@leader_only
 async def verify(request: web.Request) -> web.Response:
-    """Take a digest at one log position on every replica and compare."""
-    node = request.app[NODE]
+    """Take a digest at one log position on every replica of a Raft group and compare: of
+    the one group (``?group=``, or the only one), else of each group (gathered)."""
+    groups = request.app[GROUPS]
+    group = group_param(request)
+    if group is not None or groups.count == 1:
+        elsewhere = await route_to_leader(request, group=group or 0)
+        if elsewhere is not None:
+            return elsewhere
+        return respond(request, await _verify_group(request, group or 0))
+    answers = await per_group(request, lambda group: _verify_group(request, group))
+    return respond(request, {"groups": [{"group": group, **answers[group]} for group in sorted(answers)],
+                             "agree": all(answer["agree"] for answer in answers.values())})
+
+
+async def _verify_group(request: web.Request, group: int) -> dict:
+    """On the leader of `group`: its replicas' digests at one checkpoint, and whether they agree."""
+    node = request.app[GROUPS].engines[group]
     token, digest = await node.checkpoint()
     members = [m for m in await node.members() if m["id"] != node.id]
 
     async def digest_of(member) -> str | None:
-        url = f"{request.scheme}://{member['http_addr']}/v1/cluster/checkpoints/{token}"
+        url = f"{request.scheme}://{member['http_addr']}/v1/cluster/checkpoints/{token}?group={group}"
         headers = {"Authorization": request.headers["Authorization"]} if "Authorization" in request.headers else {}
         for _ in range(50):   # a lagging follower may still be applying up to the checkpoint
             try:
@@ -242,12 +258,16 @@ async def verify(request: web.Request) -> web.Response:
     others = await asyncio.gather(*(digest_of(m) for m in members))
     digests = {node.id: digest, **{m["id"]: d for m, d in zip(members, others)}}
     agree = all(d == digest for d in digests.values())
-    return respond(request, {"token": token, "digests": digests, "agree": agree})
+    return {"token": token, "digests": digests, "agree": agree}
 
 
 async def checkpoint(request: web.Request) -> web.Response:
     token = request.match_info["token"]
-    digest = await request.app[NODE].checkpoint_digest(token)
+    group = group_param(request) or 0
+    engine = request.app[GROUPS].engines.get(group)
+    if engine is None:
+        raise ApiError("not_found", f"this node has no replica of group {group}")
+    digest = await engine.checkpoint_digest(token)
     if digest is None:
         raise ApiError("not_found", "this node has not applied that checkpoint (yet)")
     return respond(request, {"token": token, "digest": digest})

@@ -3,8 +3,9 @@
 A cluster runs G Raft groups; every queue lives in one, recorded in group
 0's catalog (statemachine/catalog.py).  A front holds one engine per group
 its node is a member of (``ENGINES``: group id -> ``RemoteNode``) and the
-placement (group id -> its members' node ids; group 0 has every node, so
-its engine knows every node's HTTP address).
+placement (its ``groups``: each group's members' node ids, in order of
+preference for leadership; group 0 has every node, so its engine knows every
+node's HTTP address).
 
 ``Groups`` answers "which group holds these queues":
 
@@ -32,12 +33,12 @@ MAX_ASSIGNED_TOGETHER = 10_000
 
 
 class Groups:
-    def __init__(self, engines: dict[int, RemoteNode], placement: dict[int, list[str]] | None = None):
+    def __init__(self, engines: dict[int, RemoteNode], placement=None):
         if 0 not in engines:
             raise ValueError("every node is a member of group 0, the catalog's")
         self.engines = engines
-        self.placement = placement or {0: []}
-        self.count = len(self.placement)
+        self.placement = placement            # None: one group, of every node
+        self.count = 1 if placement is None else len(placement.groups)
         self._assigned: dict[str, int] = {}
 
     @property
@@ -50,9 +51,9 @@ class Groups:
 
     def members(self, group: int) -> list[str]:
         """The node ids of `group`'s members, in its order of preference for leadership."""
-        if self.count == 1:
+        if self.placement is None:
             return sorted(self.catalog.view()["http"])
-        return list(self.placement[group])
+        return list(self.placement.groups[group])
 
     def cached(self, name: str) -> int | None:
         return 0 if self.count == 1 else self._assigned.get(name)
@@ -73,7 +74,7 @@ class Groups:
     def member_to_ask(self, group: int) -> str | None:
         """A node of `group` to send a request to when this node has no engine of it: its
         first preference that group 0's engine knows an address for."""
-        for node_id in self.placement.get(group, []):
+        for node_id in self.members(group):
             if self.http_addr(node_id) is not None:
                 return node_id
         return None

@@ -55,7 +55,7 @@ async def serve_front(*, worker: int, listener: socket.socket, link: socket.sock
     # aiohttp's keep-alive timer also runs from the moment a connection is
     # made, and closes it unless a request's headers are complete: the
     # header timeout, which is therefore the idle timeout as well.
-    runner = web.AppRunner(make_app({0: node}, settings, buffer_dir(data_dir, worker)), access_log=None,
+    runner = web.AppRunner(make_app({0: node}, None, settings, buffer_dir(data_dir, worker)), access_log=None,
                            handle_signals=False, keepalive_timeout=limits.header_timeout_s)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

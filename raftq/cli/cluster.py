@@ -105,7 +105,10 @@ def cmd_cluster(args) -> int:
             return 0 if has_quorum(view) else 1
         if args.action == "verify":
             result = client.verify()
-            lines = [f"{node}: {digest or 'no answer'}" for node, digest in result["digests"].items()]
+            lines = [f"{prefix}{node}: {digest or 'no answer'}"
+                     for prefix, answer in ([(f"group {g['group']}  ", g) for g in result["groups"]]
+                                            if "groups" in result else [("", result)])
+                     for node, digest in answer["digests"].items()]
             verdict = "replicas agree" if result["agree"] else "REPLICAS DIFFER"
             emit(args, result, "\n".join(lines + [verdict]))
             return 0 if result["agree"] else 1
