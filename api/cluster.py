@@ -303,3 +303,28 @@ async def routing(request: web.Request) -> web.Response:
     return respond(request, {"group_count": groups.count,
                              "groups": [answers[g]["groups"][0] for g in range(groups.count)],
                              "queues": queues})
+
+
+async def rebalance(request: web.Request) -> web.Response:
+    """Ask the leader of every Raft group (or of ``?group=``) to run leader balancing now: move
+    leadership to the group's first live, caught-up preference. One group has nothing to balance."""
+    groups = request.app[GROUPS]
+    if groups.count == 1:
+        return respond(request, {"groups": [], "moved": 0})
+    group = group_param(request)
+
+    async def here(group: int) -> dict:
+        try:
+            moved = await groups.engines[group].rebalance()
+        except CommitError as exc:
+            raise no_quorum(f"group {group}'s engine did not balance ({exc.code}); retry") from None
+        return {"groups": [{"group": group, "moved": moved}]}
+    if group is None:
+        answers = await per_group(request, here)
+        moves = [answers[g]["groups"][0] for g in sorted(answers)]
+    else:
+        elsewhere = await route_to_leader(request, group=group)
+        if elsewhere is not None:
+            return elsewhere
+        moves = (await here(group))["groups"]
+    return respond(request, {"groups": moves, "moved": sum(bool(move["moved"]) for move in moves)})

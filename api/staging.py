@@ -85,7 +85,8 @@ async def list_all(request: web.Request) -> web.Response:
 
 
 async def show(request: web.Request) -> web.Response:
-    elsewhere = await _route(request, request.query.get("queue"))
+    # creating: a writer asks before its queue exists whether a put would create it
+    elsewhere = await _route(request, request.query.get("queue"), creating=request.app[NODE].auto_create)
     if elsewhere is not None:
         return elsewhere
     # auto_create tells a writer at start whether a missing queue is an error.

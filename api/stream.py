@@ -488,7 +488,7 @@ class Session:
                 raise ApiError("not_found", f"group {group!r} does not exist in queue {queue!r}")
         except ApiError as exc:
             await self.send({"op": "error", "sub": sub_id, "error": exc.code, "status": exc.status,
-                             "message": exc.message})
+                             "message": exc.message, **exc.details})
             return
         sub = Subscription(self, sub_id, group_of_queue, queue, group, prefetch,
                            lease_ms or info["config"]["lease_ms"])
@@ -508,7 +508,7 @@ def _deliver_frame(sub_id, encoded_messages: bytes) -> bytes:
 
 
 def _refusal(cid, exc: ApiError) -> dict:
-    return {"cid": cid, "error": exc.code, "status": exc.status, "message": exc.message}
+    return {"cid": cid, "error": exc.code, "status": exc.status, "message": exc.message, **exc.details}
 
 
 class Subscription:

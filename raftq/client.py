@@ -158,22 +158,30 @@ class _Calls:
             body["ttl_ms"] = ttl_ms
         return self._call("POST", f"/v1/producers/{_part(producer)}/stage", body, retry=True, queue=queue)
 
-    def commit_stages(self, producer: str, batch: int, parts: list, *, retain_ms: int | None = None):
+    # `queue`: the queue the producer writes to, whose Raft group holds its stages and mark
+    # (needed by a cluster of several groups, docs/api.md)
+    def commit_stages(self, producer: str, batch: int, parts: list, *, retain_ms: int | None = None,
+                      queue: str | None = None):
         """Publish the stages [{"token", "chunks"}] in one log entry, once per (producer, batch):
         a retry or replay at or below the producer's committed batch answers duplicate."""
         body = {"batch": batch, "parts": parts}
         if retain_ms is not None:
             body["retain_ms"] = retain_ms
-        return self._call("POST", f"/v1/producers/{_part(producer)}/commit", body, retry=True)
+        if queue is not None:
+            body["queue"] = queue
+        return self._call("POST", f"/v1/producers/{_part(producer)}/commit", body, retry=True, queue=queue)
 
-    def abort_stages(self, producer: str, tokens: list):
-        return self._call("POST", f"/v1/producers/{_part(producer)}/abort", {"tokens": list(tokens)}, retry=True)
+    def abort_stages(self, producer: str, tokens: list, *, queue: str | None = None):
+        body = {"tokens": list(tokens), **({} if queue is None else {"queue": queue})}
+        return self._call("POST", f"/v1/producers/{_part(producer)}/abort", body, retry=True, queue=queue)
 
-    def producer(self, producer: str):
-        return self._call("GET", f"/v1/producers/{_part(producer)}", None, retry=True)
+    def producer(self, producer: str, *, queue: str | None = None):
+        return self._call("GET", f"/v1/producers/{_part(producer)}" + ("" if queue is None else f"?queue={_part(queue)}"),
+                          None, retry=True, queue=queue)
 
-    def delete_producer(self, producer: str):
-        return self._call("DELETE", f"/v1/producers/{_part(producer)}", None, retry=True)
+    def delete_producer(self, producer: str, *, queue: str | None = None):
+        return self._call("DELETE", f"/v1/producers/{_part(producer)}" + ("" if queue is None else f"?queue={_part(queue)}"),
+                          None, retry=True, queue=queue)
 
     def transaction(self, *, ack: list | None = None, put: list | None = None):
         """ack: [{"queue", "receipts"}], put: [{"queue", "messages"}] — one all-or-nothing entry."""
@@ -211,6 +219,10 @@ class _Calls:
     def remove_node(self, node_id: str, *, force: bool = False):
         return self._call("DELETE", f"/v1/cluster/nodes/{_part(node_id)}" + ("?force=true" if force else ""),
                           None, retry=True)
+
+    def rebalance(self):
+        """Every Raft group's leader balancing, now: {"groups": [{"group", "moved"}], "moved"}."""
+        return self._call("POST", "/v1/cluster/rebalance", None, retry=False, timeout=30)
 
     def transfer_leadership(self, to: str | None = None):
         return self._call("POST", "/v1/cluster/leader", {} if to is None else {"to": to}, retry=False,

@@ -79,3 +79,18 @@ def test_a_client_keeps_the_routing_and_finds_the_new_leader_of_a_group_after_a_
         client.put(q, "after")
         assert [m["body"] for m in client.receive(q, max=10)["messages"]] == ["before", "after"]
         assert wait_until(lambda: client.routing()["groups"][0]["leader"] == new_leader, 10)
+
+
+def test_rebalance_of_one_group_has_nothing_to_move_and_the_cli_says_so(cluster3):
+    from tests.test_cli import raftq
+
+    url = cluster3.url(cluster3.wait_for_leader(30))
+    answer = call("POST", f"{url}/v1/cluster/rebalance")
+    assert answer.status == 200 and answer.body == {"groups": [], "moved": 0}, answer
+    assert "one Raft group: nothing to balance" in raftq("cluster", "rebalance", url=url, cluster=cluster3).stdout
+
+
+def test_verify_of_one_group_and_of_a_group_that_is_not_one(cluster3):
+    url = cluster3.url(cluster3.wait_for_leader(30))
+    assert call("POST", f"{url}/v1/cluster/verify?group=0").body["agree"] is True
+    assert call("POST", f"{url}/v1/cluster/verify?group=3").status == 400

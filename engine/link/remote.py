@@ -154,6 +154,11 @@ class RemoteNode:
     async def transfer_leadership(self, timeout: float, to: str | None = None) -> bool:
         return await self._call("transfer_leadership", timeout, to)
 
+    async def rebalance(self) -> bool:
+        """Run the engine's leader balancing now (only with several groups: engine/balance.py, of
+        branch h24-groups): whether this group's leadership moved."""
+        return await self._call("rebalance")
+
     async def checkpoint(self) -> tuple[str, str]:
         token, digest = await self._call("checkpoint")
         return token, digest

@@ -112,6 +112,12 @@ def cmd_cluster(args) -> int:
             verdict = "replicas agree" if result["agree"] else "REPLICAS DIFFER"
             emit(args, result, "\n".join(lines + [verdict]))
             return 0 if result["agree"] else 1
+        if args.action == "rebalance":
+            result = client.rebalance()
+            lines = [f"group {move['group']}: {'moved' if move['moved'] else 'stays'}" for move in result["groups"]]
+            emit(args, result, "\n".join(lines + [f"{result['moved']} group(s) changed leader"
+                                                  if result["groups"] else "one Raft group: nothing to balance"]))
+            return 0
         if args.action == "add":
             emit(args, client.add_node(args.id, args.raft, args.http), f"added {args.id}")
             return 0
@@ -159,6 +165,8 @@ def add_parsers(sub, common) -> None:
                        help="every node's role, term, indexes, lag, contact, health, fsync policy; "
                             "exit 1 without a leader and a healthy majority")
     actions.add_parser("verify", parents=[common], help="compare every replica's state digest at one log position")
+    actions.add_parser("rebalance", parents=[common],
+                       help="move each Raft group's leadership to its first live, caught-up preference now")
     add = actions.add_parser("add", parents=[common], help="add a voter (membership change through the log)")
     add.add_argument("id")
     add.add_argument("raft")
