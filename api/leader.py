@@ -22,8 +22,8 @@ from aiohttp import ClientError, ClientTimeout, web
 
 from engine.outcome import Committed, CommitError
 from statemachine import check_command
-from wire_format import NAME_PATTERN, is_name
 from statemachine.machine import OPS
+from wire_format import NAME_PATTERN, is_name
 
 from . import caps
 from .codec import respond
