@@ -9,6 +9,7 @@ from engine.outcome import CommitError
 from .buffering import BUFFER
 from .codec import read_body, respond
 from .errors import ApiError
+from .keys import ENGINES
 from .leader import HTTP, NODE, SETTINGS, no_quorum, write
 from .routing import leader_only
 
@@ -32,7 +33,7 @@ async def readiness(node) -> tuple[bool, dict]:
     except (CommitError, asyncio.TimeoutError):
         return False, {"id": node.id, "role": "unknown", "leader": None, "term": None, "commit_index": None,
                        "applied_index": None, "last_log_index": None, "fsync_policy": None,
-                       "pid": node.engine_pid, "ready": False}
+                       "pid": node.node_pid, "ready": False}
     # Ready as the front routes: from the view the engine pushed, so that a
     # node that answers ready does not then redirect to a leader it lost.
     view = node.view()
@@ -42,11 +43,15 @@ async def readiness(node) -> tuple[bool, dict]:
         "commit_index": status["commit_index"], "applied_index": status["applied_index"],
         "last_log_index": status["last_log_index"], "fsync_policy": status["fsync_policy"],
         # so that whoever started the node can tell it from another process on its port
-        "pid": node.engine_pid, "ready": ready}
+        "pid": node.node_pid, "ready": ready}
 
 
 async def ready(request: web.Request) -> web.Response:
     is_ready, body = await readiness(request.app[NODE])
+    # each local group's role, leader and term, as its engine last pushed them
+    body["groups"] = {str(group): {key: engine.view()[field] for key, field in
+                                   (("role", "role"), ("leader", "leader_id"), ("term", "term"))}
+                      for group, engine in request.app[ENGINES].items()}
     return respond(request, body, status=200 if is_ready else 503)
 
 
