@@ -33,7 +33,7 @@ async def readiness(node) -> tuple[bool, dict]:
     except (CommitError, asyncio.TimeoutError):
         return False, {"id": node.id, "role": "unknown", "leader": None, "term": None, "commit_index": None,
                        "applied_index": None, "last_log_index": None, "fsync_policy": None,
-                       "pid": node.engine_pid, "ready": False}
+                       "pid": node.node_pid, "ready": False}
     # Ready as the front routes: from the view the engine pushed, so that a
     # node that answers ready does not then redirect to a leader it lost.
     view = node.view()
@@ -43,7 +43,7 @@ async def readiness(node) -> tuple[bool, dict]:
         "commit_index": status["commit_index"], "applied_index": status["applied_index"],
         "last_log_index": status["last_log_index"], "fsync_policy": status["fsync_policy"],
         # so that whoever started the node can tell it from another process on its port
-        "pid": node.engine_pid, "ready": ready}
+        "pid": node.node_pid, "ready": ready}
 
 
 async def group_states(app: web.Application) -> dict:

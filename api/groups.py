@@ -51,7 +51,7 @@ class Groups:
 
     def members(self, group: int) -> list[str]:
         """The node ids of `group`'s members, in its order of preference for leadership."""
-        if self.placement is None:
+        if self.count == 1:   # every node: as the membership stands now (nodes may have been added)
             return sorted(self.catalog.view()["http"])
         return list(self.placement.groups[group])
 

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import socket
 import threading
 import time
 import zlib
@@ -115,7 +116,12 @@ class Consensus:
                  compaction_min_seconds: float = 600.0,
                  compaction_min_bytes: int = 32 * 1024 * 1024,
                  segment_bytes: int = 64 * 1024 * 1024,
-                 bind_addr: str | None = None):
+                 bind_addr: str | None = None, group: int = 0, handoff: socket.socket | None = None):
+        # group: which of the node's Raft groups this is (it names itself
+        # when it dials: engine.raft.wire.group_preamble). handoff: the Unix
+        # socket the node's supervisor passes this group's accepted Raft
+        # connections over; without one it binds bind_addr (or its own
+        # address) itself.
         if secret is None:
             logger.warning("NO CLUSTER SECRET: Raft traffic on %s is unauthenticated and unpickled -- anyone who "
                            "can reach this port can run code on this node. Set a secret and firewall the port.",
@@ -203,7 +209,8 @@ class Consensus:
                                   max_frame=max_frame_bytes(max_entry_bytes),
                                   # 32 MiB of batched 100-byte puts replay in about 2 s at
                                   # restart; a snapshot of 1 M messages costs about 3 s
-                                  compaction_min_bytes=int(compaction_min_bytes * jitter))
+                                  compaction_min_bytes=int(compaction_min_bytes * jitter),
+                                  group=group, handoff=handoff)
         except BaseException:
             self._journal._destroy()
             raise

@@ -75,6 +75,7 @@ import logging
 import os
 import pickle
 import random
+import socket
 import threading
 from typing import Callable
 
@@ -216,7 +217,8 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
 
     def __init__(self, self_node, other_nodes, conf, journal: DurableJournal, dial_addrs, *,
                  apply_entry: Callable[[bytes], object], snapshot_written: Callable[[int, float], None],
-                 sealer: Sealer | None, max_frame: int, compaction_min_bytes: int):
+                 sealer: Sealer | None, max_frame: int, compaction_min_bytes: int,
+                 group: int = 0, handoff: socket.socket | None = None):
         _install_journal_hook()
         self._apply_entry = apply_entry
         self._sealer = sealer
@@ -239,7 +241,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         journal.before_rewrite = self._flush_replies
         super().__init__(self_node, other_nodes, conf,
                          transportClass=functools.partial(DialingTransport, dial_addrs=dial_addrs,
-                                                         max_frame=max_frame))
+                                                         max_frame=max_frame, group=group, handoff=handoff))
         # pysyncobj stops ticking when the thread that built it exits; tie
         # the tick thread to the process instead (close() stops it).
         self._SyncObj__mainThread = threading.main_thread()

@@ -11,7 +11,8 @@ def cmd_node(args) -> int:
     from api.app import Limits, Settings
 
     from engine import config as cluster_config
-    from ..server import run_node, setup_logging
+    from ..logs import setup_logging
+    from ..server import run_node
     setup_logging(args.id, args.log_level)
     # Message bodies are on disk: every file and directory this node makes is its owner's only.
     os.umask(0o077)

@@ -1,0 +1,81 @@
+"""An engine process of a node: one Raft group's engine (``engine.node.Node``),
+serving the node's fronts over one link each (``engine.link.service``).
+
+The node's supervisor (``raftq.server``) forks one per group the node is a
+member of, before any thread exists. Connections to the group arrive over
+the `handoff` Unix socket (the supervisor owns the Raft port). An engine
+lives only as long as its supervisor (PR_SET_PDEATHSIG).
+
+Stopping, on SIGTERM from the supervisor or when a front's link ends:
+hand leadership over (so clients move to the next leader at once), say so
+to the supervisor (one byte on `handoff`), then wait for the fronts to
+stop (the supervisor stops them once every engine has handed over) and
+close the journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import time
+from pathlib import Path
+
+from api.app import Settings
+from engine.config import ClusterConfig
+from engine.lifetime import die_with
+from engine.link.service import EngineService
+from engine.node import Node
+from engine.pauses import keep_pauses_short
+
+from .logs import tag_group
+
+log = logging.getLogger(__name__)
+
+HANDED_OVER = b"h"
+# How long an engine that handed over waits for the fronts to stop before it closes anyway.
+FRONTS_GONE_S = 30.0
+
+
+def run_engine(*, node_pid: int, **kwargs) -> int:
+    """The body of a forked engine process; its exit status."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the process group; the supervisor decides
+    die_with(node_pid)
+    tag_group(kwargs["group"])
+    keep_pauses_short()
+    try:
+        return asyncio.run(_serve(**kwargs))
+    except Exception:
+        log.exception("group %d's engine failed", kwargs["group"])
+        return 1
+
+
+async def _serve(*, cluster: ClusterConfig, node_id: str, group: int, members: tuple[str, ...], data_dir: Path,
+                 handoff: socket.socket, links: list[socket.socket], settings: Settings, auto_create: bool) -> int:
+    node = Node(cluster, node_id, data_dir, auto_create=auto_create, group=group, members=members, handoff=handoff)
+    service = EngineService(node, max_long_polls=settings.limits.max_long_polls,
+                            max_long_polls_per_client=settings.limits.max_long_polls_per_client)
+    await node.start()
+    service.start()
+    log.info("group %d: Raft on %s with %s", group, node.spec.raft, ", ".join(members))
+    stopping = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
+    served = [asyncio.create_task(service.serve(link)) for link in links]
+    started = None
+    try:
+        await asyncio.wait([*served, asyncio.create_task(stopping.wait())], return_when=asyncio.FIRST_COMPLETED)
+        started = time.monotonic()
+        if not stopping.is_set():
+            log.error("group %d: a front's link ended; stopping", group)
+        await node.hand_over()            # clients are redirected to the next leader at once
+        try:
+            handoff.send(HANDED_OVER)
+        except OSError:
+            pass                          # the supervisor is gone, and this process with it
+        await asyncio.wait(served, timeout=FRONTS_GONE_S)   # in-flight requests finish or fail
+    finally:
+        service.stop()
+        await node.close()                # journal flushed and closed
+    log.info("group %d: stopped in %.2fs", group, time.monotonic() - started)
+    return 0
