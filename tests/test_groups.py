@@ -8,6 +8,8 @@ import os
 import pickle
 import signal
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -229,5 +231,57 @@ def test_five_nodes_place_three_replicas_of_each_group_as_placement_says(tmp_pat
             assert (cluster.root / node_id / "raft" / "journal").is_dir()   # group 0, where it always was
         with cluster.client() as client:
             client.put("five-nodes", "hello")
+    finally:
+        cluster.close()
+
+
+def test_raftq_up_makes_a_cluster_of_the_groups_asked_and_keeps_them(tmp_path):
+    from engine import config as cluster_config
+    from tests.test_cli import start_up, stop_everything
+
+    data_dir = tmp_path / "up"
+    proc, output = start_up(data_dir, "--groups", "3", "--replicas", "2")
+    try:
+        assert "3 Raft groups of 2 replicas" in output, output
+        cfg = cluster_config.load(data_dir / "cluster.toml")
+        assert (cfg.groups, cfg.replicas) == (3, 2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        again = subprocess.run([sys.executable, "-m", "raftq", "up", "--nodes", "3", "--data-dir", str(data_dir),
+                                "--groups", "4"], capture_output=True, text=True, timeout=60)
+        assert again.returncode == 2 and "groups 3, fixed when it was made" in again.stderr, again.stderr
+        assert cluster_config.load(data_dir / "cluster.toml").groups == 3
+    finally:
+        stop_everything(proc, data_dir)
+
+
+BEFORE_GROUPS = "3684357"   # main as it was when nodes got a supervisor and groups
+
+
+def test_a_cluster_written_before_groups_restarts_unchanged_as_group_0(tmp_path, monkeypatch):
+    """Group 0 keeps the paths of the one group a node had, and its connections
+    carry no preamble: a cluster written by the release before restarts on
+    this one with everything it held."""
+    from raftq.local import LocalCluster
+    from tests.test_operations import REPO, contents, exported, load
+    from tests.wire import register
+
+    old_tree = exported(BEFORE_GROUPS, tmp_path / "old-tree")
+    monkeypatch.chdir(tmp_path)    # `python -m raftq` puts its working directory first on sys.path
+    cluster = LocalCluster.create(tmp_path / "cluster", 3, env={**os.environ, "PYTHONPATH": str(old_tree)})
+    register(cluster)
+    try:
+        cluster.start()
+        assert cluster.wait_for_leader(60) is not None and cluster.wait_all_ready(60)
+        assert "groups" not in cluster.ready_view(cluster.ids[0])   # the old release is running
+        load(cluster)
+        before = contents(cluster)
+        cluster.stop()
+        cluster.env = {**os.environ, "PYTHONPATH": str(REPO)}
+        cluster.start()
+        assert cluster.wait_for_leader(60) is not None and cluster.wait_all_ready(60)
+        assert sorted(cluster.ready_view(cluster.ids[0])["groups"]) == ["0"]
+        assert contents(cluster) == before
+        assert not list(cluster.root.glob("n*/group-*"))
     finally:
         cluster.close()
