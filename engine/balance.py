@@ -63,8 +63,8 @@ class LeaderBalancer:
         last_transfer = -INTERVAL_S
         while True:
             await asyncio.sleep(CHECK_S)
-            if time.monotonic() - last_transfer < INTERVAL_S:
-                continue
+            if time.monotonic() - last_transfer < INTERVAL_S or not self._node.is_leader():
+                continue          # (a follower's status is not worth building every second)
             successor = preferred_successor(self._preference, self._node.status(),
                                             self._node.consensus.election_timeout)
             if successor is None:
