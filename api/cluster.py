@@ -91,7 +91,7 @@ async def view(request: web.Request) -> dict:
             # how long ago this node last heard from that one (a node does not hear from itself)
             "last_contact_ms": None if member["id"] == node.id else peer.get("last_contact_ms"),
             "fsync_policy": seen["fsync_policy"] if seen else None,
-            "pid": seen.get("pid") if seen else None,     # its engine's, as that node reports it
+            "pid": seen.get("pid") if seen else None,     # the node's (its supervisor's), as that node reports it
             "healthy": bool(seen and seen["ready"]),
         })
     return {"id": node.id, "leader": status["leader_id"], "term": status["term"],
