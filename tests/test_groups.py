@@ -285,3 +285,27 @@ def test_a_cluster_written_before_groups_restarts_unchanged_as_group_0(tmp_path,
         assert not list(cluster.root.glob("n*/group-*"))
     finally:
         cluster.close()
+
+
+def test_a_node_refuses_to_run_a_group_whose_members_the_config_moved(tmp_path):
+    """Group g > 0's voters come from the placement: a cluster.toml that would
+    place a group on other nodes (here: other replicas) is refused, rather
+    than give two nodes two different majorities."""
+    import dataclasses
+
+    cluster = start_cluster(tmp_path / "moved", 3, groups=3, replicas=2)
+    try:
+        wait_until(lambda: leaders(cluster), timeout=60, what="every group led")
+        before = for_cluster(cluster.cfg)
+        cluster.stop("n1")
+        cluster.cfg = dataclasses.replace(cluster.cfg, replicas=3)
+        cluster.write_config()
+        moved = [g for g in range(1, 3) if sorted(for_cluster(cluster.cfg).members(g)) != sorted(before.members(g))
+                 and "n1" in before.members(g)]
+        assert moved, "the new replicas must move a group n1 holds"
+        cluster.start("n1")
+        assert cluster.procs["n1"].wait(60) == 1
+        cluster.procs.pop("n1")
+        assert f"group {moved[0]} was made with members" in cluster.log_path("n1").read_text()
+    finally:
+        cluster.close()
