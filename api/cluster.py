@@ -48,10 +48,11 @@ async def readiness(node) -> tuple[bool, dict]:
 
 async def ready(request: web.Request) -> web.Response:
     is_ready, body = await readiness(request.app[NODE])
-    # each local group's role, leader and term, as its engine last pushed them
-    body["raft_groups"] = {str(group): {key: engine.view()[field] for key, field in
-                                   (("role", "role"), ("leader", "leader_id"), ("term", "term"))}
-                      for group, engine in request.app[ENGINES].items()}
+    if request.query.get("groups") == "true":
+        # each local group's role, leader and term, as its engine last pushed them
+        body["raft_groups"] = {str(group): {key: engine.view()[field] for key, field in
+                                       (("role", "role"), ("leader", "leader_id"), ("term", "term"))}
+                              for group, engine in request.app[ENGINES].items()}
     return respond(request, body, status=200 if is_ready else 503)
 
 

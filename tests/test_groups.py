@@ -28,7 +28,7 @@ def group_views(cluster) -> dict[str, dict]:
     views = {}
     for node_id in cluster.ids:
         if cluster.running(node_id):
-            view = cluster.ready_view(node_id)
+            view = cluster.ready_view(node_id, groups=True)
             if view is not None:
                 views[node_id] = view["raft_groups"]
     return views
@@ -273,14 +273,14 @@ def test_a_cluster_written_before_groups_restarts_unchanged_as_group_0(tmp_path,
     try:
         cluster.start()
         assert cluster.wait_for_leader(60) is not None and cluster.wait_all_ready(60)
-        assert "raft_groups" not in cluster.ready_view(cluster.ids[0])   # the old release is running
+        assert "raft_groups" not in cluster.ready_view(cluster.ids[0], groups=True)   # the old release is running
         load(cluster)
         before = contents(cluster)
         cluster.stop()
         cluster.env = {**os.environ, "PYTHONPATH": str(REPO)}
         cluster.start()
         assert cluster.wait_for_leader(60) is not None and cluster.wait_all_ready(60)
-        assert sorted(cluster.ready_view(cluster.ids[0])["raft_groups"]) == ["0"]
+        assert sorted(cluster.ready_view(cluster.ids[0], groups=True)["raft_groups"]) == ["0"]
         assert contents(cluster) == before
         assert not list(cluster.root.glob("n*/group-*"))
     finally:
