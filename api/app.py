@@ -16,11 +16,14 @@ from pathlib import Path
 from aiohttp import ClientSession, TCPConnector, web
 
 from engine.config import Sqs, Tokens
+from engine.placement import Placement
 from engine.storage.put_buffer import PutBuffer
 
 from . import buffering, events, openapi
 from .codec import respond
 from .errors import ApiError
+from .groups import Groups
+from .keys import ENGINES, GROUPS, PLACEMENT
 from .leader import HTTP, NODE, SETTINGS
 from .metrics import Metrics
 from .routes import ACCEPTED, DATA, ROUTES, SIGV4
@@ -148,15 +151,20 @@ def _auth_middleware(tokens: Tokens):
     return auth
 
 
-def make_app(node, settings: Settings, buffer_dir: Path) -> web.Application:
-    """The application of one front, over `node` (an ``engine.link.remote.RemoteNode``)."""
+def make_app(engines: dict, placement: Placement, settings: Settings, buffer_dir: Path) -> web.Application:
+    """The application of one front, over the node's engines (group id ->
+    ``engine.link.remote.RemoteNode``) and the cluster's `placement`."""
+    node = engines[0]
     buffer = PutBuffer(buffer_dir, settings.buffer_max_bytes)
-    metrics = Metrics(node, buffer)
+    metrics = Metrics(engines, buffer)
     middlewares = [metrics.middleware(), _error_middleware()]
     if settings.tokens.any():
         middlewares.append(_auth_middleware(settings.tokens))
     app = web.Application(middlewares=middlewares, client_max_size=settings.limits.max_request_bytes)
+    app[ENGINES] = engines
+    app[PLACEMENT] = placement
     app[NODE] = node
+    app[GROUPS] = Groups(engines, placement)
     app[SETTINGS] = settings
 
     app[buffering.BUFFER] = buffer

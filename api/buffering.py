@@ -1,8 +1,9 @@
 """`buffer=allow`: take puts while no leader is reachable, forward them once one is.
 
 The buffer itself (engine/storage/put_buffer.py) is a durable FIFO on this node's disk.
-Forwarding goes through the same door as any client: the local node when it
-leads, else an HTTP put to the leader.  A put the leader answered 201
+Forwarding goes through the same door as any client: the local engine of
+the queue's Raft group when it leads, else an HTTP put to that group's
+leader (``leader.serving_group`` chooses, as for any request).  A put the leader answered 201
 advances the buffer.  One it refused for good (400, 404, 409, 413: the
 same put would be refused again) is set aside in the buffer's dead.log,
 counted (``raftq_buffer_dead_lettered``, ``raftq cluster status``) and
@@ -22,11 +23,10 @@ from engine.outcome import CommitError
 from engine.storage.put_buffer import BufferFull, PutBuffer
 from wire_format import with_body_b64
 
-from . import caps
 from .codec import respond
 from .errors import ApiError
 from .keys import HTTP, NODE, SETTINGS
-from .leader import validate
+from .leader import Elsewhere, apply, serving_group, validate
 
 log = logging.getLogger(__name__)
 
@@ -56,27 +56,31 @@ FINAL_STATUS = {400, 404, 409, 413}
 
 async def _forward(app: web.Application, queue: str, messages: list) -> str | None:
     """None once the leader stored the put; "retry"; or why it refused it for good."""
-    node = app[NODE]
-    status = node.view()
-    if status["leader_id"] is None or not status["quorum_ok"]:
+    auto_create = app[NODE].auto_create
+    command = {"op": "put", "queue": queue, "messages": messages, "auto_create": auto_create}
+    try:
+        validate(command)
+        token = app[SETTINGS].tokens.admin
+        group = await serving_group(app, [queue], creating=auto_create,
+                                    authorization=f"Bearer {token}" if token else None)
+        result = (await apply(app, group, command)).result
+    except Elsewhere as there:
+        return await _post(app, there.address, queue, messages)
+    except CommitError:
         return "retry"
-    command = {"op": "put", "queue": queue, "messages": messages, "auto_create": node.auto_create}
-    if status["role"] == "leader":
-        try:
-            validate(command)
-            await caps.check(node, app[SETTINGS].limits, command)
-            result = (await node.apply(command)).result
-        except CommitError:
-            return "retry"
-        except ApiError as exc:
-            result = exc.body()
-        if "error" not in result:
-            return None
-        if result["error"] in FINAL_CODES:
-            return f"{result['error']}: {result.get('message', '')}"
-        log.warning("buffered put to %s refused (%s); will retry", queue, result["error"])
-        return "retry"
-    url = f"{app[SETTINGS].scheme}://{node.http_addr(status['leader_id'])}/v1/queues/{quote(queue, safe='')}/messages"
+    except ApiError as exc:
+        result = exc.body()
+    if "error" not in result:
+        return None
+    if result["error"] in FINAL_CODES:
+        return f"{result['error']}: {result.get('message', '')}"
+    log.warning("buffered put to %s refused (%s); will retry", queue, result["error"])
+    return "retry"
+
+
+async def _post(app: web.Application, address: str, queue: str, messages: list) -> str | None:
+    """The put sent to the node at `address`, which leads the queue's group: as _forward's."""
+    url = f"{app[SETTINGS].scheme}://{address}/v1/queues/{quote(queue, safe='')}/messages"
     token = app[SETTINGS].tokens.admin
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:

@@ -9,7 +9,10 @@ from engine.outcome import CommitError
 from .buffering import BUFFER
 from .codec import read_body, respond
 from .errors import ApiError
-from .leader import HTTP, NODE, SETTINGS, no_quorum, write
+from .gather import group_param, per_group
+from .leader import (GROUPS, HTTP, NODE, SETTINGS, Elsewhere, leader_read, no_quorum, route_to_leader, serve_here,
+                     write)
+from .routing import checked_name
 from .routing import leader_only
 
 PEER_TIMEOUT = ClientTimeout(total=0.7)
@@ -32,7 +35,7 @@ async def readiness(node) -> tuple[bool, dict]:
     except (CommitError, asyncio.TimeoutError):
         return False, {"id": node.id, "role": "unknown", "leader": None, "term": None, "commit_index": None,
                        "applied_index": None, "last_log_index": None, "fsync_policy": None,
-                       "pid": node.engine_pid, "ready": False}
+                       "pid": node.node_pid, "ready": False}
     # Ready as the front routes: from the view the engine pushed, so that a
     # node that answers ready does not then redirect to a leader it lost.
     view = node.view()
@@ -42,16 +45,36 @@ async def readiness(node) -> tuple[bool, dict]:
         "commit_index": status["commit_index"], "applied_index": status["applied_index"],
         "last_log_index": status["last_log_index"], "fsync_policy": status["fsync_policy"],
         # so that whoever started the node can tell it from another process on its port
-        "pid": node.engine_pid, "ready": ready}
+        "pid": node.node_pid, "ready": ready}
+
+
+async def group_states(app: web.Application) -> dict:
+    """Each of this node's engines (by group id, a string) as its Raft group sees it: role,
+    leader, term, indexes."""
+    async def state(group: int, engine) -> dict:
+        try:
+            async with asyncio.timeout(ENGINE_TIMEOUT_S):
+                status = await engine.status()
+        except (CommitError, asyncio.TimeoutError):
+            status = {}
+        view = engine.view()
+        return {"role": view["role"] if status else "unknown", "leader": view["leader_id"],
+                "term": view["term"], "commit_index": status.get("commit_index"),
+                "applied_index": status.get("applied_index")}
+    groups = sorted(app[GROUPS].engines)
+    states = await asyncio.gather(*(state(group, app[GROUPS].engines[group]) for group in groups))
+    return {str(group): state for group, state in zip(groups, states)}
 
 
 async def ready(request: web.Request) -> web.Response:
     is_ready, body = await readiness(request.app[NODE])
+    if request.query.get("groups") == "true":
+        body["raft_groups"] = await group_states(request.app)
     return respond(request, body, status=200 if is_ready else 503)
 
 
 async def _peer_ready(request: web.Request, http_addr: str) -> dict | None:
-    url = f"{request.scheme}://{http_addr}/health/ready"
+    url = f"{request.scheme}://{http_addr}/health/ready?groups=true"
     headers = {"Accept": "application/json"}
     if "Authorization" in request.headers:
         headers["Authorization"] = request.headers["Authorization"]
@@ -70,7 +93,7 @@ async def view(request: web.Request) -> dict:
     members = await node.members()
 
     async def own() -> dict:
-        return (await readiness(node))[1]
+        return {**(await readiness(node))[1], "raft_groups": await group_states(request.app)}
     views = await asyncio.gather(*(
         _peer_ready(request, m["http_addr"]) if m["id"] != node.id else own() for m in members))
     nodes = []
@@ -86,15 +109,38 @@ async def view(request: web.Request) -> dict:
             # how long ago this node last heard from that one (a node does not hear from itself)
             "last_contact_ms": None if member["id"] == node.id else peer.get("last_contact_ms"),
             "fsync_policy": seen["fsync_policy"] if seen else None,
-            "pid": seen.get("pid") if seen else None,     # its engine's, as that node reports it
+            "pid": seen.get("pid") if seen else None,     # the node's (its supervisor's), as that node reports it
             "healthy": bool(seen and seen["ready"]),
         })
     return {"id": node.id, "leader": status["leader_id"], "term": status["term"],
             "commit_index": status["commit_index"], "nodes": nodes,
+            "groups": _groups_seen(request.app[GROUPS], members, views),
             "limits": request.app[SETTINGS].limits.as_dict(),
             "staging": (await node.read("staging_usage")).result,
             "buffer": {"pending_bytes": buffer.pending_bytes, "dead_lettered": buffer.dead_lettered,
                        "dead_letter_file": str(buffer.dead_path)}}
+
+
+def _groups_seen(groups, members: list[dict], views: list) -> list[dict]:
+    """Every Raft group as its members reported it (their /health/ready): members, leader,
+    term, the leader's commit index, and each member's applied index and lag behind it."""
+    reports = {}   # group id -> {node id: that node's state of it}
+    for member, seen in zip(members, views):
+        for group, state in (seen or {}).get("raft_groups", {}).items():
+            reports.setdefault(int(group), {})[member["id"]] = state
+    out = []
+    for group in range(groups.count):
+        states = reports.get(group, {})
+        leader = next((node for node, state in states.items() if state["role"] == "leader"), None)
+        commit = states[leader]["commit_index"] if leader else None
+        out.append({"id": group, "members": groups.members(group), "leader": leader,
+                    "term": max((state["term"] for state in states.values()), default=None),
+                    "commit_index": commit,
+                    "replicas": {node: {"applied_index": state["applied_index"],
+                                        "lag": None if commit is None or state["applied_index"] is None
+                                        else max(0, commit - state["applied_index"])}
+                                 for node, state in states.items()}})
+    return out
 
 
 async def show(request: web.Request) -> web.Response:
@@ -178,15 +224,30 @@ async def transfer_leadership(request: web.Request) -> web.Response:
     return respond(request, {"moved": moved, "previous": node.id, "leader": status["leader_id"]})
 
 
-@leader_only
 async def verify(request: web.Request) -> web.Response:
-    """Take a digest at one log position on every replica and compare."""
-    node = request.app[NODE]
+    """Take a digest at one log position on every replica of a Raft group and compare: of
+    the one group (``?group=``, or the only one), else of each group (gathered)."""
+    groups = request.app[GROUPS]
+    group = group_param(request)
+    if group is not None or groups.count == 1:
+        elsewhere = await route_to_leader(request, group=group or 0)
+        if elsewhere is not None:
+            return elsewhere
+        return respond(request, await _verify_group(request, group or 0))
+    answers = await per_group(request, lambda group: _verify_group(request, group))
+    # token and digests of group 0 (every node holds it), as with one group; then every group's
+    return respond(request, {**answers[0], "agree": all(answer["agree"] for answer in answers.values()),
+                             "groups": [{"group": group, **answers[group]} for group in sorted(answers)]})
+
+
+async def _verify_group(request: web.Request, group: int) -> dict:
+    """On the leader of `group`: its replicas' digests at one checkpoint, and whether they agree."""
+    node = request.app[GROUPS].engines[group]
     token, digest = await node.checkpoint()
     members = [m for m in await node.members() if m["id"] != node.id]
 
     async def digest_of(member) -> str | None:
-        url = f"{request.scheme}://{member['http_addr']}/v1/cluster/checkpoints/{token}"
+        url = f"{request.scheme}://{member['http_addr']}/v1/cluster/checkpoints/{token}?group={group}"
         headers = {"Authorization": request.headers["Authorization"]} if "Authorization" in request.headers else {}
         for _ in range(50):   # a lagging follower may still be applying up to the checkpoint
             try:
@@ -201,12 +262,86 @@ async def verify(request: web.Request) -> web.Response:
     others = await asyncio.gather(*(digest_of(m) for m in members))
     digests = {node.id: digest, **{m["id"]: d for m, d in zip(members, others)}}
     agree = all(d == digest for d in digests.values())
-    return respond(request, {"token": token, "digests": digests, "agree": agree})
+    return {"token": token, "digests": digests, "agree": agree}
 
 
 async def checkpoint(request: web.Request) -> web.Response:
     token = request.match_info["token"]
-    digest = await request.app[NODE].checkpoint_digest(token)
+    group = group_param(request) or 0
+    engine = request.app[GROUPS].engines.get(group)
+    if engine is None:
+        raise ApiError("not_found", f"this node has no replica of group {group}")
+    digest = await engine.checkpoint_digest(token)
     if digest is None:
         raise ApiError("not_found", "this node has not applied that checkpoint (yet)")
     return respond(request, {"token": token, "digest": digest})
+
+
+async def routing(request: web.Request) -> web.Response:
+    """Where each queue is served (issue 24): every Raft group's members and leader, and queue -> group.
+
+    Assignments never change, so a client may keep them; a leader is as this
+    node last heard it (a group it has no engine of: as one of its members
+    heard it), so a client refreshes on a 307 or a lost connection.
+    """
+    groups = request.app[GROUPS]
+    if "queue" in request.query:
+        return await _confirmed_groups(request, [checked_name(name, "queue") for name in request.query.getall("queue")])
+    group = group_param(request)
+
+    async def here(group: int) -> dict:
+        engine = groups.engines[group]
+        view = engine.view()
+        return {"groups": [{"id": group, "members": groups.members(group), "leader": view["leader_id"],
+                            "leader_http_addr": engine.http_addr(view["leader_id"]), "term": view["term"]}]}
+    if group is not None:
+        try:
+            await serve_here(request.app, group, leader=False)
+        except Elsewhere as there:
+            raise ApiError("not_found", f"this node has no engine of group {group}; node {there.node_id} has") \
+                from None
+        return respond(request, await here(group))
+    answers = await per_group(request, here, leader=False)
+    # with one group there is no catalog: every queue is group 0's
+    queues = {} if groups.count == 1 else (await groups.catalog.read("list_catalog")).result["groups"]
+    return respond(request, {"group_count": groups.count,
+                             "groups": [answers[g]["groups"][0] for g in range(groups.count)],
+                             "queues": queues})
+
+
+async def _confirmed_groups(request: web.Request, names: list[str]) -> web.Response:
+    """The groups of `names` as group 0's leader confirms them (None: never assigned): what a
+    node asks when its own replica of the catalog lacks a name (leader.serving_group)."""
+    groups = request.app[GROUPS]
+    if groups.count == 1:
+        return respond(request, {"group_count": 1, "queues": {name: 0 for name in names}})
+    elsewhere = await route_to_leader(request, group=0)
+    if elsewhere is not None:
+        return elsewhere
+    found = (await leader_read(request.app, 0, "catalog_lookup", names))["groups"]
+    return respond(request, {"group_count": groups.count, "queues": found})
+
+
+async def rebalance(request: web.Request) -> web.Response:
+    """Ask the leader of every Raft group (or of ``?group=``) to run leader balancing now: move
+    leadership to the group's first live, caught-up preference. One group has nothing to balance."""
+    groups = request.app[GROUPS]
+    if groups.count == 1:
+        return respond(request, {"groups": [], "moved": 0})
+    group = group_param(request)
+
+    async def here(group: int) -> dict:
+        try:
+            moved = await groups.engines[group].rebalance()
+        except CommitError as exc:
+            raise no_quorum(f"group {group}'s engine did not balance ({exc.code}); retry") from None
+        return {"groups": [{"group": group, "moved": moved}]}
+    if group is None:
+        answers = await per_group(request, here)
+        moves = [answers[g]["groups"][0] for g in sorted(answers)]
+    else:
+        elsewhere = await route_to_leader(request, group=group)
+        if elsewhere is not None:
+            return elsewhere
+        moves = (await here(group))["groups"]
+    return respond(request, {"groups": moves, "moved": sum(bool(move["moved"]) for move in moves)})

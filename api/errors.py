@@ -10,6 +10,8 @@ STATUS = {
     "conflict": 409,
     "invalid_receipt": 400,
     "stale_receipt": 409,
+    "wrong_group": 409,
+    "cross_group": 409,
     "too_large": 413,
     "queue_full": 429,
     "too_many_waiters": 429,

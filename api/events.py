@@ -20,7 +20,7 @@ from aiohttp import web
 from .cluster import view as cluster_view
 from .codec import json_safe
 from .errors import ApiError
-from .leader import NODE
+from .leader import ENGINES, NODE
 from .messages import QUERY_INT
 
 ELECTIONS = web.AppKey("elections", collections.deque)
@@ -42,12 +42,19 @@ async def watch_elections(app: web.Application) -> None:
         view = await node.next_view()
 
 
-async def snapshot_queues(node) -> tuple[list, int]:
-    """Every queue's info, and the applied index they reflect."""
-    listing, applied_index = await node.read("list_queues")
-    infos = await asyncio.gather(*(node.read("queue_info", q["name"]) for q in listing["queues"]))
-    # a queue deleted between the two reads is left out
-    return [info.result for info in infos if "error" not in info.result], applied_index
+async def snapshot_queues(engines: dict) -> tuple[list, int]:
+    """The info of every queue of this node's Raft groups (each with its group's id), and the
+    applied index of group 0 (of the one group, before there were several)."""
+    async def of_group(group: int) -> tuple[list, int]:
+        node = engines[group]
+        listing, applied_index = await node.read("list_queues")
+        infos = await asyncio.gather(*(node.read("queue_info", q["name"]) for q in listing["queues"]))
+        # a queue deleted between the two reads is left out
+        return [{**info.result, "group": group} for info in infos if "error" not in info.result], applied_index
+    groups = sorted(engines)
+    answers = dict(zip(groups, await asyncio.gather(*(of_group(group) for group in groups))))
+    return sorted((queue for queues, _ in answers.values() for queue in queues),
+                  key=lambda queue: queue["name"]), answers[0][1]
 
 
 async def stream(request: web.Request) -> web.StreamResponse:
@@ -62,7 +69,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
     await response.prepare(request)
     while not stopping.is_set():
         started = time.monotonic()
-        queues, applied_index = await snapshot_queues(node)
+        queues, applied_index = await snapshot_queues(request.app[ENGINES])
         snapshot = {"node": node.id, "at_ms": int(time.time() * 1000), "applied_index": applied_index,
                     "cluster": await cluster_view(request), "queues": queues,
                     "elections": list(request.app[ELECTIONS])}

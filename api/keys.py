@@ -3,7 +3,16 @@
 from aiohttp import ClientSession, web
 
 from engine.link.remote import RemoteNode
+from engine.placement import Placement
 
+# group id -> the local engine of that group, one per group this node is a member of
+ENGINES = web.AppKey("engines", dict)
+# the members of every group, in order of preference for leadership (their
+# HTTP addresses: any engine's view()["http"])
+PLACEMENT = web.AppKey("placement", Placement)
+# group 0's engine: every node is a member of group 0
 NODE = web.AppKey("node", RemoteNode)
+# the request routing over groups (api/groups.py: the catalog cache, the placement)
+GROUPS = web.AppKey("groups", object)
 SETTINGS = web.AppKey("settings", object)
 HTTP = web.AppKey("http", ClientSession)

@@ -1,8 +1,12 @@
 """Where a request is served: redirects, forwarding, read consistency, writes.
 
-Any node accepts any request.  Writes and ``leader``/``strong`` reads are
-served by the leader; a follower answers 307 with the leader's address (or,
-on ``X-Raftq-Forward: 1``, forwards the call itself).  A node that knows no
+Any node accepts any request.  A request for a queue is served by its Raft
+group (``groups.py``: the catalog says which; the request's group is
+``request[GROUP]``); writes and ``leader``/``strong`` reads by that group's
+leader: a node whose engine of the group does not lead answers 307 with the
+leader's address (or, on ``X-Raftq-Forward: 1``, forwards the call itself),
+and a node with no engine of the group sends it to one of the group's
+members.  A node that knows no
 leader — or a leader that has not heard from a majority within the leader
 lease — holds the request for up to ELECTION_HOLD_S in case an election
 is under way, then answers 503 ``no_quorum`` with ``Retry-After``, so a node
@@ -18,11 +22,14 @@ from aiohttp import ClientError, ClientTimeout, web
 
 from engine.outcome import Committed, CommitError
 from statemachine import check_command
+from statemachine.machine import OPS
+from wire_format import NAME_PATTERN, is_name
 
 from . import caps
 from .codec import respond
 from .errors import ApiError, from_result
-from .keys import HTTP, NODE, SETTINGS  # noqa: F401  (the handlers import them from here)
+from .groups import one_group
+from .keys import ENGINES, GROUPS, HTTP, NODE, SETTINGS  # noqa: F401  (the handlers import them from here)
 
 
 CONSISTENCY_LEVELS = ("leader", "strong", "any")
@@ -30,6 +37,7 @@ CONSISTENCY_LEVELS = ("leader", "strong", "any")
 # a killed leader is replaced sooner, engine/raft/node.py).
 ELECTION_HOLD_S = 0.8
 FORWARD_HEADERS = ("Content-Type", "Accept", "Authorization")
+GROUP = "raftq_group"   # the request's Raft group, once route_to_leader has chosen it
 
 
 def no_quorum(message: str) -> ApiError:
@@ -60,25 +68,138 @@ async def _view_after_election(node) -> dict:
     return view
 
 
-async def route_to_leader(request: web.Request) -> web.StreamResponse | None:
-    """None when this node should serve; else the response that sends the caller on."""
-    node = request.app[NODE]
+def _path_queues(request: web.Request) -> list[str]:
+    queue = request.match_info.get("queue")
+    if queue is None:
+        return []
+    if not is_name(queue):
+        raise ApiError("bad_request", f"queue name must match {NAME_PATTERN}")
+    return [queue]
+
+
+class Elsewhere(Exception):
+    """Another node serves this: node `node_id`, at HTTP `address`."""
+
+    def __init__(self, node_id: str, address: str):
+        super().__init__(node_id)
+        self.node_id, self.address = node_id, address
+
+
+async def route_to_leader(request: web.Request, queues: list[str] | None = None, *, group: int | None = None,
+                          creating: bool = False, leader: bool = True) -> web.StreamResponse | None:
+    """None when this node serves the request, ``request[GROUP]`` being `group`, or else the
+    group of `queues` (by default the path's queue; none: group 0); else the response that sends
+    the caller on (307, or the forwarded answer). `creating` and `leader`: as ``serving_group``'s."""
+    try:
+        if group is None:
+            group = await serving_group(request.app, _path_queues(request) if queues is None else queues,
+                                        creating=creating, leader=leader,
+                                        authorization=request.headers.get("Authorization"))
+        else:
+            await serve_here(request.app, group, leader=leader)
+        request[GROUP] = group
+    except Elsewhere as there:
+        url = f"{request.scheme}://{there.address}{request.path_qs}"
+        if request.headers.get("X-Raftq-Forward") == "1":
+            return await _forward(request, url)
+        raise ApiError("not_leader", f"node {there.node_id} leads; send the request there",
+                       headers={"Location": url, "X-Raftq-Leader": there.node_id}, leader=there.node_id) from None
+    return None
+
+
+async def serving_group(app: web.Application, queues: list[str], *, creating: bool = False,
+                        leader: bool = True, authorization: str | None = None) -> int:
+    """The one Raft group of `queues` (group 0 for none), when this node's engine of it leads
+    with a quorum (or, not `leader`, when it merely has one); else Elsewhere. A name the
+    local catalog lacks is asked of group 0's leader (with the caller's `authorization`: the
+    local replica may only lag), and if that one has not got it either, assigned through it
+    when `creating` (with the others, to one group), else 404. 409 cross_group when they span
+    groups; 503 no_quorum when no leader is known."""
+    groups = app[GROUPS]
+    group = 0
+    if groups.count > 1 and queues:
+        found = await groups.local_lookup(queues)
+        if any(held is None for held in found.values()):
+            try:
+                await _check_leads(groups.catalog)
+            except Elsewhere as catalog_leader:
+                found.update(await _ask_catalog(app, catalog_leader.address, queues, authorization))
+                if any(held is None for held in found.values()):
+                    raise
+            else:
+                found = await _catalog_answer(app, queues, creating)
+        group = one_group(found)
+    await serve_here(app, group, leader=leader)
+    return group
+
+
+async def serve_here(app: web.Application, group: int, *, leader: bool = True) -> None:
+    """Return when this node serves `group`: its engine of it leads with a quorum (or, not
+    `leader`, exists); else Elsewhere (that leader, or a member when this node has no engine of
+    the group) or no_quorum."""
+    groups = app[GROUPS]
+    if not 0 <= group < groups.count:
+        raise ApiError("not_found", f"group {group} is not one of this cluster's {groups.count}")
+    if group not in groups.engines:
+        member = groups.member_to_ask(group)
+        if member is None:
+            raise no_quorum(f"no member of group {group} is known to this node")
+        raise Elsewhere(member, groups.http_addr(member))
+    if leader:
+        await _check_leads(groups.engines[group])
+
+
+async def _ask_catalog(app: web.Application, address: str, queues: list[str], authorization: str | None) -> dict:
+    """The groups of `queues` as group 0's leader at `address` confirms them (each None that it
+    could not say). So a node whose replica of the catalog lags behind an assignment serves the
+    request instead of sending the caller back to group 0's leader, which would send it here."""
+    headers = {"Accept": "application/json", **({"Authorization": authorization} if authorization else {})}
+    url = f"{app[SETTINGS].scheme}://{address}/v1/cluster/routing"
+    try:
+        async with app[HTTP].get(url, params=[("queue", name) for name in queues], headers=headers,
+                                 allow_redirects=False, timeout=ClientTimeout(total=5)) as reply:
+            if reply.status != 200:
+                return {}
+            answer = (await reply.json())["queues"]
+    except (ClientError, asyncio.TimeoutError, ValueError, KeyError):
+        return {}
+    app[GROUPS].remember(answer)
+    return {name: answer.get(name) for name in queues}
+
+
+async def _catalog_answer(app: web.Application, queues: list[str], creating: bool) -> dict:
+    """On group 0's leader: each queue's group, assigned now (together) if `creating`; 404 for
+    a queue the catalog has never heard of otherwise."""
+    groups = app[GROUPS]
+    if creating:
+        result = (await apply(app, 0, {"op": "assign", "queues": queues,
+                                       "max_names": app[SETTINGS].limits.max_queues * groups.count})).result
+        if "error" in result:
+            raise from_result(result)
+    else:
+        result = await leader_read(app, 0, "catalog_lookup", queues)
+        unknown = [name for name, group in result["groups"].items() if group is None]
+        if unknown:
+            raise ApiError("not_found", f"queue {unknown[0]!r} does not exist")
+    groups.remember(result["groups"])
+    return result["groups"]
+
+
+async def _check_leads(node) -> None:
+    """Return when `node` (a local engine) leads its group with a quorum; else Elsewhere (its
+    leader) or no_quorum."""
     status = await _view_after_election(node)
     if status["role"] == "leader":
         if not status["quorum_ok"]:
             raise no_quorum("this node leads no majority right now")
-        return None
+        return
     leader = status["leader_id"]
     address = node.http_addr(leader)
     if status["cut_off"] and not status["quorum_ok"]:
         raise no_quorum("this node stopped leading: it has heard from no majority of the cluster since")
     if leader is None or address is None or not status["quorum_ok"]:
         raise no_quorum("no leader is known to this node")
-    url = f"{request.scheme}://{address}{request.path_qs}"
-    if request.headers.get("X-Raftq-Forward") == "1":
-        return await _forward(request, url)
-    raise ApiError("not_leader", f"node {leader} leads; send the request there",
-                   headers={"Location": url, "X-Raftq-Leader": leader}, leader=leader)
+    raise Elsewhere(leader, address)
 
 
 async def _forward(request: web.Request, url: str) -> web.Response:
@@ -104,33 +225,39 @@ def validate(command: dict) -> None:
 
 
 async def write(request: web.Request, command: dict) -> Committed:
-    """Validate, apply through the log; the command's successful result and its entry's index."""
+    """Validate, apply through the log of the request's group; the command's successful result
+    and its entry's index."""
     validate(command)
-    committed = await apply(request.app, command)
+    committed = await apply(request.app, request[GROUP], command)
     if "error" in committed.result:
         raise from_result(committed.result)
     return committed
 
 
-async def apply(app: web.Application, command: dict) -> Committed:
-    """Check the node's caps, apply a validated command through the log; its
-    result (refusals included) and its entry's index.
+async def apply(app: web.Application, group: int, command: dict) -> Committed:
+    """Check the node's caps, apply a validated command through the log of
+    `group` (this node's engine of it); its result (refusals included) and its
+    entry's index.  A command that may create a queue says which group it was
+    routed for, which the state machine checks (``wrong_group``).
 
     A write whose fate is unknown (lost leadership, no majority in time) is
     ApiError no_quorum: retried with the same ids, it is stored once.
     """
-    node = app[NODE]
+    groups = app[GROUPS]
+    node = groups.engines[group]
+    if groups.count > 1 and OPS[command["op"]].creates_queues:
+        command["raft_group"] = group
     await caps.check(node, app[SETTINGS].limits, command)
     return await _committed(app, node.apply(command), 0.0)
 
 
-async def receive_waiting(app: web.Application, command: dict, wait_s: float, *, client: str | None,
-                          last_try: bool = True, encoded: bool = False) -> Committed | None:
+async def receive_waiting(app: web.Application, group: int, command: dict, wait_s: float, *,
+                          client: str | None, last_try: bool = True, encoded: bool = False) -> Committed | None:
     """A validated receive that waits up to `wait_s` for a message (None at
     the end of the wait unless `last_try`); 429 when this node has too many
     receives waiting, or `client` (the caller's address) its share of them.
     `encoded`: the messages as the engine encoded them (``RemoteNode.receive``)."""
-    call = app[NODE].receive(command, wait_s, last_try=last_try, encoded=encoded, client=client)
+    call = app[GROUPS].engines[group].receive(command, wait_s, last_try=last_try, encoded=encoded, client=client)
     return await _committed(app, call, wait_s)
 
 
@@ -164,37 +291,48 @@ async def _committed(app: web.Application, call, wait_s: float) -> Committed:
                         "retry it with the same message ids") from None
 
 
-async def leader_read(app: web.Application, query: str, *args):
+async def leader_read(app: web.Application, group: int, query: str, *args):
     """A query answered by the leader once its barrier is applied (before, its
     state may still lack writes an earlier leader acknowledged: found by the
     chaos checker's no_stale_reads) and a majority confirmed it still leads."""
     try:
         async with asyncio.timeout(app[SETTINGS].write_timeout_s):
-            return (await app[NODE].read(query, *args, settled=True)).result
+            return (await app[GROUPS].engines[group].read(query, *args, settled=True)).result
     except (CommitError, asyncio.TimeoutError):
         raise no_quorum("this node could not confirm with a majority that it leads (it may have "
                         "only just been elected, or lost the others); retry") from None
 
 
-async def read(request: web.Request, query: str, *args) -> web.Response:
-    """Answer a query at the consistency the request asks for."""
+def consistency(request: web.Request) -> str:
     level = request.query.get("consistency", "leader")
     if level not in CONSISTENCY_LEVELS:
         raise ApiError("bad_request", "consistency must be leader, strong or any")
-    node = request.app[NODE]
-    headers = {}
-    if level == "any":
-        result, applied_index = await node.read(query, *args)
-        headers["X-Raftq-Applied-Index"] = str(applied_index)
-    else:
-        elsewhere = await route_to_leader(request)
-        if elsewhere is not None:
-            return elsewhere
-        if level == "strong":
-            await write(request, {"op": "tick"})
-        result = await leader_read(request.app, query, *args)
+    return level
+
+
+async def read(request: web.Request, query: str, *args, group: int | None = None) -> web.Response:
+    """Answer a query of the path's queue (or of `group`) at the consistency the request asks for."""
+    level = consistency(request)
+    elsewhere = await route_to_leader(request, group=group, leader=level != "any")
+    if elsewhere is not None:
+        return elsewhere
+    result, applied_index = await read_here(request, request[GROUP], query, *args)
+    headers = {} if applied_index is None else {"X-Raftq-Applied-Index": str(applied_index)}
     if isinstance(result, dict) and "error" in result:
         refusal = from_result(result)
         refusal.headers.update(headers)   # a 404 from a stale replica says how stale it is
         raise refusal
     return respond(request, result, headers=headers)
+
+
+async def read_here(request: web.Request, group: int, query: str, *args) -> tuple[object, int | None]:
+    """A query of this node's engine of `group`, which serves it at the request's consistency:
+    the result, and with ``any`` the local replica's applied index."""
+    level = consistency(request)
+    if level == "any":
+        return tuple(await request.app[GROUPS].engines[group].read(query, *args))
+    if level == "strong":
+        committed = await apply(request.app, group, {"op": "tick"})
+        if "error" in committed.result:
+            raise from_result(committed.result)
+    return await leader_read(request.app, group, query, *args), None

@@ -10,7 +10,7 @@ from statemachine.validation import MAX_RECEIVE, MAX_WAIT_MS, check_message, is_
 from .buffering import buffer_put, with_ids
 from .codec import message_from_wire, read_body, respond
 from .errors import ApiError, from_result
-from .leader import NODE, SETTINGS, read, receive_waiting, route_to_leader, validate, write
+from .leader import GROUP, GROUPS, NODE, SETTINGS, read, receive_waiting, route_to_leader, validate, write
 from .routing import leader_only, queue_name, group_name
 
 DURABILITY = ("quorum", "all", "leader")
@@ -57,7 +57,7 @@ async def put(request: web.Request) -> web.Response:
     put_command = None
     try:
         # A follower redirects before it reads the body: decoding is the leader's cost.
-        elsewhere = await route_to_leader(request)
+        elsewhere = await route_to_leader(request, creating=node.auto_create)
         if elsewhere is not None:
             return elsewhere
         put_command = await command()
@@ -71,15 +71,15 @@ async def put(request: web.Request) -> web.Response:
         put_command = put_command or await command()
         validate(put_command)
         return buffer_put(request, name, put_command["messages"])
-    given, shortfall = await reach_durability(request.app, durability, committed.index)
+    given, shortfall = await reach_durability(request.app, request[GROUP], durability, committed.index)
     reply = {"messages": committed.result["messages"], "commit_index": committed.index, "durability": given}
     if shortfall:
         reply["durability_not_reached"] = shortfall
     return respond(request, reply, status=201)
 
 
-async def reach_durability(app: web.Application, durability: str, index: int) -> tuple[str, dict | None]:
-    """After a put was applied at log `index`: wait for what `durability` asks beyond a quorum.
+async def reach_durability(app: web.Application, group: int, durability: str, index: int) -> tuple[str, dict | None]:
+    """After a put was applied at log `index` of `group`: wait for what `durability` asks beyond a quorum.
 
     Returns the level given and, when `all` was asked but not reached, what fell short. The level named is what was actually given,
     never more (docs/api.md): durability=leader is served as quorum, which is
@@ -89,7 +89,7 @@ async def reach_durability(app: web.Application, durability: str, index: int) ->
     if durability != "all":
         return "quorum", None
     timeout = app[SETTINGS].write_timeout_s
-    lagging = await app[NODE].replicated_everywhere(index, timeout)
+    lagging = await app[GROUPS].engines[group].replicated_everywhere(index, timeout)
     if not lagging:
         return "all", None
     return "quorum", {
@@ -119,7 +119,8 @@ async def receive(request: web.Request) -> web.Response:
     lease_ms = _int_field(body, "lease_ms", None, 1, 1 << 40, nullable=True)
     command = {"op": "receive", "queue": name, "group": group, "max": count, "lease_ms": lease_ms}
     validate(command)
-    result = (await receive_waiting(request.app, command, wait_ms / 1000, client=request.remote)).result
+    result = (await receive_waiting(request.app, request[GROUP], command, wait_ms / 1000,
+                                    client=request.remote)).result
     if "error" in result:
         raise from_result(result)
     return respond(request, result)
@@ -195,7 +196,6 @@ async def commit(request: web.Request) -> web.Response:
         "seq": body.get("seq")})).result)
 
 
-@leader_only
 async def transaction(request: web.Request) -> web.Response:
     body = await read_body(request)
     if not isinstance(body, dict) or set(body) - {"ack", "put"}:
@@ -207,10 +207,15 @@ async def transaction(request: web.Request) -> web.Response:
         if not isinstance(part, dict):
             raise ApiError("bad_request", "each put must be an object with queue and messages")
         part["messages"] = _messages(request, {"messages": part.get("messages")})
-    command = {"op": "tx", "ack": body.get("ack", []), "put": puts,
-               "auto_create": request.app[NODE].auto_create}
+    auto_create = request.app[NODE].auto_create
+    command = {"op": "tx", "ack": body.get("ack", []), "put": puts, "auto_create": auto_create}
     validate(command)
     refuse_invalid_receipts([r for part in command["ack"] for r in part["receipts"]])
+    # Served by the one group of every queue it names (409 cross_group otherwise).
+    elsewhere = await route_to_leader(request, [part["queue"] for part in command["ack"] + puts],
+                                      creating=auto_create)
+    if elsewhere is not None:
+        return elsewhere
     committed = await write(request, command)
     return respond(request, {**committed.result, "commit_index": committed.index}, status=201 if puts else 200)
 

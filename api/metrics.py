@@ -2,7 +2,11 @@
 
 Names follow Prometheus conventions: counters end in ``_total``, sizes in
 ``_bytes``, durations in ``_seconds``; a queue's counters count messages
-(``raftq_queue_messages_<what>_total``).  deploy/prometheus-alerts.yaml and
+(``raftq_queue_messages_<what>_total``).  With several Raft groups (issue
+24) the node's figures without a label are its engine of group 0's (the
+group every node is a member of, as ``/health/ready`` reports), each group
+this node has an engine of has ``raftq_group_*{group}``, and the queues and
+staged writes are those of all of them.  deploy/prometheus-alerts.yaml and
 deploy/grafana-dashboard.json read these names; docs/operations.md lists them.
 """
 
@@ -44,23 +48,32 @@ class NodeCollector:
     """What the engine reported for this scrape (``Metrics.handler`` asks it
     first): nothing to keep in sync."""
 
-    def __init__(self, node, buffer):
-        self.node = node
+    def __init__(self, engines: dict, buffer):
+        self.engines = engines      # group id -> this node's engine of it
+        self.node = engines[0]
         self.buffer = buffer
         self.scrape: dict | None = None
 
     async def fetch(self) -> None:
-        node = self.node
-        status, stats = await asyncio.gather(node.status(), node.stats())
+        groups = sorted(self.engines)
+        (stats, *statuses), queues, stagings = await asyncio.gather(
+            asyncio.gather(self.node.stats(), *(self.engines[g].status() for g in groups)),
+            asyncio.gather(*(self._queue_stats(self.engines[g]) for g in groups)),
+            asyncio.gather(*(self.engines[g].read("staging_usage") for g in groups)))
+        self.scrape = {"status": statuses[0], "stats": stats, "groups": dict(zip(groups, statuses)),
+                       "queues": [queue for pages in queues for queue in pages],
+                       "staging": {field: sum(usage.result[field] for usage in stagings)
+                                   for field in ("bytes", "stages", "marks")}}
+
+    @staticmethod
+    async def _queue_stats(engine) -> list:
         queues, after = [], ""
         while True:
-            page = (await node.read("all_queue_stats", after, STATS_PAGE)).result
+            page = (await engine.read("all_queue_stats", after, STATS_PAGE)).result
             queues.extend(page)
             if len(page) < STATS_PAGE:
-                break
+                return queues
             after = page[-1][0]
-        staging = (await node.read("staging_usage")).result
-        self.scrape = {"status": status, "stats": stats, "queues": queues, "staging": staging}
 
     def collect(self):
         if self.scrape is None:      # the registry's own describe() at registration
@@ -110,6 +123,7 @@ class NodeCollector:
                                 value=snapshot.get("bytes") or 0)
         yield GaugeMetricFamily("raftq_snapshot_duration_seconds", "How long the last snapshot took",
                                 value=snapshot.get("seconds") or 0)
+        yield from self._groups()
         gauges = [(field, GaugeMetricFamily(f"raftq_queue_{name}", help_, labels=["queue"]))
                   for field, name, help_ in QUEUE_GAUGES]
         counters = [(field, CounterMetricFamily(f"raftq_queue_messages_{name}", help_, labels=["queue"]))
@@ -135,14 +149,30 @@ class NodeCollector:
             yield HistogramMetricFamily(name, help_, buckets=buckets, sum_value=packing["sum"])
 
 
+    def _groups(self):
+        """Each Raft group this node has an engine of, labelled by its id."""
+        families = {name: GaugeMetricFamily(f"raftq_group_{name}", help_, labels=["group"]) for name, help_ in (
+            ("is_leader", "1 where this node's engine of the group leads it"),
+            ("term", "The group's current Raft term"), ("commit_index", "The group's Raft commit index"),
+            ("applied_index", "The group's last log index applied here"))}
+        for group, status in self.scrape["groups"].items():
+            label = [str(group)]
+            families["is_leader"].add_metric(label, int(status["role"] == "leader"))
+            for field in ("term", "commit_index", "applied_index"):
+                families[field].add_metric(label, status[field])
+        yield from families.values()
+        yield GaugeMetricFamily("raftq_groups_led", "Raft groups this node leads", value=sum(
+            status["role"] == "leader" for status in self.scrape["groups"].values()))
+
+
 class Metrics:
-    def __init__(self, node, buffer):
+    def __init__(self, engines: dict, buffer):
         self.registry = CollectorRegistry()
         self.requests = Counter("raftq_http_requests", "HTTP requests", ["method", "route", "status"],
                                 registry=self.registry)
         self.latency = Histogram("raftq_http_request_duration_seconds", "HTTP request latency", ["route"],
                                  buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.collector = NodeCollector(node, buffer)
+        self.collector = NodeCollector(engines, buffer)
         self.registry.register(self.collector)
         self._rendering: asyncio.Future | None = None
 

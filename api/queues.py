@@ -4,23 +4,36 @@ from aiohttp import web
 
 from .codec import read_body, respond
 from .errors import ApiError
-from .leader import read, write
+from .gather import group_param, per_group
+from .leader import GROUPS, read, read_here, route_to_leader, write
 from .routing import group_name, leader_only, queue_name
 
 
-@leader_only
+async def _route_config(request: web.Request, config) -> web.StreamResponse | None:
+    """Route a queue's config change: to the queue's group, which a dead-letter queue it names
+    joins (409 cross_group when that one lives in another group already)."""
+    dead_letter = config.get("dead_letter") if isinstance(config, dict) else None
+    names = [queue_name(request)] + ([dead_letter] if isinstance(dead_letter, str) else [])
+    return await route_to_leader(request, names, creating=True)
+
+
 async def create(request: web.Request) -> web.Response:
     config = await read_body(request, required=False)
     if config is None:
         config = {}
+    elsewhere = await _route_config(request, config)
+    if elsewhere is not None:
+        return elsewhere
     result = (await write(request, {"op": "create_queue", "queue": queue_name(request), "config": config})).result
     return respond(request, {"name": queue_name(request), "config": result["config"]},
                    status=201 if result["created"] else 200)
 
 
-@leader_only
 async def patch(request: web.Request) -> web.Response:
     config = await read_body(request)
+    elsewhere = await _route_config(request, config)
+    if elsewhere is not None:
+        return elsewhere
     result = (await write(request, {"op": "patch_queue", "queue": queue_name(request), "config": config})).result
     return respond(request, {"name": queue_name(request), "config": result["config"]})
 
@@ -32,7 +45,16 @@ async def delete(request: web.Request) -> web.Response:
 
 
 async def list_all(request: web.Request) -> web.Response:
-    return await read(request, "list_queues")
+    """The queues of one group (``?group=``), or of every group, gathered (gather.py)."""
+    group = group_param(request)
+    if group is not None or request.app[GROUPS].count == 1:
+        return await read(request, "list_queues", group=group or 0)
+
+    async def here(group: int) -> dict:
+        return (await read_here(request, group, "list_queues"))[0]
+    answers = await per_group(request, here)
+    return respond(request, {"queues": sorted((queue for answer in answers.values() for queue in answer["queues"]),
+                                              key=lambda queue: queue["name"])})
 
 
 async def show(request: web.Request) -> web.Response:

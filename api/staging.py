@@ -1,16 +1,19 @@
 """Staged writes for exactly-once producers (the Spark sink): stage, commit, abort.
 
 The rules live in statemachine/staging.py; these handlers only parse, build
-the command and answer.  All of them are served by the leader.
+the command and answer.  All of them are served by the leader of the Raft
+group of the queue written to (issue 24): a stage names its queue; a
+commit, an abort or a producer's page names it with `queue` (in the body, or
+the query for GET and DELETE), which a cluster of one group does not need.
 """
 
 from aiohttp import web
 
 from .codec import read_body, respond
 from .errors import ApiError
-from .leader import NODE, leader_read, read, write
+from .leader import GROUP, GROUPS, NODE, leader_read, read, route_to_leader, write
 from .messages import _messages as parse_messages
-from .routing import checked_name, leader_only
+from .routing import checked_name
 
 
 def producer_id(request: web.Request) -> str:
@@ -30,10 +33,22 @@ async def _object(request: web.Request, fields: set, required: set) -> dict:
     return body
 
 
-@leader_only
+async def _route(request: web.Request, queue, *, creating: bool = False) -> web.StreamResponse | None:
+    """Route to the leader of `queue`'s group (`creating`: as route_to_leader's); with one
+    group, `queue` may be None."""
+    if queue is None and request.app[GROUPS].count > 1:
+        raise ApiError("bad_request", "this cluster has several Raft groups: name the queue the producer "
+                                      "writes to (queue)")
+    names = [] if queue is None else [checked_name(queue, "queue")]
+    return await route_to_leader(request, names, creating=creating)
+
+
 async def stage(request: web.Request) -> web.Response:
     body = await _object(request, {"token", "chunk", "queue", "messages", "ttl_ms"},
                          {"token", "chunk", "queue", "messages"})
+    elsewhere = await _route(request, body["queue"], creating=request.app[NODE].auto_create)
+    if elsewhere is not None:
+        return elsewhere
     command = {"op": "stage", "producer": producer_id(request), "token": body["token"],
                "chunk": body["chunk"], "queue": body["queue"],
                "messages": parse_messages(request, {"messages": body["messages"]}),
@@ -43,9 +58,11 @@ async def stage(request: web.Request) -> web.Response:
     return respond(request, (await write(request, command)).result, status=201)
 
 
-@leader_only
 async def commit(request: web.Request) -> web.Response:
-    body = await _object(request, {"batch", "parts", "retain_ms"}, {"batch", "parts"})
+    body = await _object(request, {"batch", "parts", "retain_ms", "queue"}, {"batch", "parts"})
+    elsewhere = await _route(request, body.get("queue"), creating=request.app[NODE].auto_create)
+    if elsewhere is not None:
+        return elsewhere
     command = {"op": "stage_commit", "producer": producer_id(request), "batch": body["batch"],
                "parts": body["parts"], "auto_create": request.app[NODE].auto_create}
     if body.get("retain_ms") is not None:
@@ -54,9 +71,11 @@ async def commit(request: web.Request) -> web.Response:
     return respond(request, {**committed.result, "commit_index": committed.index})
 
 
-@leader_only
 async def abort(request: web.Request) -> web.Response:
-    body = await _object(request, {"tokens"}, {"tokens"})
+    body = await _object(request, {"tokens", "queue"}, {"tokens"})
+    elsewhere = await _route(request, body.get("queue"))
+    if elsewhere is not None:
+        return elsewhere
     return respond(request, (await write(request, {"op": "stage_abort", "producer": producer_id(request),
                                                    "tokens": body["tokens"]})).result)
 
@@ -65,14 +84,19 @@ async def list_all(request: web.Request) -> web.Response:
     return await read(request, "list_producers")
 
 
-@leader_only
 async def show(request: web.Request) -> web.Response:
+    # creating: a writer asks before its queue exists whether a put would create it
+    elsewhere = await _route(request, request.query.get("queue"), creating=request.app[NODE].auto_create)
+    if elsewhere is not None:
+        return elsewhere
     # auto_create tells a writer at start whether a missing queue is an error.
-    info = await leader_read(request.app, "producer_info", producer_id(request))
+    info = await leader_read(request.app, request[GROUP], "producer_info", producer_id(request))
     return respond(request, {**info, "auto_create": request.app[NODE].auto_create})
 
 
-@leader_only
 async def delete(request: web.Request) -> web.Response:
+    elsewhere = await _route(request, request.query.get("queue"))
+    if elsewhere is not None:
+        return elsewhere
     await write(request, {"op": "drop_producer", "producer": producer_id(request)})
     return web.Response(status=204)

@@ -15,7 +15,14 @@ pushed instead of polled.
   the node; a follower's names the leader's URL and the node closes with
   4307. A leader that loses the lead sends `redirect` and closes likewise;
   the client reconnects and resends what was not confirmed, with the same
-  ids, so nothing is stored twice.
+  ids, so nothing is stored twice. With several Raft groups (issue 24) a
+  node leads some groups, not the cluster. A client that connects with
+  `?route=group` routes by group: to it every node says hello as a leader,
+  serves each frame from its queue's group when it leads that group, and
+  refuses a frame for a group it does not lead with `not_leader` and that
+  leader's `leader_url`, where the client sends that queue's frames. To any
+  other client "the leader" is group 0's, as the hello says; it too gets
+  such refusals for queues of the groups that node does not lead.
 - Everything a connection makes the node hold is bounded in frames and
   bytes: the frames being applied (MAX_FRAMES_IN_FLIGHT, MAX_BYTES_IN_FLIGHT)
   and the outbox of frames not yet written (MAX_OUTBOX_FRAMES,
@@ -47,7 +54,7 @@ from statemachine.validation import MAX_RECEIVE, is_int
 
 from .bounded import check_cbor
 from .errors import ApiError, from_result
-from .leader import NODE, SETTINGS, apply, leader_read, receive_waiting
+from .leader import GROUPS, NODE, SETTINGS, Elsewhere, apply, leader_read, receive_waiting, serving_group
 from .messages import DURABILITY, checked_message, reach_durability
 from .routing import checked_name
 
@@ -178,7 +185,8 @@ class Session:
     # ---- the connection ------------------------------------------------------------------------
     async def run(self) -> None:
         status = self.node.view()
-        leads = status["role"] == "leader" and status["quorum_ok"]
+        routes_by_group = self.app[GROUPS].count > 1 and self.request.query.get("route") == "group"
+        leads = routes_by_group or (status["role"] == "leader" and status["quorum_ok"])
         await self.ws.send_bytes(cbor2.dumps({
             "op": "hello", "version": PROTOCOL_VERSION, "node": self.node.id, "leader": leads,
             "leader_url": _leader_url(self.request), "max_frame_bytes": MAX_FRAME_BYTES,
@@ -330,23 +338,40 @@ class Session:
                              "message": "a frame is a map whose op is publish, subscribe, unsubscribe, "
                                         "ack, nack or extend"})
 
-    async def _apply(self, command: dict) -> Committed:
-        """The command's result (refusals included) and index; LeadershipLost when it cannot be known here."""
-        return await self._leading(apply(self.app, command))
+    async def _group(self, queue: str, *, creating: bool = False) -> int:
+        """The Raft group of `queue`, which this node leads; else LeadershipLost (one group: the
+        whole connection goes to the leader) or ApiError not_leader naming the group's leader.
+        With one group the connection was opened on its leader: there is nothing to choose."""
+        if self.app[GROUPS].count == 1:
+            return 0
+        try:
+            return await serving_group(self.app, [queue], creating=creating,
+                                       authorization=self.request.headers.get("Authorization"))
+        except Elsewhere as there:
+            if self.app[GROUPS].count == 1:
+                raise LeadershipLost() from None
+            raise ApiError("not_leader", f"node {there.node_id} leads the group of queue {queue!r}; send its "
+                                         "frames there", leader=there.node_id,
+                           leader_url=f"{self.request.scheme}://{there.address}") from None
 
-    async def _receive(self, command: dict) -> Committed | None:
+    async def _apply(self, group: int, command: dict) -> Committed:
+        """The command's result (refusals included) and index; LeadershipLost when it cannot be known here."""
+        return await self._leading(group, apply(self.app, group, command))
+
+    async def _receive(self, group: int, command: dict) -> Committed | None:
         """A receive waiting up to IDLE_RECHECK_S; None when nothing came meanwhile."""
-        committed = await self._leading(receive_waiting(self.app, command, IDLE_RECHECK_S, last_try=False,
-                                                        encoded=True, client=self.request.remote))
-        if self.node.view()["role"] != "leader":
+        committed = await self._leading(group, receive_waiting(self.app, group, command, IDLE_RECHECK_S,
+                                                               last_try=False, encoded=True,
+                                                               client=self.request.remote))
+        if self.app[GROUPS].engines[group].view()["role"] != "leader":
             raise LeadershipLost()
         return committed
 
-    async def _leading(self, call):
+    async def _leading(self, group: int, call):
         try:
             return await call
         except ApiError as exc:
-            if exc.code == "no_quorum" and self.node.view()["role"] != "leader":
+            if exc.code == "no_quorum" and self.app[GROUPS].engines[group].view()["role"] != "leader":
                 raise LeadershipLost() from None
             raise
 
@@ -384,12 +409,13 @@ class Session:
         results = []
         if accepted:
             try:
-                committed = await self._apply({"op": "put", "queue": queue, "messages": accepted,
-                                               "auto_create": self.node.auto_create})
+                group = await self._group(queue, creating=self.node.auto_create)
+                committed = await self._apply(group, {"op": "put", "queue": queue, "messages": accepted,
+                                                      "auto_create": self.node.auto_create})
                 result = committed.result
                 if "error" in result:
                     raise from_result(result)
-                given, shortfall = await reach_durability(self.app, durability, committed.index)
+                given, shortfall = await reach_durability(self.app, group, durability, committed.index)
             except ApiError as exc:
                 refused.extend(_refusal(cid, exc) for cid in accepted_cids)
             else:
@@ -417,7 +443,7 @@ class Session:
             problem = check_command({**command, "now_ms": 0})
             if problem:
                 raise from_result(problem)
-            result = (await self._apply(command)).result
+            result = (await self._apply(await self._group(queue), command)).result
         except ApiError as exc:
             await self.send({"op": "error", "rid": rid, "error": exc.code, "status": exc.status,
                              "message": exc.message})
@@ -459,16 +485,18 @@ class Session:
             lease_ms = frame.get("lease_ms")
             if lease_ms is not None and (not is_int(lease_ms) or not 1 <= lease_ms <= 1 << 40):
                 raise ApiError("bad_request", "lease_ms must be a positive integer")
-            info = await leader_read(self.app, "queue_info", queue)
+            group_of_queue = await self._group(queue)
+            info = await leader_read(self.app, group_of_queue, "queue_info", queue)
             if "error" in info:
                 raise from_result(info)
             if group not in info["stats"]["groups"]:
                 raise ApiError("not_found", f"group {group!r} does not exist in queue {queue!r}")
         except ApiError as exc:
             await self.send({"op": "error", "sub": sub_id, "error": exc.code, "status": exc.status,
-                             "message": exc.message})
+                             "message": exc.message, **exc.details})
             return
-        sub = Subscription(self, sub_id, queue, group, prefetch, lease_ms or info["config"]["lease_ms"])
+        sub = Subscription(self, sub_id, group_of_queue, queue, group, prefetch,
+                           lease_ms or info["config"]["lease_ms"])
         self.subscriptions[sub_id] = sub
         sub.task = self._spawn(sub.run())
         await self.send({"op": "subscribed", "sub": sub_id})
@@ -485,15 +513,17 @@ def _deliver_frame(sub_id, encoded_messages: bytes) -> bytes:
 
 
 def _refusal(cid, exc: ApiError) -> dict:
-    return {"cid": cid, "error": exc.code, "status": exc.status, "message": exc.message}
+    return {"cid": cid, "error": exc.code, "status": exc.status, "message": exc.message, **exc.details}
 
 
 class Subscription:
     """Pushes a group's ready messages to one connection, `prefetch` unsettled at most."""
 
-    def __init__(self, session: Session, sub_id, queue: str, group: str, prefetch: int, lease_ms: int):
+    def __init__(self, session: Session, sub_id, raft_group: int, queue: str, group: str, prefetch: int,
+                 lease_ms: int):
         self.session = session
         self.id = sub_id
+        self.raft_group = raft_group
         self.queue = queue
         self.group = group
         self.prefetch = prefetch
@@ -541,7 +571,7 @@ class Subscription:
             command = {"op": "receive", "queue": self.queue, "group": self.group,
                        "max": min(free, MAX_RECEIVE), "lease_ms": self.lease_ms}
             try:
-                committed = await session._receive(command)
+                committed = await session._receive(self.raft_group, command)
             except ApiError as exc:
                 await session.send({"op": "error", "sub": self.id, "error": exc.code, "status": exc.status,
                                     "message": exc.message})

@@ -1,6 +1,6 @@
 """python -m chaos: run a chaos campaign, re-check a saved history, or print a schedule.
 
-    python -m chaos run --nodes 3|5 --minutes N [--seed S] [--out results] [--load-at-birth]
+    python -m chaos run --nodes 3|5 --minutes N [--groups G] [--seed S] [--out results] [--load-at-birth]
     python -m chaos check results/<run>/history.jsonl
     python -m chaos plan --nodes 3 --seed S [--cycles 1]
 
@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a campaign against a fresh local cluster")
     run.add_argument("--nodes", type=int, choices=(3, 5), default=3)
+    run.add_argument("--groups", type=int, default=1,
+                     help="Raft groups of the cluster (default 1)")
     length = run.add_mutually_exclusive_group()
     length.add_argument("--minutes", type=float, help="inject faults for this long (default 1)")
     length.add_argument("--cycles", type=int, help="inject every fault kind this many times instead")
@@ -61,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.minutes is not None and args.minutes < 1:
         parser.error("--minutes must be at least 1")
     minutes = None if args.cycles is not None else (args.minutes if args.minutes is not None else 1.0)
-    report = campaign(Options(nodes=args.nodes, minutes=minutes, cycles=args.cycles, seed=args.seed,
-                              kinds=args.kinds, out=args.out, load_at_birth=args.load_at_birth))
+    report = campaign(Options(nodes=args.nodes, groups=args.groups, minutes=minutes, cycles=args.cycles,
+                              seed=args.seed, kinds=args.kinds, out=args.out, load_at_birth=args.load_at_birth))
     return 0 if report.valid else 1
 
 

@@ -60,6 +60,7 @@ JUDGED_LOG_LEVELS = ("critical",)
 @dataclass
 class Options:
     nodes: int = 3
+    groups: int = 1                  # Raft groups (every fault hits every group of the nodes it hits)
     minutes: float | None = None     # stop starting faults after this long ...
     cycles: int | None = None        # ... or after this many rounds of every kind
     seed: int | None = None
@@ -144,6 +145,7 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
     log(f"chaos: seed {seed}, {options.nodes} nodes; reproduce the schedule with "
         f"python -m chaos run --nodes {options.nodes} --seed {seed}"
         + (f" --minutes {options.minutes}" if options.minutes else f" --cycles {options.cycles}")
+        + (f" --groups {options.groups}" if options.groups != 1 else "")
         + (" --load-at-birth" if options.load_at_birth else ""))
     log(f"chaos: results in {results}")
     history = History(results / "history.jsonl")
@@ -152,7 +154,7 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
         server = start_toxiproxy(seed=seed, stderr=proxy_log)
         cluster = network = None
         try:
-            cluster = ChaosCluster.create(results / "cluster", options.nodes)
+            cluster = ChaosCluster.create(results / "cluster", options.nodes, groups=options.groups)
             cluster.clocks, cluster.faked = Clocks(results / "clocks"), set()
             network, endpoints = wire_proxies(server, cluster)
             _campaign(options, seed, cluster, network, endpoints, history, log)

@@ -3,6 +3,8 @@
 ```toml
 [cluster]
 secret = "..."          # encrypts and authenticates node-to-node traffic
+groups = 4              # optional: Raft groups (default 1); fixed when the cluster is made
+replicas = 3            # optional: members of each group but group 0 (default 3, at most the nodes)
 
 [auth]                  # bearer tokens of the HTTP API (docs/security.md)
 admin = "..."           # everything: queue config, membership, verify, data, metrics
@@ -53,6 +55,16 @@ from pathlib import Path
 
 class ConfigError(ValueError):
     pass
+
+
+DEFAULT_REPLICAS = 3
+MAX_GROUPS = 64
+
+
+def default_groups(cores: int) -> int:
+    """The groups of a new cluster: half the cores, at least 1. Each busy
+    group's leader takes a core; the fronts and the followers take the rest."""
+    return max(1, min(MAX_GROUPS, cores // 2))
 
 
 @dataclass(frozen=True)
@@ -132,6 +144,14 @@ class ClusterConfig:
     links: tuple[Link, ...] = ()
     tokens: Tokens = field(default_factory=Tokens)
     sqs: Sqs = field(default_factory=Sqs)
+    groups: int = 1
+    # None: DEFAULT_REPLICAS, capped at the nodes (`replicas_per_group`)
+    replicas: int | None = None
+
+    @property
+    def replicas_per_group(self) -> int:
+        """How many members each group but group 0 (which has every node) has."""
+        return self.replicas if self.replicas is not None else min(DEFAULT_REPLICAS, len(self.nodes))
 
     def node(self, node_id: str) -> NodeSpec:
         for spec in self.nodes:
@@ -154,8 +174,11 @@ class ClusterConfig:
 
     def to_toml(self) -> str:
         lines = []
-        if self.secret is not None:
-            lines += ["[cluster]", f"secret = {json.dumps(self.secret)}", ""]
+        cluster = ([f"secret = {json.dumps(self.secret)}"] if self.secret is not None else []) \
+            + ([f"groups = {self.groups}"] if self.groups != 1 else []) \
+            + ([f"replicas = {self.replicas}"] if self.replicas is not None else [])
+        if cluster:
+            lines += ["[cluster]", *cluster, ""]
         if self.tokens.any():
             lines += ["[auth]"] + [f"{role} = {json.dumps(getattr(self.tokens, role))}"
                                    for role in ROLES if getattr(self.tokens, role)] + [""]
@@ -224,13 +247,25 @@ def load(path: str | Path) -> ClusterConfig:
     ids = [n.id for n in nodes]
     if len(set(ids)) != len(ids):
         raise ConfigError("node ids must be unique")
-    secret = (data.get("cluster") or {}).get("secret")
+    cluster = data.get("cluster") or {}
+    if not isinstance(cluster, dict) or set(cluster) - {"secret", "groups", "replicas"}:
+        raise ConfigError("[cluster] may only set secret, groups and replicas")
+    secret = cluster.get("secret")
+    groups = _count(cluster.get("groups", 1), "groups", MAX_GROUPS)
+    replicas = _count(cluster["replicas"], "replicas", len(nodes)) if "replicas" in cluster else None
     tokens = _load_tokens(data.get("auth", {}))
     sqs = _load_sqs(data.get("sqs", {}))
     if secret or tokens.any() or sqs.keys:
         check_private(path, "the cluster secret" if secret else "API tokens" if tokens.any() else "SQS keys")
     return ClusterConfig(nodes=tuple(nodes), secret=str(secret) if secret else None,
-                         links=_load_links(data.get("links", []), set(ids)), tokens=tokens, sqs=sqs)
+                         links=_load_links(data.get("links", []), set(ids)), tokens=tokens, sqs=sqs,
+                         groups=groups, replicas=replicas)
+
+
+def _count(value, what: str, most: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+        raise ConfigError(f"[cluster] {what} must be a whole number from 1 to {most}, got {value!r}")
+    return value
 
 
 def _load_tokens(raw) -> Tokens:

@@ -22,6 +22,7 @@ wait for it (see ``Node.submit``).
 
 import asyncio
 import logging
+import socket
 import threading
 import time
 import uuid
@@ -107,16 +108,29 @@ def stamped(encoded: bytes, now_ms: int) -> bytes:
     return cbor2.dumps(command)
 
 
+def group_data_dir(data_dir: str | Path, group: int) -> Path:
+    """Where a node keeps `group`'s Raft log and snapshot: group 0 where a node
+    without groups kept its one group (so such a node restarts unchanged),
+    group g > 0 in group-<g>/."""
+    return Path(data_dir) if group == 0 else Path(data_dir) / f"group-{group}"
+
+
 class Node:
     def __init__(self, cluster: ClusterConfig, node_id: str, data_dir: str | Path, *,
-                 auto_create: bool = True):
+                 auto_create: bool = True, group: int = 0, members: tuple[str, ...] | None = None,
+                 handoff: socket.socket | None = None):
+        """One Raft group's engine on this node: `group`'s state in
+        `group_data_dir(data_dir, group)`, its voters `members` (None: every
+        node of the config), its accepted Raft connections handed over on
+        `handoff` by the node's supervisor (None: it binds its Raft address)."""
         self.cluster = cluster
         self.spec: NodeSpec = cluster.node(node_id)
         self.id = node_id
-        self.data_dir = Path(data_dir)
+        self.group = group
+        self.data_dir = group_data_dir(data_dir, group)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.auto_create = auto_create
-        self.machine = StateMachine()
+        self.machine = StateMachine(group, cluster.groups)
         self.clock = LogClock(self.machine)
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -129,8 +143,8 @@ class Node:
         self.committer = GroupCommitter(self._propose)
         self.consensus = Consensus(
             self_peer=self.spec.peer(),
-            peers=cluster.peers_for(node_id),
-            data_dir=self.data_dir / "raft",
+            peers=[peer for peer in cluster.peers_for(node_id) if members is None or peer.id in members],
+            data_dir=self.data_dir / "raft", group=group, handoff=handoff,
             apply=self._apply_entry, snapshot=self.machine.snapshot, restore=self._restore,
             secret=cluster.secret,
             on_role_change=self._on_role_change, max_entry_bytes=self.committer.max_entry_bytes)
@@ -401,9 +415,11 @@ class Node:
                 return lagging
             await asyncio.sleep(0.002)
 
-    async def transfer_leadership(self, timeout: float, to: str | None = None) -> bool:
-        """Hand the lead to `to` (or the most caught-up follower); True once another node leads."""
-        return await asyncio.to_thread(self.consensus.transfer_leadership, timeout, to)
+    async def transfer_leadership(self, timeout: float, to: str | None = None, *, step_down: bool = True) -> bool:
+        """Hand the lead to `to` (or the most caught-up follower); True once
+        another node leads. If none does in time, step down too, unless told
+        not to (``Consensus.transfer_leadership``)."""
+        return await asyncio.to_thread(self.consensus.transfer_leadership, timeout, to, step_down=step_down)
 
     async def _through_consensus(self, call, *args) -> None:
         """Call ``consensus.call(*args, callback)`` and wait for its callback."""

@@ -2,7 +2,12 @@
 
 Both speak the HTTP API of docs/api.md and behave the same way:
 
-- they follow 307 redirects to the leader and remember it;
+- they follow 307 redirects to the leader and remember it; with several
+  Raft groups (issue 24) they keep the cluster's routing (GET
+  /v1/cluster/routing: queue -> group, for good, and each group's leader),
+  send a queue's calls to its group's leader, and ask the routing again
+  (at most once a second) when a queue's group or its leader is unknown:
+  a 307 names the new leader, a failure forgets the old one;
 - on a failover (503 ``no_quorum``, a refused or dropped connection, a
   timeout) they retry against the next node, with backoff, for up to
   ``retry_for`` seconds — but only calls that are safe to repeat: reads,
@@ -41,6 +46,7 @@ RETRYABLE_STATUS = {503}
 APPLIED_INDEX_HEADER = "X-Raftq-Applied-Index"
 # A redirect answers a redirect only while leadership moves; more than this is a loop.
 MAX_REDIRECTS = 8
+ROUTING_PATH = "/v1/cluster/routing"
 
 
 def _part(name: str) -> str:
@@ -78,7 +84,7 @@ class _Calls:
         """All or nothing; each message a body or a dict with body/key/id/headers/ttl_ms/delay_ms."""
         query = f"?durability={durability}" if durability else ""
         return self._call("POST", f"/v1/queues/{_part(queue)}/messages{query}",
-                          {"messages": [_wire_message(m) for m in messages]}, retry=True)
+                          {"messages": [_wire_message(m) for m in messages]}, retry=True, queue=queue)
 
     def receive(self, queue: str, *, group: str = "default", max: int = 1, wait_ms: int = 0,
                 lease_ms: int | None = None):
@@ -88,53 +94,58 @@ class _Calls:
         # Retried like the rest: if a lost answer had leased messages, nobody
         # holds them; their lease expires and they are delivered again.
         return self._call("POST", f"/v1/queues/{_part(queue)}/receive", body, retry=True,
-                          timeout=wait_ms / 1000 + 10)
+                          timeout=wait_ms / 1000 + 10, queue=queue)
 
     def ack(self, queue: str, receipts: list):
-        return self._call("POST", f"/v1/queues/{_part(queue)}/ack", {"receipts": list(receipts)}, retry=True)
+        return self._call("POST", f"/v1/queues/{_part(queue)}/ack", {"receipts": list(receipts)}, retry=True,
+                          queue=queue)
 
     def nack(self, queue: str, receipts: list, *, delay_ms: int | None = None):
         body = {"receipts": list(receipts)}
         if delay_ms is not None:
             body["delay_ms"] = delay_ms
-        return self._call("POST", f"/v1/queues/{_part(queue)}/nack", body, retry=True)
+        return self._call("POST", f"/v1/queues/{_part(queue)}/nack", body, retry=True, queue=queue)
 
     def extend(self, queue: str, receipts: list, *, lease_ms: int | None = None):
         body = {"receipts": list(receipts)}
         if lease_ms is not None:
             body["lease_ms"] = lease_ms
-        return self._call("POST", f"/v1/queues/{_part(queue)}/extend", body, retry=True)
+        return self._call("POST", f"/v1/queues/{_part(queue)}/extend", body, retry=True, queue=queue)
 
     def create_queue(self, queue: str, **config):
-        return self._call("PUT", f"/v1/queues/{_part(queue)}", config, retry=True)
+        return self._call("PUT", f"/v1/queues/{_part(queue)}", config, retry=True, queue=queue)
 
     def patch_queue(self, queue: str, **config):
-        return self._call("PATCH", f"/v1/queues/{_part(queue)}", config, retry=True)
+        return self._call("PATCH", f"/v1/queues/{_part(queue)}", config, retry=True, queue=queue)
 
     def delete_queue(self, queue: str):
-        return self._call("DELETE", f"/v1/queues/{_part(queue)}", None, retry=True)
+        return self._call("DELETE", f"/v1/queues/{_part(queue)}", None, retry=True, queue=queue)
 
     def queues(self, *, consistency: str = "leader"):
         return self._call("GET", f"/v1/queues?consistency={consistency}", None, retry=True)
 
     def queue(self, queue: str, *, consistency: str = "leader"):
-        return self._call("GET", f"/v1/queues/{_part(queue)}?consistency={consistency}", None, retry=True)
+        return self._call("GET", f"/v1/queues/{_part(queue)}?consistency={consistency}", None, retry=True,
+                          queue=queue)
 
     def add_group(self, queue: str, group: str, *, start: str = "earliest"):
-        return self._call("PUT", f"/v1/queues/{_part(queue)}/groups/{_part(group)}", {"start": start}, retry=True)
+        return self._call("PUT", f"/v1/queues/{_part(queue)}/groups/{_part(group)}", {"start": start}, retry=True,
+                          queue=queue)
 
     def delete_group(self, queue: str, group: str):
-        return self._call("DELETE", f"/v1/queues/{_part(queue)}/groups/{_part(group)}", None, retry=True)
+        return self._call("DELETE", f"/v1/queues/{_part(queue)}/groups/{_part(group)}", None, retry=True,
+                          queue=queue)
 
     def browse(self, queue: str, *, group: str = "default", from_seq: int = 0, limit: int = 100,
                consistency: str = "leader"):
         """With consistency="any", the answer adds `applied_index`: the answering replica's
         state is at least that far along the log."""
         return self._call("GET", f"/v1/queues/{_part(queue)}/messages?group={_part(group)}&from_seq={from_seq}"
-                                 f"&limit={limit}&consistency={consistency}", None, retry=True)
+                                 f"&limit={limit}&consistency={consistency}", None, retry=True, queue=queue)
 
     def commit(self, queue: str, group: str, seq: int):
-        return self._call("POST", f"/v1/queues/{_part(queue)}/groups/{_part(group)}/commit", {"seq": seq}, retry=True)
+        return self._call("POST", f"/v1/queues/{_part(queue)}/groups/{_part(group)}/commit", {"seq": seq},
+                          retry=True, queue=queue)
 
     # ---- staged writes: exactly-once producers (docs/api.md, statemachine/staging.py) ----
     def stage(self, producer: str, token: str, chunk: int, queue: str, messages: list, *,
@@ -145,31 +156,40 @@ class _Calls:
                 "messages": [self._message_out(m) for m in messages]}
         if ttl_ms is not None:
             body["ttl_ms"] = ttl_ms
-        return self._call("POST", f"/v1/producers/{_part(producer)}/stage", body, retry=True)
+        return self._call("POST", f"/v1/producers/{_part(producer)}/stage", body, retry=True, queue=queue)
 
-    def commit_stages(self, producer: str, batch: int, parts: list, *, retain_ms: int | None = None):
+    # `queue`: the queue the producer writes to, whose Raft group holds its stages and mark
+    # (needed by a cluster of several groups, docs/api.md)
+    def commit_stages(self, producer: str, batch: int, parts: list, *, retain_ms: int | None = None,
+                      queue: str | None = None):
         """Publish the stages [{"token", "chunks"}] in one log entry, once per (producer, batch):
         a retry or replay at or below the producer's committed batch answers duplicate."""
         body = {"batch": batch, "parts": parts}
         if retain_ms is not None:
             body["retain_ms"] = retain_ms
-        return self._call("POST", f"/v1/producers/{_part(producer)}/commit", body, retry=True)
+        if queue is not None:
+            body["queue"] = queue
+        return self._call("POST", f"/v1/producers/{_part(producer)}/commit", body, retry=True, queue=queue)
 
-    def abort_stages(self, producer: str, tokens: list):
-        return self._call("POST", f"/v1/producers/{_part(producer)}/abort", {"tokens": list(tokens)}, retry=True)
+    def abort_stages(self, producer: str, tokens: list, *, queue: str | None = None):
+        body = {"tokens": list(tokens), **({} if queue is None else {"queue": queue})}
+        return self._call("POST", f"/v1/producers/{_part(producer)}/abort", body, retry=True, queue=queue)
 
-    def producer(self, producer: str):
-        return self._call("GET", f"/v1/producers/{_part(producer)}", None, retry=True)
+    def producer(self, producer: str, *, queue: str | None = None):
+        return self._call("GET", f"/v1/producers/{_part(producer)}" + ("" if queue is None else f"?queue={_part(queue)}"),
+                          None, retry=True, queue=queue)
 
-    def delete_producer(self, producer: str):
-        return self._call("DELETE", f"/v1/producers/{_part(producer)}", None, retry=True)
+    def delete_producer(self, producer: str, *, queue: str | None = None):
+        return self._call("DELETE", f"/v1/producers/{_part(producer)}" + ("" if queue is None else f"?queue={_part(queue)}"),
+                          None, retry=True, queue=queue)
 
     def transaction(self, *, ack: list | None = None, put: list | None = None):
         """ack: [{"queue", "receipts"}], put: [{"queue", "messages"}] — one all-or-nothing entry."""
         body = {"ack": ack or [], "put": [{"queue": p["queue"],
                                            "messages": [_wire_message(m) for m in p["messages"]]}
                                           for p in put or []]}
-        return self._call("POST", "/v1/tx", body, retry=True)
+        named = [part["queue"] for part in body["ack"] + body["put"]]
+        return self._call("POST", "/v1/tx", body, retry=True, queue=named[0] if named else None)
 
     def redrive(self, dead_letter_queue: str, *, from_queue: str | None = None, max: int | None = None):
         """Move dead letters back to their source queues; retried with one id, so moved once."""
@@ -178,10 +198,15 @@ class _Calls:
             body["from_queue"] = from_queue
         if max is not None:
             body["max"] = max
-        return self._call("POST", f"/v1/queues/{_part(dead_letter_queue)}/redrive", body, retry=True)
+        return self._call("POST", f"/v1/queues/{_part(dead_letter_queue)}/redrive", body, retry=True,
+                          queue=dead_letter_queue)
 
     def cluster(self):
         return self._call("GET", "/v1/cluster", None, retry=True)
+
+    def routing(self):
+        """Every Raft group's members and leader, and queue -> group (docs/api.md)."""
+        return self._call("GET", ROUTING_PATH, None, retry=True)
 
     def verify(self):
         return self._call("POST", "/v1/cluster/verify", None, retry=True, timeout=30)
@@ -195,16 +220,21 @@ class _Calls:
         return self._call("DELETE", f"/v1/cluster/nodes/{_part(node_id)}" + ("?force=true" if force else ""),
                           None, retry=True)
 
+    def rebalance(self):
+        """Every Raft group's leader balancing, now: {"groups": [{"group", "moved"}], "moved"}."""
+        return self._call("POST", "/v1/cluster/rebalance", None, retry=False, timeout=30)
+
     def transfer_leadership(self, to: str | None = None):
         return self._call("POST", "/v1/cluster/leader", {} if to is None else {"to": to}, retry=False,
                           timeout=30)
 
     def group(self, queue: str, group: str, *, consistency: str = "leader"):
         return self._call("GET", f"/v1/queues/{_part(queue)}/groups/{_part(group)}?consistency={consistency}", None,
-                          retry=True)
+                          retry=True, queue=queue)
 
     def groups(self, queue: str, *, consistency: str = "leader"):
-        return self._call("GET", f"/v1/queues/{_part(queue)}/groups?consistency={consistency}", None, retry=True)
+        return self._call("GET", f"/v1/queues/{_part(queue)}/groups?consistency={consistency}", None, retry=True,
+                          queue=queue)
 
     def live(self):
         return self._call("GET", "/health/live", None, retry=False)
@@ -213,8 +243,10 @@ class _Calls:
         """This node's Prometheus text."""
         return self._call("GET", "/metrics", None, retry=False, text=True)
 
-    def ready(self):
-        return self._call("GET", "/health/ready", None, retry=False, accept_status=(200, 503))
+    def ready(self, groups: bool = False):
+        """The node's readiness; with `groups`, also each Raft group it holds (role, leader, term)."""
+        return self._call("GET", "/health/ready" + ("?groups=true" if groups else ""), None, retry=False,
+                          accept_status=(200, 503))
 
 
 class _Attempts:
@@ -224,9 +256,10 @@ class _Attempts:
     before the next try, or None when there is no next try.
     """
 
-    def __init__(self, route: Failover, retry: bool):
+    def __init__(self, route: Failover, retry: bool, queue: str | None):
         self.route = route
         self.retry = retry
+        self.queue = queue
         self.deadline = time.monotonic() + route.retry_for
         self.backoff = backoff_delays()
         self.redirects = 0
@@ -236,17 +269,18 @@ class _Attempts:
         # A refused connection never reached a node: safe to retry any call.
         if not (self.retry or refused) or time.monotonic() > self.deadline:
             return None
-        self.route.next_node()
+        self.route.next_node(self.queue)
         return next(self.backoff)
 
     def after_reply(self, status: int, location: str | None) -> float | None:
         """An answer: None means it is the call's result."""
         if status == 307 and self.redirects < MAX_REDIRECTS:
             self.redirects += 1
-            self.route.follow(location)
-            return 0.0
+            self.route.follow(location, self.queue)
+            # a third redirect: leadership is moving, or a replica lags; give it a moment
+            return 0.0 if self.redirects <= 2 else next(self.backoff)
         if status in RETRYABLE_STATUS and self.retry and time.monotonic() < self.deadline:
-            self.route.next_node()
+            self.route.next_node(self.queue)
             return next(self.backoff)
         return None
 
@@ -287,12 +321,15 @@ class Client(_Calls):
         conn.timeout = timeout
         return conn
 
-    def _call(self, method, path, body, *, retry, timeout=None, accept_status=(), text=False):
+    def _call(self, method, path, body, *, retry, timeout=None, accept_status=(), text=False, queue=None):
+        """`queue`: the call is served by that queue's group, whose leader it goes to first."""
         route = self._route
+        if route.wants_routing(queue):
+            route.learn(self._ask_routing())
         data = route.encode(body)
-        attempts = _Attempts(route, retry)
+        attempts = _Attempts(route, retry, queue)
         while True:
-            base = route.base
+            base = route.base_for(queue)
             try:
                 conn = self._conn(base, timeout or route.timeout)
                 conn.request(method, path, body=data, headers=route.headers)
@@ -310,6 +347,18 @@ class Client(_Calls):
                 return route.decode(reply.status, raw, accept_status, text, reply.getheader("Content-Type"),
                                     reply.getheader(APPLIED_INDEX_HEADER))
             time.sleep(delay)
+
+    def _ask_routing(self) -> dict | None:
+        """The cluster's routing, asked once of the current node (None: no answer now)."""
+        base = self._route.base
+        try:
+            conn = self._conn(base, self._route.timeout)
+            conn.request("GET", ROUTING_PATH, headers=self._route.headers)
+            reply = conn.getresponse()
+            return _routing_answer(self._route, reply.status, reply.read(), reply.getheader("Content-Type"))
+        except (OSError, http.client.HTTPException):
+            self._conns.pop(base, None)
+            return None
 
 
 class AsyncClient(_Calls):
@@ -340,19 +389,22 @@ class AsyncClient(_Calls):
     async def __aexit__(self, *exc):
         await self.close()
 
-    async def _call(self, method, path, body, *, retry, timeout=None, accept_status=(), text=False):
+    async def _call(self, method, path, body, *, retry, timeout=None, accept_status=(), text=False, queue=None):
+        """`queue`: the call is served by that queue's group, whose leader it goes to first."""
         if self._session is None:
             ssl_context = self._route.ssl_context
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(ssl=ssl_context or True, limit=self._pool_size))
         route = self._route
+        if route.wants_routing(queue):
+            route.learn(await self._ask_routing())
         data = route.encode(body)
-        attempts = _Attempts(route, retry)
+        attempts = _Attempts(route, retry, queue)
         while True:
             try:
                 async with self._session.request(
                         # encoded: the path is quoted already (_part), and requoting would undo a "%2E"
-                        method, URL(route.base + path, encoded=True), data=data, headers=route.headers,
+                        method, URL(route.base_for(queue) + path, encoded=True), data=data, headers=route.headers,
                         allow_redirects=False,
                         timeout=aiohttp.ClientTimeout(sock_connect=timeout or route.timeout,
                                                       sock_read=timeout or route.timeout)) as reply:
@@ -370,3 +422,25 @@ class AsyncClient(_Calls):
             if delay is None:
                 return route.decode(status, raw, accept_status, text, content_type, applied_index)
             await asyncio.sleep(delay)
+
+    async def _ask_routing(self) -> dict | None:
+        """The cluster's routing, asked once of the current node (None: no answer now)."""
+        try:
+            async with self._session.get(self._route.base + ROUTING_PATH, headers=self._route.headers,
+                                         allow_redirects=False,
+                                         timeout=aiohttp.ClientTimeout(total=self._route.timeout)) as reply:
+                return _routing_answer(self._route, reply.status, await reply.read(),
+                                       reply.headers.get("Content-Type"))
+        except (aiohttp.ClientError, asyncio.TimeoutError, socket.gaierror):
+            return None
+
+
+def _routing_answer(route: Failover, status: int, raw: bytes, content_type: str | None) -> dict | None:
+    """A routing answer, or None for any refusal (a node too old to route, a token without the
+    data role): the calls then go where they went before routing existed."""
+    if status != 200:
+        return None
+    try:
+        return route.decode(status, raw, (), content_type=content_type)
+    except ValueError:
+        return None

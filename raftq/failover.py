@@ -4,6 +4,7 @@ how bodies are encoded and decoded, and the errors a call can raise."""
 import base64
 import json
 import ssl
+import time
 from urllib.parse import urlsplit
 
 import cbor2
@@ -12,6 +13,11 @@ CBOR = "application/cbor"
 # An election takes 0.15-0.35 s: retry soon and often enough to find the new
 # leader within a few tens of ms of it winning, without hammering the nodes.
 BACKOFF_FIRST_S, BACKOFF_GROWTH, BACKOFF_MAX_S = 0.01, 1.5, 0.15
+# How often at most a client asks a cluster for its routing (GET
+# /v1/cluster/routing) while a queue's group or that group's leader is unknown:
+# a queue not created yet is in no group, and asking again for each call
+# would double its cost.
+ROUTING_REFRESH_S = 1.0
 
 
 def backoff_delays():
@@ -46,7 +52,14 @@ def from_wire(value):
 
 
 class Failover:
-    """Which node to try next, and for how long to keep trying; how bodies are encoded."""
+    """Which node to try next, and for how long to keep trying; how bodies are encoded.
+
+    Which node serves a queue (issue 24): the cluster's routing (``learn``)
+    says which Raft group holds each queue — for good: an assignment never
+    changes — and which node leads each group, as last heard. A call for a
+    queue goes to its group's leader; a 307 names the new one, and a failure
+    (503, a lost connection) forgets it until the routing is asked again.
+    """
 
     def __init__(self, urls, token, retry_for: float, timeout: float, cafile: str | None,
                  cbor: bool = False):
@@ -62,19 +75,54 @@ class Failover:
         self.retry_for = retry_for
         self.timeout = timeout
         self.ssl_context = ssl.create_default_context(cafile=cafile) if cafile else None
+        self.group_count: int | None = None    # as the routing said
+        self.group_of: dict[str, int] = {}     # queue -> its Raft group (never changes)
+        self.leaders: dict[int, str] = {}      # group -> its leader's base URL, as last heard
+        self.routing_asked_at: float | None = None
 
     @property
     def base(self) -> str:
         return self.urls[self.current]
 
-    def follow(self, location: str) -> None:
+    def _group(self, queue: str | None) -> int | None:
+        if queue is None:
+            return None
+        return 0 if self.group_count == 1 else self.group_of.get(queue)
+
+    def base_for(self, queue: str | None) -> str:
+        """Where a call for `queue` goes first: its group's leader when known, else the current node."""
+        return self.leaders.get(self._group(queue), self.base)
+
+    def wants_routing(self, queue: str | None) -> bool:
+        """Whether to ask the routing before a call for `queue`: its group or that group's leader is
+        unknown, and it was not asked within ROUTING_REFRESH_S."""
+        if queue is None or self._group(queue) in self.leaders:
+            return False
+        return self.routing_asked_at is None or time.monotonic() - self.routing_asked_at >= ROUTING_REFRESH_S
+
+    def learn(self, routing: dict | None) -> None:
+        """The answer of GET /v1/cluster/routing (None: it could not be had; asked again later)."""
+        self.routing_asked_at = time.monotonic()
+        if routing is None:
+            return
+        self.group_count = routing["group_count"]
+        self.group_of.update(routing["queues"])
+        scheme = urlsplit(self.base).scheme
+        self.leaders = {group["id"]: f"{scheme}://{group['leader_http_addr']}" for group in routing["groups"]
+                        if group.get("leader_http_addr")}
+
+    def follow(self, location: str, queue: str | None = None) -> None:
         parts = urlsplit(location)
         base = f"{parts.scheme}://{parts.netloc}"
         if base not in self.urls:
             self.urls.append(base)
         self.current = self.urls.index(base)
+        if self._group(queue) is not None:
+            self.leaders[self._group(queue)] = base
 
-    def next_node(self) -> None:
+    def next_node(self, queue: str | None = None) -> None:
+        """Move on from a node that failed; a call for `queue` forgets its group's leader."""
+        self.leaders.pop(self._group(queue), None)
         self.current = (self.current + 1) % len(self.urls)
 
     def encode(self, body) -> bytes | None:

@@ -106,8 +106,11 @@ class LocalCluster:
 
     @classmethod
     def create(cls, root: str | Path, nodes: int = 3, *, http_port: int | None = None,
-               raft_port: int | None = None, **kwargs) -> "LocalCluster":
-        """A new cluster; ports are picked free unless given (then consecutive)."""
+               raft_port: int | None = None, groups: int = 1, replicas: int | None = None,
+               **kwargs) -> "LocalCluster":
+        """A new cluster of `groups` Raft groups, each but group 0 with
+        `replicas` members (None: the default, 3 at most); ports are picked
+        free unless given (then consecutive)."""
         if http_port is None or raft_port is None:
             ports = free_ports(2 * nodes)
             https, rafts = ports[:nodes], ports[nodes:]
@@ -117,7 +120,8 @@ class LocalCluster:
         cfg = cluster_config.ClusterConfig(
             nodes=tuple(cluster_config.NodeSpec(id=f"n{i + 1}", raft=f"127.0.0.1:{rafts[i]}",
                                                 http=f"127.0.0.1:{https[i]}") for i in range(nodes)),
-            secret=cluster_config.new_secret(), tokens=cluster_config.Tokens.generate())
+            secret=cluster_config.new_secret(), tokens=cluster_config.Tokens.generate(),
+            groups=groups, replicas=replicas)
         return cls(root, cfg, **kwargs)
 
     @classmethod
@@ -223,13 +227,15 @@ class LocalCluster:
         self.close()
 
     # ---- observation -------------------------------------------------------------
-    def ready_view(self, node_id: str, timeout: float = 1.0) -> dict | None:
-        """The node's /health/ready answer; None when it does not answer, or when a
-        process other than the one started here answers on its port (an orphan)."""
+    def ready_view(self, node_id: str, timeout: float = 1.0, groups: bool = False) -> dict | None:
+        """The node's /health/ready answer (with `groups`, each of its Raft
+        groups' role, leader and term under "raft_groups"); None when it does
+        not answer, or when a process other than the one started here answers
+        on its port (an orphan)."""
         try:
             with Client(self.url(node_id), retry_for=0, timeout=timeout, token=self.token,
                         cafile=self.cafile) as client:
-                view = client.ready()
+                view = client.ready(groups=groups)
         except (OSError, RaftqError, ValueError):
             return None
         ours = self.procs.get(node_id)

@@ -1,19 +1,24 @@
-"""`raftq node`: one node — an engine process and its front processes.
+"""`raftq node`: one node — a supervisor, one engine process per Raft group
+the node is a member of, and the front processes.
 
-The process started as `raftq node` binds the node's HTTP port, forks the
-fronts (``raftq.front``) while it has no other thread yet, then becomes the
-engine: pysyncobj's tick thread, the journal, the state machine and log
-time, serving the fronts over socket pairs (``engine.link.service``).  Its PID is
-the node's: stopping or killing it stops the node.
+The process started as `raftq node` is the node's supervisor; its PID is the
+node's. It binds the node's HTTP port (once per front) and its one Raft port,
+makes a link (Unix socket pair) between every front and every local engine
+and one hand-off socket per engine, and forks the engines
+(``raftq.engine_process``) and the fronts (``raftq.front``) while it has no
+other thread yet. Then it serves the Raft port (``raftq.raft_port``): each
+connection goes to the engine of the group it names.
 
-SIGTERM and SIGINT shut it down cleanly: hand leadership over when leading,
-let the fronts stop taking connections and answer or fail what is in flight,
-flush the journal, exit 0.  A front that dies on its own takes the node down
-with it (exit 1), so that a supervisor restarts a whole node rather than
-leaving part of its port unserved.
+SIGTERM and SIGINT shut the node down cleanly: every engine hands its
+leadership over, then the fronts stop taking connections and answer or fail
+what is in flight, then the engines flush their journals; exit 0. Any child
+that dies on its own takes the node down with it (exit 1), so that whatever
+restarts nodes restarts a whole node rather than leaving part of it
+unserved; and every child dies with the supervisor (PR_SET_PDEATHSIG).
 """
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -22,58 +27,21 @@ import sys
 import time
 from pathlib import Path
 
-import orjson
-from aiohttp.http_exceptions import HttpProcessingError
-
 from api.app import Settings
 from engine.config import ClusterConfig
-from engine.link.service import EngineService
-from engine.node import Node
-from engine.pauses import keep_pauses_short
+from engine.placement import for_cluster
 
+from .engine_process import HANDED_OVER, run_engine
 from .front import run_front
+from .raft_port import RaftPort, bind_raft
 
 log = logging.getLogger(__name__)
 
 FRONT_STOP_S = 20.0
-
-
-class JsonLogFormatter(logging.Formatter):
-    """One JSON object per line, so logs can be shipped and queried as data."""
-
-    def __init__(self, node_id: str):
-        super().__init__()
-        self.node_id = node_id
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {"ts": round(record.created, 3), "level": record.levelname.lower(),
-                 "node": self.node_id, "pid": record.process, "logger": record.name, "msg": record.getMessage()}
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(entry).decode()
-
-
-class MalformedRequestFilter(logging.Filter):
-    """aiohttp answers a malformed request (bad header bytes, a broken request
-    line) with 400 itself, then logs it as an error with a traceback: any
-    client could fill the log that way. One line at debug level instead."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and isinstance(record.exc_info[1], HttpProcessingError):
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-            record.msg, record.args = "malformed request answered 400: %s", (record.exc_info[1],)
-            record.exc_info = None
-            return logging.getLogger().isEnabledFor(logging.DEBUG)
-        return True
-
-
-def setup_logging(node_id: str, level: str = "INFO") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonLogFormatter(node_id))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    logging.getLogger("aiohttp.server").addFilter(MalformedRequestFilter())
+# How long the engines have to hand their leadership over before the fronts are stopped anyway.
+HAND_OVER_S = 5.0
+# How long the engines have to close their journals once the fronts are gone.
+ENGINE_STOP_S = 40.0
 
 
 def bind_http(address: str, count: int) -> list[socket.socket]:
@@ -101,73 +69,143 @@ def run_node(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings: S
              tls: tuple[str, str] | None = None, auto_create: bool = True, workers: int = 1) -> int:
     """Run the node until it is told to stop; its exit status."""
     data_dir = Path(data_dir)
-    http = cluster.node(node_id).http
-    listeners = bind_http(http, workers)
-    engine_pid = os.getpid()
-    links, fronts = [], []
+    spec = cluster.node(node_id)
+    placement = for_cluster(cluster)
+    groups = placement.groups_of(node_id)
+    listeners = bind_http(spec.http, workers)
+    try:
+        raft_listener = bind_raft(spec.raft)
+    except OSError:
+        for sock in listeners:
+            sock.close()
+        raise
+    node_pid = os.getpid()
+    # links[group][worker]: (the engine's end, the front's end)
+    links = {group: [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in listeners] for group in groups}
+    # handoffs[group]: (the supervisor's end, the engine's end)
+    handoffs = {group: socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for group in groups}
+    every = [*listeners, raft_listener, *(end for pairs in links.values() for pair in pairs for end in pair),
+             *(end for pair in handoffs.values() for end in pair)]
+    engines: dict[int, int] = {}          # pid -> group
+    for group in groups:
+        engine_links = [pair[0] for pair in links[group]]
+        engines[_fork(every, keep=[handoffs[group][1], *engine_links], body=functools.partial(
+            run_engine, node_pid=node_pid, cluster=cluster, node_id=node_id, group=group,
+            members=placement.members(group), data_dir=data_dir, handoff=handoffs[group][1], links=engine_links,
+            settings=settings, auto_create=auto_create))] = group
+    fronts: dict[int, int] = {}           # pid -> worker
     for worker, listener in enumerate(listeners):
-        engine_end, front_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            engine_end.close()
-            for other in [*listeners, *links]:
-                if other is not listener:
-                    other.close()
-            os._exit(run_front(worker=worker, listener=listener, link=front_end, node_id=node_id,
-                               data_dir=data_dir, settings=settings, tls=tls, auto_create=auto_create,
-                               engine_pid=engine_pid))
-        front_end.close()
-        links.append(engine_end)
-        fronts.append(pid)
-    for listener in listeners:
-        listener.close()
-    keep_pauses_short()
-    log.info("node %s: %d front(s) serving HTTP on %s", node_id, workers, http)
-    return asyncio.run(_run_engine(cluster, node_id, data_dir, settings=settings, auto_create=auto_create,
-                                   links=links, fronts=fronts))
+        front_links = {group: links[group][worker][1] for group in groups}
+        fronts[_fork(every, keep=[listener, *front_links.values()], body=functools.partial(
+            run_front, worker=worker, listener=listener, links=front_links, placement=placement, node_id=node_id,
+            data_dir=data_dir, settings=settings, tls=tls, auto_create=auto_create, node_pid=node_pid))] = worker
+    supervisor_ends = {group: pair[0] for group, pair in handoffs.items()}
+    for sock in every:
+        if sock is not raft_listener and not any(sock is end for end in supervisor_ends.values()):
+            sock.close()
+    log.info("node %s: %d front(s) serving HTTP on %s; Raft on %s for groups %s",
+             node_id, workers, spec.http, spec.raft, ", ".join(map(str, groups)))
+    return asyncio.run(_supervise(raft_listener, supervisor_ends, engines, fronts))
 
 
-async def _run_engine(cluster: ClusterConfig, node_id: str, data_dir: Path, *, settings: Settings,
-                      auto_create: bool, links: list[socket.socket], fronts: list[int]) -> int:
-    node = Node(cluster, node_id, data_dir, auto_create=auto_create)
-    service = EngineService(node, max_long_polls=settings.limits.max_long_polls,
-                            max_long_polls_per_client=settings.limits.max_long_polls_per_client)
-    await node.start()
-    service.start()
-    log.info("node %s: Raft on %s", node_id, node.spec.raft)
-    stopping = asyncio.Event()
+def _fork(every: list[socket.socket], *, keep: list[socket.socket], body) -> int:
+    """Fork a child that keeps only `keep` of the sockets in `every` and runs `body`."""
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        for sock in every:
+            if not any(sock is kept for kept in keep):
+                sock.close()
+        os._exit(body())
+    return pid
+
+
+async def _supervise(raft_listener: socket.socket, handoffs: dict[int, socket.socket],
+                     engines: dict[int, int], fronts: dict[int, int]) -> int:
+    children = {**{pid: f"group {group}'s engine" for pid, group in engines.items()},
+                **{pid: f"front {worker}" for pid, worker in fronts.items()}}
     loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
-    served = [asyncio.create_task(service.serve(link)) for link in links]
+    exited: dict[int, int] = {}
+    child_exited = asyncio.Event()
+
+    def reap() -> None:
+        for pid in children:
+            if pid not in exited:
+                status = _exit_status(pid)
+                if status is not None:
+                    exited[pid] = status
+                    child_exited.set()
+    loop.add_signal_handler(signal.SIGCHLD, reap)
+    reap()                                # one may have died before the handler was in place
+    port = RaftPort(raft_listener, handoffs)
+    port.start()
     status = 0
-    started = None
-    try:
-        await asyncio.wait([*served, asyncio.create_task(stopping.wait())], return_when=asyncio.FIRST_COMPLETED)
-        started = time.monotonic()
-        if not stopping.is_set():
-            log.error("a front process ended; stopping the node")
-            status = 1
-        log.info("shutting down")
-        await node.hand_over()            # clients are redirected to the next leader at once
-        await _stop_fronts(fronts)        # they stop accepting; in-flight requests finish or fail
-    finally:
-        service.stop()
-        await node.close()                # journal flushed and closed
-        for pid in fronts:
-            _reap(pid, signal.SIGKILL)
-    if started is not None:
-        log.info("stopped in %.2fs", time.monotonic() - started)
+    await asyncio.wait([asyncio.create_task(stopping.wait()), asyncio.create_task(child_exited.wait())],
+                       return_when=asyncio.FIRST_COMPLETED)
+    started = time.monotonic()
+    if not stopping.is_set():
+        for pid, code in exited.items():
+            log.error("%s (pid %d) ended (%s); stopping the node", children[pid], pid, _describe(code))
+        status = 1
+    log.info("shutting down")
+    for pid in engines:
+        _signal(pid, signal.SIGTERM)
+    await _handed_over(handoffs, engines, exited)
+    port.close()
+    for pid in fronts:
+        _signal(pid, signal.SIGTERM)      # they stop accepting; in-flight requests finish or fail
+    await _wait_exited(list(fronts), exited, FRONT_STOP_S)
+    await _wait_exited(list(engines), exited, ENGINE_STOP_S)   # their links closed: they close their journals
+    for pid in children:
+        _reap(pid, signal.SIGKILL)
+    log.info("stopped in %.2fs", time.monotonic() - started)
     return status
 
 
-async def _stop_fronts(fronts: list[int]) -> None:
-    for pid in fronts:
-        _signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + FRONT_STOP_S
-    while time.monotonic() < deadline and any(_alive(pid) for pid in fronts):
+async def _handed_over(handoffs: dict[int, socket.socket], engines: dict[int, int], exited: dict[int, int]) -> None:
+    """Wait until every engine still running said it handed its leadership over."""
+    waiting = {group: handoffs[group] for pid, group in engines.items() if pid not in exited}
+    deadline = time.monotonic() + HAND_OVER_S
+    while waiting and time.monotonic() < deadline:
+        for group, sock in list(waiting.items()):
+            try:
+                said = sock.recv(1)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                said = b""
+            if said in (HANDED_OVER, b""):
+                del waiting[group]
+        if any(pid not in exited for pid, group in engines.items() if group in waiting):
+            await asyncio.sleep(0.01)
+        else:
+            return
+
+
+async def _wait_exited(pids: list[int], exited: dict[int, int], within: float) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and any(pid not in exited for pid in pids):
         await asyncio.sleep(0.02)
+
+
+def _exit_status(pid: int) -> int | None:
+    """The child's wait status once it has exited (reaping it), else None."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return -1
+    return status if done else None
+
+
+def _describe(status: int) -> str:
+    if status < 0:
+        return "already reaped"
+    if os.WIFSIGNALED(status):
+        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}"
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -177,16 +215,8 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def _alive(pid: int) -> bool:
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return False
-    return done == 0
-
-
 def _reap(pid: int, sig: int) -> None:
-    if _alive(pid):
+    if _exit_status(pid) is None:
         _signal(pid, sig)
         try:
             os.waitpid(pid, 0)

@@ -15,6 +15,12 @@ node, for up to `retry_for` seconds. On the new connection a Producer resends
 every unconfirmed message with the id it was given first (every message gets
 one), so a failover stores each message exactly once, and a Consumer
 subscribes again and resends unsettled acks (receipts outlive connections).
+
+With several Raft groups (issue 24) a node leads some groups: it refuses a
+frame for a queue of a group it does not lead with `not_leader` and that
+leader's URL. A Producer then keeps one stream per leader node and sends
+that queue's messages (the refused ones again, same ids) on the stream to
+its leader; a Consumer moves its one subscription there.
 """
 
 from __future__ import annotations
@@ -69,6 +75,12 @@ class _Wire:
     def send(self, frame: dict) -> None:
         self._outbox.put_nowait(frame)
 
+    def redirect(self, url: str) -> None:
+        """Go to the node at `url`: the connection is closed and made again there."""
+        self._route.follow(url)
+        if self._ws is not None:
+            asyncio.ensure_future(self._ws.close())
+
     async def close(self) -> None:
         self._closing = True
         for task in self._tasks:
@@ -95,7 +107,9 @@ class _Wire:
         backoff = backoff_delays()
         while not self._closing:
             try:
-                ws = await self._session.ws_connect(route.base + "/v1/stream", headers=headers, heartbeat=20,
+                # route=group: this client sends each queue's frames to its group's leader (issue 24)
+                ws = await self._session.ws_connect(route.base + "/v1/stream?route=group", headers=headers,
+                                                    heartbeat=20,
                                                     max_msg_size=0, timeout=aiohttp.ClientWSTimeout(ws_close=2))
                 hello = cbor2.loads((await ws.receive(timeout=10)).data)
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError, TypeError, ValueError) as exc:
@@ -155,7 +169,12 @@ class Producer:
         # messages per second at a quarter of the default window).
         self.max_batch = max_batch
         self.durability = durability
-        self._wire = _Wire(urls, token, cafile, retry_for, self._on_frame, self._resend_all)
+        self._connect = ([urls] if isinstance(urls, str) else list(urls), token, cafile, retry_for)
+        # "" -> the stream to the nodes given; a leader's base URL -> the stream to that leader
+        self._wires: dict[str, _Wire] = {}
+        self._wire = self._new_wire("")
+        self._wire_of: dict[str, str] = {}     # queue -> the key of the stream its messages take
+        self._opening: set[asyncio.Task] = set()   # streams to leaders being opened
         self._slots = asyncio.Semaphore(window)
         self._cids = itertools.count(1)
         # A message's id unless given one: this producer's random prefix and
@@ -182,8 +201,9 @@ class Producer:
         """Wait for room in the window; returns a future of the message's confirm
         ({"seq", "duplicate", "replaced_seq", "durability"}) or its RaftqError
         (DurabilityNotReached when `all` was asked and not reached in time)."""
-        if self._wire.failed is not None:
-            raise self._wire.failed
+        wire = self._wires[self._wire_of.get(queue, "")]
+        if wire.failed is not None:
+            raise wire.failed
         await self._slots.acquire()
         cid = next(self._cids)
         message = {"cid": cid, "body": body, "id": id or f"{self._id_prefix}{cid:012x}"}
@@ -211,9 +231,26 @@ class Producer:
         await self._drained.wait()
 
     async def close(self) -> None:
-        if self._wire.failed is None and self._unconfirmed:
+        if self._unconfirmed and all(wire.failed is None for wire in self._wires.values()):
             await self.flush()
-        await self._wire.close()
+        await asyncio.gather(*(wire.close() for wire in self._wires.values()))
+
+    def _new_wire(self, key: str) -> _Wire:
+        """The stream `key` names ("": to the nodes given; else to the leader at that base URL)."""
+        urls, token, cafile, retry_for = self._connect
+        wire = self._wires[key] = _Wire(([key] if key else []) + urls, token, cafile, retry_for,
+                                        lambda frame: self._on_frame(key, frame), lambda: self._resend_all(key))
+        return wire
+
+    def _follow(self, queue: str, leader_url: str) -> None:
+        """`queue`'s messages go to the stream to `leader_url`, opened now if this producer has none."""
+        key = leader_url.rstrip("/")
+        self._wire_of[queue] = key
+        if key not in self._wires:
+            opening = asyncio.ensure_future(self._new_wire(key).start())
+            self._opening.add(opening)
+            # a stream that cannot open says so with its "failed" frame, to the messages routed to it
+            opening.add_done_callback(lambda task: self._opening.discard(task) or task.cancelled() or task.exception())
 
     def _flush(self) -> None:
         if self._flush_handle is not None:
@@ -224,16 +261,18 @@ class Producer:
         self._batch, self._batched = {}, 0
 
     def _publish(self, queue: str, messages: list[dict]) -> None:
+        wire = self._wires[self._wire_of.get(queue, "")]
         for start in range(0, len(messages), self.max_batch):
-            self._wire.send({"op": "publish", "queue": queue, "durability": self.durability,
-                             "messages": messages[start:start + self.max_batch]})
+            wire.send({"op": "publish", "queue": queue, "durability": self.durability,
+                       "messages": messages[start:start + self.max_batch]})
 
-    def _resend_all(self) -> None:
-        """On a new connection: everything unconfirmed again, with its id; held batches wait for their flush."""
+    def _resend_all(self, key: str) -> None:
+        """On a new connection of stream `key`: everything unconfirmed of its queues again, with its
+        id; held batches wait for their flush."""
         held = {m["cid"] for messages in self._batch.values() for m in messages}
         by_queue: dict[str, list[dict]] = {}
         for cid, (queue, message, _) in self._unconfirmed.items():
-            if cid not in held:
+            if cid not in held and self._wire_of.get(queue, "") == key:
                 by_queue.setdefault(queue, []).append(message)
         for queue, messages in by_queue.items():
             self._publish(queue, messages)
@@ -252,7 +291,7 @@ class Producer:
         if not self._unconfirmed:
             self._drained.set()
 
-    def _on_frame(self, frame: dict) -> None:
+    def _on_frame(self, key: str, frame: dict) -> None:
         op = frame.get("op")
         if op == "confirm":
             for result in frame.get("results", []):
@@ -261,15 +300,22 @@ class Producer:
                               if shortfall else result)
             retry = []
             for refusal in frame.get("refused", []):
-                if refusal["error"] == UNKNOWN_OUTCOME and refusal["cid"] in self._unconfirmed:
+                if refusal["cid"] not in self._unconfirmed:
+                    continue
+                if refusal["error"] == "not_leader" and refusal.get("leader_url"):
+                    self._follow(frame["queue"], refusal["leader_url"])
+                    retry.append(self._unconfirmed[refusal["cid"]])
+                elif refusal["error"] == UNKNOWN_OUTCOME:
                     retry.append(self._unconfirmed[refusal["cid"]])
                 else:
                     self._resolve(refusal["cid"], _error(refusal))
             if retry:
                 asyncio.get_running_loop().call_later(RESEND_AFTER_S, self._retry, retry)
         elif op == "failed":
-            for cid in list(self._unconfirmed):
-                self._resolve(cid, self._wire.failed)
+            failed = self._wires[key].failed
+            for cid, (queue, _, _) in list(self._unconfirmed.items()):
+                if self._wire_of.get(queue, "") == key:
+                    self._resolve(cid, failed)
         elif op == "error":
             log.warning("raftq stream: %s: %s", frame.get("error"), frame.get("message"))
 
@@ -426,6 +472,8 @@ class Consumer:
                 else:
                     log.warning("raftq stream: %s refused: %s", self._unsettled[frame["rid"]]["op"], error)
                     self._done_settling(frame["rid"])
+            elif frame.get("sub") == self._sub and error.code == "not_leader" and frame.get("leader_url"):
+                self._wire.redirect(frame["leader_url"])   # the queue's group is led there: subscribe there
             elif frame.get("sub") == self._sub and error.code != UNKNOWN_OUTCOME:
                 self._error = error          # the subscription itself was refused: say so to the reader
                 self._inbox.put_nowait(error)

@@ -43,6 +43,16 @@ Every command that creates queues (``put``, ``tx``, ``stage_commit``,
 ``create_queue``) passes one check, ``_room_for_queues``: the cluster's
 ``max_queues``, and at most MAX_NEW_QUEUES_PER_ENTRY new queues per log
 entry, so that applying one entry stays far below the election timeout.
+
+Raft groups (issue 24): a cluster runs ``group_count`` groups, each with its
+own machine, which knows its ``group_id``.  Group 0's machine also holds the
+catalog, queue name -> group (``catalog.py``: ``assign``, and the reads
+``catalog_lookup`` and ``list_catalog``).  With more than one group, every command
+whose op may create a queue (the ``creates_queues`` column of ``OPS``; a
+queue config may name a dead-letter queue, which a later move creates) must
+carry ``raft_group`` equal to the machine's own id, else it is refused
+``wrong_group`` whole, on every replica alike: a front that routed by a stale
+or wrong view can never create one queue in two groups.
 """
 
 import gc
@@ -51,21 +61,25 @@ from typing import Callable, NamedTuple
 
 import cbor2
 
+from .catalog import Catalog
 from .queue import BODY, HEADERS, KEY, PARKED_RETRY_MS, Queue
 from .redrive import redrive
-from .results import BAD_REQUEST, CONFLICT, INTERNAL, LIMIT_REACHED, NOT_FOUND, STALE_RECEIPT, error
+from .results import (BAD_REQUEST, CONFLICT, INTERNAL, LIMIT_REACHED, NOT_FOUND, STALE_RECEIPT, WRONG_GROUP,
+                      error)
 from .staging import DEFAULT_STAGE_TTL_MS, MAX_BATCH_STEP, Staging
 from . import validation as v
 from .validation import full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 8
+SNAPSHOT_VERSION = 9
+# Version 8 is version 9 without the group's id, the group count and the
+# catalog: a snapshot of a cluster of one group, which restores as group 0 of 1.
 # Version 7 is version 8 with each queue's dedup window as its ids, not their
 # hashes (statemachine/dedup.py); version 6 is version 7 without the time of
 # each message's first delivery and without ordering keys,
 # version 5 also without staged writes, version 4 also without redrive:
 # a node upgraded in place restores any of them.
-READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8)
+READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9)
 # Making a queue costs more than a put into one (its default group holds
 # three sorted containers): 10 000 in one entry held the apply past the
 # election timeout (issue 21). 500 cost about as much as the widest put of
@@ -83,7 +97,12 @@ def decode_entry(entry: bytes) -> list:
 
 
 class StateMachine:
-    def __init__(self):
+    def __init__(self, group_id: int = 0, group_count: int = 1):
+        if not 0 <= group_id < group_count:
+            raise ValueError(f"group {group_id} is not one of {group_count} groups")
+        self.group_id = group_id
+        self.group_count = group_count
+        self.catalog = Catalog(group_count)   # only group 0's is ever filled
         self.clock = 0
         self.incarnations = 0                 # queues ever created: names each one's receipts
         self.queues: dict[str, Queue] = {}
@@ -111,12 +130,23 @@ class StateMachine:
         problem = check_command(cmd)
         if problem:
             return problem
+        problem = self._check_owner(cmd)
+        if problem:
+            return problem
         if cmd["now_ms"] > self.clock:
             self.clock = cmd["now_ms"]
         try:
             return OPS[cmd["op"]].handler(self, cmd)
         except Exception as exc:  # a bug: same state + same command fail alike on every replica
             return error(INTERNAL, f"{type(exc).__name__}: {exc}")
+
+    def _check_owner(self, cmd):
+        """None unless the command may create a queue and is not stamped for this group."""
+        if self.group_count > 1 and OPS[cmd["op"]].creates_queues and cmd.get("raft_group") != self.group_id:
+            return error(WRONG_GROUP, f"this is group {self.group_id}; the command was routed for group "
+                                      f"{cmd.get('raft_group')}: ask the catalog again (GET /v1/cluster/routing)",
+                         group=self.group_id)
+        return None
 
     def _touch(self, name: str):
         """The queue with its due timers fired, or None."""
@@ -410,6 +440,18 @@ class StateMachine:
     def _redrive(self, cmd):
         return redrive(self, cmd)
 
+    # ---- the catalog (catalog.py), group 0's alone --------------------------------------------
+    def _assign(self, cmd):
+        if self.group_id != 0:
+            return error(WRONG_GROUP, f"the catalog lives in group 0, not {self.group_id}", group=self.group_id)
+        return self.catalog.assign(cmd["queues"], cmd.get("max_names"))
+
+    def catalog_lookup(self, names: list) -> dict:
+        return {"groups": self.catalog.groups_of(names)}
+
+    def list_catalog(self) -> dict:
+        return {"group_count": self.group_count, "groups": dict(self.catalog.assigned)}
+
     # ---- cluster directory and checkpoints ------------------------------------------
     def _set_member(self, cmd):
         self.members[cmd["id"]] = {"raft_addr": cmd["raft_addr"], "http_addr": cmd["http_addr"]}
@@ -512,6 +554,9 @@ class StateMachine:
         return cbor2.dumps({
             "format": SNAPSHOT_FORMAT,
             "version": SNAPSHOT_VERSION,
+            "group_id": self.group_id,
+            "group_count": self.group_count,
+            "catalog": self.catalog.to_state(),
             "clock": self.clock,
             "incarnations": self.incarnations,
             "members": self.members,
@@ -523,6 +568,9 @@ class StateMachine:
         state = cbor2.loads(data)
         if state.get("format") != SNAPSHOT_FORMAT or state.get("version") not in READABLE_SNAPSHOT_VERSIONS:
             raise ValueError(f"not a raftq state machine snapshot of version {READABLE_SNAPSHOT_VERSIONS}")
+        self.group_id = state.get("group_id", 0)
+        self.group_count = state.get("group_count", 1)
+        self.catalog = Catalog.from_state(self.group_count, state.get("catalog", []))
         self.clock = state["clock"]
         self.incarnations = state["incarnations"]
         self.members = state["members"]
@@ -548,6 +596,7 @@ class Op(NamedTuple):
     handler: Callable            # StateMachine method: (cmd) for a command, (*args) for a read
     check: Callable | None       # a command's validator (validation.py); None for a read
     read: bool = False
+    creates_queues: bool = False  # may create a queue, now or (a dead-letter queue) later: needs raft_group
 
 
 def _read(handler) -> Op:
@@ -556,26 +605,28 @@ def _read(handler) -> Op:
 
 OPS: dict[str, Op] = {
     # queues
-    "create_queue": Op(StateMachine._create_queue, v.check_configure_queue),
-    "patch_queue": Op(StateMachine._patch_queue, v.check_configure_queue),
+    "create_queue": Op(StateMachine._create_queue, v.check_configure_queue, creates_queues=True),
+    "patch_queue": Op(StateMachine._patch_queue, v.check_configure_queue, creates_queues=True),
     "delete_queue": Op(StateMachine._delete_queue, v.check_delete_queue),
     # messages
-    "put": Op(StateMachine._put, v.check_put),
+    "put": Op(StateMachine._put, v.check_put, creates_queues=True),
     "receive": Op(StateMachine._receive, v.check_receive),
     "ack": Op(StateMachine._settle, v.check_ack),
     "nack": Op(StateMachine._settle, v.check_nack),
     "extend": Op(StateMachine._settle, v.check_extend),
-    "tx": Op(StateMachine._tx, v.check_tx),
+    "tx": Op(StateMachine._tx, v.check_tx, creates_queues=True),
     "redrive": Op(StateMachine._redrive, v.check_redrive),
     # groups
     "add_group": Op(StateMachine._add_group, v.check_add_group),
     "delete_group": Op(StateMachine._delete_group, v.check_group),
     "commit": Op(StateMachine._commit, v.check_commit),
     # staged writes
-    "stage": Op(StateMachine._stage, v.check_stage),
-    "stage_commit": Op(StateMachine._stage_commit, v.check_stage_commit),
+    "stage": Op(StateMachine._stage, v.check_stage, creates_queues=True),
+    "stage_commit": Op(StateMachine._stage_commit, v.check_stage_commit, creates_queues=True),
     "stage_abort": Op(StateMachine._stage_abort, v.check_stage_abort),
     "drop_producer": Op(StateMachine._drop_producer, v.check_drop_producer),
+    # the catalog (group 0)
+    "assign": Op(StateMachine._assign, v.check_assign),
     # timers, the cluster directory, checkpoints
     "tick": Op(StateMachine._tick, v.check_nothing),
     "set_member": Op(StateMachine._set_member, v.check_set_member),
@@ -595,6 +646,8 @@ OPS: dict[str, Op] = {
     "producer_info": _read(StateMachine.producer_info),
     "list_producers": _read(StateMachine.list_producers),
     "staging_usage": _read(StateMachine.staging_usage),
+    "catalog_lookup": _read(StateMachine.catalog_lookup),
+    "list_catalog": _read(StateMachine.list_catalog),
 }
 
 
@@ -603,7 +656,7 @@ def check_command(cmd):
     op = OPS.get(cmd.get("op")) if isinstance(cmd, dict) and isinstance(cmd.get("op"), str) else None
     if op is None or op.read:
         return error(BAD_REQUEST, "unknown command")
-    return v.check_now(cmd) or op.check(cmd)
+    return v.check_now(cmd) or v.check_raft_group(cmd) or op.check(cmd)
 
 
 __all__ = ["StateMachine", "OPS", "check_command", "encode_entry", "decode_entry"]

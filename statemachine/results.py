@@ -13,9 +13,12 @@ QUEUE_FULL = "queue_full"
 TOO_LARGE = "too_large"
 LIMIT_REACHED = "limit_reached"
 INTERNAL = "internal"
+# Issue 24: a command for a queue another Raft group owns, and a request whose queues span groups.
+WRONG_GROUP = "wrong_group"
+CROSS_GROUP = "cross_group"
 
 ERROR_CODES = frozenset({BAD_REQUEST, NOT_FOUND, CONFLICT, STALE_RECEIPT, QUEUE_FULL, TOO_LARGE,
-                         LIMIT_REACHED, INTERNAL})
+                         LIMIT_REACHED, INTERNAL, WRONG_GROUP, CROSS_GROUP})
 
 
 def error(code: str, message: str, **details) -> dict:

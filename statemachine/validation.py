@@ -382,6 +382,29 @@ def check_drop_producer(cmd):
     return check_name(cmd.get("producer"), "producer id")
 
 
+MAX_ASSIGNED_TOGETHER = MAX_BATCH
+
+
+def check_assign(cmd):
+    """assign: 1 to MAX_ASSIGNED_TOGETHER queue names, under a cap on the catalog."""
+    names = cmd.get("queues")
+    if not isinstance(names, list) or not 1 <= len(names) <= MAX_ASSIGNED_TOGETHER:
+        return error(BAD_REQUEST, f"queues must be a list of 1 to {MAX_ASSIGNED_TOGETHER} queue names")
+    for name in names:
+        problem = check_name(name, "queue name")
+        if problem:
+            return problem
+    return _check_limit(cmd.get("max_names"), "max_names")
+
+
+def check_raft_group(cmd):
+    """The Raft group a front routed the command for (issue 24), when it says."""
+    group = cmd.get("raft_group")
+    if group is not None and (not is_int(group) or group < 0):
+        return error(BAD_REQUEST, "raft_group must be a non-negative integer")
+    return None
+
+
 def check_now(cmd):
     """What every command carries besides its op: the leader's log time."""
     now = cmd.get("now_ms")

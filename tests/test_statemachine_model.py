@@ -51,6 +51,9 @@ KEYS = ["k1", "k2", "k3"]
 IDS = ["i1", "i2", "i3", "i4"]
 GARBAGE = ["nonsense", "0:default:1:1", "1:default:999:1", "1:nope:1:1"]
 START = 10_000
+# The machine under test is one group of several (issue 24): every command
+# that may create a queue carries the group it was routed for.
+GROUP_ID, GROUP_COUNT = 1, 4
 
 
 def body_size(body) -> int:
@@ -79,6 +82,10 @@ def staged_size(messages) -> int:
 
 class Model:
     """raftq's queues, the obvious way."""
+
+    # The ops that may create a queue: a queue config may name a dead-letter
+    # queue, which a later move creates, so patch_queue and stage are in.
+    CREATING = ("create_queue", "patch_queue", "put", "tx", "stage", "stage_commit")
 
     def __init__(self):
         self.clock = 0
@@ -314,6 +321,8 @@ class Model:
 
     # ---- commands ------------------------------------------------------------------------
     def apply(self, cmd):
+        if cmd["op"] in self.CREATING and cmd.get("raft_group") != GROUP_ID:
+            return err("wrong_group")
         self.clock = max(self.clock, cmd["now_ms"])
         return getattr(self, "op_" + cmd["op"])(cmd)
 
@@ -709,14 +718,14 @@ def normal(result):
 class QueuesComparison(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
-        self.sm = StateMachine()
+        self.sm = StateMachine(GROUP_ID, GROUP_COUNT)
         self.model = Model()
         self.now = START
         self.issued = []          # (queue, receipt) the machine handed out, newest last
         self.last_put = None
 
     def run(self, op, **fields):
-        cmd = {"op": op, "now_ms": self.now, **fields}
+        cmd = {"op": op, "now_ms": self.now, **({"raft_group": GROUP_ID} if op in Model.CREATING else {}), **fields}
         got = self.sm.apply(cmd)
         want = self.model.apply(cmd)
         assert got.get("error") != "internal", got
@@ -950,6 +959,21 @@ class QueuesComparison(RuleBasedStateMachine):
         self.sm = StateMachine()
         self.sm.restore(data)
         assert self.sm.snapshot() == data
+
+    @rule(op=st.sampled_from(Model.CREATING), queue=st.sampled_from(QUEUES + ["new"]),
+          routed_for=st.sampled_from([None, 0, 2, GROUP_COUNT]))
+    def misrouted(self, op, queue, routed_for):
+        """A command routed for another group is refused and changes nothing."""
+        fields = {"create_queue": {"queue": queue, "config": {}},
+                  "patch_queue": {"queue": queue, "config": {"dead_letter": "elsewhere"}},
+                  "put": {"queue": queue, "messages": [{"body": "x"}]},
+                  "tx": {"put": [{"queue": queue, "messages": [{"body": "x"}]}]},
+                  "stage": {"producer": PRODUCERS[0], "token": TOKENS[0], "chunk": 0, "queue": queue,
+                            "messages": [{"body": "x"}]},
+                  "stage_commit": {"producer": PRODUCERS[0], "batch": 10 ** 6, "parts": []}}[op]
+        before = self.sm.snapshot()
+        self.run(op, **fields, raft_group=routed_for)
+        assert self.sm.snapshot() == before
 
     @rule(cmd=st.sampled_from([
         {"op": "put", "queue": "a", "messages": [{"body": "ok"}, {"key": "k1"}]},

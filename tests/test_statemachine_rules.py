@@ -1125,7 +1125,7 @@ def test_every_command_of_the_table_has_a_validator_and_no_read_has_one():
     assert {name for name, op in OPS.items() if not op.read} == {
         "create_queue", "patch_queue", "delete_queue", "put", "receive", "ack", "nack", "extend", "tx",
         "redrive", "add_group", "delete_group", "commit", "stage", "stage_commit", "stage_abort",
-        "drop_producer", "tick", "set_member", "remove_member", "checkpoint"}
+        "drop_producer", "tick", "set_member", "remove_member", "checkpoint", "assign"}
     assert all(op.check is not None for op in OPS.values() if not op.read)
     assert all(op.check is None for op in OPS.values() if op.read)
 
@@ -1146,7 +1146,8 @@ def test_read_answers_each_read_of_the_table_as_its_method_does(m):
     args = {"list_queues": (), "queue_info": ("q",), "all_queue_stats": (), "usage": (["q", "nope"],),
             "list_groups": ("q",), "group_info": ("q", "default"), "browse": ("q", "default", 0, 10),
             "has_ready": ("q", "default"), "ready_count": ("q", "default"), "next_timer": (),
-            "producer_info": ("p",), "list_producers": (), "staging_usage": ()}
+            "producer_info": ("p",), "list_producers": (), "staging_usage": (), "catalog_lookup": (["q"],),
+            "list_catalog": ()}
     assert set(args) == {name for name, op in OPS.items() if op.read}
     for name, call in args.items():
         assert m.sm.read(name, *call) == getattr(m.sm, name)(*call), name

@@ -8,8 +8,15 @@ import cbor2
 import pytest
 
 from raftq.client import BlockingConsumer, Client, Consumer, Producer, RaftqError
+from tests.conftest import clusters_of_one_and_four_groups
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module", params=[1, 4], ids=["G1", "G4"])
+def cluster3(request, tmp_path_factory):
+    """The contract holds for a cluster of one Raft group and of four (issue 24)."""
+    yield from clusters_of_one_and_four_groups(request, tmp_path_factory)
 
 
 def run(coro):

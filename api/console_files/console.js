@@ -265,12 +265,21 @@ function render() {
   else renderQueue(where.queue);
 }
 
+// With several Raft groups (issue 24): how many, and how many each node leads.
+function raftGroupsSummary(groups) {
+  if (groups.length < 2) return "";
+  const led = {};
+  for (const g of groups) if (g.leader) led[g.leader] = (led[g.leader] || 0) + 1;
+  return ` · ${groups.length} Raft groups, led: ` +
+    Object.entries(led).sort().map(([node, count]) => `${node} ${count}`).join(", ");
+}
+
 function renderOverview() {
   const s = state.snapshot, cluster = s.cluster;
   const healthy = cluster.nodes.filter((n) => n.healthy && !(state.servingDown && n.id === s.node)).length;
   $("#cluster-summary").textContent =
     `${cluster.nodes.length} voters · ${healthy} healthy · term ${cluster.term} · commit ${cluster.commit_index}` +
-    ` · leader ${cluster.leader || "none"}`;
+    ` · leader ${cluster.leader || "none"}` + raftGroupsSummary(cluster.groups || []);
   const commit = cluster.commit_index || 0;
   $("#nodes tbody").innerHTML = cluster.nodes.map((n) => {
     const down = !n.healthy || (state.servingDown && n.id === s.node);

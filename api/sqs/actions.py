@@ -26,7 +26,7 @@ from statemachine.queue import parse_receipt
 
 from .. import leader
 from ..errors import ApiError
-from ..keys import NODE, SETTINGS
+from ..keys import GROUPS, SETTINGS
 from . import attributes as attrs
 from .errors import SqsError, invalid, missing
 from .sigv4 import Signer
@@ -84,7 +84,7 @@ async def write(ctx: Context, command: dict):
 
 async def read(ctx: Context, query: str, *args):
     try:
-        result = await leader.leader_read(ctx.app, query, *args)
+        result = await leader.leader_read(ctx.app, ctx.request[leader.GROUP], query, *args)
     except ApiError as exc:
         raise from_native(exc) from None
     if isinstance(result, dict) and "error" in result:
@@ -97,7 +97,7 @@ async def local_info(ctx: Context, name: str) -> dict:
     round to the majority, for what a send or receive needs of its settings.
     A queue it does not find is looked for again by a confirmed read: a leader
     just elected may not have applied the entry that created it yet."""
-    result, _ = await ctx.app[NODE].read("queue_info", name)
+    result, _ = await ctx.app[GROUPS].engines[ctx.request[leader.GROUP]].read("queue_info", name)
     if "error" in result:
         return await read(ctx, "queue_info", name)
     return result
@@ -362,7 +362,7 @@ async def _sources(ctx: Context, name: str) -> list:
     """The queues whose dead letters go to `name`, sorted."""
     names = []
     for queue in (await read(ctx, "list_queues"))["queues"]:
-        result, _ = await ctx.app[NODE].read("queue_info", queue["name"])
+        result, _ = await ctx.app[GROUPS].engines[ctx.request[leader.GROUP]].read("queue_info", queue["name"])
         if "error" not in result and result["config"]["dead_letter"] == name:
             names.append(queue["name"])
     return sorted(names)
@@ -591,7 +591,8 @@ async def receive_message(ctx: Context, params: dict) -> dict:
     command = {"op": "receive", "queue": name, "group": "default", "max": count,
                "lease_ms": None if visibility is None else max(1, visibility * 1000)}
     try:
-        committed = await leader.receive_waiting(ctx.app, command, wait, client=ctx.request.remote)
+        committed = await leader.receive_waiting(ctx.app, ctx.request[leader.GROUP], command, wait,
+                                                 client=ctx.request.remote)
     except ApiError as exc:
         raise from_native(exc) from None
     result = committed.result

@@ -15,7 +15,7 @@ from aiohttp import ClientError, ClientTimeout, web
 from multidict import CIMultiDict
 
 from ..errors import ApiError
-from ..leader import HTTP, SETTINGS, route_to_leader
+from ..leader import GROUPS, HTTP, SETTINGS, route_to_leader
 from . import sigv4
 from .actions import ACTIONS, Context
 from .errors import SqsError
@@ -84,6 +84,11 @@ async def handle(request: web.Request) -> web.StreamResponse:
     request_id = new_request_id()
     protocol = "json" if speaks_json(request) else "query"
     try:
+        if request.app[GROUPS].count > 1:
+            # Its actions name queues in many ways (URLs, ARNs, redrive policies, move tasks) and
+            # list across queues: served only once each is routed to its Raft group (issue 24).
+            raise SqsError("ServiceUnavailable", "the SQS API serves clusters of one Raft group; this one runs "
+                                                 f"{request.app[GROUPS].count}")
         body = await _body(request)
         signer = sigv4.verify(request.app[SETTINGS].sqs, request.method, request.rel_url.raw_path,
                               request.rel_url.raw_query_string, request.headers, body, time.time())

@@ -5,8 +5,8 @@ pushed.  Everything that touches the state machine or the log is a call.
 When the link breaks (the engine died) ``closed`` is set: a front has
 nothing left to serve and exits.
 
-Nothing here assumes one engine per node: a front that hosts several Raft
-groups would hold one ``RemoteNode`` per group's engine.
+Nothing here assumes one engine per node: a front holds one ``RemoteNode``
+per local Raft group's engine.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ class Read(NamedTuple):
 
 
 class RemoteNode:
-    def __init__(self, node_id: str, *, auto_create: bool, data_dir: Path, engine_pid: int):
+    def __init__(self, node_id: str, *, auto_create: bool, data_dir: Path, node_pid: int):
         self.id = node_id
         self.auto_create = auto_create
         self.data_dir = data_dir
-        self.engine_pid = engine_pid
+        self.node_pid = node_pid      # the node's supervisor: what started the node knows it by
         self.closed = asyncio.Event()
         self._view: dict = {"role": "follower", "leader_id": None, "term": 0, "quorum_ok": False, "cut_off": False,
                             "http": {}}
@@ -153,6 +153,11 @@ class RemoteNode:
 
     async def transfer_leadership(self, timeout: float, to: str | None = None) -> bool:
         return await self._call("transfer_leadership", timeout, to)
+
+    async def rebalance(self) -> bool | None:
+        """Run the engine's leader balancing now (engine/balance.py): whether this group's
+        leadership moved (None: nobody to hand it to)."""
+        return await self._call("rebalance")
 
     async def checkpoint(self) -> tuple[str, str]:
         token, digest = await self._call("checkpoint")

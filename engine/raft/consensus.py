@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import socket
 import threading
 import time
 import zlib
@@ -115,7 +116,12 @@ class Consensus:
                  compaction_min_seconds: float = 600.0,
                  compaction_min_bytes: int = 32 * 1024 * 1024,
                  segment_bytes: int = 64 * 1024 * 1024,
-                 bind_addr: str | None = None):
+                 bind_addr: str | None = None, group: int = 0, handoff: socket.socket | None = None):
+        # group: which of the node's Raft groups this is (it names itself
+        # when it dials: engine.raft.wire.group_preamble). handoff: the Unix
+        # socket the node's supervisor passes this group's accepted Raft
+        # connections over; without one it binds bind_addr (or its own
+        # address) itself.
         if secret is None:
             logger.warning("NO CLUSTER SECRET: Raft traffic on %s is unauthenticated and unpickled -- anyone who "
                            "can reach this port can run code on this node. Set a secret and firewall the port.",
@@ -203,7 +209,8 @@ class Consensus:
                                   max_frame=max_frame_bytes(max_entry_bytes),
                                   # 32 MiB of batched 100-byte puts replay in about 2 s at
                                   # restart; a snapshot of 1 M messages costs about 3 s
-                                  compaction_min_bytes=int(compaction_min_bytes * jitter))
+                                  compaction_min_bytes=int(compaction_min_bytes * jitter),
+                                  group=group, handoff=handoff)
         except BaseException:
             self._journal._destroy()
             raise
@@ -276,6 +283,11 @@ class Consensus:
             "snapshot": dict(self._snapshot_info),
         }
 
+    @property
+    def election_timeout(self) -> float:
+        """The longest election timeout, in seconds: a follower not heard from for longer may be gone."""
+        return self._election_timeout
+
     def applied_index(self) -> int:
         return self._node.raftLastApplied
 
@@ -321,13 +333,15 @@ class Consensus:
             return
         self._node.removeNodeFromCluster(self._make_node(addr), callback=ticket.on_pysyncobj_result)
 
-    def transfer_leadership(self, timeout: float, to: str | None = None) -> bool:
+    def transfer_leadership(self, timeout: float, to: str | None = None, *, step_down: bool = True) -> bool:
         """Hand leadership to a caught-up follower (``to``, or the most caught-up
         one); True once another node leads.
 
         Retries until ``timeout`` (a follower may need to catch up first); if
-        no other node took over by then, this node steps down and holds back
-        from campaigning for a while, and the result is False.
+        no other node took over by then, the result is False and, with
+        `step_down` (a node shutting down), this node steps down and holds
+        back from campaigning for a while; without it (leader balancing), it
+        keeps leading.
         """
         addr = next((a for a, i in self._ids.items() if i == to), None) if to else None
         target = self._make_node(addr) if addr else None
@@ -339,7 +353,7 @@ class Consensus:
             if self._node.is_leader():
                 self._run_on_tick(lambda: self._node.transferLeadership(target))
             time.sleep(0.02)
-        if self._node.is_leader():
+        if step_down and self._node.is_leader():
             self._run_on_tick(self._step_down)
         return False
 
@@ -349,6 +363,7 @@ class Consensus:
         election during its own shutdown and stall writes once more."""
         self._retired = True
         self._run_on_tick(self._hold_back)
+        self._run_on_tick(self._node.decline_leadership)
 
     def _hold_back(self) -> None:
         self._node.hold_back(10 * self._election_timeout)

@@ -75,6 +75,7 @@ import logging
 import os
 import pickle
 import random
+import socket
 import threading
 from typing import Callable
 
@@ -216,7 +217,8 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
 
     def __init__(self, self_node, other_nodes, conf, journal: DurableJournal, dial_addrs, *,
                  apply_entry: Callable[[bytes], object], snapshot_written: Callable[[int, float], None],
-                 sealer: Sealer | None, max_frame: int, compaction_min_bytes: int):
+                 sealer: Sealer | None, max_frame: int, compaction_min_bytes: int,
+                 group: int = 0, handoff: socket.socket | None = None):
         _install_journal_hook()
         self._apply_entry = apply_entry
         self._sealer = sealer
@@ -236,10 +238,11 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         self.quorum_lost_at: float | None = None
         self.quorum_step_downs = 0
         self.compaction_min_bytes = compaction_min_bytes
+        self.declines_leadership = False   # see decline_leadership
         journal.before_rewrite = self._flush_replies
         super().__init__(self_node, other_nodes, conf,
                          transportClass=functools.partial(DialingTransport, dial_addrs=dial_addrs,
-                                                         max_frame=max_frame))
+                                                         max_frame=max_frame, group=group, handoff=handoff))
         # pysyncobj stops ticking when the thread that built it exits; tie
         # the tick thread to the process instead (close() stops it).
         self._SyncObj__mainThread = threading.main_thread()
@@ -303,6 +306,12 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         ``callback(result, fail_reason)`` runs on the tick thread."""
         command = pickle.dumps((self.apply_func_id, (entry,)), protocol=5)
         self._applyCommand(command, callback, REGULAR_COMMAND)
+
+    def decline_leadership(self) -> None:
+        """From now on ignore a leader's request to take over (``timeout_now``):
+        a node shutting down must not lead again, and a leader balancing its
+        groups may ask it before it has gone (tick thread)."""
+        self.declines_leadership = True
 
     def hold_back(self, seconds: float) -> None:
         """Stand for no election for ``seconds`` (tick thread)."""
@@ -566,6 +575,8 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
             elif message["type"] == "append_entries" and message["term"] >= self._SyncObj__raftCurrentTerm:
                 self.quorum_lost_at = None     # following a leader: no longer cut off
                 self._on_append_entries(node, message)
+            elif message["type"] == "timeout_now" and self.declines_leadership:
+                pass
             else:
                 SyncObj._SyncObj__onMessageReceived(self, node, message)
                 if message["type"] == "next_node_idx" and self._SyncObj__raftState == LEADER:

@@ -20,6 +20,16 @@ travels and who may connect (the classes below say how and why):
   flood of them writes a few lines, not one each; and a burst of them waits
   in a long backlog and is accepted in batches (``Server``), so a peer's
   reconnect is not dropped behind it.
+- Groups: a node's Raft groups share its one Raft port. Group 0's
+  connections are exactly the wire above, so nodes of a release without
+  groups and of this one still talk; a connection to another group starts
+  with a preamble, ``b"RAFTQ-GROUP <g>\\n"`` (``group_preamble``), before
+  the first frame. Its first four bytes read as a frame length far beyond
+  any frame's, so no group 0 connection can start with them. The node's
+  supervisor accepts every connection, reads the preamble
+  (``read_preamble``: bounded, and timed out with the handshake deadline) and
+  hands the socket to that group's engine over a Unix socket; the engine
+  takes it as if its own server had accepted it (``HandedOverServer``).
 - Proxy dialing: a node's identity is its ``raft_addr``; ``Peer.dial_addr``
   only changes where this node connects to (``DialingTransport``). It lives
   in the transport rather than in a Node subclass because Node objects are
@@ -62,6 +72,13 @@ READ_CHUNK = 1 << 20
 # waits in a longer backlog, and a tick takes up to ACCEPTS_PER_TICK of it.
 LISTEN_BACKLOG = 128
 ACCEPTS_PER_TICK = 64
+# A connection to group g > 0 starts with PREAMBLE_PREFIX, the group's
+# number in decimal and a newline; the whole preamble is at most
+# PREAMBLE_MAX_BYTES. "RAFT" as a frame length is 1.4 GB: never a frame.
+PREAMBLE_PREFIX = b"RAFTQ-GROUP "
+PREAMBLE_MAX_BYTES = 24
+# How many handed-over sockets one read of the supervisor's Unix socket may carry.
+HANDOFF_BATCH = 64
 # A warning a stranger on the Raft port can cause is logged at most once per
 # this interval per kind; the next line says how many were left out.
 STRANGER_WARNING_INTERVAL_S = 5.0
@@ -99,6 +116,35 @@ class StrangerWarnings:
 
 # One per process: the log it guards is the process's.
 stranger_warnings = StrangerWarnings()
+
+
+def group_preamble(group: int) -> bytes:
+    """What a connection to `group` sends first: nothing for group 0 (the wire of old)."""
+    return b"" if group == 0 else PREAMBLE_PREFIX + str(group).encode() + b"\n"
+
+
+class BadPreamble(ValueError):
+    pass
+
+
+def read_preamble(head: bytes) -> tuple[int, int] | None:
+    """The group a connection names and the preamble's length in bytes, from
+    the first bytes it sent (`head`, at least one): (0, 0) when it starts
+    with no preamble (group 0); None while `head` is too short to tell.
+    BadPreamble when it starts like a preamble but is not a well-formed one
+    within PREAMBLE_MAX_BYTES."""
+    prefix = head[:len(PREAMBLE_PREFIX)]
+    if not PREAMBLE_PREFIX.startswith(prefix):
+        return 0, 0
+    end = head.find(b"\n", 0, PREAMBLE_MAX_BYTES)
+    if end < 0:
+        if len(head) >= PREAMBLE_MAX_BYTES:
+            raise BadPreamble("no newline within the preamble's bound")
+        return None
+    number = head[len(PREAMBLE_PREFIX):end]
+    if not number.isdigit() or number.startswith(b"0"):
+        raise BadPreamble("not RAFTQ-GROUP <g> with g > 0")
+    return int(number), end + 1
 
 
 def max_frame_bytes(max_entry_bytes: int) -> int:
@@ -273,6 +319,57 @@ class Server(TcpServer):
                 keepalive=self._TcpServer__keepalive))
 
 
+class HandedOverServer:
+    """In place of pysyncobj's TcpServer when the node's supervisor owns the
+    Raft port: connections the supervisor accepted for this group arrive as
+    file descriptors over a Unix socket (SCM_RIGHTS), read on the tick
+    thread's poller and taken on exactly as ``Server`` takes accepted ones."""
+
+    def __init__(self, poller, handoff: socket.socket, on_new_connection, *, send_buffer: int, recv_buffer: int,
+                 timeout: float):
+        self._poller = poller
+        self._handoff = handoff
+        self._on_new_connection = on_new_connection
+        self._send_buffer = send_buffer
+        self._recv_buffer = recv_buffer
+        self._timeout = timeout
+        self._subscribed = False
+
+    def bind(self):
+        self._handoff.setblocking(False)
+        self._poller.subscribe(self._handoff.fileno(), self._on_ready, POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.ERROR)
+        self._subscribed = True
+
+    def unbind(self):
+        if self._subscribed:
+            self._poller.unsubscribe(self._handoff.fileno())
+            self._subscribed = False
+
+    def _on_ready(self, descr, event):
+        # One read may stop at each handed-over descriptor: take up to a batch per tick.
+        for _ in range(HANDOFF_BATCH):
+            try:
+                data, fds, _, _ = socket.recv_fds(self._handoff, HANDOFF_BATCH, HANDOFF_BATCH)
+            except (BlockingIOError, InterruptedError):
+                return
+            if not data and not fds:
+                # the supervisor is gone; so is the node (it kills its engines as it dies)
+                self.unbind()
+                return
+            self._take(fds)
+
+    def _take(self, fds: list[int]) -> None:
+        for fd in fds:
+            sock = socket.socket(fileno=fd)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._recv_buffer)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setblocking(False)
+            self._on_new_connection(TcpConnection(poller=self._poller, socket=sock, timeout=self._timeout,
+                                                  sendBufferSize=self._send_buffer,
+                                                  recvBufferSize=self._recv_buffer))
+
+
 class DialingTransport(TCPTransport):
     """TCPTransport that connects to a peer's dial address when one is set,
     over raftq's connections (``Connection``).
@@ -281,11 +378,16 @@ class DialingTransport(TCPTransport):
     peer's Raft address; only the TCP destination changes.
     """
 
-    def __init__(self, syncObj, selfNode, otherNodes, *, dial_addrs: dict[str, str], max_frame: int):
+    def __init__(self, syncObj, selfNode, otherNodes, *, dial_addrs: dict[str, str], max_frame: int,
+                 group: int = 0, handoff: socket.socket | None = None):
         # called with every message this node sends, before it is sealed
         # (the Raft node stamps its appends with the time they leave)
         self.on_send: Callable[[object], None] = lambda message: None
         self._dial_addrs = dial_addrs
+        self._preamble = group_preamble(group)
+        # None: this node binds its Raft port itself (a lone Consensus, as in
+        # tests and benchmarks); otherwise the supervisor hands connections over
+        self._handoff = handoff
         self._max_frame = max_frame
         self._read_chunk = memoryview(bytearray(READ_CHUNK))
         super().__init__(syncObj, selfNode, otherNodes)
@@ -305,8 +407,14 @@ class DialingTransport(TCPTransport):
         conn.accepted_at = monotonic()
 
     def _createServer(self):
-        super()._createServer()
-        self._server.__class__ = Server
+        if self._handoff is None:
+            super()._createServer()
+            self._server.__class__ = Server
+            return
+        conf = self._syncObj.conf
+        self._server = HandedOverServer(self._syncObj._poller, self._handoff, self._onNewIncomingConnection,
+                                        send_buffer=conf.sendBufferSize, recv_buffer=conf.recvBufferSize,
+                                        timeout=conf.connectionTimeout)
 
     def _onNewIncomingConnection(self, conn):
         self._adopt(conn)
@@ -358,10 +466,16 @@ class DialingTransport(TCPTransport):
             return False
         self._lastConnectAttempt[node] = monotonic()
         dial = self._dial_addrs.get(node.address)
+        conn = self._connections[node]
         if dial is None:
-            return self._connections[node].connect(node.ip, node.port)
-        host, port = dial.rsplit(":", 1)
-        return self._connections[node].connect(globalDnsResolver().resolve(host), int(port))
+            connecting = conn.connect(node.ip, node.port)
+        else:
+            host, port = dial.rsplit(":", 1)
+            connecting = conn.connect(globalDnsResolver().resolve(host), int(port))
+        if connecting and self._preamble:
+            # connect() emptied the buffer; the preamble leaves before the key exchange
+            conn._TcpConnection__writeBuffer = self._preamble
+        return connecting
 
 
 def remote_address(conn) -> str:

@@ -57,11 +57,34 @@ def status_table(view: dict) -> str:
     lines = [table(columns, rows),
              f"leader: {view.get('leader') or 'none'}   (* marks the leader; view of {view.get('id')})",
              CONTACT_NOTE]
+    groups = view.get("groups") or []
+    if len(groups) > 1:
+        lines += ["", groups_table(groups)]
     buffer = view.get("buffer") or {}
     if buffer.get("dead_lettered"):
         lines.append(f"put buffer of {view['id']}: {buffer['dead_lettered']} buffered put(s) refused for good, "
                      f"set aside in {buffer['dead_letter_file']}")
     return "\n".join(lines)
+
+
+def groups_table(groups: list[dict]) -> str:
+    """The Raft groups (issue 24): members, leader, term, commit, each member's applied index and
+    lag; then how many groups each node leads."""
+    rows = []
+    for group in groups:
+        replicas = group["replicas"]
+        rows.append((group["id"], " ".join(group["members"]), group["leader"] or "none", group["term"],
+                     group["commit_index"],
+                     " ".join(f"{node}:{replicas[node]['applied_index']}" for node in sorted(replicas, key=node_order)),
+                     max((r["lag"] for r in replicas.values() if r["lag"] is not None), default=None)))
+    leads = {}
+    for group in groups:
+        for node in group["members"]:
+            leads.setdefault(node, 0)
+        if group["leader"]:
+            leads[group["leader"]] = leads.get(group["leader"], 0) + 1
+    return "\n".join([table(("group", "members", "leader", "term", "commit", "applied", "lag"), rows),
+                      "groups led: " + "  ".join(f"{node} {leads[node]}" for node in sorted(leads, key=node_order))])
 
 
 def has_quorum(view: dict) -> bool:
@@ -82,10 +105,19 @@ def cmd_cluster(args) -> int:
             return 0 if has_quorum(view) else 1
         if args.action == "verify":
             result = client.verify()
-            lines = [f"{node}: {digest or 'no answer'}" for node, digest in result["digests"].items()]
+            lines = [f"{prefix}{node}: {digest or 'no answer'}"
+                     for prefix, answer in ([(f"group {g['group']}  ", g) for g in result["groups"]]
+                                            if "groups" in result else [("", result)])
+                     for node, digest in answer["digests"].items()]
             verdict = "replicas agree" if result["agree"] else "REPLICAS DIFFER"
             emit(args, result, "\n".join(lines + [verdict]))
             return 0 if result["agree"] else 1
+        if args.action == "rebalance":
+            result = client.rebalance()
+            lines = [f"group {move['group']}: {'moved' if move['moved'] else 'stays'}" for move in result["groups"]]
+            emit(args, result, "\n".join(lines + [f"{result['moved']} group(s) changed leader"
+                                                  if result["groups"] else "one Raft group: nothing to balance"]))
+            return 0
         if args.action == "add":
             emit(args, client.add_node(args.id, args.raft, args.http), f"added {args.id}")
             return 0
@@ -133,6 +165,8 @@ def add_parsers(sub, common) -> None:
                        help="every node's role, term, indexes, lag, contact, health, fsync policy; "
                             "exit 1 without a leader and a healthy majority")
     actions.add_parser("verify", parents=[common], help="compare every replica's state digest at one log position")
+    actions.add_parser("rebalance", parents=[common],
+                       help="move each Raft group's leadership to its first live, caught-up preference now")
     add = actions.add_parser("add", parents=[common], help="add a voter (membership change through the log)")
     add.add_argument("id")
     add.add_argument("raft")

@@ -24,7 +24,7 @@ def _check_queue(opts, *, must_exist: bool, producer: str | None = None) -> None
                 raise OptionError(f"option token: the cluster refused it ({exc.message})") from None
             if exc.code != "not_found":
                 raise
-        if must_exist or not client.producer(producer)["auto_create"]:
+        if must_exist or not client.producer(producer, queue=opts.queue)["auto_create"]:
             raise OptionError(f"option queue: queue {opts.queue!r} does not exist"
                               + ("" if must_exist else " and the cluster does not create queues on a put"))
 

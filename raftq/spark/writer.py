@@ -123,7 +123,7 @@ def _abort(opts: WriteOptions, producer: str, messages) -> None:
     tokens = [m.token for m in messages if isinstance(m, Staged) and m.chunks]
     if tokens:
         with opts.connection.client() as client:
-            client.abort_stages(producer, tokens)
+            client.abort_stages(producer, tokens, queue=opts.queue)
 
 
 class BatchWriter(DataSourceArrowWriter):
@@ -139,7 +139,8 @@ class BatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages) -> None:
         with self.opts.connection.client() as client:
-            result = client.commit_stages(self.producer, 0, _parts(messages), retain_ms=BATCH_PRODUCER_RETAIN_MS)
+            result = client.commit_stages(self.producer, 0, _parts(messages), retain_ms=BATCH_PRODUCER_RETAIN_MS,
+                                          queue=self.opts.queue)
         _check_own(result, self.producer, 0)
 
     def abort(self, messages) -> None:
@@ -157,7 +158,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages, batchId: int) -> None:
         with self.opts.connection.client() as client:
-            result = client.commit_stages(self.opts.producer, batchId, _parts(messages))
+            result = client.commit_stages(self.opts.producer, batchId, _parts(messages), queue=self.opts.queue)
         _check_own(result, self.opts.producer, batchId)
 
     def abort(self, messages, batchId: int) -> None:

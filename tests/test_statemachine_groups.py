@@ -1,0 +1,206 @@
+"""Raft groups in the state machine (issue 24): the catalog of queue -> group
+that group 0 holds, and the refusal of a command routed to the wrong group.
+
+The rules, one per test, then a property (Hypothesis): routing is total
+(every valid name gets exactly one group, the same one forever), the
+ownership refusal is the same on every replica and changes nothing, and one
+name at a time keeps every group within one name of the mean.
+"""
+
+import cbor2
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from statemachine import StateMachine, is_error
+from statemachine.machine import OPS
+
+T0 = 1_000_000
+CREATING = {   # one command of each op that may create a queue, now or (a dead-letter queue) later
+    "create_queue": {"queue": "q", "config": {}},
+    "patch_queue": {"queue": "q", "config": {"dead_letter": "dlq"}},
+    "put": {"queue": "q", "messages": [{"body": "x"}]},
+    "tx": {"put": [{"queue": "q", "messages": [{"body": "x"}]}]},
+    "stage": {"producer": "p", "token": "t", "chunk": 0, "queue": "q", "messages": [{"body": "x"}]},
+    "stage_commit": {"producer": "p", "batch": 0, "parts": [{"token": "t", "chunks": 1}]},
+}
+
+
+def apply(machine, op, **fields):
+    return machine.apply({"op": op, "now_ms": T0, **fields})
+
+
+def assign(machine, *names, max_names=None):
+    result = apply(machine, "assign", queues=list(names), max_names=max_names)
+    return result if is_error(result) else result["groups"]
+
+
+# ---- the catalog ------------------------------------------------------------------------------
+
+def test_names_go_to_the_group_with_fewest_names_ties_to_the_lowest_id():
+    catalog = StateMachine(0, 3)
+    assert [assign(catalog, name)[name] for name in ("a", "b", "c", "d", "e")] == [0, 1, 2, 0, 1]
+
+
+def test_an_assignment_is_sticky_even_after_the_queue_is_deleted():
+    catalog = StateMachine(0, 3)
+    assert assign(catalog, "a") == {"a": 0}
+    apply(catalog, "create_queue", queue="a", config={}, raft_group=0)
+    assert apply(catalog, "delete_queue", queue="a") == {"deleted": True}
+    assign(catalog, "b")
+    assign(catalog, "c")
+    assert assign(catalog, "a") == {"a": 0}
+    assert catalog.read("catalog_lookup", ["a", "z"]) == {"groups": {"a": 0, "z": None}}
+
+
+def test_a_dead_letter_queue_assigned_with_its_queue_joins_its_group():
+    catalog = StateMachine(0, 4)
+    assign(catalog, "x")
+    assert assign(catalog, "q") == {"q": 1}
+    assert assign(catalog, "dlq", "q") == {"dlq": 1, "q": 1}
+
+
+def test_names_assigned_together_share_one_group_and_join_one_already_placed():
+    catalog = StateMachine(0, 4)
+    assert assign(catalog, "a") == {"a": 0}
+    assert assign(catalog, "b", "c") == {"b": 1, "c": 1}
+    assert assign(catalog, "d", "a") == {"d": 0, "a": 0}
+
+
+def test_names_of_two_groups_cannot_be_assigned_together_and_nothing_changes():
+    catalog = StateMachine(0, 4)
+    assign(catalog, "a")
+    assign(catalog, "b")
+    before = catalog.snapshot()
+    refused = assign(catalog, "a", "b", "new")
+    assert refused["error"] == "cross_group" and refused["groups"] == [0, 1]
+    assert catalog.snapshot() == before
+
+
+def test_the_catalog_is_capped_and_a_refused_assignment_changes_nothing():
+    catalog = StateMachine(0, 2)
+    assign(catalog, "a", "b", max_names=3)
+    before = catalog.snapshot()
+    assert assign(catalog, "c", "d", max_names=3)["error"] == "limit_reached"
+    assert catalog.snapshot() == before
+    assert assign(catalog, "a", max_names=2) == {"a": 0}   # names already held need no room
+
+
+def test_only_group_0_holds_the_catalog():
+    assert assign(StateMachine(2, 4), "a")["error"] == "wrong_group"
+
+
+def test_the_catalog_survives_a_snapshot():
+    catalog = StateMachine(0, 4)
+    assign(catalog, "a")
+    assign(catalog, "b", "c")
+    restored = StateMachine()
+    restored.restore(catalog.snapshot())
+    assert (restored.group_id, restored.group_count) == (0, 4)
+    assert restored.read("list_catalog") == {"group_count": 4, "groups": {"a": 0, "b": 1, "c": 1}}
+    assert assign(restored, "d") == {"d": 2}
+
+
+@pytest.mark.parametrize("bad", [{"queues": []}, {"queues": ["a b"]}, {"queues": "a"}, {"queues": ["a"], "max_names": -1}, {"queues": ["a"] * 10_001}])
+def test_a_malformed_assignment_is_refused(bad):
+    assert apply(StateMachine(0, 2), "assign", **bad)["error"] == "bad_request"
+
+
+# ---- ownership -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", sorted(CREATING))
+def test_with_several_groups_a_command_that_may_create_a_queue_must_name_this_group(op):
+    machine = StateMachine(1, 4)
+    for routed_for in (None, 0, 2):
+        before = machine.snapshot()
+        refused = apply(machine, op, **CREATING[op], **({} if routed_for is None else {"raft_group": routed_for}))
+        assert refused["error"] == "wrong_group" and refused["group"] == 1
+        assert machine.snapshot() == before
+    assert apply(machine, op, **CREATING[op], raft_group=1).get("error") != "wrong_group"
+
+
+def test_the_ops_that_must_name_their_group_are_those_that_may_create_a_queue():
+    assert {name for name, op in OPS.items() if op.creates_queues} == set(CREATING)
+
+
+def test_a_command_for_a_queue_this_group_does_not_hold_is_not_found_as_before():
+    machine = StateMachine(1, 4)
+    assert apply(machine, "receive", queue="elsewhere", group="default", max=1)["error"] == "not_found"
+    assert apply(machine, "delete_queue", queue="elsewhere")["error"] == "not_found"
+
+
+def test_one_group_needs_no_stamp_as_before():
+    machine = StateMachine()
+    assert apply(machine, "put", queue="q", messages=[{"body": 1}])["messages"][0]["seq"] == 1
+
+
+def test_a_raft_group_that_is_not_a_group_id_is_malformed():
+    assert apply(StateMachine(0, 2), "put", queue="q", messages=[{"body": 1}], raft_group="0")["error"] == \
+        "bad_request"
+
+
+def test_a_version_8_snapshot_restores_as_group_0_of_1():
+    machine = StateMachine()
+    apply(machine, "put", queue="q", messages=[{"body": 1}])
+    state = cbor2.loads(machine.snapshot())
+    for field in ("group_id", "group_count", "catalog"):
+        del state[field]
+    state["version"] = 8
+    restored = StateMachine(3, 4)
+    restored.restore(cbor2.dumps(state))
+    assert (restored.group_id, restored.group_count) == (0, 1)
+    assert restored.snapshot() == machine.snapshot()
+
+
+def test_a_machine_is_one_of_its_groups():
+    with pytest.raises(ValueError):
+        StateMachine(4, 4)
+
+
+# ---- properties -------------------------------------------------------------------------------
+
+names = st.from_regex(r"[a-z][a-z0-9_.-]{0,8}", fullmatch=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(group_count=st.integers(1, 9), requests=st.lists(st.lists(names, min_size=1, max_size=3), max_size=40))
+def test_routing_is_total_and_an_assignment_never_changes(group_count, requests):
+    catalog = StateMachine(0, group_count)
+    seen = {}
+    for request in requests:
+        result = assign(catalog, *request)
+        if is_error(result):   # a request across groups: refused, every name kept where it was
+            assert result["error"] == "cross_group"
+            assert len({seen[name] for name in request if name in seen}) > 1
+            continue
+        assert set(result) == set(request) and len(set(result.values())) == 1
+        for name, group in result.items():
+            assert 0 <= group < group_count and seen.setdefault(name, group) == group
+    assert catalog.read("list_catalog")["groups"] == seen
+
+
+@settings(max_examples=200, deadline=None)
+@given(group_count=st.integers(1, 9), requests=st.lists(names, max_size=60))
+def test_one_name_at_a_time_keeps_every_group_within_one_of_the_mean(group_count, requests):
+    catalog = StateMachine(0, group_count)
+    for name in requests:
+        assign(catalog, name)
+        counts = [list(catalog.read("list_catalog")["groups"].values()).count(g) for g in range(group_count)]
+        assert max(counts) - min(counts) <= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(group_count=st.integers(2, 6), data=st.data())
+def test_the_ownership_refusal_is_the_same_on_every_replica(group_count, data):
+    group_id = data.draw(st.integers(0, group_count - 1))
+    replicas = [StateMachine(group_id, group_count) for _ in range(2)]
+    for _ in range(data.draw(st.integers(1, 12))):
+        op = data.draw(st.sampled_from(sorted(CREATING)))
+        routed_for = data.draw(st.one_of(st.none(), st.integers(0, group_count)))
+        cmd = {"op": op, "now_ms": T0, **CREATING[op], **({} if routed_for is None else {"raft_group": routed_for})}
+        before = replicas[0].snapshot()
+        results = [replica.apply(dict(cmd)) for replica in replicas]
+        assert results[0] == results[1]
+        assert (results[0].get("error") == "wrong_group") == (routed_for != group_id)
+        if routed_for != group_id:
+            assert replicas[0].snapshot() == before
+        assert replicas[0].snapshot() == replicas[1].snapshot()
