@@ -68,7 +68,7 @@ async def group_states(app: web.Application) -> dict:
 
 async def ready(request: web.Request) -> web.Response:
     is_ready, body = await readiness(request.app[NODE])
-    body["groups"] = await group_states(request.app)
+    body["raft_groups"] = await group_states(request.app)
     return respond(request, body, status=200 if is_ready else 503)
 
 
@@ -92,7 +92,7 @@ async def view(request: web.Request) -> dict:
     members = await node.members()
 
     async def own() -> dict:
-        return {**(await readiness(node))[1], "groups": await group_states(request.app)}
+        return {**(await readiness(node))[1], "raft_groups": await group_states(request.app)}
     views = await asyncio.gather(*(
         _peer_ready(request, m["http_addr"]) if m["id"] != node.id else own() for m in members))
     nodes = []
@@ -125,7 +125,7 @@ def _groups_seen(groups, members: list[dict], views: list) -> list[dict]:
     term, the leader's commit index, and each member's applied index and lag behind it."""
     reports = {}   # group id -> {node id: that node's state of it}
     for member, seen in zip(members, views):
-        for group, state in (seen or {}).get("groups", {}).items():
+        for group, state in (seen or {}).get("raft_groups", {}).items():
             reports.setdefault(int(group), {})[member["id"]] = state
     out = []
     for group in range(groups.count):
@@ -301,10 +301,8 @@ async def routing(request: web.Request) -> web.Response:
                 from None
         return respond(request, await here(group))
     answers = await per_group(request, here, leader=False)
-    if groups.count == 1:
-        queues = {queue["name"]: 0 for queue in (await groups.catalog.read("list_queues")).result["queues"]}
-    else:
-        queues = (await groups.catalog.read("list_catalog")).result["groups"]
+    # with one group there is no catalog: every queue is group 0's
+    queues = {} if groups.count == 1 else (await groups.catalog.read("list_catalog")).result["groups"]
     return respond(request, {"group_count": groups.count,
                              "groups": [answers[g]["groups"][0] for g in range(groups.count)],
                              "queues": queues})
