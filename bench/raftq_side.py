@@ -367,14 +367,18 @@ class Raftq(RaftqHttp):
         return asyncio.run(run())
 
     # ---- W6: one queue per client process -----------------------------------------------------------
-    def _routing(self) -> dict:
+    def _routing(self) -> tuple[dict, set[int]]:
+        """The cluster's routing, and the Raft groups the last W6's queues landed in
+        (with one group there is no catalog: every queue is group 0's)."""
         with self.cluster.client() as client:
-            return client.routing()
+            routing = client.routing()
+        if routing["group_count"] == 1:
+            return routing, {0}
+        return routing, {routing["queues"][queue] for queue in self._w6_queues}
 
     def raft_groups(self, queues: int) -> int:
         """How many Raft groups the last W6's queues landed in, as the cluster's routing says."""
-        assigned = self._routing()["queues"]
-        return len({assigned[queue] for queue in self._w6_queues})
+        return len(self._routing()[1])
 
     def cpu_split(self, used: dict[int, float]) -> dict[str, float]:
         """W6's server CPU seconds (`used`: by PID) by kind of process: the engines
@@ -383,8 +387,7 @@ class Raftq(RaftqHttp):
         such a queue; the fronts; the supervisors. Engines, fronts and supervisors
         name themselves (engine/lifetime.py); a snapshot writer an engine forked
         carries its engine's name, and one gone since counts as `other`."""
-        routing = self._routing()
-        loaded = {routing["queues"][queue] for queue in self._w6_queues}
+        routing, loaded = self._routing()
         groups = {group["id"]: group for group in routing["groups"]}
         node_of = {pid: node_id for node_id, pids in self._node_pids().items() for pid in pids}
         split = dict.fromkeys(("leader_engine", "follower_engine", "other_engines", "fronts", "supervisors"), 0.0)
