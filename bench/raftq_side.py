@@ -71,7 +71,6 @@ class RaftqHttp:
     fails_over = False     # W4 and the stored-messages figures are the cluster's, measured once (Raftq)
     scales = False         # W6 measures the cluster, and Raftq's Producer drives it harder
     w6_only = False
-
     groups = 1             # Raft groups of its cluster
 
     def __init__(self, root: Path, cluster_of: "Raftq | None" = None):
