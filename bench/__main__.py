@@ -2,7 +2,7 @@
 
     python -m bench compare [--systems raftq,raftq-http,rabbitmq,nats,nats-lazy] [--reps 2] [--seconds 5]
                             [--backlog 100000] [--failovers 9] [--stored 1000000] [--w5-rate 5000]
-                            [--scale 1,4,8] [--backlog-messages 200000] [--backlog-big-messages 20000]
+                            [--scale 1,4,8] [--groups 1,8] [--backlog-messages 200000] [--backlog-big-messages 20000]
                             [--out results]
 
 RabbitMQ comes from Debian's package, NATS from the `bench` extra: run
@@ -19,6 +19,7 @@ import signal
 import sys
 
 from bench.backlog_bench import message_count
+from bench.measure import counts
 
 SYSTEMS = ("raftq", "raftq-http", "rabbitmq", "nats", "nats-lazy")
 
@@ -39,16 +40,6 @@ def _rate(value: str) -> float:
     if not rate > 0:
         raise argparse.ArgumentTypeError("a rate is a number of messages per second above 0")
     return rate
-
-
-def _scale(value: str) -> list[int]:
-    try:
-        counts = sorted({int(v) for v in value.split(",") if v.strip()})
-    except ValueError:
-        counts = []
-    if not counts or counts[0] < 1:
-        raise argparse.ArgumentTypeError("scale is a comma-separated list of client process counts, each >= 1")
-    return counts
 
 
 def _backlog_count(value: str) -> int:
@@ -72,8 +63,11 @@ def main(argv: list[str] | None = None) -> int:
                          help="messages raftq holds for the RSS and restart figures (0: skip)")
     compare.add_argument("--w5-rate", type=_rate, default=5000.0,
                          help="W5's one rate for every system, msgs/s (W5b: each at half its own maximum)")
-    compare.add_argument("--scale", type=_scale, default=[1, 4, 8],
+    compare.add_argument("--scale", type=counts("client process"), default=[1, 4, 8],
                          help="W6's numbers of client processes, each producing to a queue of its own")
+    compare.add_argument("--groups", type=counts("Raft group"), default=[1, 8],
+                         help="raftq's W6 with each of these numbers of Raft groups (1: on the cluster of W1-W5; "
+                              "each other G: a raftq-gG column, a cluster of its own up for W6 only)")
     compare.add_argument("--backlog-messages", type=_backlog_count, default=200_000,
                          help="raftq's backlog row (bench/backlog_bench.py): 100-byte messages stored (0: skip it)")
     compare.add_argument("--backlog-big-messages", type=message_count, default=20_000,

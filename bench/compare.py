@@ -26,8 +26,13 @@ Workloads (100-byte messages, durable as each system allows):
 - W5b the same at half of what the system itself can both take and hand out
       (the lower of its own W2 and W3 rates)
 - W6  K client processes at once (each K of `--scale`), each producing as in
-      W2 to a queue or stream of its own: aggregate msgs/s, the servers' CPU
-      per message and cores busy (bench/scale.py)
+      W2 to a queue or stream of its own: aggregate msgs/s, the servers' and
+      the clients' CPU per message and cores busy (bench/scale.py). raftq runs
+      it with each number of Raft groups G of `--groups`: G = 1 on the raftq
+      cluster, each other G as a column raftq-gG of a cluster of its own, up
+      only for W6 (idle, its engines would tax W1-W5); raftq's server CPU per
+      message is split by process: leader engines, follower engines, fronts,
+      supervisors (docs/scaling.md uses it).
 - raftq alone, on a cluster of its own: RSS per node holding `--stored`
   messages (once the snapshots their last puts caused are written; the most
   seen while they were, as `rss_1m_snapshot_peak_mib`), and a whole-cluster
@@ -53,8 +58,10 @@ from bench.measure import cpu_seconds, machine, percentile
 from bench.scale import w6
 
 
-def make_systems(names: list[str], root: Path) -> list:
-    """The sides to compare, in the order given; raftq-http shares raftq's cluster when both run.
+def make_systems(names: list[str], root: Path, groups: list[int] = (1,)) -> list:
+    """The sides to compare, in the order given; raftq-http shares raftq's cluster when both run;
+    raftq is followed by a raftq-gG side for each G of `groups` above 1, and runs W6 itself
+    only when `groups` has 1.
 
     Each side is imported only when named: the peers' clients (pika, nats-py)
     come with the `bench` extra, which raftq alone does not need.
@@ -65,8 +72,12 @@ def make_systems(names: list[str], root: Path) -> list:
             from bench.raftq_side import RaftqHttp
             made[name] = RaftqHttp(root, cluster_of=made.get("raftq"))
         elif name == "raftq":
-            from bench.raftq_side import Raftq
+            from bench.raftq_side import Raftq, RaftqGroups
             made[name] = Raftq(root)
+            made[name].scales = 1 in groups
+            for count in groups:
+                if count > 1:
+                    made[f"raftq-g{count}"] = RaftqGroups(root, count)
         elif name == "rabbitmq":
             from bench.rabbitmq_side import RabbitMQ
             made[name] = RabbitMQ(root)
@@ -92,11 +103,16 @@ def measured(system, workload, *args) -> dict:
     return figures
 
 
+# raftq's server processes in W6, as bench/raftq_side.py's cpu_split tells them apart
+PROCESS_KINDS = ("leader_engine", "follower_engine", "other_engines", "fronts", "supervisors", "other")
+
+
 def _summary(runs: list[dict]) -> dict:
     """Medians over repetitions of what a workload reported."""
     out = {}
     for key in ("msgs_per_s", "server_cpu_us_per_msg", "client_cpu_us_per_msg", "p50_ms", "p99_ms",
-                "rate", "sent_per_s", "server_cores_busy", "raft_groups"):
+                "rate", "sent_per_s", "server_cores_busy", "raft_groups",
+                *(f"{kind}_cpu_us_per_msg" for kind in PROCESS_KINDS)):
         values = [r[key] for r in runs if r.get(key) is not None]
         if values:
             out[key] = statistics.median(values)
@@ -116,19 +132,22 @@ def run(args, log=print) -> dict:
     log(f"on {size['cores']} cores (load average {size['load_avg_1m']})")
     out = Path(args.out) / time.strftime("compare-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    systems = make_systems(args.systems, root)
+    systems = make_systems(args.systems, root, args.groups)
+    all_along = [s for s in systems if not s.w6_only]
     raw: dict[str, dict[str, list]] = {s.name: defaultdict(list) for s in systems}
     extra: dict = {}
     backlog_figures: dict = {}
     started = []
     try:
-        for system in systems:
+        def start(system) -> None:
             t = time.perf_counter()
             started.append(system)   # stopped even if it fails half way up
             system.start()
             log(f"{system.label}: up in {time.perf_counter() - t:.1f} s")
+        for system in all_along:
+            start(system)
         for rep in range(args.reps):
-            for system in systems:
+            for system in all_along:
                 w1 = measured(system, system.w1, args.seconds)
                 _latency_figures(w1, "latencies_ms")
                 w2 = measured(system, system.w2, args.seconds)
@@ -139,7 +158,7 @@ def run(args, log=print) -> dict:
                 log(f"rep {rep + 1} {system.name:<9} W1 {w1['msgs_per_s']:8.0f}/s p50 {w1['p50_ms']:.2f} ms "
                     f"p99 {w1['p99_ms']:.2f} ms | W2 {w2['msgs_per_s']:8.0f}/s | W3 {w3['msgs_per_s']:8.0f}/s")
         for rep in range(args.reps):
-            for system in systems:
+            for system in all_along:
                 own_half = 0.5 * min(statistics.median(r["msgs_per_s"] for r in raw[system.name][w])
                                      for w in ("w2", "w3"))
                 for workload, rate in (("w5", args.w5_rate), ("w5b", own_half)):
@@ -152,14 +171,24 @@ def run(args, log=print) -> dict:
                     log(f"rep {rep + 1} {system.name:<10} {workload.upper():<3} at {rate:7.0f}/s: e2e p50 "
                         f"{figures['p50_ms']:.2f} ms p99 {figures['p99_ms']:.2f} ms "
                         f"({figures['n']} of {figures['sent']} delivered)")
+        for system in systems:
+            if system.w6_only:
+                start(system)
         for rep in range(args.reps):
             for k in args.scale:
                 for system in [s for s in systems if s.scales]:
                     figures = w6(system, k, args.seconds)
                     raw[system.name][f"w6_k{k}"].append(figures)
                     log(f"rep {rep + 1} {system.name:<10} W6 {k} processes: {figures['msgs_per_s']:8.0f}/s, "
-                        f"server {figures['server_cpu_us_per_msg']:.0f} µs/msg, "
-                        f"{figures['server_cores_busy']:.2f} of {size['cores']} cores busy")
+                        f"server {figures['server_cpu_us_per_msg']:.0f} µs/msg"
+                        + "".join(f" ({kind} {figures[f'{kind}_cpu_us_per_msg']:.0f})" for kind in PROCESS_KINDS
+                                  if f"{kind}_cpu_us_per_msg" in figures)
+                        + f", client {figures['client_cpu_us_per_msg']:.0f} µs/msg, "
+                        f"{figures['server_cores_busy']:.2f} of {size['cores']} cores busy, "
+                        f"{figures['raft_groups']} Raft groups")
+        for system in systems:
+            if system.w6_only:
+                system.stop()
         for system in [s for s in systems if s.fails_over]:
             w4 = system.w4(args.failovers)
             w4["median_s"] = statistics.median(w4["rounds_s"])
@@ -215,7 +244,7 @@ def build_report(raw: dict, extra: dict, args, about: dict, backlog_figures: dic
             w4 = workloads["w4"][0]
             table[name]["w4"] = {"median_s": w4["median_s"], "lost": w4["lost"], "rounds_s": w4["rounds_s"]}
     figures: dict = {"reps": args.reps, "seconds": args.seconds, "backlog": args.backlog,
-                     "w5_rate": args.w5_rate, "scale": args.scale, **about, "systems": table}
+                     "w5_rate": args.w5_rate, "scale": args.scale, "groups": args.groups, **about, "systems": table}
 
     def get(system, workload, key):
         return table.get(system, {}).get(workload, {}).get(key)
@@ -234,10 +263,22 @@ def build_report(raw: dict, extra: dict, args, about: dict, backlog_figures: dic
         for k in args.scale:
             figures[f"w6_k{k}_vs_{peer}"] = _ratio(get("raftq", f"w6_k{k}", "msgs_per_s"),
                                                   get(peer, f"w6_k{k}", "msgs_per_s"))
+    most, fewest = max(args.scale), min(args.scale)
     if "raftq" in table and len(args.scale) > 1:
-        most, fewest = max(args.scale), min(args.scale)
         figures[f"w6_k{most}_vs_k{fewest}"] = _ratio(get("raftq", f"w6_k{most}", "msgs_per_s"),
                                                      get("raftq", f"w6_k{fewest}", "msgs_per_s"))
+    for name in [n for n in table if n.startswith("raftq-g")]:
+        g = name.removeprefix("raftq-")        # G Raft groups against one, and against the peers
+        for k in args.scale:
+            figures[f"w6_k{k}_{g}_vs_g1"] = _ratio(get(name, f"w6_k{k}", "msgs_per_s"),
+                                                   get("raftq", f"w6_k{k}", "msgs_per_s"))
+            for peer in ("rabbitmq", "nats"):
+                if peer in table:
+                    figures[f"w6_k{k}_{g}_vs_{peer}"] = _ratio(get(name, f"w6_k{k}", "msgs_per_s"),
+                                                               get(peer, f"w6_k{k}", "msgs_per_s"))
+        if len(args.scale) > 1:
+            figures[f"w6_k{most}_vs_k{fewest}_{g}"] = _ratio(get(name, f"w6_k{most}", "msgs_per_s"),
+                                                             get(name, f"w6_k{fewest}", "msgs_per_s"))
     figures["acked_lost"] = {name: t["w4"]["lost"] for name, t in table.items() if "w4" in t}
     if extra:
         figures["rss_1m_mib"] = round(extra["rss_mib_max"], 1)
@@ -280,18 +321,23 @@ def markdown(report: dict) -> str:
     for k in report["scale"]:
         rows += [(f"W6 {k} producing processes: msgs/s", f"w6_k{k}", "msgs_per_s", 1, 0, "rate"),
                  (f"W6 {k}: server CPU µs/msg", f"w6_k{k}", "server_cpu_us_per_msg", 1, 0, None),
+                 *((f"W6 {k}: {kind.replace('_', ' ')} CPU µs/msg", f"w6_k{k}", f"{kind}_cpu_us_per_msg", 1, 0, None)
+                   for kind in PROCESS_KINDS),
+                 (f"W6 {k}: client CPU µs/msg", f"w6_k{k}", "client_cpu_us_per_msg", 1, 0, None),
                  (f"W6 {k}: server cores busy", f"w6_k{k}", "server_cores_busy", 1, 2, None),
                  (f"W6 {k}: Raft groups", f"w6_k{k}", "raft_groups", 1, 0, None)]
-    head = ["workload", *names, *[f"raftq ÷ {p}" for p in peers]]
+    # (numerator, denominator) of each ratio column: raftq over each peer, raftq-gG over raftq
+    over = [("raftq", p) for p in peers] + [(n, "raftq") for n in names if n.startswith("raftq-g")]
+    head = ["workload", *names, *[f"{a} ÷ {b}" for a, b in over]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for title, workload, key, scale, digits, kind in rows:
         cells = [cell(n, workload, key, scale, digits) for n in names]
         if all(c == "—" for c in cells):
             continue
         ratios = []
-        for p in peers:
-            a = table["raftq"].get(workload, {}).get(key)
-            b = table[p].get(workload, {}).get(key)
+        for numerator, denominator in over:
+            a = table[numerator].get(workload, {}).get(key)
+            b = table[denominator].get(workload, {}).get(key)
             ratios.append(f"{a / b:.2f}" if kind and a is not None and b else "")
         lines.append("| " + " | ".join([title, *cells, *ratios]) + " |")
     size = report["machine"]

@@ -13,7 +13,7 @@ from bench.measure import percentile  # noqa: E402
 
 
 def plot(out: Path, raw: dict, labels: dict) -> None:
-    names = list(raw)
+    names = [n for n in raw if raw[n].get("w1")]     # not the sides measured in W6 only
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
     for ax, (workload, title) in zip(axes, (("w1", "W1 one at a time"), ("w2", "W2 pipelined"),
                                             ("w3", "W3 consume + ack"))):

@@ -1,10 +1,11 @@
 """What every benchmark here measures with: percentiles, CPU seconds of other
 processes, resident memory, the memory the machine has left, pacing a load at
 a fixed rate, and the machine's size, which counts and waits that depend on
-it follow."""
+it follow; and the command-line type of a list of counts (processes, groups)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 
@@ -33,16 +34,30 @@ def percentile(values: list[float], p: float) -> float | None:
 
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU seconds the processes (and their reaped children) used so far."""
-    total = 0.0
+    return sum(cpu_by_process(pids).values())   # one gone used what it used
+
+
+def cpu_by_process(pids: list[int]) -> dict[int, float]:
+    """`cpu_seconds` of each of the processes still running."""
+    used = {}
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
-            continue   # gone: it used what it used
+            continue
         # fields[0] is field 3 of stat(5): utime, stime, cutime, cstime are fields 14-17
-        total += sum(int(x) for x in fields[11:15]) / CLOCK_TICKS
-    return total
+        used[pid] = sum(int(x) for x in fields[11:15]) / CLOCK_TICKS
+    return used
+
+
+def process_name(pid: int) -> str | None:
+    """The process's name (comm: raftq's processes name themselves, engine/lifetime.py); None once gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return None
 
 
 def group_pids(leaders: list[int]) -> list[int]:
@@ -116,3 +131,16 @@ class Pacer:
 
     def took(self, count: int) -> None:
         self.sent += count
+
+
+def counts(what: str):
+    """The argument type of a comma-separated list of `what` counts, each >= 1 (sorted, each once)."""
+    def parse(value: str) -> list[int]:
+        try:
+            found = sorted({int(v) for v in value.split(",") if v.strip()})
+        except ValueError:
+            found = []
+        if not found or found[0] < 1:
+            raise argparse.ArgumentTypeError(f"a comma-separated list of {what} counts, each >= 1")
+        return found
+    return parse

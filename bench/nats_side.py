@@ -115,6 +115,7 @@ class Nats:
     name = "nats"
     fails_over = True
     scales = True
+    w6_only = False
     sync = "  sync_interval: always"
     syncs = "fsync every message"
     durability = "acked after a majority wrote it and fsynced it (sync_interval: always)"

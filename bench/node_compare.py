@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.measure import cpu_seconds, group_pids, percentile  # noqa: E402
+from bench.measure import cpu_seconds, group_pids, percentile, process_name  # noqa: E402
 from bench.put_bench import failover_once, put_load, read_load, receive_ack_load  # noqa: E402
 from raftq.local import LocalCluster  # noqa: E402
 
@@ -63,10 +63,12 @@ async def idle_cpu(clusters: dict[str, LocalCluster], seconds: float) -> dict[st
 
 
 async def leader_split(cluster: LocalCluster, queue: str, seconds: float) -> dict:
-    """The leader's CPU during 64 concurrent single puts: its engine, and its fronts."""
+    """The leader's CPU during 64 concurrent single puts: its engine (group 0's, the only
+    group here), and its fronts; this tree's processes name themselves (engine/lifetime.py)."""
     leader = cluster.wait_for_leader(30)
-    engine = cluster.pid(leader)
-    fronts = [p for p in group_pids([engine]) if p != engine]
+    processes = group_pids([cluster.pid(leader)])
+    [engine] = [p for p in processes if process_name(p) == "raftq-group-0"]
+    fronts = [p for p in processes if (process_name(p) or "").startswith("raftq-front-")]
     engine0, fronts0 = cpu_seconds([engine]), cpu_seconds(fronts)
     started = time.perf_counter()
     rate, _ = await put_load(cluster.urls, cluster.token, queue, 64, 1, seconds)

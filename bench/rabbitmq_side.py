@@ -109,6 +109,7 @@ class RabbitMQ:
     name = "rabbitmq"
     fails_over = True
     scales = True
+    w6_only = False
     durability = "confirmed after a majority fsynced it (quorum queue, persistent messages)"
 
     def __init__(self, root: Path):

@@ -2,7 +2,8 @@
 through raftq's own Python clients — `Raftq` with the streaming wire's
 Producer and Consumer (what a user pushing many messages uses), `RaftqHttp`
 with AsyncClient over the HTTP API, on the same cluster, so the two are
-compared in the same run."""
+compared in the same run. `RaftqGroups` is raftq with G Raft groups, on a
+cluster of its own, in W6 only: the same clients, beside the one group."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from bench.measure import Pacer, group_pids, memory_mib
+from bench.measure import Pacer, group_pids, memory_mib, process_name
 from raftq.client import AsyncClient, Consumer, Producer, RaftqError
 from raftq.local import LocalCluster
 
@@ -69,6 +70,8 @@ class RaftqHttp:
     durability = "acked after a majority fsynced the entry"
     fails_over = False     # W4 and the stored-messages figures are the cluster's, measured once (Raftq)
     scales = False         # W6 measures the cluster, and Raftq's Producer drives it harder
+    w6_only = False
+    groups = 1             # Raft groups of its cluster
 
     def __init__(self, root: Path, cluster_of: "Raftq | None" = None):
         self.root = root
@@ -81,7 +84,7 @@ class RaftqHttp:
         if self._owner is not None:
             self.cluster = self._owner.cluster
             return
-        self.cluster = LocalCluster.create(self.root / "raftq", 3)
+        self.cluster = LocalCluster.create(self.root / self.name, 3, groups=self.groups)
         self.cluster.start()
         if self.cluster.wait_for_leader(60) is None or not self.cluster.wait_all_ready(60):
             raise RuntimeError(f"raftq did not come up; see {self.cluster.root}")
@@ -91,8 +94,12 @@ class RaftqHttp:
             self.cluster.stop()
 
     def server_pids(self) -> list[int]:
-        """Every process of every node: engines and their fronts."""
-        return group_pids([p for p in (self.cluster.pid(n) for n in self.cluster.ids) if p is not None])
+        """Every process of every node: supervisor, engines and fronts."""
+        return [pid for pids in self._node_pids().values() for pid in pids]
+
+    def _node_pids(self) -> dict[str, list[int]]:
+        """Each running node's processes (a node is one process group, led by its supervisor)."""
+        return {n: group_pids([self.cluster.pid(n)]) for n in self.cluster.ids if self.cluster.pid(n) is not None}
 
     def _client(self, **kwargs) -> AsyncClient:
         return AsyncClient(self.cluster.urls, token=self.cluster.token, **kwargs)
@@ -285,6 +292,7 @@ class Raftq(RaftqHttp):
 
     def __init__(self, root: Path):
         super().__init__(root)
+        self._w6_queues: list[str] = []
 
     def _producer(self, **kwargs) -> Producer:
         return Producer(self.cluster.urls, token=self.cluster.token, **kwargs)
@@ -358,10 +366,63 @@ class Raftq(RaftqHttp):
         return asyncio.run(run())
 
     # ---- W6: one queue per client process -----------------------------------------------------------
+    def _routing(self) -> tuple[dict, set[int]]:
+        """The cluster's routing, and the Raft groups the last W6's queues landed in
+        (with one group there is no catalog: every queue is group 0's)."""
+        with self.cluster.client() as client:
+            routing = client.routing()
+        if routing["group_count"] == 1:
+            return routing, {0}
+        return routing, {routing["queues"][queue] for queue in self._w6_queues}
+
     def raft_groups(self, queues: int) -> int:
-        """Every queue of a cluster shares its one Raft log today. When a cluster hosts
-        several groups (issue 24), this is where their number is read from the cluster."""
-        return 1
+        """How many Raft groups the last W6's queues landed in, as the cluster's routing says."""
+        return len(self._routing()[1])
+
+    def cpu_split(self, used: dict[int, float]) -> dict[str, float]:
+        """W6's server CPU seconds (`used`: by PID) by kind of process: the engines
+        leading the groups W6's queues landed in; the engines following them, per
+        follower engine (a follower engine's share); the engines of groups without
+        such a queue; the fronts; the supervisors. Engines, fronts and supervisors
+        name themselves (engine/lifetime.py); a snapshot writer an engine forked
+        carries its engine's name, and one gone since counts as `other`."""
+        routing, loaded = self._routing()
+        groups = {group["id"]: group for group in routing["groups"]}
+        node_of = {pid: node_id for node_id, pids in self._node_pids().items() for pid in pids}
+        split = dict.fromkeys(("leader_engine", "follower_engine", "other_engines", "fronts", "supervisors"), 0.0)
+        for pid, cpu in used.items():
+            name = process_name(pid) if pid in node_of else None
+            if name is None:               # gone since (a snapshot writer), or not a node's
+                split["other"] = split.get("other", 0.0) + cpu
+            elif name.startswith("raftq-group-"):
+                group = groups[int(name.removeprefix("raftq-group-"))]
+                if group["id"] not in loaded:
+                    split["other_engines"] += cpu
+                elif group["leader"] == node_of[pid]:
+                    split["leader_engine"] += cpu
+                else:
+                    split["follower_engine"] += cpu / (len(group["members"]) - 1)
+            elif name.startswith("raftq-front-"):
+                split["fronts"] += cpu
+            elif name == "raftq-node":
+                split["supervisors"] += cpu
+            else:                          # a process raftq did not name: none today
+                split["other"] = split.get("other", 0.0) + cpu
+        return split
 
     def w6_jobs(self, k: int) -> list[tuple]:
-        return [(scale_producer, (self.cluster.urls, self.cluster.token, self._queue("w6"))) for _ in range(k)]
+        self._w6_queues = [self._queue("w6") for _ in range(k)]
+        return [(scale_producer, (self.cluster.urls, self.cluster.token, queue)) for queue in self._w6_queues]
+
+
+class RaftqGroups(Raftq):
+    """raftq with `groups` Raft groups on a cluster of its own, measured in W6 only
+    (`python -m bench compare --groups`)."""
+    fails_over = False     # W4 and the stored-messages figures are the one group's
+    w6_only = True
+
+    def __init__(self, root: Path, groups: int):
+        super().__init__(root)
+        self.groups = groups
+        self.name = f"raftq-g{groups}"
+        self.label = f"raftq with {groups} Raft groups (Producer, streaming wire; W6 only)"

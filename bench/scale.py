@@ -6,6 +6,10 @@ Each side hands out one job per process: a module-level function and its
 arguments (what a spawned process can be given), which connects, creates its
 queue, says it is ready and waits; the clock and the servers' CPU count start
 when every process is ready, and stop when the last has its acknowledgements.
+Each client process counts the CPU it used from then on (the clients' share of
+a message). A side that can tell its server processes apart (`cpu_split`:
+raftq's engines per group, fronts, supervisors) reports the servers' CPU per
+message by kind as well.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import queue as queues
 import time
 import traceback
 
-from bench.measure import cpu_seconds, patience
+from bench.measure import cpu_by_process, patience
 
 READY_S = 60          # a process connecting and creating its queue, on a machine with a core for it
 ACKS_AFTER_S = 120    # the acknowledgements still due once a process stops sending
@@ -24,14 +28,17 @@ ACKS_AFTER_S = 120    # the acknowledgements still due once a process stops send
 def _client(job, seconds: float, index: int, results, go, ready_s: float) -> None:
     produce, args = job
 
+    clock_started = []
+
     def ready() -> None:
         results.put(("ready", index))
         if not go.wait(ready_s):
             raise TimeoutError("W6's other client processes never all got ready")
+        clock_started.append(time.process_time())
 
     try:
         figures = produce(*args, seconds, ready)
-        results.put(("done", index, figures["n"]))
+        results.put(("done", index, figures["n"], time.process_time() - clock_started[0]))
     except BaseException:
         results.put(("failed", index, traceback.format_exc()))
 
@@ -63,12 +70,12 @@ def w6(system, k: int, seconds: float) -> dict:
             process.start()
         _expect(results, "ready", k, ready_s)
         pids = system.server_pids()
-        server0 = cpu_seconds(pids)
+        server0 = cpu_by_process(pids)
         started = time.perf_counter()
         go.set()
         done = _expect(results, "done", k, patience(seconds + ACKS_AFTER_S, k))
         secs = time.perf_counter() - started
-        server = cpu_seconds(pids) - server0
+        server1 = cpu_by_process(pids)
     finally:
         for process in processes:
             process.join(timeout=patience(10, k))
@@ -76,6 +83,13 @@ def w6(system, k: int, seconds: float) -> dict:
                 process.kill()
                 process.join()
     n = sum(message[2] for message in done)
-    return {"k": k, "n": n, "secs": secs, "msgs_per_s": n / secs,
-            "server_cpu_us_per_msg": server / max(n, 1) * 1e6, "server_cores_busy": server / secs,
-            "raft_groups": system.raft_groups(k)}
+    per_msg = 1e6 / max(n, 1)
+    used = {pid: server1[pid] - server0[pid] for pid in server0 if pid in server1}   # one gone took its CPU along
+    server = sum(used.values())
+    figures = {"k": k, "n": n, "secs": secs, "msgs_per_s": n / secs,
+               "server_cpu_us_per_msg": server * per_msg, "server_cores_busy": server / secs,
+               "client_cpu_us_per_msg": sum(message[3] for message in done) * per_msg,
+               "raft_groups": system.raft_groups(k)}
+    if hasattr(system, "cpu_split"):
+        figures.update({f"{kind}_cpu_us_per_msg": cpu * per_msg for kind, cpu in system.cpu_split(used).items()})
+    return figures

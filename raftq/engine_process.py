@@ -25,7 +25,7 @@ from pathlib import Path
 from api.app import Settings
 from engine.balance import LeaderBalancer
 from engine.config import ClusterConfig, write_private
-from engine.lifetime import die_with
+from engine.lifetime import die_with, name_process
 from engine.link.service import EngineService
 from engine.node import Node, group_data_dir
 from engine.pauses import keep_pauses_short
@@ -44,6 +44,7 @@ def run_engine(*, node_pid: int, **kwargs) -> int:
     """The body of a forked engine process; its exit status."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the process group; the supervisor decides
     die_with(node_pid)
+    name_process(f"raftq-group-{kwargs['group']}")
     tag_group(kwargs["group"])
     keep_pauses_short()
     try:

@@ -23,7 +23,7 @@ from pathlib import Path
 from aiohttp import web
 
 from api.app import Settings, make_app
-from engine.lifetime import die_with
+from engine.lifetime import die_with, name_process
 from engine.link.remote import RemoteNode
 from engine.placement import Placement
 
@@ -91,6 +91,7 @@ def run_front(**kwargs) -> int:
     # Ctrl-C reaches the whole process group; the supervisor decides how the node stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with(kwargs["node_pid"])
+    name_process(f"raftq-front-{kwargs['worker']}")
     try:
         asyncio.run(serve_front(**kwargs))
     except Exception:

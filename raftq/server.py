@@ -29,6 +29,7 @@ from pathlib import Path
 
 from api.app import Settings
 from engine.config import ClusterConfig
+from engine.lifetime import name_process
 from engine.placement import for_cluster
 
 from .engine_process import HANDED_OVER, run_engine
@@ -80,6 +81,7 @@ def run_node(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings: S
             sock.close()
         raise
     node_pid = os.getpid()
+    name_process("raftq-node")
     # links[group][worker]: (the engine's end, the front's end)
     links = {group: [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in listeners] for group in groups}
     # handoffs[group]: (the supervisor's end, the engine's end)

@@ -19,6 +19,10 @@ from tests.tools import require
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def w6_only(w6):
+    return {f"w6_k{k}": runs(rate) for k, rate in w6.items()}
+
+
 def runs(rate, p50=None, p99=None):
     figures = {"msgs_per_s": rate, "server_cpu_us_per_msg": 50.0, "client_cpu_us_per_msg": 10.0}
     if p50 is not None:
@@ -44,11 +48,14 @@ def test_ratios_are_raftq_over_each_peer_from_the_same_run():
     report = build_report({"raftq": raw(1.0, 30_000, 40_000, 0.2, 4.0, {1: 60_000, 4: 50_000, 8: 45_000}),
                            "rabbitmq": raw(2.0, 20_000, 35_000, 0.25, 8.0, {1: 20_000, 4: 40_000, 8: 50_000}),
                            "nats": raw(0.5, 10_000, 13_000, 6.0, 2.0, {1: 22_500, 4: 90_000, 8: 135_000}),
-                           "nats-lazy": raw(0.25, 40_000, 13_000, 6.0, 1.0, {1: 45_000, 4: 180_000, 8: 270_000})},
+                           "nats-lazy": raw(0.25, 40_000, 13_000, 6.0, 1.0, {1: 45_000, 4: 180_000, 8: 270_000}),
+                           "raftq-g8": w6_only({1: 60_000, 4: 150_000, 8: 180_000})},
                           {"rss_mib_max": 512.25, "rss_peak_mib": 1030.0, "restart_s": 7.5, "stored": 1_000_000,
                            "snapshot_settled": True},
-                          Namespace(reps=2, seconds=5.0, backlog=100_000, w5_rate=5000.0, scale=[1, 4, 8]),
-                          ABOUT)
+                          Namespace(reps=2, seconds=5.0, backlog=100_000, w5_rate=5000.0, scale=[1, 4, 8],
+                                    groups=[1, 8]),
+                          {**ABOUT, "described": {**ABOUT["described"],
+                                                  "raftq-g8": {"label": "raftq, 8 groups", "durability": "same"}}})
     assert report["w1_p50_vs_rabbitmq"] == 0.5
     assert report["w2_vs_rabbitmq"] == 1.5
     assert report["w2_vs_nats"] == 3.0
@@ -66,16 +73,23 @@ def test_ratios_are_raftq_over_each_peer_from_the_same_run():
     assert report["w6_k8_vs_nats"] == round(45_000 / 135_000, 3)
     assert report["w6_k4_vs_rabbitmq"] == 1.25
     assert report["w6_k8_vs_k1"] == 0.75
+    # W6 with 8 Raft groups: against one group's, against the peers, and against its own K = 1
+    assert report["w6_k4_g8_vs_g1"] == 3.0 and report["w6_k8_g8_vs_g1"] == 4.0
+    assert report["w6_k8_g8_vs_nats"] == round(180_000 / 135_000, 3)
+    assert report["w6_k8_vs_k1_g8"] == 3.0
     assert report["machine"]["cores"] == 16
     table = markdown(report)
-    assert "| W2 pipelined single messages: msgs/s | 30,000 | 20,000 | 10,000 | 40,000 | 1.50 | 3.00 |" in table
-    assert "| W6 8 producing processes: msgs/s | 45,000 | 50,000 | 135,000 | 270,000 | 0.90 | 0.33 |" in table
+    assert ("| W6 8 producing processes: msgs/s | 45,000 | 50,000 | 135,000 | 270,000 | 180,000 | 0.90 | 0.33 "
+            "| 4.00 |") in table
+    assert "| W2 pipelined single messages: msgs/s | 30,000 | 20,000 | 10,000 | 40,000 | — | 1.50 | 3.00 |  |" \
+        in table
     assert "on 16 cores" in table
     assert "nats-lazy: NATS 2.15.1; fsynced every 2 minutes." in table
 
 
 def test_bench_arguments_refuse_what_cannot_be_measured():
-    for wrong in (["--scale", "0,4"], ["--scale", "four"], ["--w5-rate", "0"], ["--systems", "kafka"]):
+    for wrong in (["--scale", "0,4"], ["--scale", "four"], ["--w5-rate", "0"], ["--systems", "kafka"],
+                  ["--groups", "0,8"]):
         done = subprocess.run([sys.executable, "-m", "bench", "compare", *wrong], cwd=ROOT,
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and "error:" in done.stderr, (wrong, done.stderr)
@@ -87,7 +101,7 @@ def test_a_short_compare_of_raftq_alone_ends_with_its_figures(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "bench", "compare", "--systems", "raftq", "--reps", "1", "--seconds", "0.5",
          "--backlog", "500", "--failovers", "1", "--stored", "2000", "--w5-rate", "500", "--scale", "1,2",
-         "--backlog-messages", "0", "--out", str(tmp_path)],
+         "--groups", "1,2", "--backlog-messages", "0", "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
@@ -97,6 +111,19 @@ def test_a_short_compare_of_raftq_alone_ends_with_its_figures(tmp_path):
     assert figures["stored_for_rss"] == 2000 and figures["rss_1m_snapshot_peak_mib"] >= figures["rss_1m_mib"] > 0
     assert raftq["w6_k2"]["msgs_per_s"] > 0 and raftq["w6_k2"]["raft_groups"] == 1
     assert figures["w6_k2_vs_k1"] > 0
+    # two Raft groups, on a cluster of their own, in W6 only: two queues land in both groups
+    groups = figures["systems"]["raftq-g2"]
+    assert set(groups) == {"w6_k1", "w6_k2"}
+    assert groups["w6_k1"]["raft_groups"] == 1 and groups["w6_k2"]["raft_groups"] == 2
+    assert figures["w6_k2_g2_vs_g1"] > 0 and figures["w6_k2_vs_k1_g2"] > 0
+    for w6 in (raftq["w6_k2"], groups["w6_k2"]):
+        # every server process is of a kind, and the kinds add up to the servers' CPU (a follower's share twice)
+        split = {kind: w6.get(f"{kind}_cpu_us_per_msg") for kind in
+                 ("leader_engine", "follower_engine", "other_engines", "fronts", "supervisors", "other")}
+        assert split["other"] is None and split["leader_engine"] > 0 and split["fronts"] > 0
+        assert (split["leader_engine"] + 2 * split["follower_engine"] + split["other_engines"] + split["fronts"]
+                + split["supervisors"]) == pytest.approx(w6["server_cpu_us_per_msg"])
+        assert w6["client_cpu_us_per_msg"] > 0
     [out] = tmp_path.iterdir()
     assert {p.name for p in out.iterdir()} >= {"report.json", "report.md"}
 
@@ -116,7 +143,8 @@ def test_a_short_compare_of_raftq_and_nats_ends_with_every_ratio(tmp_path):
     # The backlog is W3's default cut to what a fsync per message fills in seconds on a busy machine.
     done = subprocess.run(
         [sys.executable, "-m", "bench", "compare", "--systems", "raftq,nats", "--reps", "1", "--seconds", "1",
-         "--failovers", "1", "--stored", "0", "--scale", "1,2", "--backlog", "2000", "--backlog-messages", "0",
+         "--failovers", "1", "--stored", "0", "--scale", "1,2", "--groups", "1", "--backlog", "2000",
+         "--backlog-messages", "0",
          "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stderr[-3000:]
