@@ -51,7 +51,7 @@ from typing import Callable, NamedTuple
 
 import cbor2
 
-from .queue import BODY, HEADERS, KEY, PARKED_RETRY_MS, Queue
+from .queue import PARKED_RETRY_MS, Queue
 from .redrive import redrive
 from .results import BAD_REQUEST, CONFLICT, INTERNAL, LIMIT_REACHED, NOT_FOUND, STALE_RECEIPT, error
 from .staging import DEFAULT_STAGE_TTL_MS, MAX_BATCH_STEP, Staging
@@ -59,13 +59,15 @@ from . import validation as v
 from .validation import full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 8
-# Version 7 is version 8 with each queue's dedup window as its ids, not their
+SNAPSHOT_VERSION = 9
+# Version 8 is version 9 with each queue's messages as one list per field, not
+# their columns (statemachine/rows.py); version 7 is version 8 with each
+# queue's dedup window as its ids, not their
 # hashes (statemachine/dedup.py); version 6 is version 7 without the time of
 # each message's first delivery and without ordering keys,
 # version 5 also without staged writes, version 4 also without redrive:
 # a node upgraded in place restores any of them.
-READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8)
+READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9)
 # Making a queue costs more than a put into one (its default group holds
 # three sorted containers): 10 000 in one entry held the apply past the
 # election timeout (issue 21). 500 cost about as much as the widest put of
@@ -382,14 +384,14 @@ class StateMachine:
             if group is None or seq not in group.parked:
                 queue.outbox.popleft()
                 continue
-            msg = queue.messages[seq]
+            rows = queue.rows
             target_name = queue.config["dead_letter"]
             if target_name is not None:
                 target = self.queues.get(target_name)
                 if target is None:
                     target = self._new_queue(target_name, full_config({}))
                 target.advance(self.clock)
-                headers = {**dict(msg[HEADERS] or ()),
+                headers = {**dict(rows.headers.get(seq, ())),
                            "x-raftq-from-queue": queue.name,
                            "x-raftq-from-group": group_name,
                            "x-raftq-deliveries": str(group.deliveries.get(seq, 0)),
@@ -398,7 +400,7 @@ class StateMachine:
                 # included: otherwise two unreceived versions of one key could be
                 # stored there, and a restored replica (whose key index is rebuilt
                 # from the messages) would replace a different one than the leader.
-                moved = [{"body": msg[BODY], "key": msg[KEY], "headers": headers,
+                moved = [{"body": rows.body(seq), "key": rows.keys.get(seq), "headers": headers,
                           "ordering_key": queue.ordering.get(seq)}]
                 if target.config["overflow"] == "reject" and target.check_capacity(moved):
                     return
@@ -433,7 +435,7 @@ class StateMachine:
         return op.handler(self, *args)
 
     def list_queues(self) -> dict:
-        return {"queues": [{"name": q.name, "depth": len(q.messages),
+        return {"queues": [{"name": q.name, "depth": len(q.rows),
                             "in_flight": sum(len(g.leases) for g in q.groups.values()),
                             "groups": list(q.groups)} for q in self.queues.values()]}
 

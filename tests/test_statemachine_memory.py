@@ -28,7 +28,7 @@ def live_bytes_per_message(build) -> float:
         live = tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()
-    assert sum(len(q.messages) for q in machine.queues.values()) == MESSAGES
+    assert sum(len(q.rows) for q in machine.queues.values()) == MESSAGES
     return live / MESSAGES
 
 
@@ -65,7 +65,7 @@ def tracked_objects_per_message(build) -> float:
     gc.collect()
     gc.collect()      # a tuple is untracked once what it holds is (a headers dict, in the collection before)
     tracked = len(gc.get_objects()) - before
-    assert sum(len(q.messages) for q in machine.queues.values()) == MESSAGES
+    assert sum(len(q.rows) for q in machine.queues.values()) == MESSAGES
     return tracked / MESSAGES
 
 
@@ -107,7 +107,7 @@ def held_after_puts(with_ids: bool) -> int:
         machine.apply_entry(encode_entry([{"op": "commit", "queue": "q", "group": "default", "seq": IDS,
                                            "now_ms": now}]))
         gc.collect()
-        assert len(machine.queues["q"].messages) == 0 and len(machine.queues["q"].dedup) == (IDS if with_ids else 0)
+        assert len(machine.queues["q"].rows) == 0 and len(machine.queues["q"].dedup) == (IDS if with_ids else 0)
         return tracemalloc.get_traced_memory()[0]
     finally:
         tracemalloc.stop()

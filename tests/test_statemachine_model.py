@@ -43,6 +43,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from statemachine import StateMachine, encode_entry, is_error
 from statemachine.validation import QUEUE_DEFAULTS
+from tests.older_snapshots import downgraded, message_lists
 
 QUEUES = ["a", "b", "dl"]
 GROUPS = ["default", "g1", "g2"]
@@ -975,6 +976,24 @@ class QueuesComparison(RuleBasedStateMachine):
     def same_staging(self):
         for producer in PRODUCERS:
             assert self.sm.producer_info(producer) == self.model.producer_info(producer)
+
+    @invariant()
+    def same_stored_messages(self):
+        """Issue 25's proof: each queue's columns (statemachine/rows.py) hold what the model's message
+        objects hold, field by field, and its snapshot rewritten as version 8's lists of those objects
+        restores to the same state digest."""
+        data = self.sm.snapshot()
+        state = cbor2.loads(data)
+        assert [queue[0] for queue in state["queues"]] == list(self.model.queues)
+        for queue in state["queues"]:
+            q = self.model.queues[queue[0]]
+            held = [(m["seq"], m["body"], m["key"], m["headers"], m["put_at"], m["visible_at"], m["expires_at"],
+                     m["size"], sum(m["seq"] in entries for entries in q["groups"].values()), m["received"])
+                    for m in q["messages"]]
+            assert list(zip(*message_lists(queue[6]))) == held, queue[0]
+        restored = StateMachine()
+        restored.restore(cbor2.dumps(downgraded(data, 8)))
+        assert restored.state_digest() == self.sm.state_digest()
 
     @invariant()
     def same_queues(self):

@@ -1,0 +1,43 @@
+"""A snapshot of this release rewritten in an older version's layout, for the
+tests that restore older versions (statemachine/machine.py reads 4 on).
+
+Before version 9 a queue's messages were one list per field (seq, body, key,
+headers, put_at, visible_at, expires_at, size, pending, received) holding the
+stored messages only; version 9 holds the columns of statemachine/rows.py.
+Written here from the version-9 layout, not with the machine's own code, so
+that a reader that misreads either layout fails the tests.
+"""
+
+from array import array
+
+import cbor2
+
+
+def downgraded(snapshot: bytes, version: int) -> dict:
+    """The decoded snapshot, marked `version`, its messages in that version's layout."""
+    state = cbor2.loads(snapshot)
+    state["version"] = version
+    if version < 9:
+        for queue in state["queues"]:
+            queue[6] = message_lists(queue[6])
+    return state
+
+
+def message_lists(rows_state: list) -> list:
+    base, bodies, put_at, expires_at, sizes, pending, received, keys, headers, shows_at = rows_state
+    put_at, expires_at = numbers("q", put_at), numbers("q", expires_at)
+    sizes, pending = numbers("I", sizes), numbers("I", pending)
+    keys, headers, shows_at = dict(zip(*keys)), dict(zip(*headers)), dict(zip(*shows_at))
+    live = [row for row, groups in enumerate(pending) if groups]
+    seqs = [base + row for row in live]
+    return [seqs, [bodies[row] for row in live], [keys.get(seq) for seq in seqs],
+            [headers.get(seq) for seq in seqs], [put_at[row] for row in live],
+            [shows_at.get(base + row, put_at[row]) for row in live],
+            [expires_at[row] or None for row in live], [sizes[row] for row in live],
+            [pending[row] for row in live], [received[row] == 1 for row in live]]
+
+
+def numbers(typecode: str, data: bytes) -> list:
+    column = array(typecode)
+    column.frombytes(data)      # little-endian: the machines these tests run on
+    return column.tolist()
