@@ -5,7 +5,7 @@ about 200 bytes of objects beside its body (the tuple, its slot in the dict,
 the seq's own int).  Here it is one row across compact arrays (the `array`
 module): put time and expiry 8 bytes each, size and pending count 4 each,
 the received flag 1, and the body's pointer 8 in a list -- 33 bytes.  Arrays
-rather than numpy: no dependency, append and tobytes/frombytes at C speed,
+rather than numpy: no dependency, append and count at C speed,
 and the garbage collector does not track them (engine/pauses.py), so a full
 collection visits one list of bodies per queue, not one object per message.
 The bodies' list is the part issue 25's next step swaps for references into
@@ -23,28 +23,32 @@ the rows (and TRIM_MIN or more), so a queue consumed in order holds about as
 many rows as messages, and cutting costs O(1) per removed message.
 """
 
-import sys
 from array import array
-from itertools import compress
+from itertools import compress, groupby, repeat
 
 NO_EXPIRY = 0          # an expiry is put time + a TTL > 0, so never 0
 TRIM_MIN = 4_096       # dead rows ahead of the head worth a cut (a memmove of the columns)
 
 
-def _little(column: array) -> bytes:
-    """A column's bytes in little-endian order, whatever the machine's: snapshots move between machines."""
-    if sys.byteorder == "little":
-        return column.tobytes()
-    swapped = array(column.typecode, column)
-    swapped.byteswap()
-    return swapped.tobytes()
+def _runs(column) -> list:
+    """[values, lengths] of a column's runs of equal values.  A put's messages
+    share their put time, expiry, often their size; most are pending in one
+    group and not yet received: at a million messages a column is a few
+    thousand runs, where its bytes would be 4-8 MB."""
+    if not column:
+        return [[], []]
+    if column.count(column[0]) == len(column):        # (at C speed: the common case)
+        return [[column[0]], [len(column)]]
+    values, lengths = [], []
+    for value, run in groupby(column):
+        values.append(value)
+        lengths.append(len(list(run)))
+    return [values, lengths]
 
 
-def _from_little(typecode: str, data: bytes) -> array:
-    column = array(typecode)
-    column.frombytes(data)
-    if sys.byteorder != "little":
-        column.byteswap()
+def _from_runs(column, runs: list):
+    for value, length in zip(*runs):
+        column.extend(repeat(value, length))
     return column
 
 
@@ -188,15 +192,15 @@ class Rows:
         return [(expires_at, base + row) for row, expires_at in enumerate(self.expires_at) if expires_at]
 
     # ---- snapshot ----------------------------------------------------------------------------
-    # Version 9 on: the columns themselves, from the first live row to the
-    # tail, tombstones included (a tombstone's body is None), so that a
-    # replica restored from a snapshot takes the same snapshot as the one that
-    # wrote it, whatever dead rows each still holds ahead of its head.
+    # Version 9 on: the columns themselves, each as its runs, from the first
+    # live row to the tail, tombstones included (a tombstone's body is None),
+    # so that a replica restored from a snapshot takes the same snapshot as
+    # the one that wrote it, whatever dead rows each still holds ahead of its head.
     def to_state(self) -> list:
         head = self.head
         return [self.base + head, self.bodies[head:],
-                _little(self.put_at[head:]), _little(self.expires_at[head:]), _little(self.sizes[head:]),
-                _little(self.pending[head:]), bytes(self.received[head:]),
+                *(_runs(column[head:]) for column in
+                  (self.put_at, self.expires_at, self.sizes, self.pending, self.received)),
                 [list(self.keys), list(self.keys.values())],
                 [list(self.headers), list(map(dict, self.headers.values()))],
                 [list(self.shows_at), list(self.shows_at.values())]]
@@ -206,9 +210,11 @@ class Rows:
         base, bodies, put_at, expires_at, sizes, pending, received, keys, headers, shows_at = state
         rows = cls(base)
         rows.bodies = bodies
-        rows.put_at, rows.expires_at = _from_little("q", put_at), _from_little("q", expires_at)
-        rows.sizes, rows.pending = _from_little("I", sizes), _from_little("I", pending)
-        rows.received = bytearray(received)
+        _from_runs(rows.put_at, put_at)
+        _from_runs(rows.expires_at, expires_at)
+        _from_runs(rows.sizes, sizes)
+        _from_runs(rows.pending, pending)
+        _from_runs(rows.received, received)
         rows.keys = dict(zip(*keys))
         rows.headers = {seq: tuple(pairs.items()) for seq, pairs in zip(*headers)}
         rows.shows_at = dict(zip(*shows_at))
