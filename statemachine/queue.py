@@ -46,11 +46,11 @@ MAX_STEPPED_OVER = 10_000
 MAX_EARLIEST_GROUP_MESSAGES = 200_000
 
 
-# Stored headers are a tuple of (name, value) pairs, not a dict: the garbage
-# collector stops tracking a tuple that holds only strings and such tuples,
-# so a full collection never visits them (as dicts, or as messages that were
-# objects of a class, a million made each full collection a pause of 0.3-1 s
-# on the thread that applies entries and sends heartbeats).
+# Stored headers are a tuple of (name, value) pairs: about half a small
+# dict's bytes, and, holding only strings, never tracked by the garbage
+# collector -- a full collection must not visit the stored messages one by
+# one (as objects of a class, a million made each full collection a pause
+# of 0.3-1 s on the thread that applies entries and sends heartbeats).
 def stored_headers(headers: dict | None) -> tuple | None:
     return None if headers is None else tuple(headers.items())
 
@@ -303,7 +303,7 @@ class Queue:
                     break
                 ready.remove(seq)
             else:
-                seq = ready.pop(0)
+                seq = ready.pop_lowest()
             if limit is not None and group.deliveries.get(seq, 0) >= limit:
                 # max_deliveries was lowered below what this message has had
                 self._park(group, seq)
@@ -460,15 +460,13 @@ class Queue:
                                    "start it at the latest, or add it once consumers have caught up")
         group = Group(name)
         if start == "earliest":
-            ready = []
             shows_at = self.rows.shows_at
             for seq in self.rows.add_pending_everywhere():
                 visible_at = shows_at.get(seq) if shows_at else None
                 if visible_at is not None and visible_at > clock:
                     group.delay(seq, visible_at)
                 else:
-                    ready.append(seq)
-            group.ready = SortedList(ready)
+                    group.ready.add(seq)
         self.groups[name] = group
         return {"created": True, **self.group_stats(group)}
 
@@ -549,7 +547,7 @@ class Queue:
         queue.keys = {key: seq for seq, key in rows.keys.items()}      # in seq order: the newest wins
         queue.expiries = SortedList(rows.expiries())
         queue.dedup = DedupWindow.from_state(dedup) if version >= 8 else DedupWindow.from_ids(dedup)
-        queue.groups = {g[0]: Group.from_state(g) for g in groups}
+        queue.groups = {g[0]: Group.from_state(g, version) for g in groups}
         queue.outbox = deque((g, s) for g, s in outbox)
         queue.redrives = {rid: (result, at) for rid, result, at in redrives}
         queue.redrive_order = deque((at, rid) for rid, _, at in redrives)

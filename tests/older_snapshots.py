@@ -3,7 +3,8 @@ tests that restore older versions (statemachine/machine.py reads 4 on).
 
 Before version 9 a queue's messages were one list per field (seq, body, key,
 headers, put_at, visible_at, expires_at, size, pending, received) holding the
-stored messages only; version 9 holds the columns of statemachine/rows.py.
+stored messages only, and a group's ready seqs a list; version 9 holds the
+columns of statemachine/rows.py and runs of ready seqs (statemachine/ready.py).
 Written here from the version-9 layout, not with the machine's own code, so
 that a reader that misreads either layout fails the tests.
 """
@@ -18,7 +19,14 @@ def downgraded(snapshot: bytes, version: int) -> dict:
     if version < 9:
         for queue in state["queues"]:
             queue[6] = message_lists(queue[6])
+            for group in queue[8]:
+                group[1] = ready_list(group[1])
     return state
+
+
+def ready_list(runs: list) -> list:
+    """A group's ready seqs, in order, from version 9's [first seqs, lengths] runs of consecutive ones."""
+    return [seq for start, length in zip(*runs) for seq in range(start, start + length)]
 
 
 def message_lists(rows_state: list) -> list:
