@@ -313,11 +313,10 @@ class Queue:
             deliveries = group.lease(seq, token, deadline, clock)
             if deliveries > 1:
                 self.counters["redelivered_total"] += 1
-            rows.mark_received(seq)
+            body, key, headers, put_at = rows.deliver(seq)
             out.append({"seq": seq, "receipt": f"{prefix}{seq}:{token}",
-                        "body": rows.body(seq), "key": rows.keys.get(seq),
-                        "headers": given_headers(rows.headers.get(seq)),
-                        "deliveries": deliveries, "put_at_ms": rows.put_time(seq),
+                        "body": body, "key": key, "headers": given_headers(headers),
+                        "deliveries": deliveries, "put_at_ms": put_at,
                         "first_received_at_ms": group.first_leased.get(seq),
                         "ordering_key": self.ordering.get(seq) if self.ordering else None})
         return {"messages": out}
@@ -440,9 +439,7 @@ class Queue:
             group.forget(seq)
 
     def _unstore(self, seq: int) -> None:
-        rows = self.rows
-        key, expires_at = rows.keys.get(seq), rows.expiry(seq)
-        rows.remove(seq)
+        key, expires_at = self.rows.remove(seq)
         if key is not None and self.keys.get(key) == seq:
             del self.keys[key]
         if expires_at is not None:

@@ -102,18 +102,19 @@ class Rows:
     def put_time(self, seq: int) -> int:
         return self.put_at[seq - self.base]
 
-    def expiry(self, seq: int):
-        expires_at = self.expires_at[seq - self.base]
-        return None if expires_at == NO_EXPIRY else expires_at
-
     def size(self, seq: int) -> int:
         return self.sizes[seq - self.base]
 
     def was_received(self, seq: int) -> bool:
         return self.received[seq - self.base] == 1
 
-    def mark_received(self, seq: int) -> None:
-        self.received[seq - self.base] = 1
+    def deliver(self, seq: int) -> tuple:
+        """Mark the message received; (body, key, stored headers, put time): what a receive hands out,
+        in one call (a receive's per-message cost is mostly calls)."""
+        row = seq - self.base
+        self.received[row] = 1
+        return (self.bodies[row], self.keys.get(seq) if self.keys else None,
+                self.headers.get(seq) if self.headers else None, self.put_at[row])
 
     def release(self, seq: int, received: bool) -> int:
         """One group is done with the message (having received it, or not): the groups still pending."""
@@ -136,17 +137,18 @@ class Rows:
         base = self.base
         return [base + row for row in live]
 
-    def remove(self, seq: int) -> None:
-        """Leave a tombstone; cut the dead rows ahead of the head when they are many."""
+    def remove(self, seq: int) -> tuple:
+        """Leave a tombstone; cut the dead rows ahead of the head when they are many.
+        The removed message's (key, expires_at), for the queue's indexes."""
         row = seq - self.base
+        expires_at = self.expires_at[row]
+        key = self.keys.pop(seq, None) if self.keys else None
         self.count -= 1
         self.bytes -= self.sizes[row]
         # A tombstone holds zeros whatever the message held: a replica restored
         # from an older snapshot (whose gaps become zeros) must snapshot alike.
         self.bodies[row] = None
         self.put_at[row] = self.expires_at[row] = self.sizes[row] = self.pending[row] = self.received[row] = 0
-        if self.keys:
-            self.keys.pop(seq, None)
         if self.headers:
             self.headers.pop(seq, None)
         if self.shows_at:
@@ -155,6 +157,7 @@ class Rows:
             self.clear(self.base + len(self.pending))
         elif row == self.head:
             self._step_head()
+        return key, None if expires_at == NO_EXPIRY else expires_at
 
     def _step_head(self) -> None:
         pending, head = self.pending, self.head
