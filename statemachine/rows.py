@@ -5,8 +5,8 @@ about 200 bytes of objects beside its body (the tuple, its slot in the dict,
 the seq's own int).  Here it is one row across compact arrays (the `array`
 module): put time and expiry 8 bytes each, size and pending count 4 each,
 the received flag 1, and the body's pointer 8 in a list -- 33 bytes.  Arrays
-rather than numpy: no dependency, append and count at C speed,
-and the garbage collector does not track them (engine/pauses.py), so a full
+rather than numpy: no dependency, append and count at C speed, and the
+garbage collector does not track them (engine/pauses.py), so a full
 collection visits one list of bodies per queue, not one object per message.
 The bodies' list is the part issue 25's next step swaps for references into
 the Raft log.
@@ -46,10 +46,10 @@ def _runs(column) -> list:
     return [values, lengths]
 
 
-def _from_runs(column, runs: list):
+def _from_runs(column, runs: list) -> None:
+    """Append `_runs`'s runs to the column."""
     for value, length in zip(*runs):
         column.extend(repeat(value, length))
-    return column
 
 
 class Rows:
@@ -58,7 +58,7 @@ class Rows:
 
     def __init__(self, base: int = 1):
         self.base = base          # the seq of row 0
-        self.head = 0             # no live row is below this one
+        self.head = 0             # the first live row (when count > 0)
         self.count = 0            # live rows
         self.bytes = 0            # their sizes, summed
         self.bodies = []
@@ -73,10 +73,6 @@ class Rows:
 
     def __len__(self) -> int:
         return self.count
-
-    def __contains__(self, seq: int) -> bool:
-        row = seq - self.base
-        return 0 <= row < len(self.pending) and self.pending[row] != 0
 
     # ---- one message --------------------------------------------------------------------
     def append(self, seq: int, body, key, headers, put_at: int, expires_at, size: int, pending: int) -> None:
