@@ -80,10 +80,10 @@ class Machine:
                                                           for i in range(first, first + BATCH)]}
 
     def trim(self, depth: int) -> None:
-        queue = self.sm.queues[QUEUE]
-        extra = len(queue.messages) - depth
+        stats = self.sm.queue_info(QUEUE)["stats"]
+        extra = stats["depth"] - depth
         if extra > 0:
-            upto = queue.first_seq() + extra - 1      # (seqs are dense: nothing is removed but by commits)
+            upto = stats["first_seq"] + extra - 1      # (seqs are dense: nothing is removed but by commits)
             self.apply({"op": "commit", "queue": QUEUE, "group": "default", "seq": upto}, later=False)
 
 

@@ -43,7 +43,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from itertools import islice
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The statemachine/ measured: the working tree's, or an exported REF's in a child of --against.
@@ -100,8 +99,10 @@ class Bench:
     def settle(op, receipts):
         return {"op": op, "queue": QUEUE, "receipts": receipts}
 
+    # Through the machine's reads, not its attributes: --against runs this
+    # against other trees' statemachine/, whose queues may be built otherwise.
     def depth(self) -> int:
-        return len(self.sm.queues[QUEUE].messages)
+        return self.sm.queue_info(QUEUE)["stats"]["depth"]
 
     def fill(self, depth: int) -> None:
         """Untimed puts up to `depth`."""
@@ -110,10 +111,10 @@ class Bench:
 
     def trim(self, depth: int) -> None:
         """Untimed: commit the oldest messages away until `depth` are left."""
-        queue = self.sm.queues[QUEUE]
-        extra = len(queue.messages) - depth
+        extra = self.depth() - depth
         if extra > 0:
-            upto = next(islice(queue.messages, extra - 1, None))
+            # the default group, the only one, holds every stored message
+            upto = self.sm.browse(QUEUE, "default", 0, extra)["messages"][-1]["seq"]
             self.apply(self.entry({"op": "commit", "queue": QUEUE, "group": "default", "seq": upto}))
 
     # ---- workloads -------------------------------------------------------------------------

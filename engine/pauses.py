@@ -14,8 +14,8 @@ the interpreter itself did, under load (tests/test_saturation.py):
   and sorted lists) it took 0.2-0.4 s, and found nothing: the state machine
   holds no reference cycles.  What survived a full collection is frozen
   (``gc.freeze``), so the next one visits only what was promoted since.
-  (Stored messages are plain tuples the collector does not track at all:
-  statemachine/queue.py.)  The price: an object frozen while alive that
+  (Stored messages are rows of arrays and flag bytes, which the collector
+  does not track at all: statemachine/rows.py, statemachine/ready.py.)  The price: an object frozen while alive that
   later becomes part of a garbage cycle is never reclaimed.  The engine's
   long-lived objects -- queues, groups, connections, the journal -- are
   freed by reference counting; a cycle among them leaks its few objects.

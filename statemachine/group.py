@@ -8,8 +8,10 @@ these places in that group:
 - ``delayed`` — put with a delay, or nacked with one: ready at a log time;
 - ``parked``  — out of deliveries, waiting to be moved to the dead-letter queue.
 
-Every structure but ``leases`` is sorted so that handing out k messages costs
-O(k log n) and timers are found without scanning; leases are a plain dict
+``ready`` holds a flag byte per seq (``ready.py``): every stored message
+sits there in every group that has not received it, so it must cost little.
+The others are sorted so that timers are found without scanning and hold
+only what is delayed, parked or in flight; leases are a plain dict
 because leasing and acking are the hot path, and the questions that need
 them in order (a group's cursor, browse, commit) scan what is in flight.
 """
@@ -19,23 +21,7 @@ from itertools import chain
 
 from sortedcontainers import SortedDict, SortedList
 
-
-def same_objects(values: list, stored: list) -> list:
-    """`values` (an ordered sublist of `stored`) made of `stored`'s own objects.
-
-    A snapshot decodes every seq twice, in the messages and in a group's
-    ready list; sharing one int object per seq saves 32 bytes a message.
-    """
-    if values == stored:
-        return stored
-    out = []
-    rest = iter(stored)
-    for value in values:
-        for seq in rest:
-            if seq == value:
-                out.append(seq)
-                break
-    return out if len(out) == len(values) else values
+from .ready import ReadySeqs
 
 
 class Group:
@@ -44,7 +30,7 @@ class Group:
 
     def __init__(self, name: str):
         self.name = name
-        self.ready = SortedList()
+        self.ready = ReadySeqs()
         # seq -> (token, deadline).  A plain dict: leasing and acking are the
         # hot path; the few ordered questions (cursor, browse, commit) sort or
         # scan what is in flight when they are asked.
@@ -138,8 +124,9 @@ class Group:
 
     def lowest_held(self):
         """The lowest seq this group holds in its own structures, or None."""
-        heads = [s.keys()[0] if isinstance(s, SortedDict) else s[0]
-                 for s in (self.ready, self.delayed, self.parked) if s]
+        heads = [s.keys()[0] for s in (self.delayed, self.parked) if s]
+        if self.ready:
+            heads.append(self.ready.lowest())
         if self.leases:
             heads.append(min(self.leases))
         return min(heads) if heads else None
@@ -157,7 +144,7 @@ class Group:
     def to_state(self) -> list:
         lease_seqs = sorted(self.leases)
         leases = list(map(self.leases.__getitem__, lease_seqs))
-        return [self.name, list(self.ready),
+        return [self.name, self.ready.to_state(),
                 [lease_seqs, [t for t, _ in leases], [d for _, d in leases]],
                 [list(self.delayed), list(self.delayed.values())],
                 [list(self.deliveries), list(self.deliveries.values())],
@@ -165,12 +152,12 @@ class Group:
                 [list(self.first_leased), list(self.first_leased.values())]]
 
     @classmethod
-    def from_state(cls, state: list, stored: list) -> "Group":
-        """`stored`: the queue's seqs, in order, whose int objects the ready list shares."""
-        # Snapshots before version 7 have no first deliveries' times.
+    def from_state(cls, state: list, version: int) -> "Group":
+        # Snapshots before version 7 have no first deliveries' times; before
+        # version 9 the ready seqs are a list, not runs.
         name, ready, (lease_seqs, tokens, deadlines), delayed, deliveries, parked, *newer = state
         group = cls(name)
-        group.ready = SortedList(same_objects(ready, stored))
+        group.ready = ReadySeqs.from_state(ready) if version >= 9 else ReadySeqs.from_seqs(ready)
         group.leases = dict(zip(lease_seqs, zip(tokens, deadlines)))
         for seq, deadline in zip(lease_seqs, deadlines):
             group._add_deadline(seq, deadline)

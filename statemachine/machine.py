@@ -62,7 +62,7 @@ from typing import Callable, NamedTuple
 import cbor2
 
 from .catalog import Catalog
-from .queue import BODY, HEADERS, KEY, PARKED_RETRY_MS, Queue
+from .queue import PARKED_RETRY_MS, Queue
 from .redrive import redrive
 from .results import (BAD_REQUEST, CONFLICT, INTERNAL, LIMIT_REACHED, NOT_FOUND, STALE_RECEIPT, WRONG_GROUP,
                       error)
@@ -72,9 +72,11 @@ from .validation import full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
 SNAPSHOT_VERSION = 9
-# Version 8 is version 9 without the group's id, the group count and the
-# catalog: a snapshot of a cluster of one group, which restores as group 0 of 1.
-# Version 7 is version 8 with each queue's dedup window as its ids, not their
+# Version 8 is version 9 with each queue's messages as one list per field, not
+# their columns (statemachine/rows.py), and without the group's id, the group
+# count and the catalog: a snapshot of a cluster of one group, which restores
+# as group 0 of 1. Version 7 is version 8 with each queue's dedup window as
+# its ids, not their
 # hashes (statemachine/dedup.py); version 6 is version 7 without the time of
 # each message's first delivery and without ordering keys,
 # version 5 also without staged writes, version 4 also without redrive:
@@ -412,14 +414,14 @@ class StateMachine:
             if group is None or seq not in group.parked:
                 queue.outbox.popleft()
                 continue
-            msg = queue.messages[seq]
+            rows = queue.rows
             target_name = queue.config["dead_letter"]
             if target_name is not None:
                 target = self.queues.get(target_name)
                 if target is None:
                     target = self._new_queue(target_name, full_config({}))
                 target.advance(self.clock)
-                headers = {**dict(msg[HEADERS] or ()),
+                headers = {**dict(rows.headers.get(seq, ())),
                            "x-raftq-from-queue": queue.name,
                            "x-raftq-from-group": group_name,
                            "x-raftq-deliveries": str(group.deliveries.get(seq, 0)),
@@ -428,7 +430,7 @@ class StateMachine:
                 # included: otherwise two unreceived versions of one key could be
                 # stored there, and a restored replica (whose key index is rebuilt
                 # from the messages) would replace a different one than the leader.
-                moved = [{"body": msg[BODY], "key": msg[KEY], "headers": headers,
+                moved = [{"body": rows.body(seq), "key": rows.keys.get(seq), "headers": headers,
                           "ordering_key": queue.ordering.get(seq)}]
                 if target.config["overflow"] == "reject" and target.check_capacity(moved):
                     return
@@ -475,7 +477,7 @@ class StateMachine:
         return op.handler(self, *args)
 
     def list_queues(self) -> dict:
-        return {"queues": [{"name": q.name, "depth": len(q.messages),
+        return {"queues": [{"name": q.name, "depth": len(q.rows),
                             "in_flight": sum(len(g.leases) for g in q.groups.values()),
                             "groups": list(q.groups)} for q in self.queues.values()]}
 

@@ -1,7 +1,7 @@
 """One queue: its stored messages, its indexes, its timers and its groups.
 
-Messages live in one dict keyed by seq, in seq order because seqs are only
-ever inserted growing (``first_seq`` keeps the head).  Three indexes hang off it:
+Messages are rows of columns indexed by seq (``rows.py``), in seq order
+because seqs are only ever handed out growing.  Three indexes hang off them:
 ``keys`` (key -> newest seq, for keyed replacement), ``dedup`` (idempotency
 id -> seq within the window, kept hashed: ``dedup.py``) and ``expiries`` (TTL
 order).  Each consumer group (``group.py``) keeps its own ready/leased/delayed
@@ -19,8 +19,7 @@ which lives outside this queue.
 
 import re
 from collections import deque
-from itertools import chain, groupby, islice, repeat
-from operator import itemgetter
+from itertools import chain, islice
 
 import cbor2
 from sortedcontainers import SortedList
@@ -30,6 +29,7 @@ from wire_format import is_name
 from .dedup import DedupWindow
 from .group import Group
 from .results import CONFLICT, NOT_FOUND, QUEUE_FULL, error
+from .rows import Rows
 from .validation import full_config
 
 COUNTERS = ("put_total", "acked_total", "redelivered_total", "dead_lettered_total",
@@ -46,58 +46,17 @@ MAX_STEPPED_OVER = 10_000
 MAX_EARLIEST_GROUP_MESSAGES = 200_000
 
 
-# A stored message is a plain tuple of the fields below, replaced whole when
-# `pending` or `received` changes, its headers a tuple of (name, value) pairs
-# (`stored_headers`).  The garbage collector stops tracking a tuple that
-# holds only strings, numbers and such tuples -- not one that holds a dict --
-# so a full collection never visits the stored messages: as objects of a
-# class, a million of them made each full collection a pause of 0.3-1 s on
-# the thread that applies entries and sends heartbeats.  A message holds
-# only what every message needs: its seq is its key in ``Queue.messages``,
-# and the log time a delayed put shows is in ``Queue.shows_at`` (most puts
-# have no delay).
-BODY, KEY, HEADERS, PUT_AT, EXPIRES_AT, SIZE, PENDING, RECEIVED = range(8)
-
-
+# Stored headers are a tuple of (name, value) pairs: about half a small
+# dict's bytes, and, holding only strings, never tracked by the garbage
+# collector -- a full collection must not visit the stored messages one by
+# one (as objects of a class, a million made each full collection a pause
+# of 0.3-1 s on the thread that applies entries and sends heartbeats).
 def stored_headers(headers: dict | None) -> tuple | None:
     return None if headers is None else tuple(headers.items())
 
 
 def given_headers(stored: tuple | None) -> dict | None:
     return None if stored is None else dict(stored)
-
-
-# Snapshots hold one list per field, not one per message: a million small
-# lists cost more to build, encode, decode and garbage-collect than the
-# messages' own data (issue 2 allows 3 s for a snapshot of a million).
-# The columns (version 4 on): seq, body, key, headers, put_at, visible_at,
-# expires_at, size, pending, received.
-def message_columns(seqs: list, messages: list, shows_at: dict) -> list:
-    def column(field):
-        return list(map(itemgetter(field), messages))
-    put_at = column(PUT_AT)
-    visible_at = [shows_at.get(seq, at) for seq, at in zip(seqs, put_at)] if shows_at else list(put_at)
-    return [seqs, column(BODY), column(KEY), list(map(given_headers, column(HEADERS))), put_at, visible_at,
-            column(EXPIRES_AT), column(SIZE), column(PENDING), column(RECEIVED)]
-
-
-def messages_from_columns(columns: list):
-    """(messages in seq order, shows_at) from `message_columns`'s lists."""
-    seqs, bodies, keys, headers, put_at, visible_at, expires_at, sizes, pending, received = columns
-    shows_at = {} if visible_at == put_at else {
-        seq: shown for seq, put, shown in zip(seqs, put_at, visible_at) if shown != put}
-    out = list(zip(bodies, keys, map(stored_headers, headers), shared(put_at), shared(expires_at), sizes,
-                   pending, received))
-    return out, shows_at
-
-
-def shared(values: list) -> list:
-    """`values` with one object per distinct value: the messages of one put share
-    their times, but decoding gave each its own int object (32 bytes)."""
-    out = []
-    for value, run in groupby(values):    # (runs, compared at C speed: a put's messages are adjacent)
-        out.extend(repeat(value, len(list(run))))
-    return out
 
 
 def body_size(body) -> int:
@@ -160,11 +119,8 @@ class Queue:
         self.next_seq = 1
         self.next_lease = 1
         self.counters = dict.fromkeys(COUNTERS, 0)
-        self.messages = {}                  # seq -> Message, in seq order
-        self.head = 1                       # no stored seq is lower (first_seq moves it)
-        self.shows_at = {}                  # seq -> visible_at of a message put with a delay
+        self.rows = Rows()                  # the stored messages, in seq order
         self.ordering = {}                  # seq -> ordering key of a message put with one
-        self.bytes = 0
         self.keys = {}                      # key -> seq of its newest stored version
         self.dedup = DedupWindow()          # id -> seq, for dedup_window_ms after the put
         # Redrives out of this (dead-letter) queue by request id, for the same
@@ -198,7 +154,7 @@ class Queue:
         """False when no timer can be pending: leases, delays and expiries all
         belong to stored messages, and only remembered ids outlive them. Cheap
         enough to ask of every queue at every tick."""
-        return bool(self.messages or self.dedup or self.redrive_order)
+        return bool(self.rows or self.dedup or self.redrive_order)
 
     def next_timer(self):
         """The earliest log time at which `advance` has work, or None."""
@@ -220,7 +176,8 @@ class Queue:
         limit_count, limit_bytes = self.config["max_length"], self.config["max_bytes"]
         if limit_count is None and limit_bytes is None:
             return None
-        count, size = len(self.messages), self.bytes
+        rows = self.rows
+        count, size = len(rows), rows.bytes
         batch_count = batch_size = 0
         ids, batch_keys = set(), {}          # key -> size of the batch's newest version
         for m in messages:
@@ -237,9 +194,9 @@ class Queue:
                     count, size = count - 1, size - batch_keys[key]
                     batch_count, batch_size = batch_count - 1, batch_size - batch_keys[key]
                 else:
-                    old = self.messages.get(self.keys.get(key, -1))
-                    if old is not None and not old[RECEIVED]:
-                        count, size = count - 1, size - old[SIZE]
+                    old = self.keys.get(key)
+                    if old is not None and not rows.was_received(old):
+                        count, size = count - 1, size - rows.size(old)
                 batch_keys[key] = nbytes
         if self.config["overflow"] == "drop_oldest":
             over_count = limit_count is not None and batch_count > limit_count   # older messages make room
@@ -247,8 +204,8 @@ class Queue:
         else:
             # A batch that does not grow the queue (retried duplicates, a same-size
             # replacement) is taken even when a PATCH left the queue over its limits.
-            over_count = limit_count is not None and count > limit_count and count > len(self.messages)
-            over_bytes = limit_bytes is not None and size > limit_bytes and size > self.bytes
+            over_count = limit_count is not None and count > limit_count and count > len(rows)
+            over_bytes = limit_bytes is not None and size > limit_bytes and size > rows.bytes
         if over_count or over_bytes:
             return error(QUEUE_FULL, f"queue {self.name!r} is full "
                          f"(max_length={limit_count}, max_bytes={limit_bytes})")
@@ -270,7 +227,7 @@ class Queue:
             key = m.get("key")
             if key is not None and key in self.keys:
                 old_seq = self.keys[key]
-                if not self.messages[old_seq][RECEIVED]:
+                if not self.rows.was_received(old_seq):
                     replaced = old_seq
                     self._remove(old_seq)
                     self.counters["replaced_total"] += 1
@@ -295,8 +252,7 @@ class Queue:
         self.next_seq = seq + 1
         if ordering_key is not None:
             self.ordering[seq] = ordering_key
-        self.messages[seq] = (body, key, stored_headers(headers), clock, expires_at, size, len(self.groups), False)
-        self.bytes += size
+        self.rows.append(seq, body, key, stored_headers(headers), clock, expires_at, size, len(self.groups))
         if key is not None:
             self.keys[key] = seq
         if expires_at is not None:
@@ -304,7 +260,7 @@ class Queue:
         # A delay is kept per group, like a nack delay, so that each group can
         # finish the message on its own (a commit past it) before it shows.
         if delay_ms:
-            visible_at = self.shows_at[seq] = clock + delay_ms
+            visible_at = self.rows.shows_at[seq] = clock + delay_ms
             for group in self.groups.values():
                 group.delay(seq, visible_at)
         else:
@@ -318,10 +274,11 @@ class Queue:
         if self.config["overflow"] != "drop_oldest":
             return
         limit_count, limit_bytes = self.config["max_length"], self.config["max_bytes"]
-        while self.messages and (
-                (limit_count is not None and len(self.messages) > limit_count)
-                or (limit_bytes is not None and self.bytes > limit_bytes)):
-            self._remove(self.first_seq())
+        rows = self.rows
+        while rows and (
+                (limit_count is not None and len(rows) > limit_count)
+                or (limit_bytes is not None and rows.bytes > limit_bytes)):
+            self._remove(rows.first_seq())
             self.counters["dropped_total"] += 1
 
     # ---- delivery -----------------------------------------------------------
@@ -335,6 +292,7 @@ class Queue:
         ready = group.ready
         prefix = receipt_prefix(self.incarnation, group_name)
         waiting = self._ordering_waits(group) if self.ordering else None
+        rows = self.rows
         stepped = 0     # ready messages stepped over: an earlier one of their ordering key is not ready
         seq = 0
         while ready and len(out) < count:
@@ -345,22 +303,20 @@ class Queue:
                     break
                 ready.remove(seq)
             else:
-                seq = ready.pop(0)
+                seq = ready.pop_lowest()
             if limit is not None and group.deliveries.get(seq, 0) >= limit:
                 # max_deliveries was lowered below what this message has had
                 self._park(group, seq)
                 continue
-            msg = self.messages[seq]
             token = self.next_lease
             self.next_lease = token + 1
             deliveries = group.lease(seq, token, deadline, clock)
             if deliveries > 1:
                 self.counters["redelivered_total"] += 1
-            if not msg[RECEIVED]:
-                self.messages[seq] = msg[:RECEIVED] + (True,)
+            body, key, headers, put_at = rows.deliver(seq)
             out.append({"seq": seq, "receipt": f"{prefix}{seq}:{token}",
-                        "body": msg[BODY], "key": msg[KEY], "headers": given_headers(msg[HEADERS]),
-                        "deliveries": deliveries, "put_at_ms": msg[PUT_AT],
+                        "body": body, "key": key, "headers": given_headers(headers),
+                        "deliveries": deliveries, "put_at_ms": put_at,
                         "first_received_at_ms": group.first_leased.get(seq),
                         "ordering_key": self.ordering.get(seq) if self.ordering else None})
         return {"messages": out}
@@ -462,12 +418,8 @@ class Queue:
         """
         if not group.forget(seq):
             return
-        msg = self.messages[seq]
-        pending = msg[PENDING] - 1
-        if pending == 0:
+        if not self.rows.release(seq, received):
             self._unstore(seq)    # pending counts the groups holding it: none is left to forget it
-        else:
-            self.messages[seq] = msg[:PENDING] + (pending, received or msg[RECEIVED])
 
     def commit(self, group_name: str, upto: int):
         group = self.groups.get(group_name)
@@ -487,14 +439,11 @@ class Queue:
             group.forget(seq)
 
     def _unstore(self, seq: int) -> None:
-        _, key, _, _, expires_at, size, _, _ = self.messages.pop(seq)
-        self.bytes -= size
+        key, expires_at = self.rows.remove(seq)
         if key is not None and self.keys.get(key) == seq:
             del self.keys[key]
         if expires_at is not None:
             self.expiries.remove((expires_at, seq))
-        if self.shows_at:
-            self.shows_at.pop(seq, None)
         if self.ordering:
             self.ordering.pop(seq, None)
 
@@ -502,23 +451,19 @@ class Queue:
     def add_group(self, name: str, start: str, clock: int):
         if name in self.groups:
             return {"created": False, **self.group_stats(self.groups[name])}
-        if start == "earliest" and len(self.messages) > MAX_EARLIEST_GROUP_MESSAGES:
-            return error(CONFLICT, f"queue {self.name!r} holds {len(self.messages)} messages; a group can start "
+        if start == "earliest" and len(self.rows) > MAX_EARLIEST_GROUP_MESSAGES:
+            return error(CONFLICT, f"queue {self.name!r} holds {len(self.rows)} messages; a group can start "
                                    f"at the earliest one while it holds at most {MAX_EARLIEST_GROUP_MESSAGES}: "
                                    "start it at the latest, or add it once consumers have caught up")
         group = Group(name)
         if start == "earliest":
-            ready = []
-            shows_at = self.shows_at
-            messages = self.messages
-            for seq, msg in messages.items():
-                messages[seq] = msg[:PENDING] + (msg[PENDING] + 1, msg[RECEIVED])
+            shows_at = self.rows.shows_at
+            for seq in self.rows.add_pending_everywhere():
                 visible_at = shows_at.get(seq) if shows_at else None
                 if visible_at is not None and visible_at > clock:
                     group.delay(seq, visible_at)
                 else:
-                    ready.append(seq)
-            group.ready = SortedList(ready)
+                    group.ready.add(seq)
         self.groups[name] = group
         return {"created": True, **self.group_stats(group)}
 
@@ -535,17 +480,6 @@ class Queue:
         return {"deleted": True}
 
     # ---- read-only views ----------------------------------------------------
-    def first_seq(self):
-        """The lowest stored seq, or None.  Seqs only grow, so the head only
-        moves forward: each removed seq is stepped over once, not per call."""
-        if not self.messages:
-            return None
-        seq = self.head
-        while seq not in self.messages:
-            seq += 1
-        self.head = seq
-        return seq
-
     def cursor(self, group: Group) -> int:
         """The lowest seq the group has not acked (the next one, if none)."""
         lowest = group.lowest_held()
@@ -558,11 +492,11 @@ class Queue:
     def stats(self) -> dict:
         groups = self.groups.values()
         return {
-            "depth": len(self.messages),
-            "bytes": self.bytes,
+            "depth": len(self.rows),
+            "bytes": self.rows.bytes,
             "in_flight": sum(len(g.leases) for g in groups),
             "delayed": sum(len(g.delayed) for g in groups),
-            "first_seq": self.first_seq(),
+            "first_seq": self.rows.first_seq(),
             "last_seq": self.next_seq - 1 if self.next_seq > 1 else None,
             **self.counters,
             "groups": {g.name: {k: v for k, v in self.group_stats(g).items() if k != "name"}
@@ -573,19 +507,18 @@ class Queue:
         group = self.groups.get(group_name)
         if group is None:
             return error(NOT_FOUND, f"group {group_name!r} does not exist in queue {self.name!r}")
-        out = []
+        out, rows = [], self.rows
         for seq in islice(group.held_from(from_seq), limit):
-            msg = self.messages[seq]
-            out.append({"seq": seq, "body": msg[BODY], "key": msg[KEY], "headers": given_headers(msg[HEADERS]),
-                        "deliveries": group.deliveries.get(seq, 0), "put_at_ms": msg[PUT_AT]})
+            out.append({"seq": seq, "body": rows.body(seq), "key": rows.keys.get(seq),
+                        "headers": given_headers(rows.headers.get(seq)),
+                        "deliveries": group.deliveries.get(seq, 0), "put_at_ms": rows.put_time(seq)})
         return {"messages": out, "last_seq": self.next_seq - 1}
 
     # ---- snapshot -------------------------------------------------------------
     def to_state(self) -> list:
-        seqs = list(self.messages)
         return [self.name, self.config, self.incarnation, self.next_seq, self.next_lease,
                 [self.counters[c] for c in COUNTERS],
-                message_columns(seqs, list(self.messages.values()), self.shows_at),
+                self.rows.to_state(),
                 self.dedup.to_state(),
                 [g.to_state() for g in self.groups.values()],
                 [[g, s] for g, s in self.outbox],
@@ -596,7 +529,8 @@ class Queue:
     def from_state(cls, state: list, version: int) -> "Queue":
         # A version-4 snapshot has neither redrives nor the counters added since;
         # one before version 7 has no ordering keys; one before version 8 holds
-        # the dedup window's ids themselves.
+        # the dedup window's ids themselves; one before version 9 holds the
+        # messages as one list per field (`Rows.from_message_columns`).
         name, config, incarnation, next_seq, next_lease, counters, messages, dedup, groups, outbox, *newer = state
         redrives = newer[0] if newer else []
         ordering = newer[1] if len(newer) > 1 else [[], []]
@@ -605,15 +539,12 @@ class Queue:
         queue = cls(name, full_config(config), incarnation)
         queue.next_seq, queue.next_lease = next_seq, next_lease
         queue.counters = {**dict.fromkeys(COUNTERS, 0), **dict(zip(COUNTERS, counters))}
-        msgs, queue.shows_at = messages_from_columns(messages)
-        seqs = messages[0]
-        queue.messages = dict(zip(seqs, msgs))
-        queue.head = seqs[0] if seqs else next_seq
-        queue.bytes = sum(messages[7])
-        queue.keys = {m[KEY]: seq for seq, m in zip(seqs, msgs) if m[KEY] is not None}
-        queue.expiries = SortedList((m[EXPIRES_AT], seq) for seq, m in zip(seqs, msgs) if m[EXPIRES_AT] is not None)
+        rows = queue.rows = (Rows.from_state(messages, next_seq) if version >= 9
+                             else Rows.from_message_columns(messages, next_seq))
+        queue.keys = {key: seq for seq, key in rows.keys.items()}      # in seq order: the newest wins
+        queue.expiries = SortedList(rows.expiries())
         queue.dedup = DedupWindow.from_state(dedup) if version >= 8 else DedupWindow.from_ids(dedup)
-        queue.groups = {g[0]: Group.from_state(g, seqs) for g in groups}
+        queue.groups = {g[0]: Group.from_state(g, version) for g in groups}
         queue.outbox = deque((g, s) for g, s in outbox)
         queue.redrives = {rid: (result, at) for rid, result, at in redrives}
         queue.redrive_order = deque((at, rid) for rid, _, at in redrives)

@@ -23,7 +23,6 @@ Rules (docs/api.md):
   timeout or failover).
 """
 
-from .queue import BODY, HEADERS, KEY
 from .results import NOT_FOUND, error
 
 FROM_QUEUE = "x-raftq-from-queue"
@@ -42,11 +41,12 @@ def redrive(machine, cmd) -> dict:
     moved, to = 0, {}
     blocked = set()        # sources that are gone or full: their later dead letters wait too
     # Only the message at hand leaves the dead-letter queue, so a copy of its seqs stays true.
-    for seq in list(dlq.messages):
+    rows = dlq.rows
+    for seq in rows.seqs():
         if moved == limit:
             break
-        msg = dlq.messages[seq]
-        source = dict(msg[HEADERS] or ()).get(FROM_QUEUE)
+        held_headers = rows.headers.get(seq, ())
+        source = dict(held_headers).get(FROM_QUEUE)
         if source is None or source == dlq.name or source in blocked or wanted not in (None, source):
             continue
         if any(seq in group.leases for group in dlq.groups.values()):
@@ -54,8 +54,9 @@ def redrive(machine, cmd) -> dict:
         target = machine.queues.get(source)
         if target is not None:
             target.advance(machine.clock)
-        headers = {k: v for k, v in msg[HEADERS] if k not in DEAD_LETTER_HEADERS} or None
-        back = [{"body": msg[BODY], "key": msg[KEY], "headers": headers, "ordering_key": dlq.ordering.get(seq)}]
+        headers = {k: v for k, v in held_headers if k not in DEAD_LETTER_HEADERS} or None
+        back = [{"body": rows.body(seq), "key": rows.keys.get(seq), "headers": headers,
+                 "ordering_key": dlq.ordering.get(seq)}]
         if target is None or target.check_capacity(back):
             blocked.add(source)
             continue

@@ -43,6 +43,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from statemachine import StateMachine, encode_entry, is_error
 from statemachine.validation import QUEUE_DEFAULTS
+from tests.older_snapshots import downgraded, message_lists
 
 QUEUES = ["a", "b", "dl"]
 GROUPS = ["default", "g1", "g2"]
@@ -975,6 +976,15 @@ class QueuesComparison(RuleBasedStateMachine):
         self.run(op, **fields, raft_group=routed_for)
         assert self.sm.snapshot() == before
 
+    @rule()
+    def restart_from_a_version_8_snapshot(self):
+        """The snapshot rewritten in version 8's layout (each queue's messages as lists of their fields,
+        as the objects held them) restores to the same state, which goes on alike."""
+        data = self.sm.snapshot()
+        self.sm = StateMachine()
+        self.sm.restore(cbor2.dumps(downgraded(data, 8)))
+        assert self.sm.snapshot() == data
+
     @rule(cmd=st.sampled_from([
         {"op": "put", "queue": "a", "messages": [{"body": "ok"}, {"key": "k1"}]},
         {"op": "put", "queue": "a b", "messages": [{"body": "x"}]},
@@ -999,6 +1009,18 @@ class QueuesComparison(RuleBasedStateMachine):
     def same_staging(self):
         for producer in PRODUCERS:
             assert self.sm.producer_info(producer) == self.model.producer_info(producer)
+
+    @invariant()
+    def same_stored_messages(self):
+        """Issue 25's proof, after every step: each queue's columns (statemachine/rows.py) hold what the
+        model's message objects hold, field by field (the pending count: the groups holding it)."""
+        assert list(self.sm.queues) == list(self.model.queues)
+        for name, queue in self.sm.queues.items():
+            q = self.model.queues[name]
+            held = [(m["seq"], m["body"], m["key"], m["headers"], m["put_at"], m["visible_at"], m["expires_at"],
+                     m["size"], sum(m["seq"] in entries for entries in q["groups"].values()), m["received"])
+                    for m in q["messages"]]
+            assert list(zip(*message_lists(queue.rows.to_state()))) == held, name
 
     @invariant()
     def same_queues(self):

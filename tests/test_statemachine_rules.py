@@ -11,6 +11,7 @@ import pytest
 from statemachine import StateMachine, check_command, decode_entry, encode_entry, is_error
 from statemachine.machine import OPS
 from statemachine.queue import MAX_EARLIEST_GROUP_MESSAGES
+from tests.older_snapshots import downgraded, message_lists
 
 T0 = 1_000_000
 
@@ -682,8 +683,7 @@ def test_a_version_4_snapshot_from_before_redrive_restores_with_nothing_redriven
     dead_letter_queue(m, max_deliveries=1)
     m.put("q", msg("a"))
     spend(m, "q")
-    state = cbor2.loads(m.sm.snapshot())
-    state["version"] = 4
+    state = downgraded(m.sm.snapshot(), 4)
     state["queues"] = [q[:5] + [q[5][:7]] + q[6:10] for q in state["queues"]]
     restored = StateMachine()
     restored.restore(cbor2.dumps(state))
@@ -1205,7 +1205,7 @@ def test_a_restored_machine_keeps_when_each_delayed_put_shows(m):
     m.now += 60
     state = cbor2.loads(m.sm.snapshot())
     [queue] = state["queues"]
-    assert queue[6][4:6] == [[T0, T0, T0], [T0, T0 + 100, T0 + 50]]    # put_at, visible_at columns
+    assert message_lists(queue[6])[4:6] == [[T0, T0, T0], [T0, T0 + 100, T0 + 50]]    # put_at, visible_at
     m.sm = StateMachine()
     m.sm.restore(cbor2.dumps(state))
     m.ok("add_group", queue="q", group="g2", start="earliest")
@@ -1279,8 +1279,7 @@ def test_a_redelivery_keeps_the_time_of_the_first_delivery_also_through_a_snapsh
 def test_a_version_6_snapshot_restores_with_no_first_delivery_times(m):
     m.put("q", msg(), msg())
     m.receive("q", n=1)
-    state = cbor2.loads(m.sm.snapshot())
-    state["version"] = 6
+    state = downgraded(m.sm.snapshot(), 6)
     for queue in state["queues"]:
         for group in queue[8]:
             del group[6]

@@ -1,0 +1,249 @@
+"""A queue's stored messages as rows of columns, indexed by seq - base.
+
+A message used to be a tuple of eight fields in a dict keyed by its seq:
+about 200 bytes of objects beside its body (the tuple, its slot in the dict,
+the seq's own int).  Here it is one row across compact arrays (the `array`
+module): put time and expiry 8 bytes each, size and pending count 4 each,
+the received flag 1, and the body's pointer 8 in a list -- 33 bytes.  Arrays
+rather than numpy: no dependency, append and count at C speed, and the
+garbage collector does not track them (engine/pauses.py), so a full
+collection visits one list of bodies per queue, not one object per message.
+The bodies' list is the part issue 25's next step swaps for references into
+the Raft log.
+
+What few messages have -- a key, headers, a delay -- lives in dicts keyed by
+seq, beside the columns.
+
+Rows cover the seqs [base, base + len(pending)), in order: every seq the
+queue hands out gets the next row.  Messages leave out of order (acks,
+expiry, keyed replacement, overflow, redrive): a removed one leaves a
+tombstone, a row whose pending count is 0 and whose body is None.  The dead
+rows ahead of the first live one are cut off once they are at least half of
+the rows (and TRIM_MIN or more), so a queue consumed in order holds about as
+many rows as messages, and cutting costs O(1) per removed message.
+"""
+
+from array import array
+from itertools import compress, groupby, repeat
+
+NO_EXPIRY = 0          # an expiry is put time + a TTL > 0, so never 0
+TRIM_MIN = 4_096       # dead rows ahead of the head worth a cut (a memmove of the columns)
+
+
+def _runs(column) -> list:
+    """[values, lengths] of a column's runs of equal values.  A put's messages
+    share their put time, expiry, often their size; most are pending in one
+    group and not yet received: at a million messages a column is a few
+    thousand runs, where its bytes would be 4-8 MB."""
+    if not column:
+        return [[], []]
+    if column.count(column[0]) == len(column):        # (at C speed: the common case)
+        return [[column[0]], [len(column)]]
+    values, lengths = [], []
+    for value, run in groupby(column):
+        values.append(value)
+        lengths.append(len(list(run)))
+    return [values, lengths]
+
+
+def _from_runs(column, runs: list) -> None:
+    """Append `_runs`'s runs to the column."""
+    for value, length in zip(*runs):
+        column.extend(repeat(value, length))
+
+
+class Rows:
+    __slots__ = ("base", "head", "count", "bytes", "bodies", "put_at", "expires_at", "sizes", "pending",
+                 "received", "keys", "headers", "shows_at")
+
+    def __init__(self, base: int = 1):
+        self.base = base          # the seq of row 0
+        self.head = 0             # the first live row (when count > 0)
+        self.count = 0            # live rows
+        self.bytes = 0            # their sizes, summed
+        self.bodies = []
+        self.put_at = array("q")
+        self.expires_at = array("q")    # NO_EXPIRY, or the log time the message expires
+        self.sizes = array("I")         # bytes toward max_bytes (message_size); the API caps a message far below 4 GiB
+        self.pending = array("I")       # groups not done with it; 0: a tombstone
+        self.received = bytearray()     # 1 once some group received it (keyed replacement spares it)
+        self.keys = {}                  # seq -> key, of a message put with one
+        self.headers = {}               # seq -> headers as a tuple of (name, value) pairs (untracked)
+        self.shows_at = {}              # seq -> log time a message put with a delay shows
+
+    def __len__(self) -> int:
+        return self.count
+
+    # ---- one message --------------------------------------------------------------------
+    def append(self, seq: int, body, key, headers, put_at: int, expires_at, size: int, pending: int) -> None:
+        """Store a message at the tail; `seq` is the queue's next one and `headers` a tuple of pairs or None."""
+        if not self.count:
+            self.clear(seq)
+        self.bodies.append(body)
+        self.put_at.append(put_at)
+        self.expires_at.append(NO_EXPIRY if expires_at is None else expires_at)
+        self.sizes.append(size)
+        self.pending.append(pending)
+        self.received.append(0)
+        if key is not None:
+            self.keys[seq] = key
+        if headers is not None:
+            self.headers[seq] = headers
+        self.count += 1
+        self.bytes += size
+
+    def body(self, seq: int):
+        return self.bodies[seq - self.base]
+
+    def put_time(self, seq: int) -> int:
+        return self.put_at[seq - self.base]
+
+    def size(self, seq: int) -> int:
+        return self.sizes[seq - self.base]
+
+    def was_received(self, seq: int) -> bool:
+        return self.received[seq - self.base] == 1
+
+    def deliver(self, seq: int) -> tuple:
+        """Mark the message received; (body, key, stored headers, put time): what a receive hands out,
+        in one call (a receive's per-message cost is mostly calls)."""
+        row = seq - self.base
+        self.received[row] = 1
+        return (self.bodies[row], self.keys.get(seq) if self.keys else None,
+                self.headers.get(seq) if self.headers else None, self.put_at[row])
+
+    def release(self, seq: int, received: bool) -> int:
+        """One group is done with the message (having received it, or not): the groups still pending."""
+        row = seq - self.base
+        pending = self.pending[row] - 1
+        if pending:
+            self.pending[row] = pending
+            if received:
+                self.received[row] = 1
+        return pending
+
+    def add_pending_everywhere(self) -> list:
+        """A new group holds every stored message: count it in each; their seqs, in order."""
+        pending = self.pending
+        live = []
+        for row in range(self.head, len(pending)):
+            if pending[row]:
+                pending[row] += 1
+                live.append(row)
+        base = self.base
+        return [base + row for row in live]
+
+    def remove(self, seq: int) -> tuple:
+        """Leave a tombstone; cut the dead rows ahead of the head when they are many.
+        The removed message's (key, expires_at), for the queue's indexes."""
+        row = seq - self.base
+        expires_at = self.expires_at[row]
+        key = self.keys.pop(seq, None) if self.keys else None
+        self.count -= 1
+        self.bytes -= self.sizes[row]
+        # A tombstone holds zeros whatever the message held: a replica restored
+        # from an older snapshot (whose gaps become zeros) must snapshot alike.
+        self.bodies[row] = None
+        self.put_at[row] = self.expires_at[row] = self.sizes[row] = self.pending[row] = self.received[row] = 0
+        if self.headers:
+            self.headers.pop(seq, None)
+        if self.shows_at:
+            self.shows_at.pop(seq, None)
+        if not self.count:
+            self.clear(self.base + len(self.pending))
+        elif row == self.head:
+            self._step_head()
+        return key, None if expires_at == NO_EXPIRY else expires_at
+
+    def _step_head(self) -> None:
+        pending, head = self.pending, self.head
+        while not pending[head]:
+            head += 1
+        self.head = head
+        if head >= TRIM_MIN and 2 * head >= len(pending):
+            for column in (self.bodies, self.put_at, self.expires_at, self.sizes, self.pending, self.received):
+                del column[:head]
+            self.base += head
+            self.head = 0
+
+    def clear(self, base: int) -> None:
+        """No live row: start again, empty, at `base`."""
+        self.base, self.head, self.count, self.bytes = base, 0, 0, 0
+        self.bodies.clear()
+        for column in (self.put_at, self.expires_at, self.sizes, self.pending):
+            del column[:]
+        self.received.clear()
+
+    # ---- in order --------------------------------------------------------------------------
+    def first_seq(self):
+        return self.base + self.head if self.count else None
+
+    def seqs(self) -> list:
+        """Every stored seq, in order."""
+        head, base = self.head, self.base
+        return list(compress(range(base + head, base + len(self.pending)), self.pending[head:]))
+
+    def expiries(self) -> list:
+        """(expires_at, seq) of every stored message with an expiry (a tombstone has none)."""
+        if self.expires_at.count(NO_EXPIRY) == len(self.expires_at):
+            return []
+        base = self.base
+        return [(expires_at, base + row) for row, expires_at in enumerate(self.expires_at) if expires_at]
+
+    # ---- snapshot ----------------------------------------------------------------------------
+    # Version 9 on: the columns themselves, each as its runs, from the first
+    # live row to the tail, tombstones included (a tombstone's body is None),
+    # so that a replica restored from a snapshot takes the same snapshot as
+    # the one that wrote it, whatever dead rows each still holds ahead of its head.
+    def to_state(self) -> list:
+        head = self.head
+        return [self.base + head, self.bodies[head:],
+                *(_runs(column[head:]) for column in
+                  (self.put_at, self.expires_at, self.sizes, self.pending, self.received)),
+                [list(self.keys), list(self.keys.values())],
+                [list(self.headers), list(map(dict, self.headers.values()))],
+                [list(self.shows_at), list(self.shows_at.values())]]
+
+    @classmethod
+    def from_state(cls, state: list, next_seq: int) -> "Rows":
+        base, bodies, put_at, expires_at, sizes, pending, received, keys, headers, shows_at = state
+        rows = cls(base)
+        rows.bodies = bodies
+        _from_runs(rows.put_at, put_at)
+        _from_runs(rows.expires_at, expires_at)
+        _from_runs(rows.sizes, sizes)
+        _from_runs(rows.pending, pending)
+        _from_runs(rows.received, received)
+        rows.keys = dict(zip(*keys))
+        rows.headers = {seq: tuple(pairs.items()) for seq, pairs in zip(*headers)}
+        rows.shows_at = dict(zip(*shows_at))
+        rows.count = len(rows.pending) - rows.pending.count(0)
+        rows.bytes = sum(rows.sizes)        # a tombstone's size is 0
+        if not rows.count:
+            rows.clear(next_seq)
+        return rows
+
+    @classmethod
+    def from_message_columns(cls, columns: list, next_seq: int) -> "Rows":
+        """Rows from a snapshot of version 4 to 8: one list per field of the stored messages, in seq order
+        (seq, body, key, headers as a dict, put_at, visible_at, expires_at, size, pending, received)."""
+        seqs, bodies, keys, headers, put_at, visible_at, expires_at, sizes, pending, received = columns
+        rows = cls(seqs[0] if seqs else next_seq)
+        for at, seq in enumerate(seqs):
+            while rows.base + len(rows.pending) < seq:      # a removed message's tombstone
+                rows._append_tombstone()
+            rows.append(seq, bodies[at], keys[at], None if headers[at] is None else tuple(headers[at].items()),
+                        put_at[at], expires_at[at], sizes[at], pending[at])
+            if received[at]:
+                rows.received[-1] = 1
+            if visible_at[at] != put_at[at]:
+                rows.shows_at[seq] = visible_at[at]
+        while rows.count and rows.base + len(rows.pending) < next_seq:
+            rows._append_tombstone()
+        return rows
+
+    def _append_tombstone(self) -> None:
+        self.bodies.append(None)
+        for column in (self.put_at, self.expires_at, self.sizes, self.pending):
+            column.append(0)
+        self.received.append(0)

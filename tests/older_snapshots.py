@@ -1,0 +1,51 @@
+"""A snapshot of this release rewritten in an older version's layout, for the
+tests that restore older versions (statemachine/machine.py reads 4 on).
+
+Before version 9 a queue's messages were one list per field (seq, body, key,
+headers, put_at, visible_at, expires_at, size, pending, received) holding the
+stored messages only, and a group's ready seqs a list; version 9 holds the
+columns of statemachine/rows.py and runs of ready seqs (statemachine/ready.py).
+Written here from the version-9 layout, not with the machine's own code, so
+that a reader that misreads either layout fails the tests. The group's fields
+(its id, the group count, the catalog), which version 8 lacks, are kept: a
+reader takes them when present, and one group's snapshot without them
+restores as group 0 of 1 all the same.
+"""
+
+import cbor2
+
+
+def downgraded(snapshot: bytes, version: int) -> dict:
+    """The decoded snapshot, marked `version`, its messages in that version's layout."""
+    state = cbor2.loads(snapshot)
+    state["version"] = version
+    if version < 9:
+        for queue in state["queues"]:
+            queue[6] = message_lists(queue[6])
+            for group in queue[8]:
+                group[1] = ready_list(group[1])
+    return state
+
+
+def ready_list(runs: list) -> list:
+    """A group's ready seqs, in order, from version 9's [first seqs, lengths] runs of consecutive ones."""
+    return [seq for start, length in zip(*runs) for seq in range(start, start + length)]
+
+
+def message_lists(rows_state: list) -> list:
+    base, bodies, put_at, expires_at, sizes, pending, received, keys, headers, shows_at = rows_state
+    put_at, expires_at, sizes, pending, received = map(numbers, (put_at, expires_at, sizes, pending, received))
+    keys, headers, shows_at = dict(zip(*keys)), dict(zip(*headers)), dict(zip(*shows_at))
+    live = [row for row, groups in enumerate(pending) if groups]
+    seqs = [base + row for row in live]
+    return [seqs, [bodies[row] for row in live], [keys.get(seq) for seq in seqs],
+            [headers.get(seq) for seq in seqs], [put_at[row] for row in live],
+            [shows_at.get(base + row, put_at[row]) for row in live],
+            [expires_at[row] or None for row in live], [sizes[row] for row in live],
+            [pending[row] for row in live], [received[row] == 1 for row in live]]
+
+
+def numbers(runs: list) -> list:
+    """A column from its [values, lengths] runs."""
+    values, lengths = runs
+    return [value for value, length in zip(values, lengths) for _ in range(length)]
