@@ -148,6 +148,12 @@ def _r(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def verify_digests(result: dict) -> list:
+    """Every replica's digest in a POST /v1/cluster/verify answer, of one Raft group or of each."""
+    answers = result.get("groups", [result])
+    return [digest for answer in answers for digest in answer.get("digests", {}).values()]
+
+
 def group_states(view: dict) -> dict[int, dict]:
     """A node's /health/ready answer: its state of each Raft group it serves (role, term)."""
     if view.get("groups"):
@@ -383,9 +389,8 @@ class Checker:
             elif not last.ok:
                 found[f] = f"{last.type}: {last.error}"
             elif f == "verify":
-                digests = last.result.get("digests", {})
-                agree = last.result.get("agree") and None not in digests.values()
-                found[f] = "agree" if agree else f"differ: {digests}"
+                agree = last.result.get("agree") and None not in verify_digests(last.result)
+                found[f] = "agree" if agree else f"differ: {last.result}"
             else:
                 found[f] = "agree" if last.result.get("exit") == 0 else \
                     f"exit {last.result.get('exit')}: {last.result.get('output', '')[-300:]}"
