@@ -60,7 +60,9 @@ async def _forward(app: web.Application, queue: str, messages: list) -> str | No
     command = {"op": "put", "queue": queue, "messages": messages, "auto_create": auto_create}
     try:
         validate(command)
-        group = await serving_group(app, [queue], creating=auto_create)
+        token = app[SETTINGS].tokens.admin
+        group = await serving_group(app, [queue], creating=auto_create,
+                                    authorization=f"Bearer {token}" if token else None)
         result = (await apply(app, group, command)).result
     except Elsewhere as there:
         return await _post(app, there.address, queue, messages)

@@ -10,7 +10,9 @@ from .buffering import BUFFER
 from .codec import read_body, respond
 from .errors import ApiError
 from .gather import group_param, per_group
-from .leader import GROUPS, HTTP, NODE, SETTINGS, Elsewhere, no_quorum, route_to_leader, serve_here, write
+from .leader import (GROUPS, HTTP, NODE, SETTINGS, Elsewhere, leader_read, no_quorum, route_to_leader, serve_here,
+                     write)
+from .routing import checked_name
 from .routing import leader_only
 
 PEER_TIMEOUT = ClientTimeout(total=0.7)
@@ -232,8 +234,9 @@ async def verify(request: web.Request) -> web.Response:
             return elsewhere
         return respond(request, await _verify_group(request, group or 0))
     answers = await per_group(request, lambda group: _verify_group(request, group))
-    return respond(request, {"groups": [{"group": group, **answers[group]} for group in sorted(answers)],
-                             "agree": all(answer["agree"] for answer in answers.values())})
+    # token and digests of group 0 (every node holds it), as with one group; then every group's
+    return respond(request, {**answers[0], "agree": all(answer["agree"] for answer in answers.values()),
+                             "groups": [{"group": group, **answers[group]} for group in sorted(answers)]})
 
 
 async def _verify_group(request: web.Request, group: int) -> dict:
@@ -281,6 +284,8 @@ async def routing(request: web.Request) -> web.Response:
     heard it), so a client refreshes on a 307 or a lost connection.
     """
     groups = request.app[GROUPS]
+    if "queue" in request.query:
+        return await _confirmed_groups(request, [checked_name(name, "queue") for name in request.query.getall("queue")])
     group = group_param(request)
 
     async def here(group: int) -> dict:
@@ -303,6 +308,19 @@ async def routing(request: web.Request) -> web.Response:
     return respond(request, {"group_count": groups.count,
                              "groups": [answers[g]["groups"][0] for g in range(groups.count)],
                              "queues": queues})
+
+
+async def _confirmed_groups(request: web.Request, names: list[str]) -> web.Response:
+    """The groups of `names` as group 0's leader confirms them (None: never assigned): what a
+    node asks when its own replica of the catalog lacks a name (leader.serving_group)."""
+    groups = request.app[GROUPS]
+    if groups.count == 1:
+        return respond(request, {"group_count": 1, "queues": {name: 0 for name in names}})
+    elsewhere = await route_to_leader(request, group=0)
+    if elsewhere is not None:
+        return elsewhere
+    found = (await leader_read(request.app, 0, "catalog_lookup", names))["groups"]
+    return respond(request, {"group_count": groups.count, "queues": found})
 
 
 async def rebalance(request: web.Request) -> web.Response:

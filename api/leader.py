@@ -93,7 +93,8 @@ async def route_to_leader(request: web.Request, queues: list[str] | None = None,
     try:
         if group is None:
             group = await serving_group(request.app, _path_queues(request) if queues is None else queues,
-                                        creating=creating, leader=leader)
+                                        creating=creating, leader=leader,
+                                        authorization=request.headers.get("Authorization"))
         else:
             await serve_here(request.app, group, leader=leader)
         request[GROUP] = group
@@ -107,19 +108,26 @@ async def route_to_leader(request: web.Request, queues: list[str] | None = None,
 
 
 async def serving_group(app: web.Application, queues: list[str], *, creating: bool = False,
-                        leader: bool = True) -> int:
+                        leader: bool = True, authorization: str | None = None) -> int:
     """The one Raft group of `queues` (group 0 for none), when this node's engine of it leads
     with a quorum (or, not `leader`, when it merely has one); else Elsewhere. A name the
-    local catalog lacks is assigned through group 0's leader when `creating` (with the others,
-    to one group), else confirmed unknown there (404). 409 cross_group when they span groups;
-    503 no_quorum when no leader is known."""
+    local catalog lacks is asked of group 0's leader (with the caller's `authorization`: the
+    local replica may only lag), and if that one has not got it either, assigned through it
+    when `creating` (with the others, to one group), else 404. 409 cross_group when they span
+    groups; 503 no_quorum when no leader is known."""
     groups = app[GROUPS]
     group = 0
     if groups.count > 1 and queues:
         found = await groups.local_lookup(queues)
         if any(held is None for held in found.values()):
-            await _check_leads(groups.catalog)
-            found = await _catalog_answer(app, queues, creating)
+            try:
+                await _check_leads(groups.catalog)
+            except Elsewhere as catalog_leader:
+                found.update(await _ask_catalog(app, catalog_leader.address, queues, authorization))
+                if any(held is None for held in found.values()):
+                    raise
+            else:
+                found = await _catalog_answer(app, queues, creating)
         group = one_group(found)
     await serve_here(app, group, leader=leader)
     return group
@@ -139,6 +147,24 @@ async def serve_here(app: web.Application, group: int, *, leader: bool = True) -
         raise Elsewhere(member, groups.http_addr(member))
     if leader:
         await _check_leads(groups.engines[group])
+
+
+async def _ask_catalog(app: web.Application, address: str, queues: list[str], authorization: str | None) -> dict:
+    """The groups of `queues` as group 0's leader at `address` confirms them (each None that it
+    could not say). So a node whose replica of the catalog lags behind an assignment serves the
+    request instead of sending the caller back to group 0's leader, which would send it here."""
+    headers = {"Accept": "application/json", **({"Authorization": authorization} if authorization else {})}
+    url = f"{app[SETTINGS].scheme}://{address}/v1/cluster/routing"
+    try:
+        async with app[HTTP].get(url, params=[("queue", name) for name in queues], headers=headers,
+                                 allow_redirects=False, timeout=ClientTimeout(total=5)) as reply:
+            if reply.status != 200:
+                return {}
+            answer = (await reply.json())["queues"]
+    except (ClientError, asyncio.TimeoutError, ValueError, KeyError):
+        return {}
+    app[GROUPS].remember(answer)
+    return {name: answer.get(name) for name in queues}
 
 
 async def _catalog_answer(app: web.Application, queues: list[str], creating: bool) -> dict:

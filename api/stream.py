@@ -16,10 +16,13 @@ pushed instead of polled.
   4307. A leader that loses the lead sends `redirect` and closes likewise;
   the client reconnects and resends what was not confirmed, with the same
   ids, so nothing is stored twice. With several Raft groups (issue 24) a
-  node leads some groups, not the cluster: it always says hello as a leader,
-  serves each frame from its queue's group when it leads it, and refuses a
-  frame for a group it does not lead with `not_leader` and that leader's
-  `leader_url`, where the client sends that queue's frames.
+  node leads some groups, not the cluster. A client that connects with
+  `?route=group` routes by group: to it every node says hello as a leader,
+  serves each frame from its queue's group when it leads that group, and
+  refuses a frame for a group it does not lead with `not_leader` and that
+  leader's `leader_url`, where the client sends that queue's frames. To any
+  other client "the leader" is group 0's, as the hello says; it too gets
+  such refusals for queues of the groups that node does not lead.
 - Everything a connection makes the node hold is bounded in frames and
   bytes: the frames being applied (MAX_FRAMES_IN_FLIGHT, MAX_BYTES_IN_FLIGHT)
   and the outbox of frames not yet written (MAX_OUTBOX_FRAMES,
@@ -182,7 +185,8 @@ class Session:
     # ---- the connection ------------------------------------------------------------------------
     async def run(self) -> None:
         status = self.node.view()
-        leads = self.app[GROUPS].count > 1 or (status["role"] == "leader" and status["quorum_ok"])
+        routes_by_group = self.app[GROUPS].count > 1 and self.request.query.get("route") == "group"
+        leads = routes_by_group or (status["role"] == "leader" and status["quorum_ok"])
         await self.ws.send_bytes(cbor2.dumps({
             "op": "hello", "version": PROTOCOL_VERSION, "node": self.node.id, "leader": leads,
             "leader_url": _leader_url(self.request), "max_frame_bytes": MAX_FRAME_BYTES,
@@ -341,7 +345,8 @@ class Session:
         if self.app[GROUPS].count == 1:
             return 0
         try:
-            return await serving_group(self.app, [queue], creating=creating)
+            return await serving_group(self.app, [queue], creating=creating,
+                                       authorization=self.request.headers.get("Authorization"))
         except Elsewhere as there:
             if self.app[GROUPS].count == 1:
                 raise LeadershipLost() from None

@@ -275,7 +275,8 @@ class _Attempts:
         if status == 307 and self.redirects < MAX_REDIRECTS:
             self.redirects += 1
             self.route.follow(location, self.queue)
-            return 0.0
+            # a third redirect: leadership is moving, or a replica lags; give it a moment
+            return 0.0 if self.redirects <= 2 else next(self.backoff)
         if status in RETRYABLE_STATUS and self.retry and time.monotonic() < self.deadline:
             self.route.next_node(self.queue)
             return next(self.backoff)

@@ -107,7 +107,9 @@ class _Wire:
         backoff = backoff_delays()
         while not self._closing:
             try:
-                ws = await self._session.ws_connect(route.base + "/v1/stream", headers=headers, heartbeat=20,
+                # route=group: this client sends each queue's frames to its group's leader (issue 24)
+                ws = await self._session.ws_connect(route.base + "/v1/stream?route=group", headers=headers,
+                                                    heartbeat=20,
                                                     max_msg_size=0, timeout=aiohttp.ClientWSTimeout(ws_close=2))
                 hello = cbor2.loads((await ws.receive(timeout=10)).data)
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError, TypeError, ValueError) as exc:

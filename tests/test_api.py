@@ -10,8 +10,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from statemachine.queue import body_size
 from tests.waiting import wait_until
 from tests.wire import call
+from tests.conftest import start_cluster
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module", params=[1, 4], ids=["G1", "G4"])
+def cluster3(request, tmp_path_factory):
+    """A 3-node cluster of one Raft group, and of four (issue 24): the same contract."""
+    cluster = start_cluster(tmp_path_factory.mktemp(f"cluster3-g{request.param}"), groups=request.param)
+    yield cluster
+    cluster.close()
 
 
 def leader_url(cluster) -> str:
