@@ -190,6 +190,33 @@ def balanced(views: dict[str, dict], raft_groups: int) -> bool:
     return counts is not None and max(counts.values()) - min(counts.values()) <= 1
 
 
+def _ahead_of_real_time(samples: list[tuple[Op, int]]) -> list[dict]:
+    """Puts of one log time stamped further ahead of an earlier put than real time allows."""
+    # B is ahead of A when put_at(B) - 1000*B.complete > put_at(A) - 1000*A.invoke
+    # for an A answered before B was sent: keep the smallest right-hand side so far.
+    by_complete = sorted(samples, key=lambda s: s[0].complete_t)
+    earliest: tuple[float, Op, int] | None = None
+    known = 0
+    bad = []
+    for b, at_b in sorted(samples, key=lambda s: s[0].invoke_t):
+        while known < len(by_complete) and by_complete[known][0].complete_t < b.invoke_t:
+            a, at_a = by_complete[known]
+            known += 1
+            slack = at_a - 1000 * a.invoke_t
+            if earliest is None or slack < earliest[0]:
+                earliest = (slack, a, at_a)
+        if earliest is None:
+            continue
+        ahead = at_b - 1000 * b.complete_t - earliest[0]
+        if ahead > CLOCK_RESOLUTION_MS:
+            a, at_a = earliest[1], earliest[2]
+            bad.append({"ahead_ms": round(ahead), "earlier_put": {"id": a.value["id"], "node": a.node,
+                                                                  "invoke_t": a.invoke_t, "put_at_ms": at_a},
+                        "later_put": {"id": b.value["id"], "node": b.node, "invoke_t": b.invoke_t,
+                                      "complete_t": b.complete_t, "put_at_ms": at_b}})
+    return bad
+
+
 class Checker:
     def __init__(self, events: Iterable[dict]):
         self.events = list(events)
@@ -203,10 +230,11 @@ class Checker:
         self.puts = self.by_f["put"]
         self.deliveries = self._deliveries()
         self.by_message: dict[tuple, list[Delivery]] = defaultdict(list)
-        self.by_receipt: dict[str, Delivery] = {}
+        # by (queue, receipt): each Raft group's state machine makes its own receipts
+        self.by_receipt: dict[tuple[str, str], Delivery] = {}
         for d in self.deliveries:
             self.by_message[(d.queue, d.group, d.seq)].append(d)
-            self.by_receipt[d.receipt] = d
+            self.by_receipt[(d.queue, d.receipt)] = d
         self.settled = self._settlements()
         self.nemesis = [e for e in self.events if e["type"] == "nemesis"]
         routings = [e for e in self.events if e["type"] == "routing"]
@@ -226,17 +254,17 @@ class Checker:
                                     m.get("deliveries", 1), v["lease_ms"], o, m.get("put_at_ms")))
         return out
 
-    def _settlements(self) -> dict[str, dict[str, list[Op]]]:
-        """receipt -> {"ack"|"nack": [ops that may have applied to it], "ack_ok"|"nack_ok": [...]}."""
-        out: dict[str, dict[str, list[Op]]] = defaultdict(lambda: defaultdict(list))
+    def _settlements(self) -> dict[tuple[str, str], dict[str, list[Op]]]:
+        """(queue, receipt) -> {"ack"|"nack": [ops that may have applied to it], "ack_ok"|"nack_ok": [...]}."""
+        out: dict[tuple[str, str], dict[str, list[Op]]] = defaultdict(lambda: defaultdict(list))
         for f in ("ack", "nack"):
             for o in self.by_f[f]:
                 stale = set((o.result or {}).get("stale", [])) if o.ok else set()
                 for r in o.value["receipts"]:
                     if o.type == "info" or (o.ok and r not in stale):
-                        out[r][f].append(o)
+                        out[(o.value["queue"], r)][f].append(o)
                     if o.ok and r not in stale:
-                        out[r][f + "_ok"].append(o)
+                        out[(o.value["queue"], r)][f + "_ok"].append(o)
         return out
 
     # ---- properties ----------------------------------------------------------------------
@@ -269,7 +297,7 @@ class Checker:
     def _lease_end_lower_bound(self, d: Delivery) -> float:
         """The earliest real time this delivery's lease could have ended."""
         end = d.op.invoke_t + d.lease_ms / 1000
-        for nack in self.settled.get(d.receipt, {}).get("nack", []):
+        for nack in self.settled.get((d.queue, d.receipt), {}).get("nack", []):
             end = min(end, nack.invoke_t)
         return end
 
@@ -294,8 +322,8 @@ class Checker:
     def ack_needs_live_lease(self) -> Verdict:
         bad = []
         checked = 0
-        for receipt, settled in self.settled.items():
-            a = self.by_receipt.get(receipt)
+        for (queue, receipt), settled in self.settled.items():
+            a = self.by_receipt.get((queue, receipt))
             if a is None:
                 continue
             others = [b for b in self.by_message[(a.queue, a.group, a.seq)] if b.receipt != receipt]
@@ -312,7 +340,7 @@ class Checker:
                     if earlier is not ack and earlier.complete_t < ack.invoke_t:
                         why = "an earlier ack of the same receipt had already succeeded"
                 if why:
-                    bad.append({"receipt": receipt, "ack_op": ack.op, "ack_invoke_t": ack.invoke_t,
+                    bad.append({"queue": queue, "receipt": receipt, "ack_op": ack.op, "ack_invoke_t": ack.invoke_t,
                                 "why": why})
         return Verdict("ack_needs_live_lease", not bad, len(bad),
                        f"{checked} successful acks, {len(bad)} on dead leases", bad[:EXAMPLES])
@@ -320,7 +348,7 @@ class Checker:
     def acks_durable(self) -> Verdict:
         bad = []
         for key, ds in self.by_message.items():
-            acked_at = min((ack.complete_t for d in ds for ack in self.settled.get(d.receipt, {}).get("ack_ok", [])),
+            acked_at = min((ack.complete_t for d in ds for ack in self.settled.get((d.queue, d.receipt), {}).get("ack_ok", [])),
                            default=math.inf)
             for d in ds:
                 if d.op.invoke_t > acked_at:
@@ -400,28 +428,12 @@ class Checker:
 
     def log_time_not_ahead(self) -> Verdict:
         samples = self._put_at()
-        # B is ahead of A when put_at(B) - 1000*B.complete > put_at(A) - 1000*A.invoke
-        # for an A answered before B was sent: keep the smallest right-hand side so far.
-        by_complete = sorted(samples, key=lambda s: s[0].complete_t)
-        earliest: tuple[float, Op, int] | None = None
-        known = 0
         bad = []
-        for b, at_b in sorted(samples, key=lambda s: s[0].invoke_t):
-            while known < len(by_complete) and by_complete[known][0].complete_t < b.invoke_t:
-                a, at_a = by_complete[known]
-                known += 1
-                slack = at_a - 1000 * a.invoke_t
-                if earliest is None or slack < earliest[0]:
-                    earliest = (slack, a, at_a)
-            if earliest is None:
-                continue
-            ahead = at_b - 1000 * b.complete_t - earliest[0]
-            if ahead > CLOCK_RESOLUTION_MS:
-                a, at_a = earliest[1], earliest[2]
-                bad.append({"ahead_ms": round(ahead), "earlier_put": {"id": a.value["id"], "node": a.node,
-                                                                      "invoke_t": a.invoke_t, "put_at_ms": at_a},
-                            "later_put": {"id": b.value["id"], "node": b.node, "invoke_t": b.invoke_t,
-                                          "complete_t": b.complete_t, "put_at_ms": at_b}})
+        # each Raft group keeps its own log time
+        for raft_group in sorted({self.raft_group_of.get(o.value["queue"], 0) for o, _ in samples}):
+            bad += _ahead_of_real_time([(o, at) for o, at in samples
+                                        if self.raft_group_of.get(o.value["queue"], 0) == raft_group])
+        bad.sort(key=lambda x: x["later_put"]["invoke_t"])
         # Once log time has jumped, every later put is ahead of the earlier ones:
         # show where it first happened and where it was worst.
         worst = sorted(bad, key=lambda x: -x["ahead_ms"])

@@ -55,6 +55,8 @@ RECOVERY_S = 30.0
 REBALANCE_WAIT_S = 10.0
 # A node stops whole once one of its engines dies: its other engines hand over first.
 NODE_STOP_S = 60.0
+# A node leading several groups under load may take half a second to say so.
+VIEW_TIMEOUT_S = 2.0
 SLOW_FOLLOWER_MS = 200
 # libfaketime re-reads the timestamp file once per cache period; a jump must
 # last longer than that to be seen at all.
@@ -246,7 +248,7 @@ class Clocks:
 
 def cluster_views(cluster) -> dict[str, dict]:
     """/health/ready of every running node that answers (each Raft group's role and term)."""
-    views = {node: cluster.ready_view(node, timeout=0.5) for node in cluster.ids if cluster.running(node)}
+    views = {node: cluster.ready_view(node, timeout=VIEW_TIMEOUT_S) for node in cluster.ids if cluster.running(node)}
     return {node: view for node, view in views.items() if view is not None}
 
 

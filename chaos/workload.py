@@ -59,6 +59,9 @@ PROBE_TIMEOUT_S = 0.5
 # when it starts refusing new ones to within this much.
 STALE_PROBE_TIMEOUT_S = 0.1
 MONITOR_PERIOD_S = 0.2
+# A node leading several Raft groups under load may take half a second to answer; a
+# sample that times out says nothing of who leads.
+MONITOR_TIMEOUT_S = 2.0
 CLUSTER_PERIOD_S = 0.5
 PROBE_QUEUE_PREFIX = "probe-"   # one probe queue per Raft group
 READER_PACE_S = 0.05
@@ -456,7 +459,7 @@ class Monitor:
     def _sample(self, caller: Caller, f: str, node: str, path: str) -> dict | None:
         op = self.history.invoke("monitor", f, None, node)
         try:
-            reply = caller.request(node, "GET", path, timeout=0.5, follow=False)
+            reply = caller.request(node, "GET", path, timeout=MONITOR_TIMEOUT_S, follow=False)
         except (OSError, http.client.HTTPException) as exc:
             self.history.complete(op, "info", error={"exception": f"{type(exc).__name__}: {exc}"})
             return None

@@ -612,3 +612,49 @@ def test_failover_and_new_leaders_are_reported_per_raft_group():
     assert by_group["1"]["queues"] == [] and by_group["0"]["queues"] == ["q"]
     assert by_group["0"]["faults_with_new_leader"] == 1 and by_group["2"]["faults_with_new_leader"] == 0
     assert s["failover_by_kind"]["kill"]["n"] == 2
+
+
+def test_one_receipt_string_in_queues_of_two_raft_groups_is_two_leases():
+    """Each Raft group's state machine makes its own receipts: the same string may
+    name a lease in a queue of each group."""
+    run = raft_groups_run()
+    run.put("a", 1, 0.0)
+    run.op("p1", "put", {"queue": "r", "id": "b", "producer": "p1"}, 0.1, 0.11, "ok", {"seq": 1, "duplicate": False})
+    run.op("c1", "receive", {"queue": "q", "group": "default", "max": 1, "lease_ms": LEASE_MS}, 0.2, 0.21, "ok",
+           {"messages": [{"seq": 1, "receipt": "1:default:1:1", "id": "a", "deliveries": 1}]})
+    run.op("c1", "ack", {"queue": "q", "group": "default", "receipts": ["1:default:1:1"]}, 0.3, 0.31, "ok",
+           {"acked": 1, "stale": []})
+    run.op("c2", "receive", {"queue": "r", "group": "default", "max": 1, "lease_ms": LEASE_MS}, 0.4, 0.41, "ok",
+           {"messages": [{"seq": 1, "receipt": "1:default:1:1", "id": "b", "deliveries": 1}]})
+    run.op("c2", "ack", {"queue": "r", "group": "default", "receipts": ["1:default:1:1"]}, 0.5, 0.51, "ok",
+           {"acked": 1, "stale": []})
+    report = run.report()
+    assert verdicts(report)["ack_needs_live_lease"].ok and verdicts(report)["acks_durable"].ok, render(report)
+
+
+def test_log_time_is_judged_within_each_raft_group():
+    """Each Raft group keeps its own log time: a group whose clock started later is
+    not 'ahead' of another's, but a jump inside one group is."""
+    run = raft_groups_run()
+    run.put("a", 1, 1.0, 1.01)
+    run.op("p1", "put", {"queue": "r", "id": "b", "producer": "p1"}, 2.0, 2.01, "ok", {"seq": 1, "duplicate": False})
+    run.op("c1", "receive", {"queue": "q", "group": "default", "max": 1, "lease_ms": LEASE_MS}, 3.0, 3.01, "ok",
+           {"messages": [{"seq": 1, "receipt": "x1", "id": "a", "deliveries": 1, "put_at_ms": 50_000}]})
+    run.op("c2", "receive", {"queue": "r", "group": "default", "max": 1, "lease_ms": LEASE_MS}, 3.0, 3.01, "ok",
+           {"messages": [{"seq": 1, "receipt": "x1", "id": "b", "deliveries": 1, "put_at_ms": 59_000}]})
+    assert verdicts(run.report())["log_time_not_ahead"].ok
+    run.put("c", 2, 4.0, 4.01)                      # group 0's log time jumps 9 s in 3 s
+    run.op("c1", "receive", {"queue": "q", "group": "default", "max": 1, "lease_ms": LEASE_MS}, 5.0, 5.01, "ok",
+           {"messages": [{"seq": 2, "receipt": "x2", "id": "c", "deliveries": 1, "put_at_ms": 62_000}]})
+    assert verdicts(run.report())["log_time_not_ahead"].violations == 1
+
+
+@pytest.mark.parametrize("second_group_digests, ok", [({"n1": "c", "n2": "c"}, True), ({"n1": "c", "n2": None}, False)])
+def test_replicas_agree_in_every_raft_group(second_group_digests, ok):
+    run = Run()
+    run.h.event("note", what="drain", complete=True)
+    groups = [{"group": 0, "token": "t0", "digests": {"n1": "a", "n2": "a"}, "agree": True},
+              {"group": 1, "token": "t1", "digests": second_group_digests, "agree": True}]
+    run.op("checker", "verify", None, 100, 100.5, "ok", {"agree": True, "digests": groups[0]["digests"], "groups": groups})
+    run.op("checker", "verify-cli", None, 101, 101.5, "ok", {"exit": 0, "output": ""})
+    assert verdicts(run.report())["replicas_agree"].ok is ok
