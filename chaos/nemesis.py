@@ -572,10 +572,9 @@ class Nemesis:
         since = self.history.now()
         self.expected_up.discard(node)
         os.kill(pid, signal.SIGKILL)
-        if led:
-            self._mark_failover(fid, "kill-engine", node, since, led)
         details.update(pid=pid, led=led)
         if led:
+            self._mark_failover(fid, "kill-engine", node, since, led)
             details["acked_after_s"] = self.prober.until_acked(f"probe-{fid}", led)
         status = self.cluster.wait_exit(node, NODE_STOP_S)
         details["node_exit"] = status
