@@ -68,7 +68,7 @@ async def group_states(app: web.Application) -> dict:
 
 async def ready(request: web.Request) -> web.Response:
     is_ready, body = await readiness(request.app[NODE])
-    body["groups"] = await group_states(request.app)
+    body["raft_groups"] = await group_states(request.app)
     return respond(request, body, status=200 if is_ready else 503)
 
 
@@ -92,7 +92,7 @@ async def view(request: web.Request) -> dict:
     members = await node.members()
 
     async def own() -> dict:
-        return {**(await readiness(node))[1], "groups": await group_states(request.app)}
+        return {**(await readiness(node))[1], "raft_groups": await group_states(request.app)}
     views = await asyncio.gather(*(
         _peer_ready(request, m["http_addr"]) if m["id"] != node.id else own() for m in members))
     nodes = []
@@ -125,7 +125,7 @@ def _groups_seen(groups, members: list[dict], views: list) -> list[dict]:
     term, the leader's commit index, and each member's applied index and lag behind it."""
     reports = {}   # group id -> {node id: that node's state of it}
     for member, seen in zip(members, views):
-        for group, state in (seen or {}).get("groups", {}).items():
+        for group, state in (seen or {}).get("raft_groups", {}).items():
             reports.setdefault(int(group), {})[member["id"]] = state
     out = []
     for group in range(groups.count):

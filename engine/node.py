@@ -415,9 +415,11 @@ class Node:
                 return lagging
             await asyncio.sleep(0.002)
 
-    async def transfer_leadership(self, timeout: float, to: str | None = None) -> bool:
-        """Hand the lead to `to` (or the most caught-up follower); True once another node leads."""
-        return await asyncio.to_thread(self.consensus.transfer_leadership, timeout, to)
+    async def transfer_leadership(self, timeout: float, to: str | None = None, *, step_down: bool = True) -> bool:
+        """Hand the lead to `to` (or the most caught-up follower); True once
+        another node leads. If none does in time, step down too, unless told
+        not to (``Consensus.transfer_leadership``)."""
+        return await asyncio.to_thread(self.consensus.transfer_leadership, timeout, to, step_down=step_down)
 
     async def _through_consensus(self, call, *args) -> None:
         """Call ``consensus.call(*args, callback)`` and wait for its callback."""

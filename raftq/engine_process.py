@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from api.app import Settings
+from engine.balance import LeaderBalancer
 from engine.config import ClusterConfig
 from engine.lifetime import die_with
 from engine.link.service import EngineService
@@ -53,11 +54,16 @@ def run_engine(*, node_pid: int, **kwargs) -> int:
 
 async def _serve(*, cluster: ClusterConfig, node_id: str, group: int, members: tuple[str, ...], data_dir: Path,
                  handoff: socket.socket, links: list[socket.socket], settings: Settings, auto_create: bool) -> int:
+    """`members` in the group's order of preference for leadership."""
     node = Node(cluster, node_id, data_dir, auto_create=auto_create, group=group, members=members, handoff=handoff)
+    # one group: nothing to balance
+    balancer = LeaderBalancer(node, members) if cluster.groups > 1 else None
     service = EngineService(node, max_long_polls=settings.limits.max_long_polls,
-                            max_long_polls_per_client=settings.limits.max_long_polls_per_client)
+                            max_long_polls_per_client=settings.limits.max_long_polls_per_client, balancer=balancer)
     await node.start()
     service.start()
+    if balancer:
+        balancer.start()
     log.info("group %d: Raft on %s with %s", group, node.spec.raft, ", ".join(members))
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
@@ -68,6 +74,8 @@ async def _serve(*, cluster: ClusterConfig, node_id: str, group: int, members: t
         started = time.monotonic()
         if not stopping.is_set():
             log.error("group %d: a front's link ended; stopping", group)
+        if balancer:
+            balancer.stop()
         await node.hand_over()            # clients are redirected to the next leader at once
         try:
             handoff.send(HANDED_OVER)

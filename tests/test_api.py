@@ -10,17 +10,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from statemachine.queue import body_size
 from tests.waiting import wait_until
 from tests.wire import call
-from tests.conftest import start_cluster
+from tests.conftest import clusters_of_one_and_four_groups
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module", params=[1, 4], ids=["G1", "G4"])
 def cluster3(request, tmp_path_factory):
-    """A 3-node cluster of one Raft group, and of four (issue 24): the same contract."""
-    cluster = start_cluster(tmp_path_factory.mktemp(f"cluster3-g{request.param}"), groups=request.param)
-    yield cluster
-    cluster.close()
+    """The contract holds for a cluster of one Raft group and of four (issue 24)."""
+    yield from clusters_of_one_and_four_groups(request, tmp_path_factory)
 
 
 def leader_url(cluster) -> str:
@@ -158,6 +156,9 @@ def test_idempotent_put_and_keyed_replacement(cluster3):
     assert bodies == [1, "v2"]
 
 
+# One leader for every queue: a follower of group 0 is a follower of every queue only in a
+# cluster of one group (G = 4's redirects: tests/test_routing.py).
+@pytest.mark.parametrize("cluster3", [1], ids=["G1"], indirect=True)
 def test_follower_redirects_and_forwards(cluster3):
     leader = cluster3.wait_for_leader(30)
     follower = follower_url(cluster3)
@@ -182,6 +183,9 @@ def test_follower_redirects_and_forwards(cluster3):
     assert call("GET", f"{follower}/v1/queues/{q}?consistency=sometimes").status == 400
 
 
+# One leader for every queue: a follower of group 0 is a follower of every queue only in a
+# cluster of one group (G = 4's redirects: tests/test_routing.py).
+@pytest.mark.parametrize("cluster3", [1], ids=["G1"], indirect=True)
 def test_long_poll_wakes_on_put(cluster3):
     url, q = leader_url(cluster3), qname()
     call("PUT", f"{url}/v1/queues/{q}", {})
@@ -247,6 +251,8 @@ def test_dead_letter_over_http(cluster3):
     assert dead["headers"]["x-raftq-reason"] == "max_deliveries"
 
 
+# A follower of group 0 is a follower of every queue only in a cluster of one group.
+@pytest.mark.parametrize("cluster3", [1], ids=["G1"], indirect=True)
 def test_redrive_over_http(cluster3):
     url, q = leader_url(cluster3), qname()
     dlq = q + "-dlq"
@@ -334,6 +340,9 @@ def metric(url: str, name: str, **labels) -> float | None:
     return metrics(url).get((name, tuple(sorted(labels.items()))))
 
 
+# A node's queue figures are its replica's, current on the queue's leader: with one group, on
+# the leader that leader_url names.
+@pytest.mark.parametrize("cluster3", [1], ids=["G1"], indirect=True)
 def test_metrics_exposed(cluster3):
     leader = cluster3.wait_for_leader(30)
     url, q = cluster3.url(leader), qname()
@@ -366,6 +375,9 @@ def metric_values(text: str) -> dict:
     return values
 
 
+# A node's queue figures are its replica's, current on the queue's leader: with one group, on
+# the leader that leader_url names.
+@pytest.mark.parametrize("cluster3", [1], ids=["G1"], indirect=True)
 def test_metrics_follow_prometheus_naming(cluster3):
     url, q = leader_url(cluster3), qname()
     call("POST", f"{url}/v1/queues/{q}/messages", {"messages": [{"body": "m"}, {"body": "n"}]})

@@ -3,13 +3,21 @@ supervisor per node, one engine process per group it is a member of, one
 Raft port whose connections name their group; placement of replicas and
 leader balancing (engine/placement.py, engine/balance.py)."""
 
+import json
 import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
 import time
 
 import pytest
 
 from engine.placement import for_cluster
+from engine.raft.wire import FRAME, HANDSHAKE_DEADLINE_S
 from tests.conftest import start_cluster
+from tests.test_security_raft import still_open_after
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -22,7 +30,7 @@ def group_views(cluster) -> dict[str, dict]:
         if cluster.running(node_id):
             view = cluster.ready_view(node_id)
             if view is not None:
-                views[node_id] = view["groups"]
+                views[node_id] = view["raft_groups"]
     return views
 
 
@@ -97,3 +105,183 @@ def test_every_group_elects_one_leader_and_every_front_holds_every_engine(groups
         client.put("still-one-group-of-queues", "hello")
         got = client.receive("still-one-group-of-queues", max=1)["messages"]
         assert [m["body"] for m in got] == ["hello"]
+
+
+def test_leaders_spread_after_start_and_again_after_a_node_dies_and_returns(groups4):
+    before = wait_until(lambda: balanced(groups4), timeout=60, what="leaders spread within one")
+    assert set(leads_per_node(groups4, before).values()) <= {1, 2}
+    victim = max(groups4.ids, key=lambda n: list(before.values()).count(n))
+    led = [group for group, leader in before.items() if leader == victim]
+    groups4.kill(victim)
+    after = wait_until(lambda: balanced(groups4), timeout=60, what="leaders after the kill")
+    assert all(after[group] != victim for group in led)
+    groups4.start(victim)
+    assert groups4.wait_all_ready(60)
+    back = wait_until(lambda: (found := balanced(groups4)) and victim in found.values() and found,
+                      timeout=60, what="leaders spread again over all three")
+    counts = leads_per_node(groups4, back)
+    assert max(counts.values()) - min(counts.values()) <= 1, counts
+
+
+def raft_addr(cluster, node_id: str) -> tuple[str, int]:
+    host, port = cluster.cfg.node(node_id).raft.rsplit(":", 1)
+    return host, int(port)
+
+
+@pytest.mark.parametrize("sent", [b"RAFTQ-GROUP x\n", b"RAFTQ-GROUP 0\n", b"RAFTQ-GROUP 9\n",
+                                  b"RAFTQ-GROUP " + b"1" * 40],
+                         ids=["not-a-number", "group-0-named", "a-group-not-held", "too-long"])
+def test_a_connection_with_a_bad_preamble_is_closed_at_once(groups4, sent):
+    with socket.create_connection(raft_addr(groups4, "n1"), timeout=10) as sock:
+        sock.sendall(sent)
+        started = time.monotonic()
+        assert still_open_after([sock], HANDSHAKE_DEADLINE_S - 0.5) == []
+        assert time.monotonic() - started < HANDSHAKE_DEADLINE_S - 0.5
+
+
+def test_an_unterminated_preamble_is_closed_at_the_handshake_deadline(groups4):
+    with socket.create_connection(raft_addr(groups4, "n1"), timeout=10) as sock:
+        sock.sendall(b"RAFTQ-GROUP 1")
+        assert still_open_after([sock], HANDSHAKE_DEADLINE_S + 10) == []
+
+
+def test_a_stranger_naming_a_group_but_without_the_secret_is_refused_and_costs_no_election(groups4):
+    found = wait_until(lambda: balanced(groups4), timeout=60, what="leaders spread")
+    leader = found[1]
+    term = group_views(groups4)[leader]["1"]["term"]
+    garbage = pickle.dumps("readonly")
+    socks = []
+    try:
+        for _ in range(20):
+            sock = socket.create_connection(raft_addr(groups4, leader), timeout=10)
+            sock.sendall(b"RAFTQ-GROUP 1\n" + FRAME.pack(len(garbage)) + garbage)
+            socks.append(sock)
+        assert still_open_after(socks, HANDSHAKE_DEADLINE_S + 10) == []
+    finally:
+        for sock in socks:
+            sock.close()
+    time.sleep(1.0)   # an election the connections caused would have started by now
+    view = group_views(groups4)[leader]["1"]
+    assert view["role"] == "leader" and view["term"] == term, view
+
+
+def engine_pids(cluster, node_id: str) -> dict[int, int]:
+    """group -> the pid of the node's engine process for it, from the node's log."""
+    pids = {}
+    for line in cluster.log_path(node_id).read_text().splitlines():
+        if line.startswith("{"):
+            entry = json.loads(line)
+            if entry["logger"] == "raftq.engine_process" and "Raft on" in entry["msg"]:
+                pids[entry["group"]] = entry["pid"]
+    return {group: pid for group, pid in pids.items() if pid in children_of(cluster.pid(node_id))}
+
+
+def test_sigterm_hands_each_led_group_over_and_stops_the_node_cleanly(groups4):
+    found = wait_until(lambda: balanced(groups4), timeout=60, what="leaders spread")
+    node_id = found[1]
+    led = sorted(group for group, leader in found.items() if leader == node_id)
+    proc = groups4.procs[node_id]
+    lines_before = len(groups4.log_path(node_id).read_text().splitlines())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    groups4.procs.pop(node_id)
+    assert node_processes(proc.pid) == []
+    entries = [json.loads(line) for line in groups4.log_path(node_id).read_text().splitlines()[lines_before:]
+               if line.startswith("{")]
+    handed = sorted(e["group"] for e in entries if e["msg"] == "leadership handed over before shutdown")
+    assert handed == led, entries[-20:]
+    others = wait_until(lambda: leaders(groups4), timeout=30, what="new leaders")
+    assert node_id not in others.values()
+    groups4.start(node_id)
+    assert groups4.wait_all_ready(60)
+
+
+def test_kill_9_of_one_engine_process_stops_its_node_whole(groups4):
+    node_id = "n3"
+    assert groups4.wait_all_ready(60)
+    pids = wait_until(lambda: len(engine_pids(groups4, node_id)) == 4 and engine_pids(groups4, node_id),
+                      timeout=30, what="n3's engines")
+    proc = groups4.procs[node_id]
+    everyone = node_processes(proc.pid)
+    assert set(pids.values()) < set(everyone)
+    os.kill(pids[2], signal.SIGKILL)
+    assert proc.wait(60) == 1
+    groups4.procs.pop(node_id)
+    wait_until(lambda: not [p for p in everyone if os.path.exists(f"/proc/{p}")], timeout=30,
+               what="every process of the node gone")
+    lines = [json.loads(line)["msg"] for line in groups4.log_path(node_id).read_text().splitlines()
+             if line.startswith("{")]
+    assert f"group 2's engine (pid {pids[2]}) ended (killed by SIGKILL); stopping the node" in lines
+    groups4.start(node_id)
+    assert groups4.wait_all_ready(60)
+    wait_until(lambda: leaders(groups4), timeout=60, what="every group led again")
+
+
+def test_five_nodes_place_three_replicas_of_each_group_as_placement_says(tmp_path):
+    cluster = start_cluster(tmp_path / "five", 5, groups=4, replicas=3)
+    try:
+        wait_until(lambda: leaders(cluster), timeout=60, what="every group led")
+        placement = for_cluster(cluster.cfg)
+        views = group_views(cluster)
+        for node_id in cluster.ids:
+            holds = placement.groups_of(node_id)
+            assert sorted(int(g) for g in views[node_id]) == holds, node_id
+            on_disk = sorted(int(p.name.split("-")[1]) for p in (cluster.root / node_id).glob("group-*"))
+            assert on_disk == [g for g in holds if g > 0], node_id
+            assert (cluster.root / node_id / "raft" / "journal").is_dir()   # group 0, where it always was
+        with cluster.client() as client:
+            client.put("five-nodes", "hello")
+    finally:
+        cluster.close()
+
+
+def test_raftq_up_makes_a_cluster_of_the_groups_asked_and_keeps_them(tmp_path):
+    from engine import config as cluster_config
+    from tests.test_cli import start_up, stop_everything
+
+    data_dir = tmp_path / "up"
+    proc, output = start_up(data_dir, "--groups", "3", "--replicas", "2")
+    try:
+        assert "3 Raft groups of 2 replicas" in output, output
+        cfg = cluster_config.load(data_dir / "cluster.toml")
+        assert (cfg.groups, cfg.replicas) == (3, 2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        again = subprocess.run([sys.executable, "-m", "raftq", "up", "--nodes", "3", "--data-dir", str(data_dir),
+                                "--groups", "4"], capture_output=True, text=True, timeout=60)
+        assert again.returncode == 2 and "groups 3, fixed when it was made" in again.stderr, again.stderr
+        assert cluster_config.load(data_dir / "cluster.toml").groups == 3
+    finally:
+        stop_everything(proc, data_dir)
+
+
+BEFORE_GROUPS = "3684357"   # main as it was when nodes got a supervisor and groups
+
+
+def test_a_cluster_written_before_groups_restarts_unchanged_as_group_0(tmp_path, monkeypatch):
+    """Group 0 keeps the paths of the one group a node had, and its connections
+    carry no preamble: a cluster written by the release before restarts on
+    this one with everything it held."""
+    from raftq.local import LocalCluster
+    from tests.test_operations import REPO, contents, exported, load
+    from tests.wire import register
+
+    old_tree = exported(BEFORE_GROUPS, tmp_path / "old-tree")
+    monkeypatch.chdir(tmp_path)    # `python -m raftq` puts its working directory first on sys.path
+    cluster = LocalCluster.create(tmp_path / "cluster", 3, env={**os.environ, "PYTHONPATH": str(old_tree)})
+    register(cluster)
+    try:
+        cluster.start()
+        assert cluster.wait_for_leader(60) is not None and cluster.wait_all_ready(60)
+        assert "raft_groups" not in cluster.ready_view(cluster.ids[0])   # the old release is running
+        load(cluster)
+        before = contents(cluster)
+        cluster.stop()
+        cluster.env = {**os.environ, "PYTHONPATH": str(REPO)}
+        cluster.start()
+        assert cluster.wait_for_leader(60) is not None and cluster.wait_all_ready(60)
+        assert sorted(cluster.ready_view(cluster.ids[0])["raft_groups"]) == ["0"]
+        assert contents(cluster) == before
+        assert not list(cluster.root.glob("n*/group-*"))
+    finally:
+        cluster.close()

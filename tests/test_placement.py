@@ -91,3 +91,45 @@ def test_a_bad_shape_is_refused():
     for args in [([], 1, 1), (["a", "a"], 1, 1), (["a"], 0, 1), (["a", "b"], 2, 3), (["a"], 1, 0)]:
         with pytest.raises(ValueError):
             place(*args)
+
+
+def write_config(tmp_path, cluster_table: str, nodes: int = 3):
+    from engine import config as cluster_config
+    path = tmp_path / "cluster.toml"
+    path.write_text(cluster_table + "".join(
+        f'[[nodes]]\nid = "n{i}"\nraft = "127.0.0.1:{7000 + i}"\nhttp = "127.0.0.1:{8000 + i}"\n'
+        for i in range(1, nodes + 1)))
+    path.chmod(0o600)
+    return cluster_config.load(path)
+
+
+def test_cluster_toml_without_groups_is_one_group_of_every_node(tmp_path):
+    cfg = write_config(tmp_path, "", nodes=5)
+    assert (cfg.groups, cfg.replicas, cfg.replicas_per_group) == (1, None, 3)
+    assert "groups" not in cfg.to_toml() and "replicas" not in cfg.to_toml()
+    assert write_config(tmp_path, "", nodes=2).replicas_per_group == 2   # 3, capped at the nodes
+
+
+def test_cluster_toml_groups_and_replicas_round_trip(tmp_path):
+    cfg = write_config(tmp_path, "[cluster]\ngroups = 4\nreplicas = 2\n")
+    assert (cfg.groups, cfg.replicas_per_group) == (4, 2)
+    (tmp_path / "again").mkdir()
+    again = tmp_path / "again" / "cluster.toml"
+    again.write_text(cfg.to_toml())
+    from engine import config as cluster_config
+    assert cluster_config.load(again) == cfg
+
+
+def test_cluster_toml_refuses_a_bad_group_count_or_replica_count(tmp_path):
+    import pytest
+
+    from engine.config import ConfigError
+    for table in ["groups = 0", "groups = 65", 'groups = "4"', "groups = true", "replicas = 0", "replicas = 4",
+                  "shards = 2"]:
+        with pytest.raises(ConfigError):
+            write_config(tmp_path, f"[cluster]\n{table}\n")
+
+
+def test_the_default_group_count_is_half_the_cores_and_at_least_one():
+    from engine.config import default_groups
+    assert [default_groups(cores) for cores in (1, 2, 3, 4, 16, 1000)] == [1, 1, 1, 2, 8, 64]

@@ -62,7 +62,7 @@ def test_the_cluster_view_shows_each_group_with_its_leader_and_every_replicas_la
     assert sorted(group["replicas"]) == sorted(cluster3.ids)
     assert all(replica["lag"] is not None and replica["lag"] >= 0 for replica in group["replicas"].values())
     ready = call("GET", cluster3.url(leader) + "/health/ready").body
-    assert {group: state["role"] for group, state in ready["groups"].items()} == {"0": "leader"}
+    assert {group: state["role"] for group, state in ready["raft_groups"].items()} == {"0": "leader"}
 
 
 def test_a_client_keeps_the_routing_and_finds_the_new_leader_of_a_group_after_a_failover(fresh_cluster):

@@ -8,17 +8,15 @@ import cbor2
 import pytest
 
 from raftq.client import BlockingConsumer, Client, Consumer, Producer, RaftqError
-from tests.conftest import start_cluster
+from tests.conftest import clusters_of_one_and_four_groups
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module", params=[1, 4], ids=["G1", "G4"])
 def cluster3(request, tmp_path_factory):
-    """A 3-node cluster of one Raft group, and of four (issue 24): the same contract."""
-    cluster = start_cluster(tmp_path_factory.mktemp(f"cluster3-g{request.param}"), groups=request.param)
-    yield cluster
-    cluster.close()
+    """The contract holds for a cluster of one Raft group and of four (issue 24)."""
+    yield from clusters_of_one_and_four_groups(request, tmp_path_factory)
 
 
 def run(coro):

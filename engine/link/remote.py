@@ -154,9 +154,9 @@ class RemoteNode:
     async def transfer_leadership(self, timeout: float, to: str | None = None) -> bool:
         return await self._call("transfer_leadership", timeout, to)
 
-    async def rebalance(self) -> bool:
-        """Run the engine's leader balancing now (only with several groups: engine/balance.py, of
-        branch h24-groups): whether this group's leadership moved."""
+    async def rebalance(self) -> bool | None:
+        """Run the engine's leader balancing now (engine/balance.py): whether this group's
+        leadership moved (None: nobody to hand it to)."""
         return await self._call("rebalance")
 
     async def checkpoint(self) -> tuple[str, str]:

@@ -21,6 +21,8 @@ stats                  —                                               counter
 add_node               id, raft_addr, http_addr                        None
 remove_node            id                                              None
 transfer_leadership    timeout_s, to                                   moved (bool)
+rebalance              —                                               moved (bool; None: nobody
+                                                                       to hand it to, or one group)
 checkpoint             —                                               [token, digest]
 checkpoint_digest      token                                           digest or None
 =====================  ==============================================  =======================
@@ -52,8 +54,10 @@ VIEW_RECHECK_S = 1.0
 
 
 class EngineService:
-    def __init__(self, node: Node, *, max_long_polls: int, max_long_polls_per_client: int):
+    def __init__(self, node: Node, *, max_long_polls: int, max_long_polls_per_client: int, balancer=None):
+        """`balancer`: the group's ``engine.balance.LeaderBalancer`` (None: one group, nothing to balance)."""
         self.node = node
+        self.balancer = balancer
         self.max_long_polls = max_long_polls
         self.max_long_polls_per_client = max_long_polls_per_client
         self._fronts: set[FrameWriter] = set()
@@ -63,7 +67,7 @@ class EngineService:
             "submit": self._submit, "read": self._read, "receive": self._receive,
             "replicated_everywhere": node.replicated_everywhere, "add_node": node.add_node,
             "remove_node": node.remove_node, "transfer_leadership": node.transfer_leadership,
-            "checkpoint": self._checkpoint,
+            "checkpoint": self._checkpoint, "rebalance": self._rebalance,
         }
         self._instant = {
             "status": lambda: node.status(), "members": node.members, "stats": node.stats,
@@ -132,6 +136,9 @@ class EngineService:
             value, error = None, "internal"
         if call_id:
             out.send([call_id, error, value])
+
+    async def _rebalance(self) -> bool | None:
+        return None if self.balancer is None else await self.balancer.balance_now()
 
     async def _submit(self, encoded: bytes) -> list:
         committed = await self.node.submit_encoded(encoded)

@@ -283,6 +283,11 @@ class Consensus:
             "snapshot": dict(self._snapshot_info),
         }
 
+    @property
+    def election_timeout(self) -> float:
+        """The longest election timeout, in seconds: a follower not heard from for longer may be gone."""
+        return self._election_timeout
+
     def applied_index(self) -> int:
         return self._node.raftLastApplied
 
@@ -328,13 +333,15 @@ class Consensus:
             return
         self._node.removeNodeFromCluster(self._make_node(addr), callback=ticket.on_pysyncobj_result)
 
-    def transfer_leadership(self, timeout: float, to: str | None = None) -> bool:
+    def transfer_leadership(self, timeout: float, to: str | None = None, *, step_down: bool = True) -> bool:
         """Hand leadership to a caught-up follower (``to``, or the most caught-up
         one); True once another node leads.
 
         Retries until ``timeout`` (a follower may need to catch up first); if
-        no other node took over by then, this node steps down and holds back
-        from campaigning for a while, and the result is False.
+        no other node took over by then, the result is False and, with
+        `step_down` (a node shutting down), this node steps down and holds
+        back from campaigning for a while; without it (leader balancing), it
+        keeps leading.
         """
         addr = next((a for a, i in self._ids.items() if i == to), None) if to else None
         target = self._make_node(addr) if addr else None
@@ -346,7 +353,7 @@ class Consensus:
             if self._node.is_leader():
                 self._run_on_tick(lambda: self._node.transferLeadership(target))
             time.sleep(0.02)
-        if self._node.is_leader():
+        if step_down and self._node.is_leader():
             self._run_on_tick(self._step_down)
         return False
 
@@ -356,6 +363,7 @@ class Consensus:
         election during its own shutdown and stall writes once more."""
         self._retired = True
         self._run_on_tick(self._hold_back)
+        self._run_on_tick(self._node.decline_leadership)
 
     def _hold_back(self) -> None:
         self._node.hold_back(10 * self._election_timeout)

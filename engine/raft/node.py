@@ -238,6 +238,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         self.quorum_lost_at: float | None = None
         self.quorum_step_downs = 0
         self.compaction_min_bytes = compaction_min_bytes
+        self.declines_leadership = False   # see decline_leadership
         journal.before_rewrite = self._flush_replies
         super().__init__(self_node, other_nodes, conf,
                          transportClass=functools.partial(DialingTransport, dial_addrs=dial_addrs,
@@ -305,6 +306,12 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         ``callback(result, fail_reason)`` runs on the tick thread."""
         command = pickle.dumps((self.apply_func_id, (entry,)), protocol=5)
         self._applyCommand(command, callback, REGULAR_COMMAND)
+
+    def decline_leadership(self) -> None:
+        """From now on ignore a leader's request to take over (``timeout_now``):
+        a node shutting down must not lead again, and a leader balancing its
+        groups may ask it before it has gone (tick thread)."""
+        self.declines_leadership = True
 
     def hold_back(self, seconds: float) -> None:
         """Stand for no election for ``seconds`` (tick thread)."""
@@ -568,6 +575,8 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
             elif message["type"] == "append_entries" and message["term"] >= self._SyncObj__raftCurrentTerm:
                 self.quorum_lost_at = None     # following a leader: no longer cut off
                 self._on_append_entries(node, message)
+            elif message["type"] == "timeout_now" and self.declines_leadership:
+                pass
             else:
                 SyncObj._SyncObj__onMessageReceived(self, node, message)
                 if message["type"] == "next_node_idx" and self._SyncObj__raftState == LEADER:

@@ -59,7 +59,8 @@ def cmd_node(args) -> int:
 
 def cmd_up(args) -> int:
     from .up import up
-    return up(args.nodes, args.data_dir, args.http_port, args.raft_port, args.demo, restart=not args.no_restart)
+    return up(args.nodes, args.data_dir, args.http_port, args.raft_port, args.demo, restart=not args.no_restart,
+              groups=args.groups, replicas=args.replicas)
 
 
 def add_parsers(sub) -> None:
@@ -68,6 +69,10 @@ def add_parsers(sub) -> None:
     up.add_argument("--data-dir", default=".raftq")
     up.add_argument("--http-port", type=int, default=8001)
     up.add_argument("--raft-port", type=int, default=7001)
+    up.add_argument("--groups", type=int,
+                    help="Raft groups of a new cluster (default: half the cores, at least 1; fixed once made)")
+    up.add_argument("--replicas", type=int,
+                    help="members of each group but group 0 in a new cluster (default: 3, at most the nodes)")
     up.add_argument("--demo", action="store_true", help="put, receive and ack one message once it is up")
     up.add_argument("--no-restart", action="store_true",
                     help="leave a node that exits down (default: start it again, backing off if it keeps exiting)")

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from engine.config import ConfigError
+from engine.config import MAX_GROUPS, ConfigError, default_groups
 
 from ..local import LocalCluster
 
@@ -227,10 +227,13 @@ def _start(cluster: LocalCluster, timeout: float) -> str | None:
     return None
 
 
-def up(nodes: int, data_dir: str, http_port: int, raft_port: int, run_demo: bool, restart: bool) -> int:
+def up(nodes: int, data_dir: str, http_port: int, raft_port: int, run_demo: bool, restart: bool,
+       groups: int | None = None, replicas: int | None = None) -> int:
     """`raftq up`: SIGINT, SIGTERM and SIGHUP (the terminal closed) all stop every node,
     those it started and those it adopted (Supervisor). It never prints a secret: its
-    output is often redirected to a file that anyone may read."""
+    output is often redirected to a file that anyone may read. `groups` and
+    `replicas` shape a new cluster (None: the defaults, engine/config.py); an
+    existing one keeps its own."""
     root = Path(data_dir)
     if (root / "cluster.toml").exists():
         try:
@@ -242,9 +245,23 @@ def up(nodes: int, data_dir: str, http_port: int, raft_port: int, run_demo: bool
             _say(f"{root / 'cluster.toml'} describes {len(cluster.ids)} nodes, not {nodes}; "
                  f"use --nodes {len(cluster.ids)} or another --data-dir", err=True)
             return 2
+        for flag, asked, has in (("--groups", groups, cluster.cfg.groups),
+                                 ("--replicas", replicas, cluster.cfg.replicas_per_group)):
+            if asked is not None and asked != has:
+                _say(f"{root / 'cluster.toml'} describes a cluster of {flag[2:]} {has}, fixed when it was "
+                     f"made; leave out {flag} or use another --data-dir", err=True)
+                return 2
         cluster.secure()
     else:
-        cluster = LocalCluster.create(root, nodes, http_port=http_port, raft_port=raft_port)
+        if replicas is not None and not 1 <= replicas <= nodes:
+            _say(f"--replicas must be from 1 to the nodes ({nodes})", err=True)
+            return 2
+        if groups is not None and not 1 <= groups <= MAX_GROUPS:
+            _say(f"--groups must be from 1 to {MAX_GROUPS}", err=True)
+            return 2
+        cluster = LocalCluster.create(root, nodes, http_port=http_port, raft_port=raft_port,
+                                      groups=groups if groups is not None else default_groups(len(os.sched_getaffinity(0))),
+                                      replicas=replicas)
     taken = cluster.ports_in_use()
     if taken:
         _say(_ports_taken_message(taken), err=True)
@@ -255,7 +272,9 @@ def up(nodes: int, data_dir: str, http_port: int, raft_port: int, run_demo: bool
         leader = _start(cluster, 30)
         if leader is None:
             return 1
-        _say(f"raftq: {nodes}-node cluster up in {cluster.root} (leader {leader})")
+        _say(f"raftq: {nodes}-node cluster up in {cluster.root} (leader {leader}"
+             + (f"; {cluster.cfg.groups} Raft groups of {cluster.cfg.replicas_per_group} replicas)"
+                if cluster.cfg.groups > 1 else ")"))
         for nid in cluster.ids:
             _say(f"  {nid}  {cluster.url(nid)}   pid {cluster.pid(nid)}   log {cluster.log_path(nid)}")
         _say(f"  console: {cluster.urls[0]}/ui   (it asks for the admin token: [auth] admin in cluster.toml)")

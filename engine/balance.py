@@ -1,0 +1,82 @@
+"""Leader balancing: each group's leader hands its leadership to the first
+member of the group's preference order (``engine.placement``) that is live
+and caught up, so that leaders spread over the nodes after start, a failure
+or a node's return without any node knowing how many groups the others lead
+(Kafka's preferred-leader election). Only when a cluster has several groups.
+
+``preferred_successor`` decides (pure); ``LeaderBalancer`` asks it every
+``CHECK_S`` on the engine's loop and transfers at most once per
+``INTERVAL_S``, so a member that keeps failing to take over costs a
+leadership change every few seconds at most.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Sequence
+
+logger = logging.getLogger(__name__)
+
+CHECK_S = 1.0
+INTERVAL_S = 5.0
+TRANSFER_TIMEOUT_S = 2.0
+
+
+def preferred_successor(preference: Sequence[str], status: dict, election_timeout_s: float) -> str | None:
+    """Whom this node should hand its leadership to, or None to keep it.
+
+    `status` is the node's ``Consensus.status()``. Only a leader hands over,
+    and only to a member ahead of itself in `preference` that the leader
+    heard from within the election timeout and whose log holds the commit
+    index: the first such member wins; none, or itself first, keeps it."""
+    if status["role"] != "leader":
+        return None
+    for member in preference:
+        if member == status["self_id"]:
+            return None
+        peer = status["peers"].get(member)
+        if peer is None or peer["last_contact_ms"] is None:
+            continue
+        if peer["last_contact_ms"] <= election_timeout_s * 1000 and peer["match_index"] >= status["commit_index"]:
+            return member
+    return None
+
+
+class LeaderBalancer:
+    """Runs ``preferred_successor`` for one group's engine (an ``engine.node.Node``)."""
+
+    def __init__(self, node, preference: Sequence[str]):
+        self._node = node
+        self._preference = tuple(preference)
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        last_transfer = -INTERVAL_S
+        while True:
+            await asyncio.sleep(CHECK_S)
+            if time.monotonic() - last_transfer < INTERVAL_S:
+                continue
+            if await self.balance_now() is not None:
+                last_transfer = time.monotonic()
+
+    async def balance_now(self) -> bool | None:
+        """Hand leadership to the preferred successor now (``raftq cluster rebalance`` asks this
+        of every group's leader): whether it moved; None when there was no one to hand it to."""
+        if not self._node.is_leader():
+            return None           # (a follower's status is not worth building every second)
+        successor = preferred_successor(self._preference, self._node.status(), self._node.consensus.election_timeout)
+        if successor is None:
+            return None
+        moved = await self._node.transfer_leadership(TRANSFER_TIMEOUT_S, to=successor, step_down=False)
+        logger.info("group %d: leadership %s %s, its preferred leader", self._node.group,
+                    "handed to" if moved else "not taken by", successor)
+        return moved
