@@ -156,8 +156,8 @@ def verify_digests(result: dict) -> list:
 
 def group_states(view: dict) -> dict[int, dict]:
     """A node's /health/ready answer: its state of each Raft group it serves (role, term)."""
-    if view.get("groups"):
-        return {int(group): state for group, state in view["groups"].items()}
+    if view.get("raft_groups"):
+        return {int(group): state for group, state in view["raft_groups"].items()}
     return {0: {"role": view.get("role"), "term": view.get("term")}}   # a node of one group
 
 
@@ -556,12 +556,12 @@ class Checker:
 
     def failovers(self) -> list[tuple[str, int, float]]:
         """(kind, Raft group, seconds) for every group whose leader a fault took away
-        (the mark's `groups`): from the instant of the fault to the first acknowledged
+        (the mark's `raft_groups`): from the instant of the fault to the first acknowledged
         put to one of that group's queues sent after the fault took effect."""
         out = []
         for e in self.nemesis:
             if e.get("f") == "mark" and e["value"].get("failover"):
-                for raft_group in e["value"].get("groups", [0]):
+                for raft_group in e["value"].get("raft_groups", [0]):
                     # Writes sent before the fault took effect (the mark) may still have
                     # been acknowledged by the old leader: only later ones count.
                     done = self._first_ack_after(e["t"], raft_group)

@@ -410,7 +410,7 @@ class Nemesis:
                              daemon=True).start()
             threading.Thread(target=self.prober.reads_until_refused, args=(leader, f"{STALE_READER}-{fid}"),
                              daemon=True).start()
-        self._mark(fid, failover=why, leader=leader, since=since, groups=groups, stale_probe=stale_probe)
+        self._mark(fid, failover=why, leader=leader, since=since, raft_groups=groups, stale_probe=stale_probe)
 
     # ---- network faults --------------------------------------------------------------------------
     def _cut_sides(self, sides: list[list[str]], method: str) -> list[tuple[str, str]]:

@@ -497,7 +497,7 @@ def led(run, node, start, groups, term=2, raft_groups=4, answered=True):
     """A monitor sample of `node`'s /health/ready: it leads `groups` (in `term`), follows the rest."""
     states = {str(g): {"role": "leader" if g in groups else "follower", "term": term} for g in range(raft_groups)}
     run.op("monitor", "ready", None, start, start + 0.05, "ok" if answered else "info",
-           {"role": states["0"]["role"], "term": term, "groups": states} if answered else None, node=node)
+           {"role": states["0"]["role"], "term": term, "raft_groups": states} if answered else None, node=node)
 
 
 def test_leaders_balanced_soon_after_each_fault_pass_and_the_time_is_reported():
@@ -597,7 +597,7 @@ def test_failover_and_new_leaders_are_reported_per_raft_group():
     run.h.event("nemesis", f="start", fault=1, kind="kill-leader", value={})
     led(run, "n1", 9.0, {0, 1}, term=2)
     run.h.event("nemesis", f="mark", fault=1, value={"failover": "kill", "leader": "n1", "since": 9.9,
-                                                     "groups": [0, 1]})
+                                                     "raft_groups": [0, 1]})
     run.put("c", 3, 10.1, 10.2)                          # q: group 0, 0.3 s
     run.put("x", 1, 10.3, 10.9, producer="p2")           # never acked in r (group 1) before ...
     run.op("p2", "put", {"queue": "r", "id": "y", "producer": "p2"}, 10.4, 11.4, "ok",
