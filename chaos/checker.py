@@ -764,7 +764,7 @@ def render(report: Report) -> str:
     lines.append(f"failover (kill/isolate leader -> next acked put): n={s['failover_count']} "
                  f"median={s['failover_median_s']}s p99={s['failover_p99_s']}s max={s['failover_max_s']}s")
     for kind, figures in s["failover_by_kind"].items():
-        lines.append(f"  after {kind:<9} n={figures['n']} median={figures['median_s']}s max={figures['max_s']}s")
+        lines.append(f"  after {kind:<11} n={figures['n']} median={figures['median_s']}s max={figures['max_s']}s")
     for group, figures in s["by_raft_group"].items():
         lines.append(f"Raft group {group}: queues {','.join(figures['queues']) or '-'}; "
                      f"{figures['acked_puts']} acked puts, {figures['lost']} lost; new leader in "
