@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from raftq.client import Client
+from tests.conftest import start_cluster, wait_for_preferred_leaders
 from tests.waiting import wait_until
 from tests.wire import call
 
@@ -94,3 +95,143 @@ def test_verify_of_one_group_and_of_a_group_that_is_not_one(cluster3):
     url = cluster3.url(cluster3.wait_for_leader(30))
     assert call("POST", f"{url}/v1/cluster/verify?group=0").body["agree"] is True
     assert call("POST", f"{url}/v1/cluster/verify?group=3").status == 400
+
+
+# ---- four groups -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def groups4(tmp_path_factory):
+    cluster = start_cluster(tmp_path_factory.mktemp("routing-g4"), groups=4)
+    try:
+        wait_for_preferred_leaders(cluster)
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def queues_in_groups(cluster, count: int = 4) -> dict[int, str]:
+    """A new queue in each of `count` groups (a name goes to the group holding fewest)."""
+    url = cluster.url(cluster.wait_for_leader(30))
+    placed = {}
+    while len(placed) < count:
+        q = qname()
+        assert call("PUT", f"{url}/v1/queues/{q}", {}).status == 201
+        placed.setdefault(call("GET", f"{url}/v1/cluster/routing").body["queues"][q], q)
+    return placed
+
+
+def group_leaders(cluster) -> dict[int, str]:
+    routing = call("GET", cluster.url(cluster.ids[0]) + "/v1/cluster/routing").body
+    return {group["id"]: group["leader"] for group in routing["groups"]}
+
+
+def test_with_four_groups_a_node_that_does_not_lead_a_queues_group_sends_the_caller_to_its_leader(groups4):
+    placed, leaders = queues_in_groups(groups4), group_leaders(groups4)
+    assert len(set(leaders.values())) == 3          # balanced: every node leads a group
+    for group, q in placed.items():
+        leader = leaders[group]
+        for node_id in groups4.ids:
+            put = call("POST", f"{groups4.url(node_id)}/v1/queues/{q}/messages", {"body": node_id}, follow=False)
+            if node_id == leader:
+                assert put.status == 201, put
+                continue
+            assert put.status == 307 and put.headers["X-Raftq-Leader"] == leader, put
+            assert put.headers["Location"] == f"{groups4.url(leader)}/v1/queues/{q}/messages"
+            forwarded = call("POST", f"{groups4.url(node_id)}/v1/queues/{q}/messages", {"body": node_id},
+                             headers={"X-Raftq-Forward": "1"}, follow=False)
+            assert forwarded.status == 201, forwarded
+        got = call("POST", f"{groups4.url(leader)}/v1/queues/{q}/receive", {"max": 10}, follow=False)
+        assert sorted(m["body"] for m in got.body["messages"]) == sorted(groups4.ids)   # a 307 stored nothing
+
+
+def test_with_four_groups_the_routing_names_every_group_and_lists_gather_them(groups4):
+    placed, leaders = queues_in_groups(groups4), group_leaders(groups4)
+    for node_id in groups4.ids:
+        routing = call("GET", f"{groups4.url(node_id)}/v1/cluster/routing").body
+        assert routing["group_count"] == 4 and [g["id"] for g in routing["groups"]] == [0, 1, 2, 3]
+        for group in routing["groups"]:
+            assert group["leader"] == leaders[group["id"]] and len(group["members"]) == 3
+            assert group["leader_http_addr"] == urlsplit(groups4.url(group["leader"])).netloc
+        listed = [q["name"] for q in call("GET", f"{groups4.url(node_id)}/v1/queues").body["queues"]]
+        assert set(placed.values()) <= set(listed) and listed == sorted(listed)
+        for group, q in placed.items():
+            assert wait_until(lambda: q in call("GET", f"{groups4.url(node_id)}/v1/cluster/routing").body["queues"],
+                              10)
+            in_group = call("GET", f"{groups4.url(node_id)}/v1/queues?group={group}").body["queues"]
+            assert q in [queue["name"] for queue in in_group]
+    verify = call("POST", f"{groups4.url(groups4.ids[0])}/v1/cluster/verify").body
+    assert verify["agree"] is True and [g["group"] for g in verify["groups"]] == [0, 1, 2, 3]
+
+
+def test_with_four_groups_a_transaction_or_a_dead_letter_queue_across_groups_is_refused(groups4):
+    placed = queues_in_groups(groups4, 2)
+    (g1, q1), (g2, q2) = sorted(placed.items())
+    url = groups4.url(groups4.ids[0])
+    refused = call("POST", f"{url}/v1/tx", {"put": [{"queue": q1, "messages": [{"body": 1}]},
+                                                    {"queue": q2, "messages": [{"body": 2}]}]})
+    assert refused.status == 409 and refused.body["error"] == "cross_group", refused
+    assert refused.body["groups"] == sorted([g1, g2]) and q1 in refused.body["message"]
+    assert call("GET", f"{url}/v1/queues/{q1}").body["stats"]["depth"] == 0
+    crossing = call("PATCH", f"{url}/v1/queues/{q1}", {"dead_letter": q2})
+    assert crossing.status == 409 and crossing.body["error"] == "cross_group", crossing
+    assert call("GET", f"{url}/v1/queues/{q1}").body["config"]["dead_letter"] is None
+    # a new dead-letter queue joins its queue's group; a transaction within it is one entry
+    dlq = qname()
+    assert call("PATCH", f"{url}/v1/queues/{q1}", {"dead_letter": dlq}).status == 200
+    assert call("GET", f"{url}/v1/cluster/routing").body["queues"][dlq] == g1
+    done = call("POST", f"{url}/v1/tx", {"put": [{"queue": q1, "messages": [{"body": 1}]},
+                                                 {"queue": dlq, "messages": [{"body": 2}]}]})
+    assert done.status == 201, done
+
+
+def test_a_client_that_keeps_the_routing_goes_straight_to_each_groups_leader(groups4):
+    placed = queues_in_groups(groups4)
+
+    def redirects() -> float:
+        total = 0.0
+        for node_id in groups4.ids:
+            text = call("GET", f"{groups4.url(node_id)}/metrics").raw.decode()
+            total += sum(float(line.rpartition(" ")[2]) for line in text.splitlines()
+                         if line.startswith("raftq_http_requests_total{") and 'status="307"' in line)
+        return total
+    with Client([groups4.url(groups4.ids[0])], token=groups4.token) as client:
+        client.routing()
+        before = redirects()
+        for _ in range(3):
+            for q in placed.values():
+                client.put(q, "direct")
+        assert redirects() == before          # no call was sent anywhere but its group's leader
+        assert all(client.queue(q)["stats"]["depth"] == 3 for q in placed.values())
+
+
+def test_a_producer_keeps_a_stream_per_leader_and_a_consumer_follows_its_queues_leader(groups4):
+    import asyncio
+
+    from raftq.client import Consumer, Producer
+
+    placed = queues_in_groups(groups4)
+    one_node = [groups4.url(groups4.ids[0])]
+
+    async def scenario():
+        async with Producer(one_node, token=groups4.token) as producer:
+            futures = [await producer.send(q, f"to {q}") for q in placed.values() for _ in range(5)]
+            confirms = await asyncio.gather(*futures)
+        received = {}
+        for q in placed.values():
+            async with Consumer(one_node, q, prefetch=10, token=groups4.token) as consumer:
+                received[q] = [(await consumer.receive(timeout=10)).body for _ in range(5)]
+        return confirms, received
+    confirms, received = asyncio.run(scenario())
+    assert all(confirm["seq"] >= 1 for confirm in confirms)
+    assert received == {q: [f"to {q}"] * 5 for q in placed.values()}
+
+
+def test_rebalance_of_four_groups_asks_every_groups_leader(groups4):
+    from tests.test_cli import raftq
+
+    answer = call("POST", f"{groups4.url(groups4.ids[0])}/v1/cluster/rebalance")
+    assert answer.status == 200 and [g["group"] for g in answer.body["groups"]] == [0, 1, 2, 3], answer
+    assert answer.body["moved"] == 0                    # every leader is its group's first preference already
+    status = raftq("cluster", "status", cluster=groups4).stdout
+    led = status.split("groups led:")[1].split()
+    assert sorted(int(count) for count in led[1::2]) == [1, 1, 2]   # four groups over three nodes
