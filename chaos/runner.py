@@ -178,9 +178,11 @@ def read_routing(urls: list[str], token: str | None, queues: list[str]) -> dict[
     deadline = time.monotonic() + ROUTING_WAIT_S
     with Client(urls, retry_for=15, token=token) as client:
         while True:
-            assigned = client.routing()["queues"]
-            if all(q in assigned for q in queues) or time.monotonic() > deadline:
-                return assigned
+            routing = client.routing()
+            if routing["group_count"] == 1:
+                return {queue: 0 for queue in queues}   # no catalog: every queue is group 0's
+            if all(q in routing["queues"] for q in queues) or time.monotonic() > deadline:
+                return routing["queues"]
             time.sleep(0.2)
 
 
