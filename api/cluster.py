@@ -301,10 +301,8 @@ async def routing(request: web.Request) -> web.Response:
                 from None
         return respond(request, await here(group))
     answers = await per_group(request, here, leader=False)
-    if groups.count == 1:
-        queues = {queue["name"]: 0 for queue in (await groups.catalog.read("list_queues")).result["queues"]}
-    else:
-        queues = (await groups.catalog.read("list_catalog")).result["groups"]
+    # with one group there is no catalog: every queue is group 0's
+    queues = {} if groups.count == 1 else (await groups.catalog.read("list_catalog")).result["groups"]
     return respond(request, {"group_count": groups.count,
                              "groups": [answers[g]["groups"][0] for g in range(groups.count)],
                              "queues": queues})
