@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import glob
 import http.client
+import json
 import os
 import random
 import signal
@@ -39,6 +40,7 @@ from typing import Callable, Iterator
 
 from chaos.checker import STALE_READER, balanced, leaders
 from chaos.history import History
+from chaos.workload import READY_PATH
 from engine.placement import for_cluster
 
 KINDS = (
@@ -246,9 +248,25 @@ class Clocks:
         tmp.replace(self._file(node))  # libfaketime must never read a half-written file
 
 
+def ready_with_groups(cluster, node: str) -> dict | None:
+    """The node's /health/ready answer with each of its Raft groups' role, leader and
+    term (`raft_groups`, given when asked); None when it does not answer."""
+    try:
+        conn = http.client.HTTPConnection(cluster.cfg.node(node).http, timeout=VIEW_TIMEOUT_S)
+        try:
+            conn.request("GET", READY_PATH, headers={"Accept": "application/json"})
+            reply = conn.getresponse()
+            view = json.loads(reply.read())
+        finally:
+            conn.close()
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    return view if reply.status in (200, 503) and isinstance(view, dict) else None
+
+
 def cluster_views(cluster) -> dict[str, dict]:
-    """/health/ready of every running node that answers (each Raft group's role and term)."""
-    views = {node: cluster.ready_view(node, timeout=VIEW_TIMEOUT_S) for node in cluster.ids if cluster.running(node)}
+    """/health/ready of every running node that answers."""
+    views = {node: ready_with_groups(cluster, node) for node in cluster.ids if cluster.running(node)}
     return {node: view for node, view in views.items() if view is not None}
 
 

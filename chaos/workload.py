@@ -59,6 +59,7 @@ PROBE_TIMEOUT_S = 0.5
 # when it starts refusing new ones to within this much.
 STALE_PROBE_TIMEOUT_S = 0.1
 MONITOR_PERIOD_S = 0.2
+READY_PATH = "/health/ready?groups=true"   # with each Raft group's role, leader and term
 # A node leading several Raft groups under load may take half a second to answer; a
 # sample that times out says nothing of who leads.
 MONITOR_TIMEOUT_S = 2.0
@@ -472,7 +473,7 @@ class Monitor:
     def _ready(self, node: str) -> None:
         caller = Caller(self.endpoints, direct=True)
         while not self._stop.wait(MONITOR_PERIOD_S):
-            view = self._sample(caller, "ready", node, "/health/ready")
+            view = self._sample(caller, "ready", node, READY_PATH)
             if view and view.get("role") == "leader":
                 self.last_leader = node
         caller.close()
