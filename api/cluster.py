@@ -68,12 +68,13 @@ async def group_states(app: web.Application) -> dict:
 
 async def ready(request: web.Request) -> web.Response:
     is_ready, body = await readiness(request.app[NODE])
-    body["raft_groups"] = await group_states(request.app)
+    if request.query.get("groups") == "true":
+        body["raft_groups"] = await group_states(request.app)
     return respond(request, body, status=200 if is_ready else 503)
 
 
 async def _peer_ready(request: web.Request, http_addr: str) -> dict | None:
-    url = f"{request.scheme}://{http_addr}/health/ready"
+    url = f"{request.scheme}://{http_addr}/health/ready?groups=true"
     headers = {"Accept": "application/json"}
     if "Authorization" in request.headers:
         headers["Authorization"] = request.headers["Authorization"]
@@ -108,7 +109,7 @@ async def view(request: web.Request) -> dict:
             # how long ago this node last heard from that one (a node does not hear from itself)
             "last_contact_ms": None if member["id"] == node.id else peer.get("last_contact_ms"),
             "fsync_policy": seen["fsync_policy"] if seen else None,
-            "pid": seen.get("pid") if seen else None,     # its engine's, as that node reports it
+            "pid": seen.get("pid") if seen else None,     # the node's (its supervisor's), as that node reports it
             "healthy": bool(seen and seen["ready"]),
         })
     return {"id": node.id, "leader": status["leader_id"], "term": status["term"],

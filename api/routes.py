@@ -54,7 +54,7 @@ CONSISTENCY = ("consistency", {"type": "string", "enum": ["leader", "strong", "a
 ROUTES = (
     Route("GET", "/health/live", cluster.live, OPEN, "The process serves HTTP"),
     Route("GET", "/health/ready", cluster.ready, OPEN, "This node follows a leader with a quorum",
-          errors=(503,)),
+          errors=(503,), query=(("groups", {"type": "string", "enum": ["true"]}),)),
     Route("GET", "/v1/openapi.json", None, OPEN, "This document"),
     Route("GET", "/metrics", None, METRICS, "Prometheus metrics"),
     Route("GET", "/v1/cluster", cluster.show, ADMIN, "Members and their replication state"),

@@ -38,7 +38,7 @@ def group_list(value: str) -> list[int]:
 
 def leaders_spread(cluster: LocalCluster) -> bool:
     """Every group of every node has a leader, and the leaders spread within one over the nodes."""
-    views = [cluster.ready_view(node_id) for node_id in cluster.ids]
+    views = [cluster.ready_view(node_id, groups=True) for node_id in cluster.ids]
     if not all(view and view.get("ready") and len(view.get("raft_groups", {})) == cluster.cfg.groups
                for view in views):
         return False

@@ -243,8 +243,10 @@ class _Calls:
         """This node's Prometheus text."""
         return self._call("GET", "/metrics", None, retry=False, text=True)
 
-    def ready(self):
-        return self._call("GET", "/health/ready", None, retry=False, accept_status=(200, 503))
+    def ready(self, groups: bool = False):
+        """The node's readiness; with `groups`, also each Raft group it holds (role, leader, term)."""
+        return self._call("GET", "/health/ready" + ("?groups=true" if groups else ""), None, retry=False,
+                          accept_status=(200, 503))
 
 
 class _Attempts:

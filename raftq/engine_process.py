@@ -24,10 +24,10 @@ from pathlib import Path
 
 from api.app import Settings
 from engine.balance import LeaderBalancer
-from engine.config import ClusterConfig
+from engine.config import ClusterConfig, write_private
 from engine.lifetime import die_with
 from engine.link.service import EngineService
-from engine.node import Node
+from engine.node import Node, group_data_dir
 from engine.pauses import keep_pauses_short
 
 from .logs import tag_group
@@ -35,6 +35,7 @@ from .logs import tag_group
 log = logging.getLogger(__name__)
 
 HANDED_OVER = b"h"
+MEMBERS_FILE = "members"
 # How long an engine that handed over waits for the fronts to stop before it closes anyway.
 FRONTS_GONE_S = 30.0
 
@@ -47,14 +48,42 @@ def run_engine(*, node_pid: int, **kwargs) -> int:
     keep_pauses_short()
     try:
         return asyncio.run(_serve(**kwargs))
+    except PlacementChanged as exc:
+        log.error("%s", exc)
+        return 1
     except Exception:
         log.exception("group %d's engine failed", kwargs["group"])
         return 1
 
 
+class PlacementChanged(RuntimeError):
+    pass
+
+
+def check_members(data_dir: Path, group: int, members: tuple[str, ...]) -> None:
+    """Group g > 0's voters come from the placement, not from its log: record
+    them at the group's first start and refuse to run it with others (a
+    cluster.toml whose nodes, groups or replicas changed), which could give
+    two nodes two different majorities. (Group 0 is every node; its
+    membership changes go through Raft.)"""
+    if group == 0:
+        return
+    path = group_data_dir(data_dir, group) / MEMBERS_FILE
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_private(path, " ".join(sorted(members)) + "\n")
+        return
+    recorded = path.read_text().split()
+    if recorded != sorted(members):
+        raise PlacementChanged(f"group {group} was made with members {', '.join(recorded)}; cluster.toml now "
+                               f"places it on {', '.join(sorted(members))}. Moving a group's replicas is not "
+                               "supported: restore the cluster.toml the cluster was made with")
+
+
 async def _serve(*, cluster: ClusterConfig, node_id: str, group: int, members: tuple[str, ...], data_dir: Path,
                  handoff: socket.socket, links: list[socket.socket], settings: Settings, auto_create: bool) -> int:
     """`members` in the group's order of preference for leadership."""
+    check_members(data_dir, group, members)
     node = Node(cluster, node_id, data_dir, auto_create=auto_create, group=group, members=members, handoff=handoff)
     # one group: nothing to balance
     balancer = LeaderBalancer(node, members) if cluster.groups > 1 else None
@@ -68,7 +97,6 @@ async def _serve(*, cluster: ClusterConfig, node_id: str, group: int, members: t
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
     served = [asyncio.create_task(service.serve(link)) for link in links]
-    started = None
     try:
         await asyncio.wait([*served, asyncio.create_task(stopping.wait())], return_when=asyncio.FIRST_COMPLETED)
         started = time.monotonic()

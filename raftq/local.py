@@ -227,13 +227,15 @@ class LocalCluster:
         self.close()
 
     # ---- observation -------------------------------------------------------------
-    def ready_view(self, node_id: str, timeout: float = 1.0) -> dict | None:
-        """The node's /health/ready answer; None when it does not answer, or when a
-        process other than the one started here answers on its port (an orphan)."""
+    def ready_view(self, node_id: str, timeout: float = 1.0, groups: bool = False) -> dict | None:
+        """The node's /health/ready answer (with `groups`, each of its Raft
+        groups' role, leader and term under "raft_groups"); None when it does
+        not answer, or when a process other than the one started here answers
+        on its port (an orphan)."""
         try:
             with Client(self.url(node_id), retry_for=0, timeout=timeout, token=self.token,
                         cafile=self.cafile) as client:
-                view = client.ready()
+                view = client.ready(groups=groups)
         except (OSError, RaftqError, ValueError):
             return None
         ours = self.procs.get(node_id)

@@ -30,7 +30,7 @@ def wait_for_preferred_leaders(cluster, timeout: float = 60) -> None:
     placement = for_cluster(cluster.cfg)
 
     def settled() -> bool:
-        views = {node_id: cluster.ready_view(node_id) for node_id in cluster.ids}
+        views = {node_id: cluster.ready_view(node_id, groups=True) for node_id in cluster.ids}
         if any(view is None for view in views.values()):
             return False
         for group in range(cluster.cfg.groups):

@@ -28,7 +28,7 @@ def group_views(cluster) -> dict[str, dict]:
     views = {}
     for node_id in cluster.ids:
         if cluster.running(node_id):
-            view = cluster.ready_view(node_id)
+            view = cluster.ready_view(node_id, groups=True)
             if view is not None:
                 views[node_id] = view["raft_groups"]
     return views
@@ -273,15 +273,39 @@ def test_a_cluster_written_before_groups_restarts_unchanged_as_group_0(tmp_path,
     try:
         cluster.start()
         assert cluster.wait_for_leader(60) is not None and cluster.wait_all_ready(60)
-        assert "raft_groups" not in cluster.ready_view(cluster.ids[0])   # the old release is running
+        assert "raft_groups" not in cluster.ready_view(cluster.ids[0], groups=True)   # the old release is running
         load(cluster)
         before = contents(cluster)
         cluster.stop()
         cluster.env = {**os.environ, "PYTHONPATH": str(REPO)}
         cluster.start()
         assert cluster.wait_for_leader(60) is not None and cluster.wait_all_ready(60)
-        assert sorted(cluster.ready_view(cluster.ids[0])["raft_groups"]) == ["0"]
+        assert sorted(cluster.ready_view(cluster.ids[0], groups=True)["raft_groups"]) == ["0"]
         assert contents(cluster) == before
         assert not list(cluster.root.glob("n*/group-*"))
+    finally:
+        cluster.close()
+
+
+def test_a_node_refuses_to_run_a_group_whose_members_the_config_moved(tmp_path):
+    """Group g > 0's voters come from the placement: a cluster.toml that would
+    place a group on other nodes (here: other replicas) is refused, rather
+    than give two nodes two different majorities."""
+    import dataclasses
+
+    cluster = start_cluster(tmp_path / "moved", 3, groups=3, replicas=2)
+    try:
+        wait_until(lambda: leaders(cluster), timeout=60, what="every group led")
+        before = for_cluster(cluster.cfg)
+        cluster.stop("n1")
+        cluster.cfg = dataclasses.replace(cluster.cfg, replicas=3)
+        cluster.write_config()
+        moved = [g for g in range(1, 3) if sorted(for_cluster(cluster.cfg).members(g)) != sorted(before.members(g))
+                 and "n1" in before.members(g)]
+        assert moved, "the new replicas must move a group n1 holds"
+        cluster.start("n1")
+        assert cluster.procs["n1"].wait(60) == 1
+        cluster.procs.pop("n1")
+        assert f"group {moved[0]} was made with members" in cluster.log_path("n1").read_text()
     finally:
         cluster.close()

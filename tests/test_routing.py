@@ -58,7 +58,8 @@ def test_the_cluster_view_shows_each_group_with_its_leader_and_every_replicas_la
     assert group["leader"] == leader and sorted(group["members"]) == sorted(cluster3.ids)
     assert sorted(group["replicas"]) == sorted(cluster3.ids)
     assert all(replica["lag"] is not None and replica["lag"] >= 0 for replica in group["replicas"].values())
-    ready = call("GET", cluster3.url(leader) + "/health/ready").body
+    assert "raft_groups" not in call("GET", cluster3.url(leader) + "/health/ready").body
+    ready = call("GET", cluster3.url(leader) + "/health/ready?groups=true").body
     assert {group: state["role"] for group, state in ready["raft_groups"].items()} == {"0": "leader"}
 
 

@@ -346,14 +346,19 @@ class HandedOverServer:
             self._subscribed = False
 
     def _on_ready(self, descr, event):
-        try:
-            data, fds, _, _ = socket.recv_fds(self._handoff, HANDOFF_BATCH, HANDOFF_BATCH)
-        except (BlockingIOError, InterruptedError):
-            return
-        if not data and not fds:
-            # the supervisor is gone; so is the node (it kills its engines as it dies)
-            self.unbind()
-            return
+        # One read may stop at each handed-over descriptor: take up to a batch per tick.
+        for _ in range(HANDOFF_BATCH):
+            try:
+                data, fds, _, _ = socket.recv_fds(self._handoff, HANDOFF_BATCH, HANDOFF_BATCH)
+            except (BlockingIOError, InterruptedError):
+                return
+            if not data and not fds:
+                # the supervisor is gone; so is the node (it kills its engines as it dies)
+                self.unbind()
+                return
+            self._take(fds)
+
+    def _take(self, fds: list[int]) -> None:
         for fd in fds:
             sock = socket.socket(fileno=fd)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
