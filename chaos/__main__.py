@@ -1,6 +1,6 @@
 """python -m chaos: run a chaos campaign, re-check a saved history, or print a schedule.
 
-    python -m chaos run --nodes 3|5 --minutes N [--groups G] [--seed S] [--out results] [--load-at-birth]
+    python -m chaos run --nodes 3|5 --minutes N [--groups G [--replicas R]] [--seed S] [--out results] [--load-at-birth]
     python -m chaos check results/<run>/history.jsonl
     python -m chaos plan --nodes 3 --seed S [--cycles 1]
 
@@ -25,19 +25,30 @@ def _kinds(value: str) -> tuple[str, ...]:
     return kinds
 
 
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, not {value!r}")
+    return number
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a campaign against a fresh local cluster")
     run.add_argument("--nodes", type=int, choices=(3, 5), default=3)
-    run.add_argument("--groups", type=int, default=1,
-                     help="Raft groups of the cluster (default 1)")
     length = run.add_mutually_exclusive_group()
     length.add_argument("--minutes", type=float, help="inject faults for this long (default 1)")
     length.add_argument("--cycles", type=int, help="inject every fault kind this many times instead")
     run.add_argument("--seed", type=int, help="schedule seed (default: random, printed)")
     run.add_argument("--kinds", type=_kinds, default=KINDS, help="comma-separated fault kinds (default: all)")
     run.add_argument("--out", type=Path, default=Path("results"), help="parent folder of the results")
+    run.add_argument("--groups", type=_positive, default=1,
+                     help="Raft groups of the cluster (default 1); queues spread over them")
+    run.add_argument("--replicas", type=_positive, help="members of each group but group 0 (default 3, at most the nodes)")
     run.add_argument("--load-at-birth", action="store_true",
                      help="start producers and consumers with the nodes, before any leader exists")
     check = sub.add_parser("check", help="judge a saved history again")
@@ -62,9 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     from chaos.runner import Options, run as campaign
     if args.minutes is not None and args.minutes < 1:
         parser.error("--minutes must be at least 1")
+    if args.replicas is not None and args.replicas > args.nodes:
+        parser.error(f"--replicas must be at most --nodes ({args.nodes})")
     minutes = None if args.cycles is not None else (args.minutes if args.minutes is not None else 1.0)
-    report = campaign(Options(nodes=args.nodes, groups=args.groups, minutes=minutes, cycles=args.cycles,
-                              seed=args.seed, kinds=args.kinds, out=args.out, load_at_birth=args.load_at_birth))
+    report = campaign(Options(nodes=args.nodes, minutes=minutes, cycles=args.cycles, seed=args.seed,
+                              kinds=args.kinds, out=args.out, load_at_birth=args.load_at_birth,
+                              groups=args.groups, replicas=args.replicas))
     return 0 if report.valid else 1
 
 

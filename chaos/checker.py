@@ -60,10 +60,20 @@ Properties (each gets a verdict; the run is valid only if all hold):
   truncated applied entries.
 - nodes_never_fail: no node process exits unless the nemesis stopped it, and
   none logs a CRITICAL line (raftq logs CRITICAL only for broken invariants).
+- leaders_rebalanced: after each fault ends (the nemesis healed it and every
+  node is back), every Raft group has a leader and the nodes' counts of
+  groups led differ by at most one, within REBALANCE_S. Judged from the
+  monitor's /health/ready samples of every node, each taken after the end:
+  a group's leader is the member claiming it in the highest term, and the
+  counts are over the nodes that answered. With one group this is "a leader
+  again within REBALANCE_S"; with several it is the leader balancing of
+  issue 24 (each group's leader hands over to its first live preference).
+  The time each fault took is reported.
 
 Measurements (reported, never judged): failover after a leader is killed,
-isolated, paused or terminated (from the instant the fault was applied to the
-first acknowledged put sent after it had taken effect);
+isolated, paused or terminated, for each Raft group it led (from the instant
+the fault was applied to the first acknowledged put to one of that group's
+queues sent after it had taken effect), and per group;
 how soon an isolated leader refuses writes; time to replace a slow leader;
 put latency under a slow follower against fault-free windows.
 """
@@ -87,6 +97,7 @@ TRUNCATION_MARKERS = ("truncates applied entries", "truncating already-applied")
 STALE_READER = "stale-read"  # the process names of reads sent to an isolated leader
 CLOCK_RESOLUTION_MS = 2  # put_at_ms is whole milliseconds; history times are rounded to microseconds
 BIRTH_SLACK_MS = 1000
+REBALANCE_S = 5.0   # leaders spread again (max - min <= 1) within this long of a fault's end
 
 
 @dataclass
@@ -137,6 +148,75 @@ def _r(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def verify_digests(result: dict) -> list:
+    """Every replica's digest in a POST /v1/cluster/verify answer, of one Raft group or of each."""
+    answers = result.get("groups", [result])
+    return [digest for answer in answers for digest in answer.get("digests", {}).values()]
+
+
+def group_states(view: dict) -> dict[int, dict]:
+    """A node's /health/ready answer: its state of each Raft group it serves (role, term)."""
+    if view.get("raft_groups"):
+        return {int(group): state for group, state in view["raft_groups"].items()}
+    return {0: {"role": view.get("role"), "term": view.get("term")}}   # a node of one group
+
+
+def leaders(views: dict[str, dict]) -> dict[int, str]:
+    """Raft group -> its leader, from the nodes' /health/ready answers: the node that
+    claims it in the highest term (a leader cut off may still claim an older one)."""
+    best: dict[int, tuple[int, str]] = {}
+    for node, view in views.items():
+        for group, state in group_states(view).items():
+            term = state.get("term") or 0
+            if state.get("role") == "leader" and (group not in best or term > best[group][0]):
+                best[group] = (term, node)
+    return {group: node for group, (_, node) in best.items()}
+
+
+def leads(views: dict[str, dict], raft_groups: int) -> dict[str, int] | None:
+    """How many Raft groups each answering node leads; None while a group has no leader."""
+    led = leaders(views)
+    if any(group not in led for group in range(raft_groups)):
+        return None
+    counts = {node: 0 for node in views}
+    for node in led.values():
+        counts[node] += 1
+    return counts
+
+
+def balanced(views: dict[str, dict], raft_groups: int) -> bool:
+    """Every group led, and the answering nodes lead within one of each other (issue 24)."""
+    counts = leads(views, raft_groups)
+    return counts is not None and max(counts.values()) - min(counts.values()) <= 1
+
+
+def _ahead_of_real_time(samples: list[tuple[Op, int]]) -> list[dict]:
+    """Puts of one log time stamped further ahead of an earlier put than real time allows."""
+    # B is ahead of A when put_at(B) - 1000*B.complete > put_at(A) - 1000*A.invoke
+    # for an A answered before B was sent: keep the smallest right-hand side so far.
+    by_complete = sorted(samples, key=lambda s: s[0].complete_t)
+    earliest: tuple[float, Op, int] | None = None
+    known = 0
+    bad = []
+    for b, at_b in sorted(samples, key=lambda s: s[0].invoke_t):
+        while known < len(by_complete) and by_complete[known][0].complete_t < b.invoke_t:
+            a, at_a = by_complete[known]
+            known += 1
+            slack = at_a - 1000 * a.invoke_t
+            if earliest is None or slack < earliest[0]:
+                earliest = (slack, a, at_a)
+        if earliest is None:
+            continue
+        ahead = at_b - 1000 * b.complete_t - earliest[0]
+        if ahead > CLOCK_RESOLUTION_MS:
+            a, at_a = earliest[1], earliest[2]
+            bad.append({"ahead_ms": round(ahead), "earlier_put": {"id": a.value["id"], "node": a.node,
+                                                                  "invoke_t": a.invoke_t, "put_at_ms": at_a},
+                        "later_put": {"id": b.value["id"], "node": b.node, "invoke_t": b.invoke_t,
+                                      "complete_t": b.complete_t, "put_at_ms": at_b}})
+    return bad
+
+
 class Checker:
     def __init__(self, events: Iterable[dict]):
         self.events = list(events)
@@ -150,12 +230,17 @@ class Checker:
         self.puts = self.by_f["put"]
         self.deliveries = self._deliveries()
         self.by_message: dict[tuple, list[Delivery]] = defaultdict(list)
-        self.by_receipt: dict[str, Delivery] = {}
+        # by (queue, receipt): each Raft group's state machine makes its own receipts
+        self.by_receipt: dict[tuple[str, str], Delivery] = {}
         for d in self.deliveries:
             self.by_message[(d.queue, d.group, d.seq)].append(d)
-            self.by_receipt[d.receipt] = d
+            self.by_receipt[(d.queue, d.receipt)] = d
         self.settled = self._settlements()
         self.nemesis = [e for e in self.events if e["type"] == "nemesis"]
+        routings = [e for e in self.events if e["type"] == "routing"]
+        # queue -> Raft group, as the cluster assigned them (a history of one group has none)
+        self.raft_group_of: dict[str, int] = routings[-1]["queues"] if routings else {}
+        self.raft_groups: int = self.setup.get("raft_groups", 1)
 
     # ---- derived views ---------------------------------------------------------------
     def _deliveries(self) -> list[Delivery]:
@@ -169,21 +254,21 @@ class Checker:
                                     m.get("deliveries", 1), v["lease_ms"], o, m.get("put_at_ms")))
         return out
 
-    def _settlements(self) -> dict[str, dict[str, list[Op]]]:
-        """receipt -> {"ack"|"nack": [ops that may have applied to it], "ack_ok"|"nack_ok": [...]}."""
-        out: dict[str, dict[str, list[Op]]] = defaultdict(lambda: defaultdict(list))
+    def _settlements(self) -> dict[tuple[str, str], dict[str, list[Op]]]:
+        """(queue, receipt) -> {"ack"|"nack": [ops that may have applied to it], "ack_ok"|"nack_ok": [...]}."""
+        out: dict[tuple[str, str], dict[str, list[Op]]] = defaultdict(lambda: defaultdict(list))
         for f in ("ack", "nack"):
             for o in self.by_f[f]:
                 stale = set((o.result or {}).get("stale", [])) if o.ok else set()
                 for r in o.value["receipts"]:
                     if o.type == "info" or (o.ok and r not in stale):
-                        out[r][f].append(o)
+                        out[(o.value["queue"], r)][f].append(o)
                     if o.ok and r not in stale:
-                        out[r][f + "_ok"].append(o)
+                        out[(o.value["queue"], r)][f + "_ok"].append(o)
         return out
 
     # ---- properties ----------------------------------------------------------------------
-    def acked_puts_delivered(self) -> tuple[Verdict, int]:
+    def acked_puts_delivered(self) -> tuple[Verdict, list[dict]]:
         attempted: dict[tuple, list[Op]] = defaultdict(list)
         for o in self.puts:
             attempted[(o.value["queue"], o.value["id"])].append(o)
@@ -207,12 +292,12 @@ class Checker:
                   + ("" if drained else "; queues NOT fully drained after healing"))
         v = Verdict("acked_puts_delivered", not lost and not phantom, len(lost) + len(phantom), detail,
                     (lost + phantom)[:EXAMPLES])
-        return v, len(lost)
+        return v, lost
 
     def _lease_end_lower_bound(self, d: Delivery) -> float:
         """The earliest real time this delivery's lease could have ended."""
         end = d.op.invoke_t + d.lease_ms / 1000
-        for nack in self.settled.get(d.receipt, {}).get("nack", []):
+        for nack in self.settled.get((d.queue, d.receipt), {}).get("nack", []):
             end = min(end, nack.invoke_t)
         return end
 
@@ -237,8 +322,8 @@ class Checker:
     def ack_needs_live_lease(self) -> Verdict:
         bad = []
         checked = 0
-        for receipt, settled in self.settled.items():
-            a = self.by_receipt.get(receipt)
+        for (queue, receipt), settled in self.settled.items():
+            a = self.by_receipt.get((queue, receipt))
             if a is None:
                 continue
             others = [b for b in self.by_message[(a.queue, a.group, a.seq)] if b.receipt != receipt]
@@ -255,7 +340,7 @@ class Checker:
                     if earlier is not ack and earlier.complete_t < ack.invoke_t:
                         why = "an earlier ack of the same receipt had already succeeded"
                 if why:
-                    bad.append({"receipt": receipt, "ack_op": ack.op, "ack_invoke_t": ack.invoke_t,
+                    bad.append({"queue": queue, "receipt": receipt, "ack_op": ack.op, "ack_invoke_t": ack.invoke_t,
                                 "why": why})
         return Verdict("ack_needs_live_lease", not bad, len(bad),
                        f"{checked} successful acks, {len(bad)} on dead leases", bad[:EXAMPLES])
@@ -263,7 +348,7 @@ class Checker:
     def acks_durable(self) -> Verdict:
         bad = []
         for key, ds in self.by_message.items():
-            acked_at = min((ack.complete_t for d in ds for ack in self.settled.get(d.receipt, {}).get("ack_ok", [])),
+            acked_at = min((ack.complete_t for d in ds for ack in self.settled.get((d.queue, d.receipt), {}).get("ack_ok", [])),
                            default=math.inf)
             for d in ds:
                 if d.op.invoke_t > acked_at:
@@ -332,9 +417,8 @@ class Checker:
             elif not last.ok:
                 found[f] = f"{last.type}: {last.error}"
             elif f == "verify":
-                digests = last.result.get("digests", {})
-                agree = last.result.get("agree") and None not in digests.values()
-                found[f] = "agree" if agree else f"differ: {digests}"
+                agree = last.result.get("agree") and None not in verify_digests(last.result)
+                found[f] = "agree" if agree else f"differ: {last.result}"
             else:
                 found[f] = "agree" if last.result.get("exit") == 0 else \
                     f"exit {last.result.get('exit')}: {last.result.get('output', '')[-300:]}"
@@ -344,28 +428,12 @@ class Checker:
 
     def log_time_not_ahead(self) -> Verdict:
         samples = self._put_at()
-        # B is ahead of A when put_at(B) - 1000*B.complete > put_at(A) - 1000*A.invoke
-        # for an A answered before B was sent: keep the smallest right-hand side so far.
-        by_complete = sorted(samples, key=lambda s: s[0].complete_t)
-        earliest: tuple[float, Op, int] | None = None
-        known = 0
         bad = []
-        for b, at_b in sorted(samples, key=lambda s: s[0].invoke_t):
-            while known < len(by_complete) and by_complete[known][0].complete_t < b.invoke_t:
-                a, at_a = by_complete[known]
-                known += 1
-                slack = at_a - 1000 * a.invoke_t
-                if earliest is None or slack < earliest[0]:
-                    earliest = (slack, a, at_a)
-            if earliest is None:
-                continue
-            ahead = at_b - 1000 * b.complete_t - earliest[0]
-            if ahead > CLOCK_RESOLUTION_MS:
-                a, at_a = earliest[1], earliest[2]
-                bad.append({"ahead_ms": round(ahead), "earlier_put": {"id": a.value["id"], "node": a.node,
-                                                                      "invoke_t": a.invoke_t, "put_at_ms": at_a},
-                            "later_put": {"id": b.value["id"], "node": b.node, "invoke_t": b.invoke_t,
-                                          "complete_t": b.complete_t, "put_at_ms": at_b}})
+        # each Raft group keeps its own log time
+        for raft_group in sorted({self.raft_group_of.get(o.value["queue"], 0) for o, _ in samples}):
+            bad += _ahead_of_real_time([(o, at) for o, at in samples
+                                        if self.raft_group_of.get(o.value["queue"], 0) == raft_group])
+        bad.sort(key=lambda x: x["later_put"]["invoke_t"])
         # Once log time has jumped, every later put is ahead of the earlier ones:
         # show where it first happened and where it was worst.
         worst = sorted(bad, key=lambda x: -x["ahead_ms"])
@@ -482,18 +550,23 @@ class Checker:
                     yield n["id"], min(n["match_index"], r["commit_index"]), f"leader {sample.node} match index"
 
     # ---- measurements -----------------------------------------------------------------
-    def _first_ack_after(self, t: float) -> float | None:
-        return min((o.complete_t for o in self.puts if o.ok and o.invoke_t >= t), default=None)
+    def _first_ack_after(self, t: float, raft_group: int) -> float | None:
+        return min((o.complete_t for o in self.puts if o.ok and o.invoke_t >= t
+                    and self.raft_group_of.get(o.value["queue"], 0) == raft_group), default=None)
 
-    def failovers(self) -> dict[str, list[float]]:
-        out: dict[str, list[float]] = defaultdict(list)
+    def failovers(self) -> list[tuple[str, int, float]]:
+        """(kind, Raft group, seconds) for every group whose leader a fault took away
+        (the mark's `raft_groups`): from the instant of the fault to the first acknowledged
+        put to one of that group's queues sent after the fault took effect."""
+        out = []
         for e in self.nemesis:
             if e.get("f") == "mark" and e["value"].get("failover"):
-                # Writes sent before the fault took effect (the mark) may still have
-                # been acknowledged by the old leader: only later ones count.
-                done = self._first_ack_after(e["t"])
-                if done is not None:
-                    out[e["value"]["failover"]].append(done - e["value"].get("since", e["t"]))
+                for raft_group in e["value"].get("raft_groups", [0]):
+                    # Writes sent before the fault took effect (the mark) may still have
+                    # been acknowledged by the old leader: only later ones count.
+                    done = self._first_ack_after(e["t"], raft_group)
+                    if done is not None:
+                        out.append((e["value"]["failover"], raft_group, done - e["value"].get("since", e["t"])))
         return out
 
     def stale_leader_refusals(self) -> list[float]:
@@ -516,6 +589,87 @@ class Checker:
                 s = starts[e["fault"]]
                 if kind is None or s["kind"] == kind:
                     out.append((s["t"], e["t"], s))
+        return out
+
+    def _injected_windows(self) -> list[tuple[float, float, dict]]:
+        skipped = {e["fault"] for e in self.nemesis if e.get("f") == "stop" and e["value"].get("skipped")}
+        return sorted((w for w in self._windows() if w[2]["fault"] not in skipped), key=lambda w: w[0])
+
+    def rebalance_times(self) -> list[dict]:
+        """For each injected fault: seconds from its end (the stop event: healed, every
+        node back) until the monitor's samples, all taken after the end, show every
+        Raft group led and leadership balanced; None if not before the next fault."""
+        samples = sorted(self.by_f["ready"], key=lambda o: o.complete_t)
+        nodes = {o.node for o in samples}
+        windows = self._injected_windows()
+        starts = sorted(e["t"] for e in self.nemesis if e.get("f") == "start")
+        out = []
+        for _, end, s in windows:
+            limit = next((t for t in starts if t > end), math.inf)
+            latest: dict[str, dict | None] = {}
+            found = None
+            for o in samples:
+                if o.invoke_t < end:
+                    continue
+                if o.complete_t > limit:
+                    break
+                latest[o.node] = o.result if o.ok else None
+                views = {n: v for n, v in latest.items() if v is not None}
+                if set(latest) >= nodes and views and balanced(views, self.raft_groups):
+                    found = o.complete_t
+                    break
+            out.append({"fault": s["fault"], "kind": s["kind"], "s": _r(found - end) if found is not None else None})
+        return out
+
+    def leaders_rebalanced(self) -> tuple[Verdict, list[dict]]:
+        times = self.rebalance_times()
+        bad = [t for t in times if t["s"] is None or t["s"] > REBALANCE_S]
+        seen = [t["s"] for t in times if t["s"] is not None]
+        figures = f", median {_r(statistics.median(seen))}s, max {max(seen)}s" if seen else ""
+        return Verdict("leaders_rebalanced", not bad, len(bad),
+                       f"{len(times)} faults{figures}; {len(bad)} not balanced within {REBALANCE_S:g}s "
+                       f"of their end ({self.raft_groups} Raft group{'s' if self.raft_groups > 1 else ''})",
+                       bad[:EXAMPLES]), times
+
+    def new_leader_faults(self) -> dict[int, int]:
+        """Raft group -> how many faults it got a new leader in (a term higher than any
+        leader's before the fault claimed during it, up to its end)."""
+        claims = []   # (complete_t, invoke_t, group, term)
+        for o in self.by_f["ready"]:
+            if o.ok:
+                for group, state in group_states(o.result).items():
+                    if state.get("role") == "leader" and state.get("term") is not None:
+                        claims.append((o.complete_t, o.invoke_t, group, state["term"]))
+        out = {group: 0 for group in range(self.raft_groups)}
+        for start, end, _ in self._injected_windows():
+            for group in out:
+                before = max((term for done, _, g, term in claims if g == group and done < start), default=-1)
+                during = max((term for _, began, g, term in claims if g == group and start <= began <= end),
+                             default=-1)
+                out[group] += during > before
+        return out
+
+    def per_raft_group(self, failovers: list[tuple[str, int, float]], lost: list[dict]) -> dict[str, dict]:
+        """What each Raft group went through: its queues, acknowledged and lost puts,
+        faults it got a new leader in, and its failovers."""
+        queues: dict[int, list[str]] = defaultdict(list)
+        for queue in self.groups:
+            queues[self.raft_group_of.get(queue, 0)].append(queue)
+        acked = defaultdict(set)
+        for o in self.puts:
+            if o.ok:
+                acked[self.raft_group_of.get(o.value["queue"], 0)].add((o.value["queue"], o.value["id"]))
+        new_leader = self.new_leader_faults()
+        out = {}
+        for group in range(self.raft_groups):
+            times = [s for _, g, s in failovers if g == group]
+            out[str(group)] = {
+                "queues": sorted(queues.get(group, [])),
+                "acked_puts": len(acked[group]),
+                "lost": sum(1 for x in lost if self.raft_group_of.get(x["queue"], 0) == group),
+                "faults_with_new_leader": new_leader[group],
+                "failover": {"n": len(times), "median_s": _r(statistics.median(times)) if times else None,
+                             "max_s": _r(max(times)) if times else None}}
         return out
 
     def slow_leader_replacements(self) -> list[float | None]:
@@ -541,15 +695,19 @@ class Checker:
 
     # ---- all together -------------------------------------------------------------------
     def report(self) -> Report:
-        lost_verdict, acked_lost = self.acked_puts_delivered()
+        lost_verdict, lost = self.acked_puts_delivered()
         double = self.no_double_lease()
         stale_reads, read_counts = self.no_stale_reads()
+        rebalanced, rebalance_times = self.leaders_rebalanced()
         verdicts = [lost_verdict, double, self.ack_needs_live_lease(), self.acks_durable(),
                     self.per_producer_order(), self.idempotent_once(), stale_reads, self.replicas_agree(),
                     self.log_time_not_ahead(), self.log_time_not_behind_at_birth(), self.log_never_shrinks(),
-                    self.nodes_never_fail()]
+                    self.nodes_never_fail(), rebalanced]
         failovers = self.failovers()
-        headline = [x for k in FAILOVER_MARKS for x in failovers.get(k, [])]
+        by_kind: dict[str, list[float]] = defaultdict(list)
+        for kind, _, seconds in failovers:
+            by_kind[kind].append(seconds)
+        headline = [x for k in FAILOVER_MARKS for x in by_kind.get(k, [])]
         counts = defaultdict(int)
         for o in self.ops:
             if o.f in ("put", "receive", "ack", "nack", "read"):
@@ -559,10 +717,11 @@ class Checker:
                    if e.get("f") == "stop" and e["value"].get("skipped")}
         refusals = self.stale_leader_refusals()
         replaced = self.slow_leader_replacements()
+        rebalance_seen = [t["s"] for t in rebalance_times if t["s"] is not None]
         summary = {
             "valid": all(v.ok for v in verdicts),
             "ops_ok": counts["ok"], "ops_info": counts["info"], "ops_fail": counts["fail"],
-            "acked_lost": acked_lost,
+            "acked_lost": len(lost),
             "double_leases": double.violations,
             "faults_injected": len(starts) - len(skipped),
             "fault_kinds": sorted({e["kind"] for e in starts if e["fault"] not in skipped}),
@@ -572,7 +731,12 @@ class Checker:
             "failover_p99_s": _r(percentile(headline, 99)),
             "failover_max_s": _r(max(headline)) if headline else None,
             "failover_by_kind": {k: {"n": len(v), "median_s": _r(statistics.median(v)), "max_s": _r(max(v))}
-                                 for k, v in sorted(failovers.items()) if v},
+                                 for k, v in sorted(by_kind.items()) if v},
+            "rebalance_median_s": _r(statistics.median(rebalance_seen)) if rebalance_seen else None,
+            "rebalance_max_s": max(rebalance_seen) if rebalance_seen else None,
+            "rebalance_by_fault": rebalance_times,
+            "raft_groups": self.raft_groups,
+            "by_raft_group": self.per_raft_group(failovers, lost),
             "stale_leader_refusal_s": {"n": len(refusals), "median_s": _r(statistics.median(refusals)) if refusals else None,
                                        "max_s": _r(max(refusals)) if refusals else None},
             "slow_leader_replaced_s": [_r(x) for x in replaced],
@@ -600,7 +764,13 @@ def render(report: Report) -> str:
     lines.append(f"failover (kill/isolate leader -> next acked put): n={s['failover_count']} "
                  f"median={s['failover_median_s']}s p99={s['failover_p99_s']}s max={s['failover_max_s']}s")
     for kind, figures in s["failover_by_kind"].items():
-        lines.append(f"  after {kind:<9} n={figures['n']} median={figures['median_s']}s max={figures['max_s']}s")
+        lines.append(f"  after {kind:<11} n={figures['n']} median={figures['median_s']}s max={figures['max_s']}s")
+    for group, figures in s["by_raft_group"].items():
+        lines.append(f"Raft group {group}: queues {','.join(figures['queues']) or '-'}; "
+                     f"{figures['acked_puts']} acked puts, {figures['lost']} lost; new leader in "
+                     f"{figures['faults_with_new_leader']} faults; failover {figures['failover']}")
+    lines.append(f"leaders balanced again after (s): median={s['rebalance_median_s']} max={s['rebalance_max_s']} "
+                 + " ".join(f"{t['fault']}:{t['kind']}={t['s']}" for t in s["rebalance_by_fault"]))
     lines.append(f"isolated leader refuses writes after: {s['stale_leader_refusal_s']}")
     lines.append(f"slow leader replaced after (s): {s['slow_leader_replaced_s']}")
     lines.append(f"put p99 (s): {s['put_p99_s']}")

@@ -10,17 +10,25 @@ resolved when the fault is applied.
 `Nemesis` applies a schedule to a running cluster. Network faults go through a
 Toxiproxy API (chaos/toxiproxy.py or a real toxiproxy-server): one proxy per
 pair of nodes on the Raft port, one in front of each node's HTTP port for
-clients. Process faults are signals to node PIDs. Clock faults rewrite the
+clients. Process faults are signals to node PIDs, or to one Raft group's engine
+process inside a node (`kill-engine`). Clock faults rewrite the
 node's libfaketime timestamp file. Every fault is recorded in the history as a
 `start` and a `stop` event; the instants the checker measures failover from
 (a leader killed, isolated, terminated, paused) are `mark` events taken just
-before the action.
+before the action, and name the Raft groups the victim led.
+
+A fault ends once it is healed, every node is back and ready and every Raft
+group has a leader: its `stop` event. The nemesis then waits (up to
+REBALANCE_WAIT_S) until leadership is balanced over the nodes before the next
+fault, so that the checker can judge `leaders_rebalanced` on each fault alone.
 """
 
 from __future__ import annotations
 
 import glob
 import http.client
+import json
+import os
 import random
 import signal
 import threading
@@ -30,19 +38,27 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Callable, Iterator
 
-from chaos.checker import STALE_READER
+from chaos.checker import STALE_READER, balanced, leaders
 from chaos.history import History
+from chaos.workload import READY_PATH
+from engine.placement import for_cluster
 
 KINDS = (
     "isolate-leader", "partition-halves", "partition-islands", "partition-bridge",
     "slow-follower", "slow-leader", "flaky-link", "client-faults",
     "kill-leader", "kill-majority", "power-loss", "pause", "terminate-leader",
-    "clock-jump", "membership",
+    "clock-jump", "membership", "kill-engine",
 )
 LINK_TOXICS = ("bandwidth", "reset_peer", "limit_data", "slow_close", "timeout")
 CLIENT_TOXICS = ("latency", "bandwidth", "reset_peer", "limit_data", "slow_close", "timeout")
 CLOCK_OFFSETS_S = (-7200, -600, 600, 7200)
 RECOVERY_S = 30.0
+# Longer than the checker's REBALANCE_S, so that a slow rebalance is measured rather than cut short.
+REBALANCE_WAIT_S = 10.0
+# A node stops whole once one of its engines dies: its other engines hand over first.
+NODE_STOP_S = 60.0
+# A node leading several groups under load may take half a second to say so.
+VIEW_TIMEOUT_S = 2.0
 SLOW_FOLLOWER_MS = 200
 # libfaketime re-reads the timestamp file once per cache period; a jump must
 # last longer than that to be seen at all.
@@ -114,6 +130,10 @@ def _params(kind: str, nodes: int, rng: random.Random) -> dict:
         return {"leader": rng.random() < 0.5, "pick": rng.random(), "offset_s": rng.choice(CLOCK_OFFSETS_S)}
     if kind == "membership":
         return {"pick": rng.random(), "method": method}
+    if kind == "kill-engine":
+        # which Raft group (a fraction of G, known only on the live cluster), its leader's engine or a member's
+        return {"group_pick": rng.random(), "leader": rng.random() < 0.7, "pick": rng.random(),
+                "down_s": round(rng.uniform(0.3, 1.5), 2)}
     raise ValueError(f"unknown fault kind {kind!r}")
 
 
@@ -228,6 +248,40 @@ class Clocks:
         tmp.replace(self._file(node))  # libfaketime must never read a half-written file
 
 
+def ready_with_groups(cluster, node: str) -> dict | None:
+    """The node's /health/ready answer with each of its Raft groups' role, leader and
+    term (`raft_groups`, given when asked); None when it does not answer."""
+    try:
+        conn = http.client.HTTPConnection(cluster.cfg.node(node).http, timeout=VIEW_TIMEOUT_S)
+        try:
+            conn.request("GET", READY_PATH, headers={"Accept": "application/json"})
+            reply = conn.getresponse()
+            view = json.loads(reply.read())
+        finally:
+            conn.close()
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    return view if reply.status in (200, 503) and isinstance(view, dict) else None
+
+
+def cluster_views(cluster) -> dict[str, dict]:
+    """/health/ready of every running node that answers."""
+    views = {node: ready_with_groups(cluster, node) for node in cluster.ids if cluster.running(node)}
+    return {node: view for node, view in views.items() if view is not None}
+
+
+def wait_settled(cluster, raft_groups: int, timeout: float) -> bool:
+    """Whether, within `timeout`, every node runs and is ready and every Raft group has a leader."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        views = cluster_views(cluster)
+        if (len(views) == len(cluster.ids) and all(v.get("ready") for v in views.values())
+                and len(leaders(views)) == raft_groups):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 # --- applying a schedule ------------------------------------------------------------------
 
 class Nemesis:
@@ -250,10 +304,27 @@ class Nemesis:
         self.log = log
         self._faults = 0
         self.expected_up: set[str] = set(cluster.ids)
+        self.placement = for_cluster(cluster.cfg)
+        self.raft_groups = cluster.cfg.groups
 
     # ---- helpers ------------------------------------------------------------------------
     def leader(self, timeout: float = RECOVERY_S) -> str | None:
         return self.cluster.wait_for_leader(timeout)
+
+    def views(self) -> dict[str, dict]:
+        return cluster_views(self.cluster)
+
+    def led_by(self, node: str) -> list[int]:
+        """The Raft groups `node` leads now."""
+        return sorted(group for group, leader in leaders(self.views()).items() if leader == node)
+
+    def _wait_balanced(self, timeout: float = REBALANCE_WAIT_S) -> float | None:
+        started = time.monotonic()
+        while time.monotonic() - started < timeout:
+            if balanced(self.views(), self.raft_groups):
+                return round(time.monotonic() - started, 2)
+            time.sleep(0.1)
+        return None
 
     def followers(self, leader: str | None) -> list[str]:
         return [n for n in self.cluster.ids if n != leader]
@@ -307,11 +378,16 @@ class Nemesis:
             getattr(self, "_" + fault.kind.replace("-", "_"))(fid, fault, details)
         finally:
             self.heal()
+            settled = wait_settled(self.cluster, self.raft_groups, RECOVERY_S)
             leader = self.leader()
             self.history.event("nemesis", f="stop", fault=fid, kind=fault.kind,
-                               value={**details, "leader_after": leader})
-            if leader is None:
-                self.log(f"  no leader {RECOVERY_S:.0f}s after healing fault {fid}")
+                               value={**details, "leader_after": leader, "settled": settled})
+            if not settled:
+                self.log(f"  nodes not all ready, or a Raft group without a leader, {RECOVERY_S:.0f}s "
+                         f"after healing fault {fid}")
+            balanced_after = self._wait_balanced()
+            if balanced_after is None:
+                self.log(f"  leaders not balanced {REBALANCE_WAIT_S:.0f}s after fault {fid}")
 
     def heal(self) -> None:
         """Undo every fault: links, toxics, pauses, fake clocks, dead nodes."""
@@ -339,11 +415,12 @@ class Nemesis:
         if left > 0:
             time.sleep(left)
 
-    def _mark_failover(self, fid: int, why: str, leader: str, since: float, stale: bool = False) -> None:
-        """Mark, once the fault has taken effect, that failover is measured from
-        `since` (just before it was applied); for an isolated leader, also start
-        asking it for writes, and for reads (judged by no_stale_reads), until it
-        refuses them."""
+    def _mark_failover(self, fid: int, why: str, leader: str, since: float, groups: list[int],
+                       stale: bool = False) -> None:
+        """Mark, once the fault has taken effect, that failover of the Raft groups
+        `leader` led (`groups`) is measured from `since` (just before it was
+        applied); for an isolated leader, also start asking it for writes, and
+        for reads (judged by no_stale_reads), until it refuses them."""
         stale_probe = None
         if stale:
             stale_probe = f"stale-{fid}"
@@ -351,7 +428,7 @@ class Nemesis:
                              daemon=True).start()
             threading.Thread(target=self.prober.reads_until_refused, args=(leader, f"{STALE_READER}-{fid}"),
                              daemon=True).start()
-        self._mark(fid, failover=why, leader=leader, since=since, stale_probe=stale_probe)
+        self._mark(fid, failover=why, leader=leader, since=since, raft_groups=groups, stale_probe=stale_probe)
 
     # ---- network faults --------------------------------------------------------------------------
     def _cut_sides(self, sides: list[list[str]], method: str) -> list[tuple[str, str]]:
@@ -364,11 +441,12 @@ class Nemesis:
         if leader is None:
             details["skipped"] = "no leader"
             return
+        led = self.led_by(leader)
         started, since = time.monotonic(), self.history.now()
         self.net.cut(self.net.pairs_touching(leader), fault.params["method"])
-        self._mark_failover(fid, "isolate", leader, since, stale=True)
+        self._mark_failover(fid, "isolate", leader, since, led, stale=True)
         details["leader"] = leader
-        details["acked_after_s"] = self.prober.until_acked(f"probe-{fid}")
+        details["acked_after_s"] = self.prober.until_acked(f"probe-{fid}", led)
         self._wait_hold(started, fault)
 
     def _partition(self, fid, fault, details):
@@ -423,11 +501,12 @@ class Nemesis:
             leader = self.leader()
             if leader is None:
                 break
+            led = self.led_by(leader)
             since = self.history.now()
             self._kill(leader)
-            self._mark_failover(fid, "kill", leader, since)
+            self._mark_failover(fid, "kill", leader, since, led)
             killed.append(leader)
-            self.prober.until_acked(f"probe-{fid}")
+            self.prober.until_acked(f"probe-{fid}", led)
             time.sleep(fault.params["down_s"])
             self._start(leader)
             self._wait_ready(leader)
@@ -469,13 +548,13 @@ class Nemesis:
     def _pause(self, fid, fault, details):
         leader = self.leader()
         node = leader if fault.params["leader"] and leader else _pick(self.followers(leader), fault.params["pick"])
+        led = self.led_by(node)
         started, since = time.monotonic(), self.history.now()
         self.cluster.signal(node, signal.SIGSTOP)
         details["paused"] = node
         if node == leader:
-            self._mark_failover(fid, "pause", leader, since)
-        if node == leader:
-            self.prober.until_acked(f"probe-{fid}", timeout=fault.hold_s)
+            self._mark_failover(fid, "pause", leader, since, led)
+            self.prober.until_acked(f"probe-{fid}", led, timeout=fault.hold_s)
         self._wait_hold(started, fault)
         self.cluster.signal(node, signal.SIGCONT)
 
@@ -484,14 +563,46 @@ class Nemesis:
         if leader is None:
             details["skipped"] = "no leader"
             return
+        led = self.led_by(leader)
         since = self.history.now()
         self.expected_up.discard(leader)
         self.cluster.stop(leader)
-        self._mark_failover(fid, "terminate", leader, since)
+        self._mark_failover(fid, "terminate", leader, since, led)
         details["stopped"] = leader
-        self.prober.until_acked(f"probe-{fid}")
+        self.prober.until_acked(f"probe-{fid}", led)
         time.sleep(fault.params["down_s"])
         self._start(leader)
+
+    def _kill_engine(self, fid, fault, details):
+        """kill -9 of one Raft group's engine process on one node (its leader's, or
+        another member's): the node stops whole, its other engines handing over
+        first; then it is started again, as after a crash."""
+        group = min(int(fault.params["group_pick"] * self.raft_groups), self.raft_groups - 1)
+        leader = leaders(self.views()).get(group)
+        others = [m for m in self.placement.members(group) if m != leader]
+        node = leader if fault.params["leader"] and leader else _pick(others, fault.params["pick"])
+        pid = self.cluster.engine_pid(node, group)
+        details.update(group=group, node=node, group_leader=leader)
+        if pid is None:
+            details["skipped"] = f"group {group}'s engine process on {node} not found"
+            return
+        led = self.led_by(node)
+        since = self.history.now()
+        self.expected_up.discard(node)
+        os.kill(pid, signal.SIGKILL)
+        details.update(pid=pid, led=led)
+        if led:
+            self._mark_failover(fid, "kill-engine", node, since, led)
+            details["acked_after_s"] = self.prober.until_acked(f"probe-{fid}", led)
+        status = self.cluster.wait_exit(node, NODE_STOP_S)
+        details["node_exit"] = status
+        if status is None:
+            self.history.event("crash", node=node, exit_code=None,
+                               why=f"kept running {NODE_STOP_S:.0f}s after group {group}'s engine was killed")
+            self._kill(node)
+        time.sleep(fault.params["down_s"])
+        self._start(node)
+        self._wait_ready(node)
 
     # ---- clocks and membership -----------------------------------------------------------------------------
     def _clock_jump(self, fid, fault, details):

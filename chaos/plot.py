@@ -12,10 +12,12 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never a display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from chaos.checker import group_states  # noqa: E402
 from chaos.history import ops  # noqa: E402
 
 COLOURS = {"put": "tab:blue", "receive": "tab:green", "ack": "tab:purple", "nack": "tab:brown"}
-MARKS = {"kill": "red", "isolate": "darkorange", "terminate": "magenta", "pause": "teal"}
+MARKS = {"kill": "red", "isolate": "darkorange", "terminate": "magenta", "pause": "teal", "kill-engine": "crimson"}
+GROUP_OFFSET = 0.15   # each Raft group's leader marks sit a little above the previous group's
 
 
 def timeline(events: list[dict], path: Path, title: str = "") -> None:
@@ -48,10 +50,19 @@ def timeline(events: list[dict], path: Path, title: str = "") -> None:
             lat.axvline(e["t"], color=MARKS.get(e["value"]["failover"], "black"), linewidth=0.8)
 
     nodes = sorted({o.node for o in all_ops if o.f == "ready" and o.node})
-    leaders = [o for o in all_ops if o.f == "ready" and o.ok and o.result.get("role") == "leader"]
-    lead.scatter([o.invoke_t for o in leaders], [nodes.index(o.node) for o in leaders], s=4, color="black")
+    claims: dict[int, list[tuple[float, str]]] = {}   # Raft group -> (when, node) it was led
+    for o in all_ops:
+        if o.f == "ready" and o.ok:
+            for group, state in group_states(o.result).items():
+                if state.get("role") == "leader":
+                    claims.setdefault(group, []).append((o.invoke_t, o.node))
+    for group, seen in sorted(claims.items()):
+        lead.scatter([t for t, _ in seen], [nodes.index(n) + group * GROUP_OFFSET for _, n in seen], s=4,
+                     color="black" if len(claims) == 1 else f"C{group % 10}", label=f"group {group}")
+    if len(claims) > 1:
+        lead.legend(loc="upper left", fontsize=7, ncol=len(claims), markerscale=2)
     lead.set_yticks(range(len(nodes)), nodes)
-    lead.set_ylabel("leader")
+    lead.set_ylabel("leader" if len(claims) <= 1 else "leader of each group")
     lead.set_xlabel("seconds since start")
     if title:
         fig.suptitle(title)

@@ -13,8 +13,14 @@ Theory of operation
 2. The nodes start as real processes (raftq.local.LocalCluster), running
    production code; every kill -9 is made a power cut (chaos/power.py): the
    node's journal segments are cut back to what its fsyncs covered. A clock fault restarts its node under libfaketime for the
-   length of the fault (chaos/nemesis.py, `Clocks`).
-3. Queues are created, the monitor starts sampling every node, producers and
+   length of the fault (chaos/nemesis.py, `Clocks`). With `groups` > 1 the
+   cluster has that many Raft groups (issue 24): each node's supervisor runs
+   one engine process per group it is a member of, all behind its one Raft
+   port, so the pair proxies carry every group's traffic.
+3. Queues are created (at least one work queue and one probe queue per Raft
+   group: each new name goes to the group holding fewest), the routing is read
+   and recorded (queue -> group; the checker reports per group), the monitor
+   starts sampling every node, producers and
    consumers start (chaos/workload.py), and after a fault-free stretch the
    nemesis applies its seeded schedule: each fault, its hold, healing, and a
    wait for a leader before the next. With `load_at_birth` the monitor,
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 import time
 from dataclasses import dataclass, replace
 from itertools import combinations
@@ -44,23 +51,23 @@ from typing import Callable
 
 from chaos.checker import Report, check, render
 from chaos.history import History
-from chaos.nemesis import KINDS, Clocks, Nemesis, Network, plan
+from chaos.nemesis import KINDS, Clocks, Nemesis, Network, plan, wait_settled
 from chaos.power import PowerCutCluster
 from chaos.toxiproxy import ToxiproxyServer, start_toxiproxy
-from chaos.workload import PROBE_QUEUE, Endpoints, Monitor, Prober, Workload, drain, verify
+from chaos.workload import PROBE_QUEUE_PREFIX, Endpoints, Monitor, Prober, Workload, drain, verify
 from raftq.client import Client
 from engine.config import Link
 from raftq.local import LocalCluster, free_ports
 
-GROUPS = ["default", "audit"]
-WORK_QUEUES = ["chaos-0", "chaos-1"]
+CONSUMER_GROUPS = ["default", "audit"]
+FANOUT_QUEUES = 2          # the first work queues are read by every consumer group, the others by "default"
 JUDGED_LOG_LEVELS = ("critical",)
+ROUTING_WAIT_S = 30.0
 
 
 @dataclass
 class Options:
     nodes: int = 3
-    groups: int = 1                  # Raft groups (every fault hits every group of the nodes it hits)
     minutes: float | None = None     # stop starting faults after this long ...
     cycles: int | None = None        # ... or after this many rounds of every kind
     seed: int | None = None
@@ -71,6 +78,17 @@ class Options:
     lease_ms: int = 2000
     calm_s: float = 3.0              # fault-free time before the first fault and after the last
     load_at_birth: bool = False      # clients start with the node processes, not once a leader exists
+    groups: int = 1                  # Raft groups (issue 24)
+    replicas: int | None = None      # members of each group but group 0 (None: the default)
+
+
+def work_queues(raft_groups: int) -> list[str]:
+    """At least one work queue per Raft group: queues go to the group holding fewest."""
+    return [f"chaos-{i}" for i in range(max(FANOUT_QUEUES, raft_groups))]
+
+
+def probe_queues(raft_groups: int) -> list[str]:
+    return [f"{PROBE_QUEUE_PREFIX}{i}" for i in range(raft_groups)]
 
 
 class ChaosCluster(PowerCutCluster):
@@ -82,6 +100,40 @@ class ChaosCluster(PowerCutCluster):
 
     def node_env(self, node_id: str) -> dict[str, str]:
         return self.clocks.env(node_id) if node_id in self.faked else {}
+
+    def engine_pid(self, node_id: str, group: int, timeout: float = 5.0) -> int | None:
+        """The PID of Raft group `group`'s engine process in the running node: the
+        child of the node's supervisor that logged as that group's engine."""
+        deadline = time.monotonic() + timeout
+        while True:
+            node_pid = self.pid(node_id)
+            if node_pid is None:
+                return None
+            try:
+                children = {int(p) for p in Path(f"/proc/{node_pid}/task/{node_pid}/children").read_text().split()}
+            except OSError:
+                return None
+            for line in reversed(self.log_path(node_id).read_text(errors="replace").splitlines()):
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict) and entry.get("group") == group and entry.get("pid") in children:
+                    return entry["pid"]
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.2)   # a group's engine may not have logged yet
+
+    def wait_exit(self, node_id: str, timeout: float) -> int | None:
+        """The exit status of a node stopping by itself, once it has (None: still running)."""
+        proc = self.procs[node_id]
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        del self.procs[node_id]
+        self._forget_pid(node_id)
+        return proc.returncode
 
 
 def wire_proxies(server: ToxiproxyServer, cluster: LocalCluster) -> tuple[Network, Endpoints]:
@@ -110,16 +162,28 @@ def wire_proxies(server: ToxiproxyServer, cluster: LocalCluster) -> tuple[Networ
     return Network(server.client, raft, http), Endpoints(client_urls, direct, cluster.token)
 
 
-def create_queues(urls: list[str], lease_ms: int, token: str | None) -> dict[str, list[str]]:
-    queues = {q: list(GROUPS) for q in WORK_QUEUES}
-    queues[PROBE_QUEUE] = ["default"]
+def create_queues(urls: list[str], queues: dict[str, list[str]], lease_ms: int, token: str | None) -> None:
+    """Create the queues in order (each goes to the Raft group holding fewest) and their groups."""
     with Client(urls, retry_for=30, token=token) as client:
         for queue, groups in queues.items():
             client.create_queue(queue, lease_ms=lease_ms)
             for group in groups:
                 if group != "default":
                     client.add_group(queue, group, start="earliest")
-    return queues
+
+
+def read_routing(urls: list[str], token: str | None, queues: list[str]) -> dict[str, int]:
+    """queue -> Raft group once every one of `queues` is assigned (their first put
+    creates them when the load starts with the nodes)."""
+    deadline = time.monotonic() + ROUTING_WAIT_S
+    with Client(urls, retry_for=15, token=token) as client:
+        while True:
+            routing = client.routing()
+            if routing["group_count"] == 1:
+                return {queue: 0 for queue in queues}   # no catalog: every queue is group 0's
+            if all(q in routing["queues"] for q in queues) or time.monotonic() > deadline:
+                return routing["queues"]
+            time.sleep(0.2)
 
 
 def scan_logs(cluster: LocalCluster, history: History) -> None:
@@ -140,12 +204,12 @@ def scan_logs(cluster: LocalCluster, history: History) -> None:
 def run(options: Options, log: Callable[[str], None] = print) -> Report:
     seed = options.seed if options.seed is not None else random.SystemRandom().randrange(1 << 32)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    results = Path(options.out).resolve() / f"{stamp}-n{options.nodes}-seed{seed}"
+    results = Path(options.out).resolve() / f"{stamp}-n{options.nodes}-g{options.groups}-seed{seed}"
     results.mkdir(parents=True, exist_ok=True)
-    log(f"chaos: seed {seed}, {options.nodes} nodes; reproduce the schedule with "
-        f"python -m chaos run --nodes {options.nodes} --seed {seed}"
+    log(f"chaos: seed {seed}, {options.nodes} nodes, {options.groups} Raft group(s); reproduce the schedule with "
+        f"python -m chaos run --nodes {options.nodes} --groups {options.groups} --seed {seed}"
+        + (f" --replicas {options.replicas}" if options.replicas else "")
         + (f" --minutes {options.minutes}" if options.minutes else f" --cycles {options.cycles}")
-        + (f" --groups {options.groups}" if options.groups != 1 else "")
         + (" --load-at-birth" if options.load_at_birth else ""))
     log(f"chaos: results in {results}")
     history = History(results / "history.jsonl")
@@ -154,7 +218,8 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
         server = start_toxiproxy(seed=seed, stderr=proxy_log)
         cluster = network = None
         try:
-            cluster = ChaosCluster.create(results / "cluster", options.nodes, groups=options.groups)
+            cluster = ChaosCluster.create(results / "cluster", options.nodes, groups=options.groups,
+                                          replicas=options.replicas)
             cluster.clocks, cluster.faked = Clocks(results / "clocks"), set()
             network, endpoints = wire_proxies(server, cluster)
             _campaign(options, seed, cluster, network, endpoints, history, log)
@@ -173,29 +238,49 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
     (results / "summary.json").write_text(json.dumps(report.summary, indent=2, default=str) + "\n")
     try:
         from chaos.plot import timeline
-        timeline(history.events, results / "timeline.png", title=f"{options.nodes} nodes, seed {seed}")
+        timeline(history.events, results / "timeline.png", title=f"{options.nodes} nodes, {options.groups} Raft group(s), seed {seed}")
     except ImportError:
         log("chaos: matplotlib is not installed (pip install raftq[plot]); no timeline.png")
     log(text)
     return report
 
 
+def _record_routing(history: History, urls: list[str], token: str | None, work: list[str], probes: list[str],
+                    raft_groups: int, log: Callable[[str], None]) -> tuple[dict[int, str], str]:
+    """Record and print which Raft group holds each queue; the probe queue of each group,
+    and a work queue of group 0 (which the leader faults' victim always leads) for the
+    reads sent to an isolated leader."""
+    routing = read_routing(urls, token, [*work, *probes])
+    history.event("routing", queues={q: routing[q] for q in [*work, *probes] if q in routing})
+    for group in range(raft_groups):
+        log(f"chaos: Raft group {group} holds " + (", ".join(q for q in [*work, *probes] if routing.get(q) == group)
+                                                   or "no queue"))
+    probe_of = {routing[q]: q for q in probes if q in routing}
+    if sorted(probe_of) != list(range(raft_groups)) or {routing.get(q) for q in work} != set(range(raft_groups)):
+        raise RuntimeError(f"the queues do not cover every Raft group once: {routing}")
+    return probe_of, next(q for q in work if routing[q] == 0)
+
+
 def _campaign(options: Options, seed: int, cluster: ChaosCluster, network: Network, endpoints: Endpoints,
               history: History, log: Callable[[str], None]) -> None:
     if not cluster.clocks.available:
         log("chaos: libfaketime not found (apt-get install faketime); clock faults are skipped")
-    if options.load_at_birth:
-        queues = {queue: ["default"] for queue in [*WORK_QUEUES, PROBE_QUEUE]}
-    else:
+    work, probes = work_queues(options.groups), probe_queues(options.groups)
+    queues = {queue: ["default"] if options.load_at_birth or i >= FANOUT_QUEUES else list(CONSUMER_GROUPS)
+              for i, queue in enumerate(work)}
+    queues.update({queue: ["default"] for queue in probes})
+    urls = list(endpoints.direct.values())
+    if not options.load_at_birth:
         cluster.start()
-        if cluster.wait_for_leader(60) is None:
-            raise RuntimeError(f"no leader elected; see the node logs in {cluster.root}")
-        queues = create_queues(list(endpoints.direct.values()), options.lease_ms, cluster.token)
-    workload = Workload(history, endpoints, {q: g for q, g in queues.items() if q != PROBE_QUEUE},
+        if not wait_settled(cluster, options.groups, 60):
+            raise RuntimeError(f"not every Raft group elected a leader; see the node logs in {cluster.root}")
+        create_queues(urls, queues, options.lease_ms, cluster.token)
+    workload = Workload(history, endpoints, {q: queues[q] for q in work},
                         seed=seed, lease_ms=options.lease_ms, producers=options.producers,
                         consumers_per_group=options.consumers_per_group,
                         eager_first_put=options.load_at_birth)
-    history.event("setup", seed=seed, nodes=options.nodes, queues=queues, lease_ms=options.lease_ms,
+    history.event("setup", seed=seed, nodes=options.nodes, raft_groups=options.groups,
+                  replicas=cluster.cfg.replicas_per_group, queues=queues, lease_ms=options.lease_ms,
                   producers=workload.producer_names, kinds=list(options.kinds),
                   faketime=cluster.clocks.available, load_at_birth=options.load_at_birth,
                   wall_ms_at_t0=round(time.time() * 1000 - history.now() * 1000))
@@ -204,11 +289,16 @@ def _campaign(options: Options, seed: int, cluster: ChaosCluster, network: Netwo
     workload.start()
     if options.load_at_birth:
         cluster.start()
-        if cluster.wait_for_leader(60) is None:
-            raise RuntimeError(f"no leader elected; see the node logs in {cluster.root}")
+        if not wait_settled(cluster, options.groups, 60):
+            raise RuntimeError(f"not every Raft group elected a leader; see the node logs in {cluster.root}")
     try:
-        with Client(list(endpoints.direct.values()), retry_for=15, timeout=5, token=cluster.token) as admin:
-            nemesis = Nemesis(cluster, network, cluster.clocks, history, Prober(history, endpoints, read_queue=WORK_QUEUES[0]), admin, log)
+        if options.load_at_birth:
+            read_routing(urls, cluster.token, work)     # the first puts made the work queues
+            create_queues(urls, {queue: ["default"] for queue in probes}, options.lease_ms, cluster.token)
+        probe_of, read_queue = _record_routing(history, urls, cluster.token, work, probes, options.groups, log)
+        with Client(urls, retry_for=15, timeout=5, token=cluster.token) as admin:
+            nemesis = Nemesis(cluster, network, cluster.clocks, history,
+                              Prober(history, endpoints, probe_of, read_queue), admin, log)
             try:
                 time.sleep(options.calm_s)
                 deadline = time.monotonic() + options.minutes * 60 if options.minutes else None

@@ -23,7 +23,8 @@ a 503 (raftq answers it when a write's fate is unknown) or another 5xx is
 - Readers read queue stats and browse pages at `consistency=leader` and
   `strong`, for the stale-read check (each read's `last_seq`).
 - The prober measures failover (puts from every node at once until one is
-  acknowledged) and how soon an isolated leader refuses writes.
+  acknowledged, to a probe queue of each Raft group that lost its leader) and
+  how soon an isolated leader refuses writes.
 - The monitor samples every node's /health/ready and the leader's
   /v1/cluster view, for the log-shrink check and the timeline.
 - After healing, `drain` empties every group and `verify` compares replicas.
@@ -43,6 +44,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from chaos.checker import verify_digests
 from chaos.history import History
 
 TIMEOUT_S = 3.0
@@ -57,8 +59,12 @@ PROBE_TIMEOUT_S = 0.5
 # when it starts refusing new ones to within this much.
 STALE_PROBE_TIMEOUT_S = 0.1
 MONITOR_PERIOD_S = 0.2
+READY_PATH = "/health/ready?groups=true"   # with each Raft group's role, leader and term
+# A node leading several Raft groups under load may take half a second to answer; a
+# sample that times out says nothing of who leads.
+MONITOR_TIMEOUT_S = 2.0
 CLUSTER_PERIOD_S = 0.5
-PROBE_QUEUE = "probe"
+PROBE_QUEUE_PREFIX = "probe-"   # one probe queue per Raft group
 READER_PACE_S = 0.05
 READ_LEVELS = ("leader", "strong")
 
@@ -352,46 +358,51 @@ class Workload:
 
 
 class Prober:
-    """Failover measurements: put from every node until one acknowledges; ask an
-    isolated leader for writes, and for reads, until it refuses."""
+    """Failover measurements: put from every node until one acknowledges, in each Raft
+    group that lost its leader; ask an isolated leader for writes, and for reads, until
+    it refuses."""
 
-    def __init__(self, history: History, endpoints: Endpoints, read_queue: str):
+    def __init__(self, history: History, endpoints: Endpoints, probe_queues: dict[int, str], read_queue: str):
         self.history = history
         self.endpoints = endpoints
-        self.read_queue = read_queue     # where the producers keep writing (through the new leader)
+        self.probe_queues = probe_queues  # Raft group -> the probe queue it holds
+        self.read_queue = read_queue      # where the producers keep writing (through the new leader)
         self._ids = itertools.count(1)
 
-    def _probe_put(self, caller: Caller, name: str, node: str, *, follow: bool, timeout: float):
+    def _probe_put(self, caller: Caller, name: str, node: str, queue: str, *, follow: bool, timeout: float):
         n = next(self._ids)
-        mid = f"{name}-{node}-{n}"
-        return attempt(self.history, caller, name, "put", {"queue": PROBE_QUEUE, "id": mid, "producer": name},
-                       node, "POST", put_path(PROBE_QUEUE), put_body(mid, name, n),
+        mid = f"{name}-{n}"
+        return attempt(self.history, caller, name, "put", {"queue": queue, "id": mid, "producer": name},
+                       node, "POST", put_path(queue), put_body(mid, name, n),
                        timeout=timeout, follow=follow, result=put_result)
 
-    def until_acked(self, name: str, timeout: float = 30.0) -> float | None:
-        """Seconds until some put from `name`'s probes was acknowledged (None: never)."""
+    def until_acked(self, name: str, raft_groups=(0,), timeout: float = 30.0) -> float | None:
+        """Seconds until a put to each of the Raft groups' probe queues was acknowledged
+        (None: not every one ever was)."""
         started = time.monotonic()
-        done = threading.Event()
+        queues = [self.probe_queues[group] for group in raft_groups]
+        done = {queue: threading.Event() for queue in queues}
 
-        def probe(node: str) -> None:
+        def probe(node: str, queue: str) -> None:
             caller = Caller(self.endpoints)
             try:
-                while not done.is_set() and time.monotonic() - started < timeout:
-                    outcome, _ = self._probe_put(caller, f"{name}@{node}", node, follow=True,
+                while not done[queue].is_set() and time.monotonic() - started < timeout:
+                    outcome, _ = self._probe_put(caller, f"{name}@{node}/{queue}", node, queue, follow=True,
                                                  timeout=PROBE_TIMEOUT_S)
                     if outcome == "ok":
-                        done.set()
+                        done[queue].set()
                     else:
-                        done.wait(0.02)
+                        done[queue].wait(0.02)
             finally:
                 caller.close()
 
-        threads = [threading.Thread(target=probe, args=(n,), daemon=True) for n in self.endpoints.ids]
+        threads = [threading.Thread(target=probe, args=(node, queue), daemon=True)
+                   for node in self.endpoints.ids for queue in queues]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        return round(time.monotonic() - started, 3) if done.is_set() else None
+        return round(time.monotonic() - started, 3) if all(e.is_set() for e in done.values()) else None
 
     def reads_until_refused(self, node: str, name: str, timeout: float = 10.0) -> None:
         """Ask `node` (an isolated leader) for reads, directly, until it refuses
@@ -415,7 +426,8 @@ class Prober:
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
-                outcome, error = self._probe_put(caller, name, node, follow=False, timeout=STALE_PROBE_TIMEOUT_S)
+                outcome, error = self._probe_put(caller, name, node, self.probe_queues[0], follow=False,
+                                                 timeout=STALE_PROBE_TIMEOUT_S)
                 if outcome != "ok" and error.get("status") in (307, 503):
                     return
                 time.sleep(0.02)
@@ -448,7 +460,7 @@ class Monitor:
     def _sample(self, caller: Caller, f: str, node: str, path: str) -> dict | None:
         op = self.history.invoke("monitor", f, None, node)
         try:
-            reply = caller.request(node, "GET", path, timeout=0.5, follow=False)
+            reply = caller.request(node, "GET", path, timeout=MONITOR_TIMEOUT_S, follow=False)
         except (OSError, http.client.HTTPException) as exc:
             self.history.complete(op, "info", error={"exception": f"{type(exc).__name__}: {exc}"})
             return None
@@ -461,7 +473,7 @@ class Monitor:
     def _ready(self, node: str) -> None:
         caller = Caller(self.endpoints, direct=True)
         while not self._stop.wait(MONITOR_PERIOD_S):
-            view = self._sample(caller, "ready", node, "/health/ready")
+            view = self._sample(caller, "ready", node, READY_PATH)
             if view and view.get("role") == "leader":
                 self.last_leader = node
         caller.close()
@@ -531,7 +543,7 @@ def verify(history: History, endpoints: Endpoints, leader: str, attempts: int = 
         for _ in range(attempts):
             outcome, result = attempt(history, caller, "checker", "verify", None, leader, "POST",
                                       "/v1/cluster/verify", timeout=30)
-            if outcome == "ok" and None not in result.get("digests", {}).values():
+            if outcome == "ok" and None not in verify_digests(result):
                 break
             time.sleep(1)
     finally:

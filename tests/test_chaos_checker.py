@@ -475,3 +475,186 @@ def test_reads_answered_by_an_isolated_leader_are_counted_and_judged():
     report = run.report()
     assert report.summary["reads_checked"] == 2 and report.summary["isolated_leader_reads"] == 2
     assert verdicts(report)["no_stale_reads"].violations == 1
+
+
+# ---- several Raft groups: leaders balanced again after each fault, figures per group ----------
+
+def raft_groups_run(raft_groups=4) -> Run:
+    run = Run()
+    run.h.events[0]["raft_groups"] = raft_groups
+    run.h.event("routing", queues={"q": 0, "r": 1})
+    return run
+
+
+def fault(run, fid, start, end, kind="kill-leader"):
+    run.t = start
+    run.h.event("nemesis", f="start", fault=fid, kind=kind, value={})
+    run.t = end
+    run.h.event("nemesis", f="stop", fault=fid, kind=kind, value={})
+
+
+def led(run, node, start, groups, term=2, raft_groups=4, answered=True):
+    """A monitor sample of `node`'s /health/ready: it leads `groups` (in `term`), follows the rest."""
+    states = {str(g): {"role": "leader" if g in groups else "follower", "term": term} for g in range(raft_groups)}
+    run.op("monitor", "ready", None, start, start + 0.05, "ok" if answered else "info",
+           {"role": states["0"]["role"], "term": term, "raft_groups": states} if answered else None, node=node)
+
+
+def test_leaders_balanced_soon_after_each_fault_pass_and_the_time_is_reported():
+    run = raft_groups_run()
+    fault(run, 1, 10.0, 12.0)
+    led(run, "n1", 11.0, {0, 1, 2, 3})                 # before the end: not evidence
+    led(run, "n1", 12.1, {0, 1, 3})
+    led(run, "n2", 12.2, {2})
+    led(run, "n3", 12.3, set())                          # n1 3, n2 1, n3 0: not yet
+    led(run, "n1", 13.0, {0, 3})
+    led(run, "n3", 13.1, {1})                            # 2, 1, 1: balanced
+    report = run.report()
+    v = verdicts(report)["leaders_rebalanced"]
+    assert v.ok, render(report)
+    assert report.summary["rebalance_by_fault"] == [{"fault": 1, "kind": "kill-leader", "s": pytest.approx(1.15)}]
+    assert report.summary["rebalance_max_s"] == pytest.approx(1.15)
+
+
+def test_leaders_that_stay_unbalanced_after_a_fault_fail():
+    run = raft_groups_run()
+    fault(run, 1, 10.0, 12.0)
+    for t in (12.1, 13.1, 14.1, 15.1, 16.1, 17.1, 18.1):
+        led(run, "n1", t, {0, 1, 3})
+        led(run, "n2", t + 0.01, {2})
+        led(run, "n3", t + 0.02, set())
+    v = verdicts(run.report())["leaders_rebalanced"]
+    assert not v.ok and v.violations == 1 and v.examples[0]["s"] is None
+
+
+def test_leaders_balanced_only_after_the_limit_fail_with_their_time():
+    run = raft_groups_run()
+    fault(run, 1, 10.0, 12.0)
+    led(run, "n1", 12.1, {0, 1, 3})
+    led(run, "n2", 12.2, {2})
+    led(run, "n3", 12.3, set())
+    led(run, "n1", 19.0, {0, 3})
+    led(run, "n3", 19.1, {1})
+    v = verdicts(run.report())["leaders_rebalanced"]
+    assert not v.ok and v.examples[0]["s"] == pytest.approx(7.15)
+
+
+def test_a_group_without_a_leader_is_not_balanced_and_an_older_terms_claim_loses():
+    run = raft_groups_run()
+    fault(run, 1, 10.0, 12.0)
+    led(run, "n1", 12.1, {0, 3})
+    led(run, "n2", 12.2, {2})
+    led(run, "n3", 12.3, set())                          # nobody leads group 1
+    led(run, "n1", 12.4, {0, 1, 3}, term=2)              # n1 3, n2 1, n3 0
+    led(run, "n3", 12.5, {1}, term=1)                    # a stale claim: n1's in term 2 wins
+    led(run, "n1", 12.6, {0, 3}, term=2)                 # now n3's is the only claim: 2, 1, 1
+    report = run.report()
+    assert verdicts(report)["leaders_rebalanced"].ok
+    assert report.summary["rebalance_by_fault"][0]["s"] == pytest.approx(0.65)
+
+
+def test_balance_is_judged_over_the_nodes_that_answer():
+    run = raft_groups_run()
+    fault(run, 1, 10.0, 12.0)
+    led(run, "n1", 12.1, {0, 1})
+    led(run, "n2", 12.2, {2, 3})
+    led(run, "n3", 12.3, set(), answered=False)          # n3 does not answer: 2, 2 over n1 and n2
+    assert run.report().summary["rebalance_by_fault"][0]["s"] == pytest.approx(0.35)
+    run2 = raft_groups_run()
+    fault(run2, 1, 10.0, 12.0)
+    led(run2, "n1", 12.1, {0, 1})
+    led(run2, "n2", 12.2, {2, 3})
+    led(run2, "n3", 12.3, set())                          # n3 answers and leads nothing: 2, 2, 0
+    assert run2.report().summary["rebalance_by_fault"][0]["s"] is None
+
+
+def test_a_fault_not_balanced_before_the_next_one_starts_fails():
+    run = raft_groups_run()
+    fault(run, 1, 10.0, 12.0)
+    led(run, "n1", 12.1, {0, 1, 3})
+    led(run, "n2", 12.2, {2})
+    led(run, "n3", 12.3, set())
+    fault(run, 2, 13.0, 15.0)
+    led(run, "n1", 15.1, {0, 3})
+    led(run, "n2", 15.2, {2})
+    led(run, "n3", 15.3, {1})
+    times = run.report().summary["rebalance_by_fault"]
+    assert [t["s"] for t in times] == [None, pytest.approx(0.35)]
+
+
+def test_one_raft_group_needs_only_a_leader_again():
+    run = Run()
+    fault(run, 1, 10.0, 12.0)
+    led(run, "n1", 12.1, set(), raft_groups=1)
+    led(run, "n2", 12.2, {0}, raft_groups=1)
+    led(run, "n3", 12.3, set(), raft_groups=1)
+    assert run.report().summary["rebalance_by_fault"][0]["s"] == pytest.approx(0.35)
+
+
+def test_failover_and_new_leaders_are_reported_per_raft_group():
+    run = raft_groups_run()
+    run.t = 10.0
+    run.h.event("nemesis", f="start", fault=1, kind="kill-leader", value={})
+    led(run, "n1", 9.0, {0, 1}, term=2)
+    run.h.event("nemesis", f="mark", fault=1, value={"failover": "kill", "leader": "n1", "since": 9.9,
+                                                     "raft_groups": [0, 1]})
+    run.put("c", 3, 10.1, 10.2)                          # q: group 0, 0.3 s
+    run.put("x", 1, 10.3, 10.9, producer="p2")           # never acked in r (group 1) before ...
+    run.op("p2", "put", {"queue": "r", "id": "y", "producer": "p2"}, 10.4, 11.4, "ok",
+           {"seq": 1, "duplicate": False})               # ... this one: 1.5 s
+    led(run, "n2", 11.0, {0, 1}, term=3)
+    run.t = 12.0
+    run.h.event("nemesis", f="stop", fault=1, kind="kill-leader", value={})
+    s = run.report().summary
+    by_group = s["by_raft_group"]
+    assert by_group["0"]["failover"]["max_s"] == pytest.approx(0.3)
+    assert by_group["1"]["failover"]["max_s"] == pytest.approx(1.5)
+    assert by_group["1"]["queues"] == [] and by_group["0"]["queues"] == ["q"]
+    assert by_group["0"]["faults_with_new_leader"] == 1 and by_group["2"]["faults_with_new_leader"] == 0
+    assert s["failover_by_kind"]["kill"]["n"] == 2
+
+
+def test_one_receipt_string_in_queues_of_two_raft_groups_is_two_leases():
+    """Each Raft group's state machine makes its own receipts: the same string may
+    name a lease in a queue of each group."""
+    run = raft_groups_run()
+    run.put("a", 1, 0.0)
+    run.op("p1", "put", {"queue": "r", "id": "b", "producer": "p1"}, 0.1, 0.11, "ok", {"seq": 1, "duplicate": False})
+    run.op("c1", "receive", {"queue": "q", "group": "default", "max": 1, "lease_ms": LEASE_MS}, 0.2, 0.21, "ok",
+           {"messages": [{"seq": 1, "receipt": "1:default:1:1", "id": "a", "deliveries": 1}]})
+    run.op("c1", "ack", {"queue": "q", "group": "default", "receipts": ["1:default:1:1"]}, 0.3, 0.31, "ok",
+           {"acked": 1, "stale": []})
+    run.op("c2", "receive", {"queue": "r", "group": "default", "max": 1, "lease_ms": LEASE_MS}, 0.4, 0.41, "ok",
+           {"messages": [{"seq": 1, "receipt": "1:default:1:1", "id": "b", "deliveries": 1}]})
+    run.op("c2", "ack", {"queue": "r", "group": "default", "receipts": ["1:default:1:1"]}, 0.5, 0.51, "ok",
+           {"acked": 1, "stale": []})
+    report = run.report()
+    assert verdicts(report)["ack_needs_live_lease"].ok and verdicts(report)["acks_durable"].ok, render(report)
+
+
+def test_log_time_is_judged_within_each_raft_group():
+    """Each Raft group keeps its own log time: a group whose clock started later is
+    not 'ahead' of another's, but a jump inside one group is."""
+    run = raft_groups_run()
+    run.put("a", 1, 1.0, 1.01)
+    run.op("p1", "put", {"queue": "r", "id": "b", "producer": "p1"}, 2.0, 2.01, "ok", {"seq": 1, "duplicate": False})
+    run.op("c1", "receive", {"queue": "q", "group": "default", "max": 1, "lease_ms": LEASE_MS}, 3.0, 3.01, "ok",
+           {"messages": [{"seq": 1, "receipt": "x1", "id": "a", "deliveries": 1, "put_at_ms": 50_000}]})
+    run.op("c2", "receive", {"queue": "r", "group": "default", "max": 1, "lease_ms": LEASE_MS}, 3.0, 3.01, "ok",
+           {"messages": [{"seq": 1, "receipt": "x1", "id": "b", "deliveries": 1, "put_at_ms": 59_000}]})
+    assert verdicts(run.report())["log_time_not_ahead"].ok
+    run.put("c", 2, 4.0, 4.01)                      # group 0's log time jumps 9 s in 3 s
+    run.op("c1", "receive", {"queue": "q", "group": "default", "max": 1, "lease_ms": LEASE_MS}, 5.0, 5.01, "ok",
+           {"messages": [{"seq": 2, "receipt": "x2", "id": "c", "deliveries": 1, "put_at_ms": 62_000}]})
+    assert verdicts(run.report())["log_time_not_ahead"].violations == 1
+
+
+@pytest.mark.parametrize("second_group_digests, ok", [({"n1": "c", "n2": "c"}, True), ({"n1": "c", "n2": None}, False)])
+def test_replicas_agree_in_every_raft_group(second_group_digests, ok):
+    run = Run()
+    run.h.event("note", what="drain", complete=True)
+    groups = [{"group": 0, "token": "t0", "digests": {"n1": "a", "n2": "a"}, "agree": True},
+              {"group": 1, "token": "t1", "digests": second_group_digests, "agree": True}]
+    run.op("checker", "verify", None, 100, 100.5, "ok", {"agree": True, "digests": groups[0]["digests"], "groups": groups})
+    run.op("checker", "verify-cli", None, 101, 101.5, "ok", {"exit": 0, "output": ""})
+    assert verdicts(run.report())["replicas_agree"].ok is ok
