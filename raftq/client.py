@@ -57,6 +57,12 @@ def _part(name: str) -> str:
     return quoted if quoted.strip(".") else quoted.replace(".", "%2E")
 
 
+def _leader_read(queue: str, consistency: str) -> str | None:
+    """The queue whose group's leader a read goes to; None for consistency=any, which the node
+    the caller chose answers from its own replica."""
+    return None if consistency == "any" else queue
+
+
 def _wire_message(message) -> dict:
     if not isinstance(message, dict):
         message = {"body": message}
@@ -126,7 +132,7 @@ class _Calls:
 
     def queue(self, queue: str, *, consistency: str = "leader"):
         return self._call("GET", f"/v1/queues/{_part(queue)}?consistency={consistency}", None, retry=True,
-                          queue=queue)
+                          queue=_leader_read(queue, consistency))
 
     def add_group(self, queue: str, group: str, *, start: str = "earliest"):
         return self._call("PUT", f"/v1/queues/{_part(queue)}/groups/{_part(group)}", {"start": start}, retry=True,
@@ -141,7 +147,7 @@ class _Calls:
         """With consistency="any", the answer adds `applied_index`: the answering replica's
         state is at least that far along the log."""
         return self._call("GET", f"/v1/queues/{_part(queue)}/messages?group={_part(group)}&from_seq={from_seq}"
-                                 f"&limit={limit}&consistency={consistency}", None, retry=True, queue=queue)
+                                 f"&limit={limit}&consistency={consistency}", None, retry=True, queue=_leader_read(queue, consistency))
 
     def commit(self, queue: str, group: str, seq: int):
         return self._call("POST", f"/v1/queues/{_part(queue)}/groups/{_part(group)}/commit", {"seq": seq},
@@ -230,11 +236,11 @@ class _Calls:
 
     def group(self, queue: str, group: str, *, consistency: str = "leader"):
         return self._call("GET", f"/v1/queues/{_part(queue)}/groups/{_part(group)}?consistency={consistency}", None,
-                          retry=True, queue=queue)
+                          retry=True, queue=_leader_read(queue, consistency))
 
     def groups(self, queue: str, *, consistency: str = "leader"):
         return self._call("GET", f"/v1/queues/{_part(queue)}/groups?consistency={consistency}", None, retry=True,
-                          queue=queue)
+                          queue=_leader_read(queue, consistency))
 
     def live(self):
         return self._call("GET", "/health/live", None, retry=False)
@@ -344,6 +350,7 @@ class Client(_Calls):
                 continue
             delay = attempts.after_reply(reply.status, reply.getheader("Location"))
             if delay is None:
+                route.answered(base)
                 return route.decode(reply.status, raw, accept_status, text, reply.getheader("Content-Type"),
                                     reply.getheader(APPLIED_INDEX_HEADER))
             time.sleep(delay)
@@ -402,9 +409,10 @@ class AsyncClient(_Calls):
         attempts = _Attempts(route, retry, queue)
         while True:
             try:
+                base = route.base_for(queue)
                 async with self._session.request(
                         # encoded: the path is quoted already (_part), and requoting would undo a "%2E"
-                        method, URL(route.base_for(queue) + path, encoded=True), data=data, headers=route.headers,
+                        method, URL(base + path, encoded=True), data=data, headers=route.headers,
                         allow_redirects=False,
                         timeout=aiohttp.ClientTimeout(sock_connect=timeout or route.timeout,
                                                       sock_read=timeout or route.timeout)) as reply:
@@ -420,6 +428,7 @@ class AsyncClient(_Calls):
                 continue
             delay = attempts.after_reply(status, location)
             if delay is None:
+                route.answered(base)
                 return route.decode(status, raw, accept_status, text, content_type, applied_index)
             await asyncio.sleep(delay)
 
