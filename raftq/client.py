@@ -344,6 +344,7 @@ class Client(_Calls):
                 continue
             delay = attempts.after_reply(reply.status, reply.getheader("Location"))
             if delay is None:
+                route.answered(base)
                 return route.decode(reply.status, raw, accept_status, text, reply.getheader("Content-Type"),
                                     reply.getheader(APPLIED_INDEX_HEADER))
             time.sleep(delay)
@@ -402,9 +403,10 @@ class AsyncClient(_Calls):
         attempts = _Attempts(route, retry, queue)
         while True:
             try:
+                base = route.base_for(queue)
                 async with self._session.request(
                         # encoded: the path is quoted already (_part), and requoting would undo a "%2E"
-                        method, URL(route.base_for(queue) + path, encoded=True), data=data, headers=route.headers,
+                        method, URL(base + path, encoded=True), data=data, headers=route.headers,
                         allow_redirects=False,
                         timeout=aiohttp.ClientTimeout(sock_connect=timeout or route.timeout,
                                                       sock_read=timeout or route.timeout)) as reply:
@@ -420,6 +422,7 @@ class AsyncClient(_Calls):
                 continue
             delay = attempts.after_reply(status, location)
             if delay is None:
+                route.answered(base)
                 return route.decode(status, raw, accept_status, text, content_type, applied_index)
             await asyncio.sleep(delay)
 

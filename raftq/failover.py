@@ -111,12 +111,17 @@ class Failover:
         self.leaders = {group["id"]: f"{scheme}://{group['leader_http_addr']}" for group in routing["groups"]
                         if group.get("leader_http_addr")}
 
-    def follow(self, location: str, queue: str | None = None) -> None:
-        parts = urlsplit(location)
-        base = f"{parts.scheme}://{parts.netloc}"
+    def answered(self, base: str) -> None:
+        """The node at `base` answered: the next call without a queue goes there too (a caller
+        may ask it next what it asked it first: the Spark planner's stats, then its index)."""
         if base not in self.urls:
             self.urls.append(base)
         self.current = self.urls.index(base)
+
+    def follow(self, location: str, queue: str | None = None) -> None:
+        parts = urlsplit(location)
+        base = f"{parts.scheme}://{parts.netloc}"
+        self.answered(base)
         if self._group(queue) is not None:
             self.leaders[self._group(queue)] = base
 
