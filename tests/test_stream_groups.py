@@ -20,7 +20,9 @@ from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
-# Far beyond any failover and rebalance: a Producer that reaches it waits forever.
+# Far beyond any failover and rebalance: a Producer that reaches them waits forever (a send
+# waits for room in its window, which only confirms make).
+SENDING_TIMEOUT_S = 300
 FLUSH_TIMEOUT_S = 120
 
 
@@ -82,13 +84,13 @@ def test_producers_get_every_confirm_while_the_leaders_of_their_groups_move(fres
             mover = asyncio.create_task(asyncio.to_thread(lambda: (move_every_leader_of(cluster, moving),
                                                                    moved.set())))
             senders = [produce(producers[i], f"{i}/{q}", q, bodies) for (i, q), bodies in sent.items()]
-            await asyncio.gather(mover, *senders)
-            for producer in producers:
-                await asyncio.wait_for(producer.flush(), FLUSH_TIMEOUT_S)
+            await asyncio.wait_for(asyncio.gather(mover, *senders), SENDING_TIMEOUT_S)
+            await asyncio.wait_for(asyncio.gather(*(producer.flush() for producer in producers)),
+                                   FLUSH_TIMEOUT_S)
         finally:
             moved.set()
-            for producer in producers:
-                await asyncio.wait_for(producer.close(), FLUSH_TIMEOUT_S)
+            await asyncio.wait_for(asyncio.gather(*(producer.close() for producer in producers)),
+                                   FLUSH_TIMEOUT_S)
         outcomes = {}
         for (_, q), bodies in sent.items():
             for body, future in bodies:
