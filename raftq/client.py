@@ -57,6 +57,12 @@ def _part(name: str) -> str:
     return quoted if quoted.strip(".") else quoted.replace(".", "%2E")
 
 
+def _leader_read(queue: str, consistency: str) -> str | None:
+    """The queue whose group's leader a read goes to; None for consistency=any, which the node
+    the caller chose answers from its own replica."""
+    return None if consistency == "any" else queue
+
+
 def _wire_message(message) -> dict:
     if not isinstance(message, dict):
         message = {"body": message}
@@ -126,7 +132,7 @@ class _Calls:
 
     def queue(self, queue: str, *, consistency: str = "leader"):
         return self._call("GET", f"/v1/queues/{_part(queue)}?consistency={consistency}", None, retry=True,
-                          queue=queue)
+                          queue=_leader_read(queue, consistency))
 
     def add_group(self, queue: str, group: str, *, start: str = "earliest"):
         return self._call("PUT", f"/v1/queues/{_part(queue)}/groups/{_part(group)}", {"start": start}, retry=True,
@@ -141,7 +147,7 @@ class _Calls:
         """With consistency="any", the answer adds `applied_index`: the answering replica's
         state is at least that far along the log."""
         return self._call("GET", f"/v1/queues/{_part(queue)}/messages?group={_part(group)}&from_seq={from_seq}"
-                                 f"&limit={limit}&consistency={consistency}", None, retry=True, queue=queue)
+                                 f"&limit={limit}&consistency={consistency}", None, retry=True, queue=_leader_read(queue, consistency))
 
     def commit(self, queue: str, group: str, seq: int):
         return self._call("POST", f"/v1/queues/{_part(queue)}/groups/{_part(group)}/commit", {"seq": seq},
@@ -230,11 +236,11 @@ class _Calls:
 
     def group(self, queue: str, group: str, *, consistency: str = "leader"):
         return self._call("GET", f"/v1/queues/{_part(queue)}/groups/{_part(group)}?consistency={consistency}", None,
-                          retry=True, queue=queue)
+                          retry=True, queue=_leader_read(queue, consistency))
 
     def groups(self, queue: str, *, consistency: str = "leader"):
         return self._call("GET", f"/v1/queues/{_part(queue)}/groups?consistency={consistency}", None, retry=True,
-                          queue=queue)
+                          queue=_leader_read(queue, consistency))
 
     def live(self):
         return self._call("GET", "/health/live", None, retry=False)
