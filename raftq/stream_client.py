@@ -252,13 +252,17 @@ class Producer:
 
     def _follow(self, queue: str, leader_url: str) -> None:
         """`queue`'s messages go to the stream to `leader_url`, opened now if this producer has none.
-        A stream that moved on to another node (its leader was unreachable) goes back there: the
-        leader is named anew, and that other node would only refuse the queue's frames again."""
+        A stream that moved on to another node (its leader was unreachable) goes back there, and
+        one that gave up is opened again: the leader is named anew, and frames left on a stream
+        that goes nowhere would wait forever."""
         key = leader_url.rstrip("/")
         self._wire_of[queue] = key
-        if key in self._wires and self._wires[key].base != key:
-            self._wires[key].redirect(key)
-        elif key not in self._wires:
+        wire = self._wires.get(key)
+        if wire is not None and wire.failed is None and wire.base != key:
+            wire.redirect(key)
+        elif wire is None or wire.failed is not None:
+            if wire is not None:
+                asyncio.ensure_future(wire.close())   # one that gave up is opened anew: the leader is there now
             opening = asyncio.ensure_future(self._new_wire(key).start())
             self._opening.add(opening)
             # a stream that cannot open says so with its "failed" frame, to the messages routed to it
