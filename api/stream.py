@@ -20,7 +20,11 @@ pushed instead of polled.
   `?route=group` routes by group: to it every node says hello as a leader,
   serves each frame from its queue's group when it leads that group, and
   refuses a frame for a group it does not lead with `not_leader` and that
-  leader's `leader_url`, where the client sends that queue's frames. To any
+  leader's `leader_url`, where the client sends that queue's frames. A
+  group whose leadership this node loses while a frame of it is applied
+  refuses that frame `no_quorum` (outcome unknown: resent with the same ids)
+  and the connection goes on serving the other groups: ending it would drop
+  every group's frames in flight and send the client to group 0's leader. To any
   other client "the leader" is group 0's, as the hello says; it too gets
   such refusals for queues of the groups that node does not lead.
 - Everything a connection makes the node hold is bounded in frames and
@@ -181,12 +185,14 @@ class Session:
         self.subscriptions: dict[object, Subscription] = {}
         self.receipts: dict[str, Subscription] = {}   # unsettled deliveries of this connection
         self.leaving = asyncio.Event()
+        # Each frame is served by its queue's group: one group losing its leader is that group's
+        # frames' concern (refused, the client resends them), not the whole connection's.
+        self.routes_by_group = self.app[GROUPS].count > 1 and request.query.get("route") == "group"
 
     # ---- the connection ------------------------------------------------------------------------
     async def run(self) -> None:
         status = self.node.view()
-        routes_by_group = self.app[GROUPS].count > 1 and self.request.query.get("route") == "group"
-        leads = routes_by_group or (status["role"] == "leader" and status["quorum_ok"])
+        leads = self.routes_by_group or (status["role"] == "leader" and status["quorum_ok"])
         await self.ws.send_bytes(cbor2.dumps({
             "op": "hello", "version": PROTOCOL_VERSION, "node": self.node.id, "leader": leads,
             "leader_url": _leader_url(self.request), "max_frame_bytes": MAX_FRAME_BYTES,
@@ -355,7 +361,12 @@ class Session:
                            leader_url=f"{self.request.scheme}://{there.address}") from None
 
     async def _apply(self, group: int, command: dict) -> Committed:
-        """The command's result (refusals included) and index; LeadershipLost when it cannot be known here."""
+        """The command's result (refusals included) and index. When it cannot be known here because
+        the group's leadership was lost: on a connection routed by group, ApiError no_quorum (an
+        unknown outcome: the client resends the frame, with the same ids, and is sent on to the new
+        leader), so the frames of the groups this node still leads go on; otherwise LeadershipLost."""
+        if self.routes_by_group:
+            return await apply(self.app, group, command)
         return await self._leading(group, apply(self.app, group, command))
 
     async def _receive(self, group: int, command: dict) -> Committed | None:

@@ -75,6 +75,11 @@ class _Wire:
     def send(self, frame: dict) -> None:
         self._outbox.put_nowait(frame)
 
+    @property
+    def base(self) -> str:
+        """The base URL of the node this stream connects to (now, or next)."""
+        return self._route.base
+
     def redirect(self, url: str) -> None:
         """Go to the node at `url`: the connection is closed and made again there."""
         self._route.follow(url)
@@ -182,6 +187,9 @@ class Producer:
         # messages each) at a seventh of the cost per message.
         self._id_prefix = os.urandom(10).hex()
         self._unconfirmed: dict[int, tuple[str, dict, asyncio.Future]] = {}
+        # cid -> the key of the stream it was last published on: a connection lost takes its
+        # frames with it, whichever stream their queue has moved to since
+        self._sent_on: dict[int, str] = {}
         self._batch: dict[str, list[dict]] = {}
         self._batched = 0
         self._flush_handle: asyncio.TimerHandle | None = None
@@ -243,10 +251,18 @@ class Producer:
         return wire
 
     def _follow(self, queue: str, leader_url: str) -> None:
-        """`queue`'s messages go to the stream to `leader_url`, opened now if this producer has none."""
+        """`queue`'s messages go to the stream to `leader_url`, opened now if this producer has none.
+        A stream that moved on to another node (its leader was unreachable) goes back there, and
+        one that gave up is opened again: the leader is named anew, and frames left on a stream
+        that goes nowhere would wait forever."""
         key = leader_url.rstrip("/")
         self._wire_of[queue] = key
-        if key not in self._wires:
+        wire = self._wires.get(key)
+        if wire is not None and wire.failed is None and wire.base != key:
+            wire.redirect(key)
+        elif wire is None or wire.failed is not None:
+            if wire is not None:
+                asyncio.ensure_future(wire.close())   # one that gave up is opened anew: the leader is there now
             opening = asyncio.ensure_future(self._new_wire(key).start())
             self._opening.add(opening)
             # a stream that cannot open says so with its "failed" frame, to the messages routed to it
@@ -261,18 +277,23 @@ class Producer:
         self._batch, self._batched = {}, 0
 
     def _publish(self, queue: str, messages: list[dict]) -> None:
-        wire = self._wires[self._wire_of.get(queue, "")]
+        key = self._wire_of.get(queue, "")
+        wire = self._wires[key]
+        for message in messages:
+            self._sent_on[message["cid"]] = key
         for start in range(0, len(messages), self.max_batch):
             wire.send({"op": "publish", "queue": queue, "durability": self.durability,
                        "messages": messages[start:start + self.max_batch]})
 
     def _resend_all(self, key: str) -> None:
-        """On a new connection of stream `key`: everything unconfirmed of its queues again, with its
-        id; held batches wait for their flush."""
+        """On a new connection of stream `key`: everything unconfirmed that was sent on it or whose
+        queue it serves again, with its id, each on its queue's stream (the lost connection took
+        the frames it carried, of queues that moved to another leader's stream too); held batches
+        wait for their flush."""
         held = {m["cid"] for messages in self._batch.values() for m in messages}
         by_queue: dict[str, list[dict]] = {}
         for cid, (queue, message, _) in self._unconfirmed.items():
-            if cid not in held and self._wire_of.get(queue, "") == key:
+            if cid not in held and key in (self._sent_on.get(cid), self._wire_of.get(queue, "")):
                 by_queue.setdefault(queue, []).append(message)
         for queue, messages in by_queue.items():
             self._publish(queue, messages)
@@ -281,6 +302,7 @@ class Producer:
         entry = self._unconfirmed.pop(cid, None)
         if entry is None:
             return   # a resend's second confirm
+        self._sent_on.pop(cid, None)
         future = entry[2]
         if not future.done():
             if isinstance(outcome, Exception):
@@ -313,9 +335,13 @@ class Producer:
                 asyncio.get_running_loop().call_later(RESEND_AFTER_S, self._retry, retry)
         elif op == "failed":
             failed = self._wires[key].failed
-            for cid, (queue, _, _) in list(self._unconfirmed.items()):
-                if self._wire_of.get(queue, "") == key:
+            elsewhere = []     # sent on this stream before their queue moved to another one
+            for cid, entry in list(self._unconfirmed.items()):
+                if self._wire_of.get(entry[0], "") == key:
                     self._resolve(cid, failed)
+                elif self._sent_on.get(cid) == key:
+                    elsewhere.append(entry)
+            self._retry(elsewhere)
         elif op == "error":
             log.warning("raftq stream: %s: %s", frame.get("error"), frame.get("message"))
 
