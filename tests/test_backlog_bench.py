@@ -48,7 +48,7 @@ def test_a_backlog_too_small_to_consume_at_depth_is_refused():
 
 
 def test_compare_keeps_its_figures_and_adds_the_backlogs_prefixed():
-    args = Namespace(reps=1, seconds=1.0, backlog=1000, w5_rate=500.0, scale=[1])
+    args = Namespace(reps=1, seconds=1.0, backlog=1000, w5_rate=500.0, scale=[1], groups=[1])
     about = {"machine": {"cores": 2, "cpu_count": 2, "load_avg_1m": 0.5},
              "described": {"raftq": {"label": "raftq", "durability": "majority fsynced"}}}
     raw = {"raftq": {"w2": [{"msgs_per_s": 30_000.0}]}}
