@@ -249,6 +249,11 @@ class _Calls:
         """This node's Prometheus text."""
         return self._call("GET", "/metrics", None, retry=False, text=True)
 
+    def raft_group(self, queue: str) -> int | None:
+        """The Raft group `queue` lives in, as this client's routing has it (None: not learnt yet;
+        any call for the queue learns it)."""
+        return self._route._group(queue)
+
     def ready(self, groups: bool = False):
         """The node's readiness; with `groups`, also each Raft group it holds (role, leader, term)."""
         return self._call("GET", "/health/ready" + ("?groups=true" if groups else ""), None, retry=False,

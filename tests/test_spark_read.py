@@ -217,11 +217,11 @@ def test_planning_survives_the_leader_dying_between_its_two_questions(fresh_clus
     killed = []
     real_ready = Client.ready
 
-    def ready_after_killing_the_leader(client):
+    def ready_after_killing_the_leader(client, groups=False):
         if not killed:
             cluster.kill(leader)
             killed.append(leader)
-        return real_ready(client)
+        return real_ready(client, groups)
 
     Client.ready = ready_after_killing_the_leader
     try:
@@ -233,3 +233,19 @@ def test_planning_survives_the_leader_dying_between_its_two_questions(fresh_clus
     assert new_leader != killed[0]
     with cluster.client() as client:
         assert 0 < index <= client.ready()["commit_index"]
+
+
+def test_a_batch_read_of_queues_in_every_raft_group_of_four_gives_exact_rows(spark, fresh_cluster):
+    """The planner bounds a read by the commit index of the queue's own Raft group: another
+    group's index counts another log's entries, and replica reads would be judged by it."""
+    cluster = fresh_cluster(3, groups=4)
+    queues = [name(f"g{n}") for n in range(4)]
+    for count, queue in enumerate(queues, start=1):
+        fill(cluster, queue, 500 * count)
+    with cluster.client() as client:
+        groups = {queue: client.routing()["queues"][queue] for queue in queues}
+    assert set(groups.values()) == {0, 1, 2, 3}, groups
+    for count, queue in enumerate(queues, start=1):
+        df = spark.read.format("raftq").options(**options(cluster, queue, partitionSize=200)).load()
+        row = df.selectExpr("count(*) AS n", "count(DISTINCT seq) AS d").first()
+        assert (row.n, row.d) == (500 * count, 500 * count), (queue, groups[queue])

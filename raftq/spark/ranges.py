@@ -65,8 +65,12 @@ def committed_view(opts: ReadOptions):
             # lag the old one's applied state), so if that node is gone by
             # now -- a leader killed between the two calls -- both are asked
             # again, of whichever node leads next.
+            # The index is of the queue's own Raft group: another group's log
+            # counts other entries. (A node of a release before groups is group 0.)
+            group = client.raft_group(opts.queue)
             try:
-                view = client.ready()
+                ready = client.ready(groups=True)
+                view = ready.get("raft_groups", {"0": ready}).get(str(group), {})
             except (OSError, http.client.HTTPException):
                 view = {}
             if view.get("role") == "leader":
