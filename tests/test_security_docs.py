@@ -224,6 +224,8 @@ def test_the_raft_port_limits_are_the_codes():
     pending = re.search(r"at most (\d+) such unidentified connections per remote address and (\d+) in all", text)
     assert pending and (int(pending.group(1)), int(pending.group(2))) == (
         raft_wire.PENDING_PER_ADDRESS, raft_wire.PENDING_LIMIT)
+    preamble = re.search(r"a preamble of at most (\d+) bytes \(`PREAMBLE_MAX_BYTES`", text)
+    assert preamble and int(preamble.group(1)) == raft_wire.PREAMBLE_MAX_BYTES
     backlog = re.search(r"waits in a backlog of (\d+) and up to (\d+) are accepted per tick", text)
     assert backlog and (int(backlog.group(1)), int(backlog.group(2))) == (
         raft_wire.LISTEN_BACKLOG, raft_wire.ACCEPTS_PER_TICK)
