@@ -44,6 +44,13 @@ def no_quorum(message: str) -> ApiError:
     return ApiError("no_quorum", message, headers={"Retry-After": "1"})
 
 
+def node_authorization(app: web.Application) -> str | None:
+    """The Authorization of a node's own calls to other nodes (a buffered put, an SQS call's
+    lookups): the admin token, or none when the cluster has no tokens."""
+    token = app[SETTINGS].tokens.admin
+    return f"Bearer {token}" if token else None
+
+
 def _leader_known(view: dict) -> bool:
     return view["quorum_ok"] and (view["role"] == "leader" or view["leader_id"] is not None)
 
