@@ -26,7 +26,8 @@ from wire_format import with_body_b64
 from .codec import respond
 from .errors import ApiError
 from .keys import HTTP, NODE, SETTINGS
-from .leader import Elsewhere, apply, node_authorization, serving_group, validate
+from .commands import apply, validate
+from .leader import Elsewhere, node_authorization, serving_group
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,10 @@ from typing import Awaitable, Callable
 
 from aiohttp import ClientError, ClientTimeout, web
 
-from .errors import ApiError
+from .commands import consistency
+from .errors import ApiError, no_quorum
 from .keys import GROUPS, HTTP
-from .leader import Elsewhere, consistency, no_quorum, serve_here
+from .leader import Elsewhere, serve_here
 
 ASK_TIMEOUT = ClientTimeout(total=15)
 

@@ -15,7 +15,9 @@ from aiohttp import web
 from .codec import read_body, respond
 from .errors import ApiError
 from .gather import group_param, per_group
-from .leader import GROUP, GROUPS, NODE, consistency, leader_read, read_here, route_to_leader, write
+from .commands import consistency, leader_read, read_here, write
+from .keys import GROUP, GROUPS, NODE
+from .leader import route_to_leader
 from .messages import _messages as parse_messages
 from .routing import checked_name
 

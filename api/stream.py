@@ -4,8 +4,8 @@ Theory of operation
 -------------------
 One connection carries publishes with a confirm per message and any number of
 subscriptions with credit. It is a thin handler over the same node face as
-the HTTP routes — commands go through `leader.apply` into the group
-committer, waiting receives through `leader.receive_waiting` — so its semantics are the
+the HTTP routes — commands go through `commands.apply` into the group
+committer, waiting receives through `commands.receive_waiting` — so its semantics are the
 HTTP API's: idempotency ids, keys, durability levels, leases and receipts.
 What it saves is a request per message: many messages ride in one frame, many
 frames (from many connections) share one log entry, and deliveries are
@@ -58,8 +58,9 @@ from statemachine.validation import MAX_RECEIVE, is_int
 
 from .bounded import check_cbor
 from .errors import ApiError, from_result
-from .leader import (GROUPS, NODE, SETTINGS, Elsewhere, apply, leader_read, receive_waiting, serve_here,
-                     serving_group)
+from .commands import apply, leader_read, receive_waiting
+from .keys import GROUPS, NODE, SETTINGS
+from .leader import Elsewhere, serve_here, serving_group
 from .messages import DURABILITY, checked_message, reach_durability
 from .routing import checked_name
 

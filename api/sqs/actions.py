@@ -3,9 +3,9 @@
 Every action names the queues it touches (its ``Action.target``), which
 choose the Raft group that serves it (issue 24); it runs on that group's
 leader (service.py forwards there; ListQueues gathers over the groups), and goes through
-the same calls as the native API: ``leader.write`` for a change (answered once
-a majority has it in its fsynced journal), ``leader.leader_read`` for a read
-confirmed by a majority, ``leader.receive_waiting`` for a long poll.  SQS's
+the same calls as the native API: ``commands.write`` for a change (answered once
+a majority has it in its fsynced journal), ``commands.leader_read`` for a read
+confirmed by a majority, ``commands.receive_waiting`` for a long poll.  SQS's
 names onto raftq's: a queue is a queue (its ``default`` consumer group), a
 visibility timeout a lease, a receipt handle a receipt, DeleteMessage an ack,
 ChangeMessageVisibility an extend (or a nack at 0), PurgeQueue a commit of the
@@ -27,9 +27,9 @@ from aiohttp import web
 from statemachine.queue import parse_receipt
 from wire_format import is_name
 
-from .. import gather, leader
+from .. import commands, gather, leader
 from ..errors import ApiError
-from ..keys import GROUPS, SETTINGS
+from ..keys import GROUP, GROUPS, SETTINGS
 from . import attributes as attrs
 from .errors import SqsError, invalid, missing
 from .sigv4 import Signer
@@ -80,14 +80,14 @@ def from_native(exc: ApiError) -> SqsError:
 
 async def write(ctx: Context, command: dict):
     try:
-        return (await leader.write(ctx.request, command)).result
+        return (await commands.write(ctx.request, command)).result
     except ApiError as exc:
         raise from_native(exc) from None
 
 
 async def read(ctx: Context, query: str, *args):
     try:
-        result = await leader.leader_read(ctx.app, ctx.request[leader.GROUP], query, *args)
+        result = await commands.leader_read(ctx.app, ctx.request[GROUP], query, *args)
     except ApiError as exc:
         raise from_native(exc) from None
     if isinstance(result, dict) and "error" in result:
@@ -100,7 +100,7 @@ async def local_info(ctx: Context, name: str) -> dict:
     round to the majority, for what a send or receive needs of its settings.
     A queue it does not find is looked for again by a confirmed read: a leader
     just elected may not have applied the entry that created it yet."""
-    result, _ = await ctx.app[GROUPS].engines[ctx.request[leader.GROUP]].read("queue_info", name)
+    result, _ = await ctx.app[GROUPS].engines[ctx.request[GROUP]].read("queue_info", name)
     if "error" in result:
         return await read(ctx, "queue_info", name)
     return result
@@ -293,7 +293,7 @@ async def list_queues(ctx: Context, params: dict) -> dict:
     prefix = text(params, "QueueNamePrefix") or ""
 
     async def here(group: int) -> dict:
-        return await leader.leader_read(ctx.app, group, "list_queues")
+        return await commands.leader_read(ctx.app, group, "list_queues")
 
     async def there(address: str, group: int) -> dict:
         # the node's own credentials: the caller's signature is for this node's endpoint and call
@@ -382,7 +382,7 @@ async def _sources(ctx: Context, name: str) -> list:
     """The queues whose dead letters go to `name`, sorted."""
     names = []
     for queue in (await read(ctx, "list_queues"))["queues"]:
-        result, _ = await ctx.app[GROUPS].engines[ctx.request[leader.GROUP]].read("queue_info", queue["name"])
+        result, _ = await ctx.app[GROUPS].engines[ctx.request[GROUP]].read("queue_info", queue["name"])
         if "error" not in result and result["config"]["dead_letter"] == name:
             names.append(queue["name"])
     return sorted(names)
@@ -611,7 +611,7 @@ async def receive_message(ctx: Context, params: dict) -> dict:
     command = {"op": "receive", "queue": name, "group": "default", "max": count,
                "lease_ms": None if visibility is None else max(1, visibility * 1000)}
     try:
-        committed = await leader.receive_waiting(ctx.app, ctx.request[leader.GROUP], command, wait,
+        committed = await commands.receive_waiting(ctx.app, ctx.request[GROUP], command, wait,
                                                  client=ctx.request.remote)
     except ApiError as exc:
         raise from_native(exc) from None
@@ -636,7 +636,7 @@ def _receipt(handle) -> str:
 async def _settle(ctx: Context, command: dict) -> list:
     """The receipts of `command` that named no lease that still holds."""
     try:
-        return (await leader.write(ctx.request, command)).result["stale"]
+        return (await commands.write(ctx.request, command)).result["stale"]
     except ApiError as exc:
         if exc.code == "stale_receipt":
             return exc.details.get("stale", command["receipts"])

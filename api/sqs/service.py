@@ -17,7 +17,8 @@ from aiohttp import ClientError, ClientTimeout, web
 from multidict import CIMultiDict
 
 from ..errors import ApiError
-from ..leader import GROUP, GROUPS, HTTP, SETTINGS, Elsewhere, node_authorization, serving_group
+from ..keys import GROUP, GROUPS, HTTP, SETTINGS
+from ..leader import Elsewhere, node_authorization, serving_group
 from . import sigv4
 from .actions import ACTIONS, Context, Target
 from .errors import SqsError
