@@ -260,7 +260,7 @@ MUTANTS = [
            "api/messages.py", '    return "quorum", {', '    return "all", {',
            (T_DUR + "test_durability_all_not_reached_in_time_says_quorum_and_the_clients_raise",)),
     Mutant("strong-read-without-no-op", "a strong read first puts a no-op through the log",
-           "api/leader.py", 'if level == "strong":', "if False:",
+           "api/commands.py", 'if level == "strong":', "if False:",
            (T_DUR + "test_a_strong_read_puts_one_no_op_through_the_log_and_a_leader_read_none",)),
     Mutant("checker-misses-stale-reads", "the chaos checker's no_stale_reads sees a stale read",
            "chaos/checker.py", 'if known and (o.result.get("last_seq") or 0) < highest[known - 1]:', "if False:",
