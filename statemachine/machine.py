@@ -599,6 +599,15 @@ class StateMachine:
             if collecting:
                 gc.enable()
 
+    def live_entry_indexes(self) -> list:
+        """The log indexes of the entries the stored bodies' references name, in order:
+        what compaction must keep (statemachine/bodies.py)."""
+        indexes = set()
+        for queue in self.queues.values():
+            indexes.update(queue.rows.ref_index[queue.rows.head:])
+        indexes.discard(0)
+        return sorted(indexes)
+
     def state_digest(self) -> str:
         return hashlib.sha256(self.snapshot()).hexdigest()
 
