@@ -27,7 +27,8 @@ many rows as messages, and cutting costs O(1) per removed message.
 """
 
 from array import array
-from itertools import accumulate, compress, groupby, repeat
+import sys
+from itertools import compress, groupby, repeat
 
 from .bodies import BodyRef
 
@@ -52,22 +53,31 @@ def _runs(column) -> list:
 
 
 def _from_runs(column, runs: list) -> None:
-    """Append `_runs`'s runs to the column."""
+    """Append `_runs`'s runs to the column (an array's or a bytearray's as bytes: a restore of
+    millions of rows is a few copies, not millions of appends)."""
     for value, length in zip(*runs):
-        column.extend(repeat(value, length))
+        if isinstance(column, array):
+            column.frombytes(array(column.typecode, (value,)).tobytes() * length)
+        elif isinstance(column, bytearray):
+            column += bytes((value,)) * length
+        else:
+            column.extend(repeat(value, length))
 
 
-def _step_runs(column) -> list:
-    """`_runs` of the steps from each value of a column to the next (the first from 0):
-    the offsets of one entry's bodies grow by one step when its messages are alike."""
-    return _runs([column[0], *(after - before for before, after in zip(column, column[1:]))] if column else [])
+def _little_endian(column: array) -> bytes:
+    """An array's bytes, the same on every replica whatever its byte order."""
+    if sys.byteorder == "big":
+        column = array(column.typecode, column)
+        column.byteswap()
+    return column.tobytes()
 
 
-def _from_step_runs(column, runs: list) -> None:
-    """Append the values whose steps `_step_runs` gave to the column."""
-    steps = []
-    _from_runs(steps, runs)
-    column.extend(accumulate(steps))
+def _from_little_endian(column: array, data: bytes) -> None:
+    values = array(column.typecode)
+    values.frombytes(data)
+    if sys.byteorder == "big":
+        values.byteswap()
+    column.extend(values)
 
 
 class Rows:
@@ -241,19 +251,23 @@ class Rows:
     # live row to the tail, tombstones included, so that a replica restored
     # from a snapshot takes the same snapshot as the one that wrote it,
     # whatever dead rows each still holds ahead of its head.  Version 10 adds
-    # the references' columns (their offsets as runs of steps) and holds the
-    # bodies without a reference as [rows after the head, bodies] instead
-    # of the list of every row's body.
+    # the references' columns (their offsets as 4-byte little-endian values,
+    # which restore as one copy; the rest as runs) and holds the bodies
+    # without a reference as [rows after the head, bodies] instead of the
+    # list of every row's body.
     def to_state(self) -> list:
         head, bodies, ref_index, pending = self.head, self.bodies, self.ref_index, self.pending
-        unreferenced = [row - head for row in range(head, len(pending)) if pending[row] and not ref_index[row]]
+        unreferenced = []
+        if ref_index.count(0) - ref_index[:head].count(0) > pending.count(0) - pending[:head].count(0):
+            # (a tombstone has no reference: only more rows without one than tombstones need a look)
+            unreferenced = [row - head for row in range(head, len(pending)) if pending[row] and not ref_index[row]]
         return [self.base + head, [unreferenced, [bodies[head + row] for row in unreferenced]],
                 *(_runs(column[head:]) for column in
                   (self.put_at, self.expires_at, self.sizes, self.pending, self.received)),
                 [list(self.keys), list(self.keys.values())],
                 [list(self.headers), list(map(dict, self.headers.values()))],
                 [list(self.shows_at), list(self.shows_at.values())],
-                _runs(ref_index[head:]), _step_runs(self.ref_offset[head:]),
+                _runs(ref_index[head:]), _little_endian(self.ref_offset[head:]),
                 _runs(self.ref_length[head:]), _runs(self.ref_kind[head:])]
 
     @classmethod
@@ -268,7 +282,7 @@ class Rows:
         if version >= 10:
             ref_index, ref_offset, ref_length, ref_kind = state[10:]
             _from_runs(rows.ref_index, ref_index)
-            _from_step_runs(rows.ref_offset, ref_offset)
+            _from_little_endian(rows.ref_offset, ref_offset)
             _from_runs(rows.ref_length, ref_length)
             _from_runs(rows.ref_kind, ref_kind)
             rows.bodies = [None] * len(rows.pending)
