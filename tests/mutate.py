@@ -60,7 +60,7 @@ MUTANTS = [
     # ---- the mutants issue 13 found surviving ------------------------------------------------
     Mutant("durability-all-never-waits", "durability=all waits for every connected voter",
            "api/messages.py",
-           "lagging = await app[NODE].replicated_everywhere(index, timeout)", "lagging = []",
+           "lagging = await app[GROUPS].engines[group].replicated_everywhere(index, timeout)", "lagging = []",
            (T_DUR + "test_durability_all_is_answered_only_after_a_lagging_voter_caught_up",)),
     Mutant("node-fsync-off", "the production node fsyncs every append",
            "engine/node.py", "secret=cluster.secret,", "secret=cluster.secret, fsync=False,",
@@ -72,7 +72,8 @@ MUTANTS = [
            "return int(time.time() * 1000)",
            ("tests/test_log_clock.py", "tests/test_log_time.py::test_log_time_does_not_run_while_no_node_leads")),
     Mutant("submit-stamps-wall-clock", "log time does not run while no node leads",
-           "engine/node.py", "stamped(encoded, self.clock.now_ms())", "stamped(encoded, int(time.time() * 1000))",
+           "engine/node.py", "try:\n                return await self.committer.enqueue(stamped(encoded, self.clock.now_ms())",
+           "try:\n                return await self.committer.enqueue(stamped(encoded, int(time.time() * 1000))",
            ("tests/test_log_time.py::test_log_time_does_not_run_while_no_node_leads",)),
     # ---- the mutants issue 13 found caught ---------------------------------------------------------
     Mutant("stale-receipt-accepted", "an ack with a stale receipt changes nothing",
@@ -338,7 +339,9 @@ MUTANTS = [
            "api/sqs/attributes.py", "for name in sorted(attributes):", "for name in attributes:",
            ("tests/test_sqs_api.py::test_message_attributes_of_every_type_and_their_md5",)),
     Mutant("sqs-follower-answers-without-the-leader", "a follower forwards SQS calls to the leader",
-           "api/sqs/service.py", "return await _forward(request, body, exc.headers[\"Location\"])", "return None",
+           "api/sqs/service.py",
+           "return await _forward(request, body, f\"{request.scheme}://{there.address}{request.path_qs}\", forwards + 1)",
+           "return None",
            ("tests/test_sqs_api.py::test_every_action_works_through_a_follower",)),
 ]
 
