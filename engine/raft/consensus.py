@@ -289,7 +289,7 @@ class Consensus:
             "term": node.raftCurrentTerm,
             "commit_index": node.raftCommitIndex,
             "applied_index": node.raftLastApplied,
-            "last_log_index": self._journal[-1][1],
+            "last_log_index": self._journal.last_index() or node.raftLastApplied,   # empty: mid-install
             "quorum_ok": self._quorum_ok(now),
             "cut_off": self._cut_off(),
             "quorum_step_downs": node.quorum_step_downs,
