@@ -103,8 +103,10 @@ async def list_all(request: web.Request) -> web.Response:
 
 
 async def _producers_of(request: web.Request, group: int) -> dict:
+    """By producer id, as the gathered list is (the state machine lists them as they came)."""
     producers = (await read_here(request, group, "list_producers"))[0]["producers"]
-    return {"producers": [{**entry, "raft_group": group} for entry in producers]}
+    return {"producers": sorted(({**entry, "raft_group": group} for entry in producers),
+                                key=lambda entry: entry["producer"])}
 
 
 async def show(request: web.Request) -> web.Response:
