@@ -43,6 +43,7 @@ class Limits:
     max_connections: int = 2000
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
+    stream_write_stall_s: float = 30.0
     max_queues: int = 10_000
     max_groups_per_queue: int = 100
     max_dedup_bytes: int = 16 << 20
@@ -70,6 +71,8 @@ LIMIT_HELP = {
     "header_timeout_s": "seconds to send a request's headers, from connecting or from the last answer "
                         "(an idle keep-alive connection is closed after it too)",
     "body_timeout_s": "seconds to send a request's body",
+    "stream_write_stall_s": "seconds a streaming-wire connection may take nothing of a frame waiting for it "
+                            "before it is dropped",
     "max_queues": "queues in the cluster; creating more is 429 limit_reached",
     "max_groups_per_queue": "consumer groups per queue; adding more is 429 limit_reached",
     "max_dedup_bytes": "bytes of message ids a queue keeps for deduplication; the oldest are forgotten "

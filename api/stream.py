@@ -34,7 +34,7 @@ pushed instead of polled.
   does not read the next frame, a subscription does not lease — so a client
   that sends without reading is slowed by TCP, not buffered for. This is the
   producer's back-pressure besides its own window. A client that takes
-  nothing of a waiting frame for WRITE_STALL_S is dropped.
+  nothing of a waiting frame for ``--stream-write-stall-s`` is dropped.
 - MAX_BAD_FRAMES_IN_A_ROW malformed frames (each answered 400) in a row close
   the connection with 1008: a client that only earns errors costs no more.
 - A subscription holds at most `prefetch` messages leased to this
@@ -78,8 +78,6 @@ CLOSE_NOT_LEADER = 4307
 CLOSE_PROTOCOL_ERROR = 4400
 CLOSE_POLICY = 1008
 CLOSE_TIMEOUT_S = 5.0   # a client that reads nothing cannot hold a closing connection longer
-# nor an open one: while a frame waits, a client that takes none of it for this long is dropped
-WRITE_STALL_S = 30.0
 SETTLE_OPS = {"ack": "acked", "nack": "nacked", "extend": "extended"}
 ANSWERS = {"confirm", "settled", "subscribed", "unsubscribed"}   # a frame served: the bad ones' run ends
 IDLE_RECHECK_S = 1.0    # a subscription re-reads readiness at least this often
@@ -267,17 +265,18 @@ class Session:
 
     async def _watch_writes(self) -> None:
         """Drop the connection when, while a frame waits to be written, the
-        client takes nothing for WRITE_STALL_S: neither a frame is finished nor
+        client takes nothing for --stream-write-stall-s: neither a frame is finished nor
         the bytes buffered for it go down (a large frame to a slow reader is
         no stall)."""
+        stall_s = self.app[SETTINGS].limits.stream_write_stall_s
         seen, progressed = None, time.monotonic()
         while True:
-            await asyncio.sleep(WRITE_STALL_S / 6)
+            await asyncio.sleep(stall_s / 6)
             transport = self.request.transport
             buffered = transport.get_write_buffer_size() if transport is not None else 0
             if not self.writing or seen is None or self.frames_written != seen[0] or buffered < seen[1]:
                 seen, progressed = (self.frames_written, buffered), time.monotonic()
-            elif time.monotonic() - progressed >= WRITE_STALL_S:
+            elif time.monotonic() - progressed >= stall_s:
                 self._drop()
                 return
 

@@ -295,7 +295,7 @@ MUTANTS = [
            "self.budget = Budget(1 << 62, 1 << 62)",
            (T_SST + "test_a_client_that_floods_answered_frames_and_never_reads_is_slowed_then_dropped",)),
     Mutant("stalled-client-kept", "a streaming-wire client that lets nothing be written is dropped",
-           "api/stream.py", "elif time.monotonic() - progressed >= WRITE_STALL_S:", "elif False:",
+           "api/stream.py", "elif time.monotonic() - progressed >= stall_s:", "elif False:",
            (T_SST + "test_a_client_that_floods_answered_frames_and_never_reads_is_slowed_then_dropped",)),
     Mutant("subscriptions-without-a-cap", "one connection cannot take every long-poll slot",
            "api/stream.py", "if len(self.subscriptions) >= cap:", "if False:",

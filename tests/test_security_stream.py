@@ -15,7 +15,6 @@ import aiohttp
 import cbor2
 import pytest
 
-from api.stream import WRITE_STALL_S
 from raftq.client import AsyncClient
 from tests.wire import call
 
@@ -25,6 +24,7 @@ FLOOD_FRAMES = 3_000_000      # the most a flood sends
 FLOOD_S = 60                  # and for at most this long
 STALL_S = 5                   # a flood the node has not read from for this long has been stopped
 RSS_GROWTH_BOUND = 50 << 20
+WRITE_STALL_S = 5      # --stream-write-stall-s of the node a reader of nothing is dropped by (default 30)
 
 
 def front_pids(node_pid: int) -> list[int]:
@@ -143,8 +143,10 @@ def test_a_client_that_floods_bad_frames_and_never_reads_costs_the_front_little(
     assert result["ended"] in ("closed", "stalled"), result   # the node did not take it all in
 
 
-def test_a_client_that_floods_answered_frames_and_never_reads_is_slowed_then_dropped(one_node):
-    cluster, url, pid = one_node
+def test_a_client_that_floods_answered_frames_and_never_reads_is_slowed_then_dropped(fresh_cluster):
+    cluster = fresh_cluster(1, node_args=("--stream-write-stall-s", str(WRITE_STALL_S)))
+    node = cluster.wait_for_leader(30)
+    url, pid = cluster.url(node), cluster.pid(node)
     # each is answered "unsubscribed", never an error: only the outbox's bound stops it
     unsubscribe = ws_frame(cbor2.dumps({"op": "unsubscribe", "sub": 1}))
     result = flood(url, cluster.token, pid, unsubscribe, wait_for_drop_s=WRITE_STALL_S + 30)
@@ -258,6 +260,7 @@ def test_one_client_address_gets_its_share_of_the_long_polls_and_another_its_own
 
 def test_docs_security_states_the_streaming_wire_bounds_of_the_code():
     from api import stream
+    from api.app import Limits
     text = (Path(__file__).resolve().parent.parent / "docs" / "security.md").read_text()
     section = text[text.index("\n## A streaming-wire connection\n"):]
     section = section[:section.index("\n## ", 1)]
@@ -272,5 +275,6 @@ def test_docs_security_states_the_streaming_wire_bounds_of_the_code():
         "the outbox": f"{spaced(stream.MAX_OUTBOX_FRAMES)} frames, {stream.MAX_OUTBOX_BYTES // mib} MiB",
         "frames being applied": f"{stream.MAX_FRAMES_IN_FLIGHT} frames, {stream.MAX_BYTES_IN_FLIGHT // mib} MiB",
         "malformed frames in a row": str(stream.MAX_BAD_FRAMES_IN_A_ROW),
-        "time a frame waits for a client that reads nothing": f"{stream.WRITE_STALL_S:g} s",
+        "time a frame waits for a client that reads nothing":
+            f"`--stream-write-stall-s` ({Limits().stream_write_stall_s:g} s)",
     }
