@@ -304,9 +304,12 @@ async def routing(request: web.Request) -> web.Response:
     answers = await per_group(request, here, leader=False)
     # with one group there is no catalog: every queue is group 0's
     queues = {} if groups.count == 1 else (await groups.catalog.read("list_catalog")).result["groups"]
+    recorded = groups.recorded()
     return respond(request, {"group_count": groups.count,
                              "groups": [answers[g]["groups"][0] for g in range(groups.count)],
-                             "queues": queues})
+                             "queues": queues, "members_recorded": recorded is not None,
+                             "move": None if recorded is None or recorded["move"] is None
+                             else dict(zip(("group", "source", "target"), recorded["move"]))})
 
 
 async def _confirmed_groups(request: web.Request, names: list[str]) -> web.Response:

@@ -362,14 +362,19 @@ class Node:
 
     def view(self) -> dict:
         """What a front needs to route a request: role, leader, term, quorum,
-        whether this node is cut off from a majority, and every member's HTTP
-        address."""
+        whether this node is cut off from a majority, every member's HTTP
+        address, and (group 0's, with several groups) each other group's
+        recorded members (``engine.members``)."""
         role, leader, term, quorum_ok, cut_off = self.consensus.route()
         addresses = {spec.id: spec.http for spec in self.cluster.nodes}
         with self._lock:
             addresses.update({node_id: m["http_addr"] for node_id, m in self.machine.members.items()})
-        return {"id": self.id, "role": role, "leader_id": leader, "term": term, "quorum_ok": quorum_ok,
+            recorded = self.machine.group_members() if self.group == 0 and self.cluster.groups > 1 else None
+        view = {"id": self.id, "role": role, "leader_id": leader, "term": term, "quorum_ok": quorum_ok,
                 "cut_off": cut_off, "http": addresses}
+        if recorded is not None:
+            view["group_members"] = recorded
+        return view
 
     def watch_view(self, changed) -> None:
         """Call `changed()` on the loop whenever the role, leader or term changes."""

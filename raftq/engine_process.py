@@ -27,8 +27,10 @@ from engine.balance import LeaderBalancer
 from engine.config import ClusterConfig, write_private
 from engine.lifetime import die_with, name_process
 from engine.link.service import EngineService
+from engine.members import MemberRecorder
 from engine.node import Node, group_data_dir
 from engine.pauses import keep_pauses_short
+from engine.placement import for_cluster
 
 from .logs import tag_group
 
@@ -86,14 +88,17 @@ async def _serve(*, cluster: ClusterConfig, node_id: str, group: int, members: t
     """`members` in the group's order of preference for leadership."""
     check_members(data_dir, group, members)
     node = Node(cluster, node_id, data_dir, auto_create=auto_create, group=group, members=members, handoff=handoff)
-    # one group: nothing to balance
+    # one group: nothing to balance, no other group's members to record
     balancer = LeaderBalancer(node, members) if cluster.groups > 1 else None
+    recorder = MemberRecorder(node, for_cluster(cluster)) if cluster.groups > 1 and group == 0 else None
     service = EngineService(node, max_long_polls=settings.limits.max_long_polls,
                             max_long_polls_per_client=settings.limits.max_long_polls_per_client, balancer=balancer)
     await node.start()
     service.start()
     if balancer:
         balancer.start()
+    if recorder:
+        recorder.start()
     log.info("group %d: Raft on %s with %s", group, node.spec.raft, ", ".join(members))
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
@@ -105,6 +110,8 @@ async def _serve(*, cluster: ClusterConfig, node_id: str, group: int, members: t
             log.error("group %d: a front's link ended; stopping", group)
         if balancer:
             balancer.stop()
+        if recorder:
+            recorder.stop()
         await node.hand_over()            # clients are redirected to the next leader at once
         try:
             handoff.send(HANDED_OVER)

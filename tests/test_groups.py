@@ -309,3 +309,38 @@ def test_a_node_refuses_to_run_a_group_whose_members_the_config_moved(tmp_path):
         assert f"group {moved[0]} was made with members" in cluster.log_path("n1").read_text()
     finally:
         cluster.close()
+
+
+def routing(cluster) -> dict:
+    with cluster.client(retry_for=5.0) as client:
+        return client.routing()
+
+
+def routed_members(cluster) -> list[list[str]]:
+    return [group["members"] for group in routing(cluster)["groups"]]
+
+
+def test_the_members_of_each_group_are_group_0s_record_not_the_config(tmp_path):
+    """Group 0's leader records each group's members once (engine/members.py);
+    routing follows the record: restarted with its nodes listed in another
+    order, whose placement would order each group's members otherwise, the
+    cluster still routes by the members it was made with."""
+    import dataclasses
+
+    cluster = start_cluster(tmp_path / "recorded", 3, groups=4)
+    try:
+        made = [list(members) for members in for_cluster(cluster.cfg).groups]
+        wait_until(lambda: leaders(cluster), timeout=60, what="every group led")
+        wait_until(lambda: routing(cluster)["members_recorded"], timeout=30, what="the members recorded")
+        assert routed_members(cluster) == made and routing(cluster)["move"] is None
+        cluster.stop()
+        cluster.cfg = dataclasses.replace(cluster.cfg, nodes=tuple(reversed(cluster.cfg.nodes)))
+        cluster.write_config()
+        reordered = [list(members) for members in for_cluster(cluster.cfg).groups]
+        assert reordered[1:] != made[1:], "the new order must place the groups' members otherwise"
+        cluster.start()
+        wait_until(lambda: leaders(cluster), timeout=60, what="every group led again")
+        wait_until(lambda: routing(cluster)["members_recorded"], timeout=30, what="the record replayed")
+        assert routed_members(cluster)[1:] == made[1:]
+    finally:
+        cluster.close()

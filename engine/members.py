@@ -1,0 +1,54 @@
+"""Group 0's record of each other group's members (``statemachine.catalog.Members``),
+as the engine of group 0's leader keeps it.
+
+A cluster of several groups records once, through group 0's log, the
+members the placement of its ``cluster.toml`` gives each group (the members
+its engines started with, and that ``group-<g>/members`` holds on each of
+them); from then on routing reads the record, and the record alone changes
+as replicas move (docs/architecture.md, "Growing the cluster").
+``MemberRecorder`` checks every ``CHECK_S`` while this engine leads group 0
+and the record is empty, so a leader lost before its command committed is
+followed by one that records it; a second record is refused ``conflict``
+by the state machine, the same on every replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from .outcome import CommitError
+from .placement import Placement
+
+logger = logging.getLogger(__name__)
+
+CHECK_S = 1.0
+
+
+class MemberRecorder:
+    """Records `placement`'s members of groups 1..G-1 in group 0's catalog, once (`node`: group 0's engine)."""
+
+    def __init__(self, node, placement: Placement):
+        if node.group != 0 or len(placement.groups) < 2:
+            raise ValueError("group 0's engine of a cluster of several groups records their members")
+        self._node = node
+        self._groups = [list(members) for members in placement.groups[1:]]
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        while not self._node.read("group_members")["members"]:
+            if self._node.is_leader():
+                try:
+                    result = (await self._node.submit({"op": "record_members", "groups": self._groups})).result
+                    if "error" in result:
+                        logger.info("group members not recorded: %s", result["message"])
+                except CommitError as exc:
+                    logger.info("group members not recorded (%s); trying again", exc.code)
+            await asyncio.sleep(CHECK_S)
