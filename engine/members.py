@@ -52,3 +52,61 @@ class MemberRecorder:
                 except CommitError as exc:
                     logger.info("group members not recorded (%s); trying again", exc.code)
             await asyncio.sleep(CHECK_S)
+
+
+def held_groups(recorded: dict, node_id: str) -> dict[int, list[str]]:
+    """The groups g > 0 that `node_id` runs an engine of by group 0's record
+    (``statemachine.catalog.Members.as_dict``), each with the members its
+    engine starts with: its recorded members, and during a move the target
+    too (it joins before the source leaves)."""
+    held = {}
+    move = recorded["move"]
+    for group, members in recorded["members"].items():
+        members = list(members)
+        if move is not None and move[0] == group:
+            members.append(move[2])
+        if node_id in members:
+            held[group] = members
+    return held
+
+
+class HeldGroupsReporter:
+    """Tells the node's supervisor (`report`) which groups g > 0 this node
+    should run an engine of, by group 0's record, whenever that changes
+    (`node`: group 0's engine).
+
+    Only from a replica that has applied what it knows committed under a
+    known leader: a replica still replaying or catching up holds an older
+    record, and would stop an engine its node is about to need."""
+
+    def __init__(self, node, report):
+        if node.group != 0:
+            raise ValueError("group 0's engine holds the record of which node runs which group")
+        self._node = node
+        self._report = report
+        self._reported: dict[int, list[str]] | None = None
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        while True:
+            self.check()
+            await asyncio.sleep(CHECK_S)
+
+    def check(self) -> None:
+        status = self._node.status()
+        if status["leader_id"] is None or status["cut_off"] or status["applied_index"] < status["commit_index"]:
+            return
+        recorded = self._node.read("group_members")
+        if not recorded["members"]:
+            return
+        held = held_groups(recorded, self._node.id)
+        if held != self._reported:
+            self._report(held)
+            self._reported = held
