@@ -119,3 +119,19 @@ def test_preferred_leaders_of_moved_groups_spread_ceil_or_floor(count, groups):
         assert sorted(placement.members(group)) == sorted(node_ids(count) if group == 0 else final[group])
     leads = placement.leads(set(node_ids(count)))
     assert set(leads.values()) <= {groups // count, math.ceil(groups / count)}, leads
+
+
+def test_a_node_holds_the_groups_the_record_names_it_in_and_a_moves_target_holds_its_group_too():
+    """engine/members.py's `held_groups`: what a node's supervisor runs an engine of, by group 0's
+    record; during a move both source and target run the group, the target with the members plus itself."""
+    from engine.members import held_groups
+
+    recorded = {"members": {1: ["n1", "n2", "n3"], 2: ["n2", "n3", "n4"], 3: ["n3", "n4", "n1"]}, "move": None}
+    assert held_groups(recorded, "n1") == {1: ["n1", "n2", "n3"], 3: ["n3", "n4", "n1"]}
+    assert held_groups(recorded, "n5") == {}
+    moving = {**recorded, "move": [2, "n2", "n5"]}
+    assert held_groups(moving, "n5") == {2: ["n2", "n3", "n4", "n5"]}
+    assert held_groups(moving, "n2") == {1: ["n1", "n2", "n3"], 2: ["n2", "n3", "n4", "n5"]}
+    assert held_groups(moving, "n1") == held_groups(recorded, "n1")
+    done = {"members": {**recorded["members"], 2: ["n5", "n3", "n4"]}, "move": None}
+    assert 2 not in held_groups(done, "n2") and held_groups(done, "n5") == {2: ["n5", "n3", "n4"]}
