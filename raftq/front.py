@@ -41,6 +41,7 @@ DROP_GROUP = b"d"
 def front_message(verb: bytes, group: int) -> bytes:
     return verb + struct.pack("!I", group)
 
+
 def cap_connections(server: web.Server, limit: int) -> None:
     """Close any connection beyond `limit` as soon as it is made (aiohttp has no such cap)."""
     track = server.connection_made
@@ -72,6 +73,8 @@ class Engines:
         self._control = control
         self._remote = remote
         self._tasks: set[asyncio.Task] = set()
+        # the supervisor's messages, taken in the order sent: a group's drop never overtakes its add
+        self._orders: asyncio.Queue = asyncio.Queue()
 
     async def add(self, group: int, link: socket.socket) -> None:
         engine = RemoteNode(**self._remote)
@@ -87,6 +90,11 @@ class Engines:
     def follow_supervisor(self) -> None:
         self._control.setblocking(False)
         asyncio.get_running_loop().add_reader(self._control.fileno(), self._read_control)
+        self._spawn(self._carry_out())
+
+    async def _carry_out(self) -> None:
+        while True:
+            await (await self._orders.get())
 
     def _read_control(self) -> None:
         try:
@@ -98,9 +106,9 @@ class Engines:
             return
         verb, (group,) = message[:1], struct.unpack("!I", message[1:5])
         if verb == ADD_GROUP:
-            self._spawn(self.add(group, socket.socket(fileno=fds[0])))
+            self._orders.put_nowait(self.add(group, socket.socket(fileno=fds[0])))
         elif verb == DROP_GROUP:
-            self._spawn(self.drop(group))
+            self._orders.put_nowait(self.drop(group))
 
     def _spawn(self, work) -> None:
         task = asyncio.create_task(work)

@@ -399,8 +399,8 @@ def test_a_node_runs_the_engines_of_the_groups_the_record_names_it_in_and_no_oth
         assert (data / f"group-{regrown}" / "members").read_text().split() == sorted(members[regrown])
         # the node's fronts (whichever answers) serve the new engine, and no longer have one of the other
         for _ in range(8):
-            views = cluster.ready_view("n3", groups=True)["raft_groups"]
-            assert str(regrown) in views and str(abandoned) not in views
+            views = cluster.ready_view("n3", groups=True, timeout=5.0)["raft_groups"]
+            assert str(regrown) in views and str(abandoned) not in views, views
         assert call("POST", f"{url}/v1/cluster/verify").body["agree"] is True
     finally:
         cluster.close()
