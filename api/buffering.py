@@ -26,7 +26,8 @@ from wire_format import with_body_b64
 from .codec import respond
 from .errors import ApiError
 from .keys import HTTP, NODE, SETTINGS
-from .leader import Elsewhere, apply, serving_group, validate
+from .commands import apply, validate
+from .leader import Elsewhere, node_authorization, serving_group
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +61,7 @@ async def _forward(app: web.Application, queue: str, messages: list) -> str | No
     command = {"op": "put", "queue": queue, "messages": messages, "auto_create": auto_create}
     try:
         validate(command)
-        token = app[SETTINGS].tokens.admin
-        group = await serving_group(app, [queue], creating=auto_create,
-                                    authorization=f"Bearer {token}" if token else None)
+        group = await serving_group(app, [queue], creating=auto_create, authorization=node_authorization(app))
         result = (await apply(app, group, command)).result
     except Elsewhere as there:
         return await _post(app, there.address, queue, messages)
@@ -81,8 +80,8 @@ async def _forward(app: web.Application, queue: str, messages: list) -> str | No
 async def _post(app: web.Application, address: str, queue: str, messages: list) -> str | None:
     """The put sent to the node at `address`, which leads the queue's group: as _forward's."""
     url = f"{app[SETTINGS].scheme}://{address}/v1/queues/{quote(queue, safe='')}/messages"
-    token = app[SETTINGS].tokens.admin
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    authorization = node_authorization(app)
+    headers = {"Authorization": authorization} if authorization else {}
     try:
         async with app[HTTP].post(url, json={"messages": [with_body_b64(m) for m in messages]}, headers=headers,
                                   allow_redirects=False, timeout=ClientTimeout(total=15)) as reply:

@@ -8,10 +8,11 @@ from engine.outcome import CommitError
 
 from .buffering import BUFFER
 from .codec import read_body, respond
-from .errors import ApiError
+from .commands import leader_read, write
+from .errors import ApiError, no_quorum
 from .gather import group_param, per_group
-from .leader import (GROUPS, HTTP, NODE, SETTINGS, Elsewhere, leader_read, no_quorum, route_to_leader, serve_here,
-                     write)
+from .keys import GROUPS, HTTP, NODE, SETTINGS
+from .leader import Elsewhere, route_to_leader, serve_here
 from .routing import checked_name
 from .routing import leader_only
 

@@ -39,6 +39,11 @@ class ApiError(Exception):
         return {"error": self.code, "message": self.message, **self.details}
 
 
+def no_quorum(message: str) -> ApiError:
+    """503: no leader answered for the request's group (or a write's fate is unknown); retry."""
+    return ApiError("no_quorum", message, headers={"Retry-After": "1"})
+
+
 def from_result(result: dict) -> ApiError:
     """A refusal from the state machine, as an API error."""
     details = {k: v for k, v in result.items() if k not in ("error", "message")}

@@ -7,13 +7,15 @@ for that group alone (``?group=<id>``, with the caller's credentials).
 """
 
 import asyncio
+import functools
 from typing import Awaitable, Callable
 
 from aiohttp import ClientError, ClientTimeout, web
 
-from .errors import ApiError
+from .commands import consistency
+from .errors import ApiError, no_quorum
 from .keys import GROUPS, HTTP
-from .leader import Elsewhere, consistency, no_quorum, serve_here
+from .leader import Elsewhere, serve_here
 
 ASK_TIMEOUT = ClientTimeout(total=15)
 
@@ -30,35 +32,45 @@ def group_param(request: web.Request) -> int | None:
 
 
 async def per_group(request: web.Request, here: Callable[[int], Awaitable[dict]], *,
-                    leader: bool | None = None) -> dict[int, dict]:
+                    leader: bool | None = None,
+                    there: Callable[[str, int], Awaitable[dict]] | None = None) -> dict[int, dict]:
     """Each group's answer to this request: `here(group)` where this node serves the group
     (`leader`: only where its engine of the group leads; by default, for a read at
-    consistency ``any`` any engine of the group will do), else the answer of the node that does."""
+    consistency ``any`` any engine of the group will do), else `there(address, group)`: the
+    answer of the node at `address`, which does (by default, to this request asked again for
+    that group alone)."""
     if leader is None:
         leader = request.method != "GET" or consistency(request) != "any"
+    if there is None:
+        there = functools.partial(_ask_again, request)
 
     async def answer(group: int) -> dict:
         try:
             await serve_here(request.app, group, leader=leader)
-        except Elsewhere as there:
-            return await _ask(request, there.address, group)
+        except Elsewhere as elsewhere:
+            return await there(elsewhere.address, group)
         return await here(group)
 
     count = request.app[GROUPS].count
     return dict(zip(range(count), await asyncio.gather(*(answer(group) for group in range(count)))))
 
 
-async def _ask(request: web.Request, address: str, group: int) -> dict:
-    url = f"{request.scheme}://{address}{request.path}"
+async def _ask_again(request: web.Request, address: str, group: int) -> dict:
+    return await ask(request.app, request.method, f"{request.scheme}://{address}{request.path}",
+                     {**request.query, "group": str(group)}, request.headers.get("Authorization"), group)
+
+
+async def ask(app: web.Application, method: str, url: str, params: dict, authorization: str | None,
+              group: int) -> dict:
+    """The JSON answer of another node to a call for `group`; its refusal as an ApiError."""
     headers = {"Accept": "application/json"}
-    if "Authorization" in request.headers:
-        headers["Authorization"] = request.headers["Authorization"]
+    if authorization is not None:
+        headers["Authorization"] = authorization
     try:
-        async with request.app[HTTP].request(request.method, url, params={**request.query, "group": str(group)},
-                                             headers=headers, timeout=ASK_TIMEOUT) as reply:
+        async with app[HTTP].request(method, url, params=params, headers=headers, timeout=ASK_TIMEOUT) as reply:
             body = await reply.json()
             if reply.status != 200:
                 raise ApiError(body.get("error", "internal"), f"group {group}: {body.get('message')}")
             return body
     except (ClientError, asyncio.TimeoutError, ValueError) as exc:
-        raise no_quorum(f"group {group} did not answer through {address}: {exc}") from None
+        raise no_quorum(f"group {group} did not answer through {url}: {exc}") from None

@@ -16,3 +16,5 @@ NODE = web.AppKey("node", RemoteNode)
 GROUPS = web.AppKey("groups", object)
 SETTINGS = web.AppKey("settings", object)
 HTTP = web.AppKey("http", ClientSession)
+# a request's key: its Raft group, once leader.route_to_leader has chosen it
+GROUP = "raftq_group"

@@ -1,4 +1,4 @@
-"""Where a request is served: redirects, forwarding, read consistency, writes.
+"""Where a request is served: redirects, forwarding, the request's Raft group.
 
 Any node accepts any request.  A request for a queue is served by its Raft
 group (``groups.py``: the catalog says which; the request's group is
@@ -13,35 +13,34 @@ is under way, then answers 503 ``no_quorum`` with ``Retry-After``, so a node
 cut off from the majority never serves a stale or doomed request.  A node
 that knows it is cut off (it stepped down as leader for want of a majority,
 and has heard from no majority since: the view's ``cut_off``) says so at
-once: no election it could learn of is under way.
+once: no election it could learn of is under way.  What the request then
+does through its group's log is commands.py's.
 """
 
 import asyncio
 
 from aiohttp import ClientError, ClientTimeout, web
 
-from engine.outcome import Committed, CommitError
-from statemachine import check_command
-from statemachine.machine import OPS
 from wire_format import NAME_PATTERN, is_name
 
-from . import caps
 from .codec import respond
-from .errors import ApiError, from_result
+from .commands import apply, consistency, leader_read, read_here
+from .errors import ApiError, from_result, no_quorum
 from .groups import one_group
-from .keys import ENGINES, GROUPS, HTTP, NODE, SETTINGS  # noqa: F401  (the handlers import them from here)
+from .keys import ENGINES, GROUP, GROUPS, HTTP, NODE, SETTINGS  # noqa: F401  (the handlers import them from here)
 
 
-CONSISTENCY_LEVELS = ("leader", "strong", "any")
 # Longer than an election takes (its timeout is 0.3-0.6 s, then a vote;
 # a killed leader is replaced sooner, engine/raft/node.py).
 ELECTION_HOLD_S = 0.8
 FORWARD_HEADERS = ("Content-Type", "Accept", "Authorization")
-GROUP = "raftq_group"   # the request's Raft group, once route_to_leader has chosen it
 
 
-def no_quorum(message: str) -> ApiError:
-    return ApiError("no_quorum", message, headers={"Retry-After": "1"})
+def node_authorization(app: web.Application) -> str | None:
+    """The Authorization of a node's own calls to other nodes (a buffered put, an SQS call's
+    lookups): the admin token, or none when the cluster has no tokens."""
+    token = app[SETTINGS].tokens.admin
+    return f"Bearer {token}" if token else None
 
 
 def _leader_known(view: dict) -> bool:
@@ -217,99 +216,6 @@ async def _forward(request: web.Request, url: str) -> web.Response:
         raise no_quorum(f"the leader did not answer the forwarded request: {exc}") from None
 
 
-def validate(command: dict) -> None:
-    """Refuse a malformed command before it goes anywhere (the log, a buffer)."""
-    problem = check_command({**command, "now_ms": 0})
-    if problem:
-        raise from_result(problem)
-
-
-async def write(request: web.Request, command: dict) -> Committed:
-    """Validate, apply through the log of the request's group; the command's successful result
-    and its entry's index."""
-    validate(command)
-    committed = await apply(request.app, request[GROUP], command)
-    if "error" in committed.result:
-        raise from_result(committed.result)
-    return committed
-
-
-async def apply(app: web.Application, group: int, command: dict) -> Committed:
-    """Check the node's caps, apply a validated command through the log of
-    `group` (this node's engine of it); its result (refusals included) and its
-    entry's index.  A command that may create a queue says which group it was
-    routed for, which the state machine checks (``wrong_group``).
-
-    A write whose fate is unknown (lost leadership, no majority in time) is
-    ApiError no_quorum: retried with the same ids, it is stored once.
-    """
-    groups = app[GROUPS]
-    node = groups.engines[group]
-    if groups.count > 1 and OPS[command["op"]].creates_queues:
-        command["raft_group"] = group
-    await caps.check(node, app[SETTINGS].limits, command)
-    return await _committed(app, node.apply(command), 0.0)
-
-
-async def receive_waiting(app: web.Application, group: int, command: dict, wait_s: float, *,
-                          client: str | None, last_try: bool = True, encoded: bool = False) -> Committed | None:
-    """A validated receive that waits up to `wait_s` for a message (None at
-    the end of the wait unless `last_try`); 429 when this node has too many
-    receives waiting, or `client` (the caller's address) its share of them.
-    `encoded`: the messages as the engine encoded them (``RemoteNode.receive``)."""
-    call = app[GROUPS].engines[group].receive(command, wait_s, last_try=last_try, encoded=encoded, client=client)
-    return await _committed(app, call, wait_s)
-
-
-async def _committed(app: web.Application, call, wait_s: float) -> Committed:
-    """The outcome of a call into the log, its failures as HTTP errors."""
-    try:
-        async with asyncio.timeout(wait_s + app[SETTINGS].write_timeout_s):
-            return await call
-    except CommitError as exc:
-        if exc.code == "too_many_waiters":
-            cap = app[SETTINGS].limits.max_long_polls
-            raise ApiError("too_many_waiters", f"{cap} receives are already waiting on this node "
-                                               "(--max-long-polls); retry later or poll another way",
-                           headers={"Retry-After": "1"}) from None
-        if exc.code == "too_many_client_waiters":
-            cap = app[SETTINGS].limits.max_long_polls_per_client
-            raise ApiError("too_many_waiters", f"{cap} receives of this client address are already waiting on "
-                                               "this node (--max-long-polls-per-client); retry later",
-                           headers={"Retry-After": "1"}) from None
-        if exc.code == "too_large":
-            raise ApiError("too_large", "the request does not fit in one log entry") from None
-        if exc.code == "engine_gone":
-            raise no_quorum("this node is shutting down; retry (with the same message ids)") from None
-        if exc.code == "no_quorum":
-            raise no_quorum("this node heard from no majority within its leader lease, so it wrote nothing; "
-                            "retry") from None
-        raise no_quorum(f"the write's outcome is unknown ({exc.code}); retry it "
-                        "(with the same message ids, so it is stored once)") from None
-    except asyncio.TimeoutError:
-        raise no_quorum("no majority acknowledged the write in time; its outcome is unknown, "
-                        "retry it with the same message ids") from None
-
-
-async def leader_read(app: web.Application, group: int, query: str, *args):
-    """A query answered by the leader once its barrier is applied (before, its
-    state may still lack writes an earlier leader acknowledged: found by the
-    chaos checker's no_stale_reads) and a majority confirmed it still leads."""
-    try:
-        async with asyncio.timeout(app[SETTINGS].write_timeout_s):
-            return (await app[GROUPS].engines[group].read(query, *args, settled=True)).result
-    except (CommitError, asyncio.TimeoutError):
-        raise no_quorum("this node could not confirm with a majority that it leads (it may have "
-                        "only just been elected, or lost the others); retry") from None
-
-
-def consistency(request: web.Request) -> str:
-    level = request.query.get("consistency", "leader")
-    if level not in CONSISTENCY_LEVELS:
-        raise ApiError("bad_request", "consistency must be leader, strong or any")
-    return level
-
-
 async def read(request: web.Request, query: str, *args, group: int | None = None) -> web.Response:
     """Answer a query of the path's queue (or of `group`) at the consistency the request asks for."""
     level = consistency(request)
@@ -323,16 +229,3 @@ async def read(request: web.Request, query: str, *args, group: int | None = None
         refusal.headers.update(headers)   # a 404 from a stale replica says how stale it is
         raise refusal
     return respond(request, result, headers=headers)
-
-
-async def read_here(request: web.Request, group: int, query: str, *args) -> tuple[object, int | None]:
-    """A query of this node's engine of `group`, which serves it at the request's consistency:
-    the result, and with ``any`` the local replica's applied index."""
-    level = consistency(request)
-    if level == "any":
-        return tuple(await request.app[GROUPS].engines[group].read(query, *args))
-    if level == "strong":
-        committed = await apply(request.app, group, {"op": "tick"})
-        if "error" in committed.result:
-            raise from_result(committed.result)
-    return await leader_read(request.app, group, query, *args), None

@@ -10,7 +10,9 @@ from statemachine.validation import MAX_RECEIVE, MAX_WAIT_MS, check_message, is_
 from .buffering import buffer_put, with_ids
 from .codec import message_from_wire, read_body, respond
 from .errors import ApiError, from_result
-from .leader import GROUP, GROUPS, NODE, SETTINGS, read, receive_waiting, route_to_leader, validate, write
+from .commands import receive_waiting, validate, write
+from .keys import GROUP, GROUPS, NODE, SETTINGS
+from .leader import read, route_to_leader
 from .routing import leader_only, queue_name, group_name
 
 DURABILITY = ("quorum", "all", "leader")

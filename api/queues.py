@@ -5,7 +5,9 @@ from aiohttp import web
 from .codec import read_body, respond
 from .errors import ApiError
 from .gather import group_param, per_group
-from .leader import GROUPS, read, read_here, route_to_leader, write
+from .commands import read_here, write
+from .keys import GROUPS
+from .leader import read, route_to_leader
 from .routing import group_name, leader_only, queue_name
 
 

@@ -4,14 +4,20 @@ The rules live in statemachine/staging.py; these handlers only parse, build
 the command and answer.  All of them are served by the leader of the Raft
 group of the queue written to (issue 24): a stage names its queue; a
 commit, an abort or a producer's page names it with `queue` (in the body, or
-the query for GET and DELETE), which a cluster of one group does not need.
+the query for GET and DELETE), which a cluster of one group does not need;
+the list of producers gathers every group's.
 """
+
+import functools
 
 from aiohttp import web
 
 from .codec import read_body, respond
 from .errors import ApiError
-from .leader import GROUP, GROUPS, NODE, leader_read, read, route_to_leader, write
+from .gather import group_param, per_group
+from .commands import consistency, leader_read, read_here, write
+from .keys import GROUP, GROUPS, NODE
+from .leader import route_to_leader
 from .messages import _messages as parse_messages
 from .routing import checked_name
 
@@ -81,7 +87,26 @@ async def abort(request: web.Request) -> web.Response:
 
 
 async def list_all(request: web.Request) -> web.Response:
-    return await read(request, "list_producers")
+    """The producers of one group (``?group=``), or of every group, gathered (gather.py). Each
+    entry names its ``raft_group``: a producer writing to queues of several groups is one
+    producer in each."""
+    group = group_param(request)
+    if group is None and request.app[GROUPS].count > 1:
+        answers = await per_group(request, functools.partial(_producers_of, request))
+        return respond(request, {"producers": sorted((entry for answer in answers.values()
+                                                      for entry in answer["producers"]),
+                                                     key=lambda entry: (entry["producer"], entry["raft_group"]))})
+    elsewhere = await route_to_leader(request, group=group or 0, leader=consistency(request) != "any")
+    if elsewhere is not None:
+        return elsewhere
+    return respond(request, await _producers_of(request, request[GROUP]))
+
+
+async def _producers_of(request: web.Request, group: int) -> dict:
+    """By producer id, as the gathered list is (the state machine lists them as they came)."""
+    producers = (await read_here(request, group, "list_producers"))[0]["producers"]
+    return {"producers": sorted(({**entry, "raft_group": group} for entry in producers),
+                                key=lambda entry: entry["producer"])}
 
 
 async def show(request: web.Request) -> web.Response:

@@ -4,8 +4,8 @@ Theory of operation
 -------------------
 One connection carries publishes with a confirm per message and any number of
 subscriptions with credit. It is a thin handler over the same node face as
-the HTTP routes — commands go through `leader.apply` into the group
-committer, waiting receives through `leader.receive_waiting` — so its semantics are the
+the HTTP routes — commands go through `commands.apply` into the group
+committer, waiting receives through `commands.receive_waiting` — so its semantics are the
 HTTP API's: idempotency ids, keys, durability levels, leases and receipts.
 What it saves is a request per message: many messages ride in one frame, many
 frames (from many connections) share one log entry, and deliveries are
@@ -58,7 +58,9 @@ from statemachine.validation import MAX_RECEIVE, is_int
 
 from .bounded import check_cbor
 from .errors import ApiError, from_result
-from .leader import GROUPS, NODE, SETTINGS, Elsewhere, apply, leader_read, receive_waiting, serving_group
+from .commands import apply, leader_read, receive_waiting
+from .keys import GROUPS, NODE, SETTINGS
+from .leader import Elsewhere, serve_here, serving_group
 from .messages import DURABILITY, checked_message, reach_durability
 from .routing import checked_name
 
@@ -345,20 +347,21 @@ class Session:
                                         "ack, nack or extend"})
 
     async def _group(self, queue: str, *, creating: bool = False) -> int:
-        """The Raft group of `queue`, which this node leads; else LeadershipLost (one group: the
-        whole connection goes to the leader) or ApiError not_leader naming the group's leader.
-        With one group the connection was opened on its leader: there is nothing to choose."""
+        """The Raft group of `queue`, which this node leads; else ApiError not_leader naming the
+        group's leader. With one group the connection was opened on its leader: there is nothing
+        to choose."""
         if self.app[GROUPS].count == 1:
             return 0
         try:
             return await serving_group(self.app, [queue], creating=creating,
                                        authorization=self.request.headers.get("Authorization"))
         except Elsewhere as there:
-            if self.app[GROUPS].count == 1:
-                raise LeadershipLost() from None
-            raise ApiError("not_leader", f"node {there.node_id} leads the group of queue {queue!r}; send its "
-                                         "frames there", leader=there.node_id,
-                           leader_url=f"{self.request.scheme}://{there.address}") from None
+            raise self._not_leader(there, queue) from None
+
+    def _not_leader(self, there: Elsewhere, queue: str) -> ApiError:
+        return ApiError("not_leader", f"node {there.node_id} leads the group of queue {queue!r}; send its "
+                                      "frames there", leader=there.node_id,
+                        leader_url=f"{self.request.scheme}://{there.address}")
 
     async def _apply(self, group: int, command: dict) -> Committed:
         """The command's result (refusals included) and index. When it cannot be known here because
@@ -370,19 +373,44 @@ class Session:
         return await self._leading(group, apply(self.app, group, command))
 
     async def _receive(self, group: int, command: dict) -> Committed | None:
-        """A receive waiting up to IDLE_RECHECK_S; None when nothing came meanwhile."""
-        committed = await self._leading(group, receive_waiting(self.app, group, command, IDLE_RECHECK_S,
-                                                               last_try=False, encoded=True,
-                                                               client=self.request.remote))
-        if self.app[GROUPS].engines[group].view()["role"] != "leader":
-            raise LeadershipLost()
+        """A receive waiting up to IDLE_RECHECK_S; None when nothing came meanwhile. A receive
+        that was applied is handed out even if the group's leadership went meanwhile: its leases
+        are in the log. When nothing came because this node no longer leads the group:
+        LeadershipLost, or on a connection routed by group, where the other groups' subscriptions
+        go on, ApiError not_leader naming the group's new leader (no_quorum while none is known)."""
+        try:
+            committed = await receive_waiting(self.app, group, command, IDLE_RECHECK_S, last_try=False,
+                                              encoded=True, client=self.request.remote)
+        except ApiError as exc:
+            if exc.code != "no_quorum" or self._leads(group):
+                raise
+            committed = None
+        if committed is None:
+            await self._still_leads(group, command["queue"])
         return committed
+
+    def _leads(self, group: int) -> bool:
+        return self.app[GROUPS].engines[group].view()["role"] == "leader"
+
+    async def _still_leads(self, group: int, queue: str) -> None:
+        """Return while this node leads `group` (or leads it again after an election); else
+        LeadershipLost, or on a connection routed by group, where the other groups' frames and
+        subscriptions go on, ApiError not_leader naming the group's new leader for `queue`'s
+        frames (no_quorum while none is known)."""
+        if self._leads(group):
+            return
+        if not self.routes_by_group:
+            raise LeadershipLost()
+        try:
+            await serve_here(self.app, group)     # waits for an election under way
+        except Elsewhere as there:
+            raise self._not_leader(there, queue) from None
 
     async def _leading(self, group: int, call):
         try:
             return await call
         except ApiError as exc:
-            if exc.code == "no_quorum" and self.app[GROUPS].engines[group].view()["role"] != "leader":
+            if exc.code == "no_quorum" and not self._leads(group):
                 raise LeadershipLost() from None
             raise
 
@@ -457,7 +485,7 @@ class Session:
             result = (await self._apply(await self._group(queue), command)).result
         except ApiError as exc:
             await self.send({"op": "error", "rid": rid, "error": exc.code, "status": exc.status,
-                             "message": exc.message})
+                             "message": exc.message, **exc.details})
             return
         if result.get("error") == "stale_receipt":
             result = {SETTLE_OPS[op]: 0, "stale": result.get("stale", receipts)}
@@ -551,6 +579,23 @@ class Subscription:
         if receipt in self.leases:
             self.leases[receipt] = time.monotonic() + (lease_ms or self.lease_ms) / 1000
 
+    async def _refused(self, exc: ApiError) -> bool:
+        """Tell the client why the subscription could not lease; whether that ends it (its group is
+        led elsewhere now: the client subscribes there), else wait before it tries again."""
+        await self.session.send({"op": "error", "sub": self.id, "error": exc.code, "status": exc.status,
+                                 "message": exc.message, **exc.details})
+        if exc.code == "not_leader":
+            self._end()
+            return True
+        await asyncio.sleep(IDLE_RECHECK_S)
+        return False
+
+    def _end(self) -> None:
+        """The subscription is over; its leases run their course, no longer this connection's."""
+        self.session.subscriptions.pop(self.id, None)
+        for receipt in self.leases:
+            self.session.receipts.pop(receipt, None)
+
     def _free(self) -> int:
         now = time.monotonic()
         for receipt in [r for r, ends in self.leases.items() if ends <= now]:
@@ -569,11 +614,17 @@ class Subscription:
             free = self._free()
             if free <= 0 or (free < batch and self.leases):
                 self.credit.clear()
-                next_end = min(self.leases.values()) - time.monotonic()
+                # woken at least every IDLE_RECHECK_S: a group led elsewhere meanwhile is noticed
+                # while its leases, whose acks now go to the new leader, run their course
+                next_end = min(min(self.leases.values()) - time.monotonic(), IDLE_RECHECK_S)
                 try:
                     await asyncio.wait_for(self.credit.wait(), max(0.001, next_end))
                 except asyncio.TimeoutError:
-                    pass
+                    try:
+                        await session._still_leads(self.raft_group, self.queue)
+                    except ApiError as exc:
+                        if await self._refused(exc):
+                            return
                 continue
             # Nothing is leased while the client is not reading what it was sent.
             await session.outbox.budget.room()
@@ -584,9 +635,8 @@ class Subscription:
             try:
                 committed = await session._receive(self.raft_group, command)
             except ApiError as exc:
-                await session.send({"op": "error", "sub": self.id, "error": exc.code, "status": exc.status,
-                                    "message": exc.message})
-                await asyncio.sleep(IDLE_RECHECK_S)
+                if await self._refused(exc):
+                    return
                 continue
             if committed is None:
                 continue
@@ -595,7 +645,7 @@ class Subscription:
                 refusal = from_result(result)
                 await session.send({"op": "error", "sub": self.id, "error": refusal.code,
                                     "status": refusal.status, "message": refusal.message})
-                session.subscriptions.pop(self.id, None)
+                self._end()
                 return
             ends = time.monotonic() + self.lease_ms / 1000
             receipts = result["receipts"]

@@ -11,12 +11,12 @@ Part one, on a fresh 3-node cluster on 127.0.0.1:
    the last ack settled;
 2. every node's memory at rest, then `--messages` 100-byte messages put by
    one streaming Producer (window 1 000, batches of 250: the fastest client
-   path) into a queue whose `dedup_window_ms` is FILL_DEDUP_WINDOW_MS, then
+   path) into a queue whose `dedup_window_ms` is `--window-s` (10 s), then
    memory at rest again: growth per stored message. The Producer sends an
    id with every message, which a node remembers for the window (by default
-   5 minutes, about 280 B each, docs/operations.md): a cost of its own, not
+   5 minutes, about 28 B each, docs/operations.md): a cost of its own, not
    of holding messages, so memory counts as at rest only once the window
-   has passed. The window is not 0: a Producer resends what a lost
+   has passed (and 2 s more). The window is not 0: a Producer resends what a lost
    connection or quorum left unconfirmed, and only the window keeps that
    from storing a message twice;
 3. disk: what each node's data directory takes (allocated blocks) ÷ the live
@@ -95,9 +95,9 @@ DISK_RESERVE_MIB = 5 * 1024
 SNAPSHOT_FACTOR = 2.0
 SAMPLE_S = 0.1
 # Long enough for a resend to find its id (seconds at most), short enough to wait out.
-FILL_DEDUP_WINDOW_MS = 10_000
-# How long a node is left alone before its memory counts as at rest: the fill's ids are forgotten by then.
-REST_S = FILL_DEDUP_WINDOW_MS / 1000 + 2
+FILL_WINDOW_S = 10.0
+# How long past the fill's dedup window a node is left alone before its memory counts as at rest.
+REST_MARGIN_S = 2.0
 CHURN_BODY = "x" * 1_000_000       # under --max-message-bytes (1 MiB) with its id
 # Every churned put repeats the id of one stored empty message: the log grows by each, the state by none.
 CHURN_ID = "backlog-churn"
@@ -154,16 +154,17 @@ def snapshot_stamp(cluster, node_id: str) -> tuple[int, float]:
     return int(values["raftq_snapshot_size_bytes"]), values["raftq_snapshot_duration_seconds"]
 
 
-def at_rest(side: Raftq, processes: dict) -> dict:
+def at_rest(side: Raftq, processes: dict, window_s: float) -> dict:
     """Each node's memory once it has applied all the leader committed, runs no snapshot
-    writer, and has been left alone for REST_S."""
+    writer, and has been left alone for the fill's dedup window and REST_MARGIN_S: its ids
+    are forgotten by then."""
     cluster = side.cluster
     deadline = time.monotonic() + CATCH_UP_S
     while True:
         for node_id in cluster.ids:
             side._caught_up(node_id, timeout=CATCH_UP_S)
         if all(node_memory(cluster, n)["processes"] == processes[n] for n in cluster.ids):
-            time.sleep(REST_S)
+            time.sleep(window_s + REST_MARGIN_S)
             memory = {n: node_memory(cluster, n) for n in cluster.ids}
             if all(memory[n]["processes"] == processes[n] for n in cluster.ids):
                 return memory
@@ -300,7 +301,7 @@ class Sampler:
                     self.peak_writing[node_id] = max(self.peak_writing[node_id], memory["node_mib"])
 
 
-async def provoke_snapshots(side: Raftq, processes: dict, log) -> dict:
+async def provoke_snapshots(side: Raftq, processes: dict, window_s: float, log) -> dict:
     """Churn 1 MB puts until every node has written a new snapshot (or CHURN_LIMIT_BYTES went);
     per node: the snapshot's bytes and seconds (None without one) and the memory peaks."""
     cluster = side.cluster
@@ -324,7 +325,7 @@ async def provoke_snapshots(side: Raftq, processes: dict, log) -> dict:
                         if stamp != before[node_id]:
                             written[node_id] = stamp
         # the writers' last moments and the log prefix each drops
-        await asyncio.to_thread(at_rest, side, processes)
+        await asyncio.to_thread(at_rest, side, processes, window_s)
     log(f"churned {churned / 2**20:,.0f} MiB of 1 MB puts; new snapshots on {sorted(written) or 'no node'}")
     return {n: {"snapshot_bytes": written[n][0] if n in written else None,
                 "snapshot_s": written[n][1] if n in written else None,
@@ -376,22 +377,22 @@ def per_message_b(before: dict, after: dict, count: int, key: str) -> dict:
     return {n: (after[n][key] - before[n][key]) * 2**20 / count for n in after}
 
 
-def backlog_part(root: Path, messages: int, log) -> dict:
+def backlog_part(root: Path, messages: int, window_s: float, log) -> dict:
     # A Consumer closed after ROUND acks may hold up to ROUND more leased: a round can use 2 x ROUND.
     rounds = min(CONSUME_ROUNDS, messages // (2 * ROUND))
     side, processes = start_cluster(root)
     try:
         cluster = side.cluster
-        shallow = asyncio.run(_created_then(side, "backlog-shallow", consume_rate, rounds, True))
+        shallow = asyncio.run(_created_then(side, "backlog-shallow", window_s, consume_rate, rounds, True))
         log(f"consume+ack at {ROUND:,} depth: {shallow:,.0f} msgs/s")
-        rest_before = at_rest(side, processes)
+        rest_before = at_rest(side, processes, window_s)
         began = time.perf_counter()
-        stored = asyncio.run(_created_then(side, "backlog", fill, messages, BODY, log))
+        stored = asyncio.run(_created_then(side, "backlog", window_s, fill, messages, BODY, log))
         fill_s = time.perf_counter() - began
         log(f"filled {stored:,} messages of 100 B in {fill_s:.1f} s ({stored / fill_s:,.0f}/s)")
-        rest = at_rest(side, processes)
+        rest = at_rest(side, processes, window_s)
         disk = {n: disk_mib(cluster.root / n) for n in cluster.ids}
-        snapshots = asyncio.run(provoke_snapshots(side, processes, log))
+        snapshots = asyncio.run(provoke_snapshots(side, processes, window_s, log))
         deep_rounds = min(rounds, stored // (2 * ROUND))
         if not deep_rounds:
             raise RuntimeError(f"only {stored} messages fit this machine: too few to consume at depth")
@@ -441,14 +442,14 @@ def backlog_part(root: Path, messages: int, log) -> dict:
     }
 
 
-def big_bodies_part(root: Path, messages: int, log) -> dict:
+def big_bodies_part(root: Path, messages: int, window_s: float, log) -> dict:
     side, processes = start_cluster(root)
     try:
-        rest_before = at_rest(side, processes)
+        rest_before = at_rest(side, processes, window_s)
         began = time.perf_counter()
-        stored = asyncio.run(_created_then(side, "backlog-10k", fill, messages, BIG_BODY, log))
+        stored = asyncio.run(_created_then(side, "backlog-10k", window_s, fill, messages, BIG_BODY, log))
         fill_s = time.perf_counter() - began
-        rest = at_rest(side, processes)
+        rest = at_rest(side, processes, window_s)
     finally:
         side.stop()
     growth = per_message_b(rest_before, rest, stored, "node_mib")
@@ -460,21 +461,21 @@ def big_bodies_part(root: Path, messages: int, log) -> dict:
                 rest_before, rest, stored, "engine_mib").values()), 1)}
 
 
-async def _created_then(side: Raftq, queue: str, work, *args):
+async def _created_then(side: Raftq, queue: str, window_s: float, work, *args):
     """`work(side, queue, *args)` on a queue created first with a short dedup window."""
     async with AsyncClient(side.cluster.urls, token=side.cluster.token) as client:
-        await client.create_queue(queue, dedup_window_ms=FILL_DEDUP_WINDOW_MS)
+        await client.create_queue(queue, dedup_window_ms=round(window_s * 1000))
     return await work(side, queue, *args)
 
 
-def measure(root: Path, messages: int, big_messages: int, log=print) -> dict:
+def measure(root: Path, messages: int, big_messages: int, window_s: float = FILL_WINDOW_S, log=print) -> dict:
     """Both parts, each on a cluster of its own under `root`; the figures of both, and which targets are met."""
     import engine
     figures = {"messages_requested": messages, "big_messages_requested": big_messages, "machine": machine(),
                "code_path": str(Path(engine.__file__).resolve().parent.parent)}
-    figures.update(backlog_part(root / "backlog", messages, log))
+    figures.update(backlog_part(root / "backlog", messages, window_s, log))
     if big_messages:
-        figures.update(big_bodies_part(root / "big", big_messages, log))
+        figures.update(big_bodies_part(root / "big", big_messages, window_s, log))
     figures["targets_met"] = {}
     for key, target, met in TARGETS:
         if figures.get(key) is None:
@@ -498,18 +499,32 @@ def message_count(value: str) -> int:
     return count
 
 
+def window_seconds(value: str) -> float:
+    """An argparse type: a dedup window in seconds, at least 1 (a fill's resend must find its id)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds >= 1:
+        raise argparse.ArgumentTypeError("seconds, at least 1")
+    return seconds
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=message_count, default=10_000_000,
                         help="100-byte messages in the backlog (at least 2 000: a round consuming at depth may take as many)")
     parser.add_argument("--big-messages", type=message_count, default=1_000_000,
                         help="10 KiB messages of part two (0: skip it)")
+    parser.add_argument("--window-s", type=window_seconds, default=FILL_WINDOW_S,
+                        help="the filled queues' dedup window, which memory at rest waits out (a tiny run may "
+                             "take 1; a resend after a lost connection finds its id only within it)")
     args = parser.parse_args(argv)
     if args.messages < 2 * ROUND:
         parser.error(f"--messages must be at least {2 * ROUND}")
     root = Path(tempfile.mkdtemp(prefix="raftq-backlog-"))
     try:
-        figures = measure(root, args.messages, args.big_messages)
+        figures = measure(root, args.messages, args.big_messages, args.window_s)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(figures, sort_keys=True))

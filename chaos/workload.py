@@ -87,7 +87,9 @@ class Endpoints:
         self.client = client_urls
         self.direct = direct_urls
         self.token = token          # the cluster's admin token, sent with every call
-        self._by_addr = {urlsplit(u).netloc: n for n, u in {**direct_urls, **client_urls}.items()}
+        # a node's real address (a 307's Location names it) and its proxy's; merged by node id, the
+        # proxies' would hide the real ones, and every 307 went unfollowed
+        self._by_addr = {urlsplit(u).netloc: n for urls in (direct_urls, client_urls) for n, u in urls.items()}
 
     @property
     def ids(self) -> list[str]:

@@ -31,6 +31,7 @@ from pathlib import Path
 import cbor2
 
 from statemachine import StateMachine
+from statemachine.bodies import BodyRef, read_body
 
 from .committer import GroupCommitter
 from .config import ClusterConfig, NodeSpec, Peer
@@ -146,6 +147,7 @@ class Node:
             peers=[peer for peer in cluster.peers_for(node_id) if members is None or peer.id in members],
             data_dir=self.data_dir / "raft", group=group, handoff=handoff,
             apply=self._apply_entry, snapshot=self.machine.snapshot, restore=self._restore,
+            live_entries=self.machine.live_entry_indexes,
             secret=cluster.secret,
             on_role_change=self._on_role_change, max_entry_bytes=self.committer.max_entry_bytes)
         self._ticker: asyncio.Task | None = None
@@ -179,8 +181,11 @@ class Node:
     def _apply_entry(self, entry: bytes) -> tuple[int, list]:
         index = self.consensus.applying_index()
         with self._lock:
-            results = self.machine.apply_entry(entry)
+            results = self.machine.apply_entry(entry, index)
         self.entries_applied += 1
+        if self.consensus.is_leader():      # only a leader's results are answered
+            for result in results:
+                self._with_bodies(result)
         for result in results:
             if isinstance(result, dict) and "checkpoint" in result:
                 self._checkpoints[result["checkpoint"]] = result["digest"]
@@ -349,12 +354,25 @@ class Node:
     # ---- reads ----------------------------------------------------------------------------
     def read(self, query: str, *args):
         with self._lock:
-            return self.machine.read(query, *args)
+            result = self.machine.read(query, *args)
+        return self._with_bodies(result)
 
     def applied_read(self, query: str, *args) -> tuple[object, int]:
         """A read and the log index it reflects."""
         with self._lock:
-            return self.machine.read(query, *args), self.consensus.applied_index()
+            result, index = self.machine.read(query, *args), self.consensus.applied_index()
+        return self._with_bodies(result), index
+
+    def _with_bodies(self, result):
+        """`result`, each body reference among its messages replaced by the body, read from the log
+        entry it names (the state machine keeps references, statemachine/bodies.py)."""
+        messages = result.get("messages") if isinstance(result, dict) else None
+        if isinstance(messages, list):
+            for message in messages:
+                body = message.get("body") if isinstance(message, dict) else None
+                if isinstance(body, BodyRef):
+                    message["body"] = read_body(body, self.consensus.entry_at(body.index))
+        return result
 
     # ---- cluster ------------------------------------------------------------------------------
     def is_leader(self) -> bool:

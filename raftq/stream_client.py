@@ -20,7 +20,9 @@ With several Raft groups (issue 24) a node leads some groups: it refuses a
 frame for a queue of a group it does not lead with `not_leader` and that
 leader's URL. A Producer then keeps one stream per leader node and sends
 that queue's messages (the refused ones again, same ids) on the stream to
-its leader; a Consumer moves its one subscription there.
+its leader; a Consumer moves its one subscription there, and its acks and
+nacks not yet settled, when its subscription is refused so (on subscribing,
+or once the node lost the group's lead) or when a settle is.
 """
 
 from __future__ import annotations
@@ -388,6 +390,7 @@ class Consumer:
         self._subs = itertools.count(1)
         self._rids = itertools.count(1)
         self._sub = None
+        self._subscribed = False    # the node answered "subscribed" to the current subscription
         self._pending: dict[tuple[str, tuple], list[str]] = {}   # (op, options) -> receipts to send
         self._unsettled: dict[int, dict] = {}                    # rid -> frame awaiting "settled"
         self._flush_handle: asyncio.TimerHandle | None = None
@@ -467,14 +470,24 @@ class Consumer:
 
     def _subscribe(self) -> None:
         """On every (re)connection: a new subscription, and the settles not yet answered."""
+        self._ask_subscription()
+        for frame in self._unsettled.values():
+            self._wire.send(frame)
+
+    def _ask_subscription(self) -> None:
         self._sub = next(self._subs)
+        self._subscribed = False
         frame = {"op": "subscribe", "sub": self._sub, "queue": self.queue, "group": self.group,
                  "prefetch": self.prefetch}
         if self.lease_ms is not None:
             frame["lease_ms"] = self.lease_ms
         self._wire.send(frame)
-        for frame in self._unsettled.values():
-            self._wire.send(frame)
+
+    def _ask_again(self, sub) -> None:
+        """Subscribe anew if subscription `sub`, refused while no leader was known, is still the
+        one this consumer waits for (a new connection subscribes by itself)."""
+        if sub == self._sub and not self._closed:
+            self._ask_subscription()
 
     def _done_settling(self, rid) -> None:
         self._unsettled.pop(rid, None)
@@ -487,6 +500,8 @@ class Consumer:
             for m in frame["messages"]:
                 self._inbox.put_nowait(Message(m["seq"], m["receipt"], m["body"], m.get("key"), m.get("headers"),
                                                m["deliveries"], m["put_at_ms"], self._settle_from_message))
+        elif op == "subscribed" and frame.get("sub") == self._sub:
+            self._subscribed = True
         elif op == "settled":
             self._done_settling(frame.get("rid"))
         elif op == "error":
@@ -495,17 +510,30 @@ class Consumer:
                 if error.code == UNKNOWN_OUTCOME:
                     resend = self._unsettled[frame["rid"]]
                     asyncio.get_running_loop().call_later(RESEND_AFTER_S, self._wire.send, resend)
+                elif error.code == "not_leader" and frame.get("leader_url"):
+                    # the queue's group moved: unsettled, sent again on the connection to its leader
+                    self._follow(frame["leader_url"])
                 else:
                     log.warning("raftq stream: %s refused: %s", self._unsettled[frame["rid"]]["op"], error)
                     self._done_settling(frame["rid"])
             elif frame.get("sub") == self._sub and error.code == "not_leader" and frame.get("leader_url"):
-                self._wire.redirect(frame["leader_url"])   # the queue's group is led there: subscribe there
-            elif frame.get("sub") == self._sub and error.code != UNKNOWN_OUTCOME:
+                self._follow(frame["leader_url"])   # the queue's group is led there: subscribe there
+            elif frame.get("sub") == self._sub and error.code == UNKNOWN_OUTCOME:
+                # a subscription that runs retries by itself; one refused during an election is asked again
+                if not self._subscribed:
+                    asyncio.get_running_loop().call_later(RESEND_AFTER_S, self._ask_again, self._sub)
+            elif frame.get("sub") == self._sub:
                 self._error = error          # the subscription itself was refused: say so to the reader
                 self._inbox.put_nowait(error)
         elif op == "failed":
             self._error = self._wire.failed
             self._inbox.put_nowait(self._wire.failed)
+
+    def _follow(self, leader_url: str) -> None:
+        """Connect to `leader_url`, unless the stream is already headed there (a subscription and
+        the settles in flight may each be refused, naming the same leader)."""
+        if self._wire.base != leader_url.rstrip("/"):
+            self._wire.redirect(leader_url)
 
     def _settle_from_message(self, op: str, message: Message, options: dict) -> None:
         self._queue_settle(op, message, options)

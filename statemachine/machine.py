@@ -63,6 +63,7 @@ from typing import Callable, NamedTuple
 
 import cbor2
 
+from .bodies import BodyFinder
 from .catalog import Catalog, Members
 from .queue import PARKED_RETRY_MS, Queue
 from .redrive import redrive
@@ -73,10 +74,13 @@ from . import validation as v
 from .validation import full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 10
-# Version 9 is version 10 without the members recorded for each group
-# (catalog.py's Members): it restores with none recorded. Version 8 is
-# version 9 with each queue's messages as one list per field, not their columns (statemachine/rows.py), and without the group's id, the group
+SNAPSHOT_VERSION = 11
+# Version 10 is version 11 without the members recorded for each group
+# (catalog.py's Members): it restores with none recorded.
+# Version 9 is version 10 without body references: every stored body is in
+# the snapshot (statemachine/rows.py, bodies.py).
+# Version 8 is version 9 with each queue's messages as one list per field, not
+# their columns (statemachine/rows.py), and without the group's id, the group
 # count and the catalog: a snapshot of a cluster of one group, which restores
 # as group 0 of 1. Version 7 is version 8 with each queue's dedup window as
 # its ids, not their
@@ -84,7 +88,7 @@ SNAPSHOT_VERSION = 10
 # each message's first delivery and without ordering keys,
 # version 5 also without staged writes, version 4 also without redrive:
 # a node upgraded in place restores any of them.
-READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9, 10)
+READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9, 10, 11)
 # Making a queue costs more than a put into one (its default group holds
 # three sorted containers): 10 000 in one entry held the apply past the
 # election timeout (issue 21). 500 cost about as much as the widest put of
@@ -117,7 +121,10 @@ class StateMachine:
         self.queues_left_in_entry = MAX_NEW_QUEUES_PER_ENTRY   # (not state: reset by each entry)
 
     # ---- applying the log -----------------------------------------------------
-    def apply_entry(self, entry: bytes) -> list:
+    def apply_entry(self, entry: bytes, index: int | None = None) -> list:
+        """Apply the log entry at `index`. With the index, the bodies its puts store are kept as
+        references into the entry (bodies.py), which results then carry in place of bodies; without
+        it, as the bodies themselves."""
         try:
             commands = decode_entry(entry)
         except Exception as exc:   # a corrupt entry is refused the same way everywhere
@@ -125,20 +132,23 @@ class StateMachine:
         if not isinstance(commands, list):
             return [error(BAD_REQUEST, "log entry is not a list of commands")]
         self.queues_left_in_entry = MAX_NEW_QUEUES_PER_ENTRY
-        return [self._apply_one(cmd) for cmd in commands]
+        finder = None if index is None else BodyFinder(entry, index)
+        return [self._apply_one(cmd, finder) for cmd in commands]
 
     def apply(self, cmd) -> dict:
-        """One command, as if it were an entry of its own."""
+        """One command, as if it were an entry of its own (its bodies kept as they are)."""
         self.queues_left_in_entry = MAX_NEW_QUEUES_PER_ENTRY
-        return self._apply_one(cmd)
+        return self._apply_one(cmd, None)
 
-    def _apply_one(self, cmd) -> dict:
+    def _apply_one(self, cmd, finder) -> dict:
         problem = check_command(cmd)
         if problem:
             return problem
         problem = self._check_owner(cmd)
         if problem:
             return problem
+        if finder is not None and cmd["op"] in ("put", "tx"):
+            finder.refer(cmd)
         if cmd["now_ms"] > self.clock:
             self.clock = cmd["now_ms"]
         try:
@@ -611,6 +621,15 @@ class StateMachine:
         finally:
             if collecting:
                 gc.enable()
+
+    def live_entry_indexes(self) -> list:
+        """The log indexes of the entries the stored bodies' references name, in order:
+        what compaction must keep (statemachine/bodies.py)."""
+        indexes = set()
+        for queue in self.queues.values():
+            indexes.update(queue.rows.ref_index[queue.rows.head:])
+        indexes.discard(0)
+        return sorted(indexes)
 
     def state_digest(self) -> str:
         return hashlib.sha256(self.snapshot()).hexdigest()

@@ -29,6 +29,7 @@ from wire_format import is_name
 from .dedup import DedupWindow
 from .group import Group
 from .results import CONFLICT, NOT_FOUND, QUEUE_FULL, error
+from .bodies import BodyRef
 from .rows import Rows
 from .validation import full_config
 
@@ -60,7 +61,9 @@ def given_headers(stored: tuple | None) -> dict | None:
 
 
 def body_size(body) -> int:
-    """Bytes a body counts toward max_bytes: raw length, or its CBOR length."""
+    """Bytes a body counts toward max_bytes: raw length, or its CBOR length (a reference's length is that)."""
+    if isinstance(body, BodyRef):
+        return body.length
     if isinstance(body, bytes):
         return len(body)
     if isinstance(body, str):
@@ -539,7 +542,7 @@ class Queue:
         queue = cls(name, full_config(config), incarnation)
         queue.next_seq, queue.next_lease = next_seq, next_lease
         queue.counters = {**dict.fromkeys(COUNTERS, 0), **dict(zip(COUNTERS, counters))}
-        rows = queue.rows = (Rows.from_state(messages, next_seq) if version >= 9
+        rows = queue.rows = (Rows.from_state(messages, next_seq, version) if version >= 9
                              else Rows.from_message_columns(messages, next_seq))
         queue.keys = {key: seq for seq, key in rows.keys.items()}      # in seq order: the newest wins
         queue.expiries = SortedList(rows.expiries())

@@ -4,12 +4,14 @@ A message used to be a tuple of eight fields in a dict keyed by its seq:
 about 200 bytes of objects beside its body (the tuple, its slot in the dict,
 the seq's own int).  Here it is one row across compact arrays (the `array`
 module): put time and expiry 8 bytes each, size and pending count 4 each,
-the received flag 1, and the body's pointer 8 in a list -- 33 bytes.  Arrays
-rather than numpy: no dependency, append and count at C speed, and the
-garbage collector does not track them (engine/pauses.py), so a full
+the received flag 1, the body's pointer 8 in a list -- 33 bytes -- and the
+body's reference into the log entry that carried it (bodies.py: index 8,
+offset and length 4 each, kind 1) -- 17 more.  A referenced body is not in
+the heap: its slot in the list is None; the list holds only the bodies that
+have no reference (applied without a log index, moved from a staged write).
+Arrays rather than numpy: no dependency, append and count at C speed, and
+the garbage collector does not track them (engine/pauses.py), so a full
 collection visits one list of bodies per queue, not one object per message.
-The bodies' list is the part issue 25's next step swaps for references into
-the Raft log.
 
 What few messages have -- a key, headers, a delay -- lives in dicts keyed by
 seq, beside the columns.
@@ -17,14 +19,18 @@ seq, beside the columns.
 Rows cover the seqs [base, base + len(pending)), in order: every seq the
 queue hands out gets the next row.  Messages leave out of order (acks,
 expiry, keyed replacement, overflow, redrive): a removed one leaves a
-tombstone, a row whose pending count is 0 and whose body is None.  The dead
+tombstone, a row whose pending count is 0, whose body is None and whose
+reference is zeros.  The dead
 rows ahead of the first live one are cut off once they are at least half of
 the rows (and TRIM_MIN or more), so a queue consumed in order holds about as
 many rows as messages, and cutting costs O(1) per removed message.
 """
 
 from array import array
+import sys
 from itertools import compress, groupby, repeat
+
+from .bodies import BodyRef
 
 NO_EXPIRY = 0          # an expiry is put time + a TTL > 0, so never 0
 TRIM_MIN = 4_096       # dead rows ahead of the head worth a cut (a memmove of the columns)
@@ -47,21 +53,47 @@ def _runs(column) -> list:
 
 
 def _from_runs(column, runs: list) -> None:
-    """Append `_runs`'s runs to the column."""
+    """Append `_runs`'s runs to the column (an array's or a bytearray's as bytes: a restore of
+    millions of rows is a few copies, not millions of appends)."""
     for value, length in zip(*runs):
-        column.extend(repeat(value, length))
+        if isinstance(column, array):
+            column.frombytes(array(column.typecode, (value,)).tobytes() * length)
+        elif isinstance(column, bytearray):
+            column += bytes((value,)) * length
+        else:
+            column.extend(repeat(value, length))
+
+
+def _little_endian(column: array) -> bytes:
+    """An array's bytes, the same on every replica whatever its byte order."""
+    if sys.byteorder == "big":
+        column = array(column.typecode, column)
+        column.byteswap()
+    return column.tobytes()
+
+
+def _from_little_endian(column: array, data: bytes) -> None:
+    values = array(column.typecode)
+    values.frombytes(data)
+    if sys.byteorder == "big":
+        values.byteswap()
+    column.extend(values)
 
 
 class Rows:
-    __slots__ = ("base", "head", "count", "bytes", "bodies", "put_at", "expires_at", "sizes", "pending",
-                 "received", "keys", "headers", "shows_at")
+    __slots__ = ("base", "head", "count", "bytes", "bodies", "ref_index", "ref_offset", "ref_length", "ref_kind",
+                 "put_at", "expires_at", "sizes", "pending", "received", "keys", "headers", "shows_at")
 
     def __init__(self, base: int = 1):
         self.base = base          # the seq of row 0
         self.head = 0             # the first live row (when count > 0)
         self.count = 0            # live rows
         self.bytes = 0            # their sizes, summed
-        self.bodies = []
+        self.bodies = []                # a body without a reference; None where the row has one
+        self.ref_index = array("q")     # the body's BodyRef: its entry's log index (0: no reference),
+        self.ref_offset = array("I")    # where in the entry (an entry is at most 17 MiB),
+        self.ref_length = array("I")    # how many bytes
+        self.ref_kind = bytearray()     # and how they read back
         self.put_at = array("q")
         self.expires_at = array("q")    # NO_EXPIRY, or the log time the message expires
         self.sizes = array("I")         # bytes toward max_bytes (message_size); the API caps a message far below 4 GiB
@@ -79,7 +111,15 @@ class Rows:
         """Store a message at the tail; `seq` is the queue's next one and `headers` a tuple of pairs or None."""
         if not self.count:
             self.clear(seq)
-        self.bodies.append(body)
+        if isinstance(body, BodyRef):
+            self.bodies.append(None)
+            self.ref_index.append(body.index)
+            self.ref_offset.append(body.offset)
+            self.ref_length.append(body.length)
+            self.ref_kind.append(body.kind)
+        else:
+            self.bodies.append(body)
+            self._append_no_reference()
         self.put_at.append(put_at)
         self.expires_at.append(NO_EXPIRY if expires_at is None else expires_at)
         self.sizes.append(size)
@@ -93,7 +133,14 @@ class Rows:
         self.bytes += size
 
     def body(self, seq: int):
-        return self.bodies[seq - self.base]
+        """The body, or the BodyRef that names it."""
+        return self._body(seq - self.base)
+
+    def _body(self, row: int):
+        index = self.ref_index[row]
+        if index:
+            return BodyRef(index, self.ref_offset[row], self.ref_length[row], self.ref_kind[row])
+        return self.bodies[row]
 
     def put_time(self, seq: int) -> int:
         return self.put_at[seq - self.base]
@@ -109,7 +156,7 @@ class Rows:
         in one call (a receive's per-message cost is mostly calls)."""
         row = seq - self.base
         self.received[row] = 1
-        return (self.bodies[row], self.keys.get(seq) if self.keys else None,
+        return (self._body(row), self.keys.get(seq) if self.keys else None,
                 self.headers.get(seq) if self.headers else None, self.put_at[row])
 
     def release(self, seq: int, received: bool) -> int:
@@ -145,6 +192,7 @@ class Rows:
         # from an older snapshot (whose gaps become zeros) must snapshot alike.
         self.bodies[row] = None
         self.put_at[row] = self.expires_at[row] = self.sizes[row] = self.pending[row] = self.received[row] = 0
+        self.ref_index[row] = self.ref_offset[row] = self.ref_length[row] = self.ref_kind[row] = 0
         if self.headers:
             self.headers.pop(seq, None)
         if self.shows_at:
@@ -161,7 +209,7 @@ class Rows:
             head += 1
         self.head = head
         if head >= TRIM_MIN and 2 * head >= len(pending):
-            for column in (self.bodies, self.put_at, self.expires_at, self.sizes, self.pending, self.received):
+            for column in self._columns():
                 del column[:head]
             self.base += head
             self.head = 0
@@ -169,10 +217,18 @@ class Rows:
     def clear(self, base: int) -> None:
         """No live row: start again, empty, at `base`."""
         self.base, self.head, self.count, self.bytes = base, 0, 0, 0
-        self.bodies.clear()
-        for column in (self.put_at, self.expires_at, self.sizes, self.pending):
+        for column in self._columns():
             del column[:]
-        self.received.clear()
+
+    def _columns(self) -> tuple:
+        return (self.bodies, self.ref_index, self.ref_offset, self.ref_length, self.ref_kind,
+                self.put_at, self.expires_at, self.sizes, self.pending, self.received)
+
+    def _append_no_reference(self) -> None:
+        self.ref_index.append(0)
+        self.ref_offset.append(0)
+        self.ref_length.append(0)
+        self.ref_kind.append(0)
 
     # ---- in order --------------------------------------------------------------------------
     def first_seq(self):
@@ -192,28 +248,50 @@ class Rows:
 
     # ---- snapshot ----------------------------------------------------------------------------
     # Version 9 on: the columns themselves, each as its runs, from the first
-    # live row to the tail, tombstones included (a tombstone's body is None),
-    # so that a replica restored from a snapshot takes the same snapshot as
-    # the one that wrote it, whatever dead rows each still holds ahead of its head.
+    # live row to the tail, tombstones included, so that a replica restored
+    # from a snapshot takes the same snapshot as the one that wrote it,
+    # whatever dead rows each still holds ahead of its head.  Version 10 adds
+    # the references' columns (their offsets as 4-byte little-endian values,
+    # which restore as one copy; the rest as runs) and holds the bodies
+    # without a reference as [rows after the head, bodies] instead of the
+    # list of every row's body.
     def to_state(self) -> list:
-        head = self.head
-        return [self.base + head, self.bodies[head:],
+        head, bodies, ref_index, pending = self.head, self.bodies, self.ref_index, self.pending
+        unreferenced = []
+        if ref_index.count(0) - ref_index[:head].count(0) > pending.count(0) - pending[:head].count(0):
+            # (a tombstone has no reference: only more rows without one than tombstones need a look)
+            unreferenced = [row - head for row in range(head, len(pending)) if pending[row] and not ref_index[row]]
+        return [self.base + head, [unreferenced, [bodies[head + row] for row in unreferenced]],
                 *(_runs(column[head:]) for column in
                   (self.put_at, self.expires_at, self.sizes, self.pending, self.received)),
                 [list(self.keys), list(self.keys.values())],
                 [list(self.headers), list(map(dict, self.headers.values()))],
-                [list(self.shows_at), list(self.shows_at.values())]]
+                [list(self.shows_at), list(self.shows_at.values())],
+                _runs(ref_index[head:]), _little_endian(self.ref_offset[head:]),
+                _runs(self.ref_length[head:]), _runs(self.ref_kind[head:])]
 
     @classmethod
-    def from_state(cls, state: list, next_seq: int) -> "Rows":
-        base, bodies, put_at, expires_at, sizes, pending, received, keys, headers, shows_at = state
+    def from_state(cls, state: list, next_seq: int, version: int) -> "Rows":
+        base, bodies, put_at, expires_at, sizes, pending, received, keys, headers, shows_at = state[:10]
         rows = cls(base)
-        rows.bodies = bodies
         _from_runs(rows.put_at, put_at)
         _from_runs(rows.expires_at, expires_at)
         _from_runs(rows.sizes, sizes)
         _from_runs(rows.pending, pending)
         _from_runs(rows.received, received)
+        if version >= 10:
+            ref_index, ref_offset, ref_length, ref_kind = state[10:]
+            _from_runs(rows.ref_index, ref_index)
+            _from_little_endian(rows.ref_offset, ref_offset)
+            _from_runs(rows.ref_length, ref_length)
+            _from_runs(rows.ref_kind, ref_kind)
+            rows.bodies = [None] * len(rows.pending)
+            for row, body in zip(*bodies):
+                rows.bodies[row] = body
+        else:
+            rows.bodies = bodies
+            for _ in range(len(rows.pending)):
+                rows._append_no_reference()
         rows.keys = dict(zip(*keys))
         rows.headers = {seq: tuple(pairs.items()) for seq, pairs in zip(*headers)}
         rows.shows_at = dict(zip(*shows_at))
@@ -244,6 +322,7 @@ class Rows:
 
     def _append_tombstone(self) -> None:
         self.bodies.append(None)
+        self._append_no_reference()
         for column in (self.put_at, self.expires_at, self.sizes, self.pending):
             column.append(0)
         self.received.append(0)

@@ -1,5 +1,7 @@
 """Shared fixtures: real node processes on 127.0.0.1, stopped by PID whatever happens."""
 
+import time
+
 import pytest
 
 
@@ -21,25 +23,38 @@ def start_cluster(root, nodes: int = 3, **kwargs):
     return cluster
 
 
+# How long every group's leader and term must hold still before a cluster counts as settled: a
+# cluster of 4 groups is 18 processes starting on 2 cores, and an engine starved in its first
+# second may lose the lead it was just handed (CheckQuorum) once the wait had seen it.
+STEADY_S = 1.5
+
+
 def wait_for_preferred_leaders(cluster, timeout: float = 60) -> None:
-    """Until every Raft group is led by its first preference, as each member reports it: where
-    leader balancing leaves a cluster of several groups once every node runs."""
+    """Until every Raft group is led by its first preference, as each member reports it, and has
+    been for STEADY_S in the same term: where leader balancing leaves a cluster of several groups
+    once every node runs."""
     from engine.placement import for_cluster
     from tests.waiting import wait_until
 
     placement = for_cluster(cluster.cfg)
+    steady = {"terms": None, "since": 0.0}
 
     def settled() -> bool:
         views = {node_id: cluster.ready_view(node_id, groups=True) for node_id in cluster.ids}
         if any(view is None for view in views.values()):
             return False
+        terms = []
         for group in range(cluster.cfg.groups):
             preferred = placement.members(group)[0]
             states = [views[member]["raft_groups"].get(str(group), {}) for member in placement.members(group)]
             if any(state.get("leader") != preferred for state in states) \
                     or views[preferred]["raft_groups"][str(group)]["role"] != "leader":
+                steady["terms"] = None
                 return False
-        return True
+            terms.append(views[preferred]["raft_groups"][str(group)]["term"])
+        if terms != steady["terms"]:
+            steady.update(terms=terms, since=time.monotonic())
+        return time.monotonic() - steady["since"] >= STEADY_S
     wait_until(settled, timeout, "every group's leader to be its first preference")
 
 

@@ -4,8 +4,14 @@ tests that restore older versions (statemachine/machine.py reads 4 on).
 Before version 9 a queue's messages were one list per field (seq, body, key,
 headers, put_at, visible_at, expires_at, size, pending, received) holding the
 stored messages only, and a group's ready seqs a list; version 9 holds the
-columns of statemachine/rows.py and runs of ready seqs (statemachine/ready.py).
-Written here from the version-9 layout, not with the machine's own code, so
+columns of statemachine/rows.py and runs of ready seqs (statemachine/ready.py);
+version 10 adds each row's body reference (statemachine/bodies.py) and holds
+only the bodies without one, by row, where version 9 holds every row's body;
+version 11 adds group 0's record of each group's members (a test that writes
+an older one drops it: a reader takes it when present).
+A snapshot with references has no older layout: only one of a machine
+that applied its entries without their log indexes is rewritten.
+Written here from the version-11 layout, not with the machine's own code, so
 that a reader that misreads either layout fails the tests. The group's fields
 (its id, the group count, the catalog), which version 8 lacks, are kept: a
 reader takes them when present, and one group's snapshot without them
@@ -19,11 +25,13 @@ def downgraded(snapshot: bytes, version: int) -> dict:
     """The decoded snapshot, marked `version`, its messages in that version's layout."""
     state = cbor2.loads(snapshot)
     state["version"] = version
-    if version < 9:
-        for queue in state["queues"]:
+    for queue in state["queues"]:
+        if version < 9:
             queue[6] = message_lists(queue[6])
             for group in queue[8]:
                 group[1] = ready_list(group[1])
+        elif version < 10:
+            queue[6] = rows_without_references(queue[6])
     return state
 
 
@@ -32,8 +40,21 @@ def ready_list(runs: list) -> list:
     return [seq for start, length in zip(*runs) for seq in range(start, start + length)]
 
 
+def rows_without_references(rows_state: list) -> list:
+    """Version 9's rows from version 11's: every row's body in one list, no reference columns."""
+    base, (rows, unreferenced), *columns = rows_state
+    ref_index = numbers(columns[8])
+    assert not any(ref_index), "a snapshot with body references has no older layout"
+    bodies = [None] * len(ref_index)
+    for row, body in zip(rows, unreferenced):
+        bodies[row] = body
+    return [base, bodies, *columns[:8]]
+
+
 def message_lists(rows_state: list) -> list:
-    base, bodies, put_at, expires_at, sizes, pending, received, keys, headers, shows_at = rows_state
+    """Version 8's lists of the stored messages' fields from version 11's rows."""
+    base, bodies, put_at, expires_at, sizes, pending, received, keys, headers, shows_at = \
+        rows_without_references(rows_state)
     put_at, expires_at, sizes, pending, received = map(numbers, (put_at, expires_at, sizes, pending, received))
     keys, headers, shows_at = dict(zip(*keys)), dict(zip(*headers)), dict(zip(*shows_at))
     live = [row for row, groups in enumerate(pending) if groups]

@@ -15,11 +15,12 @@ ADMIN = SqsKey("AKIATESTADMIN0000001", "admin-secret-for-tests-0123456789", "adm
 DATA = SqsKey("AKIATESTDATA00000001", "data-secret-for-tests-0123456789", "data")
 
 
-def start_sqs_cluster(root, nodes: int = 3, keys=(ADMIN, DATA)):
+def start_sqs_cluster(root, nodes: int = 3, keys=(ADMIN, DATA), **options):
+    """A local cluster with these SQS keys; `options`: LocalCluster.create's (groups=4)."""
     from raftq.local import LocalCluster
     from tests.wire import register
 
-    cluster = LocalCluster.create(root, nodes)
+    cluster = LocalCluster.create(root, nodes, **options)
     cluster.cfg = dataclasses.replace(cluster.cfg, sqs=Sqs(account=ACCOUNT, keys=tuple(keys)))
     cluster.write_config()
     register(cluster)

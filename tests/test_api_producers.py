@@ -47,7 +47,7 @@ def test_stage_then_commit_publishes_once_and_a_replay_answers_duplicate(cluster
                     "stages": [], "auto_create": True}
     listed = call("GET", f"{base}/v1/producers", headers=auth(cluster3)).body["producers"]
     assert {"producer": producer, "committed_batch": 3, "stages": 0, "staged_bytes": 0,
-            "staged_messages": 0} in listed
+            "staged_messages": 0, "raft_group": 0} in listed
 
 
 def test_a_commit_of_a_missing_stage_is_a_conflict(cluster3):

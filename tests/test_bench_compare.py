@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench.compare import build_report, markdown
+from tests.test_backlog_bench import ISSUE_KEYS as BACKLOG_KEYS
 from tests.tools import require
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,12 +98,12 @@ def test_bench_arguments_refuse_what_cannot_be_measured():
 
 @pytest.mark.integration
 def test_a_short_compare_of_raftq_alone_ends_with_its_figures(tmp_path):
-    # the backlog row is run by tests/test_backlog_bench.py
     done = subprocess.run(
         [sys.executable, "-m", "bench", "compare", "--systems", "raftq", "--reps", "1", "--seconds", "0.5",
          "--backlog", "500", "--failovers", "1", "--stored", "2000", "--w5-rate", "500", "--scale", "1,2",
-         "--groups", "1,2", "--backlog-messages", "0", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=240)
+         "--groups", "1,2", "--backlog-messages", "2000", "--backlog-big-messages", "0", "--backlog-window-s", "1",
+         "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     raftq = figures["systems"]["raftq"]
@@ -124,8 +125,14 @@ def test_a_short_compare_of_raftq_alone_ends_with_its_figures(tmp_path):
         assert (split["leader_engine"] + 2 * split["follower_engine"] + split["other_engines"] + split["fronts"]
                 + split["supervisors"]) == pytest.approx(w6["server_cpu_us_per_msg"])
         assert w6["client_cpu_us_per_msg"] > 0
+    # the backlog row (bench/backlog_bench.py, on a cluster of its own): its figures, prefixed
+    assert figures["backlog_messages"] == 2000
+    for key in BACKLOG_KEYS[:-1]:
+        assert figures[f"backlog_{key}"] is not None, key
+    assert "rss_growth_10k_bodies_b_per_msg" not in figures["backlog_targets_met"]
     [out] = tmp_path.iterdir()
     assert {p.name for p in out.iterdir()} >= {"report.json", "report.md"}
+    assert "raftq's backlog" in (out / "report.md").read_text()
 
 
 def nats_side_installed() -> str | None:

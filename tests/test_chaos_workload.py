@@ -61,3 +61,12 @@ def test_a_whole_reply_is_ok():
                                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
     assert outcome == "ok" and op.ok
     assert value["messages"][0]["seq"] == 1
+
+
+def test_a_redirect_to_a_nodes_real_address_is_followed_to_its_proxy():
+    direct = {"n1": "http://127.0.0.1:8001", "n2": "http://127.0.0.1:8002"}
+    proxies = {"n1": "http://127.0.0.1:9001", "n2": "http://127.0.0.1:9002"}
+    endpoints = Endpoints(proxies, direct)
+    assert endpoints.node_at("http://127.0.0.1:8002/v1/queues/q/messages") == "n2"    # where a 307 sends
+    assert endpoints.node_at("http://127.0.0.1:9001/v1/queues/q/messages") == "n1"
+    assert Caller(endpoints).urls["n2"] == proxies["n2"]    # and it is called through its proxy

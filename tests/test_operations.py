@@ -59,7 +59,9 @@ def replica_contents(cluster, node_id: str) -> dict:
 def caught_up(cluster, node_id: str) -> bool:
     leader = cluster.wait_for_leader(30)
     mine, theirs = cluster.ready_view(node_id), cluster.ready_view(leader)
-    return bool(mine and theirs and mine["applied_index"] >= theirs["commit_index"])
+    if not (mine and theirs) or None in (mine["applied_index"], theirs["commit_index"]):
+        return False            # a node whose engine did not answer in time says null
+    return mine["applied_index"] >= theirs["commit_index"]
 
 
 def test_a_backup_of_a_loaded_cluster_restores_as_a_new_cluster_elsewhere(fresh_cluster, tmp_path):

@@ -232,3 +232,47 @@ def test_rebalance_of_four_groups_asks_every_groups_leader(groups4):
     status = raftq("cluster", "status", cluster=groups4).stdout
     led = status.split("groups led:")[1].split()
     assert sorted(int(count) for count in led[1::2]) == [1, 1, 2]   # four groups over three nodes
+
+
+def test_with_four_groups_a_producers_stages_live_in_its_queues_group_and_the_list_gathers_them(groups4):
+    (g1, q1), (g2, q2) = sorted(queues_in_groups(groups4, 2).items())
+    p, other = "p-" + uuid.uuid4().hex[:8], "p-" + uuid.uuid4().hex[:8]
+    url = groups4.url(groups4.ids[0])
+
+    def stage(producer: str, token: str, queue: str, count: int):
+        staged = call("POST", f"{url}/v1/producers/{producer}/stage",
+                      {"token": token, "chunk": 0, "queue": queue, "messages": [{"body": n} for n in range(count)]})
+        assert staged.status == 201, staged
+    stage(p, "t1", q1, 2)           # one producer id writing to queues of two groups: one producer in each
+    stage(p, "t2", q2, 3)
+    stage(other, "t3", q2, 1)
+    expected = [{"producer": p, "raft_group": g1, "stages": 1, "staged_messages": 2},
+                {"producer": p, "raft_group": g2, "stages": 1, "staged_messages": 3},
+                {"producer": other, "raft_group": g2, "stages": 1, "staged_messages": 1}]
+    expected.sort(key=lambda entry: (entry["producer"], entry["raft_group"]))
+
+    def listed(node_url: str, query: str = "") -> list:
+        reply = call("GET", f"{node_url}/v1/producers{query}")
+        assert reply.status == 200, reply
+        return [{k: entry[k] for k in ("producer", "raft_group", "stages", "staged_messages")}
+                for entry in reply.body["producers"] if entry["producer"] in (p, other)]
+    for node_id in groups4.ids:     # gathered from every group's leader, whichever node is asked
+        assert listed(groups4.url(node_id)) == expected
+        assert listed(groups4.url(node_id), f"?group={g2}") == [entry for entry in expected if entry["raft_group"] == g2]
+    # a commit or an abort is served by the group of the queue it names, which holds the stage
+    misrouted = call("POST", f"{url}/v1/producers/{p}/commit", {"batch": 0, "parts": [{"token": "t1", "chunks": 1}],
+                                                                "queue": q2})
+    assert misrouted.status == 409 and misrouted.body["error"] == "conflict", misrouted
+    unnamed = call("POST", f"{url}/v1/producers/{p}/commit", {"batch": 0, "parts": [{"token": "t1", "chunks": 1}]})
+    assert unnamed.status == 400 and unnamed.body["error"] == "bad_request", unnamed
+    done = call("POST", f"{url}/v1/producers/{p}/commit", {"batch": 0, "parts": [{"token": "t1", "chunks": 1}],
+                                                           "queue": q1})
+    assert done.status == 200 and done.body["put"] == 2, done
+    assert call("POST", f"{url}/v1/producers/{p}/abort", {"tokens": ["t2"], "queue": q2}).body == {"dropped": 1}
+    assert call("GET", f"{url}/v1/queues/{q1}").body["stats"]["depth"] == 2
+    assert call("GET", f"{url}/v1/queues/{q2}").body["stats"]["depth"] == 0
+    shown = call("GET", f"{url}/v1/producers/{p}?queue={q1}").body
+    assert shown["committed_batch"] == 0 and shown["stages"] == []
+    left = [{"producer": p, "raft_group": g1, "stages": 0, "staged_messages": 0},    # its mark stays
+            {"producer": other, "raft_group": g2, "stages": 1, "staged_messages": 1}]
+    assert listed(url) == sorted(left, key=lambda entry: entry["producer"])

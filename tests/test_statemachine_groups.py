@@ -178,14 +178,14 @@ def test_a_malformed_change_of_members_is_refused(op, fields):
     assert apply(StateMachine(0, 4), op, **fields)["error"] == "bad_request"
 
 
-def test_the_members_and_the_move_survive_a_snapshot_and_a_version_9_one_has_none():
+def test_the_members_and_the_move_survive_a_snapshot_and_a_version_10_one_has_none():
     catalog = StateMachine(0, 4)
     apply(catalog, "record_members", groups=PLACED)
     apply(catalog, "replica_move", group=3, source="n2", target="n5")
     restored = StateMachine()
     restored.restore(catalog.snapshot())
     assert members_of(restored) == members_of(catalog)
-    state = downgraded(catalog.snapshot(), 9)
+    state = downgraded(catalog.snapshot(), 10)
     del state["group_members"]
     restored.restore(cbor2.dumps(state))
     assert members_of(restored) == {"members": {}, "move": None}

@@ -1,9 +1,11 @@
 """The SQS actions, each onto raftq's operations through the log.
 
-Every action runs on the leader (service.py forwards there) and goes through
-the same calls as the native API: ``leader.write`` for a change (answered once
-a majority has it in its fsynced journal), ``leader.leader_read`` for a read
-confirmed by a majority, ``leader.receive_waiting`` for a long poll.  SQS's
+Every action names the queues it touches (its ``Action.target``), which
+choose the Raft group that serves it (issue 24); it runs on that group's
+leader (service.py forwards there; ListQueues gathers over the groups), and goes through
+the same calls as the native API: ``commands.write`` for a change (answered once
+a majority has it in its fsynced journal), ``commands.leader_read`` for a read
+confirmed by a majority, ``commands.receive_waiting`` for a long poll.  SQS's
 names onto raftq's: a queue is a queue (its ``default`` consumer group), a
 visibility timeout a lease, a receipt handle a receipt, DeleteMessage an ack,
 ChangeMessageVisibility an extend (or a nack at 0), PurgeQueue a commit of the
@@ -23,10 +25,11 @@ import orjson
 from aiohttp import web
 
 from statemachine.queue import parse_receipt
+from wire_format import is_name
 
-from .. import leader
+from .. import commands, gather, leader
 from ..errors import ApiError
-from ..keys import GROUPS, SETTINGS
+from ..keys import GROUP, GROUPS, SETTINGS
 from . import attributes as attrs
 from .errors import SqsError, invalid, missing
 from .sigv4 import Signer
@@ -77,14 +80,14 @@ def from_native(exc: ApiError) -> SqsError:
 
 async def write(ctx: Context, command: dict):
     try:
-        return (await leader.write(ctx.request, command)).result
+        return (await commands.write(ctx.request, command)).result
     except ApiError as exc:
         raise from_native(exc) from None
 
 
 async def read(ctx: Context, query: str, *args):
     try:
-        result = await leader.leader_read(ctx.app, ctx.request[leader.GROUP], query, *args)
+        result = await commands.leader_read(ctx.app, ctx.request[GROUP], query, *args)
     except ApiError as exc:
         raise from_native(exc) from None
     if isinstance(result, dict) and "error" in result:
@@ -97,7 +100,7 @@ async def local_info(ctx: Context, name: str) -> dict:
     round to the majority, for what a send or receive needs of its settings.
     A queue it does not find is looked for again by a confirmed read: a leader
     just elected may not have applied the entry that created it yet."""
-    result, _ = await ctx.app[GROUPS].engines[ctx.request[leader.GROUP]].read("queue_info", name)
+    result, _ = await ctx.app[GROUPS].engines[ctx.request[GROUP]].read("queue_info", name)
     if "error" in result:
         return await read(ctx, "queue_info", name)
     return result
@@ -222,12 +225,17 @@ def _matches(info: dict, given: dict, ctx: Context) -> bool:
     return True
 
 
-async def create_queue(ctx: Context, params: dict) -> dict:
+def _creation(params: dict) -> tuple[str, dict, bool]:
+    """CreateQueue's queue name, attributes, and whether it is a FIFO queue."""
     given = string_map(params, "Attributes")
     if given.get("FifoQueue", "false") not in ("true", "false"):
         raise SqsError("InvalidAttributeValue", "Invalid value for the parameter FifoQueue: it must be true or false")
     fifo = given.get("FifoQueue") == "true"
-    name = checked_name(required(params, "QueueName"), fifo)
+    return checked_name(required(params, "QueueName"), fifo), given, fifo
+
+
+async def create_queue(ctx: Context, params: dict) -> dict:
+    name, given, fifo = _creation(params)
     tags = _tags(params, "tags")
     config, kept = attrs.config_changes(given, attrs.fifo_defaults() if fifo else {}, ctx.account, name,
                                         creating=True)
@@ -283,7 +291,19 @@ def _page(params: dict, names: list) -> tuple[list, str | None]:
 
 async def list_queues(ctx: Context, params: dict) -> dict:
     prefix = text(params, "QueueNamePrefix") or ""
-    names = sorted(q["name"] for q in (await read(ctx, "list_queues"))["queues"] if q["name"].startswith(prefix))
+
+    async def here(group: int) -> dict:
+        return await commands.leader_read(ctx.app, group, "list_queues")
+
+    async def there(address: str, group: int) -> dict:
+        # the node's own credentials: the caller's signature is for this node's endpoint and call
+        return await gather.ask(ctx.app, "GET", f"{ctx.app[SETTINGS].scheme}://{address}/v1/queues",
+                                {"group": str(group)}, leader.node_authorization(ctx.app), group)
+    try:
+        answers = await gather.per_group(ctx.request, here, leader=True, there=there)
+    except ApiError as exc:
+        raise from_native(exc) from None
+    names = sorted(q["name"] for answer in answers.values() for q in answer["queues"] if q["name"].startswith(prefix))
     page, token = _page(params, names)
     result = {"QueueUrls": [ctx.queue_url(n) for n in page]} if page else {}    # AWS leaves out an empty list
     if token:
@@ -362,7 +382,7 @@ async def _sources(ctx: Context, name: str) -> list:
     """The queues whose dead letters go to `name`, sorted."""
     names = []
     for queue in (await read(ctx, "list_queues"))["queues"]:
-        result, _ = await ctx.app[GROUPS].engines[ctx.request[leader.GROUP]].read("queue_info", queue["name"])
+        result, _ = await ctx.app[GROUPS].engines[ctx.request[GROUP]].read("queue_info", queue["name"])
         if "error" not in result and result["config"]["dead_letter"] == name:
             names.append(queue["name"])
     return sorted(names)
@@ -591,7 +611,7 @@ async def receive_message(ctx: Context, params: dict) -> dict:
     command = {"op": "receive", "queue": name, "group": "default", "max": count,
                "lease_ms": None if visibility is None else max(1, visibility * 1000)}
     try:
-        committed = await leader.receive_waiting(ctx.app, ctx.request[leader.GROUP], command, wait,
+        committed = await commands.receive_waiting(ctx.app, ctx.request[GROUP], command, wait,
                                                  client=ctx.request.remote)
     except ApiError as exc:
         raise from_native(exc) from None
@@ -616,7 +636,7 @@ def _receipt(handle) -> str:
 async def _settle(ctx: Context, command: dict) -> list:
     """The receipts of `command` that named no lease that still holds."""
     try:
-        return (await leader.write(ctx.request, command)).result["stale"]
+        return (await commands.write(ctx.request, command)).result["stale"]
     except ApiError as exc:
         if exc.code == "stale_receipt":
             return exc.details.get("stale", command["receipts"])
@@ -751,12 +771,20 @@ async def list_message_move_tasks(ctx: Context, params: dict) -> dict:
     return {"Results": [{k: v for k, v in t.items() if k != "TaskHandle"} for t in tasks]}
 
 
-async def cancel_message_move_task(ctx: Context, params: dict) -> dict:
-    handle = required(params, "TaskHandle")
+def _task_queue(handle) -> str:
+    """The dead-letter queue a message move task's handle names."""
     try:
         name = base64.urlsafe_b64decode(handle.encode()).decode().split(":", 1)[0]
-    except (ValueError, UnicodeDecodeError):
-        raise SqsError("ResourceNotFoundException", "no such message move task") from None
+    except (AttributeError, ValueError, UnicodeDecodeError):
+        name = None
+    if name is None or not is_name(name):
+        raise SqsError("ResourceNotFoundException", "no such message move task")
+    return name
+
+
+async def cancel_message_move_task(ctx: Context, params: dict) -> dict:
+    handle = required(params, "TaskHandle")
+    name = _task_queue(handle)
     try:
         tasks = _tasks(await read(ctx, "queue_info", name))
     except SqsError:
@@ -775,23 +803,77 @@ async def permissions(ctx: Context, params: dict) -> dict:
                                            "AddPermission and RemovePermission change nothing and are refused")
 
 
+# ---- which Raft group serves a call --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Target:
+    """The queues a call touches, which choose the Raft group that serves it; `creating`: a
+    name the catalog has not placed yet is placed now (with the others, in one group)."""
+    queues: list
+    creating: bool = False
+    unknown: tuple = ("QueueDoesNotExist", NO_QUEUE)    # the error when a queue is not in the catalog
+
+
+def _named_by_url(ctx: Context, params: dict) -> Target:
+    return Target([queue_of(ctx, params)])
+
+
+def _named(ctx: Context, params: dict) -> Target:
+    name = required(params, "QueueName")
+    if not isinstance(name, str) or not is_name(name):
+        raise SqsError("QueueDoesNotExist", NO_QUEUE)
+    return Target([name])
+
+
+def _dead_letter_named(ctx: Context, given: dict, name: str) -> list:
+    """The dead-letter queue that the RedrivePolicy among `given` names, as a list of none or one."""
+    policy = given.get("RedrivePolicy")
+    target = attrs.redrive_policy(policy, ctx.account, name)[0] if isinstance(policy, str) else None
+    return [] if target is None else [target]
+
+
+def _configured(ctx: Context, params: dict) -> Target:
+    """A queue and the dead-letter queue its RedrivePolicy names: one group (as the native API's
+    config), which a new queue joins."""
+    name = queue_of(ctx, params)
+    return Target([name, *_dead_letter_named(ctx, string_map(params, "Attributes"), name)], creating=True)
+
+
+def _created(ctx: Context, params: dict) -> Target:
+    name, given, _ = _creation(params)
+    return Target([name, *_dead_letter_named(ctx, given, name)], creating=True)
+
+
+def _named_by_source_arn(ctx: Context, params: dict) -> Target:
+    return Target([attrs.queue_from_arn(required(params, "SourceArn"), ctx.account, "SourceArn")])
+
+
+def _named_by_task(ctx: Context, params: dict) -> Target:
+    return Target([_task_queue(required(params, "TaskHandle"))],
+                  unknown=("ResourceNotFoundException", "no such message move task"))
+
+
 @dataclass(frozen=True)
 class Action:
     handler: Callable[[Context, dict], Awaitable[dict]]
+    # the queues that choose the group serving the call; None: served by the node that takes the
+    # call (it gathers over the groups, or names no queue)
+    target: Callable[[Context, dict], Target] | None = _named_by_url
     admin: bool = False       # needs a key of role admin
 
 
 ACTIONS = {
-    "CreateQueue": Action(create_queue, admin=True),
+    "CreateQueue": Action(create_queue, _created, admin=True),
     "DeleteQueue": Action(delete_queue, admin=True),
-    "GetQueueUrl": Action(get_queue_url),
-    "ListQueues": Action(list_queues),
+    "GetQueueUrl": Action(get_queue_url, _named),
+    "ListQueues": Action(list_queues, None),
     "GetQueueAttributes": Action(get_queue_attributes),
-    "SetQueueAttributes": Action(set_queue_attributes, admin=True),
+    "SetQueueAttributes": Action(set_queue_attributes, _configured, admin=True),
     "PurgeQueue": Action(purge_queue, admin=True),
     "TagQueue": Action(tag_queue, admin=True),
     "UntagQueue": Action(untag_queue, admin=True),
     "ListQueueTags": Action(list_queue_tags),
+    # a dead-letter queue's sources live in its group (a redrive policy across groups is refused)
     "ListDeadLetterSourceQueues": Action(list_dead_letter_source_queues),
     "SendMessage": Action(send_message),
     "SendMessageBatch": Action(send_message_batch),
@@ -800,9 +882,9 @@ ACTIONS = {
     "DeleteMessageBatch": Action(delete_message_batch),
     "ChangeMessageVisibility": Action(change_message_visibility),
     "ChangeMessageVisibilityBatch": Action(change_message_visibility_batch),
-    "AddPermission": Action(permissions, admin=True),
-    "RemovePermission": Action(permissions, admin=True),
-    "StartMessageMoveTask": Action(start_message_move_task, admin=True),
-    "ListMessageMoveTasks": Action(list_message_move_tasks),
-    "CancelMessageMoveTask": Action(cancel_message_move_task, admin=True),
+    "AddPermission": Action(permissions, None, admin=True),
+    "RemovePermission": Action(permissions, None, admin=True),
+    "StartMessageMoveTask": Action(start_message_move_task, _named_by_source_arn, admin=True),
+    "ListMessageMoveTasks": Action(list_message_move_tasks, _named_by_source_arn),
+    "CancelMessageMoveTask": Action(cancel_message_move_task, _named_by_task, admin=True),
 }

@@ -1,10 +1,12 @@
 """The SQS endpoint of a front: ``POST /`` and the queue URLs' paths.
 
 A call is read (bounded like every body), its SigV4 signature checked, its
-protocol parsed, its key's role checked against the action; then a follower
-forwards the signed request, as it came, to the leader (the SDKs do not
-follow a 307 on POST) and relays the answer, and the leader runs the action.
-Every failure is an SQS error of the caller's protocol, never raftq's own shape.
+protocol parsed, its key's role checked against the action; then the queues
+it names choose its Raft group (``serving_group``, as for the native API), a
+node whose engine of that group does not lead forwards the signed request, as
+it came, to the group's leader (the SDKs do not follow a 307 on POST) and
+relays the answer, and the leader runs the action.  Every failure is an SQS
+error of the caller's protocol, never raftq's own shape.
 """
 
 import asyncio
@@ -15,15 +17,19 @@ from aiohttp import ClientError, ClientTimeout, web
 from multidict import CIMultiDict
 
 from ..errors import ApiError
-from ..leader import GROUPS, HTTP, SETTINGS, route_to_leader
+from ..keys import GROUP, GROUPS, HTTP, SETTINGS
+from ..leader import Elsewhere, node_authorization, serving_group
 from . import sigv4
-from .actions import ACTIONS, Context
+from .actions import ACTIONS, Context, Target
 from .errors import SqsError
 from .protocol import new_request_id, parse, render, render_error, speaks_json
 
 log = logging.getLogger(__name__)
 
-FORWARDED = "X-Raftq-Sqs-Forwarded"
+FORWARDED = "X-Raftq-Sqs-Forwarded"    # how many nodes forwarded the call
+# A new queue's name is placed on group 0's leader, which forwards the call on when it does not
+# lead the group it chose.
+MAX_FORWARDS = 2
 # Hop-by-hop, or set anew by the client that forwards
 NOT_FORWARDED = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length"})
 RELAYED = ("x-amzn-RequestId", "x-amzn-query-error", "Retry-After")
@@ -45,28 +51,42 @@ async def _body(request: web.Request) -> bytes:
                                                 "bytes") from None
 
 
-async def _to_leader(request: web.Request, body: bytes) -> web.Response | None:
-    """None when this node leads; else the leader's answer to the same signed request."""
+async def _to_group(request: web.Request, body: bytes, target: Target) -> web.Response | None:
+    """None when this node's engine of the group of `target`'s queues leads (``request[GROUP]``
+    is that group); else that leader's answer to the same signed request."""
     if "X-Raftq-Forward" in request.headers:
         # the native API's forwarding would change the Host the call was signed for
         raise SqsError("InvalidParameterValue", "X-Raftq-Forward belongs to the native API: every node forwards "
                                                 "SQS calls to the leader by itself")
     try:
-        elsewhere = await route_to_leader(request)
-    except ApiError as exc:
-        if exc.code != "not_leader":
-            raise SqsError("ServiceUnavailable", exc.message) from None
-        if FORWARDED in request.headers:
+        # the node's own credentials for the catalog's leader: the caller signed for this node and call
+        request[GROUP] = await serving_group(request.app, target.queues, creating=target.creating,
+                                             authorization=node_authorization(request.app))
+    except Elsewhere as there:
+        forwards = request.headers.get(FORWARDED, "0")
+        forwards = int(forwards) if forwards.isascii() and forwards.isdigit() else MAX_FORWARDS
+        if forwards >= MAX_FORWARDS:
             raise SqsError("ServiceUnavailable", "leadership moved while the call was forwarded; retry") from None
-        return await _forward(request, body, exc.headers["Location"])
-    assert elsewhere is None
+        return await _forward(request, body, f"{request.scheme}://{there.address}{request.path_qs}", forwards + 1)
+    except ApiError as exc:
+        if exc.code == "not_found":
+            raise SqsError(*target.unknown) from None
+        if exc.code == "cross_group":
+            # only a redrive policy names a second queue
+            queue, dead_letter = target.queues
+            raise SqsError("InvalidParameterValue", f"Value for parameter RedrivePolicy is invalid. Reason: {queue} "
+                                                    f"and {dead_letter} live in different Raft groups "
+                                                    f"({exc.details.get('groups')} of this cluster's "
+                                                    f"{request.app[GROUPS].count}); a dead-letter queue must live in "
+                                                    "its queue's group (a queue not created yet joins it).") from None
+        raise SqsError("ServiceUnavailable", exc.message) from None
     return None
 
 
-async def _forward(request: web.Request, body: bytes, url: str) -> web.Response:
+async def _forward(request: web.Request, body: bytes, url: str, forwards: int) -> web.Response:
     # Every header as the client sent it, Host included: the leader checks the same signature.
     headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED)
-    headers[FORWARDED] = "1"
+    headers[FORWARDED] = str(forwards)
     try:
         async with request.app[HTTP].request(request.method, url, data=body, headers=headers,
                                              allow_redirects=False, skip_auto_headers=("User-Agent",),
@@ -84,11 +104,6 @@ async def handle(request: web.Request) -> web.StreamResponse:
     request_id = new_request_id()
     protocol = "json" if speaks_json(request) else "query"
     try:
-        if request.app[GROUPS].count > 1:
-            # Its actions name queues in many ways (URLs, ARNs, redrive policies, move tasks) and
-            # list across queues: served only once each is routed to its Raft group (issue 24).
-            raise SqsError("ServiceUnavailable", "the SQS API serves clusters of one Raft group; this one runs "
-                                                 f"{request.app[GROUPS].count}")
         body = await _body(request)
         signer = sigv4.verify(request.app[SETTINGS].sqs, request.method, request.rel_url.raw_path,
                               request.rel_url.raw_query_string, request.headers, body, time.time())
@@ -103,10 +118,12 @@ async def handle(request: web.Request) -> web.StreamResponse:
         if action.admin and signer.key.role != "admin":
             raise SqsError("AccessDenied", f"{call.action} needs a key of role admin; "
                                            f"{signer.key.access_key} has role {signer.key.role}")
-        forwarded = await _to_leader(request, body)
-        if forwarded is not None:
-            return forwarded
-        result = await action.handler(Context(request, signer), call.params)
+        ctx = Context(request, signer)
+        if action.target is not None:
+            forwarded = await _to_group(request, body, action.target(ctx, call.params))
+            if forwarded is not None:
+                return forwarded
+        result = await action.handler(ctx, call.params)
         return render(protocol, call.action, result, request_id)
     except SqsError as exc:
         return render_error(protocol, exc, request_id)

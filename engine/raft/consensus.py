@@ -53,6 +53,12 @@ pysyncobj 0.3.17 lacks"):
   loads the snapshot and replays a short tail; and reading a snapshot drops
   only the log entries it covers (pysyncobj would clear the whole log when a
   crash came between writing a snapshot and compacting the log).
+- Live entries. A stored body is a reference into the log entry that
+  carried it (statemachine/bodies.py); ``entry_at`` reads an applied entry
+  back, from the journal or, once compaction dropped it there, from the
+  snapshot, which carries every entry the state's references name
+  (``live_entries``) -- so a follower sent the snapshot receives them too.
+  Recently read entries are kept in a bounded cache.
 - Fast failover timing, a quorum check before accepting a write (the
   leader lease) and, when a leader has stepped down for want of a majority
   (CheckQuorum, ``engine.raft.node``), a routing view that says it is cut
@@ -71,6 +77,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import pickle
 import socket
 import threading
 import time
@@ -97,6 +104,10 @@ SNAPSHOT_FILE = "snapshot.bin"
 # compaction threshold: replaying 8 MiB of entries at restart costs about as
 # much as a snapshot of a small state, far less than one of a large state.
 SHUTDOWN_COMPACTION_DIVISOR = 4
+# Log entries read back for their bodies, kept for the next reads: a receive
+# takes consecutive messages, which mostly lie in the same few entries.
+ENTRY_CACHE_ENTRIES = 64
+ENTRY_CACHE_BYTES = 32 * 1024 * 1024
 
 
 class Consensus:
@@ -105,6 +116,7 @@ class Consensus:
     def __init__(self, *, self_peer: Peer, peers: list[Peer], data_dir: str | Path,
                  apply: Callable[[bytes], object], snapshot: Callable[[], bytes],
                  restore: Callable[[bytes], None], secret: str | None, fsync: bool = True,
+                 live_entries: Callable[[], list[int]] = list,
                  on_role_change: Callable[[], None] | None = None,
                  election_timeout: tuple[float, float] = (0.3, 0.6),
                  leader_lease: float = 0.2,
@@ -130,6 +142,14 @@ class Consensus:
         self._apply = apply
         self._snapshot = snapshot
         self._restore = restore
+        self._live_entries = live_entries
+        # The live entries of the snapshot loaded or written last, and the
+        # entries read back lately; the lock keeps a read from meeting the
+        # swap to a newer snapshot's (the snapshot writer's child never takes it).
+        self._snapshot_entries = snapshot_file.LiveEntries()
+        self._entry_cache: collections.OrderedDict[int, bytes] = collections.OrderedDict()
+        self._entry_cache_bytes = 0
+        self._entries_lock = threading.Lock()
         self._on_role_change = on_role_change
         self._submit_timeout = submit_timeout
         self._max_entry_bytes = max_entry_bytes
@@ -269,7 +289,7 @@ class Consensus:
             "term": node.raftCurrentTerm,
             "commit_index": node.raftCommitIndex,
             "applied_index": node.raftLastApplied,
-            "last_log_index": self._journal[-1][1],
+            "last_log_index": self._journal.last_index() or node.raftLastApplied,   # empty: mid-install
             "quorum_ok": self._quorum_ok(now),
             "cut_off": self._cut_off(),
             "quorum_step_downs": node.quorum_step_downs,
@@ -296,6 +316,41 @@ class Consensus:
         counts an entry applied only once apply has returned)."""
         return self._node.applying_index()
 
+    def entry_at(self, index: int) -> bytes:
+        """The applied log entry at `index`, as the state machine applied it (any thread)."""
+        with self._entries_lock:
+            entry = self._entry_cache.get(index)
+            if entry is not None:
+                self._entry_cache.move_to_end(index)
+                return entry
+            entry = self._stored_entry(index)
+            self._entry_cache[index] = entry
+            self._entry_cache_bytes += len(entry)
+            while len(self._entry_cache) > ENTRY_CACHE_ENTRIES or self._entry_cache_bytes > ENTRY_CACHE_BYTES:
+                self._entry_cache_bytes -= len(self._entry_cache.popitem(last=False)[1])
+            return entry
+
+    def _stored_entry(self, index: int) -> bytes:
+        """The entry at `index` from the journal, else from the snapshot; LookupError if neither holds it.
+        Takes no lock: the snapshot writer's child calls it too."""
+        journal = self._journal
+        try:
+            command, at, _ = journal[index - journal[0][1]]
+        except IndexError:
+            at = None
+        if at == index:
+            # a regular command's type byte, then pickle of (the id of _raftq_apply, (entry,))
+            return pickle.loads(command[1:])[1][0]
+        entry = self._snapshot_entries.get(index)
+        if entry is None:
+            raise LookupError(f"log entry {index} is neither in the journal nor in the snapshot")
+        return entry
+
+    def _use_snapshot_entries(self, entries: snapshot_file.LiveEntries) -> None:
+        with self._entries_lock:
+            self._snapshot_entries, old = entries, self._snapshot_entries
+        old.close()
+
     def route(self) -> tuple[str, str | None, int, bool, bool]:
         """Role, leader id, term, whether a majority is heard and whether this
         node is cut off (``_cut_off``): what routing a request needs, without
@@ -308,6 +363,9 @@ class Consensus:
     def term(self) -> int:
         """The current term, cheaply (status() builds the whole picture)."""
         return self._node.raftCurrentTerm
+
+    def is_leader(self) -> bool:
+        return self._node.is_leader()
 
     def leader_id(self) -> str | None:
         leader = self._node.leader()
@@ -415,6 +473,7 @@ class Consensus:
                 return
             self._closed = True
         self._node.stop()
+        self._use_snapshot_entries(snapshot_file.LiveEntries())
         while self._tasks:
             self._tasks.popleft()()
         while self._tickets:
@@ -473,15 +532,18 @@ class Consensus:
         # in the snapshot writer's child process (engine.raft.snapshots)
         last, prev, cluster = data
         snapshot_file.write(filename, last=last, prev=prev, state=self._snapshot(),
-                            cluster=[[n.id, self._id_of(n)] for n in cluster])
+                            cluster=[[n.id, self._id_of(n)] for n in cluster],
+                            live=self._live_entries(), entry_at=self._stored_entry)
 
     def _snapshot_written(self, last_index: int, seconds: float) -> None:
+        # before pysyncobj drops the entries the snapshot covers from the journal
+        self._use_snapshot_entries(snapshot_file.LiveEntries(self._snapshot_path))
         self._snapshot_info = {"index": last_index, "bytes": self._snapshot_path.stat().st_size,
                                "seconds": round(seconds, 4), "count": self._snapshot_info["count"] + 1}
 
     def _read_snapshot(self, filename: str):
         try:
-            header, state = snapshot_file.read(filename)
+            header, state, entries = snapshot_file.read(filename)
         except ValueError:
             logger.critical("snapshot %s is damaged; not loaded", filename)
             raise
@@ -490,6 +552,7 @@ class Consensus:
         except Exception:
             logger.critical("state machine restore raised; this node's state is unusable", exc_info=True)
             raise
+        self._use_snapshot_entries(entries)
         nodes = []
         for addr, node_id in header["cluster"]:
             self._ids.setdefault(addr, node_id)

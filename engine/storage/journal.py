@@ -388,6 +388,16 @@ class DurableJournal(Journal):
     def __getitem__(self, item):
         return self._entries[item]
 
+    def last_index(self) -> int | None:
+        """The last entry's index, None while the log is empty. Safe from a thread other than
+        pysyncobj's: a snapshot's install empties the log before it adds the snapshot's entry,
+        and a status read in between found no last entry (IndexError)."""
+        entries = self._entries
+        try:
+            return entries[-1][1]
+        except IndexError:
+            return None
+
     def __len__(self):
         return len(self._entries)
 
