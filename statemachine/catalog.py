@@ -69,16 +69,32 @@ class Catalog:
 
 
 class Members:
-    """Group g > 0 -> its members (node ids), and the one move in progress, if any."""
+    """Group g > 0 -> its members (node ids), the one move in progress, if any, and the nodes
+    leaving the cluster (``raftq cluster remove``: their replicas move away before they leave
+    group 0)."""
 
     def __init__(self, group_count: int):
         self.group_count = group_count
         self.groups: dict[int, list] = {}     # empty until recorded
         self.move: list | None = None         # [group, source, target] while one is in progress
+        self.leaving: list[str] = []          # sorted
 
     def as_dict(self) -> dict:
         return {"members": {group: list(members) for group, members in self.groups.items()},
-                "move": None if self.move is None else list(self.move)}
+                "move": None if self.move is None else list(self.move), "leaving": list(self.leaving)}
+
+    def start_leaving(self, node_id: str) -> dict:
+        """Mark `node_id` as leaving: no move takes a replica to it, and its replicas move away."""
+        if self.group_count == 1:
+            return error(CONFLICT, "a cluster of one group has no replicas to move off a node")
+        if node_id not in self.leaving:
+            self.leaving = sorted([*self.leaving, node_id])
+        return self.as_dict()
+
+    def left(self, node_id: str) -> None:
+        """`node_id` left group 0: it is no longer leaving."""
+        if node_id in self.leaving:
+            self.leaving = [other for other in self.leaving if other != node_id]
 
     def record(self, groups: list) -> dict:
         """Record every group's members (`groups[g - 1]` is group g's), once."""
@@ -126,12 +142,12 @@ class Members:
         return None
 
     def to_state(self) -> list:
-        return [[self.groups[group] for group in sorted(self.groups)], self.move]
+        return [[self.groups[group] for group in sorted(self.groups)], self.move, self.leaving]
 
     @classmethod
     def from_state(cls, group_count: int, state: list | None) -> "Members":
         members = cls(group_count)
         if state is not None:
-            groups, members.move = state
+            groups, members.move, members.leaving = state
             members.groups = {group: list(m) for group, m in enumerate(groups, start=1)}
         return members

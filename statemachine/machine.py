@@ -48,7 +48,7 @@ Raft groups (issue 24): a cluster runs ``group_count`` groups, each with its
 own machine, which knows its ``group_id``.  Group 0's machine also holds the
 catalog, queue name -> group (``catalog.py``: ``assign``, and the reads
 ``catalog_lookup`` and ``list_catalog``) and each other group's members
-(``record_members``, ``replica_move``, ``replica_moved``; the read
+(``record_members``, ``replica_move``, ``replica_moved``, ``node_leaving``; the read
 ``group_members``).  With more than one group, every command
 whose op may create a queue (the ``creates_queues`` column of ``OPS``; a
 queue config may name a dead-letter queue, which a later move creates) must
@@ -470,6 +470,9 @@ class StateMachine:
         return self._in_catalog() or self.recorded_members.end_move(cmd["group"], cmd["source"], cmd["target"],
                                                                  cmd["moved"])
 
+    def _node_leaving(self, cmd):
+        return self._in_catalog() or self.recorded_members.start_leaving(cmd["id"])
+
     def _in_catalog(self) -> dict | None:
         if self.group_id != 0:
             return error(WRONG_GROUP, f"the catalog lives in group 0, not {self.group_id}", group=self.group_id)
@@ -490,6 +493,7 @@ class StateMachine:
         return {"members": self.members}
 
     def _remove_member(self, cmd):
+        self.recorded_members.left(cmd["id"])
         if self.members.pop(cmd["id"], None) is None:
             return error(NOT_FOUND, f"node {cmd['id']!r} is not a member")
         return {"members": self.members}
@@ -673,6 +677,7 @@ OPS: dict[str, Op] = {
     "record_members": Op(StateMachine._record_members, v.check_record_members),
     "replica_move": Op(StateMachine._replica_move, v.check_replica_move),
     "replica_moved": Op(StateMachine._replica_moved, v.check_replica_moved),
+    "node_leaving": Op(StateMachine._node_leaving, v.check_node_leaving),
     # timers, the cluster directory, checkpoints
     "tick": Op(StateMachine._tick, v.check_nothing),
     "set_member": Op(StateMachine._set_member, v.check_set_member),

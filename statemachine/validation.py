@@ -445,6 +445,11 @@ def check_replica_move(cmd):
     return None
 
 
+def check_node_leaving(cmd):
+    """node_leaving: the id of the node whose replicas move away before it leaves."""
+    return check_name(cmd.get("id"), "node id")
+
+
 def check_replica_moved(cmd):
     """replica_moved: the move in progress, and whether the target took the source's place."""
     if not isinstance(cmd.get("moved"), bool):

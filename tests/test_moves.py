@@ -126,12 +126,13 @@ def test_a_node_holds_the_groups_the_record_names_it_in_and_a_moves_target_holds
     record; during a move both source and target run the group, the target with the members plus itself."""
     from engine.members import held_groups
 
-    recorded = {"members": {1: ["n1", "n2", "n3"], 2: ["n2", "n3", "n4"], 3: ["n3", "n4", "n1"]}, "move": None}
+    recorded = {"members": {1: ["n1", "n2", "n3"], 2: ["n2", "n3", "n4"], 3: ["n3", "n4", "n1"]}, "move": None,
+                "leaving": []}
     assert held_groups(recorded, "n1") == {1: ["n1", "n2", "n3"], 3: ["n3", "n4", "n1"]}
     assert held_groups(recorded, "n5") == {}
     moving = {**recorded, "move": [2, "n2", "n5"]}
     assert held_groups(moving, "n5") == {2: ["n2", "n3", "n4", "n5"]}
     assert held_groups(moving, "n2") == {1: ["n1", "n2", "n3"], 2: ["n2", "n3", "n4", "n5"]}
     assert held_groups(moving, "n1") == held_groups(recorded, "n1")
-    done = {"members": {**recorded["members"], 2: ["n5", "n3", "n4"]}, "move": None}
+    done = {"members": {**recorded["members"], 2: ["n5", "n3", "n4"]}, "move": None, "leaving": []}
     assert 2 not in held_groups(done, "n2") and held_groups(done, "n5") == {2: ["n5", "n3", "n4"]}

@@ -118,7 +118,7 @@ def members_of(machine) -> dict:
 
 def test_members_are_recorded_once_then_change_one_move_at_a_time():
     catalog = StateMachine(0, 4)
-    assert members_of(catalog) == {"members": {}, "move": None}
+    assert members_of(catalog) == {"members": {}, "move": None, "leaving": []}
     assert apply(catalog, "record_members", groups=PLACED)["members"][2] == ["n2", "n3", "n1"]
     assert apply(catalog, "record_members", groups=PLACED)["error"] == "conflict"
     assert apply(catalog, "replica_move", group=2, source="n1", target="n4")["move"] == [2, "n1", "n4"]
@@ -126,7 +126,7 @@ def test_members_are_recorded_once_then_change_one_move_at_a_time():
     assert refused["error"] == "conflict" and refused["move"] == [2, "n1", "n4"]
     assert apply(catalog, "replica_moved", group=2, source="n1", target="n5", moved=True)["error"] == "conflict"
     after = apply(catalog, "replica_moved", group=2, source="n1", target="n4", moved=True)
-    assert after == {"members": {1: PLACED[0], 2: ["n2", "n3", "n4"], 3: PLACED[2]}, "move": None}
+    assert after == {"members": {1: PLACED[0], 2: ["n2", "n3", "n4"], 3: PLACED[2]}, "move": None, "leaving": []}
     assert members_of(catalog) == after
 
 
@@ -135,7 +135,30 @@ def test_an_abandoned_move_leaves_the_members_as_they_were():
     apply(catalog, "record_members", groups=PLACED)
     apply(catalog, "replica_move", group=1, source="n1", target="n4")
     assert apply(catalog, "replica_moved", group=1, source="n1", target="n4", moved=False) == \
-        {"members": {1: PLACED[0], 2: PLACED[1], 3: PLACED[2]}, "move": None}
+        {"members": {1: PLACED[0], 2: PLACED[1], 3: PLACED[2]}, "move": None, "leaving": []}
+
+
+def test_a_node_leaving_is_recorded_once_survives_a_snapshot_and_is_no_longer_once_it_left():
+    catalog = StateMachine(0, 4)
+    apply(catalog, "record_members", groups=PLACED)
+    apply(catalog, "set_member", id="n4", raft_addr="127.0.0.1:7004", http_addr="127.0.0.1:8004")
+    assert apply(catalog, "node_leaving", id="n4")["leaving"] == ["n4"]
+    assert apply(catalog, "node_leaving", id="n1")["leaving"] == ["n1", "n4"]
+    assert apply(catalog, "node_leaving", id="n4")["leaving"] == ["n1", "n4"]
+    restored = StateMachine()
+    restored.restore(catalog.snapshot())
+    assert members_of(restored) == members_of(catalog)
+    apply(catalog, "remove_member", id="n4")
+    assert members_of(catalog)["leaving"] == ["n1"]
+    apply(catalog, "remove_member", id="n1")            # a node of cluster.toml: no addresses recorded
+    assert members_of(catalog)["leaving"] == []
+
+
+def test_a_node_leaving_with_one_group_elsewhere_than_group_0_or_without_an_id_is_refused():
+    assert apply(StateMachine(0, 1), "node_leaving", id="n1")["error"] == "conflict"
+    assert apply(StateMachine(1, 4), "node_leaving", id="n1")["error"] == "wrong_group"
+    assert apply(StateMachine(0, 4), "node_leaving", id="a b")["error"] == "bad_request"
+    assert apply(StateMachine(0, 4), "node_leaving")["error"] == "bad_request"
 
 
 @pytest.mark.parametrize("op, fields", [
@@ -188,7 +211,7 @@ def test_the_members_and_the_move_survive_a_snapshot_and_a_version_10_one_has_no
     state = downgraded(catalog.snapshot(), 10)
     del state["group_members"]
     restored.restore(cbor2.dumps(state))
-    assert members_of(restored) == {"members": {}, "move": None}
+    assert members_of(restored) == {"members": {}, "move": None, "leaving": []}
 
 
 # ---- ownership -------------------------------------------------------------------------------
