@@ -72,8 +72,8 @@ def held_groups(recorded: dict, node_id: str) -> dict[int, list[str]]:
 
 class HeldGroupsReporter:
     """Tells the node's supervisor (`report`) which groups g > 0 this node
-    should run an engine of, by group 0's record, whenever that changes
-    (`node`: group 0's engine).
+    should run an engine of, by group 0's record, and their members'
+    addresses, whenever that changes (`node`: group 0's engine).
 
     Only from a replica that has applied what it knows committed under a
     known leader: a replica still replaying or catching up holds an older
@@ -84,7 +84,7 @@ class HeldGroupsReporter:
             raise ValueError("group 0's engine holds the record of which node runs which group")
         self._node = node
         self._report = report
-        self._reported: dict[int, list[str]] | None = None
+        self._reported: dict | None = None
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -107,6 +107,11 @@ class HeldGroupsReporter:
         if not recorded["members"]:
             return
         held = held_groups(recorded, self._node.id)
-        if held != self._reported:
-            self._report(held)
-            self._reported = held
+        named = {node_id for members in held.values() for node_id in members}
+        # the members' addresses, for those that joined after this node's cluster.toml was written
+        addresses = {voter["id"]: [voter["raft_addr"], voter["http_addr"]] for voter in self._node.members()
+                     if voter["id"] in named}
+        report = {"groups": held, "addresses": addresses}
+        if report != self._reported:
+            self._report(report)
+            self._reported = report

@@ -403,7 +403,15 @@ class Node:
                 "long_polls_waiting": self.long_polls.waiting(), "packing": self.committer.packing.as_dict()}
 
     def status(self) -> dict:
+        self._learn_ids()
         return self.consensus.status()
+
+    def _learn_ids(self) -> None:
+        """Name the voters added by the group's earlier leaders (``set_member`` records their
+        addresses in this group's log too), so that status and removals use their ids."""
+        with self._lock:
+            ids = {member["raft_addr"]: node_id for node_id, member in self.machine.members.items()}
+        self.consensus.learn_ids(ids)
 
     def http_addr(self, node_id: str | None) -> str | None:
         if node_id is None:
@@ -418,7 +426,7 @@ class Node:
 
     def members(self) -> list[dict]:
         """The voters as Raft knows them now, with their HTTP addresses."""
-        ids = [self.id, *self.consensus.status()["peers"]]
+        ids = [self.id, *self.status()["peers"]]
         out = []
         for node_id in ids:
             member = self.machine.members.get(node_id)
@@ -461,6 +469,7 @@ class Node:
         await self._through_consensus(self.consensus.add_node, Peer(id=node_id, raft_addr=raft_addr))
 
     async def remove_node(self, node_id: str) -> None:
+        self._learn_ids()
         await self._through_consensus(self.consensus.remove_node, node_id)
         result = (await self.submit({"op": "remove_member", "id": node_id})).result
         if "error" in result and result["error"] != "not_found":

@@ -147,9 +147,11 @@ async def _serve(*, cluster: ClusterConfig, node_id: str, group: int, members: t
     return 0
 
 
-def _report_held(holdings: socket.socket, held: dict[int, list[str]]) -> None:
-    """One message (a SOCK_SEQPACKET socket keeps it whole): group -> the members to start it with."""
-    holdings.send(orjson.dumps({str(group): members for group, members in held.items()}))
+def _report_held(holdings: socket.socket, report: dict) -> None:
+    """One message (a SOCK_SEQPACKET socket keeps it whole): group -> the members to start it
+    with, and node id -> [Raft address, HTTP address] of those members."""
+    holdings.send(orjson.dumps({"groups": {str(group): members for group, members in report["groups"].items()},
+                                "addresses": report["addresses"]}))
 
 
 def main() -> int:

@@ -23,6 +23,7 @@ unserved; and every child dies with the supervisor (PR_SET_PDEATHSIG).
 """
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import os
@@ -38,7 +39,7 @@ from pathlib import Path
 import orjson
 
 from api.app import Settings
-from engine.config import ClusterConfig, write_private
+from engine.config import ClusterConfig, NodeSpec, write_private
 from engine.lifetime import name_process
 from engine.node import group_data_dir
 from engine.placement import Placement, for_cluster
@@ -81,15 +82,19 @@ def bind_http(address: str, count: int) -> list[socket.socket]:
     return listeners
 
 
-def held_at_start(cluster: ClusterConfig, node_id: str, data_dir: Path, placement: Placement) -> dict[int, tuple]:
+def held_at_start(cluster: ClusterConfig, node_id: str, data_dir: Path, placement: Placement, *,
+                  joining: bool = False) -> dict[int, tuple]:
     """The groups whose engines the node starts with, each with its members.
 
     A node that ran before runs what it held (the groups whose engines
     started here: ``started_members``); group 0's record then says what it
     should hold (``engine.members.HeldGroupsReporter``). A new node starts
     with what the placement gives it: the cluster's first start, whose
-    record is that placement."""
-    if cluster.groups == 1 or not (group_data_dir(data_dir, 0) / "raft").exists():
+    record is that placement; unless it is `joining` a running cluster,
+    whose record gives it nothing yet (the replica mover, api/mover.py,
+    moves replicas onto it)."""
+    new = not (group_data_dir(data_dir, 0) / "raft").exists()
+    if cluster.groups == 1 or new and not joining:
         return {group: placement.members(group) for group in placement.groups_of(node_id)}
     held = {0: placement.members(0)}
     for group in range(1, cluster.groups):
@@ -111,7 +116,8 @@ def group_count_kept(data_dir: Path, groups: int) -> bool:
 
 
 def run_node(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings: Settings,
-             tls: tuple[str, str] | None = None, auto_create: bool = True, workers: int = 1) -> int:
+             tls: tuple[str, str] | None = None, auto_create: bool = True, workers: int = 1,
+             joining: bool = False) -> int:
     """Run the node until it is told to stop; its exit status."""
     data_dir = Path(data_dir)
     spec = cluster.node(node_id)
@@ -121,7 +127,7 @@ def run_node(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings: S
                   (data_dir / GROUPS_FILE).read_text().strip(), cluster.groups)
         return 1
     placement = for_cluster(cluster)
-    held = held_at_start(cluster, node_id, data_dir, placement)
+    held = held_at_start(cluster, node_id, data_dir, placement, joining=joining)
     groups = sorted(held)
     listeners = bind_http(spec.http, workers)
     try:
@@ -205,6 +211,7 @@ class Supervisor:
         self._exited: dict[int, int] = {}
         self._child_exited = asyncio.Event()
         self._wanted: dict[int, tuple[str, ...]] | None = None
+        self._addresses: dict[str, list] = {}   # the wanted groups' members' [Raft, HTTP] addresses
         self._wanted_changed = asyncio.Event()
 
     def _reap(self) -> None:
@@ -268,7 +275,9 @@ class Supervisor:
         if not message:                   # group 0's engine is gone, and the node with it
             asyncio.get_running_loop().remove_reader(self._holdings.fileno())
             return
-        self._wanted = {int(group): tuple(members) for group, members in orjson.loads(message).items()}
+        report = orjson.loads(message)
+        self._wanted = {int(group): tuple(members) for group, members in report["groups"].items()}
+        self._addresses = report["addresses"]
         self._wanted_changed.set()
 
     async def _follow_record(self) -> None:
@@ -290,7 +299,8 @@ class Supervisor:
         links = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in self._controls]
         handoff = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         passed = [handoff[1], *(pair[0] for pair in links)]
-        arguments = {**self._engine_args, "group": group, "members": members, "handoff": handoff[1].fileno(),
+        arguments = {**self._engine_args, "cluster": self._with_joined(members), "group": group,
+                     "members": members, "handoff": handoff[1].fileno(),
                      "links": [pair[0].fileno() for pair in links], "log_level": logging.getLogger().level}
         process = subprocess.Popen([sys.executable, "-m", "raftq.engine_process"], stdin=subprocess.PIPE,
                                    pass_fds=[sock.fileno() for sock in passed])
@@ -309,6 +319,15 @@ class Supervisor:
             front_end.close()
         log.info("group %d: engine started (pid %d) with %s, as group 0's record says", group, process.pid,
                  ", ".join(members))
+
+    def _with_joined(self, members: tuple[str, ...]) -> ClusterConfig:
+        """The cluster config with the members that joined after it was written (``raftq
+        cluster add``), at the addresses group 0 knows them by."""
+        cluster = self._engine_args["cluster"]
+        known = {spec.id for spec in cluster.nodes}
+        joined = tuple(NodeSpec(id=node_id, raft=self._addresses[node_id][0], http=self._addresses[node_id][1])
+                       for node_id in members if node_id not in known and node_id in self._addresses)
+        return dataclasses.replace(cluster, nodes=cluster.nodes + joined) if joined else cluster
 
     async def _stop_group(self, group: int) -> None:
         """Stop `group`'s engine, which group 0's record no longer has this node
