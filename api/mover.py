@@ -31,7 +31,7 @@ import logging
 from aiohttp import ClientError, ClientTimeout, web
 
 from engine.outcome import CommitError
-from engine.placement import next_move
+from engine.placement import Placement, next_move, ordered
 
 from .keys import GROUPS, HTTP, SETTINGS
 
@@ -46,6 +46,55 @@ MAX_REDIRECTS = 3
 class NotYet(Exception):
     """A step that cannot be taken now (no leader, a refusal, a node not answering); the
     mover tries again at its next step."""
+
+
+class LeaderPreferences:
+    """Gives each local engine's leader balancing its group's order of preference for
+    leadership as group 0's record stands: the placement's while every group keeps the
+    members the cluster was made with, else ``engine.placement.ordered`` over the record's
+    nodes. Every node derives it from the same record, so the replicas of a group agree on
+    whom to hand leadership to (each keeping the members it started with would hand it back
+    and forth). Runs on every node, in its first front."""
+
+    def __init__(self, app: web.Application):
+        self._app = app
+        self._given: dict[int, tuple] = {}
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(STEP_S)
+            try:
+                await self.give()
+            except CommitError as exc:    # an engine stopping as its group moved away
+                log.info("leader preferences: %s; trying again", exc)
+
+    async def give(self) -> None:
+        groups = self._app[GROUPS]
+        recorded = groups.recorded()
+        if recorded is None:
+            return
+        preferences = preference_orders(groups.placement, recorded)
+        for group, engine in list(groups.engines.items()):
+            if self._given.get(group) != (engine, preferences[group]):   # an engine started anew is told too
+                await engine.prefer(list(preferences[group]))
+                self._given[group] = (engine, preferences[group])
+
+
+def preference_orders(placement: Placement, recorded: dict) -> list[tuple[str, ...]]:
+    """Each group's order of preference for leadership by group 0's `recorded` members."""
+    members = {int(group): held for group, held in recorded["members"].items()}
+    if all(set(members[group]) == set(placement.groups[group]) for group in members):
+        return list(placement.groups)
+    nodes = sorted({node_id for held in members.values() for node_id in held})
+    return list(ordered(nodes, [nodes] + [members[group] for group in sorted(members)]).groups)
 
 
 class ReplicaMover:
@@ -100,17 +149,18 @@ class ReplicaMover:
     async def _carry_out(self, move: tuple, voters: dict) -> None:
         group, source, target = move
         if target not in voters:         # it left the cluster before the move ended
-            await self._admin("DELETE", f"/v1/cluster/nodes/{target}?group={group}")
+            await self._admin("DELETE", f"/v1/cluster/nodes/{target}?group={group}", group=group)
             await self._record({"op": "replica_moved", "group": group, "source": source, "target": target,
                                 "moved": False})
             return
         voter = voters[target]
         added = await self._admin("POST", f"/v1/cluster/nodes?group={group}",
-                                  {"id": target, "raft_addr": voter["raft_addr"], "http_addr": voter["http_addr"]})
+                                  {"id": target, "raft_addr": voter["raft_addr"], "http_addr": voter["http_addr"]},
+                                  group=group)
         goal = self._caught_up_at.setdefault(move, added["commit_index"])
         if added["match_index"] < goal:
             raise NotYet(f"group {group}: {target} has caught up to {added['match_index']} of {goal}")
-        await self._admin("DELETE", f"/v1/cluster/nodes/{source}?group={group}")
+        await self._admin("DELETE", f"/v1/cluster/nodes/{source}?group={group}", group=group)
         await self._record({"op": "replica_moved", "group": group, "source": source, "target": target,
                             "moved": True})
         self._caught_up_at.pop(move, None)
@@ -121,11 +171,22 @@ class ReplicaMover:
         if "error" in result:
             raise NotYet(f"group 0 refused {command['op']}: {result['message']}")
 
-    async def _admin(self, method: str, path: str, body: dict | None = None) -> dict | None:
-        """An admin request to the leader of the group it names, through this node's front
-        (which forwards it), following the redirects of fronts that know a later leader."""
+    async def _admin(self, method: str, path: str, body: dict | None = None, *, group: int = 0) -> dict | None:
+        """An admin request to the leader of `group`, through the front of one of its recorded
+        members that answers (which forwards it; not a target's, whose engine knows no leader
+        until it is added), following the redirects of fronts that know a later leader."""
         groups = self._app[GROUPS]
-        url = f"{self._app[SETTINGS].scheme}://{groups.http_addr(groups.catalog.id)}{path}"
+        for node_id in [groups.catalog.id] if group == 0 else groups.members(group):
+            address = groups.http_addr(node_id)
+            if address is None:
+                continue
+            try:
+                return await self._follow(method, f"{self._app[SETTINGS].scheme}://{address}{path}", body)
+            except (ClientError, asyncio.TimeoutError) as exc:
+                log.info("replica mover: %s %s through %s: %s", method, path, node_id, exc)
+        raise NotYet(f"{method} {path}: no member of group {group} answered")
+
+    async def _follow(self, method: str, url: str, body: dict | None) -> dict | None:
         headers = {"Accept": "application/json", "X-Raftq-Forward": "1"}
         token = self._app[SETTINGS].tokens.admin
         if token:
@@ -137,6 +198,6 @@ class ReplicaMover:
                     url = reply.headers["Location"]
                     continue
                 if reply.status >= 300:
-                    raise NotYet(f"{method} {path}: {reply.status} {(await reply.text())[:200]}")
+                    raise NotYet(f"{method} {url}: {reply.status} {(await reply.text())[:200]}")
                 return await reply.json() if reply.status != 204 else None
-        raise NotYet(f"{method} {path}: redirected {MAX_REDIRECTS} times")
+        raise NotYet(f"{method} {url}: redirected {MAX_REDIRECTS} times")

@@ -54,6 +54,10 @@ class LeaderBalancer:
         self._preference = tuple(preference)
         self._task: asyncio.Task | None = None
 
+    def prefer(self, preference: Sequence[str]) -> None:
+        """The group's order of preference from now on (its members moved: api/mover.py)."""
+        self._preference = tuple(preference)
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
 

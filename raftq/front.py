@@ -26,7 +26,7 @@ from pathlib import Path
 from aiohttp import web
 
 from api.app import Settings, make_app
-from api.mover import ReplicaMover
+from api.mover import LeaderPreferences, ReplicaMover
 from engine.lifetime import die_with, name_process
 from engine.link.remote import RemoteNode
 from engine.placement import Placement
@@ -141,7 +141,7 @@ async def serve_front(*, worker: int, listener: socket.socket, links: dict[int, 
     app = make_app(engines, placement, settings, buffer_dir(data_dir, worker))
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=limits.header_timeout_s)
     # one mover per node, in its first front; it acts while the node's engine of group 0 leads
-    mover = ReplicaMover(app) if worker == 0 and len(placement.groups) > 1 else None
+    movers = [ReplicaMover(app), LeaderPreferences(app)] if worker == 0 and len(placement.groups) > 1 else []
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
@@ -154,7 +154,7 @@ async def serve_front(*, worker: int, listener: socket.socket, links: dict[int, 
             ssl_context.load_cert_chain(*tls)
         await web.SockSite(runner, listener, ssl_context=ssl_context).start()
         linked.follow_supervisor()
-        if mover:
+        for mover in movers:
             mover.start()
         await asyncio.wait({asyncio.create_task(linked.gone.wait()), asyncio.create_task(stopping.wait())},
                            return_when=asyncio.FIRST_COMPLETED)
@@ -163,7 +163,7 @@ async def serve_front(*, worker: int, listener: socket.socket, links: dict[int, 
             return
         await runner.shutdown()           # stop accepting; in-flight requests finish or fail cleanly
     finally:
-        if mover:
+        for mover in movers:
             mover.stop()
         await runner.cleanup()
         await linked.close()
