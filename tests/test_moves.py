@@ -136,3 +136,21 @@ def test_a_node_holds_the_groups_the_record_names_it_in_and_a_moves_target_holds
     assert held_groups(moving, "n1") == held_groups(recorded, "n1")
     done = {"members": {**recorded["members"], 2: ["n5", "n3", "n4"]}, "move": None, "leaving": []}
     assert 2 not in held_groups(done, "n2") and held_groups(done, "n5") == {2: ["n5", "n3", "n4"]}
+
+
+def test_each_groups_preference_is_the_placements_until_a_replica_moves_then_the_records():
+    """api/mover.py's `preference_orders`: what every node gives its engines' leader balancing,
+    from group 0's record alone, so that a group's replicas agree whom to hand leadership to."""
+    from api.mover import preference_orders
+
+    placement = place(node_ids(3), 4, 3)
+    recorded = {"members": {g: list(reversed(placement.groups[g])) for g in (1, 2, 3)}, "move": None,
+                "leaving": []}
+    assert preference_orders(placement, recorded) == list(placement.groups)
+    grown, _ = walk(node_ids(5), placement.groups)
+    recorded = {"members": {g: list(grown[g]) for g in (1, 2, 3)}, "move": None, "leaving": []}
+    orders = preference_orders(placement, recorded)
+    assert orders == list(ordered(node_ids(5), [node_ids(5)] + [grown[g] for g in (1, 2, 3)]).groups)
+    assert [set(order) for order in orders[1:]] == [set(grown[g]) for g in (1, 2, 3)]
+    leads = [order[0] for order in orders]
+    assert max(map(leads.count, node_ids(5))) == 1        # four groups over five nodes: one each at most
