@@ -17,10 +17,14 @@ lost lead) is finished by the next group-0 leader's:
 3. wait until the target's match index reaches the commit index the leader had when the
    target was first seen a voter (snapshot install, then the log);
 4. remove the source through the group's leader (a leader that is the source hands its
-   lead over first; the removal is asked again of the next one), then ``replica_moved``;
+   lead over first; the removal is asked again of the next one; a source that is down is
+   removed before the target is added), then ``replica_moved``;
    the source's node stops the group's engine because the record no longer names it.
 A move whose target left group 0 meanwhile is undone: the target is removed from the
 group and the move recorded ended without it.
+
+``LeaderPreferences``, in every node's first front, gives the local engines' leader
+balancing each group's order of preference as the record implies, the same on every node.
 """
 
 from __future__ import annotations
@@ -117,6 +121,8 @@ class ReplicaMover:
                 await self.step()
             except (NotYet, CommitError, ClientError, asyncio.TimeoutError) as exc:
                 log.info("replica mover: %s; trying again", exc)
+            except ValueError as exc:     # the record names more members than the nodes can hold
+                log.error("replica mover: %s", exc)
 
     async def step(self) -> None:
         catalog = self._app[GROUPS].catalog
@@ -126,13 +132,14 @@ class ReplicaMover:
         if not recorded["members"]:
             return
         voters = {voter["id"]: voter for voter in await catalog.members()}
-        if recorded["move"] is not None:
-            await self._carry_out(tuple(recorded["move"]), voters)
-            return
         peers = (await catalog.status())["peers"]
-        if any(peers.get(node_id, {}).get("last_contact_ms") is None or peers[node_id]["last_contact_ms"]
-               > LIVE_CONTACT_MS for node_id in voters if node_id != catalog.id):
-            return                        # a node not heard from is neither a target nor to be emptied
+        live = {catalog.id} | {node_id for node_id, peer in peers.items()
+                               if peer["last_contact_ms"] is not None and peer["last_contact_ms"] <= LIVE_CONTACT_MS}
+        if recorded["move"] is not None:
+            await self._carry_out(tuple(recorded["move"]), voters, live)
+            return
+        if any(node_id not in live for node_id in voters if node_id not in recorded["leaving"]):
+            return                        # a node that stays and is not heard from is neither a target nor emptied
         members = {int(group): list(held) for group, held in recorded["members"].items()}
         nodes = sorted(node_id for node_id in voters if node_id not in recorded["leaving"])
         move = next_move(nodes, [[]] + [members[group] for group in sorted(members)])
@@ -146,13 +153,17 @@ class ReplicaMover:
                 await self._admin("DELETE", f"/v1/cluster/nodes/{node_id}")
                 log.info("%s left group 0, its replicas moved away", node_id)
 
-    async def _carry_out(self, move: tuple, voters: dict) -> None:
+    async def _carry_out(self, move: tuple, voters: dict, live: set) -> None:
         group, source, target = move
         if target not in voters:         # it left the cluster before the move ended
             await self._admin("DELETE", f"/v1/cluster/nodes/{target}?group={group}", group=group)
             await self._record({"op": "replica_moved", "group": group, "source": source, "target": target,
                                 "moved": False})
             return
+        if source not in live:
+            # A source that is down (a dead node being removed) leaves first: added first, the
+            # target would be a fourth voter the group needs for its majority before it caught up.
+            await self._admin("DELETE", f"/v1/cluster/nodes/{source}?group={group}", group=group)
         voter = voters[target]
         added = await self._admin("POST", f"/v1/cluster/nodes?group={group}",
                                   {"id": target, "raft_addr": voter["raft_addr"], "http_addr": voter["http_addr"]},
