@@ -231,6 +231,11 @@ MUTANTS = [
     Mutant("node-keeps-unrecorded-engines", "a node runs the engines of the groups group 0's record names it in, and no others",
            "raftq/server.py", "            for group in sorted(running - set(wanted)):\n", "            for group in []:\n",
            ("tests/test_groups.py::test_a_node_runs_the_engines_of_the_groups_the_record_names_it_in_and_no_others",)),
+    Mutant("moved-source-keeps-voting", "a replica move removes its source from the group's Raft membership",
+           "api/mover.py",
+           '        await self._admin("DELETE", f"/v1/cluster/nodes/{source}?group={group}", group=group)\n'
+           '        await self._record(', "        await self._record(",
+           ("tests/test_growth.py",)),
     Mutant("transaction-across-groups", "a request whose queues live in several Raft groups is refused cross_group",
            "api/groups.py", "    if len(groups) > 1:\n", "    if False:\n",
            ("tests/test_routing.py::test_with_four_groups_a_transaction_or_a_dead_letter_queue_across_groups_is_refused",)),
