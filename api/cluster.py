@@ -113,9 +113,13 @@ async def view(request: web.Request) -> dict:
             "pid": seen.get("pid") if seen else None,     # the node's (its supervisor's), as that node reports it
             "healthy": bool(seen and seen["ready"]),
         })
+    recorded = request.app[GROUPS].recorded()
+    moving = {} if recorded is None else {
+        "move": None if recorded["move"] is None else dict(zip(("group", "source", "target"), recorded["move"])),
+        "leaving": recorded["leaving"]}
     return {"id": node.id, "leader": status["leader_id"], "term": status["term"],
             "commit_index": status["commit_index"], "nodes": nodes,
-            "groups": _groups_seen(request.app[GROUPS], members, views),
+            "groups": _groups_seen(request.app[GROUPS], members, views), **moving,
             "limits": request.app[SETTINGS].limits.as_dict(),
             "staging": (await node.read("staging_usage")).result,
             "buffer": {"pending_bytes": buffer.pending_bytes, "dead_lettered": buffer.dead_lettered,
@@ -148,17 +152,17 @@ async def show(request: web.Request) -> web.Response:
     return respond(request, await view(request))
 
 
-async def _keeps_quorum(request: web.Request, voters_after: list[str]) -> None:
-    """Refuse (409) a change after which the live voters would be no majority, unless ?force=true.
+async def _keeps_quorum(request: web.Request, engine, voters_after: list[str]) -> None:
+    """Refuse (409) a change of `engine`'s group after which its live voters would be no
+    majority, unless ?force=true.
 
     Live: this leader, and each peer it heard from within LIVE_CONTACT_MS. A
     node being added counts as not live yet: it has not caught up.
     """
     if request.query.get("force") == "true":
         return
-    node = request.app[NODE]
-    peers = (await node.status())["peers"]
-    live = [v for v in voters_after if v == node.id or (
+    peers = (await engine.status())["peers"]
+    live = [v for v in voters_after if v == engine.id or (
         peers.get(v, {}).get("last_contact_ms") is not None and peers[v]["last_contact_ms"] < LIVE_CONTACT_MS)]
     if len(live) <= len(voters_after) / 2:
         raise ApiError("conflict", f"after this change {len(live)} of {len(voters_after)} voters would be live "
@@ -166,44 +170,108 @@ async def _keeps_quorum(request: web.Request, voters_after: list[str]) -> None:
                                    "or repeat with ?force=true", live=live, voters=voters_after)
 
 
-@leader_only
+def _voter(voters: list[dict], node_id: str, raft_addr: str | None = None) -> dict | None:
+    """The voter `node_id` among `voters` (``members()``), also when this replica knows it only
+    by its Raft address (learned from the log, where another leader added it)."""
+    return next((v for v in voters if v["id"] == node_id or raft_addr is not None and v["id"] == raft_addr), None)
+
+
+async def _membership_group(request: web.Request) -> tuple[int, web.StreamResponse | None]:
+    """The group a membership change is for (``?group=``, else group 0), and where to send it
+    when this node's engine of it does not lead."""
+    group = group_param(request) or 0
+    return group, await route_to_leader(request, group=group)
+
+
 async def add_node(request: web.Request) -> web.Response:
+    """Add a voter to group 0 (``raftq cluster add``), or, with ``?group=`` g > 0, to group g
+    (the replica mover: api/mover.py). A group g > 0 takes an add of a voter it has as done,
+    and answers with the voter's match index and the leader's commit index, by which the mover
+    sees it catch up."""
+    group, elsewhere = await _membership_group(request)
+    if elsewhere is not None:
+        return elsewhere
     body = await read_body(request)
     fields = ("id", "raft_addr", "http_addr")
     if not isinstance(body, dict) or not all(isinstance(body.get(f), str) and body[f] for f in fields):
         raise ApiError("bad_request", "give id, raft_addr and http_addr as strings")
-    node = request.app[NODE]
-    members = [m["id"] for m in await node.members()]
-    if body["id"] in members:
-        raise ApiError("conflict", f"node {body['id']!r} is already a member")
-    await _keeps_quorum(request, members + [body["id"]])
-    # Validated like any command before it reaches the log.
-    await write(request, {"op": "set_member", "id": body["id"], "raft_addr": body["raft_addr"],
-                          "http_addr": body["http_addr"]})
-    try:
-        await node.add_node(body["id"], body["raft_addr"], body["http_addr"])
-    except CommitError as exc:
-        raise no_quorum(f"the membership change did not complete ({exc.code}); retry") from None
-    return respond(request, {k: body[k] for k in fields}, status=201)
+    engine = request.app[GROUPS].engines[group]
+    voters = await engine.members()
+    status = 201
+    if _voter(voters, body["id"], body["raft_addr"]) is not None:
+        if group == 0:
+            raise ApiError("conflict", f"node {body['id']!r} is already a member")
+        status = 200
+    else:
+        await _keeps_quorum(request, engine, [v["id"] for v in voters] + [body["id"]])
+        if group == 0:   # validated like any command before it reaches the log
+            await write(request, {"op": "set_member", "id": body["id"], "raft_addr": body["raft_addr"],
+                                  "http_addr": body["http_addr"]})
+        try:
+            await engine.add_node(body["id"], body["raft_addr"], body["http_addr"])
+        except CommitError as exc:
+            raise no_quorum(f"the membership change did not complete ({exc.code}); retry") from None
+    answer = {k: body[k] for k in fields}
+    if group > 0:
+        raft_status = await engine.status()
+        if body["id"] == engine.id:       # it leads already
+            match_index = raft_status["last_log_index"]
+        else:
+            peer = raft_status["peers"].get(body["id"]) or raft_status["peers"].get(body["raft_addr"], {})
+            match_index = peer.get("match_index", 0)
+        answer.update(group=group, match_index=match_index, commit_index=raft_status["commit_index"])
+    return respond(request, answer, status=status)
 
 
-@leader_only
 async def remove_node(request: web.Request) -> web.Response:
-    node = request.app[NODE]
+    """Remove a voter from group 0 (``raftq cluster remove``), or, with ``?group=`` g > 0,
+    from group g (the replica mover), where a voter it lacks is taken as removed. With several
+    groups, a node that holds replicas of other groups by group 0's record is marked leaving
+    (202): the mover moves them away, then removes it from group 0; refused (409) when fewer
+    nodes than a group's replicas would remain."""
+    group, elsewhere = await _membership_group(request)
+    if elsewhere is not None:
+        return elsewhere
+    engine = request.app[GROUPS].engines[group]
     node_id = request.match_info["node"]
-    members = [m["id"] for m in await node.members()]
-    if node_id not in members:
+    voters = await engine.members()
+    if _voter(voters, node_id) is None:
+        if group > 0:
+            return web.Response(status=204)
         raise ApiError("not_found", f"node {node_id!r} is not a member")
-    await _keeps_quorum(request, [m for m in members if m != node_id])
-    if node_id == node.id:
-        await node.transfer_leadership(2.0)
-        raise no_quorum("this node led the cluster and has handed leadership over; "
+    if group == 0 and request.app[GROUPS].count > 1:
+        leaving = await _leaving(request, engine, node_id, [v["id"] for v in voters])
+        if leaving is not None:
+            return leaving
+    await _keeps_quorum(request, engine, [v["id"] for v in voters if v["id"] != node_id])
+    if node_id == engine.id:
+        await engine.transfer_leadership(2.0)
+        raise no_quorum("this node led the group and has handed leadership over; "
                         "send the removal to the new leader")
     try:
-        await node.remove_node(node_id)
+        await engine.remove_node(node_id)
     except CommitError as exc:
         raise no_quorum(f"the membership change did not complete ({exc.code}); retry") from None
     return web.Response(status=204)
+
+
+async def _leaving(request: web.Request, catalog, node_id: str, voters: list[str]) -> web.Response | None:
+    """On group 0's leader of a cluster of several groups: None when `node_id` holds no replica
+    of another group (it leaves group 0 now); else it is marked leaving (202), or refused 409
+    when fewer nodes than a group's replicas would remain."""
+    recorded = (await catalog.read("group_members")).result
+    move = recorded["move"] or []
+    held = sum(node_id in members for members in recorded["members"].values()) + (node_id in move[1:])
+    if not held:
+        return None
+    replicas = max(len(members) for members in recorded["members"].values())
+    remaining = [v for v in voters if v != node_id and v not in recorded["leaving"]]
+    if len(remaining) < replicas:
+        raise ApiError("conflict", f"each group has {replicas} replicas; without {node_id} "
+                                   f"{len(remaining)} nodes would remain ({', '.join(remaining)})",
+                       remaining=remaining, replicas=replicas)
+    await write(request, {"op": "node_leaving", "id": node_id})
+    return respond(request, {"id": node_id, "leaving": True, "replicas": held}, status=202)
 
 
 @leader_only
@@ -305,9 +373,12 @@ async def routing(request: web.Request) -> web.Response:
     answers = await per_group(request, here, leader=False)
     # with one group there is no catalog: every queue is group 0's
     queues = {} if groups.count == 1 else (await groups.catalog.read("list_catalog")).result["groups"]
+    recorded = groups.recorded()
     return respond(request, {"group_count": groups.count,
                              "groups": [answers[g]["groups"][0] for g in range(groups.count)],
-                             "queues": queues})
+                             "queues": queues, "members_recorded": recorded is not None,
+                             "move": None if recorded is None or recorded["move"] is None
+                             else dict(zip(("group", "source", "target"), recorded["move"]))})
 
 
 async def _confirmed_groups(request: web.Request, names: list[str]) -> web.Response:

@@ -2,10 +2,10 @@
 
 A cluster runs G Raft groups; every queue lives in one, recorded in group
 0's catalog (statemachine/catalog.py).  A front holds one engine per group
-its node is a member of (``ENGINES``: group id -> ``RemoteNode``) and the
-placement (its ``groups``: each group's members' node ids, in order of
-preference for leadership; group 0 has every node, so its engine knows every
-node's HTTP address).
+its node is a member of (``ENGINES``: group id -> ``RemoteNode``) and each
+group's members' node ids, in order of preference for leadership (group 0's
+record of them, else the placement; group 0 has every node, so its engine
+knows every node's HTTP address).
 
 ``Groups`` answers "which group holds these queues":
 
@@ -50,10 +50,21 @@ class Groups:
         return self.catalog.http_addr(node_id)
 
     def members(self, group: int) -> list[str]:
-        """The node ids of `group`'s members, in its order of preference for leadership."""
+        """The node ids of `group`'s members, in its order of preference for leadership: group
+        0's record of them (``engine.members``), pushed with its view; until the record is
+        made, or for group 0, the placement."""
         if self.count == 1:   # every node: as the membership stands now (nodes may have been added)
             return sorted(self.catalog.view()["http"])
+        recorded = self.recorded()
+        if group > 0 and recorded is not None:
+            return list(recorded["members"][group])
         return list(self.placement.groups[group])
+
+    def recorded(self) -> dict | None:
+        """Group 0's record of the other groups' members and the move in progress
+        (``statemachine.catalog.Members.as_dict``); None until it is made, and with one group."""
+        recorded = self.catalog.view().get("group_members")
+        return recorded if recorded and recorded["members"] else None
 
     def cached(self, name: str) -> int | None:
         return 0 if self.count == 1 else self._assigned.get(name)

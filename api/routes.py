@@ -58,10 +58,12 @@ ROUTES = (
     Route("GET", "/v1/openapi.json", None, OPEN, "This document"),
     Route("GET", "/metrics", None, METRICS, "Prometheus metrics"),
     Route("GET", "/v1/cluster", cluster.show, ADMIN, "Members and their replication state"),
-    Route("POST", "/v1/cluster/nodes", cluster.add_node, ADMIN, "Add a voter", ok=(201,),
-          errors=(409,), body=schemas.NEW_NODE, body_required=True, query=(FORCE,), leader=True),
-    Route("DELETE", "/v1/cluster/nodes/{node}", cluster.remove_node, ADMIN, "Remove a voter", ok=(204,),
-          errors=(404, 409), query=(FORCE,), leader=True),
+    Route("POST", "/v1/cluster/nodes", cluster.add_node, ADMIN, "Add a voter (to group 0, or to `group`: the "
+          "replica mover's)", ok=(201, 200), errors=(409,), body=schemas.NEW_NODE, body_required=True,
+          query=(FORCE, ("group", {"type": "integer", "minimum": 0})), leader=True),
+    Route("DELETE", "/v1/cluster/nodes/{node}", cluster.remove_node, ADMIN, "Remove a voter (202: with several "
+          "Raft groups, it leaves once its replicas moved away)", ok=(204, 202), errors=(404, 409),
+          query=(FORCE, ("group", {"type": "integer", "minimum": 0})), leader=True),
     Route("POST", "/v1/cluster/verify", cluster.verify, ADMIN, "Compare every replica's state digest (of every "
           "Raft group, or of `group`)", query=(("group", {"type": "integer", "minimum": 0}),), leader=True),
     Route("POST", "/v1/cluster/leader", cluster.transfer_leadership, ADMIN,

@@ -7,7 +7,8 @@ or a node's return without any node knowing how many groups the others lead
 ``preferred_successor`` decides (pure); ``LeaderBalancer`` asks it every
 ``CHECK_S`` on the engine's loop and transfers at most once per
 ``INTERVAL_S``, so a member that keeps failing to take over costs a
-leadership change every few seconds at most.
+leadership change every few seconds at most; a lead newly won is kept for
+``SETTLE_S`` first.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ logger = logging.getLogger(__name__)
 CHECK_S = 1.0
 INTERVAL_S = 5.0
 TRANSFER_TIMEOUT_S = 2.0
+SETTLE_S = 2.0
 
 
 def preferred_successor(preference: Sequence[str], status: dict, election_timeout_s: float) -> str | None:
@@ -52,6 +54,10 @@ class LeaderBalancer:
         self._preference = tuple(preference)
         self._task: asyncio.Task | None = None
 
+    def prefer(self, preference: Sequence[str]) -> None:
+        """The group's order of preference from now on (its members moved: api/mover.py)."""
+        self._preference = tuple(preference)
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
 
@@ -61,9 +67,15 @@ class LeaderBalancer:
 
     async def _run(self) -> None:
         last_transfer = -INTERVAL_S
+        led_term, led_since = None, 0.0
         while True:
             await asyncio.sleep(CHECK_S)
-            if time.monotonic() - last_transfer < INTERVAL_S:
+            term = self._node.consensus.term() if self._node.is_leader() else None
+            if term != led_term:
+                led_term, led_since = term, time.monotonic()
+            # A lead just handed over stays for SETTLE_S: the replica mover (api/mover.py) hands a
+            # leaving member's lead away to remove it, and the preferred member may be that one.
+            if time.monotonic() - last_transfer < INTERVAL_S or time.monotonic() - led_since < SETTLE_S:
                 continue
             if await self.balance_now() is not None:
                 last_transfer = time.monotonic()

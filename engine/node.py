@@ -380,14 +380,19 @@ class Node:
 
     def view(self) -> dict:
         """What a front needs to route a request: role, leader, term, quorum,
-        whether this node is cut off from a majority, and every member's HTTP
-        address."""
+        whether this node is cut off from a majority, every member's HTTP
+        address, and (group 0's, with several groups) each other group's
+        recorded members (``engine.members``)."""
         role, leader, term, quorum_ok, cut_off = self.consensus.route()
         addresses = {spec.id: spec.http for spec in self.cluster.nodes}
         with self._lock:
             addresses.update({node_id: m["http_addr"] for node_id, m in self.machine.members.items()})
-        return {"id": self.id, "role": role, "leader_id": leader, "term": term, "quorum_ok": quorum_ok,
+            recorded = self.machine.group_members() if self.group == 0 and self.cluster.groups > 1 else None
+        view = {"id": self.id, "role": role, "leader_id": leader, "term": term, "quorum_ok": quorum_ok,
                 "cut_off": cut_off, "http": addresses}
+        if recorded is not None:
+            view["group_members"] = recorded
+        return view
 
     def watch_view(self, changed) -> None:
         """Call `changed()` on the loop whenever the role, leader or term changes."""
@@ -398,7 +403,15 @@ class Node:
                 "long_polls_waiting": self.long_polls.waiting(), "packing": self.committer.packing.as_dict()}
 
     def status(self) -> dict:
+        self._learn_ids()
         return self.consensus.status()
+
+    def _learn_ids(self) -> None:
+        """Name the voters added by the group's earlier leaders (``set_member`` records their
+        addresses in this group's log too), so that status and removals use their ids."""
+        with self._lock:
+            ids = {member["raft_addr"]: node_id for node_id, member in self.machine.members.items()}
+        self.consensus.learn_ids(ids)
 
     def http_addr(self, node_id: str | None) -> str | None:
         if node_id is None:
@@ -413,7 +426,7 @@ class Node:
 
     def members(self) -> list[dict]:
         """The voters as Raft knows them now, with their HTTP addresses."""
-        ids = [self.id, *self.consensus.status()["peers"]]
+        ids = [self.id, *self.status()["peers"]]
         out = []
         for node_id in ids:
             member = self.machine.members.get(node_id)
@@ -456,6 +469,7 @@ class Node:
         await self._through_consensus(self.consensus.add_node, Peer(id=node_id, raft_addr=raft_addr))
 
     async def remove_node(self, node_id: str) -> None:
+        self._learn_ids()
         await self._through_consensus(self.consensus.remove_node, node_id)
         result = (await self.submit({"op": "remove_member", "id": node_id})).result
         if "error" in result and result["error"] != "not_found":

@@ -1,10 +1,15 @@
 """An engine process of a node: one Raft group's engine (``engine.node.Node``),
 serving the node's fronts over one link each (``engine.link.service``).
 
-The node's supervisor (``raftq.server``) forks one per group the node is a
-member of, before any thread exists. Connections to the group arrive over
-the `handoff` Unix socket (the supervisor owns the Raft port). An engine
-lives only as long as its supervisor (PR_SET_PDEATHSIG).
+The node's supervisor (``raftq.server``) forks one per group the node holds
+as it starts, before any thread exists, and starts one in a fresh
+interpreter (``python -m raftq.engine_process``, its arguments pickled on
+stdin) when group 0's record names the node a member of a group later.
+Connections to the group arrive over the `handoff` Unix socket (the
+supervisor owns the Raft port). An engine lives only as long as its
+supervisor (PR_SET_PDEATHSIG). Group 0's engine of a cluster of several
+groups tells the supervisor, over `holdings`, which groups the record has
+this node run (``engine.members.HeldGroupsReporter``).
 
 Stopping, on SIGTERM from the supervisor or when a front's link ends:
 hand leadership over (so clients move to the next leader at once), say so
@@ -17,22 +22,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import pickle
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
+
+import orjson
 
 from api.app import Settings
 from engine.balance import LeaderBalancer
 from engine.config import ClusterConfig, write_private
 from engine.lifetime import die_with, name_process
 from engine.link.service import EngineService
+from engine.members import HeldGroupsReporter, MemberRecorder
 from engine.node import Node, group_data_dir
 from engine.pauses import keep_pauses_short
+from engine.placement import for_cluster
 
-from .logs import tag_group
+from .logs import setup_logging, tag_group
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("raftq.engine_process")   # also when run as __main__
 
 HANDED_OVER = b"h"
 MEMBERS_FILE = "members"
@@ -61,10 +72,16 @@ class PlacementChanged(RuntimeError):
     pass
 
 
+def started_members(data_dir: Path, group: int) -> tuple[str, ...] | None:
+    """The members group g > 0's engine first started with on this node (None: it never ran here)."""
+    path = group_data_dir(data_dir, group) / MEMBERS_FILE
+    return tuple(path.read_text().split()) if path.exists() else None
+
+
 def check_members(data_dir: Path, group: int, members: tuple[str, ...]) -> None:
-    """Group g > 0's voters come from the placement, not from its log: record
-    them at the group's first start and refuse to run it with others (a
-    cluster.toml whose nodes, groups or replicas changed), which could give
+    """Group g > 0's engine starts with the members it first started with
+    (the placement's, or group 0's record when the node joined it later):
+    record them then, and refuse to run it with others, which could give
     two nodes two different majorities. (Group 0 is every node; its
     membership changes go through Raft.)"""
     if group == 0:
@@ -76,24 +93,32 @@ def check_members(data_dir: Path, group: int, members: tuple[str, ...]) -> None:
         return
     recorded = path.read_text().split()
     if recorded != sorted(members):
-        raise PlacementChanged(f"group {group} was made with members {', '.join(recorded)}; cluster.toml now "
-                               f"places it on {', '.join(sorted(members))}. Moving a group's replicas is not "
-                               "supported: restore the cluster.toml the cluster was made with")
+        raise PlacementChanged(f"group {group} was made with members {', '.join(recorded)} on this node; "
+                               f"asked to run it with {', '.join(sorted(members))}")
 
 
 async def _serve(*, cluster: ClusterConfig, node_id: str, group: int, members: tuple[str, ...], data_dir: Path,
-                 handoff: socket.socket, links: list[socket.socket], settings: Settings, auto_create: bool) -> int:
-    """`members` in the group's order of preference for leadership."""
+                 handoff: socket.socket, links: list[socket.socket], settings: Settings, auto_create: bool,
+                 holdings: socket.socket | None = None) -> int:
+    """`members` in the group's order of preference for leadership; `holdings`:
+    group 0's socket to the supervisor when the cluster has several groups."""
     check_members(data_dir, group, members)
     node = Node(cluster, node_id, data_dir, auto_create=auto_create, group=group, members=members, handoff=handoff)
-    # one group: nothing to balance
+    # one group: nothing to balance, no other group's members to record
     balancer = LeaderBalancer(node, members) if cluster.groups > 1 else None
+    recorder = MemberRecorder(node, for_cluster(cluster)) if cluster.groups > 1 and group == 0 else None
+    reporter = HeldGroupsReporter(node, lambda held: _report_held(holdings, held)) \
+        if holdings is not None else None
     service = EngineService(node, max_long_polls=settings.limits.max_long_polls,
                             max_long_polls_per_client=settings.limits.max_long_polls_per_client, balancer=balancer)
     await node.start()
     service.start()
     if balancer:
         balancer.start()
+    if recorder:
+        recorder.start()
+    if reporter:
+        reporter.start()
     log.info("group %d: Raft on %s with %s", group, node.spec.raft, ", ".join(members))
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
@@ -105,6 +130,10 @@ async def _serve(*, cluster: ClusterConfig, node_id: str, group: int, members: t
             log.error("group %d: a front's link ended; stopping", group)
         if balancer:
             balancer.stop()
+        if recorder:
+            recorder.stop()
+        if reporter:
+            reporter.stop()
         await node.hand_over()            # clients are redirected to the next leader at once
         try:
             handoff.send(HANDED_OVER)
@@ -116,3 +145,25 @@ async def _serve(*, cluster: ClusterConfig, node_id: str, group: int, members: t
         await node.close()                # journal flushed and closed
     log.info("group %d: stopped in %.2fs", group, time.monotonic() - started)
     return 0
+
+
+def _report_held(holdings: socket.socket, report: dict) -> None:
+    """One message (a SOCK_SEQPACKET socket keeps it whole): group -> the members to start it
+    with, and node id -> [Raft address, HTTP address] of those members."""
+    holdings.send(orjson.dumps({"groups": {str(group): members for group, members in report["groups"].items()},
+                                "addresses": report["addresses"]}))
+
+
+def main() -> int:
+    """An engine the supervisor starts while the node runs, in a fresh interpreter
+    (the supervisor may have threads by then): `run_engine`'s arguments come
+    pickled on stdin, each socket as the descriptor passed to this process."""
+    kwargs = pickle.load(sys.stdin.buffer)
+    setup_logging(kwargs["node_id"], kwargs.pop("log_level"))
+    kwargs["handoff"] = socket.socket(fileno=kwargs["handoff"])
+    kwargs["links"] = [socket.socket(fileno=fd) for fd in kwargs["links"]]
+    return run_engine(**kwargs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

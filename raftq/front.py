@@ -5,7 +5,9 @@ A node runs one or more fronts (``raftq node --workers``), forked by the
 node's supervisor (``raftq.server``) before any thread exists; each front
 serves its own listening socket on the node's HTTP port (SO_REUSEPORT: the
 kernel spreads connections over them) and holds one link to each of the
-node's engines, one per Raft group (``ENGINES`` in ``api.keys``).  Their
+node's engines, one per Raft group (``ENGINES`` in ``api.keys``), which
+the supervisor adds and drops over the front's control socket as group 0's
+record starts and stops engines while the node runs.  Their
 CPU — parsing, JSON, rendering metrics, thousands of waiting connections —
 is spent outside the interpreters that send Raft's heartbeats.  A front
 lives only as long as the node: it exits when a link to an engine closes,
@@ -18,16 +20,28 @@ import logging
 import signal
 import socket
 import ssl
+import struct
 from pathlib import Path
 
 from aiohttp import web
 
 from api.app import Settings, make_app
+from api.mover import LeaderPreferences, ReplicaMover
 from engine.lifetime import die_with, name_process
 from engine.link.remote import RemoteNode
 from engine.placement import Placement
 
 log = logging.getLogger(__name__)
+
+# The supervisor's messages on a front's control socket: link to a group's
+# engine started while the node runs (the link's end comes with it), or drop it.
+ADD_GROUP = b"a"
+DROP_GROUP = b"d"
+
+
+def front_message(verb: bytes, group: int) -> bytes:
+    return verb + struct.pack("!I", group)
+
 
 def cap_connections(server: web.Server, limit: int) -> None:
     """Close any connection beyond `limit` as soon as it is made (aiohttp has no such cap)."""
@@ -49,19 +63,85 @@ def buffer_dir(data_dir: Path, worker: int) -> Path:
     return data_dir / ("buffer" if worker == 0 else f"buffer-{worker}")
 
 
+class Engines:
+    """The front's links to the node's engines (``ENGINES``: group -> ``RemoteNode``), as the
+    supervisor adds and drops them over `control` while the node runs; `gone` is set when an
+    engine's link ends without the supervisor dropping it first."""
+
+    def __init__(self, control: socket.socket, **remote):
+        self.by_group: dict[int, RemoteNode] = {}
+        self.gone = asyncio.Event()
+        self._control = control
+        self._remote = remote
+        self._tasks: set[asyncio.Task] = set()
+        # the supervisor's messages, taken in the order sent: a group's drop never overtakes its add
+        self._orders: asyncio.Queue = asyncio.Queue()
+
+    async def add(self, group: int, link: socket.socket) -> None:
+        engine = RemoteNode(**self._remote)
+        await engine.connect(link)
+        self.by_group[group] = engine
+        self._spawn(self._watch(group, engine))
+
+    async def drop(self, group: int) -> None:
+        engine = self.by_group.pop(group, None)
+        if engine is not None:
+            await engine.close()
+
+    def follow_supervisor(self) -> None:
+        self._control.setblocking(False)
+        asyncio.get_running_loop().add_reader(self._control.fileno(), self._read_control)
+        self._spawn(self._carry_out())
+
+    async def _carry_out(self) -> None:
+        while True:
+            await (await self._orders.get())
+
+    def _read_control(self) -> None:
+        try:
+            message, fds, _, _ = socket.recv_fds(self._control, 16, 1)
+        except (BlockingIOError, InterruptedError):
+            return
+        if not message:                   # the supervisor is gone, and this process with it
+            asyncio.get_running_loop().remove_reader(self._control.fileno())
+            return
+        verb, (group,) = message[:1], struct.unpack("!I", message[1:5])
+        if verb == ADD_GROUP:
+            self._orders.put_nowait(self.add(group, socket.socket(fileno=fds[0])))
+        elif verb == DROP_GROUP:
+            self._orders.put_nowait(self.drop(group))
+
+    def _spawn(self, work) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _watch(self, group: int, engine: RemoteNode) -> None:
+        await engine.closed.wait()
+        if self.by_group.get(group) is engine:
+            log.error("group %d's engine is gone", group)
+            self.gone.set()
+
+    async def close(self) -> None:
+        for engine in list(self.by_group.values()):
+            await engine.close()
+
+
 async def serve_front(*, worker: int, listener: socket.socket, links: dict[int, socket.socket],
-                      placement: Placement, node_id: str, data_dir: Path, settings: Settings,
-                      tls: tuple[str, str] | None, auto_create: bool, node_pid: int) -> None:
-    engines = {}
+                      control: socket.socket, placement: Placement, node_id: str, data_dir: Path,
+                      settings: Settings, tls: tuple[str, str] | None, auto_create: bool, node_pid: int) -> None:
+    linked = Engines(control, node_id=node_id, auto_create=auto_create, data_dir=data_dir, node_pid=node_pid)
     for group, link in links.items():
-        engines[group] = RemoteNode(node_id, auto_create=auto_create, data_dir=data_dir, node_pid=node_pid)
-        await engines[group].connect(link)
+        await linked.add(group, link)
+    engines = linked.by_group
     limits = settings.limits
     # aiohttp's keep-alive timer also runs from the moment a connection is
     # made, and closes it unless a request's headers are complete: the
     # header timeout, which is therefore the idle timeout as well.
-    runner = web.AppRunner(make_app(engines, placement, settings, buffer_dir(data_dir, worker)), access_log=None,
-                           handle_signals=False, keepalive_timeout=limits.header_timeout_s)
+    app = make_app(engines, placement, settings, buffer_dir(data_dir, worker))
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=limits.header_timeout_s)
+    # one mover per node, in its first front; it acts while the node's engine of group 0 leads
+    movers = [ReplicaMover(app), LeaderPreferences(app)] if worker == 0 and len(placement.groups) > 1 else []
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
@@ -73,17 +153,20 @@ async def serve_front(*, worker: int, listener: socket.socket, links: dict[int, 
             ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ssl_context.load_cert_chain(*tls)
         await web.SockSite(runner, listener, ssl_context=ssl_context).start()
-        engine_gone = [asyncio.create_task(engine.closed.wait()) for engine in engines.values()]
-        await asyncio.wait({*engine_gone, asyncio.create_task(stopping.wait())},
+        linked.follow_supervisor()
+        for mover in movers:
+            mover.start()
+        await asyncio.wait({asyncio.create_task(linked.gone.wait()), asyncio.create_task(stopping.wait())},
                            return_when=asyncio.FIRST_COMPLETED)
         if not stopping.is_set():
             log.error("front %d: an engine is gone; exiting", worker)
             return
         await runner.shutdown()           # stop accepting; in-flight requests finish or fail cleanly
     finally:
+        for mover in movers:
+            mover.stop()
         await runner.cleanup()
-        for engine in engines.values():
-            await engine.close()
+        await linked.close()
 
 
 def run_front(**kwargs) -> int:

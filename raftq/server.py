@@ -7,7 +7,12 @@ makes a link (Unix socket pair) between every front and every local engine
 and one hand-off socket per engine, and forks the engines
 (``raftq.engine_process``) and the fronts (``raftq.front``) while it has no
 other thread yet. Then it serves the Raft port (``raftq.raft_port``): each
-connection goes to the engine of the group it names.
+connection goes to the engine of the group it names. With several groups,
+group 0's engine tells it which groups group 0's record has this node hold
+(docs/architecture.md, "Growing the cluster"), and it starts an engine for
+a group newly named (in a fresh interpreter, linked to every front over its
+control socket) and stops the engine of a group no longer named, whose
+data it then removes.
 
 SIGTERM and SIGINT shut the node down cleanly: every engine hands its
 leadership over, then the fronts stop taking connections and answer or fail
@@ -18,22 +23,29 @@ unserved; and every child dies with the supervisor (PR_SET_PDEATHSIG).
 """
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import os
+import pickle
+import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from api.app import Settings
-from engine.config import ClusterConfig
-from engine.lifetime import name_process
-from engine.placement import for_cluster
+import orjson
 
-from .engine_process import HANDED_OVER, run_engine
-from .front import run_front
+from api.app import Settings
+from engine.config import ClusterConfig, NodeSpec, write_private
+from engine.lifetime import name_process
+from engine.node import group_data_dir
+from engine.placement import Placement, for_cluster
+
+from .engine_process import HANDED_OVER, run_engine, started_members
+from .front import ADD_GROUP, DROP_GROUP, front_message, run_front
 from .raft_port import RaftPort, bind_raft
 
 log = logging.getLogger(__name__)
@@ -43,6 +55,10 @@ FRONT_STOP_S = 20.0
 HAND_OVER_S = 5.0
 # How long the engines have to close their journals once the fronts are gone.
 ENGINE_STOP_S = 40.0
+# The largest report of held groups group 0's engine sends (G - 1 groups of a few node ids).
+HOLDINGS_MAX_BYTES = 1 << 20
+# In a node's data directory: the group count it was made with.
+GROUPS_FILE = "groups"
 
 
 def bind_http(address: str, count: int) -> list[socket.socket]:
@@ -66,13 +82,53 @@ def bind_http(address: str, count: int) -> list[socket.socket]:
     return listeners
 
 
+def held_at_start(cluster: ClusterConfig, node_id: str, data_dir: Path, placement: Placement, *,
+                  joining: bool = False) -> dict[int, tuple]:
+    """The groups whose engines the node starts with, each with its members.
+
+    A node that ran before runs what it held (the groups whose engines
+    started here: ``started_members``); group 0's record then says what it
+    should hold (``engine.members.HeldGroupsReporter``). A new node starts
+    with what the placement gives it: the cluster's first start, whose
+    record is that placement; unless it is `joining` a running cluster,
+    whose record gives it nothing yet (the replica mover, api/mover.py,
+    moves replicas onto it)."""
+    new = not (group_data_dir(data_dir, 0) / "raft").exists()
+    if cluster.groups == 1 or new and not joining:
+        return {group: placement.members(group) for group in placement.groups_of(node_id)}
+    held = {0: placement.members(0)}
+    for group in range(1, cluster.groups):
+        members = started_members(data_dir, group)
+        if members is not None:
+            held[group] = members
+    return held
+
+
+def group_count_kept(data_dir: Path, groups: int) -> bool:
+    """Whether `groups` is the group count this node's data was made with (recorded at its
+    first start): a cluster's count is fixed when it is made, and a replica of group 0 run
+    with another would apply the catalog's commands otherwise than the others do."""
+    path = data_dir / GROUPS_FILE
+    if not path.exists():
+        write_private(path, f"{groups}\n")
+        return True
+    return int(path.read_text()) == groups
+
+
 def run_node(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings: Settings,
-             tls: tuple[str, str] | None = None, auto_create: bool = True, workers: int = 1) -> int:
+             tls: tuple[str, str] | None = None, auto_create: bool = True, workers: int = 1,
+             joining: bool = False) -> int:
     """Run the node until it is told to stop; its exit status."""
     data_dir = Path(data_dir)
     spec = cluster.node(node_id)
+    if not group_count_kept(data_dir, cluster.groups):
+        log.error("node %s was made with %s Raft groups; cluster.toml now says %d. A cluster's group count is "
+                  "fixed when it is made: restore the cluster.toml it was made with", node_id,
+                  (data_dir / GROUPS_FILE).read_text().strip(), cluster.groups)
+        return 1
     placement = for_cluster(cluster)
-    groups = placement.groups_of(node_id)
+    held = held_at_start(cluster, node_id, data_dir, placement, joining=joining)
+    groups = sorted(held)
     listeners = bind_http(spec.http, workers)
     try:
         raft_listener = bind_raft(spec.raft)
@@ -86,28 +142,40 @@ def run_node(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings: S
     links = {group: [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in listeners] for group in groups}
     # handoffs[group]: (the supervisor's end, the engine's end)
     handoffs = {group: socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for group in groups}
+    # controls[worker]: (the supervisor's end, the front's end): engines started and stopped while the node runs
+    controls = [socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in listeners]
+    # group 0's engine tells the supervisor which groups group 0's record has this node hold
+    holdings = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if cluster.groups > 1 else None
     every = [*listeners, raft_listener, *(end for pairs in links.values() for pair in pairs for end in pair),
-             *(end for pair in handoffs.values() for end in pair)]
+             *(end for pair in handoffs.values() for end in pair), *(end for pair in controls for end in pair),
+             *(holdings or ())]
     engines: dict[int, int] = {}          # pid -> group
     for group in groups:
         engine_links = [pair[0] for pair in links[group]]
-        engines[_fork(every, keep=[handoffs[group][1], *engine_links], body=functools.partial(
+        reporting = {"holdings": holdings[1]} if holdings is not None and group == 0 else {}
+        engines[_fork(every, keep=[handoffs[group][1], *engine_links, *reporting.values()], body=functools.partial(
             run_engine, node_pid=node_pid, cluster=cluster, node_id=node_id, group=group,
-            members=placement.members(group), data_dir=data_dir, handoff=handoffs[group][1], links=engine_links,
-            settings=settings, auto_create=auto_create))] = group
+            members=held[group], data_dir=data_dir, handoff=handoffs[group][1], links=engine_links,
+            settings=settings, auto_create=auto_create, **reporting))] = group
     fronts: dict[int, int] = {}           # pid -> worker
     for worker, listener in enumerate(listeners):
         front_links = {group: links[group][worker][1] for group in groups}
-        fronts[_fork(every, keep=[listener, *front_links.values()], body=functools.partial(
-            run_front, worker=worker, listener=listener, links=front_links, placement=placement, node_id=node_id,
-            data_dir=data_dir, settings=settings, tls=tls, auto_create=auto_create, node_pid=node_pid))] = worker
-    supervisor_ends = {group: pair[0] for group, pair in handoffs.items()}
+        fronts[_fork(every, keep=[listener, controls[worker][1], *front_links.values()], body=functools.partial(
+            run_front, worker=worker, listener=listener, links=front_links, control=controls[worker][1],
+            placement=placement, node_id=node_id, data_dir=data_dir, settings=settings, tls=tls,
+            auto_create=auto_create, node_pid=node_pid))] = worker
+    kept = [raft_listener, *(pair[0] for pair in handoffs.values()), *(pair[0] for pair in controls),
+            *(holdings[:1] if holdings else ())]
     for sock in every:
-        if sock is not raft_listener and not any(sock is end for end in supervisor_ends.values()):
+        if not any(sock is end for end in kept):
             sock.close()
     log.info("node %s: %d front(s) serving HTTP on %s; Raft on %s for groups %s",
              node_id, workers, spec.http, spec.raft, ", ".join(map(str, groups)))
-    return asyncio.run(_supervise(raft_listener, supervisor_ends, engines, fronts))
+    supervisor = Supervisor(raft_listener, {group: pair[0] for group, pair in handoffs.items()}, engines, fronts,
+                            controls=[pair[0] for pair in controls], holdings=holdings[0] if holdings else None,
+                            engine_args=dict(node_pid=node_pid, cluster=cluster, node_id=node_id, data_dir=data_dir,
+                                             settings=settings, auto_create=auto_create))
+    return asyncio.run(supervisor.run())
 
 
 def _fork(every: list[socket.socket], *, keep: list[socket.socket], body) -> int:
@@ -122,54 +190,169 @@ def _fork(every: list[socket.socket], *, keep: list[socket.socket], body) -> int
     return pid
 
 
-async def _supervise(raft_listener: socket.socket, handoffs: dict[int, socket.socket],
-                     engines: dict[int, int], fronts: dict[int, int]) -> int:
-    children = {**{pid: f"group {group}'s engine" for pid, group in engines.items()},
-                **{pid: f"front {worker}" for pid, worker in fronts.items()}}
-    loop = asyncio.get_running_loop()
-    stopping = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
-    exited: dict[int, int] = {}
-    child_exited = asyncio.Event()
+class Supervisor:
+    """The node's processes once they run: the Raft port, the children, and
+    the engines of groups started and stopped as group 0's record says."""
 
-    def reap() -> None:
-        for pid in children:
-            if pid not in exited:
+    def __init__(self, raft_listener: socket.socket, handoffs: dict[int, socket.socket], engines: dict[int, int],
+                 fronts: dict[int, int], *, controls: list[socket.socket], holdings: socket.socket | None,
+                 engine_args: dict):
+        self._raft_listener = raft_listener
+        self._handoffs = handoffs         # the Raft port's table: it hands each group's connections there
+        self._engines = engines           # pid -> group
+        self._fronts = fronts             # pid -> worker
+        self._controls = controls
+        self._holdings = holdings
+        self._engine_args = engine_args
+        self._children = {**{pid: f"group {group}'s engine" for pid, group in engines.items()},
+                          **{pid: f"front {worker}" for pid, worker in fronts.items()}}
+        self._started: dict[int, subprocess.Popen] = {}   # engines started while the node runs, by pid
+        self._retiring: set[int] = set()                  # pids of engines being stopped on the record's word
+        self._exited: dict[int, int] = {}
+        self._child_exited = asyncio.Event()
+        self._wanted: dict[int, tuple[str, ...]] | None = None
+        self._addresses: dict[str, list] = {}   # the wanted groups' members' [Raft, HTTP] addresses
+        self._wanted_changed = asyncio.Event()
+
+    def _reap(self) -> None:
+        for pid in self._children:
+            if pid not in self._exited:
                 status = _exit_status(pid)
                 if status is not None:
-                    exited[pid] = status
-                    child_exited.set()
-    loop.add_signal_handler(signal.SIGCHLD, reap)
-    reap()                                # one may have died before the handler was in place
-    port = RaftPort(raft_listener, handoffs)
-    port.start()
-    status = 0
-    await asyncio.wait([asyncio.create_task(stopping.wait()), asyncio.create_task(child_exited.wait())],
-                       return_when=asyncio.FIRST_COMPLETED)
-    started = time.monotonic()
-    if not stopping.is_set():
-        for pid, code in exited.items():
-            log.error("%s (pid %d) ended (%s); stopping the node", children[pid], pid, _describe(code))
-        status = 1
-    log.info("shutting down")
-    for pid in engines:
+                    self._exited[pid] = status
+                    if pid not in self._retiring:
+                        self._child_exited.set()
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        stopping = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopping.set)
+        loop.add_signal_handler(signal.SIGCHLD, self._reap)
+        self._reap()                      # one may have died before the handler was in place
+        port = RaftPort(self._raft_listener, self._handoffs)
+        port.start()
+        tasks = []
+        if self._holdings is not None:
+            self._holdings.setblocking(False)
+            loop.add_reader(self._holdings.fileno(), self._read_holdings)
+            tasks.append(asyncio.create_task(self._follow_record()))
+        status = 0
+        await asyncio.wait([asyncio.create_task(stopping.wait()), asyncio.create_task(self._child_exited.wait()),
+                            *tasks], return_when=asyncio.FIRST_COMPLETED)
+        started = time.monotonic()
+        for task in tasks:
+            if task.done():
+                log.error("following group 0's record failed; stopping the node", exc_info=task.exception())
+                status = 1
+            task.cancel()
+        if not stopping.is_set():
+            for pid, code in self._exited.items():
+                if pid not in self._retiring:
+                    log.error("%s (pid %d) ended (%s); stopping the node", self._children[pid], pid,
+                              _describe(code))
+            status = 1
+        log.info("shutting down")
+        engines = {pid: group for pid, group in self._engines.items() if pid not in self._exited}
+        for pid in engines:
+            _signal(pid, signal.SIGTERM)
+        await _handed_over(self._handoffs, engines, self._exited)
+        port.close()
+        for pid in self._fronts:
+            _signal(pid, signal.SIGTERM)  # they stop accepting; in-flight requests finish or fail
+        await _wait_exited(list(self._fronts), self._exited, FRONT_STOP_S)
+        await _wait_exited(list(engines), self._exited, ENGINE_STOP_S)   # links closed: they close their journals
+        for pid in self._children:
+            _reap(pid, signal.SIGKILL)
+        log.info("stopped in %.2fs", time.monotonic() - started)
+        return status
+
+    def _read_holdings(self) -> None:
+        try:
+            message = self._holdings.recv(HOLDINGS_MAX_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        if not message:                   # group 0's engine is gone, and the node with it
+            asyncio.get_running_loop().remove_reader(self._holdings.fileno())
+            return
+        report = orjson.loads(message)
+        self._wanted = {int(group): tuple(members) for group, members in report["groups"].items()}
+        self._addresses = report["addresses"]
+        self._wanted_changed.set()
+
+    async def _follow_record(self) -> None:
+        """Start and stop engines until the node runs the groups group 0's record has it hold."""
+        while True:
+            await self._wanted_changed.wait()
+            self._wanted_changed.clear()
+            wanted = self._wanted
+            running = {group for pid, group in self._engines.items() if group > 0 and pid not in self._exited}
+            for group in sorted(running - set(wanted)):
+                await self._stop_group(group)
+            for group in sorted(set(wanted) - running):
+                self._start_group(group, wanted[group])
+
+    def _start_group(self, group: int, members: tuple[str, ...]) -> None:
+        """Start `group`'s engine in a fresh interpreter (this process may have
+        threads by now: no bare fork), linked to every front, and hand it the
+        group's Raft connections from now on."""
+        links = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in self._controls]
+        handoff = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        passed = [handoff[1], *(pair[0] for pair in links)]
+        arguments = {**self._engine_args, "cluster": self._with_joined(members), "group": group,
+                     "members": members, "handoff": handoff[1].fileno(),
+                     "links": [pair[0].fileno() for pair in links], "log_level": logging.getLogger().level}
+        process = subprocess.Popen([sys.executable, "-m", "raftq.engine_process"], stdin=subprocess.PIPE,
+                                   pass_fds=[sock.fileno() for sock in passed])
+        process.stdin.write(pickle.dumps(arguments))
+        process.stdin.close()
+        for sock in passed:
+            sock.close()
+        self._started[process.pid] = process
+        self._engines[process.pid] = group
+        self._children[process.pid] = f"group {group}'s engine"
+        self._reap()                      # it may have died already, before it was counted
+        handoff[0].setblocking(False)
+        self._handoffs[group] = handoff[0]
+        for control, (_, front_end) in zip(self._controls, links):
+            socket.send_fds(control, [front_message(ADD_GROUP, group)], [front_end.fileno()])
+            front_end.close()
+        log.info("group %d: engine started (pid %d) with %s, as group 0's record says", group, process.pid,
+                 ", ".join(members))
+
+    def _with_joined(self, members: tuple[str, ...]) -> ClusterConfig:
+        """The cluster config with the members that joined after it was written (``raftq
+        cluster add``), at the addresses group 0 knows them by."""
+        cluster = self._engine_args["cluster"]
+        known = {spec.id for spec in cluster.nodes}
+        joined = tuple(NodeSpec(id=node_id, raft=self._addresses[node_id][0], http=self._addresses[node_id][1])
+                       for node_id in members if node_id not in known and node_id in self._addresses)
+        return dataclasses.replace(cluster, nodes=cluster.nodes + joined) if joined else cluster
+
+    async def _stop_group(self, group: int) -> None:
+        """Stop `group`'s engine, which group 0's record no longer has this node
+        hold: it hands its leadership over, the fronts drop their links, it
+        closes its journal; then its data goes."""
+        pid = next(pid for pid, g in self._engines.items() if g == group and pid not in self._exited)
+        self._retiring.add(pid)
         _signal(pid, signal.SIGTERM)
-    await _handed_over(handoffs, engines, exited)
-    port.close()
-    for pid in fronts:
-        _signal(pid, signal.SIGTERM)      # they stop accepting; in-flight requests finish or fail
-    await _wait_exited(list(fronts), exited, FRONT_STOP_S)
-    await _wait_exited(list(engines), exited, ENGINE_STOP_S)   # their links closed: they close their journals
-    for pid in children:
+        await _handed_over(self._handoffs, {pid: group}, self._exited)
+        self._handoffs.pop(group).close()
+        for control in self._controls:
+            control.send(front_message(DROP_GROUP, group))
+        await _wait_exited([pid], self._exited, ENGINE_STOP_S)
         _reap(pid, signal.SIGKILL)
-    log.info("stopped in %.2fs", time.monotonic() - started)
-    return status
+        self._started.pop(pid, None)
+        del self._engines[pid], self._children[pid]
+        self._exited.pop(pid, None)
+        self._retiring.discard(pid)
+        shutil.rmtree(group_data_dir(self._engine_args["data_dir"], group), ignore_errors=True)
+        log.info("group %d: engine stopped and its data removed, as group 0's record says", group)
 
 
 async def _handed_over(handoffs: dict[int, socket.socket], engines: dict[int, int], exited: dict[int, int]) -> None:
     """Wait until every engine still running said it handed its leadership over."""
-    waiting = {group: handoffs[group] for pid, group in engines.items() if pid not in exited}
+    waiting = {group: handoffs[group] for pid, group in engines.items() if pid not in exited and group in handoffs}
     deadline = time.monotonic() + HAND_OVER_S
     while waiting and time.monotonic() < deadline:
         for group, sock in list(waiting.items()):

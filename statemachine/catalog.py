@@ -17,9 +17,16 @@ How a name is placed:
 
 Names already assigned to different groups cannot be assigned together:
 the request spans groups and is refused ``cross_group``, naming them.
+
+The catalog also records which nodes hold each group g > 0 (``Members``):
+recorded once (``record``, the placement the cluster was made with), then
+changed one replica at a time (``start_move``, ``end_move``) as the cluster
+grows or shrinks (docs/architecture.md, "Growing the cluster"). Each change
+names what it expects to find and is refused ``conflict`` otherwise, so a
+deposed mover's late command changes nothing.
 """
 
-from .results import CROSS_GROUP, LIMIT_REACHED, error
+from .results import CONFLICT, CROSS_GROUP, LIMIT_REACHED, NOT_FOUND, error
 
 
 class Catalog:
@@ -59,3 +66,88 @@ class Catalog:
             catalog.assigned[name] = group
             catalog.counts[group] += 1
         return catalog
+
+
+class Members:
+    """Group g > 0 -> its members (node ids), the one move in progress, if any, and the nodes
+    leaving the cluster (``raftq cluster remove``: their replicas move away before they leave
+    group 0)."""
+
+    def __init__(self, group_count: int):
+        self.group_count = group_count
+        self.groups: dict[int, list] = {}     # empty until recorded
+        self.move: list | None = None         # [group, source, target] while one is in progress
+        self.leaving: list[str] = []          # sorted
+
+    def as_dict(self) -> dict:
+        return {"members": {group: list(members) for group, members in self.groups.items()},
+                "move": None if self.move is None else list(self.move), "leaving": list(self.leaving)}
+
+    def start_leaving(self, node_id: str) -> dict:
+        """Mark `node_id` as leaving: no move takes a replica to it, and its replicas move away."""
+        if self.group_count == 1:
+            return error(CONFLICT, "a cluster of one group has no replicas to move off a node")
+        if node_id not in self.leaving:
+            self.leaving = sorted([*self.leaving, node_id])
+        return self.as_dict()
+
+    def left(self, node_id: str) -> None:
+        """`node_id` left group 0: it is no longer leaving."""
+        if node_id in self.leaving:
+            self.leaving = [other for other in self.leaving if other != node_id]
+
+    def record(self, groups: list) -> dict:
+        """Record every group's members (`groups[g - 1]` is group g's), once."""
+        if self.group_count == 1:
+            return error(CONFLICT, "a cluster of one group has no other group's members to record")
+        if self.groups:
+            return error(CONFLICT, "the groups' members are recorded already; they change by moves")
+        if len(groups) != self.group_count - 1:
+            return error(CONFLICT, f"give the members of the {self.group_count - 1} groups but group 0, "
+                                   f"not of {len(groups)}")
+        self.groups = {group: list(members) for group, members in enumerate(groups, start=1)}
+        return self.as_dict()
+
+    def start_move(self, group: int, source: str, target: str) -> dict:
+        """Begin moving `group`'s replica from `source` to `target`: one move at a time."""
+        problem = self._check_group(group)
+        if problem:
+            return problem
+        if self.move is not None:
+            return error(CONFLICT, f"group {self.move[0]}'s replica is moving from {self.move[1]} to "
+                                   f"{self.move[2]}: one move at a time", move=list(self.move))
+        members = self.groups[group]
+        if source not in members or target in members:
+            return error(CONFLICT, f"group {group}'s members are {', '.join(members)}: a move takes a member "
+                                   "to a node that is not one", members=list(members))
+        self.move = [group, source, target]
+        return self.as_dict()
+
+    def end_move(self, group: int, source: str, target: str, moved: bool) -> dict:
+        """End the move in progress: `target` takes `source`'s place when `moved`,
+        else the members stay as they were (the move was abandoned)."""
+        if self.move != [group, source, target]:
+            return error(CONFLICT, "that move is not the one in progress",
+                         move=None if self.move is None else list(self.move))
+        if moved:
+            self.groups[group] = [target if member == source else member for member in self.groups[group]]
+        self.move = None
+        return self.as_dict()
+
+    def _check_group(self, group: int) -> dict | None:
+        if not self.groups:
+            return error(CONFLICT, "the groups' members are not recorded yet")
+        if group not in self.groups:
+            return error(NOT_FOUND, f"group {group} is not one of groups 1 to {self.group_count - 1}")
+        return None
+
+    def to_state(self) -> list:
+        return [[self.groups[group] for group in sorted(self.groups)], self.move, self.leaving]
+
+    @classmethod
+    def from_state(cls, group_count: int, state: list | None) -> "Members":
+        members = cls(group_count)
+        if state is not None:
+            groups, members.move, members.leaving = state
+            members.groups = {group: list(m) for group, m in enumerate(groups, start=1)}
+        return members

@@ -47,7 +47,9 @@ entry, so that applying one entry stays far below the election timeout.
 Raft groups (issue 24): a cluster runs ``group_count`` groups, each with its
 own machine, which knows its ``group_id``.  Group 0's machine also holds the
 catalog, queue name -> group (``catalog.py``: ``assign``, and the reads
-``catalog_lookup`` and ``list_catalog``).  With more than one group, every command
+``catalog_lookup`` and ``list_catalog``) and each other group's members
+(``record_members``, ``replica_move``, ``replica_moved``, ``node_leaving``; the read
+``group_members``).  With more than one group, every command
 whose op may create a queue (the ``creates_queues`` column of ``OPS``; a
 queue config may name a dead-letter queue, which a later move creates) must
 carry ``raft_group`` equal to the machine's own id, else it is refused
@@ -62,7 +64,7 @@ from typing import Callable, NamedTuple
 import cbor2
 
 from .bodies import BodyFinder
-from .catalog import Catalog
+from .catalog import Catalog, Members
 from .queue import PARKED_RETRY_MS, Queue
 from .redrive import redrive
 from .results import (BAD_REQUEST, CONFLICT, INTERNAL, LIMIT_REACHED, NOT_FOUND, STALE_RECEIPT, WRONG_GROUP,
@@ -72,7 +74,9 @@ from . import validation as v
 from .validation import full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 10
+SNAPSHOT_VERSION = 11
+# Version 10 is version 11 without the members recorded for each group
+# (catalog.py's Members): it restores with none recorded.
 # Version 9 is version 10 without body references: every stored body is in
 # the snapshot (statemachine/rows.py, bodies.py).
 # Version 8 is version 9 with each queue's messages as one list per field, not
@@ -84,7 +88,7 @@ SNAPSHOT_VERSION = 10
 # each message's first delivery and without ordering keys,
 # version 5 also without staged writes, version 4 also without redrive:
 # a node upgraded in place restores any of them.
-READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9, 10)
+READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9, 10, 11)
 # Making a queue costs more than a put into one (its default group holds
 # three sorted containers): 10 000 in one entry held the apply past the
 # election timeout (issue 21). 500 cost about as much as the widest put of
@@ -108,6 +112,7 @@ class StateMachine:
         self.group_id = group_id
         self.group_count = group_count
         self.catalog = Catalog(group_count)   # only group 0's is ever filled
+        self.recorded_members = Members(group_count)   # group 0's alone, like the catalog
         self.clock = 0
         self.incarnations = 0                 # queues ever created: names each one's receipts
         self.queues: dict[str, Queue] = {}
@@ -453,9 +458,28 @@ class StateMachine:
 
     # ---- the catalog (catalog.py), group 0's alone --------------------------------------------
     def _assign(self, cmd):
+        return self._in_catalog() or self.catalog.assign(cmd["queues"], cmd.get("max_names"))
+
+    def _record_members(self, cmd):
+        return self._in_catalog() or self.recorded_members.record(cmd["groups"])
+
+    def _replica_move(self, cmd):
+        return self._in_catalog() or self.recorded_members.start_move(cmd["group"], cmd["source"], cmd["target"])
+
+    def _replica_moved(self, cmd):
+        return self._in_catalog() or self.recorded_members.end_move(cmd["group"], cmd["source"], cmd["target"],
+                                                                 cmd["moved"])
+
+    def _node_leaving(self, cmd):
+        return self._in_catalog() or self.recorded_members.start_leaving(cmd["id"])
+
+    def _in_catalog(self) -> dict | None:
         if self.group_id != 0:
             return error(WRONG_GROUP, f"the catalog lives in group 0, not {self.group_id}", group=self.group_id)
-        return self.catalog.assign(cmd["queues"], cmd.get("max_names"))
+        return None
+
+    def group_members(self) -> dict:
+        return self.recorded_members.as_dict()
 
     def catalog_lookup(self, names: list) -> dict:
         return {"groups": self.catalog.groups_of(names)}
@@ -469,6 +493,7 @@ class StateMachine:
         return {"members": self.members}
 
     def _remove_member(self, cmd):
+        self.recorded_members.left(cmd["id"])
         if self.members.pop(cmd["id"], None) is None:
             return error(NOT_FOUND, f"node {cmd['id']!r} is not a member")
         return {"members": self.members}
@@ -568,6 +593,7 @@ class StateMachine:
             "group_id": self.group_id,
             "group_count": self.group_count,
             "catalog": self.catalog.to_state(),
+            "group_members": self.recorded_members.to_state(),
             "clock": self.clock,
             "incarnations": self.incarnations,
             "members": self.members,
@@ -582,6 +608,7 @@ class StateMachine:
         self.group_id = state.get("group_id", 0)
         self.group_count = state.get("group_count", 1)
         self.catalog = Catalog.from_state(self.group_count, state.get("catalog", []))
+        self.recorded_members = Members.from_state(self.group_count, state.get("group_members"))
         self.clock = state["clock"]
         self.incarnations = state["incarnations"]
         self.members = state["members"]
@@ -647,6 +674,10 @@ OPS: dict[str, Op] = {
     "drop_producer": Op(StateMachine._drop_producer, v.check_drop_producer),
     # the catalog (group 0)
     "assign": Op(StateMachine._assign, v.check_assign),
+    "record_members": Op(StateMachine._record_members, v.check_record_members),
+    "replica_move": Op(StateMachine._replica_move, v.check_replica_move),
+    "replica_moved": Op(StateMachine._replica_moved, v.check_replica_moved),
+    "node_leaving": Op(StateMachine._node_leaving, v.check_node_leaving),
     # timers, the cluster directory, checkpoints
     "tick": Op(StateMachine._tick, v.check_nothing),
     "set_member": Op(StateMachine._set_member, v.check_set_member),
@@ -668,6 +699,7 @@ OPS: dict[str, Op] = {
     "staging_usage": _read(StateMachine.staging_usage),
     "catalog_lookup": _read(StateMachine.catalog_lookup),
     "list_catalog": _read(StateMachine.list_catalog),
+    "group_members": _read(StateMachine.group_members),
 }
 
 

@@ -411,3 +411,47 @@ def check_now(cmd):
     if not is_int(now) or now < 0:
         return error(BAD_REQUEST, "now_ms must be a non-negative integer")
     return None
+
+
+def check_record_members(cmd):
+    """record_members: each group but group 0's members, distinct node ids (how many groups
+    the machine checks: it knows the group count)."""
+    groups = cmd.get("groups")
+    if not isinstance(groups, list) or not groups:
+        return error(BAD_REQUEST, "groups must be a non-empty list of member lists")
+    for members in groups:
+        if not isinstance(members, list) or not members:
+            return error(BAD_REQUEST, "each group's members must be a non-empty list of node ids")
+        for member in members:
+            problem = check_name(member, "node id")
+            if problem:
+                return problem
+        if len(set(members)) != len(members):
+            return error(BAD_REQUEST, "a group's members are distinct node ids")
+    return None
+
+
+def check_replica_move(cmd):
+    """replica_move: a group g > 0 and two different node ids, its member leaving and the one joining."""
+    group = cmd.get("group")
+    if not is_int(group) or group < 1:
+        return error(BAD_REQUEST, "group must be a positive integer (group 0 spans every node)")
+    for field in ("source", "target"):
+        problem = check_name(cmd.get(field), f"{field} node id")
+        if problem:
+            return problem
+    if cmd["source"] == cmd["target"]:
+        return error(BAD_REQUEST, "a replica moves to another node than its own")
+    return None
+
+
+def check_node_leaving(cmd):
+    """node_leaving: the id of the node whose replicas move away before it leaves."""
+    return check_name(cmd.get("id"), "node id")
+
+
+def check_replica_moved(cmd):
+    """replica_moved: the move in progress, and whether the target took the source's place."""
+    if not isinstance(cmd.get("moved"), bool):
+        return error(BAD_REQUEST, "moved must be true or false")
+    return check_replica_move(cmd)

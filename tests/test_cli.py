@@ -627,3 +627,16 @@ def test_up_names_the_process_holding_its_port(tmp_path):
         squatter.close()
     assert done.returncode == 1 and "cluster up" not in done.stdout
     assert f"ports already in use: 127.0.0.1:{http_port + 1} (pid {os.getpid()}: " in done.stderr, done.stderr
+
+
+def test_cluster_status_shows_the_replica_move_in_progress_and_the_nodes_leaving():
+    from raftq.cli.cluster import status_table
+
+    node = {"id": "n1", "role": "leader", "term": 3, "commit_index": 9, "applied_index": 9, "last_contact_ms": None,
+            "healthy": True, "fsync_policy": "fsync-per-append", "http_addr": "127.0.0.1:8001"}
+    view = {"id": "n1", "leader": "n1", "commit_index": 9, "nodes": [node],
+            "move": {"group": 2, "source": "n1", "target": "n4"}, "leaving": ["n5"]}
+    shown = status_table(view)
+    assert "moving: group 2's replica from n1 to n4" in shown
+    assert "leaving once their replicas have moved away: n5" in shown
+    assert "moving" not in status_table({**view, "move": None, "leaving": []})

@@ -6,6 +6,7 @@ leader balancing (engine/placement.py, engine/balance.py)."""
 import json
 import os
 import pickle
+import shutil
 import signal
 import socket
 import subprocess
@@ -287,25 +288,119 @@ def test_a_cluster_written_before_groups_restarts_unchanged_as_group_0(tmp_path,
         cluster.close()
 
 
-def test_a_node_refuses_to_run_a_group_whose_members_the_config_moved(tmp_path):
-    """Group g > 0's voters come from the placement: a cluster.toml that would
-    place a group on other nodes (here: other replicas) is refused, rather
-    than give two nodes two different majorities."""
+def test_a_node_refuses_a_config_that_changes_the_group_count(tmp_path):
+    """A cluster's group count is fixed when it is made: a node restarted
+    with a cluster.toml of another count refuses to start (exit 1), rather
+    than apply group 0's catalog otherwise than the other replicas do."""
     import dataclasses
 
-    cluster = start_cluster(tmp_path / "moved", 3, groups=3, replicas=2)
+    cluster = start_cluster(tmp_path / "regrouped", 3, groups=3, replicas=2)
     try:
         wait_until(lambda: leaders(cluster), timeout=60, what="every group led")
-        before = for_cluster(cluster.cfg)
+        wait_until(lambda: routing(cluster)["members_recorded"], timeout=30, what="the members recorded")
         cluster.stop("n1")
-        cluster.cfg = dataclasses.replace(cluster.cfg, replicas=3)
+        cluster.cfg = dataclasses.replace(cluster.cfg, groups=4)
         cluster.write_config()
-        moved = [g for g in range(1, 3) if sorted(for_cluster(cluster.cfg).members(g)) != sorted(before.members(g))
-                 and "n1" in before.members(g)]
-        assert moved, "the new replicas must move a group n1 holds"
         cluster.start("n1")
         assert cluster.procs["n1"].wait(60) == 1
         cluster.procs.pop("n1")
-        assert f"group {moved[0]} was made with members" in cluster.log_path("n1").read_text()
+        assert "node n1 was made with 3 Raft groups; cluster.toml now says 4" in \
+            cluster.log_path("n1").read_text()
+    finally:
+        cluster.close()
+
+
+def routing(cluster) -> dict:
+    with cluster.client(retry_for=5.0) as client:
+        return client.routing()
+
+
+def routed_members(cluster) -> list[list[str]]:
+    return [group["members"] for group in routing(cluster)["groups"]]
+
+
+def test_the_members_of_each_group_are_group_0s_record_not_the_config(tmp_path):
+    """Group 0's leader records each group's members once (engine/members.py);
+    routing follows the record: restarted with its nodes listed in another
+    order, whose placement would order each group's members otherwise, the
+    cluster still routes by the members it was made with."""
+    import dataclasses
+
+    cluster = start_cluster(tmp_path / "recorded", 3, groups=4)
+    try:
+        made = [list(members) for members in for_cluster(cluster.cfg).groups]
+        wait_until(lambda: leaders(cluster), timeout=60, what="every group led")
+        wait_until(lambda: routing(cluster)["members_recorded"], timeout=30, what="the members recorded")
+        assert routed_members(cluster) == made and routing(cluster)["move"] is None
+        cluster.stop()
+        cluster.cfg = dataclasses.replace(cluster.cfg, nodes=tuple(reversed(cluster.cfg.nodes)))
+        cluster.write_config()
+        reordered = [list(members) for members in for_cluster(cluster.cfg).groups]
+        assert reordered[1:] != made[1:], "the new order must place the groups' members otherwise"
+        cluster.start()
+        wait_until(lambda: leaders(cluster), timeout=60, what="every group led again")
+        wait_until(lambda: routing(cluster)["members_recorded"], timeout=30, what="the record replayed")
+        assert routed_members(cluster)[1:] == made[1:]
+    finally:
+        cluster.close()
+
+
+def engine_groups(cluster, node_id: str) -> list[int]:
+    """The groups whose engine processes run under the node's supervisor (by their process names)."""
+    found = []
+    for pid in children_of(cluster.pid(node_id)):
+        with open(f"/proc/{pid}/comm") as f:
+            name = f.read().strip()
+        if name.startswith("raftq-group-"):
+            found.append(int(name.removeprefix("raftq-group-")))
+    return sorted(found)
+
+
+def test_a_node_runs_the_engines_of_the_groups_the_record_names_it_in_and_no_others(tmp_path):
+    """Group 0's record says which nodes run which group (engine/members.py):
+    a node that restarts without the data of a group the record names it in
+    (a replaced disk) starts that group's engine while it runs, in a fresh
+    interpreter, and the group's leader brings it up to date; a group whose
+    data it kept but the record does not name it in (a move abandoned while
+    it was down) has its engine stopped and its data removed. Every front
+    links to the one and drops the other."""
+    from tests.test_routing import queues_in_groups
+    from tests.wire import call
+
+    cluster = start_cluster(tmp_path / "held", 3, groups=4, replicas=2)
+    try:
+        wait_until(lambda: leaders(cluster), timeout=60, what="every group led")
+        wait_until(lambda: routing(cluster)["members_recorded"], timeout=30, what="the members recorded")
+        members = routed_members(cluster)
+        held = [g for g in range(1, 4) if "n3" in members[g]]
+        not_held = [g for g in range(1, 4) if "n3" not in members[g]]
+        assert held and not_held and engine_groups(cluster, "n3") == [0, *held]
+        placed = queues_in_groups(cluster, 3)
+        regrown, abandoned = held[0], not_held[0]
+        url = cluster.url(cluster.ids[0])
+        for n in range(20):
+            assert call("POST", f"{url}/v1/queues/{placed[regrown]}/messages", {"body": n}).status == 201
+        cluster.stop("n3")
+        data = cluster.root / "n3"
+        shutil.rmtree(data / f"group-{regrown}")
+        (data / f"group-{abandoned}").mkdir()
+        (data / f"group-{abandoned}" / "members").write_text(" ".join(sorted([*members[abandoned], "n3"])) + "\n")
+        cluster.start("n3", extra_args=("--workers", "2"))   # each front links to the new engine
+        wait_until(lambda: cluster.running("n3") and engine_groups(cluster, "n3") == [0, *held], timeout=60,
+                   what="n3 running the engines of the groups the record names it in")
+        assert not (data / f"group-{abandoned}").exists()
+        log = cluster.log_path("n3").read_text()
+        assert f"group {regrown}: engine started" in log and f"group {abandoned}: engine stopped" in log
+        def agreeing():   # (an answer without "agree": the group's leader was not known for a moment)
+            answer = call("POST", f"{url}/v1/cluster/verify?group={regrown}").body
+            return answer if answer.get("agree") else None
+        verify = wait_until(agreeing, timeout=30, what=f"group {regrown}'s replicas agreeing")
+        assert sorted(verify["digests"]) == sorted(members[regrown])
+        assert (data / f"group-{regrown}" / "members").read_text().split() == sorted(members[regrown])
+        # the node's fronts (whichever answers) serve the new engine, and no longer have one of the other
+        for _ in range(8):
+            views = cluster.ready_view("n3", groups=True, timeout=5.0)["raft_groups"]
+            assert str(regrown) in views and str(abandoned) not in views, views
+        assert call("POST", f"{url}/v1/cluster/verify").body["agree"] is True
     finally:
         cluster.close()

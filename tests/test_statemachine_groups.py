@@ -107,6 +107,113 @@ def test_a_malformed_assignment_is_refused(bad):
     assert apply(StateMachine(0, 2), "assign", **bad)["error"] == "bad_request"
 
 
+# ---- each group's members (growing the cluster) -----------------------------------------------
+
+PLACED = [["n1", "n2", "n3"], ["n2", "n3", "n1"], ["n3", "n1", "n2"]]   # groups 1..3 of 4
+
+
+def members_of(machine) -> dict:
+    return machine.read("group_members")
+
+
+def test_members_are_recorded_once_then_change_one_move_at_a_time():
+    catalog = StateMachine(0, 4)
+    assert members_of(catalog) == {"members": {}, "move": None, "leaving": []}
+    assert apply(catalog, "record_members", groups=PLACED)["members"][2] == ["n2", "n3", "n1"]
+    assert apply(catalog, "record_members", groups=PLACED)["error"] == "conflict"
+    assert apply(catalog, "replica_move", group=2, source="n1", target="n4")["move"] == [2, "n1", "n4"]
+    refused = apply(catalog, "replica_move", group=3, source="n1", target="n5")
+    assert refused["error"] == "conflict" and refused["move"] == [2, "n1", "n4"]
+    assert apply(catalog, "replica_moved", group=2, source="n1", target="n5", moved=True)["error"] == "conflict"
+    after = apply(catalog, "replica_moved", group=2, source="n1", target="n4", moved=True)
+    assert after == {"members": {1: PLACED[0], 2: ["n2", "n3", "n4"], 3: PLACED[2]}, "move": None, "leaving": []}
+    assert members_of(catalog) == after
+
+
+def test_an_abandoned_move_leaves_the_members_as_they_were():
+    catalog = StateMachine(0, 4)
+    apply(catalog, "record_members", groups=PLACED)
+    apply(catalog, "replica_move", group=1, source="n1", target="n4")
+    assert apply(catalog, "replica_moved", group=1, source="n1", target="n4", moved=False) == \
+        {"members": {1: PLACED[0], 2: PLACED[1], 3: PLACED[2]}, "move": None, "leaving": []}
+
+
+def test_a_node_leaving_is_recorded_once_survives_a_snapshot_and_is_no_longer_once_it_left():
+    catalog = StateMachine(0, 4)
+    apply(catalog, "record_members", groups=PLACED)
+    apply(catalog, "set_member", id="n4", raft_addr="127.0.0.1:7004", http_addr="127.0.0.1:8004")
+    assert apply(catalog, "node_leaving", id="n4")["leaving"] == ["n4"]
+    assert apply(catalog, "node_leaving", id="n1")["leaving"] == ["n1", "n4"]
+    assert apply(catalog, "node_leaving", id="n4")["leaving"] == ["n1", "n4"]
+    restored = StateMachine()
+    restored.restore(catalog.snapshot())
+    assert members_of(restored) == members_of(catalog)
+    apply(catalog, "remove_member", id="n4")
+    assert members_of(catalog)["leaving"] == ["n1"]
+    apply(catalog, "remove_member", id="n1")            # a node of cluster.toml: no addresses recorded
+    assert members_of(catalog)["leaving"] == []
+
+
+def test_a_node_leaving_with_one_group_elsewhere_than_group_0_or_without_an_id_is_refused():
+    assert apply(StateMachine(0, 1), "node_leaving", id="n1")["error"] == "conflict"
+    assert apply(StateMachine(1, 4), "node_leaving", id="n1")["error"] == "wrong_group"
+    assert apply(StateMachine(0, 4), "node_leaving", id="a b")["error"] == "bad_request"
+    assert apply(StateMachine(0, 4), "node_leaving")["error"] == "bad_request"
+
+
+@pytest.mark.parametrize("op, fields", [
+    ("record_members", {"groups": PLACED[:2]}),                                  # three groups to record
+    ("replica_move", {"group": 4, "source": "n1", "target": "n4"}),              # no group 4 of 4
+    ("replica_move", {"group": 1, "source": "n4", "target": "n5"}),              # n4 is not a member
+    ("replica_move", {"group": 1, "source": "n1", "target": "n2"}),              # n2 already is
+    ("replica_moved", {"group": 1, "source": "n1", "target": "n4", "moved": True}),   # no move in progress
+])
+def test_a_change_that_does_not_fit_the_record_is_refused_and_changes_nothing(op, fields):
+    catalog = StateMachine(0, 4)
+    apply(catalog, "tick")    # the log time the refused command carries, so that only it could differ
+    if op != "record_members":
+        apply(catalog, "record_members", groups=PLACED)
+    before = catalog.snapshot()
+    assert apply(catalog, op, **fields)["error"] in ("conflict", "not_found")
+    assert catalog.snapshot() == before
+
+
+def test_a_move_before_the_members_are_recorded_or_with_one_group_is_refused():
+    assert apply(StateMachine(0, 4), "replica_move", group=1, source="n1", target="n4")["error"] == "conflict"
+    assert apply(StateMachine(0, 1), "record_members", groups=[["n1"]])["error"] == "conflict"
+
+
+def test_only_group_0_records_members():
+    assert apply(StateMachine(1, 4), "record_members", groups=PLACED)["error"] == "wrong_group"
+    assert apply(StateMachine(1, 4), "replica_move", group=1, source="n1", target="n4")["error"] == "wrong_group"
+
+
+@pytest.mark.parametrize("op, fields", [
+    ("record_members", {"groups": []}), ("record_members", {"groups": [["n1", "n1"]]}),
+    ("record_members", {"groups": [[]]}), ("record_members", {"groups": [["a b"]]}),
+    ("replica_move", {"group": 0, "source": "n1", "target": "n4"}),
+    ("replica_move", {"group": "1", "source": "n1", "target": "n4"}),
+    ("replica_move", {"group": 1, "source": "n1", "target": "n1"}),
+    ("replica_move", {"group": 1, "source": "n1"}),
+    ("replica_moved", {"group": 1, "source": "n1", "target": "n4"}),
+])
+def test_a_malformed_change_of_members_is_refused(op, fields):
+    assert apply(StateMachine(0, 4), op, **fields)["error"] == "bad_request"
+
+
+def test_the_members_and_the_move_survive_a_snapshot_and_a_version_10_one_has_none():
+    catalog = StateMachine(0, 4)
+    apply(catalog, "record_members", groups=PLACED)
+    apply(catalog, "replica_move", group=3, source="n2", target="n5")
+    restored = StateMachine()
+    restored.restore(catalog.snapshot())
+    assert members_of(restored) == members_of(catalog)
+    state = downgraded(catalog.snapshot(), 10)
+    del state["group_members"]
+    restored.restore(cbor2.dumps(state))
+    assert members_of(restored) == {"members": {}, "move": None, "leaving": []}
+
+
 # ---- ownership -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("op", sorted(CREATING))
@@ -144,7 +251,7 @@ def test_a_version_8_snapshot_restores_as_group_0_of_1():
     machine = StateMachine()
     apply(machine, "put", queue="q", messages=[{"body": 1}])
     state = downgraded(machine.snapshot(), 8)
-    for field in ("group_id", "group_count", "catalog"):
+    for field in ("group_id", "group_count", "catalog", "group_members"):
         del state[field]
     restored = StateMachine(3, 4)
     restored.restore(cbor2.dumps(state))

@@ -1125,7 +1125,8 @@ def test_every_command_of_the_table_has_a_validator_and_no_read_has_one():
     assert {name for name, op in OPS.items() if not op.read} == {
         "create_queue", "patch_queue", "delete_queue", "put", "receive", "ack", "nack", "extend", "tx",
         "redrive", "add_group", "delete_group", "commit", "stage", "stage_commit", "stage_abort",
-        "drop_producer", "tick", "set_member", "remove_member", "checkpoint", "assign"}
+        "drop_producer", "tick", "set_member", "remove_member", "checkpoint", "assign", "record_members",
+        "replica_move", "replica_moved", "node_leaving"}
     assert all(op.check is not None for op in OPS.values() if not op.read)
     assert all(op.check is None for op in OPS.values() if op.read)
 
@@ -1147,7 +1148,7 @@ def test_read_answers_each_read_of_the_table_as_its_method_does(m):
             "list_groups": ("q",), "group_info": ("q", "default"), "browse": ("q", "default", 0, 10),
             "has_ready": ("q", "default"), "ready_count": ("q", "default"), "next_timer": (),
             "producer_info": ("p",), "list_producers": (), "staging_usage": (), "catalog_lookup": (["q"],),
-            "list_catalog": ()}
+            "list_catalog": (), "group_members": ()}
     assert set(args) == {name for name, op in OPS.items() if op.read}
     for name, call in args.items():
         assert m.sm.read(name, *call) == getattr(m.sm, name)(*call), name

@@ -154,6 +154,10 @@ class RemoteNode:
     async def transfer_leadership(self, timeout: float, to: str | None = None) -> bool:
         return await self._call("transfer_leadership", timeout, to)
 
+    async def prefer(self, preference: list[str]) -> None:
+        """Give the engine's leader balancing the group's order of preference (api/mover.py)."""
+        await self._call("prefer", preference)
+
     async def rebalance(self) -> bool | None:
         """Run the engine's leader balancing now (engine/balance.py): whether this group's
         leadership moved (None: nobody to hand it to)."""

@@ -23,6 +23,7 @@ remove_node            id                                              None
 transfer_leadership    timeout_s, to                                   moved (bool)
 rebalance              —                                               moved (bool; None: nobody
                                                                        to hand it to, or one group)
+prefer                 the group's order of preference for leadership  None (one group: ignored)
 checkpoint             —                                               [token, digest]
 checkpoint_digest      token                                           digest or None
 =====================  ==============================================  =======================
@@ -71,7 +72,7 @@ class EngineService:
         }
         self._instant = {
             "status": lambda: node.status(), "members": node.members, "stats": node.stats,
-            "checkpoint_digest": node.checkpoint_digest,
+            "checkpoint_digest": node.checkpoint_digest, "prefer": self._prefer,
         }
 
     def start(self) -> None:
@@ -136,6 +137,10 @@ class EngineService:
             value, error = None, "internal"
         if call_id:
             out.send([call_id, error, value])
+
+    def _prefer(self, preference: list) -> None:
+        if self.balancer is not None:
+            self.balancer.prefer(preference)
 
     async def _rebalance(self) -> bool | None:
         return None if self.balancer is None else await self.balancer.balance_now()

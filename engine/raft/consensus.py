@@ -371,6 +371,12 @@ class Consensus:
         leader = self._node.leader()
         return None if leader is None else self._id_of(leader)
 
+    def learn_ids(self, ids: dict[str, str]) -> None:
+        """Raft address -> node id of voters this node may know only by address: one another
+        leader added, which reaches this node's configuration through the log (addresses only)."""
+        for raft_addr, node_id in ids.items():
+            self._ids.setdefault(raft_addr, node_id)
+
     def add_node(self, peer: Peer, callback) -> None:
         ticket = self._admitted(callback)
         if ticket is None:

@@ -60,6 +60,11 @@ def status_table(view: dict) -> str:
     groups = view.get("groups") or []
     if len(groups) > 1:
         lines += ["", groups_table(groups)]
+    if view.get("move"):
+        move = view["move"]
+        lines.append(f"moving: group {move['group']}'s replica from {move['source']} to {move['target']}")
+    if view.get("leaving"):
+        lines.append(f"leaving once their replicas have moved away: {', '.join(view['leaving'])}")
     buffer = view.get("buffer") or {}
     if buffer.get("dead_lettered"):
         lines.append(f"put buffer of {view['id']}: {buffer['dead_lettered']} buffered put(s) refused for good, "
@@ -126,7 +131,11 @@ def cmd_cluster(args) -> int:
             emit(args, result, f"leader: {result['leader'] or 'none yet'} (was {result['previous']})"
                  + ("" if result["moved"] else " — leadership did not move"))
             return 0 if result["moved"] or args.to == result["previous"] else 1
-        client.remove_node(args.id)
+        result = client.remove_node(args.id)
+        if result and result.get("leaving"):
+            emit(args, result, f"{args.id} is leaving: its {result['replicas']} replica(s) of other Raft groups "
+                               "move away first, then it leaves (raftq cluster status shows the moves)")
+            return 0
         emit(args, {"removed": args.id}, f"removed {args.id}")
         return 0
 

@@ -51,7 +51,7 @@ def cmd_node(args) -> int:
     try:
         return run_node(cfg, args.id, str(data_dir), settings=settings,
                         tls=(args.tls_cert, args.tls_key) if args.tls_cert else None,
-                        auto_create=not args.no_auto_create, workers=args.workers)
+                        auto_create=not args.no_auto_create, workers=args.workers, joining=args.join)
     except OSError as exc:
         print(f"raftq node: cannot serve {args.id}: {exc}", file=sys.stderr)
         return 1
@@ -90,6 +90,9 @@ def add_parsers(sub) -> None:
     node.add_argument("--tls-key")
     node.add_argument("--tls-ca", help="CA bundle this node trusts when it calls other nodes over HTTPS")
     node.add_argument("--no-auto-create", action="store_true")
+    node.add_argument("--join", action="store_true",
+                      help="a new node joining a running cluster (after `raftq cluster add`): with several Raft "
+                           "groups it starts with group 0 alone, and runs the groups the replica mover gives it")
     node.add_argument("--workers", type=int, default=max(1, min(8, len(os.sched_getaffinity(0)) - 1)),
                       help="front processes serving HTTP (default: the cores but one, at least 1)")
     node.add_argument("--max-message-bytes", type=int, default=1 << 20,

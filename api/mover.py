@@ -1,0 +1,214 @@
+"""The replica mover (issue 24, docs/architecture.md "Growing the cluster"): on the node
+whose engine of group 0 leads, in its first front, it moves replicas of groups g > 0 one
+at a time until they spread within one over group 0's voters that are not leaving
+(``engine.placement.next_move``), and then lets leaving nodes leave group 0.
+
+It runs in a front, not in group 0's engine, because a move is carried out by other
+groups' leaders, anywhere in the cluster: the front has the HTTP client (with the
+cluster's CA and the admin token) and a link to each local engine.
+
+Group 0's record is the truth. Each step reads it and does what the record says is next,
+checking the group's actual Raft membership, so a mover that stops anywhere (a crash, a
+lost lead) is finished by the next group-0 leader's:
+1. no move recorded: ask ``next_move``; record it (``replica_move``, a compare-and-set);
+2. a move recorded: add its target to the group through the group's leader (a voter it
+   has already counts as added); the target's node starts the group's engine because the
+   record names it (``engine.members.HeldGroupsReporter``);
+3. wait until the target's match index reaches the commit index the leader had when the
+   target was first seen a voter (snapshot install, then the log);
+4. remove the source through the group's leader (a leader that is the source hands its
+   lead over first; the removal is asked again of the next one; a source that is down is
+   removed before the target is added), then ``replica_moved``;
+   the source's node stops the group's engine because the record no longer names it.
+A move whose target left group 0 meanwhile is undone: the target is removed from the
+group and the move recorded ended without it.
+
+``LeaderPreferences``, in every node's first front, gives the local engines' leader
+balancing each group's order of preference as the record implies, the same on every node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import ClientError, ClientTimeout, web
+
+from engine.outcome import CommitError
+from engine.placement import Placement, next_move, ordered
+
+from .keys import GROUPS, HTTP, SETTINGS
+
+log = logging.getLogger(__name__)
+
+STEP_S = 0.5
+LIVE_CONTACT_MS = 1000
+REQUEST_TIMEOUT = ClientTimeout(total=30)
+MAX_REDIRECTS = 3
+
+
+class NotYet(Exception):
+    """A step that cannot be taken now (no leader, a refusal, a node not answering); the
+    mover tries again at its next step."""
+
+
+class LeaderPreferences:
+    """Gives each local engine's leader balancing its group's order of preference for
+    leadership as group 0's record stands: the placement's while every group keeps the
+    members the cluster was made with, else ``engine.placement.ordered`` over the record's
+    nodes. Every node derives it from the same record, so the replicas of a group agree on
+    whom to hand leadership to (each keeping the members it started with would hand it back
+    and forth). Runs on every node, in its first front."""
+
+    def __init__(self, app: web.Application):
+        self._app = app
+        self._given: dict[int, tuple] = {}
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(STEP_S)
+            try:
+                await self.give()
+            except CommitError as exc:    # an engine stopping as its group moved away
+                log.info("leader preferences: %s; trying again", exc)
+
+    async def give(self) -> None:
+        groups = self._app[GROUPS]
+        recorded = groups.recorded()
+        if recorded is None:
+            return
+        preferences = preference_orders(groups.placement, recorded)
+        for group, engine in list(groups.engines.items()):
+            if self._given.get(group) != (engine, preferences[group]):   # an engine started anew is told too
+                await engine.prefer(list(preferences[group]))
+                self._given[group] = (engine, preferences[group])
+
+
+def preference_orders(placement: Placement, recorded: dict) -> list[tuple[str, ...]]:
+    """Each group's order of preference for leadership by group 0's `recorded` members."""
+    members = {int(group): held for group, held in recorded["members"].items()}
+    if all(set(members[group]) == set(placement.groups[group]) for group in members):
+        return list(placement.groups)
+    nodes = sorted({node_id for held in members.values() for node_id in held})
+    return list(ordered(nodes, [nodes] + [members[group] for group in sorted(members)]).groups)
+
+
+class ReplicaMover:
+    def __init__(self, app: web.Application):
+        self._app = app
+        self._caught_up_at: dict[tuple, int] = {}   # move -> the commit index its target must reach
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(STEP_S)
+            try:
+                await self.step()
+            except (NotYet, CommitError, ClientError, asyncio.TimeoutError) as exc:
+                log.info("replica mover: %s; trying again", exc)
+            except ValueError as exc:     # the record names more members than the nodes can hold
+                log.error("replica mover: %s", exc)
+
+    async def step(self) -> None:
+        catalog = self._app[GROUPS].catalog
+        if catalog.view()["role"] != "leader":
+            return
+        recorded = (await catalog.read("group_members")).result
+        if not recorded["members"]:
+            return
+        voters = {voter["id"]: voter for voter in await catalog.members()}
+        peers = (await catalog.status())["peers"]
+        live = {catalog.id} | {node_id for node_id, peer in peers.items()
+                               if peer["last_contact_ms"] is not None and peer["last_contact_ms"] <= LIVE_CONTACT_MS}
+        if recorded["move"] is not None:
+            await self._carry_out(tuple(recorded["move"]), voters, live)
+            return
+        if any(node_id not in live for node_id in voters if node_id not in recorded["leaving"]):
+            return                        # a node that stays and is not heard from is neither a target nor emptied
+        members = {int(group): list(held) for group, held in recorded["members"].items()}
+        nodes = sorted(node_id for node_id in voters if node_id not in recorded["leaving"])
+        move = next_move(nodes, [[]] + [members[group] for group in sorted(members)])
+        if move is not None:
+            await self._record({"op": "replica_move", "group": move.group, "source": move.source,
+                                "target": move.target})
+            log.info("group %d: moving its replica on %s to %s", move.group, move.source, move.target)
+            return
+        for node_id in recorded["leaving"]:
+            if node_id in voters:
+                await self._admin("DELETE", f"/v1/cluster/nodes/{node_id}")
+                log.info("%s left group 0, its replicas moved away", node_id)
+
+    async def _carry_out(self, move: tuple, voters: dict, live: set) -> None:
+        group, source, target = move
+        if target not in voters:         # it left the cluster before the move ended
+            await self._admin("DELETE", f"/v1/cluster/nodes/{target}?group={group}", group=group)
+            await self._record({"op": "replica_moved", "group": group, "source": source, "target": target,
+                                "moved": False})
+            return
+        if source not in live:
+            # A source that is down (a dead node being removed) leaves first: added first, the
+            # target would be a fourth voter the group needs for its majority before it caught up.
+            await self._admin("DELETE", f"/v1/cluster/nodes/{source}?group={group}", group=group)
+        voter = voters[target]
+        added = await self._admin("POST", f"/v1/cluster/nodes?group={group}",
+                                  {"id": target, "raft_addr": voter["raft_addr"], "http_addr": voter["http_addr"]},
+                                  group=group)
+        goal = self._caught_up_at.setdefault(move, added["commit_index"])
+        if added["match_index"] < goal:
+            raise NotYet(f"group {group}: {target} has caught up to {added['match_index']} of {goal}")
+        await self._admin("DELETE", f"/v1/cluster/nodes/{source}?group={group}", group=group)
+        await self._record({"op": "replica_moved", "group": group, "source": source, "target": target,
+                            "moved": True})
+        self._caught_up_at.pop(move, None)
+        log.info("group %d: its replica moved from %s to %s", group, source, target)
+
+    async def _record(self, command: dict) -> None:
+        result = (await self._app[GROUPS].catalog.apply(command)).result
+        if "error" in result:
+            raise NotYet(f"group 0 refused {command['op']}: {result['message']}")
+
+    async def _admin(self, method: str, path: str, body: dict | None = None, *, group: int = 0) -> dict | None:
+        """An admin request to the leader of `group`, through the front of one of its recorded
+        members that answers (which forwards it; not a target's, whose engine knows no leader
+        until it is added), following the redirects of fronts that know a later leader."""
+        groups = self._app[GROUPS]
+        for node_id in [groups.catalog.id] if group == 0 else groups.members(group):
+            address = groups.http_addr(node_id)
+            if address is None:
+                continue
+            try:
+                return await self._follow(method, f"{self._app[SETTINGS].scheme}://{address}{path}", body)
+            except (ClientError, asyncio.TimeoutError) as exc:
+                log.info("replica mover: %s %s through %s: %s", method, path, node_id, exc)
+        raise NotYet(f"{method} {path}: no member of group {group} answered")
+
+    async def _follow(self, method: str, url: str, body: dict | None) -> dict | None:
+        headers = {"Accept": "application/json", "X-Raftq-Forward": "1"}
+        token = self._app[SETTINGS].tokens.admin
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        for _ in range(MAX_REDIRECTS):
+            async with self._app[HTTP].request(method, url, json=body, headers=headers, allow_redirects=False,
+                                               timeout=REQUEST_TIMEOUT) as reply:
+                if reply.status == 307 and "Location" in reply.headers:
+                    url = reply.headers["Location"]
+                    continue
+                if reply.status >= 300:
+                    raise NotYet(f"{method} {url}: {reply.status} {(await reply.text())[:200]}")
+                return await reply.json() if reply.status != 204 else None
+        raise NotYet(f"{method} {url}: redirected {MAX_REDIRECTS} times")

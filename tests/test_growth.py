@@ -1,0 +1,116 @@
+"""Growing and shrinking a cluster of several Raft groups under load (issue 24, "Growing the
+cluster"): `raftq cluster add` of two nodes, then `raftq cluster remove` of both, while a
+producer puts with ids; the replica mover (api/mover.py) moves one replica at a time, the
+node running it is killed in the middle of a move and another finishes it, one node is
+removed after it died, and every acknowledged message is stored exactly once, with every
+group's replicas agreeing."""
+
+import dataclasses
+import threading
+from collections import Counter
+
+import pytest
+
+from engine.config import NodeSpec
+from raftq.client import Client
+from raftq.failover import RaftqError
+from raftq.local import free_ports
+from tests.conftest import start_cluster
+from tests.test_routing import queues_in_groups
+from tests.test_stream_groups import stored_bodies
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def record(client: Client) -> dict:
+    """Group 0's record as the routing shows it. While a move ends, a node whose view of the
+    record lags may ask a group's former member, which has no engine of it any more (404):
+    asked again, the views have caught up."""
+    routing = wait_until(lambda: routing_or_none(client), 30, "the routing")
+    return {"move": routing["move"], "members": {g["id"]: g["members"] for g in routing["groups"][1:]}}
+
+
+def routing_or_none(client: Client) -> dict | None:
+    try:
+        return client.routing()
+    except RaftqError as exc:
+        if exc.status != 404:
+            raise
+        return None
+
+
+def spread_over(client: Client, nodes: list[str]) -> bool:
+    """Whether no move is in progress and groups 1..G-1 lie on `nodes` alone, within one replica per node."""
+    now = record(client)
+    held = Counter(member for members in now["members"].values() for member in members)
+    counts = [held.get(node_id, 0) for node_id in nodes]
+    return now["move"] is None and set(held) <= set(nodes) and max(counts) - min(counts) <= 1
+
+
+def voters(cluster) -> list[str]:
+    """Group 0's voters as the nodes that stay see them (a node removed is told nothing more)."""
+    with Client([cluster.url(node_id) for node_id in ("n1", "n2", "n3")], token=cluster.token) as client:
+        return [node["id"] for node in client.cluster()["nodes"]]
+
+
+def test_a_loaded_cluster_of_four_groups_grows_to_five_nodes_and_shrinks_back_losing_nothing(tmp_path):
+    cluster = start_cluster(tmp_path / "c", 3, groups=4, replicas=3)
+    try:
+        queues = list(queues_in_groups(cluster).values())
+        acknowledged, stop = [], threading.Event()
+
+        def produce() -> None:
+            with cluster.client() as client:
+                sent = 0
+                while not stop.is_set():
+                    body = f"m{sent}"
+                    while True:       # the same id until it is acknowledged: stored once however often sent
+                        try:
+                            client.put(queues[sent % len(queues)], body, id=body)
+                            break
+                        except (RaftqError, OSError):
+                            if stop.is_set():
+                                return
+                    acknowledged.append(body)
+                    sent += 1
+        producer = threading.Thread(target=produce)
+        producer.start()
+        client = cluster.client()
+        try:
+            ports = free_ports(4)
+            for i, node_id in enumerate(("n4", "n5")):
+                spec = NodeSpec(id=node_id, raft=f"127.0.0.1:{ports[2 * i]}", http=f"127.0.0.1:{ports[2 * i + 1]}")
+                cluster.cfg = dataclasses.replace(cluster.cfg, nodes=cluster.cfg.nodes + (spec,))
+                cluster.write_config()
+                client.add_node(spec.id, spec.raft, spec.http)
+                cluster.start(node_id, extra_args=("--join",))
+            # kill -9 of the node whose front moves replicas, in the middle of a move: the next
+            # leader of group 0 finishes it from the record
+            wait_until(lambda: record(client)["move"] is not None, 60, "a move to begin")
+            mover = client.cluster()["leader"]
+            cluster.kill(mover)
+            cluster.start(mover)
+            wait_until(lambda: spread_over(client, cluster.ids), 240, "the replicas to spread over five nodes")
+            grown = record(client)["members"]
+            assert {"n4", "n5"} <= {m for members in grown.values() for m in members}
+            assert len(acknowledged) > 0
+            # n5 dies first (a dead node replaced): its replicas leave it before others join them
+            cluster.kill("n5")
+            for node_id in ("n5", "n4"):
+                client.remove_node(node_id)
+                wait_until(lambda: node_id not in voters(cluster), 240, f"{node_id} to leave once its replicas moved away")
+                cluster.stop(node_id)
+            assert spread_over(client, ["n1", "n2", "n3"])
+        finally:
+            stop.set()
+            producer.join(60)
+        stored = Counter()
+        for queue in queues:
+            stored.update(stored_bodies(client, queue))
+        assert set(stored) >= set(acknowledged) and max(stored.values()) == 1
+        verified = client.verify()
+        assert verified["agree"] and len(verified["groups"]) == 4, verified
+        client.close()
+    finally:
+        cluster.close()
