@@ -791,7 +791,7 @@ def test_a_snapshot_of_another_format_stops_the_node_at_start(cluster):
     c = cluster()
     (c.root / "n1").mkdir(parents=True)
     (c.root / "n1" / "snapshot.bin").write_bytes(b"RAFTQSN1" + b"\0" * 64)
-    with pytest.raises(DamagedFile, match="not a RAFTQSN2 snapshot"):
+    with pytest.raises(DamagedFile, match="not a RAFTQSN3 snapshot"):
         c.start("n1")
     assert "n1" not in c.nodes
 

@@ -11,7 +11,7 @@ ENTRIES = {3: b"entry three", 7: b"", 12: b"entry twelve" * 5_000}
 
 def written(path):
     return snapshot_file.write(path, last=[b"c", 20, 2], prev=[b"b", 19, 2], cluster=[["a:1", "n1"]],
-                               state=b"the state", live=sorted(ENTRIES), entry_at=ENTRIES.__getitem__)
+                               state=b"the state", carried=sorted(ENTRIES), entry_at=ENTRIES.__getitem__)
 
 
 def test_the_live_entries_read_back_by_index_and_only_they(tmp_path):
