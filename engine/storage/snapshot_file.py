@@ -178,8 +178,8 @@ class Shipment:
         at = records.FILE_HEADER.size
         raw = os.pread(fd, int.from_bytes(os.pread(fd, 4, at), "little"), at + records.RECORD_HEADER.size)
         header = cbor2.loads(raw)
-        carried, named = header.get("entries", []), header.pop("journal", [])
-        header["entries"] = sorted([*carried, *named])
+        carried, named = header.get("entries", []), header.get("journal", [])
+        header["entries"], header["journal"] = sorted([*carried, *named]), []
         state, places = _places(fd, raw, carried)
         self._parts = self._stream(fd, cbor2.dumps(header), state, places, header["entries"], entry_at)
 
