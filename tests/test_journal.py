@@ -483,11 +483,21 @@ def mostly_dead(tmp_path):
 
 def test_a_mostly_dead_kept_segment_is_rewritten_with_its_named_entries_only(tmp_path):
     j = mostly_dead(tmp_path)
-    path = tmp_path / f"seg-{j._positions[1][0]:012d}.log"
-    before = path.stat()
+    paths = [tmp_path / f"seg-{j._positions[index - 1][0]:012d}.log" for index in (2, 14)]
+    assert paths[0] != paths[1]
+    before = {path: path.stat() for path in paths}
+
+    def rewritten():
+        return [path for path in paths if path.stat().st_ino != before[path].st_ino]
+
     j.deleteEntriesTo(50)
-    after = path.stat()
-    assert after.st_ino != before.st_ino and after.st_size < before.st_size / 2
+    assert len(rewritten()) == 1           # one rewrite per compaction: the other at the next one
+    [path] = rewritten()
+    assert path.stat().st_size < before[path].st_size / 2
+    assert (j.command(2), j.command(14)) == (command_of(2), command_of(14))
+    fill(j, 61, 5)
+    j.deleteEntriesTo(len(j) - 1)
+    assert rewritten() == paths
     assert (j.command(2), j.command(14)) == (command_of(2), command_of(14))
     j._destroy()
     reopened = DurableJournal(tmp_path, segment_bytes=400)

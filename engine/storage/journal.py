@@ -29,7 +29,8 @@ RAM, and ``kept.rec`` maps each one's index to (segment, offset, record
 length) in arrays; ``command`` reads one back with pread. A segment below the
 live log that holds no kept entry is unlinked; one whose kept records fill
 less than half of it is rewritten with only them (``_rewrite``: temp file,
-fsync, rename over, directory fsync, then the new offsets into ``kept.rec``).
+fsync, rename over, directory fsync, then the new offsets into ``kept.rec``),
+the most dead one at each compaction.
 ``kept.rec`` records each kept segment's size: at open, a kept segment of
 another size (a crash between a rewrite's rename and the new offsets) is
 scanned again for its entries, and a rewrite's leftover temp file is removed.
@@ -465,9 +466,12 @@ class DurableJournal(Journal):
             fsync_dir(self._dir)
         del self._entries[:entryTo]
         del self._positions[:entryTo]
-        for seq in sorted(needed):
-            if seq < start[0] and self._mostly_dead(seq):
-                self._rewrite(seq)
+        # One rewrite per compaction, the most dead segment's: each costs pysyncobj's tick thread a
+        # write and an fsync of up to half a segment, and a leader that stops ticking is deposed.
+        live_share = {seq: self._live_share(seq) for seq in needed if seq < start[0]}
+        deadest = min(sorted(live_share), key=live_share.get, default=None)
+        if deadest is not None and live_share[deadest] < 0.5:
+            self._rewrite(deadest)
 
     def _kept_after(self, entryTo: int) -> Kept:
         """The kept entries once the first ``entryTo`` entries of the log are dropped: those
@@ -490,11 +494,11 @@ class DurableJournal(Journal):
                 column.append(value)
         return new
 
-    def _mostly_dead(self, seq: int) -> bool:
+    def _live_share(self, seq: int) -> float:
+        """How much of kept segment ``seq`` its kept records (and header) would fill."""
         kept = self._kept
         part = kept.in_segment(seq)
-        live = sum(kept.lengths[part.start:part.stop])
-        return SEGMENT_HEADER.size + live < self._segment_sizes[seq] / 2
+        return (SEGMENT_HEADER.size + sum(kept.lengths[part.start:part.stop])) / self._segment_sizes[seq]
 
     def _rewrite(self, seq: int) -> None:
         """Rewrite kept segment ``seq`` with only its kept records: a crash at any step leaves
