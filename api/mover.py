@@ -185,17 +185,23 @@ class ReplicaMover:
     async def _admin(self, method: str, path: str, body: dict | None = None, *, group: int = 0) -> dict | None:
         """An admin request to the leader of `group`, through the front of one of its recorded
         members that answers (which forwards it; not a target's, whose engine knows no leader
-        until it is added), following the redirects of fronts that know a later leader."""
+        until it is added), following the redirects of fronts that know a later leader.
+
+        A member that answers but knows no leader is passed over like one that does not
+        answer: a source whose removal was committed before the mover that asked for it died
+        is still a recorded member, and its engine, out of the group, never learns a leader."""
         groups = self._app[GROUPS]
+        refusals = []
         for node_id in [groups.catalog.id] if group == 0 else groups.members(group):
             address = groups.http_addr(node_id)
             if address is None:
                 continue
             try:
                 return await self._follow(method, f"{self._app[SETTINGS].scheme}://{address}{path}", body)
-            except (ClientError, asyncio.TimeoutError) as exc:
+            except (NotYet, ClientError, asyncio.TimeoutError) as exc:
                 log.info("replica mover: %s %s through %s: %s", method, path, node_id, exc)
-        raise NotYet(f"{method} {path}: no member of group {group} answered")
+                refusals.append(f"{node_id}: {exc}")
+        raise NotYet(f"{method} {path}: no member of group {group} served it ({'; '.join(refusals) or 'none known'})")
 
     async def _follow(self, method: str, url: str, body: dict | None) -> dict | None:
         headers = {"Accept": "application/json", "X-Raftq-Forward": "1"}
