@@ -34,6 +34,7 @@ import logging
 
 from aiohttp import ClientError, ClientTimeout, web
 
+from engine.background import Background
 from engine.outcome import CommitError
 from engine.placement import Placement, next_move, ordered
 
@@ -52,7 +53,7 @@ class NotYet(Exception):
     mover tries again at its next step."""
 
 
-class LeaderPreferences:
+class LeaderPreferences(Background):
     """Gives each local engine's leader balancing its group's order of preference for
     leadership as group 0's record stands: the placement's while every group keeps the
     members the cluster was made with, else ``engine.placement.ordered`` over the record's
@@ -63,14 +64,6 @@ class LeaderPreferences:
     def __init__(self, app: web.Application):
         self._app = app
         self._given: dict[int, tuple] = {}
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
 
     async def _run(self) -> None:
         while True:
@@ -101,18 +94,10 @@ def preference_orders(placement: Placement, recorded: dict) -> list[tuple[str, .
     return list(ordered(nodes, [nodes] + [members[group] for group in sorted(members)]).groups)
 
 
-class ReplicaMover:
+class ReplicaMover(Background):
     def __init__(self, app: web.Application):
         self._app = app
         self._caught_up_at: dict[tuple, int] = {}   # move -> the commit index its target must reach
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
 
     async def _run(self) -> None:
         while True:

@@ -18,6 +18,8 @@ import logging
 import time
 from typing import Sequence
 
+from .background import Background
+
 logger = logging.getLogger(__name__)
 
 CHECK_S = 1.0
@@ -46,24 +48,16 @@ def preferred_successor(preference: Sequence[str], status: dict, election_timeou
     return None
 
 
-class LeaderBalancer:
+class LeaderBalancer(Background):
     """Runs ``preferred_successor`` for one group's engine (an ``engine.node.Node``)."""
 
     def __init__(self, node, preference: Sequence[str]):
         self._node = node
         self._preference = tuple(preference)
-        self._task: asyncio.Task | None = None
 
     def prefer(self, preference: Sequence[str]) -> None:
         """The group's order of preference from now on (its members moved: api/mover.py)."""
         self._preference = tuple(preference)
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
 
     async def _run(self) -> None:
         last_transfer = -INTERVAL_S

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from .background import Background
 from .outcome import CommitError
 from .placement import Placement
 
@@ -25,7 +26,7 @@ logger = logging.getLogger(__name__)
 CHECK_S = 1.0
 
 
-class MemberRecorder:
+class MemberRecorder(Background):
     """Records `placement`'s members of groups 1..G-1 in group 0's catalog, once (`node`: group 0's engine)."""
 
     def __init__(self, node, placement: Placement):
@@ -33,14 +34,6 @@ class MemberRecorder:
             raise ValueError("group 0's engine of a cluster of several groups records their members")
         self._node = node
         self._groups = [list(members) for members in placement.groups[1:]]
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
 
     async def _run(self) -> None:
         while not self._node.read("group_members")["members"]:
@@ -70,7 +63,7 @@ def held_groups(recorded: dict, node_id: str) -> dict[int, list[str]]:
     return held
 
 
-class HeldGroupsReporter:
+class HeldGroupsReporter(Background):
     """Tells the node's supervisor (`report`) which groups g > 0 this node
     should run an engine of, by group 0's record, and their members'
     addresses, whenever that changes (`node`: group 0's engine).
@@ -85,14 +78,6 @@ class HeldGroupsReporter:
         self._node = node
         self._report = report
         self._reported: dict | None = None
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
 
     async def _run(self) -> None:
         while True:
