@@ -88,10 +88,44 @@ class Recorder:
             raise RuntimeError("restore failed")
         self.entries = cbor2.loads(data)
 
+    def live_entries(self):
+        return []
+
+
+class Keeper(Recorder):
+    """A Recorder whose state reads back the log entries that begin with b"keep" (as stored
+    bodies are read from the entries that carried them), until an entry b"drop <entry>"."""
+
+    def __init__(self, **knobs):
+        super().__init__(**knobs)
+        self.kept = {}            # entry -> its log index
+        self.node = None
+
+    def apply(self, entry):
+        if entry.startswith(b"keep"):
+            self.kept[entry] = self.node.applying_index()
+        elif entry.startswith(b"drop "):
+            self.kept.pop(entry[5:], None)
+        return super().apply(entry)
+
+    def snapshot(self):
+        return cbor2.dumps([self.entries, self.kept])
+
+    def restore(self, data):
+        self.entries, self.kept = cbor2.loads(data)
+
+    def live_entries(self):
+        return sorted(self.kept.values())
+
+    def read_back(self):
+        """Each kept entry as this node reads it back from its log index."""
+        return {entry: self.node.entry_at(index) for entry, index in self.kept.items()}
+
 
 class Cluster:
     def __init__(self, root, n=3, **knobs):
         self.root = Path(root)
+        self.machine_class = knobs.pop("machine_class", Recorder)
         self.peers = [Peer(f"n{i + 1}", f"127.0.0.1:{p}") for i, p in enumerate(free_ports(n))]
         self.knobs = knobs
         self.nodes = {}
@@ -99,13 +133,15 @@ class Cluster:
 
     def start(self, node_id, peers=None, **knobs):
         me = next(p for p in self.peers if p.id == node_id)
-        machine = Recorder(**knobs.pop("machine", {}))
+        machine = self.machine_class(**knobs.pop("machine", {}))
         others = peers if peers is not None else [p for p in self.peers if p.id != node_id]
         # Every node of a Cluster shares this process: a stall of the test
         # process (load, GC) must not depose a leader unless a test wants it.
         node = Consensus(self_peer=me, peers=others, data_dir=self.root / node_id,
                          apply=machine.apply, snapshot=machine.snapshot, restore=machine.restore,
+                         live_entries=machine.live_entries,
                          **{"secret": SECRET, "election_timeout": CALM_ELECTIONS, **self.knobs, **knobs})
+        machine.node = node
         self.nodes[node_id] = node
         self.machines[node_id] = machine
         return node
@@ -718,6 +754,64 @@ def test_snapshots_restart_and_catch_up_a_wiped_node(cluster):
     assert c.machines[leader.status()["self_id"]].entries == expected + [b"after-restart"]
 
 
+def snapshot_header(node):
+    return cbor2.loads(snapshot_file.records.read_file(node._snapshot_path, snapshot_file.MAGIC, first=1)[0])
+
+
+def test_live_entries_stay_in_the_journal_and_a_follower_missing_them_gets_them_with_the_snapshot(cluster):
+    c = cluster(machine_class=Keeper, segment_bytes=2048,
+                compaction_min_entries=10 ** 6, compaction_min_seconds=10 ** 6).start_all()
+    leader_id = c.leader().status()["self_id"]
+    for i in range(60):
+        commit(c, b"keep %d" % i if i % 10 == 0 else b"filler %d " % i + b"x" * 100)
+    commit(c, b"drop keep 0")
+    c.converged()
+    expected = {b"keep %d" % i: b"keep %d" % i for i in range(10, 60, 10)}
+    for node_id, node in c.nodes.items():
+        assert node.force_snapshot()
+        wait_until(lambda: node.status()["log_entries"] <= 3, what="compaction")
+        header = snapshot_header(node)
+        # the snapshot names the live entries, it does not carry them: the journal keeps them
+        assert (header["entries"], header["journal"]) == ([], sorted(c.machines[node_id].kept.values()))
+        assert c.machines[node_id].read_back() == expected
+        assert node._journal.stats()["kept_entries"] == 5
+
+    # a follower that lost its disk: the leader's journal holds the live entries, the follower is
+    # sent the snapshot with them carried
+    lost = next(i for i in c.nodes if i != leader_id)
+    c.stop(lost)
+    shutil.rmtree(c.root / lost)
+    for i in range(60, 70):
+        commit(c, b"keep %d" % i if i % 5 == 0 else b"filler %d" % i)
+    expected.update({b"keep 60": b"keep 60", b"keep 65": b"keep 65"})
+    assert c.nodes[leader_id].force_snapshot()
+    c.start(lost)
+    c.converged()
+    assert c.machines[lost].read_back() == expected
+    header = snapshot_header(c.nodes[lost])
+    assert (header["entries"], header["journal"]) == (sorted(c.machines[lost].kept.values()), [])
+
+    # its own next snapshot carries what only its snapshot held and names what its journal holds
+    commit(c, b"keep 70")
+    expected[b"keep 70"] = b"keep 70"
+    c.converged()
+    assert c.nodes[lost].force_snapshot()
+    header = snapshot_header(c.nodes[lost])
+    assert header["journal"] == [c.machines[lost].kept[b"keep 70"]]
+    assert header["entries"] == sorted(set(c.machines[lost].kept.values()) - set(header["journal"]))
+    assert c.machines[lost].read_back() == expected
+
+    # every node restarts from its snapshot and journal with every live entry
+    c.close()
+    c.start_all()
+    c.leader()
+    commit(c, b"after restart")
+    c.converged()
+    for node_id in c.nodes:
+        assert c.machines[node_id].read_back() == expected, node_id
+    assert len({cbor2.dumps(sorted(m.kept.items())) for m in c.machines.values()}) == 1
+
+
 def test_a_damaged_snapshot_is_refused_and_restores_nothing(cluster):
     c = cluster(compaction_min_entries=10 ** 6, compaction_min_seconds=10 ** 6).start_all()
     for i in range(5):
@@ -791,7 +885,7 @@ def test_a_snapshot_of_another_format_stops_the_node_at_start(cluster):
     c = cluster()
     (c.root / "n1").mkdir(parents=True)
     (c.root / "n1" / "snapshot.bin").write_bytes(b"RAFTQSN1" + b"\0" * 64)
-    with pytest.raises(DamagedFile, match="not a RAFTQSN2 snapshot"):
+    with pytest.raises(DamagedFile, match="not a RAFTQSN3 snapshot"):
         c.start("n1")
     assert "n1" not in c.nodes
 

@@ -3,6 +3,7 @@
 import errno
 import logging
 import os
+import random
 import re
 import signal
 import subprocess
@@ -406,3 +407,181 @@ def test_every_add_is_fdatasynced_before_it_returns(tmp_path):
     assert len(rounds) == n
     assert all(re.fullmatch(r"(ws)+", r) for r in rounds), rounds
     assert sum(r.count("s") for r in rounds[1:]) == n - 1
+
+
+# -- entries kept for the snapshot -------------------------------------------------------
+
+def command_of(idx, size=20):
+    return bytes([idx % 251]) * size + b"#%d" % idx
+
+
+def segment_of(journal, index):
+    kept = journal._kept
+    return kept.seqs[kept.find(index)]
+
+
+def test_compaction_keeps_the_segments_of_the_entries_the_snapshot_names(tmp_path):
+    j = DurableJournal(tmp_path, segment_bytes=300)
+    fill(j, 1, 60)
+    j.retain([3, 17, 40, 55])            # 55 stays in the log itself
+    j.deleteEntriesTo(45)
+    assert [e[1] for e in contents(j)] == list(range(46, 61))     # the log's RAM holds the rest only
+    assert {i: j.command(i) for i in (3, 17, 40, 55)} == {i: command_of(i) for i in (3, 17, 40, 55)}
+    assert j.command(4) is None and j.command(44) is None
+    assert j.holds(17) and not j.holds(18)
+    kept_segments = {segment_of(j, i) for i in (3, 17, 40)}
+    start_seq = j._positions[0][0]
+    on_disk = {int(p.name[4:16]) for p in segments(tmp_path)}
+    assert {s for s in on_disk if s < start_seq} <= kept_segments
+    assert j.stats()["kept_entries"] == 3
+    j._destroy()
+    reopened = DurableJournal(tmp_path, segment_bytes=300)
+    assert {i: reopened.command(i) for i in (3, 17, 40)} == {i: command_of(i) for i in (3, 17, 40)}
+    assert [e[1] for e in contents(reopened)] == list(range(46, 61))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_after_every_compaction_no_named_entry_lies_in_a_deleted_segment(tmp_path, seed):
+    """Rounds of appends, a snapshot naming a random part of what the journal holds, compaction
+    (and now and then a clear or a reopen): every entry the last snapshot named reads back."""
+    rng = random.Random(seed)
+    j = DurableJournal(tmp_path, segment_bytes=rng.choice([200, 400, 1000]))
+    nxt, named = 1, []
+    for round in range(12):
+        count = rng.randint(1, 40)
+        fill(j, nxt, count)
+        nxt += count
+        held = [i for i in range(1, nxt) if j.holds(i)]
+        named = sorted(rng.sample(held, rng.randint(0, min(len(held), 15))))
+        j.retain(named)
+        if rng.random() < 0.15:
+            j.clear()
+            fill(j, nxt, 2)
+            nxt += 2
+        else:
+            j.deleteEntriesTo(rng.randint(0, len(j)))
+        assert {i: j.command(i) for i in named} == {i: command_of(i) for i in named}, round
+        if rng.random() < 0.3:
+            j._destroy()
+            j = DurableJournal(tmp_path, segment_bytes=1000)
+            j.retain(named)
+            assert {i: j.command(i) for i in named} == {i: command_of(i) for i in named}, round
+        first_live_seq = j._log_start()[0]
+        below = {int(p.name[4:16]) for p in segments(tmp_path)} - {s for s in j._segment_sizes if s >= first_live_seq}
+        assert below == {s for s in set(j._kept.seqs) if s < first_live_seq}, round
+    assert not list(tmp_path.glob("*.rewrite"))
+    j._destroy()
+
+
+def mostly_dead(tmp_path):
+    """A journal whose first segments hold one named entry each among 10 others."""
+    j = DurableJournal(tmp_path, segment_bytes=400)
+    fill(j, 1, 60)
+    j.retain([2, 14])
+    return j
+
+
+def test_a_mostly_dead_kept_segment_is_rewritten_with_its_named_entries_only(tmp_path):
+    j = mostly_dead(tmp_path)
+    paths = [tmp_path / f"seg-{j._positions[index - 1][0]:012d}.log" for index in (2, 14)]
+    assert paths[0] != paths[1]
+    before = {path: path.stat() for path in paths}
+
+    def rewritten():
+        return [path for path in paths if path.stat().st_ino != before[path].st_ino]
+
+    j.deleteEntriesTo(50)
+    assert len(rewritten()) == 1           # one rewrite per compaction: the other at the next one
+    [path] = rewritten()
+    assert path.stat().st_size < before[path].st_size / 2
+    assert (j.command(2), j.command(14)) == (command_of(2), command_of(14))
+    fill(j, 61, 5)
+    j.deleteEntriesTo(len(j) - 1)
+    assert rewritten() == paths
+    assert (j.command(2), j.command(14)) == (command_of(2), command_of(14))
+    j._destroy()
+    reopened = DurableJournal(tmp_path, segment_bytes=400)
+    assert (reopened.command(2), reopened.command(14)) == (command_of(2), command_of(14))
+
+
+class Crash(Exception):
+    pass
+
+
+def crash_at(monkeypatch, tmp_path, step):
+    """Make the segment rewrite stop at `step`, as a kill -9 there would."""
+    import engine.storage.journal as journal_module
+    real_fsync, real_replace, real_fsync_dir, real_replace_file = (
+        os.fsync, os.replace, journal_module.fsync_dir, journal_module.records.replace_file)
+    rewriting = []
+
+    def fsync(fd):
+        if step == "before the temp file is synced" and os.readlink(f"/proc/self/fd/{fd}").endswith(".rewrite"):
+            raise Crash(step)
+        real_fsync(fd)
+
+    def replace(src, dst):
+        if str(src).endswith(".rewrite"):
+            if step == "before the rename":
+                raise Crash(step)
+            rewriting.append(dst)
+        real_replace(src, dst)
+
+    def fsync_dir(path):
+        if rewriting and step == "before the directory is synced":
+            raise Crash(step)
+        real_fsync_dir(path)
+
+    def replace_file(path, *args, **kwargs):
+        if rewriting and step == "before the new offsets are recorded":
+            raise Crash(step)
+        real_replace_file(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(journal_module, "fsync_dir", fsync_dir)
+    monkeypatch.setattr(journal_module.records, "replace_file", replace_file)
+
+
+@pytest.mark.parametrize("step", ["before the temp file is synced", "before the rename",
+                                  "before the directory is synced", "before the new offsets are recorded"])
+def test_a_rewrite_stopped_at_any_step_loses_nothing(tmp_path, monkeypatch, step):
+    j = mostly_dead(tmp_path)
+    crash_at(monkeypatch, tmp_path, step)
+    with pytest.raises(Crash):
+        j.deleteEntriesTo(50)
+    monkeypatch.undo()
+    reopened = DurableJournal(tmp_path, segment_bytes=400)
+    reopened.retain([2, 14])
+    assert (reopened.command(2), reopened.command(14)) == (command_of(2), command_of(14))
+    assert [e[1] for e in contents(reopened)] == list(range(51, 61))
+    assert not list(tmp_path.glob("*.rewrite"))
+    # and the next compaction goes on from there
+    fill(reopened, 61, 5)
+    reopened.deleteEntriesTo(len(reopened) - 1)
+    assert (reopened.command(2), reopened.command(14)) == (command_of(2), command_of(14))
+
+
+def test_a_rewritten_segment_is_synced_before_it_replaces_the_old_one(tmp_path, monkeypatch):
+    j = mostly_dead(tmp_path)
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", str(src)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    j.deleteEntriesTo(50)
+    monkeypatch.undo()
+    rewrites = [e[1] for e in events if e[0] == "replace" and e[1].endswith(".rewrite")]
+    assert rewrites
+    for temporary in rewrites:
+        renamed = events.index(("replace", temporary))
+        assert ("fsync", temporary) in events[:renamed]
+        assert ("fsync", str(tmp_path)) in events[renamed:]

@@ -55,10 +55,12 @@ pysyncobj 0.3.17 lacks"):
   crash came between writing a snapshot and compacting the log).
 - Live entries. A stored body is a reference into the log entry that
   carried it (statemachine/bodies.py); ``entry_at`` reads an applied entry
-  back, from the journal or, once compaction dropped it there, from the
-  snapshot, which carries every entry the state's references name
-  (``live_entries``) -- so a follower sent the snapshot receives them too.
-  Recently read entries are kept in a bounded cache.
+  back, from the journal -- whose compaction keeps, on disk, the entries the
+  snapshot names (``live_entries``) -- or from the snapshot, which carries
+  those this node holds in no journal (entries it received in a leader's
+  snapshot). A follower is sent the snapshot with every live entry carried
+  (``snapshot_file.Shipment``). Recently read entries are kept in a
+  bounded cache.
 - Fast failover timing, a quorum check before accepting a write (the
   leader lease) and, when a leader has stepped down for want of a majority
   (CheckQuorum, ``engine.raft.node``), a routing view that says it is cut
@@ -116,7 +118,7 @@ class Consensus:
     def __init__(self, *, self_peer: Peer, peers: list[Peer], data_dir: str | Path,
                  apply: Callable[[bytes], object], snapshot: Callable[[], bytes],
                  restore: Callable[[bytes], None], secret: str | None, fsync: bool = True,
-                 live_entries: Callable[[], list[int]] = list,
+                 live_entries: Callable[[], list[int]] = list,   # ascending
                  on_role_change: Callable[[], None] | None = None,
                  election_timeout: tuple[float, float] = (0.3, 0.6),
                  leader_lease: float = 0.2,
@@ -225,6 +227,7 @@ class Consensus:
                                   [self._make_node(p.raft_addr) for p in peers],
                                   conf, self._journal, self._dial_addrs,
                                   apply_entry=self._apply_entry, snapshot_written=self._snapshot_written,
+                                  ship_snapshot=self._ship_snapshot,
                                   sealer=Sealer(secret) if secret is not None else None,
                                   max_frame=max_frame_bytes(max_entry_bytes),
                                   # 32 MiB of batched 100-byte puts replay in about 2 s at
@@ -331,20 +334,36 @@ class Consensus:
             return entry
 
     def _stored_entry(self, index: int) -> bytes:
-        """The entry at `index` from the journal, else from the snapshot; LookupError if neither holds it.
-        Takes no lock: the snapshot writer's child calls it too."""
-        journal = self._journal
-        try:
-            command, at, _ = journal[index - journal[0][1]]
-        except IndexError:
-            at = None
-        if at == index:
-            # a regular command's type byte, then pickle of (the id of _raftq_apply, (entry,))
-            return pickle.loads(command[1:])[1][0]
+        """The entry at `index` from the journal, else from the snapshot; LookupError if neither holds it."""
+        entry = self._journal_entry(index)
+        if entry is None:
+            entry = self._snapshot_entries.get(index)
+        if entry is None:
+            raise LookupError(f"log entry {index} is neither in the journal nor in the snapshot")
+        return entry
+
+    def _journal_entry(self, index: int) -> bytes | None:
+        command = self._journal.command(index)
+        if command is None:
+            return None
+        # a regular command's type byte, then pickle of (the id of _raftq_apply, (entry,))
+        return pickle.loads(command[1:])[1][0]
+
+    def _carried_entry(self, index: int) -> bytes:
+        """A live entry the journal does not hold, from the snapshot (the snapshot writer's child:
+        no lock)."""
         entry = self._snapshot_entries.get(index)
         if entry is None:
             raise LookupError(f"log entry {index} is neither in the journal nor in the snapshot")
         return entry
+
+    def _ship_snapshot(self, path: str) -> snapshot_file.Shipment:
+        def entry_at(index: int) -> bytes:
+            entry = self._journal_entry(index)
+            if entry is None:
+                raise LookupError(f"log entry {index}, which the snapshot names, is not in the journal")
+            return entry
+        return snapshot_file.Shipment(path, entry_at)
 
     def _use_snapshot_entries(self, entries: snapshot_file.LiveEntries) -> None:
         with self._entries_lock:
@@ -529,15 +548,23 @@ class Consensus:
     # -- snapshots (tick thread) -------------------------------------------
 
     def _write_snapshot(self, filename: str, data) -> None:
-        # in the snapshot writer's child process (engine.raft.snapshots)
+        # in the snapshot writer's child process (engine.raft.snapshots): it names the live entries
+        # the journal holds (compaction keeps them there) and carries the others
         last, prev, cluster = data
+        live = self._live_entries()
+        in_journal = [index for index in live if self._journal.holds(index)]
+        held = set(in_journal)
         snapshot_file.write(filename, last=last, prev=prev, state=self._snapshot(),
                             cluster=[[n.id, self._id_of(n)] for n in cluster],
-                            live=self._live_entries(), entry_at=self._stored_entry)
+                            carried=[index for index in live if index not in held],
+                            entry_at=self._carried_entry, in_journal=in_journal)
 
     def _snapshot_written(self, last_index: int, seconds: float) -> None:
-        # before pysyncobj drops the entries the snapshot covers from the journal
-        self._use_snapshot_entries(snapshot_file.LiveEntries(self._snapshot_path))
+        # before pysyncobj drops the entries the snapshot covers from the journal, which keeps
+        # those the snapshot names
+        entries = snapshot_file.LiveEntries(self._snapshot_path)
+        self._journal.retain(entries.in_journal)
+        self._use_snapshot_entries(entries)
         self._snapshot_info = {"index": last_index, "bytes": self._snapshot_path.stat().st_size,
                                "seconds": round(seconds, 4), "count": self._snapshot_info["count"] + 1}
 
@@ -552,6 +579,7 @@ class Consensus:
         except Exception:
             logger.critical("state machine restore raised; this node's state is unusable", exc_info=True)
             raise
+        self._journal.retain(entries.in_journal)
         self._use_snapshot_entries(entries)
         nodes = []
         for addr, node_id in header["cluster"]:

@@ -120,12 +120,16 @@ class FollowerSide:
             # Checked whole before it replaces this node's own snapshot: a
             # damaged one would fail to load only once it had (pysyncobj
             # swallows the error), and the node could not restart from it.
-            snapshot_file.check(snapshots.incoming)
+            # It must carry every live entry: loading it drops the journal.
+            snapshot_file.check(snapshots.incoming, self_contained=True)
         except (OSError, ValueError):
             logger.error("a damaged snapshot arrived from %s; dropped (the leader sends it again)", node,
                          exc_info=True)
             snapshots.drop_incoming()
             return None
+        # A snapshot of this node's own still being written would be renamed
+        # over the leader's, naming journal entries the load below drops.
+        snapshots.abandon()
         snapshots.take_incoming()
         self.loaded_snapshot = None
         self._SyncObj__loadDumpFile(clearJournal=True)

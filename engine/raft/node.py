@@ -212,12 +212,13 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
     and "what the facade steers".
 
     ``apply_entry(entry)`` applies a committed entry (on the tick thread);
-    ``snapshot_written(last_index, seconds)`` runs once a snapshot is in place.
+    ``snapshot_written(last_index, seconds)`` runs once a snapshot is in place;
+    ``ship_snapshot(path)`` is what a follower is sent of it (``engine.raft.snapshots``).
     """
 
     def __init__(self, self_node, other_nodes, conf, journal: DurableJournal, dial_addrs, *,
                  apply_entry: Callable[[bytes], object], snapshot_written: Callable[[int, float], None],
-                 sealer: Sealer | None, max_frame: int, compaction_min_bytes: int,
+                 ship_snapshot: Callable, sealer: Sealer | None, max_frame: int, compaction_min_bytes: int,
                  group: int = 0, handoff: socket.socket | None = None):
         _install_journal_hook()
         self._apply_entry = apply_entry
@@ -252,7 +253,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         self._read_snapshot = conf.deserializer
         self.snapshots = ForkedSnapshots(conf.fullDumpFile, conf.logCompactionBatchSize,
                                          write=conf.serializer, read=self._load_snapshot,
-                                         on_written=snapshot_written)
+                                         on_written=snapshot_written, ship=ship_snapshot)
         self._SyncObj__serializer = self.snapshots
         self._SyncObj__transport.on_send = self._stamp
         self.apply_func_id = self._methodToID[self._getFuncName("_raftq_apply")]

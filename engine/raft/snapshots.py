@@ -49,16 +49,19 @@ SNAPSHOT_NICENESS = 10
 class ForkedSnapshots(Serializer):
     """pysyncobj's Serializer for a file, with ``write(path, (last, prev, cluster))``
     run in a forked child; ``on_written(last_index, seconds)`` runs in the
-    parent once the file is in place.
+    parent once the file is in place. A follower is sent ``ship(path)``, a
+    file-like object (the snapshot with every live entry it names carried:
+    ``engine.storage.snapshot_file.Shipment``).
 
     Name-mangled ``_Serializer__*`` attributes are pysyncobj 0.3.17 internals.
     """
 
     def __init__(self, path: str, transmission_batch: int, *, write: Callable, read: Callable,
-                 on_written: Callable[[int, float], None]):
+                 on_written: Callable[[int, float], None], ship: Callable):
         super().__init__(path, transmission_batch, False, write, read, None)
         self._path = path
         self._write = write
+        self._ship = ship
         self._on_written = on_written
         self._started = 0.0
         self._last_index = 0
@@ -116,6 +119,23 @@ class ForkedSnapshots(Serializer):
         self._Serializer__transmissions = {}
         self._on_written(self._last_index, time.monotonic() - self._started)
         return SERIALIZER_STATE.SUCCESS, self._Serializer__currentID
+
+    # -- this node's snapshot, sent ------------------------------------------
+
+    def getTransmissionData(self, transmissionID):
+        if self.busy():
+            return None
+        transmissions = self._Serializer__transmissions
+        if transmissionID not in transmissions:
+            try:
+                transmissions[transmissionID] = {"file": self._ship(self._path), "transmitted": 0}
+            except Exception:
+                logger.exception("cannot ship the snapshot to %s; trying again at the next append", transmissionID)
+                return None
+        data = super().getTransmissionData(transmissionID)
+        # pysyncobj answers False to a read that failed, then indexes it as a chunk (TypeError in
+        # the tick thread); None sends nothing and it starts over at the next append
+        return None if data is False else data
 
     # -- a leader's snapshot, received ---------------------------------------
 

@@ -16,6 +16,24 @@ Layout of the directory:
 - ``meta.rec``: one record holding currentTerm, votedFor, commit index and
   where the live log starts (segment, offset), as JSON -- replaced atomically
   (temp file, fsync, rename, directory fsync).
+- ``kept.rec``: the compacted entries kept for the snapshot (below), replaced
+  atomically like meta.
+
+Kept entries. A stored message's body is a reference into the log entry that
+carried it (statemachine/bodies.py), and the snapshot names the entries the
+state still reads bodies from instead of copying them
+(``engine.storage.snapshot_file``). Compaction (``deleteEntriesTo``,
+``clear``) therefore keeps, of the entries it drops, those the durable
+snapshot names (``retain``): their segments stay on disk, their bytes leave
+RAM, and ``kept.rec`` maps each one's index to (segment, offset, record
+length) in arrays; ``command`` reads one back with pread. A segment below the
+live log that holds no kept entry is unlinked; one whose kept records fill
+less than half of it is rewritten with only them (``_rewrite``: temp file,
+fsync, rename over, directory fsync, then the new offsets into ``kept.rec``),
+the most dead one at each compaction.
+``kept.rec`` records each kept segment's size: at open, a kept segment of
+another size (a crash between a rewrite's rename and the new offsets) is
+scanned again for its entries, and a rewrite's leftover temp file is removed.
 
 At open, records are read from the recorded start; the first record with a
 bad checksum, a short read or an index that does not follow its predecessor
@@ -43,8 +61,11 @@ import logging
 import os
 import re
 import struct
+import threading
+from array import array
+from bisect import bisect_left, bisect_right
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 from pysyncobj.journal import Journal
 
@@ -55,9 +76,12 @@ logger = logging.getLogger(__name__)
 
 SEGMENT_MAGIC = b"RAFTQJ\x00\x01"
 META_MAGIC = b"RAFTQJM1"
+KEPT_MAGIC = b"RAFTQJK1"
 ENTRY_PREFIX = struct.Struct("<QQ")
 _SEGMENT_NAME = re.compile(r"^seg-(\d{12})\.log$")
 META_NAME = "meta.rec"
+KEPT_NAME = "kept.rec"
+REWRITE_SUFFIX = ".rewrite"
 PREALLOCATE_BYTES = 4 * 1024 * 1024
 
 
@@ -67,6 +91,30 @@ def _segment_name(seq: int) -> str:
 
 def encode_record(command: bytes, idx: int, term: int) -> bytes:
     return records.encode(ENTRY_PREFIX.pack(idx, term) + command)
+
+
+def _record_length(command: bytes) -> int:
+    return records.RECORD_HEADER.size + ENTRY_PREFIX.size + len(command)
+
+
+class Kept(NamedTuple):
+    """Compacted entries kept on disk, in index order (so their segments ascend too): for each,
+    its index, segment, record offset and record length."""
+    indexes: array
+    seqs: array
+    offsets: array
+    lengths: array
+
+    @staticmethod
+    def empty() -> "Kept":
+        return Kept(array("Q"), array("I"), array("I"), array("I"))
+
+    def find(self, index: int) -> int | None:
+        k = bisect_left(self.indexes, index)
+        return k if k < len(self.indexes) and self.indexes[k] == index else None
+
+    def in_segment(self, seq: int) -> range:
+        return range(bisect_left(self.seqs, seq), bisect_right(self.seqs, seq))
 
 
 class DurableJournal(Journal):
@@ -94,7 +142,15 @@ class DurableJournal(Journal):
 
         self._entries: list[tuple[bytes, int, int]] = []
         self._positions: list[tuple[int, int]] = []  # (segment seq, offset) per entry
-        self._segment_sizes: dict[int, int] = {}     # seq -> size of its records
+        self._segment_sizes: dict[int, int] = {}     # seq -> size of its records (kept segments too)
+        # The indexes the durable snapshot names (``retain``), the kept
+        # entries and a read descriptor per kept segment. Reads come from
+        # other threads (``command``): the lock keeps one from meeting the
+        # swap of these and the closing of a descriptor.
+        self._live = array("Q")
+        self._kept = Kept.empty()
+        self._kept_fds: dict[int, int] = {}
+        self._kept_lock = threading.Lock()
         self._deferred = 0
         self._meta_dirty = False
         self._appender: records.Appender | None = None   # the live segment
@@ -105,7 +161,8 @@ class DurableJournal(Journal):
         self._term: int = meta.get("term", 0)
         self._voted_for = meta.get("voted_for")
         self._commit_index: int = meta.get("commit_index", 1)
-        self._open_log(meta.get("start"))
+        kept, kept_sizes = self._read_kept()
+        self._open_log(meta.get("start"), kept, kept_sizes)
 
     # -- opening ---------------------------------------------------------
 
@@ -133,7 +190,49 @@ class DurableJournal(Journal):
                 seqs.append(int(m.group(1)))
         return sorted(seqs)
 
-    def _open_log(self, start: list[int] | None) -> None:
+    def _read_kept(self) -> tuple[Kept, dict[int, int]]:
+        """The kept entries as ``kept.rec`` has them, and the size it recorded for each kept segment."""
+        try:
+            sizes, *columns = records.read_file(self._dir / KEPT_NAME, KEPT_MAGIC)
+        except FileNotFoundError:
+            return Kept.empty(), {}
+        kept = Kept.empty()
+        for column, raw in zip(kept, columns):
+            column.frombytes(raw)
+        return kept, {int(seq): size for seq, size in json.loads(sizes).items()}
+
+    def _open_kept(self, kept: Kept, sizes: dict[int, int], below: int) -> bool:
+        """Take up the kept segments below the live log's first one; True if the files changed."""
+        rescan = [seq for seq, size in sizes.items()
+                  if seq < below and os.path.getsize(self._dir / _segment_name(seq)) != size]
+        for seq in rescan:
+            # a rewrite renamed over it before it could record the new offsets
+            kept = self._rescan(kept, seq)
+        for name in os.listdir(self._dir):
+            if name.endswith(REWRITE_SUFFIX):
+                os.unlink(self._dir / name)   # a rewrite interrupted before its rename
+        for seq in sizes:
+            self._segment_sizes[seq] = os.path.getsize(self._dir / _segment_name(seq))
+        self._use_kept(kept)
+        if rescan:
+            self._write_kept()
+        return bool(rescan)
+
+    def _rescan(self, kept: Kept, seq: int) -> Kept:
+        """``kept`` with the offsets of segment ``seq``'s entries read from the file itself."""
+        data = (self._dir / _segment_name(seq)).read_bytes()
+        found = {}
+        for start, end, payload in records.iter_records(data):
+            found[ENTRY_PREFIX.unpack_from(payload)[0]] = (start, end - start)
+        offsets, lengths = array("I", kept.offsets), array("I", kept.lengths)
+        for k in kept.in_segment(seq):
+            if kept.indexes[k] not in found:
+                logger.critical("journal %s: kept entry %d is not in segment %d", self._dir, kept.indexes[k], seq)
+                continue
+            offsets[k], lengths[k] = found[kept.indexes[k]]
+        return kept._replace(offsets=offsets, lengths=lengths)
+
+    def _open_log(self, start: list[int] | None, kept: Kept, kept_sizes: dict[int, int]) -> None:
         seqs = self._existing_segments()
         if start is None:
             start_seq, start_off = (seqs[0] if seqs else 1), SEGMENT_HEADER.size
@@ -141,10 +240,11 @@ class DurableJournal(Journal):
             start_seq, start_off = start
         changed = False
         for seq in seqs:
-            if seq < start_seq:
+            if seq < start_seq and seq not in kept_sizes:
                 # left over by a compaction interrupted after its meta write
                 os.unlink(self._dir / _segment_name(seq))
                 changed = True
+        changed |= self._open_kept(kept, kept_sizes, start_seq)
         live = [s for s in seqs if s >= start_seq]
         prev_idx = None
         for n, seq in enumerate(live):
@@ -298,6 +398,41 @@ class DurableJournal(Journal):
         del self._entries[entryFrom:]
         del self._positions[entryFrom:]
 
+    def retain(self, indexes: Iterable[int]) -> None:
+        """The entries the durable snapshot names as held here, ascending: compaction keeps them."""
+        self._live = array("Q", indexes)
+
+    def holds(self, index: int) -> bool:
+        """Whether ``command(index)`` finds the entry. Takes no lock: the snapshot writer's child asks."""
+        entries = self._entries
+        try:
+            if entries[0][1] <= index <= entries[-1][1]:
+                return True
+        except IndexError:
+            pass
+        return self._kept.find(index) is not None
+
+    def command(self, index: int) -> bytes | None:
+        """The command of the entry at log index ``index``, from the log or the kept entries; None if
+        neither holds it (any thread)."""
+        entries = self._entries
+        try:
+            command, at, _ = entries[index - entries[0][1]]
+        except IndexError:
+            at = None
+        if at == index:
+            return command
+        with self._kept_lock:
+            kept = self._kept
+            k = kept.find(index)
+            if k is None:
+                return None
+            record = os.pread(self._kept_fds[kept.seqs[k]], kept.lengths[k], kept.offsets[k])
+        payload = next((payload for _, _, payload in records.iter_records(record, 0)), None)
+        if payload is None or ENTRY_PREFIX.unpack_from(payload)[0] != index:
+            raise records.DamagedFile(f"journal {self._dir}: kept entry {index} is not where kept.rec says")
+        return bytes(payload[ENTRY_PREFIX.size:])
+
     def deleteEntriesTo(self, entryTo):
         if entryTo <= 0:
             return
@@ -305,32 +440,107 @@ class DurableJournal(Journal):
             start = self._positions[entryTo]
         else:
             start = (self._seq, self._segment_sizes[self._seq])
-        self._make_snapshot_durable()
-        self._write_meta(start=start, durable_now=True)
-        self._drop_segments_before(start[0])
-        del self._entries[:entryTo]
-        del self._positions[:entryTo]
+        self._compact(entryTo, start)
 
     def clear(self):
         self._prepare_rewrite()
-        self._make_snapshot_durable()
-        old = list(self._segment_sizes)
+        self._appender.trim()
         self._start_segment()
-        self._write_meta(start=(self._seq, SEGMENT_HEADER.size), durable_now=True)
-        for s in old:
-            os.unlink(self._dir / _segment_name(s))
-            del self._segment_sizes[s]
-        fsync_dir(self._dir)
-        self._entries = []
-        self._positions = []
+        self._compact(len(self._entries), (self._seq, SEGMENT_HEADER.size))
 
-    def _drop_segments_before(self, seq: int) -> None:
-        dead = [s for s in self._segment_sizes if s < seq]
+    def _compact(self, entryTo: int, start: tuple[int, int]) -> None:
+        """Drop the first ``entryTo`` entries from the log, which then starts at ``start``; keep
+        those the snapshot names. The snapshot, then the kept entries, then the new start are
+        durable before a segment is unlinked."""
+        self._make_snapshot_durable()
+        kept = self._kept_after(entryTo)
+        needed = set(kept.seqs)
+        self._use_kept(kept)
+        self._write_kept()
+        self._write_meta(start=start, durable_now=True)
+        dead = [s for s in self._segment_sizes if s < start[0] and s not in needed]
         for s in dead:
             os.unlink(self._dir / _segment_name(s))
             del self._segment_sizes[s]
         if dead:
             fsync_dir(self._dir)
+        del self._entries[:entryTo]
+        del self._positions[:entryTo]
+        # One rewrite per compaction, the most dead segment's: each costs pysyncobj's tick thread a
+        # write and an fsync of up to half a segment, and a leader that stops ticking is deposed.
+        live_share = {seq: self._live_share(seq) for seq in needed if seq < start[0]}
+        deadest = min(sorted(live_share), key=live_share.get, default=None)
+        if deadest is not None and live_share[deadest] < 0.5:
+            self._rewrite(deadest)
+
+    def _kept_after(self, entryTo: int) -> Kept:
+        """The kept entries once the first ``entryTo`` entries of the log are dropped: those
+        ``retain`` named, found among the kept ones and the dropped ones."""
+        old, new = self._kept, Kept.empty()
+        dropped_first = self._entries[0][1] if entryTo else None
+        k = 0
+        for index in self._live:
+            while k < len(old.indexes) and old.indexes[k] < index:
+                k += 1
+            if k < len(old.indexes) and old.indexes[k] == index:
+                place = (old.seqs[k], old.offsets[k], old.lengths[k])
+            elif dropped_first is not None and dropped_first <= index < dropped_first + entryTo:
+                position = index - dropped_first
+                place = (*self._positions[position], _record_length(self._entries[position][0]))
+            else:
+                continue   # still in the log, or named by a snapshot this node replaced
+            new.indexes.append(index)
+            for column, value in zip(new[1:], place):
+                column.append(value)
+        return new
+
+    def _live_share(self, seq: int) -> float:
+        """How much of kept segment ``seq`` its kept records (and header) would fill."""
+        kept = self._kept
+        part = kept.in_segment(seq)
+        return (SEGMENT_HEADER.size + sum(kept.lengths[part.start:part.stop])) / self._segment_sizes[seq]
+
+    def _rewrite(self, seq: int) -> None:
+        """Rewrite kept segment ``seq`` with only its kept records: a crash at any step leaves
+        the old file and its offsets, or the new file, whose offsets the next open finds if
+        ``kept.rec`` does not say them yet."""
+        kept = self._kept
+        path = self._dir / _segment_name(seq)
+        temporary = path.with_name(path.name + REWRITE_SUFFIX)
+        part = kept.in_segment(seq)
+        offsets = array("I", kept.offsets)
+        fd = self._kept_fds[seq]
+        with open(temporary, "wb") as out:
+            out.write(records.file_header(SEGMENT_MAGIC, seq))
+            for k in part:
+                offsets[k] = out.tell()
+                out.write(os.pread(fd, kept.lengths[k], kept.offsets[k]))
+            out.flush()
+            os.fsync(out.fileno())
+            size = out.tell()
+        os.replace(temporary, path)
+        fsync_dir(self._dir)
+        self._segment_sizes[seq] = size
+        self._use_kept(kept._replace(offsets=offsets), reopen=(seq,))
+        self._write_kept()
+
+    def _use_kept(self, kept: Kept, reopen: tuple[int, ...] = ()) -> None:
+        """Read kept entries from ``kept`` from now on, through a descriptor per segment."""
+        wanted = set(kept.seqs)
+        with self._kept_lock:
+            fds, old = {}, self._kept_fds
+            for seq in wanted:
+                fds[seq] = old.pop(seq) if seq in old and seq not in reopen else \
+                    os.open(self._dir / _segment_name(seq), os.O_RDONLY)
+            self._kept, self._kept_fds = kept, fds
+            for fd in old.values():
+                os.close(fd)
+
+    def _write_kept(self) -> None:
+        kept = self._kept
+        sizes = {seq: self._segment_sizes[seq] for seq in set(kept.seqs)}
+        records.replace_file(self._dir / KEPT_NAME, KEPT_MAGIC,
+                             [json.dumps(sizes).encode(), *(column.tobytes() for column in kept)])
 
     # -- meta ------------------------------------------------------------
 
@@ -404,6 +614,7 @@ class DurableJournal(Journal):
     def _destroy(self):
         if self._appender is None:
             return
+        self._use_kept(Kept.empty())
         self._sync_data(force=True)
         self._appender.trim()
         if self._meta_dirty:
@@ -432,5 +643,6 @@ class DurableJournal(Journal):
             "entries": len(self._entries),
             "bytes": sum(self._segment_sizes.values()),
             "segments": len(self._segment_sizes),
+            "kept_entries": len(self._kept.indexes),
             "data_syncs": self.syncs,
         }
