@@ -77,7 +77,7 @@ if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
 
-from bench.measure import available_mib, group_pids, machine, memory_mib, resident_mib  # noqa: E402
+from bench.measure import available_mib, group_pids, machine, memory_mib, process_name  # noqa: E402
 from bench.raftq_side import Raftq  # noqa: E402
 from raftq.client import AsyncClient, Client, Consumer, Producer  # noqa: E402
 
@@ -125,9 +125,11 @@ TARGETS = (
 # ---- what a node holds -------------------------------------------------------------------------------
 
 def node_memory(cluster, node_id: str) -> dict:
-    engine = cluster.pid(node_id)
-    pids = group_pids([engine])
-    return {"processes": len(pids), "node_mib": memory_mib(pids) or 0.0, "engine_mib": resident_mib(engine) or 0.0}
+    """The node's processes together (PSS), and its engines' (each group's engine names itself
+    raftq-group-<g>; the node's own pid is its supervisor's)."""
+    pids = group_pids([cluster.pid(node_id)])
+    engines = [pid for pid in pids if (process_name(pid) or "").startswith("raftq-group-")]
+    return {"processes": len(pids), "node_mib": memory_mib(pids) or 0.0, "engine_mib": memory_mib(engines) or 0.0}
 
 
 def disk_mib(path: Path) -> float:

@@ -95,19 +95,6 @@ def memory_mib(pids: list[int]) -> float | None:
     return total if seen else None
 
 
-def resident_mib(pid: int) -> float | None:
-    """Resident set size of one process (VmRSS), pages it shares with others included;
-    None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
-
-
 def available_mib() -> float:
     """Memory the machine can still give without swapping (MemAvailable: free memory
     plus page cache it can drop)."""
