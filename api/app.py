@@ -21,10 +21,10 @@ from engine.storage.put_buffer import PutBuffer
 
 from . import buffering, events, openapi
 from .codec import respond
-from .errors import ApiError
+from .errors import ApiError, LeadLost
 from .groups import Groups
 from .keys import ENGINES, GROUPS, PLACEMENT
-from .leader import HTTP, NODE, SETTINGS
+from .leader import HTTP, NODE, SETTINGS, after_lead_lost
 from .metrics import Metrics
 from .routes import ACCEPTED, DATA, ROUTES, SIGV4
 
@@ -109,7 +109,14 @@ def _error_middleware():
     @web.middleware
     async def errors(request: web.Request, handler):
         try:
-            return await handler(request)
+            try:
+                return await handler(request)
+            except LeadLost as lost:
+                # Nothing of the request was written: served once more, the
+                # route holding it through the election and sending it where
+                # the lead went (or serving it here if this node won again).
+                await after_lead_lost(lost)
+                return await handler(request)
         except ApiError as exc:
             return respond(request, exc.body(), status=exc.status, headers=exc.headers)
         except web.HTTPException as exc:

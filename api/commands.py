@@ -18,7 +18,7 @@ from statemachine import check_command
 from statemachine.machine import OPS
 
 from . import caps
-from .errors import ApiError, from_result, no_quorum
+from .errors import ApiError, LeadLost, from_result, no_quorum
 from .keys import GROUP, GROUPS, SETTINGS
 
 CONSISTENCY_LEVELS = ("leader", "strong", "any")
@@ -55,7 +55,7 @@ async def apply(app: web.Application, group: int, command: dict) -> Committed:
     if groups.count > 1 and OPS[command["op"]].creates_queues:
         command["raft_group"] = group
     await caps.check(node, app[SETTINGS].limits, command)
-    return await _committed(app, node.apply(command), 0.0)
+    return await _committed(app, node, node.apply(command), 0.0)
 
 
 async def receive_waiting(app: web.Application, group: int, command: dict, wait_s: float, *,
@@ -64,12 +64,13 @@ async def receive_waiting(app: web.Application, group: int, command: dict, wait_
     the end of the wait unless `last_try`); 429 when this node has too many
     receives waiting, or `client` (the caller's address) its share of them.
     `encoded`: the messages as the engine encoded them (``RemoteNode.receive``)."""
-    call = app[GROUPS].engines[group].receive(command, wait_s, last_try=last_try, encoded=encoded, client=client)
-    return await _committed(app, call, wait_s)
+    node = app[GROUPS].engines[group]
+    call = node.receive(command, wait_s, last_try=last_try, encoded=encoded, client=client)
+    return await _committed(app, node, call, wait_s)
 
 
-async def _committed(app: web.Application, call, wait_s: float) -> Committed:
-    """The outcome of a call into the log, its failures as HTTP errors."""
+async def _committed(app: web.Application, node, call, wait_s: float) -> Committed:
+    """The outcome of a call into the log of `node` (an engine), its failures as HTTP errors."""
     try:
         async with asyncio.timeout(wait_s + app[SETTINGS].write_timeout_s):
             return await call
@@ -91,6 +92,9 @@ async def _committed(app: web.Application, call, wait_s: float) -> Committed:
         if exc.code == "no_quorum":
             raise no_quorum("this node heard from no majority within its leader lease, so it wrote nothing; "
                             "retry") from None
+        if exc.code == "not_leader":
+            raise LeadLost("this node stopped leading the request's group before it wrote anything of it; "
+                           "retry", node) from None
         raise no_quorum(f"the write's outcome is unknown ({exc.code}); retry it "
                         "(with the same message ids, so it is stored once)") from None
     except asyncio.TimeoutError:
@@ -105,7 +109,11 @@ async def leader_read(app: web.Application, group: int, query: str, *args):
     try:
         async with asyncio.timeout(app[SETTINGS].write_timeout_s):
             return (await app[GROUPS].engines[group].read(query, *args, settled=True)).result
-    except (CommitError, asyncio.TimeoutError):
+    except CommitError:
+        # a read writes nothing: served again where the lead went
+        raise LeadLost("this node stopped leading the request's group before it could answer; retry",
+                       app[GROUPS].engines[group]) from None
+    except asyncio.TimeoutError:
         raise no_quorum("this node could not confirm with a majority that it leads (it may have "
                         "only just been elected, or lost the others); retry") from None
 

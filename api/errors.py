@@ -39,6 +39,19 @@ class ApiError(Exception):
         return {"error": self.code, "message": self.message, **self.details}
 
 
+class LeadLost(ApiError):
+    """This node's `engine` stopped leading the request's group before it wrote anything of the
+    request: the error middleware serves the request once more, where the lead is now (the
+    route holds it through the election). A second loss is answered as it stands: 503."""
+
+    def __init__(self, message: str, engine):
+        super().__init__("no_quorum", message, headers={"Retry-After": "1"})
+        self.engine = engine
+        # the engine's view pushed after the loss may still be on its way
+        view = engine.view()
+        self.term = view["term"] if view["role"] == "leader" else None
+
+
 def no_quorum(message: str) -> ApiError:
     """503: no leader answered for the request's group (or a write's fate is unknown); retry."""
     return ApiError("no_quorum", message, headers={"Retry-After": "1"})

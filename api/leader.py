@@ -25,7 +25,7 @@ from wire_format import NAME_PATTERN, is_name
 
 from .codec import respond
 from .commands import apply, consistency, leader_read, read_here
-from .errors import ApiError, from_result, no_quorum
+from .errors import ApiError, LeadLost, from_result, no_quorum
 from .groups import one_group
 from .keys import ENGINES, GROUP, GROUPS, HTTP, NODE, SETTINGS  # noqa: F401  (the handlers import them from here)
 
@@ -65,6 +65,25 @@ async def _view_after_election(node) -> dict:
         except asyncio.TimeoutError:
             break
     return view
+
+
+async def after_lead_lost(lost: LeadLost) -> None:
+    """Return once the engine's view no longer says it leads the term it lost (the engine pushes
+    it a moment after the refusal came back), or after ELECTION_HOLD_S: only then does a route
+    send the request where the lead went."""
+    if lost.term is None:
+        return
+    engine = lost.engine
+    deadline = asyncio.get_running_loop().time() + ELECTION_HOLD_S
+    view = engine.view()
+    while view["role"] == "leader" and view["term"] == lost.term:
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return
+        try:
+            view = await asyncio.wait_for(engine.next_view(), remaining)
+        except asyncio.TimeoutError:
+            return
 
 
 def _path_queues(request: web.Request) -> list[str]:

@@ -212,7 +212,7 @@ class Node:
             self._ticker_wake.set()   # the barrier goes out now, not at the next tick
         elif not leader and self._was_leader:
             logger.info("stepped down; leader is now %s", self.consensus.leader_id())
-            self.committer.fail_pending("leader_changed")
+            self.committer.fail_pending("not_leader")   # none of it was proposed
             self._release_settle_waiters(None)
         self._was_leader = leader
 
@@ -294,7 +294,7 @@ class Node:
             if term == settled_term:
                 waiter.set_result(None)
             else:
-                waiter.set_exception(CommitError("leader_changed"))
+                waiter.set_exception(CommitError("not_leader"))   # held before the log
 
     async def checkpoint(self) -> tuple[str, str]:
         token = uuid.uuid4().hex
