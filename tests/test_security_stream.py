@@ -24,7 +24,10 @@ FLOOD_FRAMES = 3_000_000      # the most a flood sends
 FLOOD_S = 60                  # and for at most this long
 STALL_S = 5                   # a flood the node has not read from for this long has been stopped
 RSS_GROWTH_BOUND = 50 << 20
-WRITE_STALL_S = 5      # --stream-write-stall-s of the node a reader of nothing is dropped by (default 30)
+# --stream-write-stall-s of the node a reader of nothing is dropped by (default 30). Well over
+# STALL_S: the node's stall starts when its writes block, before the flood sees its own sends stop,
+# and at 5 s a busy machine let the node drop the flood before the flood saw the stall (CI).
+WRITE_STALL_S = 15
 
 
 def front_pids(node_pid: int) -> list[int]:
