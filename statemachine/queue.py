@@ -155,8 +155,7 @@ class Queue:
 
     def may_have_timers(self) -> bool:
         """False when no timer can be pending: leases, delays and expiries all
-        belong to stored messages, and only remembered ids outlive them. Cheap
-        enough to ask of every queue at every tick."""
+        belong to stored messages, and only remembered ids outlive them."""
         return bool(self.rows or self.dedup or self.redrive_order)
 
     def next_timer(self):
