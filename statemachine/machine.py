@@ -68,7 +68,7 @@ import cbor2
 from .bodies import BodyFinder
 from .catalog import Catalog, Members
 from .due import DueIndex
-from .queue import PARKED_RETRY_MS, Queue
+from .queue import Queue
 from .redrive import redrive
 from .results import (BAD_REQUEST, CONFLICT, INTERNAL, LIMIT_REACHED, NOT_FOUND, STALE_RECEIPT, WRONG_GROUP,
                       error)
@@ -159,8 +159,6 @@ class StateMachine:
             return OPS[cmd["op"]].handler(self, cmd)
         except Exception as exc:  # a bug: same state + same command fail alike on every replica
             return error(INTERNAL, f"{type(exc).__name__}: {exc}")
-        finally:
-            self.due.settle()
 
     def _check_owner(self, cmd):
         """None unless the command may create a queue and is not stamped for this group."""
@@ -589,11 +587,10 @@ class StateMachine:
         return queue.deliverable(queue.groups[group]) if queue and group in queue.groups else 0
 
     def next_timer(self):
-        """The earliest log time at which a tick would change something, or None."""
-        times = [self.due.earliest(), self.staging.next_timer()]
-        if self.due.parked:
-            times.append(self.clock + PARKED_RETRY_MS)
-        return min((t for t in times if t is not None), default=None)
+        """The earliest log time at which a tick would change something, or None. (It brings
+        the due index up to date: derived, not state.)"""
+        times = [t for t in (self.due.earliest(self.clock), self.staging.next_timer()) if t is not None]
+        return min(times, default=None)
 
     # ---- snapshots -------------------------------------------------------------------------
     def snapshot(self) -> bytes:
