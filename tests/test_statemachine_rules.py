@@ -601,7 +601,9 @@ def test_a_dead_letter_expires_by_its_dead_letter_queue_s_ttl_on_a_tick(m):
     dead_letter_queue(m, max_deliveries=1)
     m.ok("create_queue", queue="dlq", config={"ttl_ms": 1_000})
     m.put("q", msg("poison"))
-    spend(m, "q")
+    receipt = m.receive("q")[0]["receipt"]
+    assert m.sm.read("next_timer") == T0 + 100             # the lease's end, as the leader asks
+    m.ok("nack", queue="q", receipts=[receipt])
     assert m.stats("dlq")["depth"] == 1 and m.sm.read("next_timer") == T0 + 1_000
     m.tick(T0 + 1_000)
     assert m.stats("dlq")["depth"] == 0 and m.stats("dlq")["expired_total"] == 1
