@@ -23,6 +23,10 @@ Then snapshot and restore at 1 M messages, and memory: a fresh process puts
 1 M messages (batches of 100, via apply_entry) and reports its resident-memory
 growth per message; another restores their snapshot and reports the same.
 
+And timers among 10 000 queues, each holding one lease: the leader's
+`next_timer` read and a tick that one lease falls due in, the two questions
+the engine's loop asks (statemachine/due.py).
+
     .venv/bin/python bench/statemachine_bench.py
     .venv/bin/python bench/statemachine_bench.py --against main [REF ...]
 
@@ -176,6 +180,36 @@ def measure_snapshot(bench: Bench) -> dict:
     return {"snapshot_s": snapshot_s, "restore_s": restore_s, "bytes": len(data)}
 
 
+# ---- timers among many queues -----------------------------------------------------------------
+TIMER_QUEUES = 10_000
+TIMER_REPEATS = 20
+
+
+def measure_timers() -> dict:
+    """Best seconds of a `next_timer` read, and of a tick that one lease falls due in, with
+    TIMER_QUEUES queues each holding one lease that ends a millisecond after the one before."""
+    sm = StateMachine()
+    now = 1_000_000
+    for i in range(TIMER_QUEUES):
+        name = f"timers-{i}"
+        sm.apply_entry(encode_entry([
+            {"op": "create_queue", "queue": name, "config": {"lease_ms": LEASE_MS + i}, "now_ms": now},
+            {"op": "put", "queue": name, "messages": [{"body": BODY}] * 2, "now_ms": now},
+            {"op": "receive", "queue": name, "group": "default", "max": 1, "now_ms": now}]))
+    read_s = tick_s = float("inf")
+    for i in range(TIMER_REPEATS):
+        start = time.perf_counter()
+        sm.read("next_timer")
+        read_s = min(read_s, time.perf_counter() - start)
+        tick = encode_entry([{"op": "tick", "now_ms": now + LEASE_MS + i}])
+        start = time.perf_counter()
+        sm.apply_entry(tick)
+        tick_s = min(tick_s, time.perf_counter() - start)
+    if sm.read("next_timer") != now + LEASE_MS + TIMER_REPEATS:
+        raise RuntimeError("the ticks did not end one lease each")
+    return {"next_timer_10k_queues_s": read_s, "tick_10k_queues_s": tick_s}
+
+
 # ---- memory, each in a fresh process so that no freed memory is reused ----------------------
 MEMORY_MESSAGES = 1_000_000
 
@@ -231,6 +265,8 @@ def run_child(args: list) -> None:
     if kind == "depth":
         figures = measure_depth(int(arg), repeats=COMPARE_REPEATS)
         del figures["bench"]
+    elif kind == "timers":
+        figures = measure_timers()
     elif kind == "memory":
         figures = memory_of_puts(arg)
     else:
@@ -244,7 +280,8 @@ COMPARE_REPEATS = 2        # per child; the children of each tree take turns ove
 COMPARE_FIGURES = [(f"{w}_msgs_per_s_{d // 1000}k_depth", w, d)
                    for d in COMPARE_DEPTHS for w in ("put", "receive_ack", "mixed")]
 MEMORY_FIGURES = ["put_rss_bytes_per_msg", "restored_rss_bytes_per_msg", "snapshot_s", "restore_s"]
-LOWER_IS_BETTER = {"put_rss_bytes_per_msg", "restored_rss_bytes_per_msg", "snapshot_s", "restore_s"}
+TIMER_FIGURES = ["next_timer_10k_queues_s", "tick_10k_queues_s"]
+LOWER_IS_BETTER = {*MEMORY_FIGURES, *TIMER_FIGURES}
 
 
 def export(ref: str, into: str) -> str:
@@ -275,7 +312,8 @@ def compare(refs: list, rounds: int) -> None:
                   flush=True)
         for label, tree in zip(labels, trees):
             figures[label].update(measure_memory(tree))
-    names = [name for name, _, _ in COMPARE_FIGURES] + MEMORY_FIGURES
+            figures[label].update(child(tree, "timers", "-"))
+    names = [name for name, _, _ in COMPARE_FIGURES] + MEMORY_FIGURES + TIMER_FIGURES
 
     def ratio(new, old):
         return round(new / old, 3) if old else None
@@ -289,7 +327,8 @@ def compare(refs: list, rounds: int) -> None:
     print(f"{'figure':<34}" + "".join(f"{label[:width - 2]:>{width}}" for label in labels)
           + "".join(f"{'step ' + str(i + 1):>9}" for i in range(len(steps))) + f"{'last/first':>12}")
     for n in names:
-        print(f"{n:<34}" + "".join(f"{figures[label][n]:>{width},.1f}" for label in labels)
+        print(f"{n:<34}" + "".join(f"{figures[label][n]:>{width},.{4 if n in TIMER_FIGURES else 1}f}"
+                                   for label in labels)
               + "".join(f"{step[n]:>9.3f}" for step in steps.values()) + f"{overall[n]:>12.3f}")
     for i, key in enumerate(steps):
         print(f"step {i + 1}: {key}")
@@ -308,6 +347,7 @@ def main() -> None:
             del results[depth]["bench"]
     snap = measure_snapshot(results[DEPTHS[-1]].pop("bench"))
     memory = measure_memory(TREE)
+    timers = measure_timers()
 
     names = {"put": "put", "receive_ack": "receive+ack", "mixed": "mixed"}
     print(f"state machine apply throughput, messages/s (batches of {BATCH} x {len(BODY)} B, via apply_entry)")
@@ -319,6 +359,8 @@ def main() -> None:
           f"restore {snap['restore_s']:.2f} s")
     print(f"resident memory per stored message ({MEMORY_MESSAGES:,} in a fresh process): "
           f"{memory['put_rss_bytes_per_msg']:.0f} B put, {memory['restored_rss_bytes_per_msg']:.0f} B restored")
+    print(f"timers among {TIMER_QUEUES:,} queues holding leases: next_timer "
+          f"{timers['next_timer_10k_queues_s'] * 1e3:.3f} ms, a tick with one due {timers['tick_10k_queues_s'] * 1e3:.3f} ms")
     print(f"total bench time {time.perf_counter() - started:.0f} s")
     print(json.dumps({
         "put_msgs_per_s": round(results[1_000]["put"]),
@@ -335,6 +377,8 @@ def main() -> None:
         "snapshot_1m_bytes": snap["bytes"],
         "put_rss_bytes_per_msg_1m": round(memory["put_rss_bytes_per_msg"], 1),
         "restored_rss_bytes_per_msg_1m": round(memory["restored_rss_bytes_per_msg"], 1),
+        "next_timer_10k_queues_s": round(timers["next_timer_10k_queues_s"], 6),
+        "tick_10k_queues_s": round(timers["tick_10k_queues_s"], 6),
     }))
 
 

@@ -132,12 +132,13 @@ class Group:
         return min(heads) if heads else None
 
     def next_timer(self):
-        times = []
-        if self.lease_deadlines:
-            times.append(self.lease_deadlines.keys()[0])
-        if self.delayed_times:
-            times.append(self.delayed_times[0][0])
-        return min(times) if times else None
+        """The earliest lease end or delay, or None: asked of the groups of every queue an entry
+        changes (statemachine/due.py), so it builds nothing."""
+        lease = self.lease_deadlines.peekitem(0)[0] if self.lease_deadlines else None
+        if not self.delayed_times:
+            return lease
+        delay = self.delayed_times[0][0]
+        return delay if lease is None or delay < lease else lease
 
     # Snapshot form: only the authoritative structures, as columns (one list
     # per field, like the messages'); the ordered indexes are rebuilt.

@@ -32,7 +32,9 @@ Rules that keep replicas identical:
   is malformed is refused whole, before anything changes;
 - timers fire lazily: a command that touches a queue first fires that
   queue's due timers; ``tick`` (sent by the leader while timers are pending)
-  fires everyone's;
+  fires those of every queue that has one due, which the due index
+  (``due.py``), kept as commands change queues, names without visiting the
+  others;
 - only ordered iteration: dicts keep insertion order, which is the same on
   every replica because it comes from the log;
 - no node option: a cap that depends on the state travels in the command
@@ -65,7 +67,8 @@ import cbor2
 
 from .bodies import BodyFinder
 from .catalog import Catalog, Members
-from .queue import PARKED_RETRY_MS, Queue
+from .due import DueIndex
+from .queue import Queue
 from .redrive import redrive
 from .results import (BAD_REQUEST, CONFLICT, INTERNAL, LIMIT_REACHED, NOT_FOUND, STALE_RECEIPT, WRONG_GROUP,
                       error)
@@ -116,6 +119,7 @@ class StateMachine:
         self.clock = 0
         self.incarnations = 0                 # queues ever created: names each one's receipts
         self.queues: dict[str, Queue] = {}
+        self.due = DueIndex()                 # derived from the queues: not in snapshots
         self.members: dict[str, dict] = {}   # node id -> {"raft_addr", "http_addr"}
         self.staging = Staging()
         self.queues_left_in_entry = MAX_NEW_QUEUES_PER_ENTRY   # (not state: reset by each entry)
@@ -168,14 +172,21 @@ class StateMachine:
         """The queue with its due timers fired, or None."""
         queue = self.queues.get(name)
         if queue is not None:
-            queue.advance(self.clock)
+            self._advance(queue)
             self._dead_letter(queue)
         return queue
+
+    def _advance(self, queue: Queue) -> None:
+        """Fire the queue's due timers. A command changes a queue only after this (or
+        creates it), so here the due index learns which queues to ask again."""
+        queue.advance(self.clock)
+        self.due.note(queue)
 
     def _new_queue(self, name: str, config: dict) -> Queue:
         self.incarnations += 1
         self.queues_left_in_entry -= 1
         queue = self.queues[name] = Queue(name, config, self.incarnations)
+        self.due.note(queue)
         return queue
 
     def _missing(self, name: str) -> dict:
@@ -233,6 +244,7 @@ class StateMachine:
     def _delete_queue(self, cmd):
         if self.queues.pop(cmd["queue"], None) is None:
             return self._missing(cmd["queue"])
+        self.due.forget(cmd["queue"])
         return {"deleted": True}
 
     def _queue_for_put(self, name: str, auto_create: bool):
@@ -409,9 +421,11 @@ class StateMachine:
 
     # ---- timers and dead letters -------------------------------------------------
     def _tick(self, cmd):
-        for queue in list(self.queues.values()):
-            if queue.may_have_timers():
-                queue.advance(self.clock)
+        # In creation order (incarnations count up as queues are created), as
+        # if every queue were visited: a queue with nothing due is left as it is.
+        due = sorted((self.queues[name] for name in self.due.due(self.clock)), key=lambda q: q.incarnation)
+        for queue in due:
+            self._advance(queue)
             self._dead_letter(queue)
         self.staging.advance(self.clock)
         return {"clock": self.clock}
@@ -434,7 +448,7 @@ class StateMachine:
                 target = self.queues.get(target_name)
                 if target is None:
                     target = self._new_queue(target_name, full_config({}))
-                target.advance(self.clock)
+                self._advance(target)
                 headers = {**dict(rows.headers.get(seq, ())),
                            "x-raftq-from-queue": queue.name,
                            "x-raftq-from-group": group_name,
@@ -573,17 +587,10 @@ class StateMachine:
         return queue.deliverable(queue.groups[group]) if queue and group in queue.groups else 0
 
     def next_timer(self):
-        """The earliest log time at which a tick would change something, or None."""
-        times = []
-        for queue in self.queues.values():
-            due = queue.next_timer()
-            if due is not None:
-                times.append(due)
-            if queue.outbox:
-                times.append(self.clock + PARKED_RETRY_MS)
-        if self.staging.next_timer() is not None:
-            times.append(self.staging.next_timer())
-        return min(times) if times else None
+        """The earliest log time at which a tick would change something, or None. (It brings
+        the due index up to date: derived, not state.)"""
+        times = [t for t in (self.due.earliest(self.clock), self.staging.next_timer()) if t is not None]
+        return min(times, default=None)
 
     # ---- snapshots -------------------------------------------------------------------------
     def snapshot(self) -> bytes:
@@ -625,6 +632,7 @@ class StateMachine:
         finally:
             if collecting:
                 gc.enable()
+        self.due.rebuild(self.queues.values())
 
     def live_entry_indexes(self) -> list:
         """The log indexes of the entries the stored bodies' references name, in order:

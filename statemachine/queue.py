@@ -155,23 +155,21 @@ class Queue:
 
     def may_have_timers(self) -> bool:
         """False when no timer can be pending: leases, delays and expiries all
-        belong to stored messages, and only remembered ids outlive them. Cheap
-        enough to ask of every queue at every tick."""
+        belong to stored messages, and only remembered ids outlive them."""
         return bool(self.rows or self.dedup or self.redrive_order)
 
     def next_timer(self):
         """The earliest log time at which `advance` has work, or None."""
         if not self.may_have_timers():
             return None
-        times = [g.next_timer() for g in self.groups.values()]
+        times = [t for t in map(Group.next_timer, self.groups.values()) if t is not None]
         if self.expiries:
             times.append(self.expiries[0][0])
         if self.dedup:
             times.append(self.dedup.oldest_put + self.config["dedup_window_ms"])
         if self.redrive_order:
             times.append(self.redrive_order[0][0] + self.config["dedup_window_ms"])
-        times = [t for t in times if t is not None]
-        return min(times) if times else None
+        return min(times, default=None)
 
     # ---- put ------------------------------------------------------------
     def check_capacity(self, messages: list):

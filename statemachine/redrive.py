@@ -53,7 +53,7 @@ def redrive(machine, cmd) -> dict:
             continue
         target = machine.queues.get(source)
         if target is not None:
-            target.advance(machine.clock)
+            machine._advance(target)
         headers = {k: v for k, v in held_headers if k not in DEAD_LETTER_HEADERS} or None
         back = [{"body": rows.body(seq), "key": rows.keys.get(seq), "headers": headers,
                  "ordering_key": dlq.ordering.get(seq)}]

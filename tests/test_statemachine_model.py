@@ -1023,6 +1023,18 @@ class QueuesComparison(RuleBasedStateMachine):
             assert list(zip(*message_lists(queue.rows.to_state()))) == held, name
 
     @invariant()
+    def the_due_index_is_what_asking_every_queue_gives(self):
+        """statemachine/due.py, kept as commands change queues, names each queue at its own next
+        timer and every queue with dead letters parked when it is asked: a tick visits those
+        queues and no other."""
+        self.sm.read("next_timer")
+        due = self.sm.due
+        timers = {name: queue.next_timer() for name, queue in self.sm.queues.items()}
+        assert due.at == {name: time for name, time in timers.items() if time is not None}
+        assert list(due.by_time) == sorted((time, name) for name, time in due.at.items())
+        assert due.parked == {name for name, queue in self.sm.queues.items() if queue.outbox}
+
+    @invariant()
     def same_queues(self):
         assert [q["name"] for q in self.sm.list_queues()["queues"]] == list(self.model.queues)
         due = self.model.timers()

@@ -10,7 +10,7 @@ import pytest
 
 from statemachine import StateMachine, check_command, decode_entry, encode_entry, is_error
 from statemachine.machine import OPS
-from statemachine.queue import MAX_EARLIEST_GROUP_MESSAGES
+from statemachine.queue import MAX_EARLIEST_GROUP_MESSAGES, Queue
 from tests.older_snapshots import downgraded, message_lists
 
 T0 = 1_000_000
@@ -457,6 +457,25 @@ def test_lease_expires_on_tick(m):
     assert m.stats("q")["groups"]["default"]["depth"] == 1
 
 
+def test_a_tick_fires_the_queues_with_a_timer_due_and_no_other(m, monkeypatch):
+    """Thousands of stored-into queues, one lease due: the tick (and the leader's next_timer read
+    before it) cost the queues that are due, not every queue (statemachine/due.py)."""
+    for i in range(2_000):
+        m.put(f"idle{i}", msg())
+    for name, lease_ms in (("soon", 100), ("later", 500)):
+        m.ok("create_queue", queue=name, config={"lease_ms": lease_ms})
+        m.put(name, msg())
+        m.receive(name)
+    assert m.sm.read("next_timer") == T0 + 100
+    fired = []
+    advance = Queue.advance
+    monkeypatch.setattr(Queue, "advance", lambda queue, clock: (fired.append(queue.name), advance(queue, clock)))
+    m.tick(T0 + 100)
+    assert fired == ["soon"]
+    assert m.stats("soon")["in_flight"] == 0 and m.stats("later")["in_flight"] == 1
+    assert m.sm.read("next_timer") == T0 + 500
+
+
 def test_lease_expires_lazily_on_the_next_command_that_looks_at_the_queue(m):
     m.put("q", msg())
     m.receive("q", lease_ms=100)
@@ -577,6 +596,19 @@ def test_a_dead_letter_replaces_an_unreceived_version_of_its_key(m):
     assert m.stats("dlq")["replaced_total"] == 1
 
 
+def test_a_dead_letter_expires_by_its_dead_letter_queue_s_ttl_on_a_tick(m):
+    # The move is the dead-letter queue's first timer: the tick must come for it.
+    dead_letter_queue(m, max_deliveries=1)
+    m.ok("create_queue", queue="dlq", config={"ttl_ms": 1_000})
+    m.put("q", msg("poison"))
+    receipt = m.receive("q")[0]["receipt"]
+    assert m.sm.read("next_timer") == T0 + 100             # the lease's end, as the leader asks
+    m.ok("nack", queue="q", receipts=[receipt])
+    assert m.stats("dlq")["depth"] == 1 and m.sm.read("next_timer") == T0 + 1_000
+    m.tick(T0 + 1_000)
+    assert m.stats("dlq")["depth"] == 0 and m.stats("dlq")["expired_total"] == 1
+
+
 def test_dead_lettering_in_one_fanout_group_leaves_the_message_to_the_others(m):
     dead_letter_queue(m, max_deliveries=1)
     m.ok("add_group", queue="q", group="g2")
@@ -667,6 +699,20 @@ def test_a_retried_redrive_with_the_same_id_answers_the_first_result_and_moves_n
     assert m.ok("redrive", queue="dlq", max=1, id="r-1")["duplicate"] is True
     m.now += 300_000
     assert m.ok("redrive", queue="dlq", max=1, id="r-1") == {"moved": 1, "to": {"q": 1}, "duplicate": False}
+
+
+def test_a_redriven_message_expires_by_its_source_queue_s_ttl_on_a_tick(m):
+    # Moved back, it is the source's only timer: the tick must come for it.
+    dead_letter_queue(m, max_deliveries=1)
+    m.ok("patch_queue", queue="q", config={"ttl_ms": 1_000})
+    m.put("q", msg("poison"))
+    spend(m, "q")
+    assert m.sm.read("next_timer") is None
+    m.now += 500
+    m.ok("redrive", queue="dlq")
+    assert m.stats("q")["depth"] == 1 and m.sm.read("next_timer") == T0 + 1_500
+    m.tick(T0 + 1_500)
+    assert m.stats("q")["depth"] == 0 and m.stats("q")["expired_total"] == 1
 
 
 def test_a_redriven_message_that_dies_again_returns_to_the_dead_letter_queue(m):
