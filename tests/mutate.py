@@ -75,6 +75,10 @@ MUTANTS = [
            "engine/node.py", "try:\n                return await self.committer.enqueue(stamped(encoded, self.clock.now_ms())",
            "try:\n                return await self.committer.enqueue(stamped(encoded, int(time.time() * 1000))",
            ("tests/test_log_time.py::test_log_time_does_not_run_while_no_node_leads",)),
+    Mutant("lead-lost-answered-503", "a read whose node loses the lead is sent on to the new leader",
+           "api/app.py", "                await after_lead_lost(lost)\n                return await handler(request)\n",
+           "                raise\n",
+           (T_API + "test_reads_in_flight_as_the_lead_moves_are_sent_where_it_went",)),
     # ---- the mutants issue 13 found caught ---------------------------------------------------------
     Mutant("stale-receipt-accepted", "an ack with a stale receipt changes nothing",
            "statemachine/queue.py", "if lease is None or lease[0] != token:", "if lease is None:", RULES),
