@@ -66,11 +66,15 @@ async def receive_waiting(app: web.Application, group: int, command: dict, wait_
     `encoded`: the messages as the engine encoded them (``RemoteNode.receive``)."""
     node = app[GROUPS].engines[group]
     call = node.receive(command, wait_s, last_try=last_try, encoded=encoded, client=client)
-    return await _committed(app, node, call, wait_s)
+    return await _committed(app, node, call, wait_s, unknown_served_again=True)
 
 
-async def _committed(app: web.Application, node, call, wait_s: float) -> Committed:
-    """The outcome of a call into the log of `node` (an engine), its failures as HTTP errors."""
+async def _committed(app: web.Application, node, call, wait_s: float, *,
+                     unknown_served_again: bool = False) -> Committed:
+    """The outcome of a call into the log of `node` (an engine), its failures as HTTP errors.
+    `unknown_served_again`: a call whose outcome the lost lead made unknown may be served again
+    (a receive: if it was written, the messages it leased come back when their leases end, as
+    for a client that lost the answer)."""
     try:
         async with asyncio.timeout(wait_s + app[SETTINGS].write_timeout_s):
             return await call
@@ -95,6 +99,9 @@ async def _committed(app: web.Application, node, call, wait_s: float) -> Committ
         if exc.code == "not_leader":
             raise LeadLost("this node stopped leading the request's group before it wrote anything of it; "
                            "retry", node) from None
+        if unknown_served_again and exc.code in ("leader_changed", "unknown_outcome", "discarded"):
+            raise LeadLost(f"this node stopped leading the request's group before the receive's outcome "
+                           f"was known ({exc.code}); retry", node) from None
         raise no_quorum(f"the write's outcome is unknown ({exc.code}); retry it "
                         "(with the same message ids, so it is stored once)") from None
     except asyncio.TimeoutError:

@@ -40,9 +40,11 @@ class ApiError(Exception):
 
 
 class LeadLost(ApiError):
-    """This node's `engine` stopped leading the request's group before it wrote anything of the
-    request: the error middleware serves the request once more, where the lead is now (the
-    route holds it through the election). A second loss is answered as it stands: 503."""
+    """This node's `engine` stopped leading the request's group before the request's answer was
+    known, and serving it again is safe: nothing of it was written, or it was a receive (whose
+    leases, if it was written, run out and deliver again, as for a client that lost the answer).
+    The error middleware serves the request once more, where the lead is now (the route holds
+    it through the election). A second loss is answered as it stands: 503."""
 
     def __init__(self, message: str, engine):
         super().__init__("no_quorum", message, headers={"Retry-After": "1"})

@@ -78,7 +78,11 @@ MUTANTS = [
     Mutant("lead-lost-answered-503", "a read whose node loses the lead is sent on to the new leader",
            "api/app.py", "                await after_lead_lost(lost)\n                return await handler(request)\n",
            "                raise\n",
-           (T_API + "test_reads_in_flight_as_the_lead_moves_are_sent_where_it_went",)),
+           (T_API + "test_reads_and_receives_in_flight_as_the_lead_moves_are_sent_where_it_went",)),
+    Mutant("receive-of-unknown-outcome-answered-503", "a receive whose outcome the lost lead made unknown is served again",
+           "api/commands.py", "return await _committed(app, node, call, wait_s, unknown_served_again=True)",
+           "return await _committed(app, node, call, wait_s)",
+           (T_API + "test_reads_and_receives_in_flight_as_the_lead_moves_are_sent_where_it_went",)),
     # ---- the mutants issue 13 found caught ---------------------------------------------------------
     Mutant("stale-receipt-accepted", "an ack with a stale receipt changes nothing",
            "statemachine/queue.py", "if lease is None or lease[0] != token:", "if lease is None:", RULES),
