@@ -54,9 +54,22 @@ async def _view_after_election(node) -> dict:
     on as soon as the engine reports the winner, where a refusal would leave
     the client to guess with its backoff when to try again.
     """
+    return await _view_when(node, lambda view: _leader_known(view) or view["cut_off"])
+
+
+async def after_lead_lost(lost: LeadLost) -> None:
+    """Return once the engine's view no longer says it leads the term it lost (the engine pushes
+    it a moment after the refusal came back), or after ELECTION_HOLD_S: only then does a route
+    send the request where the lead went."""
+    if lost.term is not None:
+        await _view_when(lost.engine, lambda view: view["role"] != "leader" or view["term"] != lost.term)
+
+
+async def _view_when(node, ready) -> dict:
+    """`node`'s routing view once `ready(view)`, or as it is after ELECTION_HOLD_S."""
     view = node.view()
     deadline = asyncio.get_running_loop().time() + ELECTION_HOLD_S
-    while not _leader_known(view) and not view["cut_off"]:
+    while not ready(view):
         remaining = deadline - asyncio.get_running_loop().time()
         if remaining <= 0:
             break
@@ -65,25 +78,6 @@ async def _view_after_election(node) -> dict:
         except asyncio.TimeoutError:
             break
     return view
-
-
-async def after_lead_lost(lost: LeadLost) -> None:
-    """Return once the engine's view no longer says it leads the term it lost (the engine pushes
-    it a moment after the refusal came back), or after ELECTION_HOLD_S: only then does a route
-    send the request where the lead went."""
-    if lost.term is None:
-        return
-    engine = lost.engine
-    deadline = asyncio.get_running_loop().time() + ELECTION_HOLD_S
-    view = engine.view()
-    while view["role"] == "leader" and view["term"] == lost.term:
-        remaining = deadline - asyncio.get_running_loop().time()
-        if remaining <= 0:
-            return
-        try:
-            view = await asyncio.wait_for(engine.next_view(), remaining)
-        except asyncio.TimeoutError:
-            return
 
 
 def _path_queues(request: web.Request) -> list[str]:
