@@ -294,8 +294,9 @@ def test_a_truncated_then_rewritten_entry_reads_back_as_rewritten(tmp_path):
                                                       b"term 2 #10", b"term 2 #15"]
     j.deleteEntriesFrom(0)
     assert len(j) == 0 and j.held_command_bytes() == 0 and j.command(1) is None
-    j.add(b"again", 7, 3)
-    assert j[0] == (b"again", 7, 3) and j.command(7) == b"again"
+    j.add(b"again" * 1000, 1, 3)
+    j.add(b"after", 2, 3)                       # the first entry's command leaves the recent ones
+    assert j[0] == (b"again" * 1000, 1, 3) and j.command(1) == b"again" * 1000
 
 
 def test_a_damaged_record_read_back_is_refused_not_returned(tmp_path):

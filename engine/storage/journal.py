@@ -104,14 +104,6 @@ def encode_record(command: bytes, idx: int, term: int) -> bytes:
     return records.encode(ENTRY_PREFIX.pack(idx, term) + command)
 
 
-def _record_length(command: bytes) -> int:
-    return records.RECORD_HEADER.size + ENTRY_PREFIX.size + len(command)
-
-
-def _command_length(record_length: int) -> int:
-    return record_length - records.RECORD_HEADER.size - ENTRY_PREFIX.size
-
-
 class Kept(NamedTuple):
     """Compacted entries kept on disk, in index order (so their segments ascend too): for each,
     its index, segment, record offset and record length."""
