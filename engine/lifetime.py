@@ -1,20 +1,19 @@
 """A node's processes: named for what they do (what `top` and `ps -o comm`
 show, and how benchmarks tell them apart), children that must not outlive
-the process that made them, and large buffers given back to the kernel when
-freed."""
+the process that made them, and the free memory of their heaps given back to
+the kernel."""
 
+import asyncio
 import ctypes
 import os
 import signal
 
+from .background import Background
+
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
-# glibc's mallopt(3) parameters
-M_TRIM_THRESHOLD = -1
-M_MMAP_THRESHOLD = -3
-# Blocks of this size or more get a mapping of their own, unmapped when freed;
-# free memory at the top of a heap past it is given back too.
-LARGE_BLOCK_BYTES = 128 * 1024
+# How often a process gives the free memory of its heaps back to the kernel.
+GIVE_BACK_INTERVAL_S = 1.0
 
 
 def name_process(name: str) -> None:
@@ -37,20 +36,28 @@ def die_with(parent_pid: int) -> None:
         os._exit(1)
 
 
-def give_back_large_blocks() -> None:
-    """Have glibc serve every block of LARGE_BLOCK_BYTES or more from a mapping of its
-    own, given back to the kernel when freed (once, before a node forks: its children
-    inherit it).
+class FreeMemoryGiver(Background):
+    """Every GIVE_BACK_INTERVAL_S, has glibc give the free pages of its heaps back to the
+    kernel (malloc_trim(3)); a C library without it (not glibc) is left as it is.
 
-    Why: glibc's threshold for that starts at 128 KiB but rises to the size of any
-    such block freed (up to 32 MiB). A node's buffers of log entries, request bodies
-    and messages (up to 2 MiB each) then came from the heaps, and the small blocks that
-    live on between them kept that memory from ever going back: filling 20 000
-    messages of 10 KiB grew each engine by 3.7-4.8 KB per message and a front by up to
-    2.4 KB, all of it free memory that malloc_trim(3) gave back (issue 25,
-    docs/benchmarks.md). Setting the thresholds stops them moving. A C library
-    without mallopt (not glibc) is left as it is."""
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    if mallopt is not None:
-        mallopt(M_MMAP_THRESHOLD, LARGE_BLOCK_BYTES)
-        mallopt(M_TRIM_THRESHOLD, LARGE_BLOCK_BYTES)
+    Why: a node's buffers of log entries, request bodies and messages (up to 2 MiB
+    each) come from glibc's heaps, which raise their threshold for a mapping of its own
+    to the size of any such block freed. The small blocks that live on between them
+    kept that memory from ever going back: filling 20 000 messages of 10 KiB grew each
+    engine by 3.7-4.8 KB per message and a front by up to 2.4 KB, nearly all of it free
+    memory that malloc_trim gave back (issue 25, docs/benchmarks.md). Fixing the
+    thresholds instead (a mapping for every block of 128 KiB or more, unmapped when
+    freed) did the same, but page faults on every new mapping halved the fill of 10 KiB
+    messages; trimming once a second costs about a millisecond."""
+
+    def __init__(self):
+        self._trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+
+    def start(self) -> None:
+        if self._trim is not None:
+            super().start()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(GIVE_BACK_INTERVAL_S)
+            self._trim(0)
