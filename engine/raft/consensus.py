@@ -182,12 +182,8 @@ class Consensus:
         data_dir.mkdir(parents=True, exist_ok=True)
         self._snapshot_path = data_dir / SNAPSHOT_FILE
         snapshot_file.check_format(self._snapshot_path)
-        # The journal keeps the commands of its newest entries in memory up to two of the
-        # largest (one being sent to the followers while the one before is applied); others
-        # are read back from disk.
         self._journal = DurableJournal(data_dir / JOURNAL_DIR, fsync=fsync,
-                                       segment_bytes=segment_bytes, snapshot_path=self._snapshot_path,
-                                       recent_bytes=2 * max_entry_bytes)
+                                       segment_bytes=segment_bytes, snapshot_path=self._snapshot_path)
         # Replicas apply the same entries, so equal thresholds would make them
         # all fork a snapshot writer at the same moment; spread them per node.
         jitter = 1 + (zlib.crc32(self_peer.raft_addr.encode()) % 1000) / 2000

@@ -93,6 +93,9 @@ META_NAME = "meta.rec"
 KEPT_NAME = "kept.rec"
 REWRITE_SUFFIX = ".rewrite"
 PREALLOCATE_BYTES = 4 * 1024 * 1024
+# Commands of the newest entries kept in memory: those being sent to the followers and
+# applied, mostly (group commit's entries are 2.5 MB at most in a fill of 10 KiB messages;
+# one missed is read back from the page cache).
 RECENT_BYTES = 4 * 1024 * 1024
 
 
