@@ -384,6 +384,14 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         # pysyncobj's slices the whole tail of the log, then cuts it to maxSizeBytes
         return self._journal.entries(fromIDx, count, maxSizeBytes) if fromIDx is not None else []
 
+    def _SyncObj__getPrevLogIndexTerm(self, nextNodeIndex):
+        # pysyncobj's reads the entry before each append it sends, command and all, for its term
+        log, prev = self._journal, nextNodeIndex - 1
+        first, last = log.index_and_term(0)[0], log.last_index()
+        if not first <= prev <= last:
+            return None, None
+        return prev, log.index_and_term(prev - first)[1]
+
     def _SyncObj__getCurrentLogIndex(self):
         return self._journal.index_and_term(-1)[0]
 
