@@ -14,6 +14,7 @@ PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 # How often a process gives the free memory of its heaps back to the kernel.
 GIVE_BACK_INTERVAL_S = 1.0
+M_ARENA_MAX = -8   # glibc's mallopt(3) parameter
 
 
 def name_process(name: str) -> None:
@@ -34,6 +35,22 @@ def die_with(parent_pid: int) -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent_pid:   # the parent died before the request took effect
         os._exit(1)
+
+
+def use_one_heap() -> None:
+    """Have every thread of this process and of the ones it forks later allocate from glibc's
+    main heap (once, before a node forks its engines and fronts); a C library without
+    mallopt (not glibc) is left as it is.
+
+    Why: a thread's own arena (glibc gives one to each busy thread: the tick thread's
+    gets the log entries) is shrunk by malloc_trim only inside, never from its top:
+    a follower's engine kept 29 MB of its arena resident, 8 MB of it in use, after
+    100 000 messages of 10 KiB; with one heap its engine grew 16 MB where it had grown
+    37 (issue 25, docs/benchmarks.md). The interpreter's lock lets one thread run
+    Python at a time, so the threads seldom wait for the heap's."""
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is not None:
+        mallopt(M_ARENA_MAX, 1)
 
 
 class FreeMemoryGiver(Background):
