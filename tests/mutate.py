@@ -385,6 +385,9 @@ MUTANTS = [
            "statemachine/machine.py", "return queue.deliverable(queue.groups[group]) if queue",
            "return len(queue.groups[group].ready) if queue",
            ("tests/test_statemachine_rules.py::test_a_message_whose_ordering_key_waits_is_not_ready_for_a_long_poll",)),
+    Mutant("refused-call-keeps-its-arguments", "a refused call between a front and its engine lets go of its arguments",
+           "engine/link/remote.py", "            del future\n", "            pass\n",
+           ("tests/test_link.py",)),
     # ---- the SQS API (docs/sqs.md) ---------------------------------------------------------------
     Mutant("sqs-signature-not-compared", "an SQS call signed with a wrong secret is refused",
            "api/sqs/sigv4.py", "if not hmac.compare_digest(expected.encode(), signature.encode()):", "if False:",
