@@ -129,7 +129,13 @@ def node_memory(cluster, node_id: str) -> dict:
     raftq-group-<g>; the node's own pid is its supervisor's)."""
     pids = group_pids([cluster.pid(node_id)])
     engines = [pid for pid in pids if (process_name(pid) or "").startswith("raftq-group-")]
-    return {"processes": len(pids), "node_mib": memory_mib(pids) or 0.0, "engine_mib": memory_mib(engines) or 0.0}
+    return {"processes": len(pids), "node_mib": memory_mib(pids) or 0.0, "engine_mib": memory_mib(engines) or 0.0,
+            "pids": pids}
+
+
+def memory_by_process(pids: list[int]) -> dict[str, float]:
+    """Each process's PSS by "name pid", to say where a peak was."""
+    return {f"{process_name(pid)} {pid}": round(memory_mib([pid]) or 0.0, 1) for pid in pids}
 
 
 def disk_mib(path: Path) -> float:
@@ -282,6 +288,7 @@ class Sampler:
     def __init__(self, cluster, processes: dict):
         self.cluster, self.processes = cluster, processes
         self.peak_writing = dict.fromkeys(cluster.ids, 0.0)
+        self.peak_writing_by_process: dict[str, dict[str, float]] = {}
         self.peak = dict.fromkeys(cluster.ids, 0.0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run)
@@ -300,7 +307,9 @@ class Sampler:
                 memory = node_memory(self.cluster, node_id)
                 self.peak[node_id] = max(self.peak[node_id], memory["node_mib"])
                 if memory["processes"] > self.processes[node_id]:
-                    self.peak_writing[node_id] = max(self.peak_writing[node_id], memory["node_mib"])
+                    if memory["node_mib"] > self.peak_writing[node_id]:
+                        self.peak_writing[node_id] = memory["node_mib"]
+                        self.peak_writing_by_process[node_id] = memory_by_process(memory["pids"])
 
 
 async def provoke_snapshots(side: Raftq, processes: dict, window_s: float, log) -> dict:
@@ -329,6 +338,8 @@ async def provoke_snapshots(side: Raftq, processes: dict, window_s: float, log) 
         # the writers' last moments and the log prefix each drops
         await asyncio.to_thread(at_rest, side, processes, window_s)
     log(f"churned {churned / 2**20:,.0f} MiB of 1 MB puts; new snapshots on {sorted(written) or 'no node'}")
+    for node_id, by_process in sorted(sampler.peak_writing_by_process.items()):
+        log(f"  {node_id} at its peak while writing, MiB (PSS): {by_process}")
     return {n: {"snapshot_bytes": written[n][0] if n in written else None,
                 "snapshot_s": written[n][1] if n in written else None,
                 "peak_writing_mib": sampler.peak_writing[n] or None, "peak_mib": sampler.peak[n]}

@@ -34,7 +34,7 @@ import orjson
 from api.app import Settings
 from engine.balance import LeaderBalancer
 from engine.config import ClusterConfig, write_private
-from engine.lifetime import die_with, name_process
+from engine.lifetime import FreeMemoryGiver, die_with, name_process
 from engine.link.service import EngineService
 from engine.members import HeldGroupsReporter, MemberRecorder
 from engine.node import Node, group_data_dir
@@ -111,8 +111,10 @@ async def _serve(*, cluster: ClusterConfig, node_id: str, group: int, members: t
         if holdings is not None else None
     service = EngineService(node, max_long_polls=settings.limits.max_long_polls,
                             max_long_polls_per_client=settings.limits.max_long_polls_per_client, balancer=balancer)
+    giver = FreeMemoryGiver()
     await node.start()
     service.start()
+    giver.start()
     if balancer:
         balancer.start()
     if recorder:
@@ -141,6 +143,7 @@ async def _serve(*, cluster: ClusterConfig, node_id: str, group: int, members: t
             pass                          # the supervisor is gone, and this process with it
         await asyncio.wait(served, timeout=FRONTS_GONE_S)   # in-flight requests finish or fail
     finally:
+        giver.stop()
         service.stop()
         await node.close()                # journal flushed and closed
     log.info("group %d: stopped in %.2fs", group, time.monotonic() - started)

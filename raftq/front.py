@@ -27,7 +27,7 @@ from aiohttp import web
 
 from api.app import Settings, make_app
 from api.mover import LeaderPreferences, ReplicaMover
-from engine.lifetime import die_with, name_process
+from engine.lifetime import FreeMemoryGiver, die_with, name_process
 from engine.link.remote import RemoteNode
 from engine.placement import Placement
 
@@ -142,6 +142,7 @@ async def serve_front(*, worker: int, listener: socket.socket, links: dict[int, 
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=limits.header_timeout_s)
     # one mover per node, in its first front; it acts while the node's engine of group 0 leads
     movers = [ReplicaMover(app), LeaderPreferences(app)] if worker == 0 and len(placement.groups) > 1 else []
+    giver = FreeMemoryGiver()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stopping.set)
@@ -156,6 +157,7 @@ async def serve_front(*, worker: int, listener: socket.socket, links: dict[int, 
         linked.follow_supervisor()
         for mover in movers:
             mover.start()
+        giver.start()
         await asyncio.wait({asyncio.create_task(linked.gone.wait()), asyncio.create_task(stopping.wait())},
                            return_when=asyncio.FIRST_COMPLETED)
         if not stopping.is_set():
@@ -163,6 +165,7 @@ async def serve_front(*, worker: int, listener: socket.socket, links: dict[int, 
             return
         await runner.shutdown()           # stop accepting; in-flight requests finish or fail cleanly
     finally:
+        giver.stop()
         for mover in movers:
             mover.stop()
         await runner.cleanup()

@@ -40,7 +40,7 @@ import orjson
 
 from api.app import Settings
 from engine.config import ClusterConfig, NodeSpec, write_private
-from engine.lifetime import name_process
+from engine.lifetime import name_process, use_one_heap
 from engine.node import group_data_dir
 from engine.placement import Placement, for_cluster
 
@@ -138,6 +138,7 @@ def run_node(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings: S
         raise
     node_pid = os.getpid()
     name_process("raftq-node")
+    use_one_heap()
     # links[group][worker]: (the engine's end, the front's end)
     links = {group: [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in listeners] for group in groups}
     # handoffs[group]: (the supervisor's end, the engine's end)

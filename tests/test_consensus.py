@@ -31,7 +31,7 @@ from engine.raft.consensus import Consensus
 from engine.raft.sealer import Sealer
 from engine.raft.wire import FRAME, Connection
 from engine.storage import snapshot_file
-from engine.storage.journal import DurableJournal
+from engine.storage.journal import RECENT_BYTES, DurableJournal
 from engine.storage.records import DamagedFile
 from raftq.local import free_ports as local_free_ports
 from tests.tools import require_strace
@@ -942,6 +942,23 @@ def test_compaction_by_journal_bytes_with_few_large_entries(cluster):
     counts = [n.status()["snapshot"]["count"] for n in nodes]
     time.sleep(0.5)
     assert [n.status()["snapshot"]["count"] for n in nodes] == counts
+
+
+def test_a_node_holds_few_of_its_log_commands_in_memory_and_reads_the_others_back(cluster):
+    """Issue 25: the log not yet compacted stays on disk; every node holds the commands of its
+    newest entries (RECENT_BYTES, whatever the largest entry may be) and of its first."""
+    c = cluster(compaction_min_entries=10 ** 6, compaction_min_seconds=10 ** 6,
+                compaction_min_bytes=1 << 30, max_entry_bytes=16 << 20).start_all()
+    entries = [b"%04d" % i + b"x" * 1_000_000 for i in range(12)]
+    for entry in entries:
+        commit(c, entry)
+    c.converged()
+    for node in c.nodes.values():
+        journal = node._journal
+        last = journal.last_index()
+        assert journal.stats()["entries"] > len(entries)                  # nothing compacted
+        assert journal.held_command_bytes() <= RECENT_BYTES + 2 * len(entries[0])
+        assert [node.entry_at(index) for index in range(last - 11, last + 1)] == entries
 
 
 # -- proxies between nodes -------------------------------------------------------------

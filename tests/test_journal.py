@@ -238,6 +238,79 @@ def test_clear_starts_a_new_log(tmp_path):
     assert contents(DurableJournal(tmp_path)) == [(b"prev", 100, 4), (b"last", 101, 4)]
 
 
+def big_command(idx, size=100_000):
+    return bytes([idx % 251]) * size + b"#%d" % idx
+
+
+def test_the_commands_held_in_memory_are_bounded_by_recent_bytes_whatever_the_log_holds(tmp_path):
+    # 60 entries of 100 kB (6 MB) and no compaction: what stays in RAM is the newest
+    # entries up to recent_bytes, and the first entry's; every other command is read back
+    recent = 250_000
+    j = DurableJournal(tmp_path, fsync=False, recent_bytes=recent)
+    most = 0
+    for idx in range(1, 61):
+        j.add(big_command(idx), idx, 1)
+        assert j[0] == (big_command(1), 1, 1)       # pysyncobj reads the first entry often
+        most = max(most, j.held_command_bytes())
+    largest = len(big_command(60))
+    assert most <= recent + largest
+    assert j.stats()["held_command_bytes"] == j.held_command_bytes() <= recent + largest
+    expected = [(big_command(i), i, 1) for i in range(1, 61)]
+    assert contents(j) == expected and j[:] == expected and j[-3:] == expected[-3:]
+    assert [j.command(i) for i in (1, 2, 30, 60)] == [big_command(i) for i in (1, 2, 30, 60)]
+    assert j.held_command_bytes() <= recent + largest      # reading them back held none of them
+    j._destroy()
+    reopened = DurableJournal(tmp_path, fsync=False, recent_bytes=recent)
+    assert reopened.held_command_bytes() == 0
+    assert contents(reopened) == expected
+
+
+def test_entries_reads_only_what_pysyncobj_asks_for(tmp_path):
+    j = DurableJournal(tmp_path, fsync=False, recent_bytes=0)
+    for idx in range(1, 21):
+        j.add(big_command(idx, 1000), idx, 1)
+    size = len(big_command(1, 1000))
+    assert [e[1] for e in j.entries(5)] == list(range(5, 21))
+    assert [e[1] for e in j.entries(5, 3)] == [5, 6, 7]
+    # as pysyncobj cuts them: up to and with the entry that reaches max_bytes
+    assert [e[1] for e in j.entries(5, None, 2 * size)] == [5, 6]
+    assert [e[1] for e in j.entries(5, None, 2 * size + 1)] == [5, 6, 7]
+    assert j.entries(21) == [] and j.entries(1, 1) == [j[0]]
+    j.deleteEntriesTo(4)
+    assert j.entries(3) == [] and j.entries(5, 1) == [(big_command(5, 1000), 5, 1)]
+    assert [j.index_and_term(p) for p in (0, -1)] == [(5, 1), (20, 1)]
+
+
+def test_a_truncated_then_rewritten_entry_reads_back_as_rewritten(tmp_path):
+    j = DurableJournal(tmp_path, fsync=False, segment_bytes=30_000, recent_bytes=5_000)
+    for idx in range(1, 21):
+        j.add(big_command(idx, 4000), idx, 1)
+    j.deleteEntriesFrom(9)                      # positions: entries 10.. go
+    for idx in range(10, 16):
+        j.add(b"term 2 #%d" % idx, idx, 2)
+    assert [j[p] for p in range(8, 15)] == [(big_command(9, 4000), 9, 1)] + [
+        (b"term 2 #%d" % i, i, 2) for i in range(10, 16)]
+    assert [j.command(i) for i in (1, 9, 10, 15)] == [big_command(1, 4000), big_command(9, 4000),
+                                                      b"term 2 #10", b"term 2 #15"]
+    j.deleteEntriesFrom(0)
+    assert len(j) == 0 and j.held_command_bytes() == 0 and j.command(1) is None
+    j.add(b"again" * 1000, 1, 3)
+    j.add(b"after", 2, 3)                       # the first entry's command leaves the recent ones
+    assert j[0] == (b"again" * 1000, 1, 3) and j.command(1) == b"again" * 1000
+
+
+def test_a_damaged_record_read_back_is_refused_not_returned(tmp_path):
+    j = DurableJournal(tmp_path, fsync=False, recent_bytes=0)
+    for idx in range(1, 4):
+        j.add(big_command(idx, 1000), idx, 1)
+    (segment,) = segments(tmp_path)
+    with open(segment, "r+b") as f:
+        f.seek(j._offsets[1] + 100)
+        f.write(b"\xff")
+    with pytest.raises(DamagedFile):
+        j.command(2)
+
+
 def test_meta_survives_reopen(tmp_path):
     j = DurableJournal(tmp_path)
     fill(j, 1, 9)
@@ -430,7 +503,7 @@ def test_compaction_keeps_the_segments_of_the_entries_the_snapshot_names(tmp_pat
     assert j.command(4) is None and j.command(44) is None
     assert j.holds(17) and not j.holds(18)
     kept_segments = {segment_of(j, i) for i in (3, 17, 40)}
-    start_seq = j._positions[0][0]
+    start_seq = j._log_start()[0]
     on_disk = {int(p.name[4:16]) for p in segments(tmp_path)}
     assert {s for s in on_disk if s < start_seq} <= kept_segments
     assert j.stats()["kept_entries"] == 3
@@ -483,7 +556,7 @@ def mostly_dead(tmp_path):
 
 def test_a_mostly_dead_kept_segment_is_rewritten_with_its_named_entries_only(tmp_path):
     j = mostly_dead(tmp_path)
-    paths = [tmp_path / f"seg-{j._positions[index - 1][0]:012d}.log" for index in (2, 14)]
+    paths = [tmp_path / f"seg-{j._seqs[index - 1]:012d}.log" for index in (2, 14)]
     assert paths[0] != paths[1]
     before = {path: path.stat() for path in paths}
 

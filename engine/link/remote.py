@@ -68,13 +68,7 @@ class RemoteNode:
                             changed, self._view_changed = self._view_changed, asyncio.get_running_loop().create_future()
                             changed.set_result(None)
                         continue
-                    future = self._calls.pop(call_id, None)
-                    if future is None or future.done():
-                        continue
-                    if error is None:
-                        future.set_result(value)
-                    else:
-                        future.set_exception(CommitError(error))
+                    self._answer(call_id, error, value)
         except LinkClosed:
             logger.warning("the engine went away")
         finally:
@@ -83,6 +77,17 @@ class RemoteNode:
                     future.set_exception(CommitError("engine_gone"))
             self._calls.clear()
             self.closed.set()
+
+    def _answer(self, call_id: int, error: str | None, value) -> None:
+        # not inline in _read: its long-lived frame would hold the last
+        # answered future, and through a refusal's traceback the call's arguments
+        future = self._calls.pop(call_id, None)
+        if future is None or future.done():
+            return
+        if error is None:
+            future.set_result(value)
+        else:
+            future.set_exception(CommitError(error))
 
     async def _call(self, method: str, *args):
         if self.closed.is_set():
@@ -98,6 +103,11 @@ class RemoteNode:
             if method == "receive":
                 self._out.send([0, "cancel", [call_id]])
             raise
+        finally:
+            # A refusal's traceback holds this frame, and the frame its future,
+            # which holds the refusal: a cycle that kept the call's arguments
+            # (a batch of bodies) until the cyclic collector ran.
+            del future
 
     # ---- routing, from the pushed view ---------------------------------------------------
     def view(self) -> dict:

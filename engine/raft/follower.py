@@ -112,8 +112,8 @@ class FollowerSide:
         try:
             index, term = snapshot_file.last_entry(snapshots.incoming)
             log = self._journal
-            first, last = log[0][1], log[-1][1]
-            if index < first or (index <= last and log[index - first][2] == term):
+            first, last = log.index_and_term(0)[0], log.last_index()
+            if index < first or (index <= last and log.index_and_term(index - first)[1] == term):
                 snapshots.drop_incoming()
                 self._reply(node, index + 1, success=True, reset=False)
                 return index
@@ -144,17 +144,17 @@ class FollowerSide:
 
     def _match_entries(self, node, prev_idx: int, prev_term: int, entries: list) -> int | None:
         log = self._journal
-        first, last = log[0][1], log[-1][1]
+        first, last = log.index_and_term(0)[0], log.last_index()
         if not first <= prev_idx <= last:
             self._reply(node, last + 1, success=False, reset=True)
             return None
         base = prev_idx - first
-        if log[base][2] != prev_term:
+        if log.index_and_term(base)[1] != prev_term:
             self._reply(node, prev_idx, success=False, reset=True)
             return None
         have = len(log) - base - 1
         same = 0
-        while same < len(entries) and same < have and log[base + 1 + same][2] == entries[same][2]:
+        while same < len(entries) and same < have and log.index_and_term(base + 1 + same)[1] == entries[same][2]:
             same += 1
         if same < len(entries) and same < have:
             self._truncate_conflict(base + 1 + same)
@@ -176,7 +176,7 @@ class FollowerSide:
                 change = self._SyncObj__parseChangeClusterRequest(entry[0])
                 if change is not None:
                     self._SyncObj__doChangeCluster(change, reverse=True)
-        first_dropped = log[position][1]
+        first_dropped = log.index_and_term(position)[0]
         if first_dropped <= self._SyncObj__raftLastApplied:
             logger.critical("conflict truncates applied entries from index %d (last applied %d)",
                             first_dropped, self._SyncObj__raftLastApplied)

@@ -376,6 +376,28 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         SyncObj._SyncObj__sendAppendEntries(self)
         self.reads.round_sent(started)
 
+    # -- the log ------------------------------------------------------------
+    # The journal holds few commands in memory (engine.storage.journal): what
+    # asks only for an entry's index or term does not read its command.
+
+    def _SyncObj__getEntries(self, fromIDx, count=None, maxSizeBytes=None):
+        # pysyncobj's slices the whole tail of the log, then cuts it to maxSizeBytes
+        return self._journal.entries(fromIDx, count, maxSizeBytes) if fromIDx is not None else []
+
+    def _SyncObj__getPrevLogIndexTerm(self, nextNodeIndex):
+        # pysyncobj's reads the entry before each append it sends, command and all, for its term
+        log, prev = self._journal, nextNodeIndex - 1
+        first, last = log.index_and_term(0)[0], log.last_index()
+        if not first <= prev <= last:
+            return None, None
+        return prev, log.index_and_term(prev - first)[1]
+
+    def _SyncObj__getCurrentLogIndex(self):
+        return self._journal.index_and_term(-1)[0]
+
+    def _SyncObj__getCurrentLogTerm(self):
+        return self._journal.index_and_term(-1)[1]
+
     def _stamp(self, message) -> None:
         """The transport calls this with every message it sends."""
         if isinstance(message, dict) and message.get("type") == "append_entries":
@@ -407,7 +429,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         log = self._journal
         if not len(log):
             return 0
-        return log.bytes_before(max(0, self._SyncObj__raftLastApplied - log[0][1]))
+        return log.bytes_before(max(0, self._SyncObj__raftLastApplied - log.index_and_term(0)[0]))
 
     # -- apply ----------------------------------------------------------
 
@@ -433,7 +455,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
             return False
         waiting = self._SyncObj__commandsWaitingCommit
         deadline = monotonic() + APPLY_BUDGET_S
-        for command, index, term in self._SyncObj__getEntries(applied + 1, committed - applied):
+        for command, index, term in self._journal.iterate(applied + 1, committed - applied):
             subscribers = waiting.pop(index, ())
             result = self._SyncObj__doApplyCommand(command)
             self._SyncObj__raftLastApplied = index
@@ -462,13 +484,13 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         # the highest index held by a majority, this node's log among them
         held = sorted((match[node] for node in others), reverse=True)[(len(others) + 1) // 2 - 1]
         log = self._journal
-        index = min(held, log[-1][1])
+        index = min(held, log.last_index())
         if index <= self._SyncObj__raftCommitIndex:
             return
         # Raft commits by counting only entries of the leader's own term;
         # terms never decrease along the log, so if this one is older, so
         # are all the entries before it.
-        if log[index - log[0][1]][2] != self._SyncObj__raftCurrentTerm:
+        if log.index_and_term(index - log.index_and_term(0)[0])[1] != self._SyncObj__raftCurrentTerm:
             return
         log.sync()
         caught_up = self._SyncObj__raftLastApplied == self._SyncObj__raftCommitIndex

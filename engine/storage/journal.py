@@ -35,6 +35,15 @@ the most dead one at each compaction.
 another size (a crash between a rewrite's rename and the new offsets) is
 scanned again for its entries, and a rewrite's leftover temp file is removed.
 
+Entries in memory. Only each entry's term and where its record lies are
+held for the whole log; its command is read back from the segment with pread
+(from the page cache, mostly) unless it is among the newest appended ones,
+whose commands are kept up to ``recent_bytes`` (the ones about to be sent to
+followers and applied), or the first entry, whose command pysyncobj reads on
+every append it sends. Before, every command stayed in RAM until compaction,
+which by then held up to ``compaction_min_bytes`` (32-48 MiB) per node
+(issue 25).
+
 At open, records are read from the recorded start; the first record with a
 bad checksum, a short read or an index that does not follow its predecessor
 ends the log: the file is truncated there and later segments are removed.
@@ -64,6 +73,7 @@ import struct
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, NamedTuple
 
@@ -83,6 +93,10 @@ META_NAME = "meta.rec"
 KEPT_NAME = "kept.rec"
 REWRITE_SUFFIX = ".rewrite"
 PREALLOCATE_BYTES = 4 * 1024 * 1024
+# Commands of the newest entries kept in memory: those being sent to the followers and
+# applied, mostly (group commit's entries are 2.5 MB at most in a fill of 10 KiB messages;
+# one missed is read back from the page cache).
+RECENT_BYTES = 4 * 1024 * 1024
 
 
 def _segment_name(seq: int) -> str:
@@ -91,10 +105,6 @@ def _segment_name(seq: int) -> str:
 
 def encode_record(command: bytes, idx: int, term: int) -> bytes:
     return records.encode(ENTRY_PREFIX.pack(idx, term) + command)
-
-
-def _record_length(command: bytes) -> int:
-    return records.RECORD_HEADER.size + ENTRY_PREFIX.size + len(command)
 
 
 class Kept(NamedTuple):
@@ -123,12 +133,12 @@ class DurableJournal(Journal):
     Entries are the tuples pysyncobj uses, ``(command: bytes, index, term)``;
     positions passed to deleteEntriesFrom/To are list positions, as in
     pysyncobj. All methods run on pysyncobj's tick thread except
-    ``stats()``, which only reads plain attributes.
+    ``command``, ``holds``, ``last_index`` and ``stats()``.
     """
 
     def __init__(self, directory: str | Path, *, fsync: bool = True,
                  segment_bytes: int = 64 * 1024 * 1024,
-                 snapshot_path: str | Path | None = None):
+                 snapshot_path: str | Path | None = None, recent_bytes: int = RECENT_BYTES):
         self._dir = records.make_dir(directory)
         self._fsync = fsync
         self._segment_bytes = segment_bytes
@@ -140,17 +150,29 @@ class DurableJournal(Journal):
         # acknowledgement untrue (truncation, clear, a new term).
         self.before_rewrite: Callable[[], None] | None = None
 
-        self._entries: list[tuple[bytes, int, int]] = []
-        self._positions: list[tuple[int, int]] = []  # (segment seq, offset) per entry
+        # The log, one row per entry from index ``_first`` on: its term and where its record
+        # lies (segment, offset, record length). ``_last`` is the last index, None while empty.
+        self._first = 0
+        self._last: int | None = None
+        self._terms = array("Q")
+        self._seqs = array("I")
+        self._offsets = array("Q")
+        self._lengths = array("I")
+        # Commands held in memory: the newest appended ones up to ``recent_bytes`` (at least
+        # the last), and the first entry's (index, command).
+        self._recent: OrderedDict[int, bytes] = OrderedDict()
+        self._recent_bytes = 0
+        self._recent_limit = recent_bytes
+        self._head: tuple[int, bytes] | None = None
         self._segment_sizes: dict[int, int] = {}     # seq -> size of its records (kept segments too)
         # The indexes the durable snapshot names (``retain``), the kept
         # entries and a read descriptor per kept segment. Reads come from
-        # other threads (``command``): the lock keeps one from meeting the
-        # swap of these and the closing of a descriptor.
+        # other threads (``command``): the lock keeps one from meeting a
+        # change of the log's rows or of these, and the closing of a descriptor.
         self._live = array("Q")
         self._kept = Kept.empty()
         self._kept_fds: dict[int, int] = {}
-        self._kept_lock = threading.Lock()
+        self._lock = threading.Lock()
         self._deferred = 0
         self._meta_dirty = False
         self._appender: records.Appender | None = None   # the live segment
@@ -255,9 +277,8 @@ class DurableJournal(Journal):
             else:
                 offset = min(start_off if seq == start_seq else SEGMENT_HEADER.size, len(data))
                 good_end, found = self._scan(data, offset, prev_idx)
-            for command, idx, term, pos in found:
-                self._entries.append((command, idx, term))
-                self._positions.append((seq, pos))
+            for idx, term, pos, length in found:
+                self._append_row(idx, term, seq, pos, length)
                 prev_idx = idx
             self._segment_sizes[seq] = good_end
             if good_end == len(data):
@@ -295,7 +316,7 @@ class DurableJournal(Journal):
 
     @staticmethod
     def _scan(data: bytes, offset: int, prev_idx: int | None):
-        """(end of the good records, [(command, index, term, offset)]): the log
+        """(end of the good records, [(index, term, offset, record length)]): the log
         ends at the first record that is torn, damaged or out of sequence."""
         found = []
         end = offset
@@ -305,9 +326,18 @@ class DurableJournal(Journal):
             idx, term = ENTRY_PREFIX.unpack_from(payload)
             if prev_idx is not None and idx != prev_idx + 1:
                 break
-            found.append((bytes(payload[ENTRY_PREFIX.size:]), idx, term, start))
+            found.append((idx, term, start, record_end - start))
             prev_idx, end = idx, record_end
         return end, found
+
+    def _append_row(self, idx: int, term: int, seq: int, offset: int, length: int) -> None:
+        if self._last is None:
+            self._first = idx
+        self._terms.append(term)
+        self._seqs.append(seq)
+        self._offsets.append(offset)
+        self._lengths.append(length)
+        self._last = idx
 
     def _write_new_segment_file(self, seq: int) -> None:
         records.write_file(self._dir / _segment_name(seq), SEGMENT_MAGIC, tag=seq)
@@ -344,9 +374,15 @@ class DurableJournal(Journal):
         if self._segment_sizes[self._seq] >= self._segment_bytes:
             self._roll_segment()
         command = bytes(command)
-        self._positions.append((self._seq, self._segment_sizes[self._seq]))
-        self._write(encode_record(command, idx, term))
-        self._entries.append((command, idx, term))
+        record = encode_record(command, idx, term)
+        offset = self._segment_sizes[self._seq]
+        self._write(record)
+        with self._lock:
+            self._append_row(idx, term, self._seq, offset, len(record))
+        self._recent[idx] = command
+        self._recent_bytes += len(command)
+        while self._recent_bytes > self._recent_limit and len(self._recent) > 1:
+            self._recent_bytes -= len(self._recent.popitem(last=False)[1])
         if not self._deferred:
             self._sync_data()
 
@@ -378,10 +414,10 @@ class DurableJournal(Journal):
             fsync_dir(self._snapshot_path.parent)
 
     def deleteEntriesFrom(self, entryFrom):
-        if entryFrom >= len(self._entries):
+        if entryFrom >= len(self):
             return
         self._prepare_rewrite()
-        seq, offset = self._positions[entryFrom]
+        seq, offset = self._seqs[entryFrom], self._offsets[entryFrom]
         dropped = [s for s in self._segment_sizes if s > seq]
         if dropped:
             self._appender.close()
@@ -395,8 +431,11 @@ class DurableJournal(Journal):
         # stale records with continuous indexes: truncate() syncs it now.
         self._appender.truncate(offset)
         self._segment_sizes[seq] = offset
-        del self._entries[entryFrom:]
-        del self._positions[entryFrom:]
+        with self._lock:
+            for column in self._rows():
+                del column[entryFrom:]
+            self._last = self._first + entryFrom - 1 if entryFrom else None
+        self._forget_commands()
 
     def retain(self, indexes: Iterable[int]) -> None:
         """The entries the durable snapshot names as held here, ascending: compaction keeps them."""
@@ -404,40 +443,97 @@ class DurableJournal(Journal):
 
     def holds(self, index: int) -> bool:
         """Whether ``command(index)`` finds the entry. Takes no lock: the snapshot writer's child asks."""
-        entries = self._entries
-        try:
-            if entries[0][1] <= index <= entries[-1][1]:
-                return True
-        except IndexError:
-            pass
+        last = self._last
+        if last is not None and self._first <= index <= last:
+            return True
         return self._kept.find(index) is not None
 
     def command(self, index: int) -> bytes | None:
         """The command of the entry at log index ``index``, from the log or the kept entries; None if
         neither holds it (any thread)."""
-        entries = self._entries
-        try:
-            command, at, _ = entries[index - entries[0][1]]
-        except IndexError:
-            at = None
-        if at == index:
-            return command
-        with self._kept_lock:
+        with self._lock:
+            last = self._last
+            if last is not None and self._first <= index <= last:
+                return self._command_at(index - self._first)
             kept = self._kept
             k = kept.find(index)
             if k is None:
                 return None
             record = os.pread(self._kept_fds[kept.seqs[k]], kept.lengths[k], kept.offsets[k])
+        return self._payload(record, index, "kept entry")
+
+    def _payload(self, record: bytes, index: int, what: str) -> bytes:
         payload = next((payload for _, _, payload in records.iter_records(record, 0)), None)
         if payload is None or ENTRY_PREFIX.unpack_from(payload)[0] != index:
-            raise records.DamagedFile(f"journal {self._dir}: kept entry {index} is not where kept.rec says")
+            raise records.DamagedFile(f"journal {self._dir}: {what} {index} is not where the journal says")
         return bytes(payload[ENTRY_PREFIX.size:])
+
+    def _command_at(self, position: int) -> bytes:
+        """The command of the log's entry at ``position``: held, or read back from its segment
+        (the tick thread, or under the lock)."""
+        index = self._first + position
+        command = self._recent.get(index)
+        if command is not None:
+            return command
+        head = self._head
+        if head is not None and head[0] == index:
+            return head[1]
+        fd = os.open(self._dir / _segment_name(self._seqs[position]), os.O_RDONLY)
+        try:
+            record = os.pread(fd, self._lengths[position], self._offsets[position])
+        finally:
+            os.close(fd)
+        command = self._payload(record, index, "log entry")
+        if position == 0:
+            self._head = (index, command)
+        return command
+
+    def _rows(self) -> tuple[array, ...]:
+        return self._terms, self._seqs, self._offsets, self._lengths
+
+    def _forget_commands(self) -> None:
+        """Drop the held commands of entries no longer in the log."""
+        recent, last = self._recent, self._last
+        while recent and (last is None or next(reversed(recent)) > last):
+            self._recent_bytes -= len(recent.popitem()[1])
+        while recent and next(iter(recent)) < self._first:
+            self._recent_bytes -= len(recent.popitem(last=False)[1])
+        if self._head is not None and (last is None or self._head[0] != self._first):
+            self._head = None
+
+    def entries(self, index: int, count: int | None = None, max_bytes: int | None = None) -> list:
+        """The entries from log index ``index`` on, at most ``count``, and no more than it takes for
+        their commands to reach ``max_bytes``: pysyncobj's ``__getEntries``, without reading the
+        whole tail of the log from disk to send a part of it."""
+        found, total = [], 0
+        for entry in self.iterate(index, count):
+            found.append(entry)
+            total += len(entry[0])
+            if max_bytes is not None and total >= max_bytes:
+                break
+        return found
+
+    def iterate(self, index: int, count: int | None = None) -> Iterator[tuple[bytes, int, int]]:
+        """The entries from log index ``index`` on, at most ``count``, each read as it is reached;
+        none if the log starts after ``index``. The log must not change meanwhile (tick thread)."""
+        if self._last is None or index < self._first:
+            return
+        start = index - self._first
+        stop = len(self) if count is None else min(len(self), start + count)
+        for position in range(start, stop):
+            yield self[position]
+
+    def index_and_term(self, position: int) -> tuple[int, int]:
+        """The index and term of the entry at list position ``position`` (negative from the end), its
+        command left on disk."""
+        position = range(len(self))[position]
+        return self._first + position, self._terms[position]
 
     def deleteEntriesTo(self, entryTo):
         if entryTo <= 0:
             return
-        if entryTo < len(self._entries):
-            start = self._positions[entryTo]
+        if entryTo < len(self):
+            start = (self._seqs[entryTo], self._offsets[entryTo])
         else:
             start = (self._seq, self._segment_sizes[self._seq])
         self._compact(entryTo, start)
@@ -446,7 +542,7 @@ class DurableJournal(Journal):
         self._prepare_rewrite()
         self._appender.trim()
         self._start_segment()
-        self._compact(len(self._entries), (self._seq, SEGMENT_HEADER.size))
+        self._compact(len(self), (self._seq, SEGMENT_HEADER.size))
 
     def _compact(self, entryTo: int, start: tuple[int, int]) -> None:
         """Drop the first ``entryTo`` entries from the log, which then starts at ``start``; keep
@@ -458,14 +554,20 @@ class DurableJournal(Journal):
         self._use_kept(kept)
         self._write_kept()
         self._write_meta(start=start, durable_now=True)
+        # out of the rows before their segments go: a read finds them kept, or not at all
+        with self._lock:
+            for column in self._rows():
+                del column[:entryTo]
+            self._first += entryTo
+            if not self._terms:
+                self._last = None
+        self._forget_commands()
         dead = [s for s in self._segment_sizes if s < start[0] and s not in needed]
         for s in dead:
             os.unlink(self._dir / _segment_name(s))
             del self._segment_sizes[s]
         if dead:
             fsync_dir(self._dir)
-        del self._entries[:entryTo]
-        del self._positions[:entryTo]
         # One rewrite per compaction, the most dead segment's: each costs pysyncobj's tick thread a
         # write and an fsync of up to half a segment, and a leader that stops ticking is deposed.
         live_share = {seq: self._live_share(seq) for seq in needed if seq < start[0]}
@@ -477,7 +579,7 @@ class DurableJournal(Journal):
         """The kept entries once the first ``entryTo`` entries of the log are dropped: those
         ``retain`` named, found among the kept ones and the dropped ones."""
         old, new = self._kept, Kept.empty()
-        dropped_first = self._entries[0][1] if entryTo else None
+        dropped_first = self._first if entryTo else None
         k = 0
         for index in self._live:
             while k < len(old.indexes) and old.indexes[k] < index:
@@ -486,7 +588,7 @@ class DurableJournal(Journal):
                 place = (old.seqs[k], old.offsets[k], old.lengths[k])
             elif dropped_first is not None and dropped_first <= index < dropped_first + entryTo:
                 position = index - dropped_first
-                place = (*self._positions[position], _record_length(self._entries[position][0]))
+                place = (self._seqs[position], self._offsets[position], self._lengths[position])
             else:
                 continue   # still in the log, or named by a snapshot this node replaced
             new.indexes.append(index)
@@ -527,7 +629,7 @@ class DurableJournal(Journal):
     def _use_kept(self, kept: Kept, reopen: tuple[int, ...] = ()) -> None:
         """Read kept entries from ``kept`` from now on, through a descriptor per segment."""
         wanted = set(kept.seqs)
-        with self._kept_lock:
+        with self._lock:
             fds, old = {}, self._kept_fds
             for seq in wanted:
                 fds[seq] = old.pop(seq) if seq in old and seq not in reopen else \
@@ -545,8 +647,8 @@ class DurableJournal(Journal):
     # -- meta ------------------------------------------------------------
 
     def _log_start(self) -> tuple[int, int]:
-        if self._positions:
-            return self._positions[0]
+        if self._last is not None:
+            return self._seqs[0], self._offsets[0]
         return (self._seq, self._segment_sizes[self._seq])
 
     def _write_meta(self, start: tuple[int, int] | None = None, *, durable_now: bool = False) -> None:
@@ -570,8 +672,8 @@ class DurableJournal(Journal):
     def getRaftCommitIndex(self):
         # A commit index beyond the surviving log (entries lost with fsync
         # off) would point at entries this node does not have yet.
-        if self._entries:
-            return min(self._commit_index, self._entries[-1][1])
+        if self._last is not None:
+            return min(self._commit_index, self._last)
         return self._commit_index
 
     def setCurrentTerm(self, term, votedForNodeId):
@@ -596,20 +698,20 @@ class DurableJournal(Journal):
     # -- interface -------------------------------------------------------
 
     def __getitem__(self, item):
-        return self._entries[item]
+        """(command, index, term) of the entry at list position ``item``, or a list of them for a slice."""
+        positions = range(len(self))[item]
+        if isinstance(positions, range):
+            return [(self._command_at(p), self._first + p, self._terms[p]) for p in positions]
+        return self._command_at(positions), self._first + positions, self._terms[positions]
 
     def last_index(self) -> int | None:
         """The last entry's index, None while the log is empty. Safe from a thread other than
         pysyncobj's: a snapshot's install empties the log before it adds the snapshot's entry,
-        and a status read in between found no last entry (IndexError)."""
-        entries = self._entries
-        try:
-            return entries[-1][1]
-        except IndexError:
-            return None
+        and a status read in between found no last entry."""
+        return self._last
 
     def __len__(self):
-        return len(self._entries)
+        return len(self._terms)
 
     def _destroy(self):
         if self._appender is None:
@@ -625,11 +727,11 @@ class DurableJournal(Journal):
     def bytes_before(self, position: int) -> int:
         """Bytes of the records before list position ``position`` (all of them
         past the end): what compacting up to that entry would drop."""
-        if not self._positions:
+        if self._last is None:
             return 0
-        start_seq, start_off = self._positions[0]
-        if position < len(self._positions):
-            end_seq, end_off = self._positions[position]
+        start_seq, start_off = self._seqs[0], self._offsets[0]
+        if position < len(self):
+            end_seq, end_off = self._seqs[position], self._offsets[position]
         else:
             end_seq, end_off = self._seq, self._segment_sizes[self._seq]
         if start_seq == end_seq:
@@ -638,9 +740,15 @@ class DurableJournal(Journal):
                       if start_seq < seq < end_seq)
         return self._segment_sizes[start_seq] - start_off + between + end_off - SEGMENT_HEADER.size
 
+    def held_command_bytes(self) -> int:
+        """Bytes of commands held in memory: at most ``recent_bytes`` (or the last command) and the first."""
+        head = self._head
+        return self._recent_bytes + (len(head[1]) if head is not None and head[0] not in self._recent else 0)
+
     def stats(self) -> dict:
         return {
-            "entries": len(self._entries),
+            "entries": len(self),
+            "held_command_bytes": self.held_command_bytes(),
             "bytes": sum(self._segment_sizes.values()),
             "segments": len(self._segment_sizes),
             "kept_entries": len(self._kept.indexes),
