@@ -22,9 +22,10 @@ Part one, on a fresh 3-node cluster on 127.0.0.1:
 3. disk: what each node's data directory takes (allocated blocks) ÷ the live
    body bytes;
 4. a snapshot with the backlog in it, provoked (no API asks a node for one):
-   1 MB puts into a side queue, each repeating the id of one stored empty
-   message (a duplicate stores nothing, but its entry is in the log), grow
-   every node's log past its compaction threshold while its memory is
+   puts of 100 messages of the backlog's body size into a side queue, each
+   message repeating the id of one of 1 000 stored empty messages (a
+   duplicate stores nothing, but its entry is in the log), grow every
+   node's log past its compaction threshold while its memory is
    sampled every SAMPLE_S: the peak while its snapshot writer (a forked
    child: a node's process count goes up by one) runs, ÷ the rest figure of
    2; the snapshot's size ÷ stored messages and its duration, as the node's
@@ -98,12 +99,17 @@ SAMPLE_S = 0.1
 FILL_WINDOW_S = 10.0
 # How long past the fill's dedup window a node is left alone before its memory counts as at rest.
 REST_MARGIN_S = 2.0
-CHURN_BODY = "x" * 1_000_000       # under --max-message-bytes (1 MiB) with its id
-# Every churned put repeats the id of one stored empty message: the log grows by each, the state by none.
-CHURN_ID = "backlog-churn"
+# Every churned message repeats the id of one of CHURN_IDS stored empty messages: the log grows by
+# each, the state by none. Its body is the backlog's own size, so the peak is the snapshot's, not that
+# of large bodies in flight; puts of CHURN_BATCH messages grow the log past its compaction threshold
+# (32 MiB) in seconds.
+CHURN_IDS = 1_000
+CHURN_BATCH = 100
 CHURN_DEDUP_WINDOW_MS = 3_600_000
-# Past this many churned bytes a node that wrote no snapshot is reported without one.
-CHURN_LIMIT_BYTES = 1 << 30
+# Past this many churned messages a node that wrote no snapshot is reported without one.
+CHURN_LIMIT_MESSAGES = 2_000_000
+# How often the nodes' /metrics are read for a new snapshot while the churn goes on.
+CHURN_POLL_S = 0.5
 # Waits that grow with the backlog (a follower applying, a restart replaying): generous, never the measure.
 CATCH_UP_S = 900.0
 
@@ -313,23 +319,29 @@ class Sampler:
 
 
 async def provoke_snapshots(side: Raftq, processes: dict, window_s: float, log) -> dict:
-    """Churn 1 MB puts until every node has written a new snapshot (or CHURN_LIMIT_BYTES went);
-    per node: the snapshot's bytes and seconds (None without one) and the memory peaks."""
+    """Churn puts of the backlog's body size until every node has written a new snapshot (or
+    CHURN_LIMIT_MESSAGES went); per node: the snapshot's bytes and seconds (None without one) and the
+    memory peaks."""
     cluster = side.cluster
     queue = "backlog-churn"
+    ids = [f"backlog-churn-{i}" for i in range(CHURN_IDS)]
     async with AsyncClient(cluster.urls, token=cluster.token) as client:
         await client.create_queue(queue, dedup_window_ms=CHURN_DEDUP_WINDOW_MS)
-        await client.put(queue, "", id=CHURN_ID)
+    async with Producer(cluster.urls, token=cluster.token, max_batch=CHURN_BATCH) as producer:
+        for message_id in ids:
+            await producer.send(queue, "", id=message_id)
     before = {n: snapshot_stamp(cluster, n) for n in cluster.ids}
     written: dict[str, tuple[int, float]] = {}
     churned = 0
     with Sampler(cluster, processes) as sampler:
-        async with Producer(cluster.urls, token=cluster.token, window=8, max_batch=1) as producer:
-            while len(written) < len(cluster.ids) and churned < CHURN_LIMIT_BYTES:
-                for _ in range(8):
-                    await producer.send(queue, CHURN_BODY, id=CHURN_ID)
-                await producer.flush()
-                churned += 8 * len(CHURN_BODY)
+        async with Producer(cluster.urls, token=cluster.token, max_batch=CHURN_BATCH) as producer:
+            polled = time.monotonic()
+            while len(written) < len(cluster.ids) and churned < CHURN_LIMIT_MESSAGES:
+                await producer.send(queue, BODY, id=ids[churned % CHURN_IDS])
+                churned += 1
+                if time.monotonic() - polled < CHURN_POLL_S:
+                    continue
+                polled = time.monotonic()
                 for node_id in cluster.ids:
                     if node_id not in written:
                         stamp = await asyncio.to_thread(snapshot_stamp, cluster, node_id)
@@ -337,7 +349,7 @@ async def provoke_snapshots(side: Raftq, processes: dict, window_s: float, log) 
                             written[node_id] = stamp
         # the writers' last moments and the log prefix each drops
         await asyncio.to_thread(at_rest, side, processes, window_s)
-    log(f"churned {churned / 2**20:,.0f} MiB of 1 MB puts; new snapshots on {sorted(written) or 'no node'}")
+    log(f"churned {churned:,} duplicate messages of {len(BODY)} B; new snapshots on {sorted(written) or 'no node'}")
     for node_id, by_process in sorted(sampler.peak_writing_by_process.items()):
         log(f"  {node_id} at its peak while writing, MiB (PSS): {by_process}")
     return {n: {"snapshot_bytes": written[n][0] if n in written else None,
