@@ -388,6 +388,9 @@ MUTANTS = [
     Mutant("refused-call-keeps-its-arguments", "a refused call between a front and its engine lets go of its arguments",
            "engine/link/remote.py", "            del future\n", "            pass\n",
            ("tests/test_link.py",)),
+    Mutant("fork-without-freeze", "a node's forked processes' collections leave the pages they inherited shared",
+           "raftq/server.py", "    gc.freeze()\n    pid = os.fork()", "    pid = os.fork()",
+           ("tests/test_forked_memory.py",)),
     # ---- the SQS API (docs/sqs.md) ---------------------------------------------------------------
     Mutant("sqs-signature-not-compared", "an SQS call signed with a wrong secret is refused",
            "api/sqs/sigv4.py", "if not hmac.compare_digest(expected.encode(), signature.encode()):", "if False:",
