@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--groups", type=_positive, default=1,
                      help="Raft groups of the cluster (default 1); queues spread over them")
     run.add_argument("--replicas", type=_positive, help="members of each group but group 0 (default 3, at most the nodes)")
+    run.add_argument("--backlog", type=_positive, default=None,
+                     help="store this many messages before the faults and read them back after (default none)")
     run.add_argument("--load-at-birth", action="store_true",
                      help="start producers and consumers with the nodes, before any leader exists")
     check = sub.add_parser("check", help="judge a saved history again")
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     minutes = None if args.cycles is not None else (args.minutes if args.minutes is not None else 1.0)
     report = campaign(Options(nodes=args.nodes, minutes=minutes, cycles=args.cycles, seed=args.seed,
                               kinds=args.kinds, out=args.out, load_at_birth=args.load_at_birth,
-                              groups=args.groups, replicas=args.replicas))
+                              groups=args.groups, replicas=args.replicas, backlog=args.backlog or 0))
     return 0 if report.valid else 1
 
 

@@ -407,6 +407,23 @@ class Checker:
                        f"{len(seqs)} ids ({retried} answered as duplicates), {len(bad)} stored twice",
                        bad[:EXAMPLES])
 
+    def backlog_intact(self) -> Verdict:
+        """Every message of the backlog stored before the faults is there after them, once, as put
+        (chaos/backlog.py); a run without a backlog passes."""
+        filled = [e for e in self.events if e["type"] == "backlog"]
+        if not filled:
+            return Verdict("backlog_intact", True, 0, "no backlog in this run")
+        stored = filled[-1]["count"]
+        reads = [e for e in self.events if e["type"] == "backlog_read"]
+        if not reads:
+            return Verdict("backlog_intact", False, 1, f"{stored} messages stored before the faults, never read back")
+        read = reads[-1]
+        bad = read["missing"] + read["wrong"] + read["twice"]
+        return Verdict("backlog_intact", bad == 0 and read["intact"] == stored, bad,
+                       f"{stored} messages stored before the faults: {read['intact']} read back intact, "
+                       f"{read['missing']} missing, {read['wrong']} changed, {read['twice']} twice",
+                       read["examples"][:EXAMPLES])
+
     def replicas_agree(self) -> Verdict:
         found = {}
         for f in ("verify", "verify-cli"):
@@ -702,7 +719,7 @@ class Checker:
         verdicts = [lost_verdict, double, self.ack_needs_live_lease(), self.acks_durable(),
                     self.per_producer_order(), self.idempotent_once(), stale_reads, self.replicas_agree(),
                     self.log_time_not_ahead(), self.log_time_not_behind_at_birth(), self.log_never_shrinks(),
-                    self.nodes_never_fail(), rebalanced]
+                    self.nodes_never_fail(), rebalanced, self.backlog_intact()]
         failovers = self.failovers()
         by_kind: dict[str, list[float]] = defaultdict(list)
         for kind, _, seconds in failovers:

@@ -49,6 +49,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Callable
 
+from chaos import backlog
 from chaos.checker import Report, check, render
 from chaos.history import History
 from chaos.nemesis import KINDS, Clocks, Nemesis, Network, plan, wait_settled
@@ -80,6 +81,7 @@ class Options:
     load_at_birth: bool = False      # clients start with the node processes, not once a leader exists
     groups: int = 1                  # Raft groups (issue 24)
     replicas: int | None = None      # members of each group but group 0 (None: the default)
+    backlog: int = 0                 # messages stored before the faults and read back after them (chaos/backlog.py)
 
 
 def work_queues(raft_groups: int) -> list[str]:
@@ -210,7 +212,8 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
         f"python -m chaos run --nodes {options.nodes} --groups {options.groups} --seed {seed}"
         + (f" --replicas {options.replicas}" if options.replicas else "")
         + (f" --minutes {options.minutes}" if options.minutes else f" --cycles {options.cycles}")
-        + (" --load-at-birth" if options.load_at_birth else ""))
+        + (" --load-at-birth" if options.load_at_birth else "")
+        + (f" --backlog {options.backlog}" if options.backlog else ""))
     log(f"chaos: results in {results}")
     history = History(results / "history.jsonl")
     started = time.monotonic()
@@ -296,6 +299,8 @@ def _campaign(options: Options, seed: int, cluster: ChaosCluster, network: Netwo
             read_routing(urls, cluster.token, work)     # the first puts made the work queues
             create_queues(urls, {queue: ["default"] for queue in probes}, options.lease_ms, cluster.token)
         probe_of, read_queue = _record_routing(history, urls, cluster.token, work, probes, options.groups, log)
+        if options.backlog:
+            backlog.fill(urls, cluster.token, options.backlog, history, log)
         with Client(urls, retry_for=15, timeout=5, token=cluster.token) as admin:
             nemesis = Nemesis(cluster, network, cluster.clocks, history,
                               Prober(history, endpoints, probe_of, read_queue), admin, log)
@@ -317,6 +322,8 @@ def _campaign(options: Options, seed: int, cluster: ChaosCluster, network: Netwo
             leader = nemesis.leader()
             if leader is not None:
                 verify(history, endpoints, leader)
+            if options.backlog:
+                backlog.read_back(urls, cluster.token, options.backlog, history, log)
     finally:
         workload.stop()
         monitor.stop()

@@ -391,6 +391,9 @@ MUTANTS = [
     Mutant("fork-without-freeze", "a node's forked processes' collections leave the pages they inherited shared",
            "raftq/server.py", "    gc.freeze()\n    pid = os.fork()", "    pid = os.fork()",
            ("tests/test_forked_memory.py",)),
+    Mutant("backlog-missing-not-counted", "the chaos campaign's backlog is judged whole: a lost message fails it",
+           "chaos/backlog.py", "missing = [number for number in range(count) if number not in seen]", "missing = []",
+           ("tests/test_chaos_checker.py::test_a_backlog_missing_changed_or_doubled_fails_with_its_count",)),
     # ---- the SQS API (docs/sqs.md) ---------------------------------------------------------------
     Mutant("sqs-signature-not-compared", "an SQS call signed with a wrong secret is refused",
            "api/sqs/sigv4.py", "if not hmac.compare_digest(expected.encode(), signature.encode()):", "if False:",

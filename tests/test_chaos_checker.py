@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from chaos import backlog
 from chaos.checker import check, percentile, render
 from chaos.history import History, load, ops
 from chaos.nemesis import KINDS, plan
@@ -658,3 +659,42 @@ def test_replicas_agree_in_every_raft_group(second_group_digests, ok):
     run.op("checker", "verify", None, 100, 100.5, "ok", {"agree": True, "digests": groups[0]["digests"], "groups": groups})
     run.op("checker", "verify-cli", None, 101, 101.5, "ok", {"exit": 0, "output": ""})
     assert verdicts(run.report())["replicas_agree"].ok is ok
+
+
+# ---- the backlog stored before the faults (chaos/backlog.py) ------------------------------------
+
+def backlog_run(count: int, messages: list[dict] | None) -> Run:
+    """A clean run with a backlog of `count`, browsed after the faults as `messages` (None: never read)."""
+    run = clean_run()
+    run.h.event("backlog", queue=backlog.BACKLOG_QUEUE, count=count)
+    if messages is not None:
+        run.h.event("backlog_read", queue=backlog.BACKLOG_QUEUE, **backlog.tally(count, messages))
+    return run
+
+
+def stored(numbers) -> list[dict]:
+    return [{"seq": seq, "body": backlog.body_of(n)} for seq, n in enumerate(numbers, start=1)]
+
+
+def test_a_run_without_a_backlog_passes_its_verdict():
+    assert verdicts(clean_run().report())["backlog_intact"].ok
+
+
+def test_a_backlog_read_back_whole_passes():
+    verdict = verdicts(backlog_run(5, stored(range(5))).report())["backlog_intact"]
+    assert verdict.ok and "5 read back intact" in verdict.detail
+
+
+@pytest.mark.parametrize("messages, violations", [
+    (stored([0, 1, 3, 4]), 1),                                                  # one lost
+    (stored([0, 1, 2, 3]) + [{"seq": 9, "body": backlog.body_of(4)[:-1] + "X"}], 2),   # one changed, so lost
+    (stored([0, 1, 2, 3, 4, 4]), 1),                                            # one stored twice
+    (stored(range(5)) + [{"seq": 9, "body": b"\x00" * 100}], 1),                # one that was never put
+])
+def test_a_backlog_missing_changed_or_doubled_fails_with_its_count(messages, violations):
+    verdict = verdicts(backlog_run(5, messages).report())["backlog_intact"]
+    assert not verdict.ok and verdict.violations == violations, verdict
+
+
+def test_a_backlog_never_read_back_fails():
+    assert not verdicts(backlog_run(5, None).report())["backlog_intact"].ok
