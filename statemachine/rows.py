@@ -4,23 +4,22 @@ A message used to be a tuple of eight fields in a dict keyed by its seq:
 about 200 bytes of objects beside its body (the tuple, its slot in the dict,
 the seq's own int).  Here it is one row across compact arrays (the `array`
 module): put time and expiry 8 bytes each, size and pending count 4 each,
-the received flag 1, the body's pointer 8 in a list -- 33 bytes -- and the
-body's reference into the log entry that carried it (bodies.py: index 8,
-offset and length 4 each, kind 1) -- 17 more.  A referenced body is not in
-the heap: its slot in the list is None; the list holds only the bodies that
-have no reference (applied without a log index, moved from a staged write).
+the received flag 1 -- 25 bytes -- and the body's reference into the log
+entry that carried it (bodies.py: index 8, offset and length 4 each, kind 1)
+-- 17 more.  A referenced body is not in the heap, and has no slot anywhere
+else: the few bodies without a reference (applied without a log index, moved
+from a staged write) are in a dict keyed by seq, as keys are.
 Arrays rather than numpy: no dependency, append and count at C speed, and
 the garbage collector does not track them (engine/pauses.py), so a full
 collection visits one list of bodies per queue, not one object per message.
 
-What few messages have -- a key, headers, a delay -- lives in dicts keyed by
-seq, beside the columns.
+What few messages have -- a body without a reference, a key, headers, a
+delay -- lives in dicts keyed by seq, beside the columns.
 
 Rows cover the seqs [base, base + len(pending)), in order: every seq the
 queue hands out gets the next row.  Messages leave out of order (acks,
 expiry, keyed replacement, overflow, redrive): a removed one leaves a
-tombstone, a row whose pending count is 0, whose body is None and whose
-reference is zeros.  The dead
+tombstone, a row whose pending count is 0 and whose reference is zeros.  The dead
 rows ahead of the first live one are cut off once they are at least half of
 the rows (and TRIM_MIN or more), so a queue consumed in order holds about as
 many rows as messages, and cutting costs O(1) per removed message.
@@ -89,7 +88,7 @@ class Rows:
         self.head = 0             # the first live row (when count > 0)
         self.count = 0            # live rows
         self.bytes = 0            # their sizes, summed
-        self.bodies = []                # a body without a reference; None where the row has one
+        self.bodies = {}                # seq -> body, of a message whose body has no reference
         self.ref_index = array("q")     # the body's BodyRef: its entry's log index (0: no reference),
         self.ref_offset = array("I")    # where in the entry (an entry is at most 17 MiB),
         self.ref_length = array("I")    # how many bytes
@@ -112,13 +111,12 @@ class Rows:
         if not self.count:
             self.clear(seq)
         if isinstance(body, BodyRef):
-            self.bodies.append(None)
             self.ref_index.append(body.index)
             self.ref_offset.append(body.offset)
             self.ref_length.append(body.length)
             self.ref_kind.append(body.kind)
         else:
-            self.bodies.append(body)
+            self.bodies[seq] = body
             self._append_no_reference()
         self.put_at.append(put_at)
         self.expires_at.append(NO_EXPIRY if expires_at is None else expires_at)
@@ -140,7 +138,7 @@ class Rows:
         index = self.ref_index[row]
         if index:
             return BodyRef(index, self.ref_offset[row], self.ref_length[row], self.ref_kind[row])
-        return self.bodies[row]
+        return self.bodies[self.base + row]
 
     def put_time(self, seq: int) -> int:
         return self.put_at[seq - self.base]
@@ -190,7 +188,8 @@ class Rows:
         self.bytes -= self.sizes[row]
         # A tombstone holds zeros whatever the message held: a replica restored
         # from an older snapshot (whose gaps become zeros) must snapshot alike.
-        self.bodies[row] = None
+        if self.bodies:
+            self.bodies.pop(seq, None)
         self.put_at[row] = self.expires_at[row] = self.sizes[row] = self.pending[row] = self.received[row] = 0
         self.ref_index[row] = self.ref_offset[row] = self.ref_length[row] = self.ref_kind[row] = 0
         if self.headers:
@@ -221,7 +220,7 @@ class Rows:
             del column[:]
 
     def _columns(self) -> tuple:
-        return (self.bodies, self.ref_index, self.ref_offset, self.ref_length, self.ref_kind,
+        return (self.ref_index, self.ref_offset, self.ref_length, self.ref_kind,
                 self.put_at, self.expires_at, self.sizes, self.pending, self.received)
 
     def _append_no_reference(self) -> None:
@@ -256,18 +255,15 @@ class Rows:
     # without a reference as [rows after the head, bodies] instead of the
     # list of every row's body.
     def to_state(self) -> list:
-        head, bodies, ref_index, pending = self.head, self.bodies, self.ref_index, self.pending
-        unreferenced = []
-        if ref_index.count(0) - ref_index[:head].count(0) > pending.count(0) - pending[:head].count(0):
-            # (a tombstone has no reference: only more rows without one than tombstones need a look)
-            unreferenced = [row - head for row in range(head, len(pending)) if pending[row] and not ref_index[row]]
-        return [self.base + head, [unreferenced, [bodies[head + row] for row in unreferenced]],
+        head, first = self.head, self.base + self.head
+        unreferenced = sorted(self.bodies)
+        return [first, [[seq - first for seq in unreferenced], [self.bodies[seq] for seq in unreferenced]],
                 *(_runs(column[head:]) for column in
                   (self.put_at, self.expires_at, self.sizes, self.pending, self.received)),
                 [list(self.keys), list(self.keys.values())],
                 [list(self.headers), list(map(dict, self.headers.values()))],
                 [list(self.shows_at), list(self.shows_at.values())],
-                _runs(ref_index[head:]), _little_endian(self.ref_offset[head:]),
+                _runs(self.ref_index[head:]), _little_endian(self.ref_offset[head:]),
                 _runs(self.ref_length[head:]), _runs(self.ref_kind[head:])]
 
     @classmethod
@@ -285,11 +281,9 @@ class Rows:
             _from_little_endian(rows.ref_offset, ref_offset)
             _from_runs(rows.ref_length, ref_length)
             _from_runs(rows.ref_kind, ref_kind)
-            rows.bodies = [None] * len(rows.pending)
-            for row, body in zip(*bodies):
-                rows.bodies[row] = body
+            rows.bodies = {base + row: body for row, body in zip(*bodies)}
         else:
-            rows.bodies = bodies
+            rows.bodies = {base + row: body for row, body in enumerate(bodies) if rows.pending[row]}
             for _ in range(len(rows.pending)):
                 rows._append_no_reference()
         rows.keys = dict(zip(*keys))
@@ -321,7 +315,6 @@ class Rows:
         return rows
 
     def _append_tombstone(self) -> None:
-        self.bodies.append(None)
         self._append_no_reference()
         for column in (self.put_at, self.expires_at, self.sizes, self.pending):
             column.append(0)
