@@ -115,6 +115,7 @@ def _error_middleware():
                 # Nothing of the request was written: served once more, the
                 # route holding it through the election and sending it where
                 # the lead went (or serving it here if this node won again).
+                log.info("%s %s served again: %s", request.method, request.path, lost.message)
                 await after_lead_lost(lost)
                 return await handler(request)
         except ApiError as exc:

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from raftq.client import Client
-from tests.conftest import start_cluster, wait_for_preferred_leaders
+from tests.conftest import start_cluster, wait_for_settled_leaders
 from tests.waiting import wait_until
 from tests.wire import call
 
@@ -100,7 +100,7 @@ def test_verify_of_one_group_and_of_a_group_that_is_not_one(cluster3):
 def groups4(tmp_path_factory):
     cluster = start_cluster(tmp_path_factory.mktemp("routing-g4"), groups=4)
     try:
-        wait_for_preferred_leaders(cluster)
+        wait_for_settled_leaders(cluster)
         yield cluster
     finally:
         cluster.close()

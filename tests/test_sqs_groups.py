@@ -12,7 +12,7 @@ import uuid
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.conftest import wait_for_preferred_leaders
+from tests.conftest import wait_for_settled_leaders
 from tests.sqsutil import ACCOUNT, DATA, REGION, sqs_client, start_sqs_cluster
 from tests.wire import call
 
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 def cluster(tmp_path_factory):
     cluster = start_sqs_cluster(tmp_path_factory.mktemp("sqs-g4"), groups=4)
     try:
-        wait_for_preferred_leaders(cluster)
+        wait_for_settled_leaders(cluster)
         yield cluster
     finally:
         cluster.close()

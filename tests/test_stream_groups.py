@@ -20,7 +20,7 @@ import cbor2
 import pytest
 
 from raftq.client import Client, Consumer, Producer
-from tests.conftest import wait_for_preferred_leaders
+from tests.conftest import wait_for_settled_leaders
 from tests.test_routing import group_leaders, queues_in_groups
 from tests.waiting import wait_until
 
@@ -54,7 +54,7 @@ def move_every_leader_of(cluster, node_id: str) -> None:
     wait_until(lambda: set(group_leaders_at(cluster, others[0]).values()) <= set(others), 60,
                f"the groups {node_id} led to fail over")
     cluster.start(node_id)
-    wait_for_preferred_leaders(cluster, 90)
+    wait_for_settled_leaders(cluster, 90)
 
 
 def group_leaders_at(cluster, node_id: str) -> dict:
@@ -66,7 +66,7 @@ def group_leaders_at(cluster, node_id: str) -> dict:
 
 def test_producers_get_every_confirm_while_the_leaders_of_their_groups_move(fresh_cluster):
     cluster = fresh_cluster(3, groups=4)
-    wait_for_preferred_leaders(cluster)
+    wait_for_settled_leaders(cluster)
     placed = queues_in_groups(cluster)
     leaders = group_leaders(cluster)
     # the node leading group 1 (not group 0's leader, so the catalog stays put): its groups move twice
@@ -125,7 +125,7 @@ def leader_of_a_group_but_not_of_group_0(cluster) -> str:
 
 def test_consumers_of_every_group_go_on_while_one_nodes_groups_move_and_lose_no_message(fresh_cluster):
     cluster = fresh_cluster(3, groups=4)
-    wait_for_preferred_leaders(cluster)
+    wait_for_settled_leaders(cluster)
     placed = queues_in_groups(cluster)
     leaders = group_leaders(cluster)
     moving = leader_of_a_group_but_not_of_group_0(cluster)
@@ -205,7 +205,7 @@ async def frames_until(ws, wanted, timeout: float = 60) -> list:
 
 def test_a_subscription_whose_group_is_handed_away_ends_alone_and_its_connection_serves_the_others(fresh_cluster):
     cluster = fresh_cluster(3, groups=4)
-    wait_for_preferred_leaders(cluster)
+    wait_for_settled_leaders(cluster)
     placed = queues_in_groups(cluster)
     leaders = group_leaders(cluster)
     dying = leader_of_a_group_but_not_of_group_0(cluster)
@@ -227,7 +227,7 @@ def test_a_subscription_whose_group_is_handed_away_ends_alone_and_its_connection
                                                  "prefetch": 10}))
                 assert (await frames_until(ws, lambda f: f.get("sub") == group))[-1]["op"] == "subscribed"
             # the node comes back; balancing hands `taken` back to it, away from `holder`
-            await asyncio.to_thread(lambda: (cluster.start(dying), wait_for_preferred_leaders(cluster, 90)))
+            await asyncio.to_thread(lambda: (cluster.start(dying), wait_for_settled_leaders(cluster, 90)))
             ended = (await frames_until(ws, lambda f: f.get("sub") == taken and f["op"] == "error"))[-1]
             with Client(cluster.urls, token=cluster.token, retry_for=30) as client:
                 await asyncio.to_thread(client.put, placed[kept], "still served")
