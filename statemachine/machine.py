@@ -639,7 +639,7 @@ class StateMachine:
         what compaction must keep (statemachine/bodies.py)."""
         indexes = set()
         for queue in self.queues.values():
-            indexes.update(queue.rows.ref_index[queue.rows.head:])
+            indexes |= queue.rows.log_indexes()
         indexes.discard(0)
         return sorted(indexes)
 

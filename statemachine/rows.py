@@ -3,10 +3,11 @@
 A message used to be a tuple of eight fields in a dict keyed by its seq:
 about 200 bytes of objects beside its body (the tuple, its slot in the dict,
 the seq's own int).  Here it is one row across compact arrays (the `array`
-module): put time and expiry 8 bytes each, size and pending count 4 each,
-the received flag 1 -- 25 bytes -- and the body's reference into the log
-entry that carried it (bodies.py: index 8, offset and length 4 each, kind 1)
--- 17 more.  A referenced body is not in the heap, and has no slot anywhere
+module): put time, expiry, size and pending count 4 bytes each, the
+received flag 1 -- 17 bytes -- and the body's reference into the log entry
+that carried it (bodies.py: index, offset and length 4 each, kind 1) -- 13
+more.  Put times, expiries and log indexes are 4-byte offsets from the
+column's first value (columns.py).  A referenced body is not in the heap, and has no slot anywhere
 else: the few bodies without a reference (applied without a log index, moved
 from a staged write) are in a dict keyed by seq, as keys are.
 Arrays rather than numpy: no dependency, append and count at C speed, and
@@ -27,33 +28,21 @@ many rows as messages, and cutting costs O(1) per removed message.
 
 from array import array
 import sys
-from itertools import compress, groupby, repeat
+from itertools import compress, repeat
 
 from .bodies import BodyRef
+from .columns import OffsetColumn, runs_of
 
 NO_EXPIRY = 0          # an expiry is put time + a TTL > 0, so never 0
 TRIM_MIN = 4_096       # dead rows ahead of the head worth a cut (a memmove of the columns)
 
 
-def _runs(column) -> list:
-    """[values, lengths] of a column's runs of equal values.  A put's messages
-    share their put time, expiry, often their size; most are pending in one
-    group and not yet received: at a million messages a column is a few
-    thousand runs, where its bytes would be 4-8 MB."""
-    if not column:
-        return [[], []]
-    if column.count(column[0]) == len(column):        # (at C speed: the common case)
-        return [[column[0]], [len(column)]]
-    values, lengths = [], []
-    for value, run in groupby(column):
-        values.append(value)
-        lengths.append(len(list(run)))
-    return [values, lengths]
-
-
 def _from_runs(column, runs: list) -> None:
-    """Append `_runs`'s runs to the column (an array's or a bytearray's as bytes: a restore of
+    """Append `runs_of`'s runs to the column (an array's or a bytearray's as bytes: a restore of
     millions of rows is a few copies, not millions of appends)."""
+    if isinstance(column, OffsetColumn):
+        column.extend_runs(runs)
+        return
     for value, length in zip(*runs):
         if isinstance(column, array):
             column.frombytes(array(column.typecode, (value,)).tobytes() * length)
@@ -89,12 +78,12 @@ class Rows:
         self.count = 0            # live rows
         self.bytes = 0            # their sizes, summed
         self.bodies = {}                # seq -> body, of a message whose body has no reference
-        self.ref_index = array("q")     # the body's BodyRef: its entry's log index (0: no reference),
+        self.ref_index = OffsetColumn() # the body's BodyRef: its entry's log index (0: no reference),
         self.ref_offset = array("I")    # where in the entry (an entry is at most 17 MiB),
         self.ref_length = array("I")    # how many bytes
         self.ref_kind = bytearray()     # and how they read back
-        self.put_at = array("q")
-        self.expires_at = array("q")    # NO_EXPIRY, or the log time the message expires
+        self.put_at = OffsetColumn()
+        self.expires_at = OffsetColumn()    # NO_EXPIRY, or the log time the message expires
         self.sizes = array("I")         # bytes toward max_bytes (message_size); the API caps a message far below 4 GiB
         self.pending = array("I")       # groups not done with it; 0: a tombstone
         self.received = bytearray()     # 1 once some group received it (keyed replacement spares it)
@@ -238,12 +227,14 @@ class Rows:
         head, base = self.head, self.base
         return list(compress(range(base + head, base + len(self.pending)), self.pending[head:]))
 
+    def log_indexes(self) -> set:
+        """The log indexes the stored bodies' references name (0 among them when some body has none)."""
+        return self.ref_index.distinct(self.head)
+
     def expiries(self) -> list:
         """(expires_at, seq) of every stored message with an expiry (a tombstone has none)."""
-        if self.expires_at.count(NO_EXPIRY) == len(self.expires_at):
-            return []
         base = self.base
-        return [(expires_at, base + row) for row, expires_at in enumerate(self.expires_at) if expires_at]
+        return [(expires_at, base + row) for row, expires_at in self.expires_at.nonzero()]
 
     # ---- snapshot ----------------------------------------------------------------------------
     # Version 9 on: the columns themselves, each as its runs, from the first
@@ -258,13 +249,13 @@ class Rows:
         head, first = self.head, self.base + self.head
         unreferenced = sorted(self.bodies)
         return [first, [[seq - first for seq in unreferenced], [self.bodies[seq] for seq in unreferenced]],
-                *(_runs(column[head:]) for column in
-                  (self.put_at, self.expires_at, self.sizes, self.pending, self.received)),
+                self.put_at.runs(head), self.expires_at.runs(head),
+                *(runs_of(column[head:]) for column in (self.sizes, self.pending, self.received)),
                 [list(self.keys), list(self.keys.values())],
                 [list(self.headers), list(map(dict, self.headers.values()))],
                 [list(self.shows_at), list(self.shows_at.values())],
-                _runs(self.ref_index[head:]), _little_endian(self.ref_offset[head:]),
-                _runs(self.ref_length[head:]), _runs(self.ref_kind[head:])]
+                self.ref_index.runs(head), _little_endian(self.ref_offset[head:]),
+                runs_of(self.ref_length[head:]), runs_of(self.ref_kind[head:])]
 
     @classmethod
     def from_state(cls, state: list, next_seq: int, version: int) -> "Rows":
