@@ -3,7 +3,9 @@ and snapshot cost, by queue depth.
 
 Every command carries a batch of 100 messages (or receipts) of 100 bytes and
 travels as the node sends it: encoded into a log entry with `encode_entry`,
-applied with `apply_entry`.  Only `apply_entry` is timed; encoding belongs to
+applied with `apply_entry` and the entry's log index, as a node applies it:
+stored bodies are references into their entries (which a node keeps in its
+log, not in the state machine's memory).  Only `apply_entry` is timed; encoding belongs to
 the leader's submit path.  Between timed commands the queue is brought back to
 its depth by untimed commands, so each figure is the cost at that depth, not
 at a depth that drifts while it is measured.
@@ -70,6 +72,7 @@ class Bench:
     def __init__(self):
         self.sm = StateMachine()
         self.now = 1_000_000
+        self.index = 0
         self.elapsed = 0.0
         self.timed(self.entry({"op": "create_queue", "queue": QUEUE, "config": {"lease_ms": LEASE_MS}}))
 
@@ -78,7 +81,8 @@ class Bench:
         return encode_entry([{**c, "now_ms": self.now} for c in commands])
 
     def apply(self, entry: bytes) -> list:
-        results = self.sm.apply_entry(entry)
+        self.index += 1
+        results = self.sm.apply_entry(entry, self.index)
         for result in results:
             if is_error(result):
                 raise RuntimeError(f"the bench broke a rule: {result}")

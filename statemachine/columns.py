@@ -58,7 +58,10 @@ class OffsetColumn:
         return 0 if held == self.zero else held + self.base
 
     def __setitem__(self, row: int, value: int) -> None:
-        self.held[row] = self._hold(value)
+        if value:
+            self.held[row] = self._offset(value)
+        else:
+            self.held[row] = self.zero
 
     def __delitem__(self, rows: slice) -> None:
         del self.held[rows]
@@ -66,12 +69,24 @@ class OffsetColumn:
             self._empty()
 
     def append(self, value: int) -> None:
-        held = self._hold(value)        # first: it may widen the column into a new array
-        self.held.append(held)
+        # (the hot path: once a message is put, thrice, so one call and no more)
+        if value:
+            base = self.base
+            if base is not None:
+                held = value - base
+                if held != ZERO:
+                    try:
+                        self.held.append(held)      # a narrow array refuses what 4 bytes cannot hold
+                        return
+                    except OverflowError:
+                        pass
+            held = self._offset(value)   # first: it may widen the column into a new array
+            self.held.append(held)
+        else:
+            self.held.append(self.zero)
 
-    def _hold(self, value: int) -> int:
-        if not value:
-            return self.zero
+    def _offset(self, value: int) -> int:
+        """`value` (not 0) as this column holds it, widening the column if it must."""
         if self.base is None:
             self.base = value
         offset = value - self.base
@@ -105,5 +120,5 @@ class OffsetColumn:
     def extend_runs(self, runs: list) -> None:
         """Append `runs`'s runs of values (as bytes: a restore of millions of rows is a few copies)."""
         for value, length in zip(*runs):
-            held = self._hold(value)
+            held = self._offset(value) if value else self.zero
             self.held.frombytes(array(self.held.typecode, (held,)).tobytes() * length)

@@ -179,8 +179,11 @@ class Rows:
         # from an older snapshot (whose gaps become zeros) must snapshot alike.
         if self.bodies:
             self.bodies.pop(seq, None)
-        self.put_at[row] = self.expires_at[row] = self.sizes[row] = self.pending[row] = self.received[row] = 0
-        self.ref_index[row] = self.ref_offset[row] = self.ref_length[row] = self.ref_kind[row] = 0
+        put_at, expiry, index = self.put_at, self.expires_at, self.ref_index
+        # (each offset column's 0 written in place: every ack takes this path)
+        put_at.held[row], expiry.held[row], index.held[row] = put_at.zero, expiry.zero, index.zero
+        self.sizes[row] = self.pending[row] = self.received[row] = 0
+        self.ref_offset[row] = self.ref_length[row] = self.ref_kind[row] = 0
         if self.headers:
             self.headers.pop(seq, None)
         if self.shows_at:

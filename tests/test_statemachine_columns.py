@@ -68,3 +68,12 @@ def test_values_weeks_apart_take_four_bytes_each_and_a_far_one_widens_the_column
     del column[:]
     column.append(NOW + 30 * DAY)
     assert column.held.itemsize == 4 and column[0] == NOW + 30 * DAY
+
+
+def test_a_value_whose_offset_would_be_the_zero_marker_reads_back_as_itself():
+    for value in (NOW - (1 << 31), NOW + (1 << 31)):
+        column = OffsetColumn()
+        column.append(NOW)
+        column.append(value)
+        column[0] = value
+        assert (column[0], column[1]) == (value, value) and column.zeros() == 0
