@@ -18,7 +18,7 @@ import json
 import signal
 import sys
 
-from bench.backlog_bench import FILL_WINDOW_S, message_count, window_seconds
+from bench.backlog_bench import BODY, FILL_WINDOW_S, churn_size, message_count, window_seconds
 from bench.measure import counts
 
 SYSTEMS = ("raftq", "raftq-http", "rabbitmq", "nats", "nats-lazy")
@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
                          help="raftq's backlog row (bench/backlog_bench.py): 100-byte messages stored (0: skip it)")
     compare.add_argument("--backlog-big-messages", type=message_count, default=20_000,
                          help="the backlog row's 10 KiB messages (0: none)")
+    compare.add_argument("--backlog-churn-bytes", type=churn_size, default=len(BODY),
+                         help="the body of the backlog row's puts that grow the log to a snapshot (its own size)")
     compare.add_argument("--backlog-window-s", type=window_seconds, default=FILL_WINDOW_S,
                          help="the backlog row's dedup window, which its memory at rest waits out")
     compare.add_argument("--out", default="results", help="parent folder of the results")

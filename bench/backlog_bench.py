@@ -22,7 +22,7 @@ Part one, on a fresh 3-node cluster on 127.0.0.1:
 3. disk: what each node's data directory takes (allocated blocks) ÷ the live
    body bytes;
 4. a snapshot with the backlog in it, provoked (no API asks a node for one):
-   puts of 100 messages of the backlog's body size into a side queue, each
+   puts of 100 messages of the backlog's body size (`--churn-bytes`) into a side queue, each
    message repeating the id of one of 1 000 stored empty messages (a
    duplicate stores nothing, but its entry is in the log), grow every
    node's log past its compaction threshold while its memory is
@@ -318,12 +318,13 @@ class Sampler:
                         self.peak_writing_by_process[node_id] = memory_by_process(memory["pids"])
 
 
-async def provoke_snapshots(side: Raftq, processes: dict, window_s: float, log) -> dict:
-    """Churn puts of the backlog's body size until every node has written a new snapshot (or
+async def provoke_snapshots(side: Raftq, processes: dict, window_s: float, churn_bytes: int, log) -> dict:
+    """Churn puts of `churn_bytes` bodies until every node has written a new snapshot (or
     CHURN_LIMIT_MESSAGES went); per node: the snapshot's bytes and seconds (None without one) and the
     memory peaks."""
     cluster = side.cluster
     queue = "backlog-churn"
+    body = "x" * churn_bytes
     ids = [f"backlog-churn-{i}" for i in range(CHURN_IDS)]
     async with AsyncClient(cluster.urls, token=cluster.token) as client:
         await client.create_queue(queue, dedup_window_ms=CHURN_DEDUP_WINDOW_MS)
@@ -337,7 +338,7 @@ async def provoke_snapshots(side: Raftq, processes: dict, window_s: float, log) 
         async with Producer(cluster.urls, token=cluster.token, max_batch=CHURN_BATCH) as producer:
             polled = time.monotonic()
             while len(written) < len(cluster.ids) and churned < CHURN_LIMIT_MESSAGES:
-                await producer.send(queue, BODY, id=ids[churned % CHURN_IDS])
+                await producer.send(queue, body, id=ids[churned % CHURN_IDS])
                 churned += 1
                 if time.monotonic() - polled < CHURN_POLL_S:
                     continue
@@ -349,7 +350,7 @@ async def provoke_snapshots(side: Raftq, processes: dict, window_s: float, log) 
                             written[node_id] = stamp
         # the writers' last moments and the log prefix each drops
         await asyncio.to_thread(at_rest, side, processes, window_s)
-    log(f"churned {churned:,} duplicate messages of {len(BODY)} B; new snapshots on {sorted(written) or 'no node'}")
+    log(f"churned {churned:,} duplicate messages of {churn_bytes:,} B; new snapshots on {sorted(written) or 'no node'}")
     for node_id, by_process in sorted(sampler.peak_writing_by_process.items()):
         log(f"  {node_id} at its peak while writing, MiB (PSS): {by_process}")
     return {n: {"snapshot_bytes": written[n][0] if n in written else None,
@@ -402,7 +403,7 @@ def per_message_b(before: dict, after: dict, count: int, key: str) -> dict:
     return {n: (after[n][key] - before[n][key]) * 2**20 / count for n in after}
 
 
-def backlog_part(root: Path, messages: int, window_s: float, log) -> dict:
+def backlog_part(root: Path, messages: int, window_s: float, churn_bytes: int, log) -> dict:
     # A Consumer closed after ROUND acks may hold up to ROUND more leased: a round can use 2 x ROUND.
     rounds = min(CONSUME_ROUNDS, messages // (2 * ROUND))
     side, processes = start_cluster(root)
@@ -417,7 +418,7 @@ def backlog_part(root: Path, messages: int, window_s: float, log) -> dict:
         log(f"filled {stored:,} messages of 100 B in {fill_s:.1f} s ({stored / fill_s:,.0f}/s)")
         rest = at_rest(side, processes, window_s)
         disk = {n: disk_mib(cluster.root / n) for n in cluster.ids}
-        snapshots = asyncio.run(provoke_snapshots(side, processes, window_s, log))
+        snapshots = asyncio.run(provoke_snapshots(side, processes, window_s, churn_bytes, log))
         deep_rounds = min(rounds, stored // (2 * ROUND))
         if not deep_rounds:
             raise RuntimeError(f"only {stored} messages fit this machine: too few to consume at depth")
@@ -493,12 +494,13 @@ async def _created_then(side: Raftq, queue: str, window_s: float, work, *args):
     return await work(side, queue, *args)
 
 
-def measure(root: Path, messages: int, big_messages: int, window_s: float = FILL_WINDOW_S, log=print) -> dict:
+def measure(root: Path, messages: int, big_messages: int, window_s: float = FILL_WINDOW_S, log=print,
+            churn_bytes: int = len(BODY)) -> dict:
     """Both parts, each on a cluster of its own under `root`; the figures of both, and which targets are met."""
     import engine
     figures = {"messages_requested": messages, "big_messages_requested": big_messages, "machine": machine(),
                "code_path": str(Path(engine.__file__).resolve().parent.parent)}
-    figures.update(backlog_part(root / "backlog", messages, window_s, log))
+    figures.update(backlog_part(root / "backlog", messages, window_s, churn_bytes, log))
     if big_messages:
         figures.update(big_bodies_part(root / "big", big_messages, window_s, log))
     figures["targets_met"] = {}
@@ -535,6 +537,17 @@ def window_seconds(value: str) -> float:
     return seconds
 
 
+def churn_size(value: str) -> int:
+    """argparse's type for --churn-bytes: 1 byte to 1 MiB (a message's size limit)."""
+    try:
+        size = int(value)
+    except ValueError:
+        size = 0
+    if not 1 <= size <= 1 << 20:
+        raise argparse.ArgumentTypeError("bytes, from 1 to 1048576")
+    return size
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=message_count, default=10_000_000,
@@ -544,12 +557,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window-s", type=window_seconds, default=FILL_WINDOW_S,
                         help="the filled queues' dedup window, which memory at rest waits out (a tiny run may "
                              "take 1; a resend after a lost connection finds its id only within it)")
+    parser.add_argument("--churn-bytes", type=churn_size, default=len(BODY),
+                        help="the body of the puts that grow the log to a snapshot: the backlog's own size, so "
+                             "that the peak is the snapshot's (a tiny run may take 65536 to get there in seconds)")
     args = parser.parse_args(argv)
     if args.messages < 2 * ROUND:
         parser.error(f"--messages must be at least {2 * ROUND}")
     root = Path(tempfile.mkdtemp(prefix="raftq-backlog-"))
     try:
-        figures = measure(root, args.messages, args.big_messages, args.window_s)
+        figures = measure(root, args.messages, args.big_messages, args.window_s, churn_bytes=args.churn_bytes)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(figures, sort_keys=True))

@@ -215,7 +215,7 @@ def run(args, log=print) -> dict:
                     system.stop()
             from bench.backlog_bench import measure as measure_backlog
             backlog_figures = measure_backlog(root / "backlog", args.backlog_messages, args.backlog_big_messages,
-                                              args.backlog_window_s, log=log)
+                                              args.backlog_window_s, log=log, churn_bytes=args.backlog_churn_bytes)
     finally:
         for system in reversed(started):
             system.stop()

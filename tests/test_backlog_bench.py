@@ -22,8 +22,9 @@ ISSUE_KEYS = ("rss_growth_b_per_msg", "rss_peak_vs_rest", "snapshot_b_per_msg", 
 
 @pytest.mark.integration
 def test_a_tiny_backlog_run_ends_with_every_figure_issue_25_names():
+    # (bodies of 64 KiB grow the log to its snapshot in a few hundred puts)
     done = subprocess.run([sys.executable, "bench/backlog_bench.py", "--messages", "2000", "--big-messages", "200",
-                           "--window-s", "1"],
+                           "--window-s", "1", "--churn-bytes", "65536"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
@@ -53,6 +54,13 @@ def test_a_dedup_window_under_a_second_is_refused():
     done = subprocess.run([sys.executable, "bench/backlog_bench.py", "--window-s", "0.5"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--window-s: seconds, at least 1" in done.stderr
+
+
+def test_a_churn_body_outside_a_messages_sizes_is_refused():
+    for size in ("0", "1048577", "big"):
+        done = subprocess.run([sys.executable, "bench/backlog_bench.py", "--churn-bytes", size],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "--churn-bytes: bytes, from 1 to 1048576" in done.stderr, size
 
 
 def test_compare_keeps_its_figures_and_adds_the_backlogs_prefixed():

@@ -102,6 +102,7 @@ def test_a_short_compare_of_raftq_alone_ends_with_its_figures(tmp_path):
         [sys.executable, "-m", "bench", "compare", "--systems", "raftq", "--reps", "1", "--seconds", "0.5",
          "--backlog", "500", "--failovers", "1", "--stored", "2000", "--w5-rate", "500", "--scale", "1,2",
          "--groups", "1,2", "--backlog-messages", "2000", "--backlog-big-messages", "0", "--backlog-window-s", "1",
+         "--backlog-churn-bytes", "65536",
          "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
