@@ -146,7 +146,7 @@ class Node:
             self_peer=self.spec.peer(),
             peers=[peer for peer in cluster.peers_for(node_id) if members is None or peer.id in members],
             data_dir=self.data_dir / "raft", group=group, handoff=handoff,
-            apply=self._apply_entry, snapshot=self.machine.snapshot, restore=self._restore,
+            apply=self._apply_entry, write_snapshot=self.machine.write_snapshot, restore=self._restore,
             live_entries=self.machine.live_entry_indexes,
             secret=cluster.secret,
             on_role_change=self._on_role_change, max_entry_bytes=self.committer.max_entry_bytes)

@@ -16,27 +16,99 @@ the same values (``runs`` gives the runs of the values, not of the offsets),
 so replicas agree whatever each one's history.
 """
 
+import sys
 from array import array
-from itertools import groupby
+from collections import deque
+from contextlib import contextmanager
+from itertools import count, groupby
 
 NARROW, WIDE = "i", "q"
 ZERO = -(1 << 31)           # 0 in a narrow column: below every offset it can hold
 
 
-def runs_of(column) -> list:
-    """[values, lengths] of a column's runs of equal values.  A put's messages
-    share their put time, expiry, often their size; most are pending in one
-    group and not yet received: at a million messages a column is a few
-    thousand runs, where its bytes would be 4-8 MB."""
-    if not column:
-        return [[], []]
-    if column.count(column[0]) == len(column):        # (at C speed: the common case)
-        return [[column[0]], [len(column)]]
-    values, lengths = [], []
-    for value, run in groupby(column):
-        values.append(value)
-        lengths.append(len(list(run)))
-    return [values, lengths]
+@contextmanager
+def tail(column, start: int):
+    """A view of an array's or a bytearray's values from row `start` on, not a copy (at ten
+    million rows a slice is 40 MB more, and a snapshot's child takes one of every column).
+    Released on leaving: a column that exports a view cannot grow or shrink."""
+    with memoryview(column) as whole, whole[start:] as view:
+        yield view
+
+
+def runs_of(column, start: int = 0) -> list:
+    """[values, lengths] of the runs of equal values of a column (an array, a bytearray) from row
+    `start` on.  A put's messages share their put time, expiry, often their size; most are
+    pending in one group and not yet received: at a million messages a column is a few
+    thousand runs, where its bytes would be 4-8 MB.  No run is held as a list of its values
+    (one run of ten million 0s would be 80 MB)."""
+    with tail(column, start) as values:
+        if not values:
+            return [[], []]
+        if _all_equal(values, values[0]):                   # (at C speed: the common case)
+            return [[values[0]], [len(values)]]
+        firsts, lengths = [], []
+        for value, run in groupby(values):
+            firsts.append(value)
+            lengths.append(_length(run))
+        return [firsts, lengths]
+
+
+# How many values a view is compared at once with a run of one value
+ALL_EQUAL_STEP = 1 << 16
+
+
+def _all_equal(view, value) -> bool:
+    with memoryview(array(view.format, (value,)) * min(len(view), ALL_EQUAL_STEP)) as same:
+        for at in range(0, len(view), ALL_EQUAL_STEP):
+            with view[at:at + ALL_EQUAL_STEP] as part:
+                if part != same[:len(part)]:
+                    return False
+    return True
+
+
+def _length(iterator) -> int:
+    """How many items `iterator` yields, consumed at C speed without holding them."""
+    counter = count()
+    deque(zip(iterator, counter), maxlen=0)
+    return next(counter)
+
+
+class LittleEndian:
+    """An array's values from row `start` on, in a snapshot's state, as their little-endian
+    bytes: ``encode_column`` writes them from the array itself, not from a copy."""
+    __slots__ = ("column", "start")
+
+    def __init__(self, column: array, start: int):
+        self.column, self.start = column, start
+
+
+# How many bytes of a column a snapshot's encoder is handed at once: cbor2 copies what it is
+# handed (whole, it would be a second copy of the column)
+ENCODE_STEP = 1 << 20
+
+
+def encode_column(encoder, value) -> None:
+    """cbor2's ``default`` hook for a state holding ``LittleEndian`` columns: a byte string,
+    the same on every replica whatever its byte order."""
+    if not isinstance(value, LittleEndian):
+        raise TypeError(f"cannot encode {type(value).__name__} in a snapshot")
+    column, start = value.column, value.start
+    if sys.byteorder == "big":
+        column, start = array(column.typecode, column[start:]), 0
+        column.byteswap()
+    with tail(column, start) as values, values.cast("B") as raw:
+        encoder.encode_length(2, raw.nbytes)
+        for at in range(0, raw.nbytes, ENCODE_STEP):
+            encoder.write(bytes(raw[at:at + ENCODE_STEP]))
+
+
+def from_little_endian(column: array, data: bytes) -> None:
+    """Append the values of a ``LittleEndian``'s bytes to `column`."""
+    values = array(column.typecode)
+    values.frombytes(data)
+    if sys.byteorder == "big":
+        values.byteswap()
+    column.extend(values)
 
 
 class OffsetColumn:
@@ -111,11 +183,13 @@ class OffsetColumn:
     def distinct(self, start: int = 0) -> set:
         """The different values from row `start` on."""
         zero, base = self.zero, self.base
-        return {0 if held == zero else held + base for held in set(self.held[start:])}
+        with tail(self.held, start) as held:
+            distinct = set(held)
+        return {0 if held == zero else held + base for held in distinct}
 
     def runs(self, start: int = 0) -> list:
         """``runs_of`` the values from row `start` on."""
-        values, lengths = runs_of(self.held[start:])
+        values, lengths = runs_of(self.held, start)
         zero, base = self.zero, self.base
         return [[0 if held == zero else held + base for held in values], lengths]
 

@@ -27,11 +27,10 @@ many rows as messages, and cutting costs O(1) per removed message.
 """
 
 from array import array
-import sys
 from itertools import compress, repeat
 
 from .bodies import BodyRef
-from .columns import OffsetColumn, runs_of
+from .columns import LittleEndian, OffsetColumn, from_little_endian, runs_of
 
 NO_EXPIRY = 0          # an expiry is put time + a TTL > 0, so never 0
 TRIM_MIN = 4_096       # dead rows ahead of the head worth a cut (a memmove of the columns)
@@ -50,22 +49,6 @@ def _from_runs(column, runs: list) -> None:
             column += bytes((value,)) * length
         else:
             column.extend(repeat(value, length))
-
-
-def _little_endian(column: array) -> bytes:
-    """An array's bytes, the same on every replica whatever its byte order."""
-    if sys.byteorder == "big":
-        column = array(column.typecode, column)
-        column.byteswap()
-    return column.tobytes()
-
-
-def _from_little_endian(column: array, data: bytes) -> None:
-    values = array(column.typecode)
-    values.frombytes(data)
-    if sys.byteorder == "big":
-        values.byteswap()
-    column.extend(values)
 
 
 class Rows:
@@ -253,12 +236,12 @@ class Rows:
         unreferenced = sorted(self.bodies)
         return [first, [[seq - first for seq in unreferenced], [self.bodies[seq] for seq in unreferenced]],
                 self.put_at.runs(head), self.expires_at.runs(head),
-                *(runs_of(column[head:]) for column in (self.sizes, self.pending, self.received)),
+                *(runs_of(column, head) for column in (self.sizes, self.pending, self.received)),
                 [list(self.keys), list(self.keys.values())],
                 [list(self.headers), list(map(dict, self.headers.values()))],
                 [list(self.shows_at), list(self.shows_at.values())],
-                self.ref_index.runs(head), _little_endian(self.ref_offset[head:]),
-                runs_of(self.ref_length[head:]), runs_of(self.ref_kind[head:])]
+                self.ref_index.runs(head), LittleEndian(self.ref_offset, head),
+                runs_of(self.ref_length, head), runs_of(self.ref_kind, head)]
 
     @classmethod
     def from_state(cls, state: list, next_seq: int, version: int) -> "Rows":
@@ -272,7 +255,7 @@ class Rows:
         if version >= 10:
             ref_index, ref_offset, ref_length, ref_kind = state[10:]
             _from_runs(rows.ref_index, ref_index)
-            _from_little_endian(rows.ref_offset, ref_offset)
+            from_little_endian(rows.ref_offset, ref_offset)
             _from_runs(rows.ref_length, ref_length)
             _from_runs(rows.ref_kind, ref_kind)
             rows.bodies = {base + row: body for row, body in zip(*bodies)}

@@ -76,11 +76,11 @@ class Recorder:
         self.entries.append(entry)
         return len(self.entries)
 
-    def snapshot(self):
+    def write_snapshot(self, out):
         time.sleep(self.snapshot_seconds)     # a large state takes this long to encode
         if self.snapshot_fails:
             raise RuntimeError("the state machine cannot encode its state")
-        return cbor2.dumps(self.entries)
+        cbor2.dump(self.entries, out)
 
     def restore(self, data):
         if self.failing_restores:
@@ -108,8 +108,8 @@ class Keeper(Recorder):
             self.kept.pop(entry[5:], None)
         return super().apply(entry)
 
-    def snapshot(self):
-        return cbor2.dumps([self.entries, self.kept])
+    def write_snapshot(self, out):
+        cbor2.dump([self.entries, self.kept], out)
 
     def restore(self, data):
         self.entries, self.kept = cbor2.loads(data)
@@ -138,7 +138,7 @@ class Cluster:
         # Every node of a Cluster shares this process: a stall of the test
         # process (load, GC) must not depose a leader unless a test wants it.
         node = Consensus(self_peer=me, peers=others, data_dir=self.root / node_id,
-                         apply=machine.apply, snapshot=machine.snapshot, restore=machine.restore,
+                         apply=machine.apply, write_snapshot=machine.write_snapshot, restore=machine.restore,
                          live_entries=machine.live_entries,
                          **{"secret": SECRET, "election_timeout": CALM_ELECTIONS, **self.knobs, **knobs})
         machine.node = node
@@ -454,7 +454,7 @@ def follower_facing_a_fake_leader(data_dir):
     f_addr, l_addr = follower_and_leader_addrs()
     machine = Recorder()
     follower = Consensus(self_peer=Peer("f", f_addr), peers=[Peer("ld", l_addr)], data_dir=data_dir,
-                         apply=machine.apply, snapshot=machine.snapshot, restore=machine.restore,
+                         apply=machine.apply, write_snapshot=machine.write_snapshot, restore=machine.restore,
                          secret=None, election_timeout=(60.0, 90.0))
     leader = None
     try:
@@ -1252,7 +1252,7 @@ CHILD = textwrap.dedent("""
     peers = [Peer(*o.split("=")) for o in others]
     applied = []
     node = Consensus(self_peer=Peer(*me.split("=")), peers=peers, data_dir=data_dir,
-                     apply=applied.append, snapshot=lambda: b"", restore=lambda b: None,
+                     apply=applied.append, write_snapshot=lambda out: None, restore=lambda b: None,
                      secret={secret!r}, election_timeout=(60.0, 90.0))
     print("ready", flush=True)
     sys.stdin.read()

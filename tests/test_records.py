@@ -35,6 +35,34 @@ def test_whole_file_round_trip_is_0600_with_its_header(tmp_path):
         records.check_file(path, MAGIC, 0)
 
 
+def test_a_streamed_payload_is_the_record_its_bytes_would_be(tmp_path):
+    """A payload written by a function (a snapshot's state, encoded into the file) makes the file
+    the same bytes would: its header, written last, holds its length and checksum."""
+    large = os.urandom(3 * records.STREAM_BUFFER_BYTES + 17)     # more than one read back
+
+    def produce(out):
+        out.write(large[:10])               # small writes gathered, a large one passed through
+        out.write(large[10:])
+
+    streamed, whole = tmp_path / "streamed", tmp_path / "whole"
+    size = records.write_file(streamed, MAGIC, [b"header", produce, lambda out: None, b"after"])
+    records.write_file(whole, MAGIC, [b"header", large, b"", b"after"])
+    assert streamed.read_bytes() == whole.read_bytes() and size == whole.stat().st_size
+    assert records.read_file(streamed, MAGIC) == [b"header", large, b"", b"after"]
+
+
+def test_a_streamed_payload_that_fails_fails_the_write(tmp_path):
+    def produce(out):
+        out.write(b"half a state")
+        raise RuntimeError("the state machine cannot encode its state")
+
+    path = tmp_path / "f"
+    with pytest.raises(RuntimeError):
+        records.write_file(path, MAGIC, [b"header", produce])
+    with pytest.raises(records.DamagedFile):      # its blank header never reads as a record
+        records.check_file(path, MAGIC, 2)
+
+
 @pytest.mark.parametrize("damage", ["payload bit", "length bit", "crc bit", "torn", "extra byte", "magic"])
 def test_a_damaged_whole_file_is_refused(tmp_path, damage):
     path = tmp_path / "f"

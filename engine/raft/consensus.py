@@ -46,8 +46,9 @@ pysyncobj 0.3.17 lacks"):
   it cannot re-run forever.
 - Snapshots: the state machine's own bytes plus the two last applied entries
   and the membership (``engine.storage.snapshot_file``), written by a forked child
-  from a copy-on-write image of the state, so ``snapshot`` runs in that
-  child and must not take a lock. ``journalFile`` and ``fullDumpFile`` are
+  from a copy-on-write image of the state, so ``write_snapshot`` runs in
+  that child and must not take a lock; it encodes the state into the file it
+  is given as it goes, so the child never holds it whole. ``journalFile`` and ``fullDumpFile`` are
   always both set. Compaction thresholds (entries, bytes, seconds) are
   jittered per node so the replicas do not all fork at once. A node being closed compacts a long log first, so that its restart
   loads the snapshot and replays a short tail; and reading a snapshot drops
@@ -85,7 +86,7 @@ import threading
 import time
 import zlib
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 from pysyncobj import SyncObjConf
 from pysyncobj.monotonic import monotonic
@@ -116,7 +117,7 @@ class Consensus:
     """A Raft node for raftq; see the module docstring for the contract."""
 
     def __init__(self, *, self_peer: Peer, peers: list[Peer], data_dir: str | Path,
-                 apply: Callable[[bytes], object], snapshot: Callable[[], bytes],
+                 apply: Callable[[bytes], object], write_snapshot: Callable[[BinaryIO], None],
                  restore: Callable[[bytes], None], secret: str | None, fsync: bool = True,
                  live_entries: Callable[[], list[int]] = list,   # ascending
                  on_role_change: Callable[[], None] | None = None,
@@ -142,7 +143,7 @@ class Consensus:
                            self_peer.raft_addr)
         self.self_peer = self_peer
         self._apply = apply
-        self._snapshot = snapshot
+        self._write_state = write_snapshot
         self._restore = restore
         self._live_entries = live_entries
         # The live entries of the snapshot loaded or written last, and the
@@ -560,7 +561,7 @@ class Consensus:
         live = self._live_entries()
         in_journal = [index for index in live if self._journal.holds(index)]
         held = set(in_journal)
-        snapshot_file.write(filename, last=last, prev=prev, state=self._snapshot(),
+        snapshot_file.write(filename, last=last, prev=prev, state=self._write_state,
                             cluster=[[n.id, self._id_of(n)] for n in cluster],
                             carried=[index for index in live if index not in held],
                             entry_at=self._carried_entry, in_journal=in_journal)

@@ -18,7 +18,9 @@ journal, the buffer) or a damaged file to refuse (the snapshot, meta).
 Writing, one way for each shape of file:
 - a whole file (``write_file``; ``replace_file`` when an older version must
   survive a crash): created 0600, written, fsynced; ``replace_file`` writes a
-  temp file, renames it over the old one and fsyncs the directory;
+  temp file, renames it over the old one and fsyncs the directory. A payload
+  too large to hold in memory twice (a snapshot's state) is encoded straight
+  into the file, and its record header written last;
 - an appended log (``Appender``): records written at the end and made durable
   by ``sync`` (fdatasync) before anything acknowledges them. With
   ``preallocate`` the file is extended that many bytes at a time with
@@ -32,13 +34,14 @@ whatever the process umask.
 
 from __future__ import annotations
 
+import io
 import logging
 import mmap
 import os
 import struct
 import zlib
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 logger = logging.getLogger(__name__)
 
@@ -136,17 +139,22 @@ def read_file(path: str | Path, magic: bytes, *, first: int | None = None) -> li
     return payloads
 
 
-def write_file(path: str | Path, magic: bytes, payloads: Iterable[bytes] = (), *, tag: int = 0,
-               sync: bool = True) -> int:
+def write_file(path: str | Path, magic: bytes, payloads: Iterable[bytes | Callable[[BinaryIO], None]] = (), *,
+               tag: int = 0, sync: bool = True) -> int:
     """Create (or overwrite) ``path`` holding ``payloads``, fsynced unless told
-    otherwise; returns its size. A large payload is written as it is, not copied."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    otherwise; returns its size. A large payload is written as it is, not copied.
+    A payload may also be a function that writes it into the binary file it is
+    given as it encodes it: a state too large to hold twice (the snapshot's)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
         writer = _SyncedAsWritten(fd, sync)
         writer.write(file_header(magic, tag))
         for payload in payloads:
-            writer.write(record_header(payload))
-            writer.write(payload)
+            if callable(payload):
+                writer.write_streamed(payload)
+            else:
+                writer.write(record_header(payload))
+                writer.write(payload)
         if sync:
             os.fsync(fd)
     finally:
@@ -161,6 +169,10 @@ def write_file(path: str | Path, magic: bytes, payloads: Iterable[bytes] = (), *
 # leader lease. Synced every few MiB as it is written, it holds an append back
 # ~0.1 s at most.
 WRITEBACK_BYTES = 8 << 20
+# How much of a streamed payload is gathered before it is written, and read back at once to
+# checksum it
+STREAM_BUFFER_BYTES = 1 << 20
+MAX_PAYLOAD_BYTES = (1 << 32) - 1     # what a record's u32 length can say
 
 
 class _SyncedAsWritten:
@@ -179,6 +191,43 @@ class _SyncedAsWritten:
             if self.sync and self._unsynced >= WRITEBACK_BYTES:
                 os.fdatasync(self.fd)
                 self._unsynced = 0
+
+    def write_streamed(self, produce: Callable[[BinaryIO], None]) -> None:
+        """A record whose payload `produce` writes: its header (the payload's length, and a
+        checksum that begins with that length) is written over a blank one once the payload
+        is done, read back from the page cache to checksum it."""
+        start = self.size
+        self.write(bytes(RECORD_HEADER.size))
+        with io.BufferedWriter(_Into(self), STREAM_BUFFER_BYTES) as out:
+            produce(out)
+        length = self.size - start - RECORD_HEADER.size
+        if length > MAX_PAYLOAD_BYTES:
+            raise ValueError(f"a record of {length} bytes is longer than a record can say")
+        size = _LENGTH.pack(length)
+        crc = zlib.crc32(size)
+        at = start + RECORD_HEADER.size
+        while at < self.size:
+            chunk = os.pread(self.fd, min(STREAM_BUFFER_BYTES, self.size - at), at)
+            if not chunk:
+                raise OSError(f"the record written at {start} of the file reads back short")
+            crc = zlib.crc32(chunk, crc)
+            at += len(chunk)
+        os.pwrite(self.fd, size + _LENGTH.pack(crc), start)
+
+
+class _Into(io.RawIOBase):
+    """A raw binary file that hands what it is written to a ``_SyncedAsWritten``."""
+
+    def __init__(self, writer: _SyncedAsWritten):
+        super().__init__()
+        self._writer = writer
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self._writer.write(data)
+        return len(data)
 
 
 def replace_file(path: str | Path, magic: bytes, payloads: Iterable[bytes], *, sync: bool = True) -> None:

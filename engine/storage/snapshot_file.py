@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 from itertools import chain
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 
 import cbor2
 
@@ -59,11 +59,13 @@ def check_format(path: str | Path) -> None:
             f"restart from its data directory; move the directory aside and the node rejoins from the leader")
 
 
-def write(path: str | Path, *, last, prev, cluster: list[list[str]], state: bytes,
+def write(path: str | Path, *, last, prev, cluster: list[list[str]], state: bytes | Callable[[BinaryIO], None],
           carried: list[int] = (), entry_at: Callable[[int], bytes] | None = None,
           in_journal: list[int] = ()) -> int:
     """Write and fsync the file, carrying the entries at the `carried` indexes as `entry_at` gives
-    them and naming those at `in_journal` (both ascending); returns its size."""
+    them and naming those at `in_journal` (both ascending); returns its size. `state` is the
+    state machine's snapshot, or a function that encodes it into the file it is given
+    (``records.write_file``): a node's is written as it is encoded, never held whole."""
     header = cbor2.dumps({"last": list(last), "prev": list(prev), "cluster": sorted(cluster),
                           "entries": list(carried), "journal": list(in_journal)})
     return records.write_file(path, MAGIC, chain([header, state], map(entry_at, carried)))
