@@ -23,7 +23,9 @@ in a node; it is run once after each fill so that no run pays for the fill.
 
 Then snapshot and restore at 1 M messages, and memory: a fresh process puts
 1 M messages (batches of 100, via apply_entry) and reports its resident-memory
-growth per message; another restores their snapshot and reports the same.
+growth per message; another restores their snapshot and reports the same;
+a third stages 1 M messages (stages of 100, committed 100 stages at a time,
+as the Spark sink writes) and reports the same once they are committed.
 
 And timers among 10 000 queues, each holding one lease: the leader's
 `next_timer` read and a tick that one lease falls due in, the two questions
@@ -237,6 +239,27 @@ def memory_of_puts(snapshot_path: str) -> dict:
     return {"put_rss_bytes_per_msg": per_message, "snapshot_s": snapshot_s, "snapshot_bytes": len(data)}
 
 
+# Staged as the Spark sink writes: stages of one chunk of BATCH messages, a commit of this many at once
+STAGES_PER_COMMIT = 100
+
+
+def memory_of_staged_commits() -> dict:
+    """Resident memory per message of 1 M messages staged and committed (the Spark sink's
+    exactly-once writes), each stage entry applied with its log index as a node applies it."""
+    before = rss_bytes()
+    bench = Bench()
+    batch = 0
+    while bench.depth() < MEMORY_MESSAGES:
+        tokens = [f"t{batch}-{n}" for n in range(STAGES_PER_COMMIT)]
+        for token in tokens:
+            bench.apply(bench.entry({"op": "stage", "producer": "bench", "token": token, "chunk": 0,
+                                     "queue": QUEUE, "messages": [{"body": BODY}] * BATCH}))
+        bench.apply(bench.entry({"op": "stage_commit", "producer": "bench", "batch": batch,
+                                 "parts": [{"token": token, "chunks": 1} for token in tokens]}))
+        batch += 1
+    return {"staged_rss_bytes_per_msg": (rss_bytes() - before) / MEMORY_MESSAGES}
+
+
 def memory_of_restore(snapshot_path: str) -> dict:
     """Resident memory per message, and time, of restoring that snapshot."""
     before = rss_bytes()     # (before the snapshot's bytes, which are freed again below)
@@ -261,7 +284,7 @@ def child(tree: str, *args: str) -> dict:
 def measure_memory(tree: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="raftq-smbench-") as scratch:
         path = os.path.join(scratch, "snapshot")
-        return {**child(tree, "memory", path), **child(tree, "restore", path)}
+        return {**child(tree, "memory", path), **child(tree, "restore", path), **child(tree, "staged", "-")}
 
 
 def run_child(args: list) -> None:
@@ -273,6 +296,8 @@ def run_child(args: list) -> None:
         figures = measure_timers()
     elif kind == "memory":
         figures = memory_of_puts(arg)
+    elif kind == "staged":
+        figures = memory_of_staged_commits()
     else:
         figures = memory_of_restore(arg)
     print(json.dumps(figures))
@@ -283,7 +308,8 @@ COMPARE_DEPTHS = (1_000, 100_000)
 COMPARE_REPEATS = 2        # per child; the children of each tree take turns over --rounds
 COMPARE_FIGURES = [(f"{w}_msgs_per_s_{d // 1000}k_depth", w, d)
                    for d in COMPARE_DEPTHS for w in ("put", "receive_ack", "mixed")]
-MEMORY_FIGURES = ["put_rss_bytes_per_msg", "restored_rss_bytes_per_msg", "snapshot_s", "restore_s"]
+MEMORY_FIGURES = ["put_rss_bytes_per_msg", "restored_rss_bytes_per_msg", "staged_rss_bytes_per_msg", "snapshot_s",
+                  "restore_s"]
 TIMER_FIGURES = ["next_timer_10k_queues_s", "tick_10k_queues_s"]
 LOWER_IS_BETTER = {*MEMORY_FIGURES, *TIMER_FIGURES}
 
@@ -362,7 +388,8 @@ def main() -> None:
     print(f"snapshot of 1,000,000 messages: {snap['snapshot_s']:.2f} s, {snap['bytes'] / 1e6:.1f} MB; "
           f"restore {snap['restore_s']:.2f} s")
     print(f"resident memory per stored message ({MEMORY_MESSAGES:,} in a fresh process): "
-          f"{memory['put_rss_bytes_per_msg']:.0f} B put, {memory['restored_rss_bytes_per_msg']:.0f} B restored")
+          f"{memory['put_rss_bytes_per_msg']:.0f} B put, {memory['restored_rss_bytes_per_msg']:.0f} B restored, "
+          f"{memory['staged_rss_bytes_per_msg']:.0f} B staged and committed")
     print(f"timers among {TIMER_QUEUES:,} queues holding leases: next_timer "
           f"{timers['next_timer_10k_queues_s'] * 1e3:.3f} ms, a tick with one due {timers['tick_10k_queues_s'] * 1e3:.3f} ms")
     print(f"total bench time {time.perf_counter() - started:.0f} s")
@@ -381,6 +408,7 @@ def main() -> None:
         "snapshot_1m_bytes": snap["bytes"],
         "put_rss_bytes_per_msg_1m": round(memory["put_rss_bytes_per_msg"], 1),
         "restored_rss_bytes_per_msg_1m": round(memory["restored_rss_bytes_per_msg"], 1),
+        "staged_rss_bytes_per_msg_1m": round(memory["staged_rss_bytes_per_msg"], 1),
         "next_timer_10k_queues_s": round(timers["next_timer_10k_queues_s"], 6),
         "tick_10k_queues_s": round(timers["tick_10k_queues_s"], 6),
     }))

@@ -45,11 +45,16 @@ def _encoded(body):
     return cbor2.dumps(body), JSON
 
 
+# The commands whose messages' bodies are kept as references: puts, a transaction's puts, and
+# staged writes (whose entries stay live from the stage to its commit, abort or expiry)
+CARRIES_BODIES = frozenset({"put", "tx", "stage"})
+
+
 def _messages(cmd: dict) -> list:
-    """The messages of a valid put or tx, in the order their bodies lie in the entry."""
-    if cmd["op"] == "put":
-        return cmd["messages"]
-    return [m for part in cmd.get("put", ()) for m in part["messages"]]
+    """The messages of a valid put, tx or stage, in the order their bodies lie in the entry."""
+    if cmd["op"] == "tx":
+        return [m for part in cmd.get("put", ()) for m in part["messages"]]
+    return cmd["messages"]
 
 
 class BodyFinder:
@@ -70,7 +75,7 @@ class BodyFinder:
         self.position = 0
 
     def refer(self, cmd: dict) -> None:
-        """Put references in place of the bodies of `cmd`, a validated put or tx, where they are found."""
+        """Put references in place of the bodies of `cmd`, a validated put, tx or stage, where they are found."""
         entry, index, position = self.entry, self.index, self.position
         for message in _messages(cmd):
             needle, kind = _encoded(message["body"])

@@ -66,7 +66,7 @@ from typing import BinaryIO, Callable, NamedTuple
 
 import cbor2
 
-from .bodies import BodyFinder
+from .bodies import CARRIES_BODIES, BodyFinder
 from .catalog import Catalog, Members
 from .columns import encode_column
 from .due import DueIndex
@@ -79,7 +79,9 @@ from . import validation as v
 from .validation import full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 11
+SNAPSHOT_VERSION = 12
+# Version 11 is version 12 whose staged messages all hold their bodies: a
+# staged body is a reference into its stage entry from 12 on (staging.py).
 # Version 10 is version 11 without the members recorded for each group
 # (catalog.py's Members): it restores with none recorded.
 # Version 9 is version 10 without body references: every stored body is in
@@ -93,7 +95,7 @@ SNAPSHOT_VERSION = 11
 # each message's first delivery and without ordering keys,
 # version 5 also without staged writes, version 4 also without redrive:
 # a node upgraded in place restores any of them.
-READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9, 10, 11)
+READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9, 10, 11, 12)
 # Making a queue costs more than a put into one (its default group holds
 # three sorted containers): 10 000 in one entry held the apply past the
 # election timeout (issue 21). 500 cost about as much as the widest put of
@@ -153,7 +155,7 @@ class StateMachine:
         problem = self._check_owner(cmd)
         if problem:
             return problem
-        if finder is not None and cmd["op"] in ("put", "tx"):
+        if finder is not None and cmd["op"] in CARRIES_BODIES:
             finder.refer(cmd)
         if cmd["now_ms"] > self.clock:
             self.clock = cmd["now_ms"]
@@ -646,7 +648,7 @@ class StateMachine:
     def live_entry_indexes(self) -> list:
         """The log indexes of the entries the stored bodies' references name, in order:
         what compaction must keep (statemachine/bodies.py)."""
-        indexes = set()
+        indexes = self.staging.log_indexes()
         for queue in self.queues.values():
             indexes |= queue.rows.log_indexes()
         indexes.discard(0)

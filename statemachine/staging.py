@@ -20,7 +20,13 @@ both gaps:
   the timers, and so is a producer's record ``retain_ms`` after its last
   commit when the commit asked for that (one-off producers).
 
-Staging holds every staged row in every replica's memory, so it is bounded:
+A staged body applied with its entry's log index is a reference into the
+stage's entry (bodies.py), as a put's is: the commit moves references into
+the queues, so a committed message costs a row like a put's, not its body in
+the heap. Compaction keeps a stage's entries (``log_indexes``) until the
+stage is committed, aborted or expired; then the rows' references keep what
+they name. Staging holds every staged row's other fields in every replica's
+memory, so it is bounded:
 stages and bytes per producer and in all, and messages per producer, which
 bounds what one commit publishes in one entry (``caps`` of a stage command, which
 the leader fills from its node options: the limit travels in the command, so
@@ -39,6 +45,7 @@ refusals are results.
 
 from sortedcontainers import SortedList
 
+from .bodies import BodyRef
 from .queue import message_size
 from .results import CONFLICT, LIMIT_REACHED, NOT_FOUND, error
 
@@ -228,10 +235,20 @@ class Staging:
         return {"stages": len(self.stages), "bytes": self.staged_bytes, "producers": len(self.staged),
                 "marks": len(self.producers)}
 
+    def log_indexes(self) -> set:
+        """The log indexes of the stage entries whose bodies staged messages refer to: what
+        compaction must keep until the stage is committed, aborted or expired."""
+        return {message["body"].index for stage in self.stages.values() for messages in stage["chunks"].values()
+                for message in messages if isinstance(message["body"], BodyRef)}
+
     # ---- snapshot ---------------------------------------------------------------------
+    # A staged message is held as it was staged, but with a body reference as
+    # "ref": [index, offset, length, kind] in place of "body" (a field no
+    # message may have): encoded as it is, a reference would read back as a
+    # list body.
     def to_state(self) -> list:
         return [[[token, s["producer"], s["queue"], s["expires_at"],
-                  [[index, messages] for index, messages in s["chunks"].items()]]
+                  [[index, list(map(_message_to_state, messages))] for index, messages in s["chunks"].items()]]
                  for token, s in self.stages.items()],
                 [[producer, r["batch"], r["expires_at"]] for producer, r in self.producers.items()]]
 
@@ -243,6 +260,7 @@ class Staging:
             staging.stages[token] = {"producer": producer, "queue": queue, "expires_at": expires_at,
                                      "chunks": {}, "sizes": {}}
             for index, messages in chunks:
+                messages = list(map(_message_from_state, messages))
                 staging._set_chunk(token, index, messages, staged_size(messages))
             staging.stage_expiries.add((expires_at, token))
         for producer, batch, expires_at in producers:
@@ -250,3 +268,20 @@ class Staging:
             if expires_at is not None:
                 staging.producer_expiries.add((expires_at, producer))
         return staging
+
+
+def _message_to_state(message: dict) -> dict:
+    body = message["body"]
+    if not isinstance(body, BodyRef):
+        return message
+    state = {field: value for field, value in message.items() if field != "body"}
+    state["ref"] = list(body)
+    return state
+
+
+def _message_from_state(state: dict) -> dict:
+    if "ref" not in state:
+        return state
+    message = {field: value for field, value in state.items() if field != "ref"}
+    message["body"] = BodyRef(*state["ref"])
+    return message

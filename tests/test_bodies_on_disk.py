@@ -1,6 +1,6 @@
 """Stored bodies live in the log entries that carried them (issue 25), through
 compaction, a follower rebuilt from the leader's snapshot, and kill -9 of
-every node.
+every node; so do staged bodies, in their stage's entry until the commit.
 
 The cluster writes more than its compaction threshold (32 MiB of journal,
 jittered up to 1.5x per node), so every node snapshots and drops the
@@ -32,12 +32,12 @@ def snapshot_path(cluster, node_id: str) -> Path:
     return cluster.root / node_id / "raft" / "snapshot.bin"
 
 
-def served(cluster, node_id: str) -> list:
+def served(cluster, node_id: str, queue: str = "q") -> list:
     """(seq, body) of every message node_id's own replica holds."""
     with Client([cluster.url(node_id)], token=cluster.token, cafile=cluster.cafile) as client:
         held = []
         while True:
-            page = client.browse("q", from_seq=held[-1][0] + 1 if held else 0, limit=100,
+            page = client.browse(queue, from_seq=held[-1][0] + 1 if held else 0, limit=100,
                                  consistency="any")["messages"]
             if not page:
                 return held
@@ -46,7 +46,10 @@ def served(cluster, node_id: str) -> list:
 
 def test_bodies_read_back_after_compaction_snapshot_install_and_kill_of_every_node(fresh_cluster):
     cluster = fresh_cluster(3)
+    staged = [(seq, body(10_000 + seq)) for seq in range(1, BATCH + 1)]
     with cluster.client() as client:
+        # staged first: its entry lies in the compacted log, live until the commit at the end
+        client.stage("sink", "t0", 0, "staged", [{"body": b} for _, b in staged])
         for first in range(0, MESSAGES, BATCH):
             client.put_batch("q", [{"body": body(n)} for n in range(first, first + BATCH)])
         received = client.receive("q", max=100, lease_ms=600_000)["messages"]
@@ -84,3 +87,9 @@ def test_bodies_read_back_after_compaction_snapshot_install_and_kill_of_every_no
     with cluster.client() as client:
         assert client.verify()["agree"]
         assert [m["body"] for m in client.receive("q", max=100)["messages"]] == [b for _, b in expected[50:150]]
+        assert client.commit_stages("sink", 0, [{"token": "t0", "chunks": 1}], queue="staged")["put"] == BATCH
+    for node_id in cluster.ids:
+        wait_until(lambda: caught_up(cluster, node_id), 60, what=f"{node_id} to apply the commit")
+        assert served(cluster, node_id, "staged") == staged, node_id
+    with cluster.client() as client:
+        assert client.verify()["agree"]

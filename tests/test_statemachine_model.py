@@ -1090,7 +1090,7 @@ def random_log(seed: int, length: int) -> list:
         if receipts and rng.random() < 0.8:   # receipts of one queue, acked there
             queue = rng.choice(receipts)[0]
         some = [r for q, r in receipts if q == queue][-rng.randint(1, 3):] or ["nonsense"]
-        choice = rng.randrange(13)
+        choice = rng.randrange(16)
         if choice < 3:
             return {"op": "put", "queue": queue, "messages": [message() for _ in range(rng.randint(1, 5))]}
         if choice < 5:
@@ -1115,6 +1115,16 @@ def random_log(seed: int, length: int) -> list:
         if choice == 11:
             return {"op": "redrive", "queue": "dl", "max": rng.randint(1, 5),
                     **({"id": rng.choice(IDS)} if rng.random() < 0.5 else {})}
+        producer, token = rng.choice(["p1", "p2"]), rng.choice(["t1", "t2", "t3"])
+        if choice == 13:
+            return {"op": "stage", "producer": producer, "token": token, "chunk": rng.randint(0, 1),
+                    "queue": queue, "messages": [message() for _ in range(rng.randint(1, 4))],
+                    "ttl_ms": rng.randint(500, 5_000)}
+        if choice == 14:
+            return {"op": "stage_commit", "producer": producer, "batch": rng.randint(0, 8),
+                    "parts": [{"token": token, "chunks": rng.randint(1, 2)}]}
+        if choice == 15:
+            return {"op": "stage_abort", "producer": producer, "tokens": [token]}
         return {"op": "tx", "ack": [{"queue": queue, "receipts": some}],
                 "put": [{"queue": rng.choice(QUEUES), "messages": [message()]}]}
 
