@@ -12,7 +12,7 @@ from .commands import leader_read, write
 from .errors import ApiError, no_quorum
 from .gather import group_param, per_group
 from .keys import GROUPS, HTTP, NODE, SETTINGS
-from .leader import Elsewhere, route_to_leader, serve_here
+from .leader import route_to_leader
 from .routing import checked_name
 from .routing import leader_only
 
@@ -364,11 +364,11 @@ async def routing(request: web.Request) -> web.Response:
         return {"groups": [{"id": group, "members": groups.members(group), "leader": view["leader_id"],
                             "leader_http_addr": engine.http_addr(view["leader_id"]), "term": view["term"]}]}
     if group is not None:
-        try:
-            await serve_here(request.app, group, leader=False)
-        except Elsewhere as there:
-            raise ApiError("not_found", f"this node has no engine of group {group}; node {there.node_id} has") \
-                from None
+        # a node with no engine of the group (one a move just took it from, asked by a node whose
+        # view of the record lags) sends the caller on to a member, as any request for the group
+        elsewhere = await route_to_leader(request, group=group, leader=False)
+        if elsewhere is not None:
+            return elsewhere
         return respond(request, await here(group))
     answers = await per_group(request, here, leader=False)
     # with one group there is no catalog: every queue is group 0's

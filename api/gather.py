@@ -62,12 +62,15 @@ async def _ask_again(request: web.Request, address: str, group: int) -> dict:
 
 async def ask(app: web.Application, method: str, url: str, params: dict, authorization: str | None,
               group: int) -> dict:
-    """The JSON answer of another node to a call for `group`; its refusal as an ApiError."""
-    headers = {"Accept": "application/json"}
+    """The JSON answer of another node to a call for `group`; its refusal as an ApiError. A node
+    that no longer serves the group (a move took it away since this node last heard) forwards the
+    call to one that does: a followed redirect to another node would lose the credentials."""
+    headers = {"Accept": "application/json", "X-Raftq-Forward": "1"}
     if authorization is not None:
         headers["Authorization"] = authorization
     try:
-        async with app[HTTP].request(method, url, params=params, headers=headers, timeout=ASK_TIMEOUT) as reply:
+        async with app[HTTP].request(method, url, params=params, headers=headers, timeout=ASK_TIMEOUT,
+                                     allow_redirects=False) as reply:
             body = await reply.json()
             if reply.status != 200:
                 raise ApiError(body.get("error", "internal"), f"group {group}: {body.get('message')}")

@@ -19,6 +19,7 @@ from engine.placement import for_cluster
 from engine.raft.wire import FRAME, HANDSHAKE_DEADLINE_S
 from tests.conftest import start_cluster
 from tests.test_security_raft import still_open_after
+from tests.wire import call
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -232,6 +233,19 @@ def test_five_nodes_place_three_replicas_of_each_group_as_placement_says(tmp_pat
             assert (cluster.root / node_id / "raft" / "journal").is_dir()   # group 0, where it always was
         with cluster.client() as client:
             client.put("five-nodes", "hello")
+        # a node asked about a group it holds no engine of sends the caller on to a member, and
+        # forwards for a node that asks it to (a gathered request: a followed redirect to another
+        # node would lose the caller's token)
+        for node_id in cluster.ids:
+            url = cluster.url(node_id)
+            for group in sorted(set(range(4)) - set(placement.groups_of(node_id))):
+                sent_on = call("GET", f"{url}/v1/cluster/routing?group={group}", follow=False)
+                members = list(placement.groups[group])
+                assert sent_on.status == 307 and sent_on.headers["X-Raftq-Leader"] in members, (node_id, sent_on)
+                forwarded = call("GET", f"{url}/v1/cluster/routing?group={group}", headers={"X-Raftq-Forward": "1"})
+                assert forwarded.status == 200 and forwarded.body["groups"][0]["members"] == members, forwarded
+            gathered = call("GET", f"{url}/v1/cluster/routing", follow=False)
+            assert [g["members"] for g in gathered.body["groups"][1:]] == [list(placement.groups[g]) for g in (1, 2, 3)]
     finally:
         cluster.close()
 

@@ -25,19 +25,9 @@ pytestmark = pytest.mark.integration
 
 def record(client: Client) -> dict:
     """Group 0's record as the routing shows it. While a move ends, a node whose view of the
-    record lags may ask a group's former member, which has no engine of it any more (404):
-    asked again, the views have caught up."""
-    routing = wait_until(lambda: routing_or_none(client), 30, "the routing")
+    record lags may ask a group's former member, which sends it on to a member it knows."""
+    routing = client.routing()
     return {"move": routing["move"], "members": {g["id"]: g["members"] for g in routing["groups"][1:]}}
-
-
-def routing_or_none(client: Client) -> dict | None:
-    try:
-        return client.routing()
-    except RaftqError as exc:
-        if exc.status != 404:
-            raise
-        return None
 
 
 def spread_over(client: Client, nodes: list[str]) -> bool:
