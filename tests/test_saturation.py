@@ -367,8 +367,9 @@ def test_the_leaders_snapshot_of_a_million_messages_costs_no_election(fresh_clus
 # every tick of the three engines during it showed ticks of 0.2-1 s on all three nodes at once, most
 # of them in no journal call (fsyncs took at most ~0.2 s): the engines' tick threads wait for a core
 # and for the interpreter lock they share with the engine's loop. Issue 24's one-thread engine (Raft
-# ticked from the loop) removes the second wait. Still run, and reported.
-@pytest.mark.xfail(strict=False, reason="a known failure on this machine: see the comment above")
+# ticked from the loop) removes the second wait. Marked known_failure: `make saturation` runs it and
+# fails while it does; `make test` (CI) leaves it out rather than spend a minute on a test that may not fail.
+@pytest.mark.known_failure
 def test_60_s_of_every_burst_at_once_costs_no_election(loaded):
     every = [big_bodies, metrics_scrapes, long_polls, producers, fillers]
     tally = assert_no_election_and_no_503(
