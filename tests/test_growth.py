@@ -104,3 +104,34 @@ def test_a_loaded_cluster_of_four_groups_grows_to_five_nodes_and_shrinks_back_lo
         client.close()
     finally:
         cluster.close()
+
+
+def test_a_node_removed_while_a_move_to_it_is_in_progress_leaves_with_its_replicas_moved_away(tmp_path):
+    """`raftq cluster remove` of the node a replica is being moved to: the move ends (the node
+    holds that replica until it is moved away again), then every replica leaves it, then it
+    leaves group 0; nothing stored is lost and the replicas agree."""
+    cluster = start_cluster(tmp_path / "c", 3, groups=4, replicas=3)
+    try:
+        queues = list(queues_in_groups(cluster).values())
+        with cluster.client() as client:
+            for n in range(40):
+                client.put(queues[n % len(queues)], f"m{n}", id=f"m{n}")
+            port_raft, port_http = free_ports(2)
+            spec = NodeSpec(id="n4", raft=f"127.0.0.1:{port_raft}", http=f"127.0.0.1:{port_http}")
+            cluster.cfg = dataclasses.replace(cluster.cfg, nodes=cluster.cfg.nodes + (spec,))
+            cluster.write_config()
+            client.add_node(spec.id, spec.raft, spec.http)
+            cluster.start("n4", extra_args=("--join",))
+            wait_until(lambda: (record(client)["move"] or {}).get("target") == "n4", 60, "a move to n4 to begin")
+            client.remove_node("n4")
+            wait_until(lambda: "n4" not in voters(cluster), 240, "n4 to leave once its replicas moved away")
+            cluster.stop("n4")
+            assert spread_over(client, ["n1", "n2", "n3"])
+            stored = Counter()
+            for queue in queues:
+                stored.update(stored_bodies(client, queue))
+            assert stored == Counter(f"m{n}" for n in range(40))
+            verified = client.verify()
+            assert verified["agree"] and len(verified["groups"]) == 4, verified
+    finally:
+        cluster.close()
