@@ -1,8 +1,10 @@
 """HTTPS between clients and nodes, and between nodes, with a private CA."""
 
+import dataclasses
 import datetime
 import ipaddress
 import ssl
+from collections import Counter
 
 import pytest
 from cryptography import x509
@@ -10,7 +12,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from engine.config import NodeSpec
 from raftq.client import Client
+from raftq.local import free_ports
+from tests.conftest import start_cluster
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -47,3 +53,35 @@ def test_https_end_to_end(fresh_cluster, tmp_path):
     with pytest.raises(ssl.SSLCertVerificationError, match="certificate verify failed"):
         with Client(cluster.urls[0], retry_for=0, token=cluster.token) as untrusting:
             untrusting.queues()
+
+
+def test_replicas_move_over_https_when_a_cluster_of_four_groups_grows(tmp_path):
+    """With TLS on, the replica mover's calls between nodes (add a member, wait until it has
+    caught up, remove the source) go over HTTPS checked against the cluster's CA, and every
+    message is still there on the grown cluster, its replicas agreeing."""
+    cert, key = self_signed(tmp_path)
+    tls = ("--tls-cert", cert, "--tls-key", key, "--tls-ca", cert)
+    cluster = start_cluster(tmp_path / "c", 3, groups=4, replicas=3, node_args=tls, cafile=cert)
+    try:
+        with cluster.client() as client:
+            names = [f"q{n}" for n in range(8)]
+            for name in names:
+                client.put(name, {"queue": name})
+            raft_port, http_port = free_ports(2)
+            spec = NodeSpec(id="n4", raft=f"127.0.0.1:{raft_port}", http=f"127.0.0.1:{http_port}")
+            cluster.cfg = dataclasses.replace(cluster.cfg, nodes=cluster.cfg.nodes + (spec,))
+            cluster.write_config()
+            client.add_node(spec.id, spec.raft, spec.http)
+            cluster.start("n4", extra_args=("--join",))
+
+            def spread() -> bool:
+                routing = client.routing()
+                held = Counter(member for group in routing["groups"][1:] for member in group["members"])
+                return routing["move"] is None and "n4" in held and max(held.values()) - min(held.values()) <= 1
+            wait_until(spread, 240, "the replicas to spread over four nodes")
+            for name in names:
+                assert [m["body"] for m in client.browse(name)["messages"]] == [{"queue": name}]
+            verified = client.verify()
+            assert verified["agree"] and len(verified["groups"]) == 4, verified
+    finally:
+        cluster.close()
