@@ -30,6 +30,17 @@ def record(client: Client) -> dict:
     return {"move": routing["move"], "members": {g["id"]: g["members"] for g in routing["groups"][1:]}}
 
 
+def join(cluster, client: Client, node_id: str) -> None:
+    """A new node on free ports: in cluster.toml, added to group 0 (`raftq cluster add`), started
+    to join; the replica mover then moves replicas onto it."""
+    raft_port, http_port = free_ports(2)
+    spec = NodeSpec(id=node_id, raft=f"127.0.0.1:{raft_port}", http=f"127.0.0.1:{http_port}")
+    cluster.cfg = dataclasses.replace(cluster.cfg, nodes=cluster.cfg.nodes + (spec,))
+    cluster.write_config()
+    client.add_node(spec.id, spec.raft, spec.http)
+    cluster.start(node_id, extra_args=("--join",))
+
+
 def spread_over(client: Client, nodes: list[str]) -> bool:
     """Whether no move is in progress and groups 1..G-1 lie on `nodes` alone, within one replica per node."""
     now = record(client)
@@ -68,13 +79,8 @@ def test_a_loaded_cluster_of_four_groups_grows_to_five_nodes_and_shrinks_back_lo
         producer.start()
         client = cluster.client()
         try:
-            ports = free_ports(4)
-            for i, node_id in enumerate(("n4", "n5")):
-                spec = NodeSpec(id=node_id, raft=f"127.0.0.1:{ports[2 * i]}", http=f"127.0.0.1:{ports[2 * i + 1]}")
-                cluster.cfg = dataclasses.replace(cluster.cfg, nodes=cluster.cfg.nodes + (spec,))
-                cluster.write_config()
-                client.add_node(spec.id, spec.raft, spec.http)
-                cluster.start(node_id, extra_args=("--join",))
+            for node_id in ("n4", "n5"):
+                join(cluster, client, node_id)
             # kill -9 of the node whose front moves replicas, in the middle of a move: the next
             # leader of group 0 finishes it from the record
             wait_until(lambda: record(client)["move"] is not None, 60, "a move to begin")
@@ -116,12 +122,7 @@ def test_a_node_removed_while_a_move_to_it_is_in_progress_leaves_with_its_replic
         with cluster.client() as client:
             for n in range(40):
                 client.put(queues[n % len(queues)], f"m{n}", id=f"m{n}")
-            port_raft, port_http = free_ports(2)
-            spec = NodeSpec(id="n4", raft=f"127.0.0.1:{port_raft}", http=f"127.0.0.1:{port_http}")
-            cluster.cfg = dataclasses.replace(cluster.cfg, nodes=cluster.cfg.nodes + (spec,))
-            cluster.write_config()
-            client.add_node(spec.id, spec.raft, spec.http)
-            cluster.start("n4", extra_args=("--join",))
+            join(cluster, client, "n4")
             wait_until(lambda: (record(client)["move"] or {}).get("target") == "n4", 60, "a move to n4 to begin")
             client.remove_node("n4")
             wait_until(lambda: "n4" not in voters(cluster), 240, "n4 to leave once its replicas moved away")

@@ -1,6 +1,5 @@
 """HTTPS between clients and nodes, and between nodes, with a private CA."""
 
-import dataclasses
 import datetime
 import ipaddress
 import ssl
@@ -12,10 +11,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from engine.config import NodeSpec
 from raftq.client import Client
-from raftq.local import free_ports
 from tests.conftest import start_cluster
+from tests.test_growth import join
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -67,12 +65,7 @@ def test_replicas_move_over_https_when_a_cluster_of_four_groups_grows(tmp_path):
             names = [f"q{n}" for n in range(8)]
             for name in names:
                 client.put(name, {"queue": name})
-            raft_port, http_port = free_ports(2)
-            spec = NodeSpec(id="n4", raft=f"127.0.0.1:{raft_port}", http=f"127.0.0.1:{http_port}")
-            cluster.cfg = dataclasses.replace(cluster.cfg, nodes=cluster.cfg.nodes + (spec,))
-            cluster.write_config()
-            client.add_node(spec.id, spec.raft, spec.http)
-            cluster.start("n4", extra_args=("--join",))
+            join(cluster, client, "n4")
 
             def spread() -> bool:
                 routing = client.routing()
