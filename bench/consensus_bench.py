@@ -9,6 +9,7 @@ it), then the throughput with --window entries in flight, for small and for
 """
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
@@ -16,7 +17,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -25,49 +25,48 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 SECRET = "bench-secret"
 
 
-def measure(node, args) -> dict:
-    def one(entry):
-        done = threading.Event()
-        out = []
-        node.propose(entry, lambda r, e: (out.append(e), done.set()), term=node.term())
-        done.wait(30)
-        return out[0] if out else "no-callback"
+async def measure(node, args) -> dict:
+    loop = asyncio.get_running_loop()
+
+    async def one(entry):
+        done = loop.create_future()
+        node.propose(entry, lambda r, e: done.done() or done.set_result(e), term=node.term())
+        try:
+            return await asyncio.wait_for(done, 30)
+        except asyncio.TimeoutError:
+            return "no-callback"
 
     for _ in range(50):   # warm up connections and caches
-        one(b"w" * args.entry_bytes)
+        await one(b"w" * args.entry_bytes)
     lat = []
     errors = 0
     for i in range(args.lone):
         t0 = time.perf_counter()
-        errors += one(os.urandom(args.entry_bytes)) is not None
+        errors += await one(os.urandom(args.entry_bytes)) is not None
         lat.append(time.perf_counter() - t0)
     lat.sort()
 
-    def throughput(size):
-        slots = threading.Semaphore(args.window)
+    async def throughput(size):
+        slots = asyncio.Semaphore(args.window)
         counted = [0, 0]
-        lock = threading.Lock()
 
         def callback(result, error):
-            with lock:
-                counted[error is not None] += 1
+            counted[error is not None] += 1
             slots.release()
 
         payload = os.urandom(size)
         deadline = time.perf_counter() + args.seconds
         t0 = time.perf_counter()
-        sent = 0
         while time.perf_counter() < deadline:
-            slots.acquire()
+            await slots.acquire()
             node.propose(payload, callback, term=node.term())
-            sent += 1
         for _ in range(args.window):
-            slots.acquire()
+            await slots.acquire()
         elapsed = time.perf_counter() - t0
         return counted[0] / elapsed, counted[1]
 
-    small_rate, small_err = throughput(args.entry_bytes)
-    big_rate, big_err = throughput(64 * 1024)
+    small_rate, small_err = await throughput(args.entry_bytes)
+    big_rate, big_err = await throughput(64 * 1024)
     status = node.status()
     return {
         "nodes": 3,
@@ -85,7 +84,7 @@ def measure(node, args) -> dict:
     }
 
 
-def run_node(args) -> None:
+async def run_node(args) -> None:
     from engine.config import Peer
     from engine.raft.consensus import Consensus
     peers = [Peer(f"n{i}", a) for i, a in enumerate(args.addrs.split(","))]
@@ -97,19 +96,24 @@ def run_node(args) -> None:
         return applied[0]
 
     node = Consensus(self_peer=me, peers=[p for p in peers if p != me], data_dir=Path(args.dir) / me.id,
-                     apply=apply, snapshot=lambda: b"", restore=lambda b: None, secret=SECRET,
+                     apply=apply, write_snapshot=lambda out: None, restore=lambda b: None, secret=SECRET,
                      compaction_min_entries=100_000)
+    loop = asyncio.get_running_loop()
+    node.start(loop)   # ticks on this loop, as in an engine
     try:
         while node.status()["role"] != "leader" and node.leader_id() is None:
-            time.sleep(0.01)
-        time.sleep(0.5)
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.5)
         if node.status()["role"] == "leader":
-            print("RESULT " + json.dumps(measure(node, args)), flush=True)
+            print("RESULT " + json.dumps(await measure(node, args)), flush=True)
         else:
             print("FOLLOWER", flush=True)
-        sys.stdin.read()
+        stdin_closed = asyncio.Event()
+        loop.add_reader(0, lambda: os.read(0, 4096) or stdin_closed.set())
+        await stdin_closed.wait()
+        loop.remove_reader(0)
     finally:
-        node.close()
+        await node.close()
 
 
 def main() -> None:
@@ -123,7 +127,7 @@ def main() -> None:
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.node is not None:
-        run_node(args)
+        asyncio.run(run_node(args))
         return
 
     socks = [socket.create_server(("127.0.0.1", 0)) for _ in range(3)]

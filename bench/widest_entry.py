@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/widest_entry.py [--quick]
 
-Entries are applied on the tick thread, between heartbeats: one that takes
+Entries are applied in the engine's ticks, between heartbeats: one that takes
 longer than the election timeout (0.3-0.6 s) costs an election. This applies
 the widest entry of each kind that the node's default caps let through to a
 bare state machine (no Raft, no I/O) and times it: queues created, messages

@@ -11,7 +11,7 @@ covered. The node runs its production code: `pwrite` into preallocated
 segments, `fdatasync` before any acknowledgement.
 
 The line for a sync is written after the sync returns and before the journal
-returns to its caller (the tick thread does both), so anything acknowledged
+returns to its caller (the engine's tick does both), so anything acknowledged
 is covered by a line. Only segment data is cut: the journal makes every other
 change (segment creation, truncation, meta.rec, directory entries) durable
 before it goes on, so a power cut finds them as they are. A segment the

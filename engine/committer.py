@@ -129,7 +129,7 @@ class GroupCommitter:
             self._in_flight += 1
             self.packing.add(len(items), len(entry))
             loop = self._loop
-            self._propose(entry, term, lambda result, err, f=futures: loop.call_soon_threadsafe(
+            self._propose(entry, term, lambda result, err, f=futures: loop.call_soon(
                 self._resolve, f, result, err))
 
     def _resolve(self, futures: list, applied, err) -> None:

@@ -30,7 +30,7 @@ def die_with(parent_pid: int) -> None:
     Linux ties the signal to the *thread* that forked: a child forked by a
     thread that ends before it is killed then too, which is what its callers
     want (a front forked before any thread exists; a snapshot writer forked
-    by the tick thread, which ends only when the node stops)."""
+    by an engine's one thread, which ends only when the engine stops)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent_pid:   # the parent died before the request took effect
@@ -42,8 +42,9 @@ def use_one_heap() -> None:
     main heap (once, before a node forks its engines and fronts); a C library without
     mallopt (not glibc) is left as it is.
 
-    Why: a thread's own arena (glibc gives one to each busy thread: the tick thread's
-    gets the log entries) is shrunk by malloc_trim only inside, never from its top:
+    Why: a thread's own arena (glibc gives one to each busy thread: pysyncobj's tick
+    thread's got the log entries, before engines ticked on their loop, and a front's
+    resolver threads get one) is shrunk by malloc_trim only inside, never from its top:
     a follower's engine kept 29 MB of its arena resident, 8 MB of it in use, after
     100 000 messages of 10 KiB; with one heap its engine grew 16 MB where it had grown
     37 (issue 25, docs/benchmarks.md). The interpreter's lock lets one thread run

@@ -1,8 +1,7 @@
 """Long polls: receives that wait on a node for a message to become ready.
 
 Waiting costs no log entry: a waiting receive is written to the log once its
-group may have a ready message. After an apply (on the tick thread) the
-engine's loop looks at the groups that have waiters (``entry_applied``): one
+group may have a ready message. After an apply the engine's loop looks at the groups that have waiters (``entry_applied``): one
 ready message wakes one waiter, oldest first, and a woken receiver *claims*
 it until it says it is done (``woken_done``), so that one put does not make
 hundreds of waiters write empty receives. The waits are capped per
@@ -10,12 +9,11 @@ node and per client address (CommitError ``too_many_waiters``,
 ``too_many_client_waiters``).
 
 ``LongPolls`` belongs to one ``engine.node.Node``: it reads the node's state
-machine under the node's lock, and writes receives with the node's ``submit``.
+machine, and writes receives with the node's ``submit``.
 """
 
 import asyncio
 import collections
-import threading
 import time
 from typing import Awaitable, Callable
 
@@ -29,10 +27,8 @@ CLAIM_EXPIRY_S = 5.0
 
 
 class LongPolls:
-    def __init__(self, machine: StateMachine, lock: threading.Lock,
-                 submit: Callable[[dict], Awaitable[Committed]]):
+    def __init__(self, machine: StateMachine, submit: Callable[[dict], Awaitable[Committed]]):
         self._machine = machine
-        self._lock = lock
         self._submit = submit
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: dict[tuple[str, str], list[asyncio.Future]] = {}
@@ -46,17 +42,13 @@ class LongPolls:
         self._loop = loop
 
     def entry_applied(self) -> None:
-        """After each apply, on the tick thread: wake the waiters whose group
-        may have a ready message now."""
+        """After each apply (in a tick): wake the waiters whose group may have
+        a ready message now, once the tick is over."""
         # Only for long polls: most applies have nobody to wake. A waiter
         # registers before it checks has_ready, so none is missed.
         if self._loop is not None and self._waiters and not self._wake_scheduled:
             self._wake_scheduled = True
-            self._loop.call_soon_threadsafe(self._wake_waiters)
-
-    def _read(self, query: str, *args):
-        with self._lock:
-            return self._machine.read(query, *args)
+            self._loop.call_soon(self._wake_waiters)
 
     async def receive(self, command: dict, wait_s: float, max_waiters: int, *, last_try: bool = True,
                       client: str | None = None, max_per_client: int = 0) -> Committed | None:
@@ -112,7 +104,7 @@ class LongPolls:
         if client is not None:
             self._waiting_by_client[client] += 1
         try:
-            if self._read("has_ready", queue, group) or "error" in self._read("group_info", queue, group):
+            if self._machine.read("has_ready", queue, group) or "error" in self._machine.read("group_info", queue, group):
                 return "ready"
             if self.waiting() > max_waiters:
                 raise CommitError("too_many_waiters")
@@ -155,8 +147,7 @@ class LongPolls:
         self._wake_scheduled = False
         if not self._waiters:
             return
-        with self._lock:
-            ready = {key: self._machine.ready_count(*key) for key in self._waiters}
+        ready = {key: self._machine.ready_count(*key) for key in self._waiters}
         stale = time.monotonic() - CLAIM_EXPIRY_S
         for key, count in ready.items():
             claims = self._claims.setdefault(key, [])

@@ -1,15 +1,15 @@
 """A raftq node's engine: the state machine, replicated, and what the fronts need of it.
 
 It runs in the node's engine process (docs/architecture.md), which serves
-it to the front processes through ``engine.link.service``.  Threads:
-pysyncobj applies log entries on its own tick thread; this object's
-coroutines run on the engine's asyncio loop.  The state machine is only ever
-mutated on the tick thread, under ``_lock``; every read takes the same
-lock, so a read never sees half an entry.  A snapshot is the exception: the
-tick thread forks a child that encodes its copy of the state, between two
-applies and without the lock (``engine.raft.snapshots``).  Results travel
-back to the loop through ``call_soon_threadsafe``.  Receives that wait for
-a message (long polls) are ``Node.long_polls`` (``engine.long_poll``).
+it to the front processes through ``engine.link.service``.  One thread:
+pysyncobj's ticks run on the engine's asyncio loop (``engine.raft.ticking``),
+beside this object's coroutines, so the state machine is mutated (in a
+tick's apply) and read (by a coroutine) in turns, and a read never sees half
+an entry.  A snapshot is encoded by a child the tick forks, from its copy of
+the state between two applies (``engine.raft.snapshots``).  A commit's result
+reaches the caller's future at the loop's next turn, after the tick that
+applied it.  Receives that wait for a message (long polls) are
+``Node.long_polls`` (``engine.long_poll``).
 
 Log time: the leader stamps every command with ``now_ms`` from
 ``LogClock``, which continues from the last applied log time with this
@@ -23,7 +23,6 @@ wait for it (see ``Node.submit``).
 import asyncio
 import logging
 import socket
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -133,10 +132,8 @@ class Node:
         self.auto_create = auto_create
         self.machine = StateMachine(group, cluster.groups)
         self.clock = LogClock(self.machine)
-        self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        # before the Raft node: it may apply entries (replay) as it is built
-        self.long_polls = LongPolls(self.machine, self._lock, self.submit)
+        self.long_polls = LongPolls(self.machine, self.submit)
         self._checkpoints: dict[str, str] = {}
         self._was_leader = False
         self.times_became_leader = 0
@@ -161,6 +158,7 @@ class Node:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self.long_polls.start(self._loop)
+        self.consensus.start(self._loop)
         self._ticker = asyncio.create_task(self._tick_loop())
 
     async def hand_over(self) -> None:
@@ -175,13 +173,12 @@ class Node:
         self._release_settle_waiters(None)
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.consensus.close)
+        await self.consensus.close()
 
-    # ---- the replicated state machine (tick thread) -------------------------------------
+    # ---- the replicated state machine (in a tick) -------------------------------------
     def _apply_entry(self, entry: bytes) -> tuple[int, list]:
         index = self.consensus.applying_index()
-        with self._lock:
-            results = self.machine.apply_entry(entry, index)
+        results = self.machine.apply_entry(entry, index)
         self.entries_applied += 1
         if self.consensus.is_leader():      # only a leader's results are answered
             for result in results:
@@ -195,12 +192,10 @@ class Node:
         return index, results
 
     def _restore(self, data: bytes) -> None:
-        with self._lock:
-            self.machine.restore(data)
+        self.machine.restore(data)
 
     def _on_role_change(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._role_changed)
+        self._loop.call_soon(self._role_changed)   # once the tick is over
 
     def _role_changed(self) -> None:
         for watcher in self._view_watchers:
@@ -353,14 +348,11 @@ class Node:
 
     # ---- reads ----------------------------------------------------------------------------
     def read(self, query: str, *args):
-        with self._lock:
-            result = self.machine.read(query, *args)
-        return self._with_bodies(result)
+        return self._with_bodies(self.machine.read(query, *args))
 
     def applied_read(self, query: str, *args) -> tuple[object, int]:
         """A read and the log index it reflects."""
-        with self._lock:
-            result, index = self.machine.read(query, *args), self.consensus.applied_index()
+        result, index = self.machine.read(query, *args), self.consensus.applied_index()
         return self._with_bodies(result), index
 
     def _with_bodies(self, result):
@@ -385,9 +377,8 @@ class Node:
         recorded members (``engine.members``)."""
         role, leader, term, quorum_ok, cut_off = self.consensus.route()
         addresses = {spec.id: spec.http for spec in self.cluster.nodes}
-        with self._lock:
-            addresses.update({node_id: m["http_addr"] for node_id, m in self.machine.members.items()})
-            recorded = self.machine.group_members() if self.group == 0 and self.cluster.groups > 1 else None
+        addresses.update({node_id: m["http_addr"] for node_id, m in self.machine.members.items()})
+        recorded = self.machine.group_members() if self.group == 0 and self.cluster.groups > 1 else None
         view = {"id": self.id, "role": role, "leader_id": leader, "term": term, "quorum_ok": quorum_ok,
                 "cut_off": cut_off, "http": addresses}
         if recorded is not None:
@@ -409,8 +400,7 @@ class Node:
     def _learn_ids(self) -> None:
         """Name the voters added by the group's earlier leaders (``set_member`` records their
         addresses in this group's log too), so that status and removals use their ids."""
-        with self._lock:
-            ids = {member["raft_addr"]: node_id for node_id, member in self.machine.members.items()}
+        ids = {member["raft_addr"]: node_id for node_id, member in self.machine.members.items()}
         self.consensus.learn_ids(ids)
 
     def http_addr(self, node_id: str | None) -> str | None:
@@ -450,16 +440,19 @@ class Node:
         """Hand the lead to `to` (or the most caught-up follower); True once
         another node leads. If none does in time, step down too, unless told
         not to (``Consensus.transfer_leadership``)."""
-        return await asyncio.to_thread(self.consensus.transfer_leadership, timeout, to, step_down=step_down)
+        return await self.consensus.transfer_leadership(timeout, to, step_down=step_down)
 
     async def _through_consensus(self, call, *args) -> None:
         """Call ``consensus.call(*args, callback)`` and wait for its callback."""
         future = self._loop.create_future()
 
         def done(result, err):
-            self._loop.call_soon_threadsafe(
-                lambda: future.done() or (future.set_exception(CommitError(err)) if err
-                                          else future.set_result(result)))
+            if future.done():
+                return
+            if err:
+                future.set_exception(CommitError(err))
+            else:
+                future.set_result(result)
         call(*args, done)
         await future
 

@@ -4,7 +4,10 @@ Every node, proxy, socket and child process a test starts is closed by the
 test itself (fixtures and try/finally), whether it passes or fails.
 """
 
+import asyncio
 import contextlib
+import functools
+import inspect
 import pickle
 import re
 import selectors
@@ -56,6 +59,52 @@ def wait_until(predicate, timeout=20.0, what="condition"):
             return value
         time.sleep(0.01)
     raise AssertionError(f"gave up waiting for {what}")
+
+
+class OnItsLoop:
+    """A Consensus run as an engine runs it, on an asyncio loop of its own: here
+    a thread of the test process, so that the test can wait and stall nodes
+    one by one. Every call the test makes on it is carried out on that loop
+    (awaited if it is a coroutine); calls from the loop itself (a state
+    machine's apply) go straight through. It ticks once ``run`` is called."""
+
+    def __init__(self, make, name):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self.thread.start()
+        try:
+            self.node = self.call(make)
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def run(self):
+        self.call(self.node.start, self.loop)
+        return self
+
+    def call(self, function, *args, **kwargs):
+        if threading.current_thread() is self.thread:
+            return function(*args, **kwargs)
+
+        async def run():
+            result = function(*args, **kwargs)
+            return await result if inspect.isawaitable(result) else result
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout=180)
+
+    def __getattr__(self, name):
+        value = getattr(self.node, name)
+        return functools.partial(self.call, value) if callable(value) else value
+
+    def close(self):
+        try:
+            self.call(self.node.close)
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=30)
+        self.loop.close()
 
 
 class Recorder:
@@ -137,11 +186,13 @@ class Cluster:
         others = peers if peers is not None else [p for p in self.peers if p.id != node_id]
         # Every node of a Cluster shares this process: a stall of the test
         # process (load, GC) must not depose a leader unless a test wants it.
-        node = Consensus(self_peer=me, peers=others, data_dir=self.root / node_id,
-                         apply=machine.apply, write_snapshot=machine.write_snapshot, restore=machine.restore,
-                         live_entries=machine.live_entries,
-                         **{"secret": SECRET, "election_timeout": CALM_ELECTIONS, **self.knobs, **knobs})
+        settings = {"secret": SECRET, "election_timeout": CALM_ELECTIONS, **self.knobs, **knobs}
+        node = OnItsLoop(lambda: Consensus(self_peer=me, peers=others, data_dir=self.root / node_id,
+                                           apply=machine.apply, write_snapshot=machine.write_snapshot,
+                                           restore=machine.restore, live_entries=machine.live_entries,
+                                           **settings), node_id)
         machine.node = node
+        node.run()
         self.nodes[node_id] = node
         self.machines[node_id] = machine
         return node
@@ -273,16 +324,17 @@ def test_a_command_queued_before_losing_the_lead_is_not_forwarded_to_the_new_lea
     old = c.leader()
     old_term = old.term()
     holding, release = threading.Event(), threading.Event()
+    calls = []
 
-    def hold_tick_thread():
+    def queue_then_hold_the_loop():
+        # queued in a tick after pysyncobj took this tick's commands: taken at the next one
+        old.propose(b"queued-while-leading", lambda result, error: calls.append(error), term=old_term)
         holding.set()
         release.wait(20)
 
-    old._run_on_tick(hold_tick_thread)
+    old.loop.call_soon_threadsafe(old.node._run_on_tick, queue_then_hold_the_loop)   # not waiting for the loop
     try:
         assert holding.wait(5)
-        calls = []
-        old.propose(b"queued-while-leading", lambda result, error: calls.append(error), term=old_term)
         others = [n for n in c.nodes.values() if n is not old]
         wait_until(lambda: any(n.status()["role"] == "leader" and n.term() > old_term for n in others),
                    what="another node to take the lead")
@@ -453,9 +505,10 @@ def follower_facing_a_fake_leader(data_dir):
     yields them and an ``entry(index, term, tag=b"")`` maker of log entries it applies."""
     f_addr, l_addr = follower_and_leader_addrs()
     machine = Recorder()
-    follower = Consensus(self_peer=Peer("f", f_addr), peers=[Peer("ld", l_addr)], data_dir=data_dir,
-                         apply=machine.apply, write_snapshot=machine.write_snapshot, restore=machine.restore,
-                         secret=None, election_timeout=(60.0, 90.0))
+    follower = OnItsLoop(lambda: Consensus(self_peer=Peer("f", f_addr), peers=[Peer("ld", l_addr)],
+                                           data_dir=data_dir, apply=machine.apply,
+                                           write_snapshot=machine.write_snapshot, restore=machine.restore,
+                                           secret=None, election_timeout=(60.0, 90.0)), "f").run()
     leader = None
     try:
         leader = FakeLeader(l_addr, f_addr)
@@ -891,8 +944,8 @@ def test_a_snapshot_of_another_format_stops_the_node_at_start(cluster):
 
 def test_a_leader_keeps_leading_and_committing_while_its_snapshot_is_written(cluster):
     """A snapshot is written by a forked child: the node taking it goes on
-    ticking. Written on the tick thread, a snapshot that takes longer than
-    the election timeout deposes the leader that takes it."""
+    ticking. Written in a tick, a snapshot that takes longer than the
+    election timeout deposes the leader that takes it."""
     c = cluster(compaction_min_entries=20, compaction_min_seconds=10 ** 6).start_all(
         machine={"snapshot_seconds": 2 * CALM_ELECTIONS[1]})
     leader = c.leader()
@@ -1244,19 +1297,28 @@ def test_transfer_leadership(cluster):
 # -- fsync before acknowledgement, observed from outside -----------------------------------
 
 CHILD = textwrap.dedent("""
-    import sys
+    import asyncio, os, sys
     sys.path.insert(0, {root!r})
     from engine.config import Peer
     from engine.raft.consensus import Consensus
     me, data_dir, *others = sys.argv[1:]
     peers = [Peer(*o.split("=")) for o in others]
     applied = []
-    node = Consensus(self_peer=Peer(*me.split("=")), peers=peers, data_dir=data_dir,
-                     apply=applied.append, write_snapshot=lambda out: None, restore=lambda b: None,
-                     secret={secret!r}, election_timeout=(60.0, 90.0))
-    print("ready", flush=True)
-    sys.stdin.read()
-    node.close()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        node = Consensus(self_peer=Peer(*me.split("=")), peers=peers, data_dir=data_dir,
+                         apply=applied.append, write_snapshot=lambda out: None, restore=lambda b: None,
+                         secret={secret!r}, election_timeout=(60.0, 90.0))
+        node.start(loop)
+        stdin_closed = asyncio.Event()
+        loop.add_reader(0, lambda: os.read(0, 4096) or stdin_closed.set())
+        print("ready", flush=True)
+        await stdin_closed.wait()
+        loop.remove_reader(0)
+        await node.close()
+
+    asyncio.run(main())
 """)
 
 

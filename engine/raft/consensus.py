@@ -2,8 +2,10 @@
 
 Theory of operation
 -------------------
-pysyncobj (pinned, ``engine/raft/pysyncobj_pin.py``) runs the Raft protocol on its
-own *tick thread*: network I/O, elections, replication, commit, apply. Only
+pysyncobj (pinned, ``engine/raft/pysyncobj_pin.py``) runs the Raft protocol in
+ticks: network I/O, elections, replication, commit, apply. raftq runs them on
+the engine's asyncio loop (``start``; ``engine.raft.ticking``), the one thread
+that calls this facade: nothing here is shared with another thread. Only
 the modules of ``engine/raft/`` read its internals (``engine.storage.journal``
 implements its public journal interface), one concern each:
 
@@ -19,6 +21,7 @@ implements its public journal interface), one concern each:
 - ``engine.raft.wire``: framing, sealing, handshake and limits of the Raft
   port, and dialing through proxies;
 - ``engine.raft.snapshots``: snapshots written by a forked child;
+- ``engine.raft.ticking``: the ticks on the loop;
 - ``engine.raft.pysyncobj_pin``: the one release these overrides were written for.
 The files they keep are ``engine.storage.journal`` (the log) and
 ``engine.storage.snapshot_file``, both record files of ``engine.storage.records``.
@@ -31,7 +34,7 @@ pysyncobj knows nodes only by their Raft addresses, so an id <-> address map
 lives here.
 
 A proposed entry is wrapped in a ticket. The ticket's callback runs exactly
-once on the tick thread: with the apply result when the entry is committed and
+once, in a tick: with the apply result when the entry is committed and
 applied here, or with an error string -- ``not_leader``, ``no_quorum``,
 ``too_large``, ``overloaded`` (definitely not applied); ``discarded``,
 ``leader_changed``, ``unknown_outcome``, ``timeout`` (maybe applied: retry with
@@ -78,11 +81,11 @@ pysyncobj 0.3.17 lacks"):
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import pickle
 import socket
-import threading
 import time
 import zlib
 from pathlib import Path
@@ -95,7 +98,7 @@ from pysyncobj.node import TCPNode
 from ..config import Peer
 from ..storage import snapshot_file
 from ..storage.journal import DurableJournal
-from .node import FOLLOWER, LEADER, MAX_POLL_S, ROLE_NAMES, RaftNode, Ticket
+from .node import FOLLOWER, LEADER, ROLE_NAMES, RaftNode, Ticket
 from .sealer import Sealer
 from .wire import max_frame_bytes
 
@@ -147,12 +150,10 @@ class Consensus:
         self._restore = restore
         self._live_entries = live_entries
         # The live entries of the snapshot loaded or written last, and the
-        # entries read back lately; the lock keeps a read from meeting the
-        # swap to a newer snapshot's (the snapshot writer's child never takes it).
+        # entries read back lately.
         self._snapshot_entries = snapshot_file.LiveEntries()
         self._entry_cache: collections.OrderedDict[int, bytes] = collections.OrderedDict()
         self._entry_cache_bytes = 0
-        self._entries_lock = threading.Lock()
         self._on_role_change = on_role_change
         self._submit_timeout = submit_timeout
         self._max_entry_bytes = max_entry_bytes
@@ -174,7 +175,6 @@ class Consensus:
         self._tasks: collections.deque[Callable[[], None]] = collections.deque()
         self._closed = False
         self._retired = False
-        self._close_lock = threading.Lock()
         self._last_role: tuple | None = None
         self._last_quorum: tuple | None = None
         self._snapshot_info = {"index": None, "bytes": None, "seconds": None, "count": 0}
@@ -190,10 +190,7 @@ class Consensus:
         jitter = 1 + (zlib.crc32(self_peer.raft_addr.encode()) % 1000) / 2000
         conf = SyncObjConf(
             password=None,   # encryption is the Sealer's (given to RaftNode), not Fernet
-            autoTick=True,
-            # the longest the tick thread polls; RaftNode wakes it sooner for
-            # a heartbeat or an election deadline
-            autoTickPeriod=MAX_POLL_S,
+            autoTick=False,   # ticked on the engine's loop (start)
             raftMinTimeout=election_timeout[0],
             raftMaxTimeout=election_timeout[1],
             appendEntriesPeriod=heartbeat,
@@ -242,9 +239,14 @@ class Consensus:
 
     # -- public interface --------------------------------------------------
 
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Tick on `loop` (the engine's) from now on: load the snapshot,
+        replay the log, then take part in the group."""
+        self._node.run_on(loop)
+
     def propose(self, entry: bytes, callback: Callable[[object | None, str | None], None], *, term: int) -> None:
         """Propose ``entry``, prepared for ``term``, to the Raft log: it enters the log only while
-        this node leads that term; ``callback(result, error)`` runs once, on the tick thread."""
+        this node leads that term; ``callback(result, error)`` runs once, in a tick."""
         ticket = self._ticket(callback, term)
         if ticket is None:
             return
@@ -321,18 +323,17 @@ class Consensus:
         return self._node.applying_index()
 
     def entry_at(self, index: int) -> bytes:
-        """The applied log entry at `index`, as the state machine applied it (any thread)."""
-        with self._entries_lock:
-            entry = self._entry_cache.get(index)
-            if entry is not None:
-                self._entry_cache.move_to_end(index)
-                return entry
-            entry = self._stored_entry(index)
-            self._entry_cache[index] = entry
-            self._entry_cache_bytes += len(entry)
-            while len(self._entry_cache) > ENTRY_CACHE_ENTRIES or self._entry_cache_bytes > ENTRY_CACHE_BYTES:
-                self._entry_cache_bytes -= len(self._entry_cache.popitem(last=False)[1])
+        """The applied log entry at `index`, as the state machine applied it."""
+        entry = self._entry_cache.get(index)
+        if entry is not None:
+            self._entry_cache.move_to_end(index)
             return entry
+        entry = self._stored_entry(index)
+        self._entry_cache[index] = entry
+        self._entry_cache_bytes += len(entry)
+        while len(self._entry_cache) > ENTRY_CACHE_ENTRIES or self._entry_cache_bytes > ENTRY_CACHE_BYTES:
+            self._entry_cache_bytes -= len(self._entry_cache.popitem(last=False)[1])
+        return entry
 
     def _stored_entry(self, index: int) -> bytes:
         """The entry at `index` from the journal, else from the snapshot; LookupError if neither holds it."""
@@ -351,8 +352,7 @@ class Consensus:
         return pickle.loads(command[1:])[1][0]
 
     def _carried_entry(self, index: int) -> bytes:
-        """A live entry the journal does not hold, from the snapshot (the snapshot writer's child:
-        no lock)."""
+        """A live entry the journal does not hold, from the snapshot (in the snapshot writer's child)."""
         entry = self._snapshot_entries.get(index)
         if entry is None:
             raise LookupError(f"log entry {index} is neither in the journal nor in the snapshot")
@@ -367,8 +367,7 @@ class Consensus:
         return snapshot_file.Shipment(path, entry_at)
 
     def _use_snapshot_entries(self, entries: snapshot_file.LiveEntries) -> None:
-        with self._entries_lock:
-            self._snapshot_entries, old = entries, self._snapshot_entries
+        self._snapshot_entries, old = entries, self._snapshot_entries
         old.close()
 
     def route(self) -> tuple[str, str | None, int, bool, bool]:
@@ -417,7 +416,7 @@ class Consensus:
             return
         self._node.removeNodeFromCluster(self._make_node(addr), callback=ticket.on_pysyncobj_result)
 
-    def transfer_leadership(self, timeout: float, to: str | None = None, *, step_down: bool = True) -> bool:
+    async def transfer_leadership(self, timeout: float, to: str | None = None, *, step_down: bool = True) -> bool:
         """Hand leadership to a caught-up follower (``to``, or the most caught-up
         one); True once another node leads.
 
@@ -436,7 +435,7 @@ class Consensus:
                 return True
             if self._node.is_leader():
                 self._run_on_tick(lambda: self._node.transferLeadership(target))
-            time.sleep(0.02)
+            await asyncio.sleep(0.02)
         if step_down and self._node.is_leader():
             self._run_on_tick(self._step_down)
         return False
@@ -453,23 +452,20 @@ class Consensus:
         self._node.hold_back(10 * self._election_timeout)
         self._step_down()
 
-    def force_snapshot(self, timeout: float = 60.0) -> bool:
+    async def force_snapshot(self, timeout: float = 60.0) -> bool:
         """Compact the log now; True if a new snapshot was written."""
-        return self._compact(timeout)
+        return await self._compact(timeout)
 
-    def _compact(self, timeout: float, over_bytes: int = -1) -> bool:
+    async def _compact(self, timeout: float, over_bytes: int = -1) -> bool:
         """Snapshot and drop the log prefix it covers, if more than ``over_bytes``
         of applied entries would go; True once a new snapshot was written and
         the log compacted."""
-        armed, done = threading.Event(), threading.Event()
-        outcome = []
+        outcome = asyncio.get_running_loop().create_future()
         before = self._snapshot_info["count"]
 
         def arm():
-            armed.set()
             if self._node.compactable_bytes() <= over_bytes:
-                outcome.append(False)
-                done.set()
+                outcome.done() or outcome.set_result(False)
                 return
             self._node.forceLogCompaction()
             self._tasks.append(check)
@@ -482,22 +478,24 @@ class Consensus:
             if node.compaction_pending() or node.snapshots.busy():
                 self._tasks.append(check)
                 return
-            outcome.append(self._snapshot_info["count"] > before)
-            done.set()
+            outcome.done() or outcome.set_result(self._snapshot_info["count"] > before)
 
         self._run_on_tick(arm)
-        return armed.wait(min(timeout, 5.0)) and done.wait(timeout) and outcome[0]
+        try:
+            return await asyncio.wait_for(outcome, timeout)
+        except asyncio.TimeoutError:
+            return False
 
-    def close(self) -> None:
+    async def close(self) -> None:
         """Stop this node, after compacting its log if that makes its restart
         faster: a restart replays every entry after the snapshot, and the
         leader, which defers compaction, holds the longest log."""
-        if not self._closed:
-            self._compact(timeout=60.0, over_bytes=self._node.compaction_min_bytes // SHUTDOWN_COMPACTION_DIVISOR)
-        with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
+        if self._closed:
+            return
+        await self._compact(timeout=60.0, over_bytes=self._node.compaction_min_bytes // SHUTDOWN_COMPACTION_DIVISOR)
+        if self._closed:
+            return
+        self._closed = True
         self._node.stop()
         self._use_snapshot_entries(snapshot_file.LiveEntries())
         while self._tasks:
@@ -505,7 +503,7 @@ class Consensus:
         while self._tickets:
             self._tickets.popleft().resolve(None, "unknown_outcome")
 
-    # -- tick thread -------------------------------------------------------
+    # -- in a tick ---------------------------------------------------------
 
     def _on_tick(self) -> None:
         if self._retired:
@@ -552,7 +550,7 @@ class Consensus:
     def _step_down(self) -> None:
         self._node.step_down(hold_back_s=10 * self._election_timeout)
 
-    # -- snapshots (tick thread) -------------------------------------------
+    # -- snapshots (in a tick) ---------------------------------------------
 
     def _write_snapshot(self, filename: str, data) -> None:
         # in the snapshot writer's child process (engine.raft.snapshots): it names the live entries
@@ -651,10 +649,9 @@ class Consensus:
 
     def _ticket(self, callback, term: int) -> Ticket | None:
         ticket = Ticket(callback, time.monotonic() + self._submit_timeout, term)
-        with self._close_lock:
-            if not self._closed:
-                self._tickets.append(ticket)
-                return ticket
+        if not self._closed:
+            self._tickets.append(ticket)
+            return ticket
         ticket.resolve(None, "not_leader")
         return None
 

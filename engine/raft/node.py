@@ -1,9 +1,10 @@
 """raftq's Raft node: pysyncobj's SyncObj with the protocol fixes raftq needs.
 
-pysyncobj 0.3.17 runs the Raft protocol on its own *tick thread* (network
-I/O, elections, replication, commit, apply). ``RaftNode`` subclasses it and
-closes these gaps (docs/guarantees.md, "What pysyncobj 0.3.17 lacks");
-``engine.raft.consensus`` drives it.
+pysyncobj 0.3.17 runs the Raft protocol in *ticks* (network I/O, elections,
+replication, commit, apply); raftq runs them on the engine's asyncio loop
+(``engine.raft.ticking``), not on pysyncobj's own tick thread. ``RaftNode``
+subclasses it and closes these gaps (docs/guarantees.md, "What pysyncobj
+0.3.17 lacks"); ``engine.raft.consensus`` drives it.
 
 1. Durability. ``engine.storage.journal.DurableJournal`` (checksummed, fsynced
    segments; term/vote/commit index in an fsynced meta file) replaces
@@ -40,9 +41,10 @@ closes these gaps (docs/guarantees.md, "What pysyncobj 0.3.17 lacks");
 6. Never raise. Every pysyncobj callback resolves a ``Ticket``, whose
    callback is wrapped (an exception in one would otherwise make pysyncobj
    apply the entry again).
-7. Idle wake-ups. The tick thread polls until its next heartbeat (leader) or
-   election deadline (follower), at most ``MAX_POLL_S``, rather than for a
-   fixed few milliseconds: an idle node wakes for heartbeats only.
+7. Idle wake-ups. The next tick falls at the next heartbeat (leader) or
+   election deadline (follower), at most ``MAX_POLL_S`` away, or as soon as
+   a socket is ready or a proposal or task arrives, rather than every few
+   milliseconds: an idle node wakes for heartbeats only.
 8. Late ticks. A follower whose own tick came late (a long apply, a busy
    machine) reads the messages waiting in its sockets before it decides
    that its leader is gone: pysyncobj would call an election at once, over
@@ -76,7 +78,7 @@ import os
 import pickle
 import random
 import socket
-import threading
+import types
 from typing import Callable
 
 from . import pysyncobj_pin  # noqa: F401  -- the release these overrides were written for
@@ -94,6 +96,7 @@ from .snapshots import ForkedSnapshots
 from .wire import DialingTransport
 from .read_index import ReadConfirmations
 from .sealer import Sealer
+from .ticking import LoopTicker, WatchedPoller
 
 logger = logging.getLogger(__name__)
 
@@ -114,9 +117,10 @@ def _install_journal_hook() -> None:
 
 FOLLOWER, CANDIDATE, LEADER = _syncobj._RAFT_STATE.FOLLOWER, _syncobj._RAFT_STATE.CANDIDATE, _syncobj._RAFT_STATE.LEADER
 ROLE_NAMES = {FOLLOWER: "follower", CANDIDATE: "candidate", LEADER: "leader"}
-# The tick thread's poll bounds: at least MIN_POLL_S (never a busy loop,
-# e.g. a follower past its deadline with no peer connected), at most
-# MAX_POLL_S (connection retries, handshake and ticket deadlines).
+# How far apart ticks fall when nothing wakes the node sooner: at least
+# MIN_POLL_S (never a busy loop, e.g. a follower past its deadline with no
+# peer connected), at most MAX_POLL_S (connection retries, handshake and
+# ticket deadlines).
 MIN_POLL_S = 0.002
 MAX_POLL_S = 0.1
 # The longest a tick applies committed entries before it sends heartbeats and
@@ -142,7 +146,7 @@ FAIL_REASONS = {
 
 
 class Ticket:
-    """One caller's callback, resolved exactly once, on the tick thread.
+    """One caller's callback, resolved exactly once, in a tick.
 
     ``term`` is the term the caller prepared its entry for: the entry may enter
     the log only while this node leads that term.
@@ -175,7 +179,7 @@ class Ticket:
 class TermCheckedQueue(FastQueue):
     """pysyncobj's command queue, handing out only what may enter the log now.
 
-    pysyncobj takes a queued command off this queue on the tick thread and,
+    pysyncobj takes a queued command off this queue in a tick and,
     if the node has meanwhile lost the lead, sends it to the new leader
     (``apply_command``), which appends it to its log. A raftq entry carries
     its proposer's log time (``now_ms``), which is only right for the term it
@@ -185,7 +189,7 @@ class TermCheckedQueue(FastQueue):
     log, 223 ms ahead). So a command is handed out only while this node leads
     the term it was proposed for; any other is refused, definitely not
     applied, and its caller retries with the current leader. The check runs
-    on the tick thread at the moment pysyncobj decides, so no role change can
+    in the tick, at the moment pysyncobj decides, so no role change can
     slip in between.
     """
 
@@ -211,7 +215,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
     reads and steers it through the methods under "what the facade reads"
     and "what the facade steers".
 
-    ``apply_entry(entry)`` applies a committed entry (on the tick thread);
+    ``apply_entry(entry)`` applies a committed entry (in a tick);
     ``snapshot_written(last_index, seconds)`` runs once a snapshot is in place;
     ``ship_snapshot(path)`` is what a follower is sent of it (``engine.raft.snapshots``).
     """
@@ -241,14 +245,18 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         self.compaction_min_bytes = compaction_min_bytes
         self.declines_leadership = False   # see decline_leadership
         journal.before_rewrite = self._flush_replies
+        self._ticker: LoopTicker | None = None     # set by run_on
         super().__init__(self_node, other_nodes, conf,
                          transportClass=functools.partial(DialingTransport, dial_addrs=dial_addrs,
                                                          max_frame=max_frame, group=group, handoff=handoff))
-        # pysyncobj stops ticking when the thread that built it exits; tie
-        # the tick thread to the process instead (close() stops it).
-        self._SyncObj__mainThread = threading.main_thread()
-        # Replaced before the first tick: the tick thread sleeps 0.1 s after
-        # it starts, and nothing reads these until it ticks.
+        # pysyncobj wakes its tick thread's poll through a pipe when a command
+        # is queued; on the loop, a wake-up is a tick scheduled (wake).
+        pipe = self._SyncObj__pipeNotifier
+        self._poller.unsubscribe(pipe._PipeNotifier__pipeR)
+        os.close(pipe._PipeNotifier__pipeR)
+        os.close(pipe._PipeNotifier__pipeW)
+        self._SyncObj__pipeNotifier = types.SimpleNamespace(notify=self.wake)
+        # Replaced before the first tick, which reads it first.
         self._SyncObj__commandsQueue = TermCheckedQueue(self, conf.commandsQueueSize)
         self._read_snapshot = conf.deserializer
         self.snapshots = ForkedSnapshots(conf.fullDumpFile, conf.logCompactionBatchSize,
@@ -257,6 +265,16 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         self._SyncObj__serializer = self.snapshots
         self._SyncObj__transport.on_send = self._stamp
         self.apply_func_id = self._methodToID[self._getFuncName("_raftq_apply")]
+
+    @property
+    def _poller(self) -> WatchedPoller:
+        return self._watched_poller
+
+    @_poller.setter
+    def _poller(self, poller) -> None:
+        # pysyncobj builds its poller in __init__, before its transport and its
+        # wake-up pipe subscribe to it: every subscription goes through this one
+        self._watched_poller = WatchedPoller(poller)
 
     @replicated
     def _raftq_apply(self, entry):
@@ -268,7 +286,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         self.loaded_snapshot = loaded[0]
         return loaded
 
-    # -- what the facade reads (any thread: each is one read of the tick thread's state) --
+    # -- what the facade reads ------------------------------------------------
 
     def role(self):
         """FOLLOWER, CANDIDATE or LEADER (``ROLE_NAMES`` names them)."""
@@ -304,43 +322,55 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
 
     def propose(self, entry: bytes, callback) -> None:
         """Queue ``entry`` for the log as a call of ``_raftq_apply``;
-        ``callback(result, fail_reason)`` runs on the tick thread."""
+        ``callback(result, fail_reason)`` runs in a tick."""
         command = pickle.dumps((self.apply_func_id, (entry,)), protocol=5)
         self._applyCommand(command, callback, REGULAR_COMMAND)
 
     def decline_leadership(self) -> None:
         """From now on ignore a leader's request to take over (``timeout_now``):
         a node shutting down must not lead again, and a leader balancing its
-        groups may ask it before it has gone (tick thread)."""
+        groups may ask it before it has gone (in a tick)."""
         self.declines_leadership = True
 
     def hold_back(self, seconds: float) -> None:
-        """Stand for no election for ``seconds`` (tick thread)."""
+        """Stand for no election for ``seconds`` (in a tick)."""
         self._SyncObj__raftElectionDeadline = monotonic() + seconds
 
     def step_down(self, hold_back_s: float) -> None:
         """Stop leading, and stand for no election for ``hold_back_s``:
-        without that, this node would win the next election itself (tick thread)."""
+        without that, this node would win the next election itself (in a tick)."""
         if self._SyncObj__raftState != LEADER:
             return
         self._SyncObj__setState(FOLLOWER)
         self._SyncObj__raftLeader = None
         self.hold_back(hold_back_s)
 
+    def run_on(self, loop) -> None:
+        """Tick on `loop` from now on (engine.raft.ticking); the first tick loads
+        the snapshot and replays the log."""
+        self._ticker = LoopTicker(loop, self.tick, self.until_due)
+        self._poller.watch(loop, self._ticker.ready)
+        self._ticker.soon()
+
+    def tick(self) -> None:
+        self._onTick(0.0)
+
+    def until_due(self) -> float:
+        """Seconds until the next tick must run if nothing wakes the node sooner."""
+        return self._until_due(MAX_POLL_S)
+
     def wake(self) -> None:
-        """End the tick thread's poll now."""
-        self._SyncObj__pipeNotifier.notify()
+        """Tick at the loop's next turn."""
+        if self._ticker is not None:
+            self._ticker.soon()
 
     def stop(self) -> None:
-        """Stop the tick thread and wait for it, stop a snapshot writer, and
-        close the wake-up pipe, which pysyncobj leaves open."""
+        """Tick no more, close the connections and the journal, and stop a snapshot writer."""
+        if self._ticker is not None:
+            self._ticker.stop()
+        self._poller.unwatch()
         self.destroy()
-        self.wake()
-        self._SyncObj__thread.join()
         self.snapshots.abandon()
-        notifier = self._SyncObj__pipeNotifier
-        os.close(notifier._PipeNotifier__pipeR)
-        os.close(notifier._PipeNotifier__pipeW)
 
     @property
     def encryptor(self):
@@ -437,7 +467,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         # pysyncobj applies every committed entry before the tick goes on to
         # send heartbeats and read messages. A backlog (a restart replaying
         # its log, a follower catching up, a burst of large puts) then holds
-        # the tick thread for as long as it takes: a leader's followers call
+        # the tick (and the loop) for as long as it takes: a leader's followers call
         # an election, a follower stops acknowledging. So a tick applies for
         # at most APPLY_BUDGET_S (and at least one entry); the next tick goes
         # on at once (_until_due). Committed entries are durable on a

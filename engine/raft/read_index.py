@@ -24,7 +24,7 @@ more round covers them all (rounds the leader sends anyway, heartbeats and
 new entries, count as well). So a crowd of readers costs a round per round
 trip, not one per read. This module keeps the bookkeeping; ``engine.raft.node``
 stamps the appends, feeds it the answers, sends the rounds it asks for and
-resolves what it hands back, on the tick thread.
+resolves what it hands back, in its ticks.
 """
 
 from __future__ import annotations

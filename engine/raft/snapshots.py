@@ -9,14 +9,14 @@ meanwhile that node neither sends heartbeats (a leader is deposed) nor reads
 them (a follower calls an election when it wakes up).
 
 ``ForkedSnapshots`` forks instead. The child holds a copy-on-write image of
-the state as it is between two applies -- the tick thread, the only one that
-changes the state, is the one forking -- and encodes and writes it while the
-parent goes on ticking. The parent pays for the fork (page tables: some
+the state as it is between two applies -- the tick, which alone changes the
+state, is what forks -- and encodes and writes it while the parent goes on
+ticking. The parent pays for the fork (page tables: some
 milliseconds per GiB) and for the pages it changes while the child runs;
 the child's reads copy the pages of objects whose reference counts they
 touch, so a snapshot may briefly cost up to as much memory again as the
 state. The child disables garbage collection (it would touch every object)
-and is killed if its parent thread ends (``engine.lifetime.die_with``); it
+and is killed if its parent ends (``engine.lifetime.die_with``); it
 leaves through ``os._exit``, never running the parent's clean-up.
 
 The child's state is a copy that no other thread touches, so its writer must
@@ -89,7 +89,7 @@ class ForkedSnapshots(Serializer):
             gc.disable()
             die_with(parent)
             # Encoding a million messages takes seconds of a core: below the
-            # tick threads and the fronts, it cannot delay a heartbeat, and it
+            # engines and the fronts, it cannot delay a heartbeat, and it
             # still gets a share under load so that the log is compacted.
             os.nice(SNAPSHOT_NICENESS)
             temporary = self._path + ".tmp"
@@ -134,7 +134,7 @@ class ForkedSnapshots(Serializer):
                 return None
         data = super().getTransmissionData(transmissionID)
         # pysyncobj answers False to a read that failed, then indexes it as a chunk (TypeError in
-        # the tick thread); None sends nothing and it starts over at the next append
+        # the tick); None sends nothing and it starts over at the next append
         return None if data is False else data
 
     # -- a leader's snapshot, received ---------------------------------------

@@ -173,10 +173,10 @@ class Connection(TcpConnection):
     bytes (a longer one drops the connection as soon as its length is read),
     and the socket is read only until one frame is complete: pysyncobj reads
     whatever arrives into one growing buffer, which a peer streaming zeros
-    turned into hundreds of MiB and a busy tick thread.
+    turned into hundreds of MiB and a busy engine.
 
     Reads land in one preallocated buffer per node (``recv_into``; all of a
-    node's connections are read on its tick thread, and each read is copied
+    node's connections are read in its ticks, and each read is copied
     out at once). pysyncobj's ``recv(recvBufferSize)`` makes CPython
     allocate a fresh 1 MiB object for every read -- an mmap, a page fault,
     a shrinking mremap and an munmap per heartbeat, which with the process's

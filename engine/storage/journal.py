@@ -70,7 +70,6 @@ import logging
 import os
 import re
 import struct
-import threading
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
@@ -132,8 +131,8 @@ class DurableJournal(Journal):
 
     Entries are the tuples pysyncobj uses, ``(command: bytes, index, term)``;
     positions passed to deleteEntriesFrom/To are list positions, as in
-    pysyncobj. All methods run on pysyncobj's tick thread except
-    ``command``, ``holds``, ``last_index`` and ``stats()``.
+    pysyncobj. One thread uses it, the engine's (pysyncobj's ticks run on its
+    loop); the snapshot writer's child calls ``holds``.
     """
 
     def __init__(self, directory: str | Path, *, fsync: bool = True,
@@ -166,13 +165,10 @@ class DurableJournal(Journal):
         self._head: tuple[int, bytes] | None = None
         self._segment_sizes: dict[int, int] = {}     # seq -> size of its records (kept segments too)
         # The indexes the durable snapshot names (``retain``), the kept
-        # entries and a read descriptor per kept segment. Reads come from
-        # other threads (``command``): the lock keeps one from meeting a
-        # change of the log's rows or of these, and the closing of a descriptor.
+        # entries and a read descriptor per kept segment.
         self._live = array("Q")
         self._kept = Kept.empty()
         self._kept_fds: dict[int, int] = {}
-        self._lock = threading.Lock()
         self._deferred = 0
         self._meta_dirty = False
         self._appender: records.Appender | None = None   # the live segment
@@ -377,8 +373,7 @@ class DurableJournal(Journal):
         record = encode_record(command, idx, term)
         offset = self._segment_sizes[self._seq]
         self._write(record)
-        with self._lock:
-            self._append_row(idx, term, self._seq, offset, len(record))
+        self._append_row(idx, term, self._seq, offset, len(record))
         self._recent[idx] = command
         self._recent_bytes += len(command)
         while self._recent_bytes > self._recent_limit and len(self._recent) > 1:
@@ -431,10 +426,9 @@ class DurableJournal(Journal):
         # stale records with continuous indexes: truncate() syncs it now.
         self._appender.truncate(offset)
         self._segment_sizes[seq] = offset
-        with self._lock:
-            for column in self._rows():
-                del column[entryFrom:]
-            self._last = self._first + entryFrom - 1 if entryFrom else None
+        for column in self._rows():
+            del column[entryFrom:]
+        self._last = self._first + entryFrom - 1 if entryFrom else None
         self._forget_commands()
 
     def retain(self, indexes: Iterable[int]) -> None:
@@ -450,16 +444,15 @@ class DurableJournal(Journal):
 
     def command(self, index: int) -> bytes | None:
         """The command of the entry at log index ``index``, from the log or the kept entries; None if
-        neither holds it (any thread)."""
-        with self._lock:
-            last = self._last
-            if last is not None and self._first <= index <= last:
-                return self._command_at(index - self._first)
-            kept = self._kept
-            k = kept.find(index)
-            if k is None:
-                return None
-            record = os.pread(self._kept_fds[kept.seqs[k]], kept.lengths[k], kept.offsets[k])
+        neither holds it."""
+        last = self._last
+        if last is not None and self._first <= index <= last:
+            return self._command_at(index - self._first)
+        kept = self._kept
+        k = kept.find(index)
+        if k is None:
+            return None
+        record = os.pread(self._kept_fds[kept.seqs[k]], kept.lengths[k], kept.offsets[k])
         return self._payload(record, index, "kept entry")
 
     def _payload(self, record: bytes, index: int, what: str) -> bytes:
@@ -469,8 +462,7 @@ class DurableJournal(Journal):
         return bytes(payload[ENTRY_PREFIX.size:])
 
     def _command_at(self, position: int) -> bytes:
-        """The command of the log's entry at ``position``: held, or read back from its segment
-        (the tick thread, or under the lock)."""
+        """The command of the log's entry at ``position``: held, or read back from its segment."""
         index = self._first + position
         command = self._recent.get(index)
         if command is not None:
@@ -515,7 +507,7 @@ class DurableJournal(Journal):
 
     def iterate(self, index: int, count: int | None = None) -> Iterator[tuple[bytes, int, int]]:
         """The entries from log index ``index`` on, at most ``count``, each read as it is reached;
-        none if the log starts after ``index``. The log must not change meanwhile (tick thread)."""
+        none if the log starts after ``index``. The log must not change meanwhile."""
         if self._last is None or index < self._first:
             return
         start = index - self._first
@@ -555,12 +547,11 @@ class DurableJournal(Journal):
         self._write_kept()
         self._write_meta(start=start, durable_now=True)
         # out of the rows before their segments go: a read finds them kept, or not at all
-        with self._lock:
-            for column in self._rows():
-                del column[:entryTo]
-            self._first += entryTo
-            if not self._terms:
-                self._last = None
+        for column in self._rows():
+            del column[:entryTo]
+        self._first += entryTo
+        if not self._terms:
+            self._last = None
         self._forget_commands()
         dead = [s for s in self._segment_sizes if s < start[0] and s not in needed]
         for s in dead:
@@ -568,7 +559,7 @@ class DurableJournal(Journal):
             del self._segment_sizes[s]
         if dead:
             fsync_dir(self._dir)
-        # One rewrite per compaction, the most dead segment's: each costs pysyncobj's tick thread a
+        # One rewrite per compaction, the most dead segment's: each holds the engine's loop for a
         # write and an fsync of up to half a segment, and a leader that stops ticking is deposed.
         live_share = {seq: self._live_share(seq) for seq in needed if seq < start[0]}
         deadest = min(sorted(live_share), key=live_share.get, default=None)
@@ -629,14 +620,13 @@ class DurableJournal(Journal):
     def _use_kept(self, kept: Kept, reopen: tuple[int, ...] = ()) -> None:
         """Read kept entries from ``kept`` from now on, through a descriptor per segment."""
         wanted = set(kept.seqs)
-        with self._lock:
-            fds, old = {}, self._kept_fds
-            for seq in wanted:
-                fds[seq] = old.pop(seq) if seq in old and seq not in reopen else \
-                    os.open(self._dir / _segment_name(seq), os.O_RDONLY)
-            self._kept, self._kept_fds = kept, fds
-            for fd in old.values():
-                os.close(fd)
+        fds, old = {}, self._kept_fds
+        for seq in wanted:
+            fds[seq] = old.pop(seq) if seq in old and seq not in reopen else \
+                os.open(self._dir / _segment_name(seq), os.O_RDONLY)
+        self._kept, self._kept_fds = kept, fds
+        for fd in old.values():
+            os.close(fd)
 
     def _write_kept(self) -> None:
         kept = self._kept
@@ -705,9 +695,8 @@ class DurableJournal(Journal):
         return self._command_at(positions), self._first + positions, self._terms[positions]
 
     def last_index(self) -> int | None:
-        """The last entry's index, None while the log is empty. Safe from a thread other than
-        pysyncobj's: a snapshot's install empties the log before it adds the snapshot's entry,
-        and a status read in between found no last entry."""
+        """The last entry's index, None while the log is empty (a snapshot's install empties the
+        log before it adds the snapshot's entry)."""
         return self._last
 
     def __len__(self):

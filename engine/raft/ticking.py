@@ -1,0 +1,155 @@
+"""pysyncobj ticked from the engine's asyncio loop: one thread for Raft and the fronts' calls.
+
+pysyncobj's own way is a *tick thread*: it polls its sockets, ticks, polls
+again. The engine's loop then ran beside it, and everything a put did
+crossed between the two: the proposal was queued for the tick thread and
+woke it through a pipe, and its result came back through
+``call_soon_threadsafe``, each crossing a wake-up and a wait for the
+interpreter lock (docs/benchmarks.md, "where a lone put waits"). Here the
+loop runs the ticks itself (``autoTick=False``):
+
+- ``WatchedPoller`` is pysyncobj's poller with every subscription mirrored
+  on the loop (``add_reader``/``add_writer``): a socket or the wake-up that
+  becomes ready schedules a tick, whose poll (never blocking: timeout 0)
+  hands the events to pysyncobj exactly as its own thread's poll would.
+- ``LoopTicker`` runs a tick soon after any of those, and otherwise when the
+  node's next heartbeat or election deadline falls (``RaftNode.until_due``),
+  so an idle node wakes for heartbeats only.
+
+A tick holds the loop for what it does (an apply slice is at most
+``engine.raft.node.APPLY_BUDGET_S``), and a turn of the loop answering a
+front delays a heartbeat by its length: what the loop runs between ticks
+must stay short, as the apply slices do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Callable
+
+from pysyncobj.poller import POLL_EVENT_TYPE, Poller
+
+logger = logging.getLogger(__name__)
+
+READABLE = POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.ERROR
+
+
+class WatchedPoller(Poller):
+    """pysyncobj's poller, its subscriptions mirrored on a loop once ``watch`` is called."""
+
+    def __init__(self, inner: Poller):
+        self._inner = inner
+        # fd -> (event mask, callback): a new callback on a known fd is a new
+        # socket that reuses a closed one's number, and is registered afresh
+        self._subscribed: dict[int, tuple[int, Callable]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._on_ready: Callable[[], None] | None = None
+
+    def subscribe(self, descr, callback, eventMask):
+        self._inner.subscribe(descr, callback, eventMask)
+        old_mask, old_callback = self._subscribed.get(descr, (0, None))
+        self._subscribed[descr] = (eventMask, callback)
+        if self._loop is not None:
+            if old_callback is not callback and old_mask:
+                self._mirror(descr, old_mask, 0)
+                old_mask = 0
+            self._mirror(descr, old_mask, eventMask)
+
+    def unsubscribe(self, descr):
+        self._inner.unsubscribe(descr)
+        old_mask, _ = self._subscribed.pop(descr, (0, None))
+        if self._loop is not None:
+            self._mirror(descr, old_mask, 0)
+
+    def poll(self, timeout):
+        self._inner.poll(timeout)
+
+    def watch(self, loop: asyncio.AbstractEventLoop, on_ready: Callable[[], None]) -> None:
+        self._loop, self._on_ready = loop, on_ready
+        for descr, (mask, _) in self._subscribed.items():
+            self._mirror(descr, 0, mask)
+
+    def unwatch(self) -> None:
+        if self._loop is None:
+            return
+        for descr, (mask, _) in self._subscribed.items():
+            self._mirror(descr, mask, 0)
+        self._loop = self._on_ready = None
+
+    def _mirror(self, descr: int, old: int, new: int) -> None:
+        # pysyncobj closes a connection's socket before it unsubscribes it: the
+        # loop's selector then fails to change what it watches on that fd
+        # (EBADF, or ENOENT once the number is reused) and forgets the fd,
+        # which is what unsubscribing asks
+        loop = self._loop
+        with contextlib.suppress(OSError):
+            if new & READABLE and not old & READABLE:
+                loop.add_reader(descr, self._on_ready)
+            elif old & READABLE and not new & READABLE:
+                loop.remove_reader(descr)
+        with contextlib.suppress(OSError):
+            if new & POLL_EVENT_TYPE.WRITE and not old & POLL_EVENT_TYPE.WRITE:
+                loop.add_writer(descr, self._on_ready)
+            elif old & POLL_EVENT_TYPE.WRITE and not new & POLL_EVENT_TYPE.WRITE:
+                loop.remove_writer(descr)
+
+
+class LoopTicker:
+    """Runs ``tick()`` on the loop: soon after ``soon()`` (a proposal, a task)
+    or ``ready()`` (a socket), else ``until_due()`` seconds after the last tick."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, tick: Callable[[], None], until_due: Callable[[], float]):
+        self._loop = loop
+        self._tick = tick
+        self._until_due = until_due
+        self._pending = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._stopped = False
+        self._read_in_tick = False
+
+    def ready(self) -> None:
+        """A watched socket is ready: tick now. The tick's poll reads every
+        socket that is ready, so the others the loop's selector reported in
+        the same turn (it reports a socket for as long as it holds data) are
+        ignored; anything newer is reported again at the next turn."""
+        if not self._read_in_tick:
+            self._run()
+
+    def soon(self) -> None:
+        """Tick at the loop's next turn, once however often this is called before it."""
+        if not self._pending and not self._stopped:
+            self._pending = True
+            self._loop.call_soon(self._run)
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _run(self) -> None:
+        self._pending = False
+        if self._stopped:
+            return
+        try:
+            self._tick()
+        except Exception:
+            # pysyncobj's tick thread logs a failed tick and ticks again
+            logger.exception("a Raft tick failed")
+        if self._stopped:
+            return
+        if not self._read_in_tick:
+            self._read_in_tick = True
+            self._loop.call_soon(self._next_turn)   # runs after this turn's callbacks
+        delay = self._until_due()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if delay <= 0:
+            self.soon()
+        else:
+            self._timer = self._loop.call_later(delay, self._run)
+
+    def _next_turn(self) -> None:
+        self._read_in_tick = False
