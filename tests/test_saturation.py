@@ -30,7 +30,7 @@ from statemachine.machine import MAX_NEW_QUEUES_PER_ENTRY
 from tests.conftest import start_cluster
 from tests.waiting import wait_until
 
-# The first test on `loaded` also sets it up (a minute or two); the snapshot test writes for minutes.
+# The first test on `loaded` (the leader's snapshot) also sets it up: a minute or two.
 pytestmark = [pytest.mark.integration, pytest.mark.saturation, pytest.mark.timeout(900)]
 
 QUEUES = 10_000
