@@ -340,8 +340,8 @@ def loaded(tmp_path_factory):
 
 # On `loaded`, whose million stored messages it needs too (storing them again on a cluster of its own
 # cost CI a minute), and first on it: the fixture filled the log to just short of a compaction, so the
-# leader takes its snapshot within a few thousand more entries (after the other tests, whose big bodies
-# make the nodes compact by bytes, it would take another 10 000-15 000).
+# leader takes its snapshot within a few thousand more entries (run after the other tests instead, it
+# wrote for 70 s here, not 18).
 def test_the_leaders_snapshot_of_a_million_messages_costs_no_election(loaded):
     leader = loaded.wait_for_leader(60)
     with loaded.client() as client:
