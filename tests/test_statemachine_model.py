@@ -1057,8 +1057,11 @@ class QueuesComparison(RuleBasedStateMachine):
                     assert [m["seq"] for m in page] == [h[0] for h in held[len(held) // 2:][:2]]
 
 
+# 100 examples (Hypothesis's default) of up to 100 steps each, every step checked by every
+# invariant: 10 000 steps a run, where `make mutate` catches each planted bug within 60 examples;
+# RAFTQ_MODEL_EXAMPLES runs more for a longer hunt (250 were a minute and a half of CI's budget).
 QueuesComparison.TestCase.settings = settings(
-    max_examples=int(os.environ.get("RAFTQ_MODEL_EXAMPLES", 250)), stateful_step_count=100, deadline=None,
+    max_examples=int(os.environ.get("RAFTQ_MODEL_EXAMPLES", 100)), stateful_step_count=100, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 # A found bug is shrunk for up to MAX_SHRINKING_SECONDS (300 s, Hypothesis's
 # own cap) after up to a few minutes of generating under load; pytest's default
