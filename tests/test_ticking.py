@@ -25,12 +25,15 @@ class Ticks:
         self.poller = WatchedPoller(PollPoller())
         self.loop = asyncio.new_event_loop()
         self.ticks = 0
+        self.reading_ticks = 0      # ticks whose poll handed something on
         self.events: list[tuple[str, int]] = []
         self.ticker = LoopTicker(self.loop, self._tick, lambda: until_due)
 
     def _tick(self):
         self.ticks += 1
         self.poller.poll(0)
+        self.reading_ticks += self.poller.dispatched > 0
+        return self.poller.dispatched > 0
 
     def reader(self, name, sock):
         def on_event(descr, event):
@@ -105,7 +108,7 @@ def test_sockets_ready_together_cost_one_tick(ticks, pairs):
         theirs.send(b"x")
     t.until(lambda: len(t.events) == 10)
     t.turns()
-    assert t.ticks == 1
+    assert t.reading_ticks == 1
     assert sorted(name for name, _ in t.events) == list(range(10))
 
 
@@ -160,7 +163,21 @@ def test_write_interest_wakes_the_loop_only_while_subscribed(ticks, pairs):
     t.until(lambda: t.events)
     t.turns()
     assert t.events == [("ours", POLL_EVENT_TYPE.WRITE)]
-    assert t.ticks == 1
+    assert (t.reading_ticks, t.ticks) == (1, 2)      # the tick that heard it, the one that acts on it
+
+
+def test_a_tick_that_read_something_is_followed_by_one_that_acts_on_it(ticks, pairs):
+    """pysyncobj polls at the end of its tick: what the poll read (a vote to
+    cast, the lead handed over) is acted on by the next tick, at once, not
+    at the next heartbeat or election deadline."""
+    t = ticks()
+    ours, theirs = pairs()
+    t.poller.subscribe(ours.fileno(), t.reader("ours", ours), READABLE)
+    t.watch()
+    theirs.send(b"x")
+    t.until(lambda: t.ticks >= 2)
+    t.turns()
+    assert (t.reading_ticks, t.ticks) == (1, 2)
 
 
 def test_with_nothing_ready_a_tick_runs_when_it_is_due(ticks):

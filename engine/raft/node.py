@@ -352,8 +352,10 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         self._poller.watch(loop, self._ticker.ready)
         self._ticker.soon()
 
-    def tick(self) -> None:
+    def tick(self) -> bool:
+        """One tick; whether its poll read anything (then the next tick acts on it)."""
         self._onTick(0.0)
+        return self._poller.dispatched > 0
 
     def until_due(self) -> float:
         """Seconds until the next tick must run if nothing wakes the node sooner."""

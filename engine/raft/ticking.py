@@ -9,12 +9,16 @@ interpreter lock (docs/benchmarks.md, "where a lone put waits"). Here the
 loop runs the ticks itself (``autoTick=False``):
 
 - ``WatchedPoller`` is pysyncobj's poller with every subscription mirrored
-  on the loop (``add_reader``/``add_writer``): a socket or the wake-up that
-  becomes ready schedules a tick, whose poll (never blocking: timeout 0)
-  hands the events to pysyncobj exactly as its own thread's poll would.
-- ``LoopTicker`` runs a tick soon after any of those, and otherwise when the
-  node's next heartbeat or election deadline falls (``RaftNode.until_due``),
-  so an idle node wakes for heartbeats only.
+  on the loop (``add_reader``/``add_writer``): a socket that becomes ready
+  runs a tick, whose poll (never blocking: timeout 0) hands the events to
+  pysyncobj exactly as its own thread's poll would.
+- ``LoopTicker`` runs a tick then, or soon after a proposal or a task, and
+  otherwise when the node's next heartbeat or election deadline falls
+  (``RaftNode.until_due``), so an idle node wakes for heartbeats only. A
+  tick's poll comes last in it (pysyncobj's order), so what it read --
+  a vote to cast, a leadership handed over, a new term -- is acted on by
+  the next tick, which runs at once: as pysyncobj's thread ticks again as
+  soon as its poll returns.
 
 A tick holds the loop for what it does (an apply slice is at most
 ``engine.raft.node.APPLY_BUDGET_S``), and a turn of the loop answering a
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from typing import Callable
 
@@ -41,6 +46,7 @@ class WatchedPoller(Poller):
 
     def __init__(self, inner: Poller):
         self._inner = inner
+        self.dispatched = 0     # events the last poll handed to pysyncobj
         # fd -> (event mask, callback): a new callback on a known fd is a new
         # socket that reuses a closed one's number, and is registered afresh
         self._subscribed: dict[int, tuple[int, Callable]] = {}
@@ -48,7 +54,7 @@ class WatchedPoller(Poller):
         self._on_ready: Callable[[], None] | None = None
 
     def subscribe(self, descr, callback, eventMask):
-        self._inner.subscribe(descr, callback, eventMask)
+        self._inner.subscribe(descr, functools.partial(self._dispatch, callback), eventMask)
         old_mask, old_callback = self._subscribed.get(descr, (0, None))
         self._subscribed[descr] = (eventMask, callback)
         if self._loop is not None:
@@ -64,7 +70,12 @@ class WatchedPoller(Poller):
             self._mirror(descr, old_mask, 0)
 
     def poll(self, timeout):
+        self.dispatched = 0
         self._inner.poll(timeout)
+
+    def _dispatch(self, callback, descr, event):
+        self.dispatched += 1
+        callback(descr, event)
 
     def watch(self, loop: asyncio.AbstractEventLoop, on_ready: Callable[[], None]) -> None:
         self._loop, self._on_ready = loop, on_ready
@@ -97,10 +108,11 @@ class WatchedPoller(Poller):
 
 
 class LoopTicker:
-    """Runs ``tick()`` on the loop: soon after ``soon()`` (a proposal, a task)
-    or ``ready()`` (a socket), else ``until_due()`` seconds after the last tick."""
+    """Runs ``tick()`` on the loop: soon after ``soon()`` (a proposal, a task),
+    at ``ready()`` (a socket), at once again after a tick that says it read
+    something (returns True), else ``until_due()`` seconds after the last tick."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, tick: Callable[[], None], until_due: Callable[[], float]):
+    def __init__(self, loop: asyncio.AbstractEventLoop, tick: Callable[[], bool], until_due: Callable[[], float]):
         self._loop = loop
         self._tick = tick
         self._until_due = until_due
@@ -132,8 +144,9 @@ class LoopTicker:
         self._pending = False
         if self._stopped:
             return
+        read = False
         try:
-            self._tick()
+            read = self._tick()
         except Exception:
             # pysyncobj's tick thread logs a failed tick and ticks again
             logger.exception("a Raft tick failed")
@@ -142,7 +155,7 @@ class LoopTicker:
         if not self._read_in_tick:
             self._read_in_tick = True
             self._loop.call_soon(self._next_turn)   # runs after this turn's callbacks
-        delay = self._until_due()
+        delay = 0.0 if read else self._until_due()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
