@@ -353,7 +353,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         self._ticker.soon()
 
     def tick(self) -> bool:
-        """One tick; whether its poll read anything (then the next tick acts on it)."""
+        """One tick; whether its last poll read anything (then the next tick acts on it)."""
         self._onTick(0.0)
         return self._poller.dispatched > 0
 
@@ -543,6 +543,12 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
     def _onTick(self, timeToWait=0.0):
         self._acks_apply_until = None
         with self._journal.deferred():
+            # pysyncobj polls at the end of its tick and acts on what it read in
+            # the next one; a tick on the loop runs because a socket is ready, so
+            # it reads first and acts on it now (after the first tick, which loads
+            # the snapshot before anything is read: pysyncobj's order)
+            if not self._SyncObj__needLoadDumpFile:
+                self._poller.poll(0)
             self._check_quorum()
             self._read_before_electing()
             self._ask_before_standing()

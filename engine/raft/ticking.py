@@ -15,10 +15,10 @@ loop runs the ticks itself (``autoTick=False``):
 - ``LoopTicker`` runs a tick then, or soon after a proposal or a task, and
   otherwise when the node's next heartbeat or election deadline falls
   (``RaftNode.until_due``), so an idle node wakes for heartbeats only. A
-  tick's poll comes last in it (pysyncobj's order), so what it read --
-  a vote to cast, a leadership handed over, a new term -- is acted on by
-  the next tick, which runs at once: as pysyncobj's thread ticks again as
-  soon as its poll returns.
+  tick reads what is ready first and acts on it; pysyncobj polls once more
+  at its end, and what that poll read -- a vote to cast, a leadership
+  handed over, a new term -- is acted on by the next tick, which runs at
+  once: as pysyncobj's thread ticks again as soon as its poll returns.
 
 A tick holds the loop for what it does (an apply slice is at most
 ``engine.raft.node.APPLY_BUDGET_S``), and a turn of the loop answering a
