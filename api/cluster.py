@@ -51,7 +51,7 @@ async def readiness(node) -> tuple[bool, dict]:
 
 async def group_states(app: web.Application) -> dict:
     """Each of this node's engines (by group id, a string) as its Raft group sees it: role,
-    leader, term, indexes."""
+    leader, term, indexes, voters."""
     async def state(group: int, engine) -> dict:
         try:
             async with asyncio.timeout(ENGINE_TIMEOUT_S):
@@ -61,7 +61,10 @@ async def group_states(app: web.Application) -> dict:
         view = engine.view()
         return {"role": view["role"] if status else "unknown", "leader": view["leader_id"],
                 "term": view["term"], "commit_index": status.get("commit_index"),
-                "applied_index": status.get("applied_index")}
+                "applied_index": status.get("applied_index"),
+                # the group's voters as this replica's Raft sees them: its snapshot's and its log's
+                # membership, which every replica must agree on
+                "voters": sorted([status["self_id"], *status["peers"]]) if status else None}
     groups = sorted(app[GROUPS].engines)
     states = await asyncio.gather(*(state(group, app[GROUPS].engines[group]) for group in groups))
     return {str(group): state for group, state in zip(groups, states)}

@@ -180,9 +180,11 @@ class Cluster:
         self.nodes = {}
         self.machines = {}
 
-    def start(self, node_id, peers=None, **knobs):
+    def start(self, node_id, peers=None, run=True, **knobs):
+        """`node_id` on its loop with `peers` as its first voters (default: all others); ticking
+        unless `run` is false."""
         me = next(p for p in self.peers if p.id == node_id)
-        machine = self.machine_class(**knobs.pop("machine", {}))
+        machine = knobs.pop("machine_class", self.machine_class)(**knobs.pop("machine", {}))
         others = peers if peers is not None else [p for p in self.peers if p.id != node_id]
         # Every node of a Cluster shares this process: a stall of the test
         # process (load, GC) must not depose a leader unless a test wants it.
@@ -192,7 +194,8 @@ class Cluster:
                                            restore=machine.restore, live_entries=machine.live_entries,
                                            **settings), node_id)
         machine.node = node
-        node.run()
+        if run:
+            node.run()
         self.nodes[node_id] = node
         self.machines[node_id] = machine
         return node
@@ -1280,6 +1283,74 @@ def test_add_and_remove_a_node(cluster):
     assert newcomer.id not in leader.status()["peers"]
     commit(c, b"three-again")
     c.converged()
+
+
+class VoterProbe(Recorder):
+    """A Recorder that notes, at each entry it applies, the voters its node counts."""
+
+    def __init__(self, **knobs):
+        super().__init__(**knobs)
+        self.voters_seen = []
+
+    def apply(self, entry):
+        self.voters_seen.append(voters(self.node))
+        return super().apply(entry)
+
+
+def voters(node) -> set[str]:
+    status = node.status()
+    return {status["self_id"], *status["peers"]}
+
+
+def change_membership(call, arg):
+    out = []
+    done = threading.Event()
+    call(arg, lambda r, e: (out.append(e), done.set()))
+    assert done.wait(20)
+    assert out == [None]
+
+
+@pytest.mark.parametrize("snapshot", [False, True], ids=["log-only", "after-a-snapshot"])
+def test_a_restarted_node_counts_by_its_logs_membership_from_its_first_tick(cluster, snapshot):
+    """Raft counts votes and acknowledgements by the newest configuration in a node's log,
+    committed or not. A node restarted with the voters it first had (cluster.toml as written
+    before `raftq cluster add`) counts by the membership in its snapshot and log from its first
+    tick, before it has applied the entries that changed it, and applying them again never
+    brings back a configuration the log has moved past."""
+    c = cluster(4)
+    first3, newcomer = c.peers[:3], c.peers[3]
+    for p in first3:
+        c.start(p.id, peers=[q for q in first3 if q != p])
+    leader = c.leader()
+    leader_id = leader.status()["self_id"]
+    me, gone = [p for p in first3 if p.id != leader_id]
+    for n in range(4):
+        commit(c, b"e%d" % n)
+    if snapshot:
+        c.converged()
+        assert c.nodes[me.id].force_snapshot()
+    c.start(newcomer.id, peers=first3)
+    change_membership(leader.add_node, newcomer)
+    change_membership(leader.remove_node, gone.id)
+    commit(c, b"probe")
+    change_membership(leader.add_node, gone)      # back again: the last change is an add
+    commit(c, b"after")
+    everyone = {p.id for p in c.peers}
+    c.converged([leader_id, me.id, newcomer.id])
+    assert voters(c.nodes[me.id]) == everyone
+    c.close()
+
+    # applying takes 0.1 s an entry: its first tick applies only the first of those after the
+    # snapshot, all of them before the changes
+    node = c.start(me.id, peers=[p for p in first3 if p != me], run=False,
+                   machine_class=VoterProbe, machine={"apply_seconds": 0.1})
+    node.call(node._node.tick)
+    assert node.status()["snapshot"]["index"] is not None if snapshot else True
+    assert voters(node) == everyone
+    node.run()
+    probe = c.machines[me.id]
+    wait_until(lambda: probe.entries[-1:] == [b"after"], 30, "the log to be applied")
+    assert probe.voters_seen and all(seen == everyone for seen in probe.voters_seen), probe.voters_seen
 
 
 def test_transfer_leadership(cluster):

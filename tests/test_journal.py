@@ -49,6 +49,20 @@ def test_reopen_returns_every_entry(tmp_path):
     assert [e[1] for e in contents(DurableJournal(tmp_path))] == list(range(1, 56))
 
 
+def test_open_notes_the_entries_of_one_kind_across_segments_and_only_those_it_keeps(tmp_path):
+    j = DurableJournal(tmp_path, segment_bytes=300)
+    for idx in range(1, 41):
+        j.add((b"\x02" if idx % 7 == 0 else b"\x00") + b"c%d" % idx, idx, 1)
+    j._destroy()
+    assert len(segments(tmp_path)) > 1
+    assert DurableJournal(tmp_path).noted_at_open == []
+    j = DurableJournal(tmp_path, noted_kind=2)
+    assert j.noted_at_open == [7, 14, 21, 28, 35]
+    j.deleteEntriesFrom(20 - 1)        # list position: entries 20.. go
+    j._destroy()
+    assert DurableJournal(tmp_path, noted_kind=2).noted_at_open == [7, 14]
+
+
 def test_torn_tail_is_truncated_at_open(tmp_path):
     j = DurableJournal(tmp_path)
     fill(j, 1, 10)

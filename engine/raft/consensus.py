@@ -98,7 +98,7 @@ from pysyncobj.node import TCPNode
 from ..config import Peer
 from ..storage import snapshot_file
 from ..storage.journal import DurableJournal
-from .node import FOLLOWER, LEADER, ROLE_NAMES, RaftNode, Ticket
+from .node import FOLLOWER, LEADER, MEMBERSHIP_COMMAND, ROLE_NAMES, RaftNode, Ticket
 from .sealer import Sealer
 from .wire import max_frame_bytes
 
@@ -184,7 +184,8 @@ class Consensus:
         self._snapshot_path = data_dir / SNAPSHOT_FILE
         snapshot_file.check_format(self._snapshot_path)
         self._journal = DurableJournal(data_dir / JOURNAL_DIR, fsync=fsync,
-                                       segment_bytes=segment_bytes, snapshot_path=self._snapshot_path)
+                                       segment_bytes=segment_bytes, snapshot_path=self._snapshot_path,
+                                       noted_kind=MEMBERSHIP_COMMAND)
         # Replicas apply the same entries, so equal thresholds would make them
         # all fork a snapshot writer at the same moment; spread them per node.
         jitter = 1 + (zlib.crc32(self_peer.raft_addr.encode()) % 1000) / 2000

@@ -68,6 +68,20 @@ subclasses it and closes these gaps (docs/guarantees.md, "What pysyncobj
    out first asks whether a majority would vote for it, and stands only if
    so: a node cut off from the others no longer deposes a healthy leader
    when it comes back, nor is one that lost only the leader elected.
+12. CheckQuorum: a leader that hears from no majority for an election
+   timeout steps down (``_check_quorum``).
+13. Membership at restart. Raft counts votes and acknowledgements by the
+   newest configuration in a node's log, committed or not. pysyncobj
+   restarts with the snapshot's (or, without one, the voters it is given:
+   cluster.toml's, or those a group first started with) and takes on the
+   changes in its log only as it applies them again -- up to the commit
+   index it last wrote down, which it writes lazily, and 20 ms of applying
+   per tick -- so a node restarted right after ``raftq cluster add`` could
+   vote, stand and count a majority by the configuration before it. A
+   node now takes on its log's membership changes before its first vote
+   (``_adopt_logged_membership``; the journal notes where they are as it
+   opens), and applying an entry no longer changes the configuration:
+   appending it did (leader, follower) or opening the log did.
 """
 
 from __future__ import annotations
@@ -133,6 +147,8 @@ APPLY_BUDGET_S = 0.02
 LOST_LEADER_STAGGER_S = 0.05
 LOST_LEADER_JITTER_S = 0.01
 REGULAR_COMMAND = _syncobj._COMMAND_TYPE.REGULAR
+MEMBERSHIP_COMMAND = _syncobj._COMMAND_TYPE.MEMBERSHIP
+MEMBERSHIP_BYTE = bytes([MEMBERSHIP_COMMAND])
 
 FAIL_REASONS = {
     FAIL_REASON.QUEUE_FULL: "overloaded",
@@ -265,6 +281,11 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         self._SyncObj__serializer = self.snapshots
         self._SyncObj__transport.on_send = self._stamp
         self.apply_func_id = self._methodToID[self._getFuncName("_raftq_apply")]
+        # Item 13: the membership changes in the log as it was opened, taken on once, before the
+        # first tick can vote -- now, or once the first tick has loaded the snapshot they follow.
+        self._logged_membership = journal.noted_at_open
+        if not os.path.isfile(conf.fullDumpFile):
+            self._adopt_logged_membership()
 
     @property
     def _poller(self) -> WatchedPoller:
@@ -279,6 +300,31 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
     @replicated
     def _raftq_apply(self, entry):
         return self._apply_entry(entry)
+
+    # -- membership at restart (item 13) ---------------------------------------
+
+    def _SyncObj__loadDumpFile(self, clearJournal):
+        # pysyncobj's sets the snapshot's membership; the log's changes after it come on top
+        SyncObj._SyncObj__loadDumpFile(self, clearJournal)
+        self._adopt_logged_membership()
+
+    def _adopt_logged_membership(self) -> None:
+        """Take on the membership changes of the log entries after the last one applied (the
+        snapshot's), in log order, as a follower does when it appends them; once, at open."""
+        noted, self._logged_membership = self._logged_membership, []
+        journal = self._journal
+        for index in noted:
+            if index <= self._SyncObj__raftLastApplied:
+                continue
+            command = journal.command(index)
+            change = self._SyncObj__parseChangeClusterRequest(command) if command is not None else None
+            if change is not None:
+                self._SyncObj__doChangeCluster(change)
+
+    def _SyncObj__doApplyCommand(self, command):
+        if command[:1] == MEMBERSHIP_BYTE:
+            return None     # the configuration changed when the entry was appended, or at open
+        return SyncObj._SyncObj__doApplyCommand(self, command)
 
     def _load_snapshot(self, filename: str):
         """The snapshot reader (``conf.deserializer``), noting what it loaded."""

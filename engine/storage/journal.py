@@ -137,7 +137,8 @@ class DurableJournal(Journal):
 
     def __init__(self, directory: str | Path, *, fsync: bool = True,
                  segment_bytes: int = 64 * 1024 * 1024,
-                 snapshot_path: str | Path | None = None, recent_bytes: int = RECENT_BYTES):
+                 snapshot_path: str | Path | None = None, recent_bytes: int = RECENT_BYTES,
+                 noted_kind: int | None = None):
         self._dir = records.make_dir(directory)
         self._fsync = fsync
         self._segment_bytes = segment_bytes
@@ -174,6 +175,11 @@ class DurableJournal(Journal):
         self._appender: records.Appender | None = None   # the live segment
         self._seq = 0
         self.syncs = 0
+        # The indexes of the entries found at open whose command's first byte is
+        # ``noted_kind``: what a restarted node reads its log's membership from
+        # without reading every command back (engine.raft.node).
+        self._noted_kind = noted_kind
+        self.noted_at_open: list[int] = []
 
         meta = self._read_meta()
         self._term: int = meta.get("term", 0)
@@ -273,8 +279,10 @@ class DurableJournal(Journal):
             else:
                 offset = min(start_off if seq == start_seq else SEGMENT_HEADER.size, len(data))
                 good_end, found = self._scan(data, offset, prev_idx)
-            for idx, term, pos, length in found:
+            for idx, term, pos, length, kind in found:
                 self._append_row(idx, term, seq, pos, length)
+                if kind == self._noted_kind:
+                    self.noted_at_open.append(idx)
                 prev_idx = idx
             self._segment_sizes[seq] = good_end
             if good_end == len(data):
@@ -312,8 +320,9 @@ class DurableJournal(Journal):
 
     @staticmethod
     def _scan(data: bytes, offset: int, prev_idx: int | None):
-        """(end of the good records, [(index, term, offset, record length)]): the log
-        ends at the first record that is torn, damaged or out of sequence."""
+        """(end of the good records, [(index, term, offset, record length, the command's first
+        byte or None)]): the log ends at the first record that is torn, damaged or out of
+        sequence."""
         found = []
         end = offset
         for start, record_end, payload in records.iter_records(data, offset):
@@ -322,7 +331,8 @@ class DurableJournal(Journal):
             idx, term = ENTRY_PREFIX.unpack_from(payload)
             if prev_idx is not None and idx != prev_idx + 1:
                 break
-            found.append((idx, term, start, record_end - start))
+            kind = payload[ENTRY_PREFIX.size] if len(payload) > ENTRY_PREFIX.size else None
+            found.append((idx, term, start, record_end - start, kind))
             prev_idx, end = idx, record_end
         return end, found
 
