@@ -17,6 +17,7 @@ killed node never leaves a port half served.
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 import ssl
@@ -27,6 +28,7 @@ from aiohttp import web
 
 from api.app import Settings, make_app
 from api.mover import LeaderPreferences, ReplicaMover
+from api.removal import RemovalWatch
 from engine.lifetime import FreeMemoryGiver, die_with, name_process
 from engine.link.remote import RemoteNode
 from engine.placement import Placement
@@ -37,6 +39,8 @@ log = logging.getLogger(__name__)
 # engine started while the node runs (the link's end comes with it), or drop it.
 ADD_GROUP = b"a"
 DROP_GROUP = b"d"
+# What the first front sends the supervisor once the cluster has removed this node (api/removal.py).
+REMOVED_SIGNAL = signal.SIGUSR1
 
 
 def front_message(verb: bytes, group: int) -> bytes:
@@ -142,6 +146,8 @@ async def serve_front(*, worker: int, listener: socket.socket, links: dict[int, 
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=limits.header_timeout_s)
     # one mover per node, in its first front; it acts while the node's engine of group 0 leads
     movers = [ReplicaMover(app), LeaderPreferences(app)] if worker == 0 and len(placement.groups) > 1 else []
+    if worker == 0:
+        movers.append(RemovalWatch(app, on_removed=lambda disowned_by: _removed(node_id, disowned_by, node_pid)))
     giver = FreeMemoryGiver()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -170,6 +176,13 @@ async def serve_front(*, worker: int, listener: socket.socket, links: dict[int, 
             mover.stop()
         await runner.cleanup()
         await linked.close()
+
+
+def _removed(node_id: str, disowned_by: list[str], node_pid: int) -> None:
+    log.error("node %s is no longer a voter of the cluster: %s, a majority of the voters it knew, count it out "
+              "(`raftq cluster remove`). Stopping the node. To bring it back: empty its data directory, "
+              "`raftq cluster add` it and start it again", node_id, ", ".join(disowned_by))
+    os.kill(node_pid, REMOVED_SIGNAL)
 
 
 def run_front(**kwargs) -> int:

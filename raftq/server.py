@@ -46,7 +46,7 @@ from engine.node import group_data_dir
 from engine.placement import Placement, for_cluster
 
 from .engine_process import HANDED_OVER, run_engine, started_members
-from .front import ADD_GROUP, DROP_GROUP, front_message, run_front
+from .front import ADD_GROUP, DROP_GROUP, REMOVED_SIGNAL, front_message, run_front
 from .raft_port import RaftPort, bind_raft
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,9 @@ ENGINE_STOP_S = 40.0
 HOLDINGS_MAX_BYTES = 1 << 20
 # In a node's data directory: the group count it was made with.
 GROUPS_FILE = "groups"
+# A node stopped because the cluster removed it (api/removal.py) exits with this: systemd
+# (RestartPreventExitStatus) and `raftq up` leave it down rather than start it again.
+REMOVED_EXIT = 3
 
 
 def bind_http(address: str, count: int) -> list[socket.socket]:
@@ -234,8 +237,10 @@ class Supervisor:
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         stopping = asyncio.Event()
+        removed = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stopping.set)
+        loop.add_signal_handler(REMOVED_SIGNAL, lambda: (removed.set(), stopping.set()))
         loop.add_signal_handler(signal.SIGCHLD, self._reap)
         self._reap()                      # one may have died before the handler was in place
         port = RaftPort(self._raft_listener, self._handoffs)
@@ -273,7 +278,7 @@ class Supervisor:
         for pid in self._children:
             _reap(pid, signal.SIGKILL)
         log.info("stopped in %.2fs", time.monotonic() - started)
-        return status
+        return REMOVED_EXIT if removed.is_set() else status
 
     def _read_holdings(self) -> None:
         try:

@@ -9,12 +9,15 @@ import stat
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
 
+from api import removal
 from raftq.client import Client
 from raftq.local import LocalCluster
+from raftq.server import REMOVED_EXIT
 from tests.waiting import wait_until
 from tests.wire import register
 
@@ -123,6 +126,31 @@ def test_a_node_that_lost_its_data_rejoins_and_holds_every_message(fresh_cluster
             browsed = own.browse(name, limit=10_000, consistency="any")["messages"]
             assert [(m["seq"], m["body"], m["key"]) for m in browsed] == queue["messages"]
     assert contents(cluster) == before
+
+
+def test_a_node_removed_while_it_runs_stops_and_one_cut_off_keeps_running(fresh_cluster):
+    """`raftq cluster remove` of a running node: the leader stops sending to it at once, so it
+    never learns of its removal through Raft. It finds out from the voters it knew and stops,
+    with the exit status that systemd's unit and `raftq up` leave down. Nodes that only hear from
+    no leader (half of them stopped) keep running however long that lasts."""
+    cluster = fresh_cluster(4)
+    leader = cluster.wait_for_leader(30)
+    stopped, kept = [n for n in cluster.ids if n != leader][:2], [n for n in cluster.ids if n != leader][2]
+    for node_id in stopped:
+        cluster.stop(node_id)
+    time.sleep(removal.QUIET_S + 3 * removal.CHECK_S)
+    assert cluster.running(leader) and cluster.running(kept)
+    for node_id in stopped:
+        cluster.start(node_id)
+    assert cluster.wait_all_ready(60)
+    with cluster.client() as client:
+        client.put("before", "x")
+        client.remove_node(kept)
+        assert cluster.procs[kept].wait(60) == REMOVED_EXIT
+        assert "is no longer a voter of the cluster" in cluster.log_path(kept).read_text()
+        assert sorted(node["id"] for node in client.cluster()["nodes"]) == sorted(set(cluster.ids) - {kept})
+        client.put("after", "y")
+        assert client.verify()["agree"]
 
 
 def documented_block(heading: str) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from engine.config import MAX_GROUPS, ConfigError, default_groups
 
 from ..local import LocalCluster
+from ..server import REMOVED_EXIT
 
 
 def port_holders(port: int) -> list[int]:
@@ -139,7 +140,11 @@ class Supervisor:
     def _exited(self, nid: str, code: int, now: float) -> None:
         log = self.cluster.log_path(nid)
         self.quick_exits[nid] = self.quick_exits[nid] + 1 if now - self.started_at[nid] < self.QUICK_EXIT_S else 1
-        if not self.restart:
+        if code == REMOVED_EXIT:
+            _say(f"node {nid} stopped: the cluster removed it (`raftq cluster remove`); leaving it down. "
+                 f"To bring it back, empty {self.cluster.root / nid}, `raftq cluster add` it and start it: "
+                 f"{self.hand_start(nid)}", err=True)
+        elif not self.restart:
             _say(f"node {nid} exited with {code}; see {log}. Restart it by hand: {self.hand_start(nid)}", err=True)
         elif self.quick_exits[nid] > self.GIVE_UP_AFTER:
             _say(f"node {nid} exited with {code}, the {self.quick_exits[nid]}th time in a row within "
