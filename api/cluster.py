@@ -131,7 +131,8 @@ async def view(request: web.Request) -> dict:
 
 def _groups_seen(groups, members: list[dict], views: list) -> list[dict]:
     """Every Raft group as its members reported it (their /health/ready): members, leader,
-    term, the leader's commit index, and each member's applied index and lag behind it."""
+    term, the leader's commit index, and each member's applied index, lag behind it and the
+    voters it counts (which every replica should agree on: the leader's are the group's)."""
     reports = {}   # group id -> {node id: that node's state of it}
     for member, seen in zip(members, views):
         for group, state in (seen or {}).get("raft_groups", {}).items():
@@ -146,7 +147,8 @@ def _groups_seen(groups, members: list[dict], views: list) -> list[dict]:
                     "commit_index": commit,
                     "replicas": {node: {"applied_index": state["applied_index"],
                                         "lag": None if commit is None or state["applied_index"] is None
-                                        else max(0, commit - state["applied_index"])}
+                                        else max(0, commit - state["applied_index"]),
+                                        "voters": state.get("voters")}
                                  for node, state in states.items()}})
     return out
 

@@ -640,3 +640,18 @@ def test_cluster_status_shows_the_replica_move_in_progress_and_the_nodes_leaving
     assert "moving: group 2's replica from n1 to n4" in shown
     assert "leaving once their replicas have moved away: n5" in shown
     assert "moving" not in status_table({**view, "move": None, "leaving": []})
+
+
+def test_cluster_status_names_a_replica_that_counts_other_voters_than_its_leader():
+    from raftq.cli.cluster import status_table
+
+    node = {"id": "n1", "role": "leader", "term": 3, "commit_index": 9, "applied_index": 9, "last_contact_ms": None,
+            "healthy": True, "fsync_policy": "fsync-per-append", "http_addr": "127.0.0.1:8001"}
+    four = ["n1", "n2", "n3", "n4"]
+    replicas = {"n1": {"applied_index": 9, "lag": 0, "voters": four}, "n2": {"applied_index": 9, "lag": 0, "voters": four},
+                "n3": {"applied_index": 7, "lag": 2, "voters": ["n1", "n2", "n3"]}}
+    view = {"id": "n1", "leader": "n1", "commit_index": 9, "nodes": [node],
+            "groups": [{"id": 0, "members": four, "leader": "n1", "term": 3, "commit_index": 9, "replicas": replicas}]}
+    assert "group 0: n3 counts voters n1, n2, n3; its leader n1 counts n1, n2, n3, n4" in status_table(view)
+    replicas["n3"]["voters"] = four
+    assert "counts voters" not in status_table(view)

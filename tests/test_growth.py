@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 
 from engine.config import NodeSpec
+from raftq.cli.cluster import voters_disagreeing
 from raftq.client import Client
 from raftq.failover import RaftqError
 from raftq.local import free_ports
@@ -191,6 +192,9 @@ def test_a_grown_cluster_restarted_with_the_cluster_toml_written_before_it_grew(
                 stored.update(stored_bodies(client, queue))
             assert stored == Counter(f"m{n}" for n in range(80))
             assert record(client)["members"] == members
+            groups = client.cluster()["groups"]
+            assert all(replica["voters"] for group in groups for replica in group["replicas"].values())
+            assert not voters_disagreeing(groups)
             verified = client.verify()
             assert verified["agree"] and len(verified["groups"]) == 4, verified
     finally:

@@ -60,6 +60,7 @@ def status_table(view: dict) -> str:
     groups = view.get("groups") or []
     if len(groups) > 1:
         lines += ["", groups_table(groups)]
+    lines += voters_disagreeing(groups)
     if view.get("move"):
         move = view["move"]
         lines.append(f"moving: group {move['group']}'s replica from {move['source']} to {move['target']}")
@@ -90,6 +91,21 @@ def groups_table(groups: list[dict]) -> str:
             leads[group["leader"]] = leads.get(group["leader"], 0) + 1
     return "\n".join([table(("group", "members", "leader", "term", "commit", "applied", "lag"), rows),
                       "groups led: " + "  ".join(f"{node} {leads[node]}" for node in sorted(leads, key=node_order))])
+
+
+def voters_disagreeing(groups: list[dict]) -> list[str]:
+    """A line for each replica that counts other voters than its group's leader does: a
+    membership change it has not received yet, or one that went wrong."""
+    lines = []
+    for group in groups:
+        replicas = group.get("replicas") or {}
+        led = (replicas.get(group.get("leader")) or {}).get("voters")
+        for node in sorted(replicas, key=node_order):
+            counted = replicas[node].get("voters")
+            if led is not None and counted is not None and counted != led:
+                lines.append(f"group {group['id']}: {node} counts voters {', '.join(counted)}; "
+                             f"its leader {group['leader']} counts {', '.join(led)}")
+    return lines
 
 
 def has_quorum(view: dict) -> bool:
