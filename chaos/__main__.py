@@ -11,6 +11,7 @@ line of output is the summary as one JSON object.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -61,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("--cycles", type=int, default=1)
     show.add_argument("--kinds", type=_kinds, default=KINDS)
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C: the runner's cleanup stops every process it started
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
     if args.command == "plan":
         for fault in plan(args.seed, args.nodes, args.cycles, args.kinds):

@@ -31,6 +31,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from chaos.checker import STALE_READER, balanced, leaders
 from chaos.history import History
 from chaos.workload import READY_PATH
 from engine.placement import for_cluster
+from raftq.server import REMOVED_EXIT
 
 KINDS = (
     "isolate-leader", "partition-halves", "partition-islands", "partition-bridge",
@@ -53,6 +55,8 @@ LINK_TOXICS = ("bandwidth", "reset_peer", "limit_data", "slow_close", "timeout")
 CLIENT_TOXICS = ("latency", "bandwidth", "reset_peer", "limit_data", "slow_close", "timeout")
 CLOCK_OFFSETS_S = (-7200, -600, 600, 7200)
 RECOVERY_S = 30.0
+# How long a removed node may take to see its replicas moved away, leave group 0 and stop.
+LEAVE_S = 120.0
 # Longer than the checker's REBALANCE_S, so that a slow rebalance is measured rather than cut short.
 REBALANCE_WAIT_S = 10.0
 # A node stops whole once one of its engines dies: its other engines hand over first.
@@ -641,6 +645,41 @@ class Nemesis:
         except (OSError, http.client.HTTPException, TypeError, ValueError):
             return None
 
+    def _remove_and_return(self, node: str, details: dict) -> None:
+        """`raftq cluster remove` of a running node: its replicas move away, it leaves group 0 and
+        stops with REMOVED_EXIT (not a crash); then `raftq cluster add` and a start with the data
+        it kept (a lagging follower to Raft; the groups it held were removed with their replicas)."""
+        spec = self.cluster.cfg.node(node)
+        details["node"] = node
+        self.expected_up.discard(node)
+        started = time.monotonic()
+        for f, call in (("remove-node", lambda: self.admin.remove_node(node)),
+                        ("add-node", lambda: self.admin.add_node(node, spec.raft, spec.http))):
+            op = self.history.invoke("nemesis", f, {"node": node})
+            try:
+                result = call()
+            except Exception as exc:  # recorded: a refused change is a finding, not a crash of the run
+                self.history.complete(op, "info", error=f"{type(exc).__name__}: {exc}")
+                details[f] = f"failed: {exc}"
+                break
+            self.history.complete(op, "ok", result)
+            details[f] = "ok"
+            if f == "remove-node":
+                proc = self.cluster.procs.get(node)
+                try:
+                    code = proc.wait(LEAVE_S) if proc is not None else None
+                except subprocess.TimeoutExpired:
+                    code = None
+                details["left_after_s"] = round(time.monotonic() - started, 2)
+                details["exit_code"] = code
+                if code != REMOVED_EXIT:
+                    self.log(f"  {node} did not stop as removed within {LEAVE_S:.0f}s (exit status {code})")
+                    break
+                self.cluster.procs.pop(node)
+        if not self.cluster.running(node):
+            self._start(node)
+        self.expected_up.add(node)
+
     def _force_election(self, node: str) -> bool:
         """Pause whoever leads for a moment, so that `node` may win the election.
 
@@ -655,12 +694,17 @@ class Nemesis:
         return True
 
     def _membership(self, fid, fault, details):
-        """Cut a follower off, remove it and add it back while it is cut off, then heal."""
+        """One group: cut a follower off, remove it and add it back while it is cut off, then
+        heal. Several groups, where a removal first moves the node's replicas away: remove a
+        follower, let it leave and stop by itself, then add it back and start it."""
         leader = self.leader()
         if leader is None:
             details["skipped"] = "no leader"
             return
         node = _pick(self.followers(leader), fault.params["pick"])
+        if self.raft_groups > 1:
+            self._remove_and_return(node, details)
+            return
         spec = self.cluster.cfg.node(node)
         started = time.monotonic()
         self.net.cut(self.net.pairs_touching(node), fault.params["method"])
