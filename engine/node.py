@@ -180,9 +180,6 @@ class Node:
         index = self.consensus.applying_index()
         results = self.machine.apply_entry(entry, index)
         self.entries_applied += 1
-        if self.consensus.is_leader():      # only a leader's results are answered
-            for result in results:
-                self._with_bodies(result)
         for result in results:
             if isinstance(result, dict) and "checkpoint" in result:
                 self._checkpoints[result["checkpoint"]] = result["digest"]
@@ -213,7 +210,16 @@ class Node:
 
     # ---- writes -------------------------------------------------------------------------
     def _propose(self, entry: bytes, term: int, callback) -> None:
-        self.consensus.propose(entry, callback, term=term)
+        def answer(applied, err) -> None:
+            # Bodies are read where a result is answered, in the tick that applied it: by the
+            # node that proposed it, whatever its role by now. A leader deposed in that very
+            # tick (paused, then back) still answers its term's entries, and read as a leader's
+            # results alone, a receive it answered then carried a body reference, not the body.
+            if err is None and isinstance(applied, tuple):
+                for result in applied[1]:
+                    self._with_bodies(result)
+            callback(applied, err)
+        self.consensus.propose(entry, answer, term=term)
 
     async def submit(self, command: dict) -> Committed:
         """Stamp one command with log time and apply it through the log (group
