@@ -649,36 +649,41 @@ class Nemesis:
         """`raftq cluster remove` of a running node: its replicas move away, it leaves group 0 and
         stops with REMOVED_EXIT (not a crash); then `raftq cluster add` and a start with the data
         it kept (a lagging follower to Raft; the groups it held were removed with their replicas)."""
-        spec = self.cluster.cfg.node(node)
         details["node"] = node
         self.expected_up.discard(node)
         started = time.monotonic()
-        for f, call in (("remove-node", lambda: self.admin.remove_node(node)),
-                        ("add-node", lambda: self.admin.add_node(node, spec.raft, spec.http))):
-            op = self.history.invoke("nemesis", f, {"node": node})
+        if self._change_membership("remove-node", node, details):
+            proc = self.cluster.procs.get(node)
             try:
-                result = call()
-            except Exception as exc:  # recorded: a refused change is a finding, not a crash of the run
-                self.history.complete(op, "info", error=f"{type(exc).__name__}: {exc}")
-                details[f] = f"failed: {exc}"
-                break
-            self.history.complete(op, "ok", result)
-            details[f] = "ok"
-            if f == "remove-node":
-                proc = self.cluster.procs.get(node)
-                try:
-                    code = proc.wait(LEAVE_S) if proc is not None else None
-                except subprocess.TimeoutExpired:
-                    code = None
-                details["left_after_s"] = round(time.monotonic() - started, 2)
-                details["exit_code"] = code
-                if code != REMOVED_EXIT:
-                    self.log(f"  {node} did not stop as removed within {LEAVE_S:.0f}s (exit status {code})")
-                    break
+                code = proc.wait(LEAVE_S) if proc is not None else None
+            except subprocess.TimeoutExpired:
+                code = None
+            details["left_after_s"] = round(time.monotonic() - started, 2)
+            details["exit_code"] = code
+            if code == REMOVED_EXIT:
                 self.cluster.procs.pop(node)
+                self._change_membership("add-node", node, details)
+            else:
+                self.log(f"  {node} did not stop as removed within {LEAVE_S:.0f}s (exit status {code})")
         if not self.cluster.running(node):
             self._start(node)
         self.expected_up.add(node)
+
+    def _change_membership(self, f: str, node: str, details: dict) -> bool:
+        """`raftq cluster remove` (f "remove-node") or `add` of `node`, recorded; whether it was done."""
+        spec = self.cluster.cfg.node(node)
+        call = (lambda: self.admin.remove_node(node)) if f == "remove-node" else \
+            (lambda: self.admin.add_node(node, spec.raft, spec.http))
+        op = self.history.invoke("nemesis", f, {"node": node})
+        try:
+            result = call()
+        except Exception as exc:  # recorded: a refused change is a finding, not a crash of the run
+            self.history.complete(op, "info", error=f"{type(exc).__name__}: {exc}")
+            details[f] = f"failed: {exc}"
+            return False
+        self.history.complete(op, "ok", result)
+        details[f] = "ok"
+        return True
 
     def _force_election(self, node: str) -> bool:
         """Pause whoever leads for a moment, so that `node` may win the election.
@@ -705,19 +710,9 @@ class Nemesis:
         if self.raft_groups > 1:
             self._remove_and_return(node, details)
             return
-        spec = self.cluster.cfg.node(node)
         started = time.monotonic()
         self.net.cut(self.net.pairs_touching(node), fault.params["method"])
         details["node"] = node
-        for f, call in (("remove-node", lambda: self.admin.remove_node(node)),
-                        ("add-node", lambda: self.admin.add_node(node, spec.raft, spec.http))):
-            op = self.history.invoke("nemesis", f, {"node": node})
-            try:
-                result = call()
-            except Exception as exc:  # recorded: a refused change is a finding, not a crash of the run
-                self.history.complete(op, "info", error=f"{type(exc).__name__}: {exc}")
-                details[f] = f"failed: {exc}"
-                break
-            self.history.complete(op, "ok", result)
-            details[f] = "ok"
+        if self._change_membership("remove-node", node, details):
+            self._change_membership("add-node", node, details)
         self._wait_hold(started, fault)
