@@ -14,6 +14,7 @@ import time
 import pytest
 
 from tests.sparkutil import REPO, name, options, require_spark, spark_env, start_session
+from tests.waiting import wait_until
 from tests.wire import call
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -243,7 +244,13 @@ def test_a_batch_read_of_queues_in_every_raft_group_of_four_gives_exact_rows(spa
     for count, queue in enumerate(queues, start=1):
         fill(cluster, queue, 500 * count)
     with cluster.client() as client:
-        groups = {queue: client.routing()["queues"][queue] for queue in queues}
+        def every_queue_routed():
+            # a node answers from its replica of group 0's catalog, which may lag the leader
+            # that created the last queue by a heartbeat
+            known = client.routing()["queues"]
+            return known if set(queues) <= set(known) else None
+        routed = wait_until(every_queue_routed, 10, "every queue in the routing")
+    groups = {queue: routed[queue] for queue in queues}
     assert set(groups.values()) == {0, 1, 2, 3}, groups
     for count, queue in enumerate(queues, start=1):
         df = spark.read.format("raftq").options(**options(cluster, queue, partitionSize=200)).load()
