@@ -1368,6 +1368,69 @@ def test_transfer_leadership(cluster):
     c.converged()
 
 
+
+def test_a_transfer_under_a_steady_stream_of_writes_lands_on_its_target_in_one_election(cluster):
+    """Raft thesis 3.10: the leader takes no new entries while it hands over. Were its log
+    to grow after it sent TimeoutNow, the target would stand with a shorter log, be refused
+    by the others and leave the group to elections it did not ask for (seen in chaos: a
+    balancing hand-off under load took three terms and 3 s)."""
+    c = cluster().start_all()
+    leader = c.leader()
+    commit(c, b"x")
+    old = leader.status()["self_id"]
+    target = next(p.id for p in c.peers if p.id != old)
+    answered, stop = [], threading.Event()
+
+    def write_steadily():
+        n = 0
+        while not stop.is_set():
+            n += 1
+            leader.propose(b"w-%d" % n, lambda result, error: answered.append(error), term=term)
+            time.sleep(0.002)
+
+    term = leader.term()
+    writer = threading.Thread(target=write_steadily)
+    writer.start()
+    try:
+        time.sleep(0.3)
+        moved = leader.transfer_leadership(2.0, to=target, step_down=False)
+    finally:
+        stop.set()
+        writer.join()
+    assert moved
+    new = c.leader()
+    assert new.status()["self_id"] == target
+    assert new.term() == term + 1
+    # what the old leader held back while it handed over was refused before the log
+    wait_until(lambda: len(answered) > 0 and all(e is None or e in ("not_leader", "leader_changed")
+                                                 for e in answered), 20, "every write answered")
+    c.converged()
+
+
+
+def test_writes_held_for_a_hand_off_that_fails_are_written_once_the_hold_ends(cluster):
+    c = cluster().start_all()
+    leader = c.leader()
+    commit(c, b"x")
+    old = leader.status()["self_id"]
+    gone = next(p.id for p in c.peers if p.id != old)
+    c.stop(gone)
+    outcome = {}
+    transfer = threading.Thread(target=lambda: outcome.setdefault(
+        "moved", leader.transfer_leadership(3.0, to=gone, step_down=False)))
+    transfer.start()
+    try:
+        time.sleep(0.1)
+        [(result, error)] = propose_wait(leader, b"during the hand-off")
+    finally:
+        transfer.join()
+    assert error is None
+    assert outcome["moved"] is False
+    assert c.leader().status()["self_id"] == old
+    c.converged()
+    assert c.machines[old].entries == [b"x", b"during the hand-off"]
+
+
 # -- fsync before acknowledgement, observed from outside -----------------------------------
 
 CHILD = textwrap.dedent("""

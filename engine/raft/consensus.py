@@ -173,6 +173,9 @@ class Consensus:
         self._dial_addrs = {p.raft_addr: p.dial_addr for p in peers if p.dial_addr}
         self._tickets: collections.deque[Ticket] = collections.deque()
         self._tasks: collections.deque[Callable[[], None]] = collections.deque()
+        # Proposals held back while this leader hands its leadership over (transfer_leadership),
+        # None when it is not handing over.
+        self._held: list[tuple[bytes, Ticket]] | None = None
         self._closed = False
         self._retired = False
         self._last_role: tuple | None = None
@@ -254,6 +257,12 @@ class Consensus:
         if len(entry) > self._max_entry_bytes:
             self._later(ticket, "too_large")
             return
+        if self._held is not None and self._refusal() is None:
+            self._held.append((entry, ticket))
+            return
+        self._enter(entry, ticket)
+
+    def _enter(self, entry: bytes, ticket: Ticket) -> None:
         refusal = self._refusal()
         if refusal:
             self._later(ticket, refusal)
@@ -426,20 +435,44 @@ class Consensus:
         `step_down` (a node shutting down), this node steps down and holds
         back from campaigning for a while; without it (leader balancing), it
         keeps leading.
+
+        For up to an election timeout, new proposals are held back rather
+        than appended (Raft thesis 3.10): a log that grew after pysyncobj
+        sent TimeoutNow would have the target stand with a shorter log, be
+        refused, and leave the group to elections nobody asked for. Held
+        proposals never reached the log: if the lead moved they are refused
+        (``not_leader``, so a front serves them again at the new leader),
+        otherwise they are proposed when the hold ends.
         """
         addr = next((a for a, i in self._ids.items() if i == to), None) if to else None
         target = self._make_node(addr) if addr else None
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            leader = self.leader_id()
-            if leader is not None and leader != self.self_peer.id:
-                return True
-            if self._node.is_leader():
-                self._run_on_tick(lambda: self._node.transferLeadership(target))
-            await asyncio.sleep(0.02)
-        if step_down and self._node.is_leader():
-            self._run_on_tick(self._step_down)
-        return False
+        holding = self._held is None        # one hold at a time: a second caller rides on the first's
+        if holding:
+            self._held = []
+        hold_until = time.monotonic() + min(timeout, self._election_timeout)
+        try:
+            while time.monotonic() < deadline:
+                leader = self.leader_id()
+                if leader is not None and leader != self.self_peer.id:
+                    return True
+                if holding and time.monotonic() >= hold_until:
+                    holding = False
+                    self._release_held()
+                if self._node.is_leader():
+                    self._run_on_tick(lambda: self._node.transferLeadership(target))
+                await asyncio.sleep(0.02)
+            if step_down and self._node.is_leader():
+                self._run_on_tick(self._step_down)
+            return False
+        finally:
+            if holding:
+                self._release_held()
+
+    def _release_held(self) -> None:
+        held, self._held = self._held or [], None
+        for entry, ticket in held:
+            self._enter(entry, ticket)
 
     def retire(self) -> None:
         """Never stand for election again (a node shutting down): without
@@ -530,7 +563,12 @@ class Consensus:
                 # old term's commands only once an entry at their index is
                 # applied, which may take until submit_timeout while callers
                 # (group commit's in-flight window) wait. Their outcome is
-                # unknown now; say so at once.
+                # unknown now; say so at once. Those held back for a hand-off
+                # never reached the log.
+                if self._held:
+                    for _, ticket in self._held:
+                        ticket.resolve(None, "not_leader")
+                    self._held.clear()
                 while tickets:
                     tickets.popleft().resolve(None, "leader_changed")
             self._last_role = role
