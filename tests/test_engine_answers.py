@@ -1,0 +1,52 @@
+"""engine.node.Node, run in this process as a one-node group on 127.0.0.1:
+what the answer to a proposer carries.
+
+The state machine keeps a stored body as a reference into the log entry that
+carried it (statemachine/bodies.py); the engine reads the bytes back where a
+result is answered.
+"""
+
+import asyncio
+import time
+
+from engine.config import ClusterConfig, NodeSpec
+from engine.node import Node
+from raftq.local import free_ports
+from statemachine.bodies import BodyRef
+
+
+async def leading(node: Node, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not node.is_leader():
+        assert time.monotonic() < deadline, "the one-node group elected no leader"
+        await asyncio.sleep(0.02)
+    await node.settled()
+
+
+def test_a_receive_answered_by_a_proposer_deposed_as_it_applied_carries_the_bodies(tmp_path, monkeypatch):
+    """A leader paused and then resumed (a long GC, a VM stall, chaos's `pause`) can step down
+    in the tick that applies entries of its own term, and pysyncobj still answers their
+    proposer. The chaos suite caught a receive answered then with a body reference in place
+    of the body (seed 3834275823): bodies were read only by a node that still led as it
+    applied. The race is stood in for here by the one thing it changes, the role the node
+    reports while it applies."""
+    raft, http = free_ports(2)
+    cluster = ClusterConfig(nodes=(NodeSpec(id="n1", raft=f"127.0.0.1:{raft}", http=f"127.0.0.1:{http}"),),
+                            secret="test-cluster-secret")
+
+    async def scenario():
+        node = Node(cluster, "n1", tmp_path)
+        await node.start()
+        try:
+            await leading(node)
+            await node.submit({"op": "put", "queue": "q", "messages": [{"body": b"the body"}]})
+            with monkeypatch.context() as deposed:
+                deposed.setattr(node.consensus, "is_leader", lambda: False)
+                return (await node.submit({"op": "receive", "queue": "q", "group": "default", "max": 1})).result
+        finally:
+            await node.close()
+
+    received = asyncio.run(scenario())
+    [message] = received["messages"]
+    assert not isinstance(message["body"], BodyRef)
+    assert message["body"] == b"the body"
