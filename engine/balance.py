@@ -82,7 +82,9 @@ class LeaderBalancer(Background):
         successor = preferred_successor(self._preference, self._node.status(), self._node.consensus.election_timeout)
         if successor is None:
             return None
+        started = time.monotonic()
         moved = await self._node.transfer_leadership(TRANSFER_TIMEOUT_S, to=successor, step_down=False)
-        logger.info("group %d: leadership %s %s, its preferred leader", self._node.group,
-                    "handed to" if moved else "not taken by", successor)
+        # writes wait while a lead is handed over (engine/raft/consensus.py): say for how long
+        logger.info("group %d: leadership %s %s, its preferred leader, in %.0f ms", self._node.group,
+                    "handed to" if moved else "not taken by", successor, (time.monotonic() - started) * 1000)
         return moved
