@@ -33,13 +33,16 @@ class Ticks:
         self.ticks += 1
         self.poller.poll(0)
         self.reading_ticks += self.poller.dispatched > 0
-        return self.poller.dispatched > 0
+        return self.poller.news      # as engine.raft.node.RaftNode.tick
 
-    def reader(self, name, sock):
+    def reader(self, name, sock, routine=()):
+        """A callback that reads the socket; each byte it reads is a message,
+        routine if it is in `routine` (told to the poller as RaftNode does)."""
         def on_event(descr, event):
             self.events.append((name, event))
             if event & POLL_EVENT_TYPE.READ:
-                sock.recv(4096)
+                for byte in sock.recv(4096):
+                    self.poller.heard(bytes([byte]) in routine)
         return on_event
 
     def watch(self):
@@ -175,6 +178,45 @@ def test_a_tick_that_read_something_is_followed_by_one_that_acts_on_it(ticks, pa
     t.poller.subscribe(ours.fileno(), t.reader("ours", ours), READABLE)
     t.watch()
     theirs.send(b"x")
+    t.until(lambda: t.ticks >= 2)
+    t.turns()
+    assert (t.reading_ticks, t.ticks) == (1, 2)
+
+
+def test_a_tick_that_read_only_routine_messages_is_not_followed_by_another(ticks, pairs):
+    """A heartbeat answered, an answer counted: all done in the tick that read
+    it, so the next tick waits until it is due (an idle leader's heartbeat
+    round is one tick, not two)."""
+    t = ticks()
+    ours, theirs = pairs()
+    t.poller.subscribe(ours.fileno(), t.reader("ours", ours, routine=(b"h",)), READABLE)
+    t.watch()
+    theirs.send(b"hh")
+    t.until(lambda: t.events)
+    t.turns()
+    assert (t.reading_ticks, t.ticks) == (1, 1)
+
+
+def test_one_message_that_is_news_among_routine_ones_is_acted_on_at_once(ticks, pairs):
+    t = ticks()
+    ours, theirs = pairs()
+    t.poller.subscribe(ours.fileno(), t.reader("ours", ours, routine=(b"h",)), READABLE)
+    t.watch()
+    theirs.send(b"hvh")      # a heartbeat, a vote request, a heartbeat: one read
+    t.until(lambda: t.ticks >= 2)
+    t.turns()
+    assert (t.reading_ticks, t.ticks) == (1, 2)
+
+
+def test_routine_on_one_socket_hides_no_news_on_another(ticks, pairs):
+    t = ticks()
+    routine, routine_peer = pairs()
+    news, news_peer = pairs()
+    t.poller.subscribe(routine.fileno(), t.reader("routine", routine, routine=(b"h",)), READABLE)
+    t.poller.subscribe(news.fileno(), t.reader("news", news, routine=(b"h",)), READABLE)
+    t.watch()
+    news_peer.send(b"v")
+    routine_peer.send(b"h")
     t.until(lambda: t.ticks >= 2)
     t.turns()
     assert (t.reading_ticks, t.ticks) == (1, 2)

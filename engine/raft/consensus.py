@@ -235,7 +235,7 @@ class Consensus:
                                   # 32 MiB of batched 100-byte puts replay in about 2 s at
                                   # restart; a snapshot of 1 M messages costs about 3 s
                                   compaction_min_bytes=int(compaction_min_bytes * jitter),
-                                  group=group, handoff=handoff)
+                                  heard_within=leader_lease, group=group, handoff=handoff)
         except BaseException:
             self._journal._destroy()
             raise

@@ -44,7 +44,9 @@ subclasses it and closes these gaps (docs/guarantees.md, "What pysyncobj
 7. Idle wake-ups. The next tick falls at the next heartbeat (leader) or
    election deadline (follower), at most ``MAX_POLL_S`` away, or as soon as
    a socket is ready or a proposal or task arrives, rather than every few
-   milliseconds: an idle node wakes for heartbeats only.
+   milliseconds: an idle node wakes for heartbeats only. A tick whose last
+   poll read only routine messages (``ROUTINE``) is not followed by another
+   at once: a misjudged message costs at most that wait, never an outcome.
 8. Late ticks. A follower whose own tick came late (a long apply, a busy
    machine) reads the messages waiting in its sockets before it decides
    that its leader is gone: pysyncobj would call an election at once, over
@@ -146,6 +148,15 @@ APPLY_BUDGET_S = 0.02
 # so their votes do not split.
 LOST_LEADER_STAGGER_S = 0.05
 LOST_LEADER_JITTER_S = 0.01
+# Messages that need no tick after the one that reads them, by the reader's
+# role: a follower answers an append as it reads it (its replies go out at
+# the end of that tick, and entries it learns are committed make the next
+# tick due at once: _until_due); a leader counts an answer, commits and
+# applies as it reads it (_commit_acknowledged). Unless the message changed
+# the reader's role, term or leader, or came from a peer the facade no
+# longer counted as heard (``heard_within``): then whether a majority is
+# heard may have changed, which the next tick reports.
+ROUTINE = {FOLLOWER: frozenset({"append_entries"}), CANDIDATE: frozenset(), LEADER: frozenset({"next_node_idx"})}
 REGULAR_COMMAND = _syncobj._COMMAND_TYPE.REGULAR
 MEMBERSHIP_COMMAND = _syncobj._COMMAND_TYPE.MEMBERSHIP
 MEMBERSHIP_BYTE = bytes([MEMBERSHIP_COMMAND])
@@ -239,7 +250,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
     def __init__(self, self_node, other_nodes, conf, journal: DurableJournal, dial_addrs, *,
                  apply_entry: Callable[[bytes], object], snapshot_written: Callable[[int, float], None],
                  ship_snapshot: Callable, sealer: Sealer | None, max_frame: int, compaction_min_bytes: int,
-                 group: int = 0, handoff: socket.socket | None = None):
+                 heard_within: float, group: int = 0, handoff: socket.socket | None = None):
         _install_journal_hook()
         self._apply_entry = apply_entry
         self._sealer = sealer
@@ -251,6 +262,9 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         # majority by (engine.raft.consensus, quorum_ok) and PreVote a live leader.
         self.last_heard: dict[str, float] = {}
         self.leader_contact = 0.0
+        # The facade counts a peer heard (a majority, a live leader) if it was
+        # within this long: a peer heard again sooner changes nothing it judges.
+        self._heard_within = heard_within
         # The last entry of the snapshot loaded last (set by the snapshot
         # reader): how a follower knows that a leader's snapshot loaded.
         self.loaded_snapshot: tuple | None = None
@@ -399,9 +413,9 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         self._ticker.soon()
 
     def tick(self) -> bool:
-        """One tick; whether its last poll read anything (then the next tick acts on it)."""
+        """One tick; whether its last poll read something the next tick must act on."""
         self._onTick(0.0)
-        return self._poller.dispatched > 0
+        return self._poller.news
 
     def until_due(self) -> float:
         """Seconds until the next tick must run if nothing wakes the node sooner."""
@@ -673,8 +687,11 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
     # -- messages ----------------------------------------------------------
 
     def _SyncObj__onMessageReceived(self, node, message):
+        now = monotonic()
+        silent_for = now - self.last_heard.get(node.id, 0.0)
+        self.last_heard[node.id] = now
+        before = (self._SyncObj__raftState, self._SyncObj__raftCurrentTerm, self._SyncObj__raftLeader)
         try:
-            self.last_heard[node.id] = monotonic()
             if message["type"] == PRE_VOTE:
                 self._on_pre_vote(node, message)
             elif message["type"] == PRE_VOTE_ANSWER:
@@ -691,6 +708,9 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
                     if message["success"]:
                         self._commit_acknowledged()
                     self._resolve_reads()
+            after = (self._SyncObj__raftState, self._SyncObj__raftCurrentTerm, self._SyncObj__raftLeader)
+            self._poller.heard(message["type"] in ROUTINE[before[0]] and after == before
+                               and silent_for < self._heard_within)
         except Exception:
             kind = message.get("type") if isinstance(message, dict) else type(message).__name__
             logger.critical("failed to handle a %r message from %s", kind, node, exc_info=True)

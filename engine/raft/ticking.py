@@ -19,6 +19,10 @@ loop runs the ticks itself (``autoTick=False``):
   at its end, and what that poll read -- a vote to cast, a leadership
   handed over, a new term -- is acted on by the next tick, which runs at
   once: as pysyncobj's thread ticks again as soon as its poll returns.
+  Unless that poll read only routine messages (``WatchedPoller.heard``): a
+  heartbeat a follower answered in the tick that read it, the answers a
+  leader counted as it read them. A leader's heartbeat round used to cost
+  two ticks, the second with nothing to do.
 
 A tick holds the loop for what it does (an apply slice is at most
 ``engine.raft.node.APPLY_BUDGET_S``), and a turn of the loop answering a
@@ -47,6 +51,8 @@ class WatchedPoller(Poller):
     def __init__(self, inner: Poller):
         self._inner = inner
         self.dispatched = 0     # events the last poll handed to pysyncobj
+        self.news = False       # whether one of them brought more than routine messages
+        self._routine: bool | None = None   # what the event being dispatched brought, so far
         # fd -> (event mask, callback): a new callback on a known fd is a new
         # socket that reuses a closed one's number, and is registered afresh
         self._subscribed: dict[int, tuple[int, Callable]] = {}
@@ -71,11 +77,24 @@ class WatchedPoller(Poller):
 
     def poll(self, timeout):
         self.dispatched = 0
+        self.news = False
         self._inner.poll(timeout)
+
+    def heard(self, routine: bool) -> None:
+        """The node's word on a message the event being dispatched delivered:
+        whether it was routine, all its consequences taken in the tick that
+        reads it. An event that delivers no message (a connection made or
+        lost, part of a message) is news."""
+        self._routine = routine if self._routine is None else self._routine and routine
 
     def _dispatch(self, callback, descr, event):
         self.dispatched += 1
-        callback(descr, event)
+        self._routine = None
+        try:
+            callback(descr, event)
+        finally:
+            if not self._routine:
+                self.news = True
 
     def watch(self, loop: asyncio.AbstractEventLoop, on_ready: Callable[[], None]) -> None:
         self._loop, self._on_ready = loop, on_ready
