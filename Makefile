@@ -35,17 +35,16 @@ up: $(STAMP)
 
 # The whole suite: unit, property, integration (real node processes), the
 # Spark connector's (hence the spark extra), the bounded chaos campaign and
-# the saturation proofs but those known to fail on this machine (marker
-# known_failure; `make saturation` runs them). The 25 slowest tests are listed
+# the saturation proofs. The 25 slowest tests are listed
 # at the end, so CI's time (kept under 30 minutes) can be watched and trimmed
 # where it goes.
 test: $(SPARK_STAMP)
-	$(BIN)/python -m pytest -q -rs -p no:cacheprovider --durations=25 -m "not known_failure"
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider --durations=25
 
 # Without the chaos campaign, for quick iterations (the Spark tests run when
 # `make spark-deps` was done once, and skip otherwise).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -m "not chaos and not saturation and not known_failure"
+	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -m "not chaos and not saturation"
 
 # Only the proofs that no burst a client can cause costs an election (issues
 # 9, 11): about four minutes, part of `make test`.

@@ -369,17 +369,14 @@ def test_2000_concurrent_long_polls_cost_no_election(loaded):
 
 # ---- everything at once ----------------------------------------------------------------------------
 
-# Known to fail on this 2-core machine when it runs after the other tests of this module (it passed
-# alone, 2026-11-27). Its 503s are gone (a write the lease refused before the log is proposed again
-# once the majority is heard: engine/node.py LEASE_HOLD_S); what is left is an election. Timing
-# every tick of the three engines during it showed ticks of 0.2-1 s on all three nodes at once, most
-# of them in no journal call (fsyncs took at most ~0.2 s): the engines' tick threads waited for a core
-# and for the interpreter lock they shared with the engine's loop. Issue 24's one-thread engine (Raft
-# ticked on the loop, 2026-11-28) removed the second wait, and `make saturation` then passed whole,
-# this test last, in each of three runs (206, 242 and 199 s; the third with no tick after routine
-# reads, session 19). Still marked known_failure until more runs say it holds: `make saturation`
-# runs it strictly; `make test` (CI) leaves it out rather than spend a minute on a test that may not fail.
-@pytest.mark.known_failure
+# This one failed on a 2-core machine when it ran after the other tests of this module (it passed
+# alone, 2026-11-27). Its 503s went first (a write the lease refused before the log is proposed again
+# once the majority is heard: engine/node.py LEASE_HOLD_S); then an election was left. Timing every
+# tick of the three engines during it showed ticks of 0.2-1 s on all three nodes at once, most of them
+# in no journal call: the engines' tick threads waited for a core and for the interpreter lock they
+# shared with the engine's loop. Issue 24's one-thread engine (Raft ticked on the loop, 2026-11-28)
+# removed the second wait, and `make saturation` has passed whole, this test last, in every run since
+# (206, 242, 199 and 158 s), so CI runs it.
 def test_60_s_of_every_burst_at_once_costs_no_election(loaded):
     every = [big_bodies, metrics_scrapes, long_polls, producers, fillers]
     tally = assert_no_election_and_no_503(
