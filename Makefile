@@ -47,7 +47,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -m "not chaos and not saturation"
 
 # Only the proofs that no burst a client can cause costs an election (issues
-# 9, 11): about four minutes, part of `make test`.
+# 9, 11): about three minutes, part of `make test`.
 saturation: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -p no:cacheprovider -m saturation
 
