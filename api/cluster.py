@@ -8,7 +8,7 @@ from engine.outcome import CommitError
 
 from .buffering import BUFFER
 from .codec import read_body, respond
-from .commands import leader_read, write
+from .commands import leader_read, take_checkpoint, write
 from .errors import ApiError, no_quorum
 from .gather import group_param, per_group
 from .keys import GROUPS, HTTP, NODE, SETTINGS
@@ -317,7 +317,7 @@ async def verify(request: web.Request) -> web.Response:
 async def _verify_group(request: web.Request, group: int) -> dict:
     """On the leader of `group`: its replicas' digests at one checkpoint, and whether they agree."""
     node = request.app[GROUPS].engines[group]
-    token, digest = await node.checkpoint()
+    token, digest = await take_checkpoint(request.app, group)
     members = [m for m in await node.members() if m["id"] != node.id]
 
     async def digest_of(member) -> str | None:

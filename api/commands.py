@@ -69,12 +69,20 @@ async def receive_waiting(app: web.Application, group: int, command: dict, wait_
     return await _committed(app, node, call, wait_s, unknown_served_again=True)
 
 
+async def take_checkpoint(app: web.Application, group: int) -> tuple[str, str]:
+    """A checkpoint written through the log of `group` (this node's engine leads it): its token and
+    this replica's digest there. A checkpoint is only a mark in the log, so one whose outcome a lost
+    lead made unknown is taken again where the lead went."""
+    node = app[GROUPS].engines[group]
+    return await _committed(app, node, node.checkpoint(), 0.0, unknown_served_again=True)
+
+
 async def _committed(app: web.Application, node, call, wait_s: float, *,
-                     unknown_served_again: bool = False) -> Committed:
+                     unknown_served_again: bool = False):
     """The outcome of a call into the log of `node` (an engine), its failures as HTTP errors.
     `unknown_served_again`: a call whose outcome the lost lead made unknown may be served again
     (a receive: if it was written, the messages it leased come back when their leases end, as
-    for a client that lost the answer)."""
+    for a client that lost the answer; a checkpoint: one more mark in the log)."""
     try:
         async with asyncio.timeout(wait_s + app[SETTINGS].write_timeout_s):
             return await call
@@ -100,8 +108,8 @@ async def _committed(app: web.Application, node, call, wait_s: float, *,
             raise LeadLost("this node stopped leading the request's group before it wrote anything of it; "
                            "retry", node) from None
         if unknown_served_again and exc.code in ("leader_changed", "unknown_outcome", "discarded"):
-            raise LeadLost(f"this node stopped leading the request's group before the receive's outcome "
-                           f"was known ({exc.code}); retry", node) from None
+            raise LeadLost(f"this node stopped leading the request's group before the outcome of what "
+                           f"it wrote was known ({exc.code}); retry", node) from None
         raise no_quorum(f"the write's outcome is unknown ({exc.code}); retry it "
                         "(with the same message ids, so it is stored once)") from None
     except asyncio.TimeoutError:

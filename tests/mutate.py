@@ -83,6 +83,10 @@ MUTANTS = [
            "api/commands.py", "return await _committed(app, node, call, wait_s, unknown_served_again=True)",
            "return await _committed(app, node, call, wait_s)",
            (T_API + "test_reads_and_receives_in_flight_as_the_lead_moves_are_sent_where_it_went",)),
+    Mutant("verify-lead-lost-is-a-bug", "a verify whose checkpoint the lost lead left unwritten is served again",
+           "api/cluster.py", "token, digest = await take_checkpoint(request.app, group)",
+           "token, digest = await node.checkpoint()",
+           ("tests/test_operations.py::test_verify_while_the_lead_moves_gives_a_verdict_not_a_bug",)),
     # ---- the mutants issue 13 found caught ---------------------------------------------------------
     Mutant("stale-receipt-accepted", "an ack with a stale receipt changes nothing",
            "statemachine/queue.py", "if lease is None or lease[0] != token:", "if lease is None:", RULES),

@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 
 from api import removal
 from raftq.client import Client
+from raftq.failover import RaftqError
 from raftq.local import LocalCluster
 from raftq.server import REMOVED_EXIT
 from tests.waiting import wait_until
@@ -152,6 +154,35 @@ def test_a_node_removed_while_it_runs_stops_and_one_cut_off_keeps_running(fresh_
         client.put("after", "y")
         assert client.verify()["agree"]
 
+
+def test_verify_while_the_lead_moves_gives_a_verdict_not_a_bug(fresh_cluster):
+    """`verify` takes its checkpoint through the leader's log. A lead lost before the checkpoint
+    was written is served again where the lead went, as writes are; it answered 500 ("the node
+    hit a bug") when a replica move's leadership hand-off fell inside it (a CI run of
+    tests/test_tls.py)."""
+    cluster = fresh_cluster(3)
+    cluster.wait_for_leader(30)
+    stop, moves, refused = threading.Event(), [], []
+
+    def move_the_lead():
+        with cluster.client() as mover:
+            while not stop.is_set():
+                try:
+                    moves.append(mover.transfer_leadership()["moved"])
+                except RaftqError as exc:       # a hand-off asked of a node that just lost the lead
+                    refused.append(exc)
+                time.sleep(0.02)
+
+    mover = threading.Thread(target=move_the_lead)
+    mover.start()
+    try:
+        with cluster.client() as client:
+            for _ in range(25):
+                assert client.verify()["agree"]
+    finally:
+        stop.set()
+        mover.join()
+    assert sum(moves) >= 5, (moves, refused)
 
 def documented_block(heading: str) -> str:
     """The first ```sh block after `heading` in docs/operations.md."""
