@@ -155,12 +155,14 @@ def test_a_node_removed_while_it_runs_stops_and_one_cut_off_keeps_running(fresh_
         assert client.verify()["agree"]
 
 
-def test_verify_while_the_lead_moves_gives_a_verdict_not_a_bug(fresh_cluster):
+@pytest.mark.parametrize("groups", [1, 4])
+def test_verify_while_the_lead_moves_gives_a_verdict_not_a_bug(fresh_cluster, groups):
     """`verify` takes its checkpoint through the leader's log. A lead lost before the checkpoint
     was written is served again where the lead went, as writes are; it answered 500 ("the node
     hit a bug") when a replica move's leadership hand-off fell inside it (a CI run of
-    tests/test_tls.py)."""
-    cluster = fresh_cluster(3)
+    tests/test_tls.py). With several groups, verify gathers every group's verdict, and the lead
+    that moves is group 0's."""
+    cluster = fresh_cluster(3, groups=groups)
     cluster.wait_for_leader(30)
     stop, moves, refused = threading.Event(), [], []
 
