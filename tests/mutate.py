@@ -82,7 +82,7 @@ MUTANTS = [
     Mutant("receive-of-unknown-outcome-answered-503", "a receive whose outcome the lost lead made unknown is served again",
            "api/commands.py", "return await _committed(app, node, call, wait_s, unknown_served_again=True)",
            "return await _committed(app, node, call, wait_s)",
-           (T_API + "test_reads_and_receives_in_flight_as_the_lead_moves_are_sent_where_it_went",)),
+           (T_API + "test_receives_the_lead_lost_mid_round_are_served_again_not_left_unknown",)),
     Mutant("verify-lead-lost-is-a-bug", "a verify whose checkpoint the lost lead left unwritten is served again",
            "api/cluster.py", "token, digest = await take_checkpoint(request.app, group)",
            "token, digest = await node.checkpoint()",

@@ -1,7 +1,9 @@
 """The HTTP contract of docs/api.md against a real 3-node cluster on 127.0.0.1."""
 
 import base64
+import signal
 import threading
+import time
 import uuid
 
 import pytest
@@ -588,9 +590,66 @@ def test_reads_and_receives_in_flight_as_the_lead_moves_are_sent_where_it_went(f
             assert reply.body["message"] in ELECTION_OUTLASTED_THE_HOLD, reply
 
 
+# The 503s of a node that lost its majority for a request it wrote nothing of, or that it served
+# again and found no leader for.
+WROTE_NOTHING_OR_NO_LEADER = ELECTION_OUTLASTED_THE_HOLD | {
+    "this node heard from no majority within its leader lease, so it wrote nothing; retry",
+    "this node stopped leading: it has heard from no majority of the cluster since",
+}
+
+
+def test_receives_the_lead_lost_mid_round_are_served_again_not_left_unknown(fresh_cluster):
+    """Both followers stop with receives written to the leader's log and not yet committed: the
+    leader steps down (CheckQuorum) and their outcome is unknown. A receive writes nothing a client
+    must not repeat (what it leased comes back when the lease ends), so the node serves each one
+    again, where the lead went or to say that no leader is known, rather than telling the client
+    that a write's outcome is unknown. The moves of the test above leave no such receive since the
+    hand-off hold: this test makes them on purpose."""
+    cluster = fresh_cluster(3)
+    leader = cluster.wait_for_leader(30)
+    url, empty = cluster.url(leader), qname()
+    assert call("PUT", f"{url}/v1/queues/{empty}", {}).status == 201
+    replies: list = []
+    stop = threading.Event()
+
+    def receive_until_stopped():
+        while not stop.is_set():
+            # written to the log every time: nothing is ready, and it does not wait
+            replies.append(call("POST", f"{url}/v1/queues/{empty}/receive", {}, follow=False))
+
+    clients = [threading.Thread(target=receive_until_stopped) for _ in range(4)]
+    for client in clients:
+        client.start()
+    stopped = [node for node in cluster.ids if node != leader]
+    try:
+        wait_until(lambda: len(replies) >= 20, what="receives answered before the stop")
+        answered_before = len(replies)
+        for node in stopped:
+            cluster.signal(node, signal.SIGSTOP)
+        wait_until(lambda: _stepped_down(cluster, leader), what="the cut-off leader to step down")
+        time.sleep(1.0)
+    finally:
+        for node in stopped:
+            cluster.signal(node, signal.SIGCONT)
+        stop.set()
+        for client in clients:
+            client.join(60)
+    during = replies[answered_before:]
+    statuses = [reply.status for reply in during]
+    assert statuses.count(503), "no receive was refused while the majority was gone"
+    assert set(statuses) <= {200, 307, 503}, during
+    for reply in during:
+        if reply.status == 503:
+            assert reply.body["message"] in WROTE_NOTHING_OR_NO_LEADER, reply
+
+
+def _stepped_down(cluster, node: str) -> bool:
+    view = call("GET", f"{cluster.url(node)}/health/ready", follow=False)
+    return view.body is not None and view.body.get("role") != "leader"
+
+
 def test_a_node_with_open_event_streams_still_shuts_down_cleanly(fresh_cluster):
     import http.client
-    import signal
     from urllib.parse import urlsplit
 
     cluster = fresh_cluster(3)
