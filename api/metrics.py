@@ -44,6 +44,18 @@ QUEUE_COUNTERS = (("put_total", "put", "Messages put"),
                   ("redriven_total", "redriven", "Dead letters moved back to their source queue"))
 
 
+def _summed(stats: list[dict]) -> dict:
+    """The engines' counters (engine/node.py ``Node.stats``) for the whole node: every group's added up."""
+    packings = [each["packing"] for each in stats]
+    total = {field: sum(each[field] for each in stats) for field in stats[0] if field != "packing"}
+    total["packing"] = {"entries": sum(p["entries"] for p in packings), **{
+        part: {"bounds": packings[0][part]["bounds"],
+               "counts": [sum(counts) for counts in zip(*(p[part]["counts"] for p in packings))],
+               "sum": sum(p[part]["sum"] for p in packings)}
+        for part in ("commands", "bytes")}}
+    return total
+
+
 class NodeCollector:
     """What the engine reported for this scrape (``Metrics.handler`` asks it
     first): nothing to keep in sync."""
@@ -56,11 +68,12 @@ class NodeCollector:
 
     async def fetch(self) -> None:
         groups = sorted(self.engines)
-        (stats, *statuses), queues, stagings = await asyncio.gather(
-            asyncio.gather(self.node.stats(), *(self.engines[g].status() for g in groups)),
+        stats, statuses, queues, stagings = await asyncio.gather(
+            asyncio.gather(*(self.engines[g].stats() for g in groups)),
+            asyncio.gather(*(self.engines[g].status() for g in groups)),
             asyncio.gather(*(self._queue_stats(self.engines[g]) for g in groups)),
             asyncio.gather(*(self.engines[g].read("staging_usage") for g in groups)))
-        self.scrape = {"status": statuses[0], "stats": stats, "groups": dict(zip(groups, statuses)),
+        self.scrape = {"status": statuses[0], "stats": _summed(stats), "groups": dict(zip(groups, statuses)),
                        "queues": [queue for pages in queues for queue in pages],
                        "staging": {field: sum(usage.result[field] for usage in stagings)
                                    for field in ("bytes", "stages", "marks")}}

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -418,3 +419,32 @@ def test_a_node_runs_the_engines_of_the_groups_the_record_names_it_in_and_no_oth
         assert call("POST", f"{url}/v1/cluster/verify").body["agree"] is True
     finally:
         cluster.close()
+
+
+def test_a_nodes_metrics_count_the_engines_of_every_group_it_holds(groups4):
+    """/metrics sums what each of the node's engines counts: a receive waiting on a queue of
+    group 1, 2 or 3 is on its leader's `raftq_long_polls_waiting`, as one of group 0 is."""
+    url = groups4.url(groups4.ids[0])
+    names = [f"metered-{i}" for i in range(12)]
+    for name in names:
+        assert call("PUT", f"{url}/v1/queues/{name}", {}).status in (200, 201)
+    table = routing(groups4)
+    queue = next(name for name in names if table["queues"][name] != 0)
+    group = next(g for g in table["groups"] if g["id"] == table["queues"][queue])
+    leader_url = f"{groups4.urls[0].split('://')[0]}://{group['leader_http_addr']}"
+
+    def waiting() -> float:
+        text = call("GET", f"{leader_url}/metrics").raw.decode()
+        return next(float(line.split()[-1]) for line in text.splitlines()
+                    if line.startswith("raftq_long_polls_waiting "))
+
+    reply = {}
+    receiver = threading.Thread(target=lambda: reply.setdefault("got", call(
+        "POST", f"{leader_url}/v1/queues/{queue}/receive", {"wait_ms": 30000}, timeout=60)))
+    receiver.start()
+    try:
+        wait_until(lambda: waiting() == 1, what=f"the receive on group {group['id']} counted")
+    finally:
+        call("POST", f"{url}/v1/queues/{queue}/messages", {"body": "done"})
+        receiver.join(40)
+    assert [m["body"] for m in reply["got"].body["messages"]] == ["done"]
