@@ -112,6 +112,8 @@ def test_sockets_ready_together_cost_one_tick(ticks, pairs):
     t.until(lambda: len(t.events) == 10)
     t.turns()
     assert t.reading_ticks == 1
+    # the tick that read them all, and the one a tick that read news is followed by
+    assert t.ticks == 2
     assert sorted(name for name, _ in t.events) == list(range(10))
 
 
