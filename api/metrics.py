@@ -120,6 +120,9 @@ class NodeCollector:
                                   value=self.buffer.dead_lettered)
         yield GaugeMetricFamily("raftq_long_polls_waiting", "Receives waiting for a ready message",
                                 value=stats["long_polls_waiting"])
+        yield CounterMetricFamily("raftq_receives_with_a_put", "Waiting receives written in the log entry of "
+                                  "a put to their queue, to lease its messages in the same Raft round",
+                                  value=stats["receives_with_a_put"])
         yield GaugeMetricFamily("raftq_journal_size_bytes", "Bytes of the Raft journal on disk",
                                 value=status["log_size"])
         yield GaugeMetricFamily("raftq_journal_segments", "Segment files of the Raft journal",

@@ -70,8 +70,12 @@ MAX_ENTRY_BYTES = 17 << 20
 class GroupCommitter:
     def __init__(self, propose: Callable[[bytes, int, Callable], None], *,
                  max_commands: int = 2_000, pack_bytes: int = 1 << 20,
-                 max_entry_bytes: int = MAX_ENTRY_BYTES, max_in_flight: int = 4):
+                 max_entry_bytes: int = MAX_ENTRY_BYTES, max_in_flight: int = 4,
+                 before_packing: Callable[[], None] | None = None):
+        """`before_packing`: called before queued commands are packed, and may queue more
+        (behind them): the receives that ride in the entry of the puts they wait for."""
         self._propose = propose
+        self._before_packing = before_packing
         self.max_commands = max_commands
         # Entries are packed up to pack_bytes, so that one replication round
         # stays short; a single command may be larger (a 16 MiB batch put is
@@ -107,6 +111,8 @@ class GroupCommitter:
         return len(self._pending)
 
     def _flush(self) -> None:
+        if self._before_packing is not None and self._in_flight < self.max_in_flight:
+            self._before_packing()
         self._flush_scheduled = False
         while self._pending and self._in_flight < self.max_in_flight:
             items, futures, size, term = [], [], 0, None

@@ -8,13 +8,24 @@ hundreds of waiters write empty receives. The waits are capped per
 node and per client address (CommitError ``too_many_waiters``,
 ``too_many_client_waiters``).
 
+A put takes one waiter of each of its queue's groups along (``put_queued``,
+then ``ride`` when group commit packs the next entry): the waiter's receive
+is queued behind the puts packed with it, into the same log entry as a rule,
+so the state machine leases it their messages in the puts' own apply, and a
+message reaches a waiting consumer in one Raft round rather than two (the
+put's, then the receive's). It is the receive the waiter would have written
+a round later; if the puts leave it nothing ready (a delay, an ordering key
+in flight, a refusal), it comes back empty and waits again.
+
 ``LongPolls`` belongs to one ``engine.node.Node``: it reads the node's state
-machine, and writes receives with the node's ``submit``.
+machine, and writes receives with the node's ``submit`` (or, riding a put,
+with the queue function ``put_queued`` is given).
 """
 
 import asyncio
 import collections
 import time
+from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from statemachine import StateMachine
@@ -26,12 +37,21 @@ from .outcome import Committed, CommitError
 CLAIM_EXPIRY_S = 5.0
 
 
+@dataclass(slots=True, eq=False)
+class _Waiter:
+    command: dict            # the receive it writes once woken
+    woken: asyncio.Future    # its result: None (write the receive now) or the receive already queued
+
+
 class LongPolls:
     def __init__(self, machine: StateMachine, submit: Callable[[dict], Awaitable[Committed]]):
         self._machine = machine
         self._submit = submit
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiters: dict[tuple[str, str], list[asyncio.Future]] = {}
+        self._waiters: dict[tuple[str, str], list[_Waiter]] = {}
+        self._groups_waiting: dict[str, set[str]] = {}   # queue -> its groups in _waiters
+        self._puts_queued: dict[str, int] = {}   # queue -> the term its last put queued was stamped in
+        self.receives_with_a_put = 0
         self._waiting_by_client: collections.Counter[str] = collections.Counter()
         # per group, when each woken receiver not done yet was woken
         self._claims: dict[tuple[str, str], list[float]] = {}
@@ -66,15 +86,18 @@ class LongPolls:
         woken = False
         try:
             while True:
+                riding = None
                 if time.monotonic() < deadline:
                     if woken:
                         self.woken_done(queue, group)
-                    outcome = await self.wait_ready(queue, group, deadline - time.monotonic(), max_waiters,
+                    outcome = await self.wait_ready(command, deadline - time.monotonic(), max_waiters,
                                                     client, max_per_client)
-                    woken = outcome == "woken"
+                    woken = outcome not in ("ready", "timeout")
                     if outcome == "timeout" and not last_try:
                         return None
-                committed = await self._submit(dict(command))
+                    if isinstance(outcome, asyncio.Future):
+                        riding = outcome
+                committed = await self._written(command, riding)
                 if committed.result.get("messages") or "error" in committed.result \
                         or time.monotonic() >= deadline:
                     return committed
@@ -82,25 +105,40 @@ class LongPolls:
             if woken:
                 self.woken_done(queue, group)
 
-    async def wait_ready(self, queue: str, group: str, timeout: float, max_waiters: int,
-                         client: str | None = None, max_per_client: int = 0) -> str:
-        """Wait until the group may have a ready message for this caller.
+    async def _written(self, command: dict, riding: asyncio.Future | None) -> Committed:
+        """The receive's outcome: the one queued behind a put (`riding`), or written now."""
+        if riding is not None:
+            try:
+                return await riding
+            except CommitError as exc:
+                # refused before the log, as the put was: written again the usual way, which
+                # waits for a leader cut off for a moment to hear from a majority again
+                if exc.code != "no_quorum":
+                    raise
+        return await self._submit(dict(command))
 
-        "woken" when an apply woke this caller: it was counted as claiming
-        one ready message, and must call ``woken_done`` once it has tried to
-        lease (before waiting again, too), so that what it left ready wakes
-        the next waiter.  "ready" at once when something is ready (or the
+    async def wait_ready(self, command: dict, timeout: float, max_waiters: int,
+                         client: str | None = None, max_per_client: int = 0) -> str | asyncio.Future:
+        """Wait until the receive `command`'s group may have a ready message for this caller.
+
+        "woken" when an apply woke this caller, or the receive's future when a
+        put queued it to ride along (``put_queued``): either way it was counted
+        as claiming one ready message, and must call ``woken_done`` once it has
+        tried to lease (before waiting again, too), so that what it left ready
+        wakes the next waiter.  "ready" at once when something is ready (or the
         group does not exist: a receive then gets its error); "timeout" after
         `timeout`.  CommitError too_many_waiters when `max_waiters` wait already;
         too_many_client_waiters when `client` (the front's name for who asks:
         its address) has `max_per_client` waiting already, so that no one
         client takes every slot.
         """
+        queue, group = command["queue"], command["group"]
         key = (queue, group)
-        future = self._loop.create_future()
+        waiter = _Waiter(command, self._loop.create_future())
         # Registered before looking: an apply that makes the group ready after
         # the look below then finds a waiter and wakes it (entry_applied).
-        self._waiters.setdefault(key, []).append(future)
+        self._waiters.setdefault(key, []).append(waiter)
+        self._groups_waiting.setdefault(queue, set()).add(group)
         if client is not None:
             self._waiting_by_client[client] += 1
         try:
@@ -110,16 +148,16 @@ class LongPolls:
                 raise CommitError("too_many_waiters")
             if client is not None and self._waiting_by_client[client] > max_per_client:
                 raise CommitError("too_many_client_waiters")
-            await asyncio.wait_for(future, timeout)
-            return "woken"
+            riding = await asyncio.wait_for(waiter.woken, timeout)
+            return "woken" if riding is None else riding
         except asyncio.TimeoutError:
             return "timeout"
         finally:
             waiting = self._waiters.get(key)
-            if waiting is not None and future in waiting:
-                waiting.remove(future)
+            if waiting is not None and waiter in waiting:
+                waiting.remove(waiter)
                 if not waiting:
-                    del self._waiters[key]
+                    self._forget(key)
             if client is not None:
                 self._waiting_by_client[client] -= 1
                 if not self._waiting_by_client[client]:
@@ -139,6 +177,45 @@ class LongPolls:
         """How many receives wait on this node."""
         return sum(len(waiting) for waiting in self._waiters.values())
 
+    def waits_on(self, queue: str | None = None) -> bool:
+        """Whether a receive waits on `queue` (None: on any queue)."""
+        return bool(self._groups_waiting) if queue is None else queue in self._groups_waiting
+
+    def put_queued(self, queue: str, term: int) -> None:
+        """A put to `queue`, stamped in `term`, was just queued for the log."""
+        self._puts_queued[queue] = term
+
+    def ride(self, queue_receive: Callable[[dict, int], asyncio.Future]) -> None:
+        """Before group commit packs the puts queued (``put_queued``): queue the receive of
+        the oldest waiter of each group of their queues behind them, with
+        `queue_receive(command, term)` (the term of the queue's last put), and hand it to
+        its waiter, which claims what it leases."""
+        if not self._puts_queued:
+            return
+        puts, self._puts_queued = self._puts_queued, {}
+        for queue, term in puts.items():
+            for group in list(self._groups_waiting.get(queue, ())):
+                key = (queue, group)
+                waiting = self._waiters[key]
+                while waiting and waiting[0].woken.done():
+                    waiting.pop(0)
+                if not waiting:
+                    self._forget(key)
+                    continue
+                waiter = waiting.pop(0)
+                if not waiting:
+                    self._forget(key)
+                waiter.woken.set_result(queue_receive(dict(waiter.command), term))
+                self._claims.setdefault(key, []).append(time.monotonic())
+                self.receives_with_a_put += 1
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        del self._waiters[key]
+        groups = self._groups_waiting[key[0]]
+        groups.discard(key[1])
+        if not groups:
+            del self._groups_waiting[key[0]]
+
     def _wake_waiters(self) -> None:
         # A ready message wakes one waiter, oldest first, unless a receiver
         # woken before is still on its way to it: waking every waiter of a
@@ -155,11 +232,11 @@ class LongPolls:
                 claims.pop(0)
             waiting = self._waiters[key]
             while waiting and count > len(claims):
-                future = waiting.pop(0)
-                if not future.done():
-                    future.set_result(None)
+                waiter = waiting.pop(0)
+                if not waiter.woken.done():
+                    waiter.woken.set_result(None)
                     claims.append(time.monotonic())
             if not claims:
                 del self._claims[key]
             if not waiting:
-                del self._waiters[key]
+                self._forget(key)

@@ -51,6 +51,9 @@ CHECKPOINTS_KEPT = 64
 # for real still refuses, after the hold.
 LEASE_HOLD_S = 0.8
 LEASE_RECHECK_S = 0.01
+# A put is decoded to let the receives waiting on its queue ride in its entry;
+# one larger than this is not (its decoding would cost more than the round saved).
+RIDE_MAX_BYTES = 64 << 10
 
 
 class LogClock:
@@ -138,7 +141,7 @@ class Node:
         self._was_leader = False
         self.times_became_leader = 0
         self.entries_applied = 0
-        self.committer = GroupCommitter(self._propose)
+        self.committer = GroupCommitter(self._propose, before_packing=self._let_receives_ride)
         self.consensus = Consensus(
             self_peer=self.spec.peer(),
             peers=[peer for peer in cluster.peers_for(node_id) if members is None or peer.id in members],
@@ -238,13 +241,35 @@ class Node:
         await self._settled(term)
         try:
             try:
-                return await self.committer.enqueue(stamped(encoded, self.clock.now_ms()), term)
+                queued = self.committer.enqueue(stamped(encoded, self.clock.now_ms()), term)
+                if self.long_polls.waits_on():
+                    self._note_put(encoded, term)
+                return await queued
             except CommitError as exc:
                 if exc.code != "no_quorum" or not await self._lease_regained(term):
                     raise
                 return await self.committer.enqueue(stamped(encoded, self.clock.now_ms()), term)
         finally:
             self._ticker_wake.set()   # the command may have set a timer
+
+    def _note_put(self, encoded: bytes, term: int) -> None:
+        """Tell the long polls of a put (`encoded`, stamped in `term`) just queued to a
+        queue some receive waits on: group commit packs its waiters' receives behind it."""
+        if len(encoded) > RIDE_MAX_BYTES:
+            return   # decoded only to find its queue: a large put wakes its waiters after its apply
+        command = cbor2.loads(encoded)
+        if command.get("op") == "put" and self.long_polls.waits_on(command["queue"]) \
+                and not all(message.get("delay_ms") for message in command["messages"]):
+            self.long_polls.put_queued(command["queue"], term)
+
+    def _let_receives_ride(self) -> None:
+        """Before group commit packs an entry: the receives waiting on the queues of the
+        puts queued since (``LongPolls.ride``), queued behind them for the puts' term, so
+        that they lease their messages in the same Raft round."""
+        self.long_polls.ride(self._queue_receive)
+
+    def _queue_receive(self, receive: dict, term: int) -> asyncio.Future:
+        return self.committer.enqueue(stamped(cbor2.dumps(receive), self.clock.now_ms()), term)
 
     async def _lease_regained(self, term: int) -> bool:
         """Whether this node, still leading `term`, hears from a majority again
@@ -397,7 +422,9 @@ class Node:
 
     def stats(self) -> dict:
         return {"times_became_leader": self.times_became_leader, "entries_applied": self.entries_applied,
-                "long_polls_waiting": self.long_polls.waiting(), "packing": self.committer.packing.as_dict()}
+                "long_polls_waiting": self.long_polls.waiting(),
+                "receives_with_a_put": self.long_polls.receives_with_a_put,
+                "packing": self.committer.packing.as_dict()}
 
     def status(self) -> dict:
         self._learn_ids()

@@ -213,6 +213,56 @@ def test_long_poll_wakes_on_put(cluster3):
     assert empty.status == 200 and empty.body["messages"] == []
 
 
+@pytest.mark.parametrize("cluster3", [1], ids=["G1"], indirect=True)
+def test_waiting_receives_ride_in_the_puts_log_entry(cluster3):
+    """A put queues the receive of its queue's oldest waiter of each consumer group right behind
+    it: one log entry carries the put and those receives, which lease its message in the same
+    apply (one Raft round from put to delivery, not two). A younger waiter of the same group
+    keeps waiting, and a delayed message, ready only later, takes nobody along: its waiter is
+    woken the usual way when it becomes ready."""
+    url, q = leader_url(cluster3), qname()
+    assert call("PUT", f"{url}/v1/queues/{q}", {}).status == 201
+    assert call("PUT", f"{url}/v1/queues/{q}/groups/audit", {}).status == 201
+    replies: dict = {}
+    threads = []
+
+    def wait_in(name: str, group: str):
+        replies[name] = call("POST", f"{url}/v1/queues/{q}/receive", {"group": group, "wait_ms": 30000}, timeout=60)
+
+    def figures() -> tuple:
+        seen = metrics(url)
+        return (seen[("raftq_receives_with_a_put_total", ())], seen[("raftq_log_entry_commands_count", ())],
+                seen[("raftq_log_entry_commands_sum", ())])
+
+    rides, entries, commands = figures()
+    try:
+        for waiting, (name, group) in enumerate((("oldest", "default"), ("younger", "default"),
+                                                 ("audit", "audit")), start=1):
+            threads.append(threading.Thread(target=wait_in, args=(name, group)))
+            threads[-1].start()
+            wait_until(lambda n=waiting: metric(url, "raftq_long_polls_waiting") == n, what=f"{name} to wait")
+        put = call("POST", f"{url}/v1/queues/{q}/messages", {"body": "first"})
+        assert put.status == 201, put
+        wait_until(lambda: {"oldest", "audit"} <= set(replies), what="the oldest waiters' answers")
+        assert [m["body"] for m in replies["oldest"].body["messages"]] == ["first"]
+        assert [m["body"] for m in replies["audit"].body["messages"]] == ["first"]
+        assert "younger" not in replies and metric(url, "raftq_long_polls_waiting") == 1
+        now_rides, now_entries, now_commands = figures()
+        assert now_rides == rides + 2
+        # the put and both receives in one entry: two commands more than entries
+        assert (now_commands - commands) - (now_entries - entries) == 2
+        delayed = call("POST", f"{url}/v1/queues/{q}/messages", {"body": "later", "delay_ms": 300})
+        assert delayed.status == 201, delayed
+        # woken when the message became ready, not by the end of its 30 s wait
+        wait_until(lambda: "younger" in replies, timeout=20, what="the delayed message to reach the younger waiter")
+        assert [m["body"] for m in replies["younger"].body["messages"]] == ["later"]
+        assert figures()[0] == rides + 2
+    finally:
+        for thread in threads:
+            thread.join(40)
+    assert metric(url, "raftq_long_polls_waiting") == 0
+
+
 def test_nack_extend_and_redelivery(cluster3):
     url, q = leader_url(cluster3), qname()
     call("POST", f"{url}/v1/queues/{q}/messages", {"body": "again"})

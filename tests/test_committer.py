@@ -112,3 +112,29 @@ def test_a_command_too_big_for_any_entry_is_refused_before_the_log():
         return refused.value.code, log.proposed
 
     assert run(scenario()) == ("too_large", [])
+
+
+def test_what_is_queued_before_packing_rides_behind_the_commands_queued_and_in_their_entry():
+    """The hook the long polls use: receives queued as an entry is about to be packed go in
+    it, after every command queued so far."""
+    async def scenario():
+        log = Log()
+        hooked = []
+
+        def before_packing():
+            hooked.append(committer.backlog)
+            if len(hooked) == 1:
+                riders.append(committer.enqueue(cbor2.dumps({"n": 99}), term=3))
+
+        riders: list = []
+        committer = GroupCommitter(log.propose, before_packing=before_packing)
+        futures = [committer.enqueue(cbor2.dumps({"n": i}), term=3) for i in range(3)]
+        await asyncio.sleep(0)
+        log.commit_all()
+        results = [c.result["echo"] for c in await asyncio.gather(*futures, *riders)]
+        return results, [[c["n"] for c in cmds] for cmds, _, _ in log.proposed], hooked[0]
+
+    results, entries, backlog_when_hooked = run(scenario())
+    assert entries == [[0, 1, 2, 99]]
+    assert results == [0, 1, 2, 99]
+    assert backlog_when_hooked == 3
