@@ -185,15 +185,17 @@ class LongPolls:
         """A put to `queue`, stamped in `term`, was just queued for the log."""
         self._puts_queued[queue] = term
 
-    def ride(self, queue_receive: Callable[[dict, int], asyncio.Future]) -> None:
-        """Before group commit packs the puts queued (``put_queued``): queue the receive of
-        the oldest waiter of each group of their queues behind them, with
-        `queue_receive(command, term)` (the term of the queue's last put), and hand it to
-        its waiter, which claims what it leases."""
+    def ride(self, queue_receive: Callable[[dict, int], asyncio.Future], term: int) -> None:
+        """Before group commit packs the puts queued (``put_queued``) in `term`, the node's
+        term now: queue the receive of the oldest waiter of each group of their queues
+        behind them, with `queue_receive(command, term)`, and hand it to its waiter, which
+        claims what it leases. Puts of an earlier term were refused with their term."""
         if not self._puts_queued:
             return
         puts, self._puts_queued = self._puts_queued, {}
-        for queue, term in puts.items():
+        for queue, put_term in puts.items():
+            if put_term != term:
+                continue
             for group in list(self._groups_waiting.get(queue, ())):
                 key = (queue, group)
                 waiting = self._waiters[key]

@@ -266,7 +266,7 @@ class Node:
         """Before group commit packs an entry: the receives waiting on the queues of the
         puts queued since (``LongPolls.ride``), queued behind them for the puts' term, so
         that they lease their messages in the same Raft round."""
-        self.long_polls.ride(self._queue_receive)
+        self.long_polls.ride(self._queue_receive, self.consensus.term())
 
     def _queue_receive(self, receive: dict, term: int) -> asyncio.Future:
         return self.committer.enqueue(stamped(cbor2.dumps(receive), self.clock.now_ms()), term)
