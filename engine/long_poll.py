@@ -8,8 +8,9 @@ hundreds of waiters write empty receives. The waits are capped per
 node and per client address (CommitError ``too_many_waiters``,
 ``too_many_client_waiters``).
 
-A put takes one waiter of each of its queue's groups along (``put_queued``,
-then ``ride`` when group commit packs the next entry): the waiter's receive
+A put takes one waiter of each of its queue's groups along (``ride_queue``
+names its queue, ``put_queued`` notes it, ``ride`` acts when group commit
+packs the next entry): the waiter's receive
 is queued behind the puts packed with it, into the same log entry as a rule,
 so the state machine leases it their messages in the puts' own apply, and a
 message reaches a waiting consumer in one Raft round rather than two (the
@@ -35,6 +36,14 @@ from .outcome import Committed, CommitError
 # A woken receiver that never says it is done (a bug, a dropped task) stops
 # holding back the other waiters after this long.
 CLAIM_EXPIRY_S = 5.0
+
+
+def ride_queue(command: dict) -> str | None:
+    """The queue whose waiting receives `command` may take along in its log entry: a put's,
+    unless every message it puts is delayed (ready only later, for nobody waiting now)."""
+    if command.get("op") != "put" or all(message.get("delay_ms") for message in command["messages"]):
+        return None
+    return command["queue"]
 
 
 @dataclass(slots=True, eq=False)
@@ -177,9 +186,9 @@ class LongPolls:
         """How many receives wait on this node."""
         return sum(len(waiting) for waiting in self._waiters.values())
 
-    def waits_on(self, queue: str | None = None) -> bool:
-        """Whether a receive waits on `queue` (None: on any queue)."""
-        return bool(self._groups_waiting) if queue is None else queue in self._groups_waiting
+    def waits_on(self, queue: str) -> bool:
+        """Whether a receive waits on `queue`."""
+        return queue in self._groups_waiting
 
     def put_queued(self, queue: str, term: int) -> None:
         """A put to `queue`, stamped in `term`, was just queued for the log."""

@@ -34,7 +34,7 @@ from statemachine.bodies import BodyRef, read_body
 
 from .committer import GroupCommitter
 from .config import ClusterConfig, NodeSpec, Peer
-from .long_poll import LongPolls
+from .long_poll import LongPolls, ride_queue
 from .outcome import Committed, CommitError
 from .raft.consensus import Consensus
 
@@ -51,9 +51,6 @@ CHECKPOINTS_KEPT = 64
 # for real still refuses, after the hold.
 LEASE_HOLD_S = 0.8
 LEASE_RECHECK_S = 0.01
-# A put is decoded to let the receives waiting on its queue ride in its entry;
-# one larger than this is not (its decoding would cost more than the round saved).
-RIDE_MAX_BYTES = 64 << 10
 
 
 class LogClock:
@@ -227,10 +224,11 @@ class Node:
     async def submit(self, command: dict) -> Committed:
         """Stamp one command with log time and apply it through the log (group
         commit, Raft): its result and its entry's index, or CommitError."""
-        return await self.submit_encoded(cbor2.dumps(command))
+        return await self.submit_encoded(cbor2.dumps(command), ride_queue(command))
 
-    async def submit_encoded(self, encoded: bytes) -> Committed:
-        """``submit`` of a command a front encoded (CBOR, without ``now_ms``).
+    async def submit_encoded(self, encoded: bytes, ride: str | None = None) -> Committed:
+        """``submit`` of a command a front encoded (CBOR, without ``now_ms``); `ride`: the
+        queue whose waiting receives it takes along in its entry (``ride_queue``).
 
         A leader whose clock is not settled for its term (its barrier is not
         applied yet) holds the command until it is: stamped earlier it could
@@ -242,8 +240,8 @@ class Node:
         try:
             try:
                 queued = self.committer.enqueue(stamped(encoded, self.clock.now_ms()), term)
-                if self.long_polls.waits_on():
-                    self._note_put(encoded, term)
+                if ride is not None and self.long_polls.waits_on(ride):
+                    self.long_polls.put_queued(ride, term)
                 return await queued
             except CommitError as exc:
                 if exc.code != "no_quorum" or not await self._lease_regained(term):
@@ -251,16 +249,6 @@ class Node:
                 return await self.committer.enqueue(stamped(encoded, self.clock.now_ms()), term)
         finally:
             self._ticker_wake.set()   # the command may have set a timer
-
-    def _note_put(self, encoded: bytes, term: int) -> None:
-        """Tell the long polls of a put (`encoded`, stamped in `term`) just queued to a
-        queue some receive waits on: group commit packs its waiters' receives behind it."""
-        if len(encoded) > RIDE_MAX_BYTES:
-            return   # decoded only to find its queue: a large put wakes its waiters after its apply
-        command = cbor2.loads(encoded)
-        if command.get("op") == "put" and self.long_polls.waits_on(command["queue"]) \
-                and not all(message.get("delay_ms") for message in command["messages"]):
-            self.long_polls.put_queued(command["queue"], term)
 
     def _let_receives_ride(self) -> None:
         """Before group commit packs an entry: the receives waiting on the queues of the

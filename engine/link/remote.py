@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import cbor2
 
+from ..long_poll import ride_queue
 from ..outcome import Committed, CommitError
 from .frames import FrameWriter, LinkClosed, read_frame
 
@@ -126,8 +127,9 @@ class RemoteNode:
     async def apply(self, command: dict) -> Committed:
         """The command applied through the engine's log (``Node.submit``, one
         round trip): its result and its entry's index, or CommitError."""
-        # encoded here, so the engine only splices in its log time
-        return Committed(*await self._call("submit", cbor2.dumps(command)))
+        # encoded here, so the engine only splices in its log time (and reads no put to find
+        # its queue)
+        return Committed(*await self._call("submit", cbor2.dumps(command), ride_queue(command)))
 
     async def read(self, query: str, *args, settled: bool = False) -> Read:
         """A query of the state machine; `settled` waits first for this leader's barrier."""

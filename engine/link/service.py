@@ -9,7 +9,9 @@ engine is reachable from a front:
 =====================  ==============================================  =======================
 call                   args                                            answer
 =====================  ==============================================  =======================
-submit                 command, CBOR-encoded (bytes)                   [result, log index]
+submit                 command, CBOR-encoded (bytes); the queue whose  [result, log index]
+                       waiting receives it takes along, or None
+                       (``engine.long_poll.ride_queue``)
 read                   query, args, settled                            [result, applied index]
 receive                receive command, wait_s, last_try, encoded,     [result, log index] or None;
                        client (who waits: its address)                 ``encoded``: a result's messages
@@ -145,8 +147,8 @@ class EngineService:
     async def _rebalance(self) -> bool | None:
         return None if self.balancer is None else await self.balancer.balance_now()
 
-    async def _submit(self, encoded: bytes) -> list:
-        committed = await self.node.submit_encoded(encoded)
+    async def _submit(self, encoded: bytes, ride: str | None = None) -> list:
+        committed = await self.node.submit_encoded(encoded, ride)
         return [committed.result, committed.index]
 
     async def _read(self, query: str, args: list, settled: bool) -> list:
