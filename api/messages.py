@@ -13,7 +13,7 @@ from .errors import ApiError, from_result
 from .commands import receive_waiting, validate, write
 from .keys import GROUP, GROUPS, NODE, SETTINGS
 from .leader import read, route_to_leader
-from .routing import leader_only, queue_name, group_name
+from .routing import queue_name, group_name
 
 DURABILITY = ("quorum", "all", "leader")
 QUERY_INT = re.compile(r"[0-9]{1,19}")
@@ -58,11 +58,16 @@ async def put(request: web.Request) -> web.Response:
 
     put_command = None
     try:
-        # A follower redirects before it reads the body: decoding is the leader's cost.
+        # A follower redirects before it reads the body: decoding is the leader's cost. But a
+        # name this node has not seen placed may be assigned a Raft group by the routing, which
+        # only a valid put may do: its body is read and checked first.
+        if node.auto_create and request.app[GROUPS].cached(name) is None:
+            put_command = await command()
+            validate(put_command)
         elsewhere = await route_to_leader(request, creating=node.auto_create)
         if elsewhere is not None:
             return elsewhere
-        put_command = await command()
+        put_command = put_command or await command()
         committed = await write(request, put_command)
     except ApiError as exc:
         # Buffered only when no leader can take the write; a refusal (400, 429) is final.
@@ -109,7 +114,6 @@ def _int_field(body: dict, field: str, default, low: int, high: int, *, nullable
     return value
 
 
-@leader_only
 async def receive(request: web.Request) -> web.Response:
     name = queue_name(request)
     body = await read_body(request, required=False) or {}
@@ -121,6 +125,9 @@ async def receive(request: web.Request) -> web.Response:
     lease_ms = _int_field(body, "lease_ms", None, 1, 1 << 40, nullable=True)
     command = {"op": "receive", "queue": name, "group": group, "max": count, "lease_ms": lease_ms}
     validate(command)
+    elsewhere = await route_to_leader(request)
+    if elsewhere is not None:
+        return elsewhere
     result = (await receive_waiting(request.app, request[GROUP], command, wait_ms / 1000,
                                     client=request.remote)).result
     if "error" in result:
@@ -140,6 +147,9 @@ async def _settle(request: web.Request, op: str) -> web.Response:
         command["lease_ms"] = body["lease_ms"]
     validate(command)
     refuse_invalid_receipts(command["receipts"])
+    elsewhere = await route_to_leader(request)
+    if elsewhere is not None:
+        return elsewhere
     return respond(request, (await write(request, command)).result)
 
 
@@ -154,17 +164,14 @@ def refuse_invalid_receipts(receipts: list) -> None:
                        invalid=invalid)
 
 
-@leader_only
 async def ack(request):
     return await _settle(request, "ack")
 
 
-@leader_only
 async def nack(request):
     return await _settle(request, "nack")
 
 
-@leader_only
 async def extend(request):
     return await _settle(request, "extend")
 
@@ -188,14 +195,17 @@ async def browse(request: web.Request) -> web.Response:
     return await read(request, "browse", name, group, from_seq, limit)
 
 
-@leader_only
 async def commit(request: web.Request) -> web.Response:
     body = await read_body(request)
     if not isinstance(body, dict):
         raise ApiError("bad_request", "the body must be an object with seq")
-    return respond(request, (await write(request, {
-        "op": "commit", "queue": queue_name(request), "group": group_name(request.match_info["group"]),
-        "seq": body.get("seq")})).result)
+    command = {"op": "commit", "queue": queue_name(request), "group": group_name(request.match_info["group"]),
+               "seq": body.get("seq")}
+    validate(command)
+    elsewhere = await route_to_leader(request)
+    if elsewhere is not None:
+        return elsewhere
+    return respond(request, (await write(request, command)).result)
 
 
 async def transaction(request: web.Request) -> web.Response:

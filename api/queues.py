@@ -5,7 +5,7 @@ from aiohttp import web
 from .codec import read_body, respond
 from .errors import ApiError
 from .gather import group_param, per_group
-from .commands import read_here, write
+from .commands import read_here, validate, write
 from .keys import GROUPS
 from .leader import read, route_to_leader
 from .routing import group_name, leader_only, queue_name
@@ -23,20 +23,24 @@ async def create(request: web.Request) -> web.Response:
     config = await read_body(request, required=False)
     if config is None:
         config = {}
+    command = {"op": "create_queue", "queue": queue_name(request), "config": config}
+    validate(command)
     elsewhere = await _route_config(request, config)
     if elsewhere is not None:
         return elsewhere
-    result = (await write(request, {"op": "create_queue", "queue": queue_name(request), "config": config})).result
+    result = (await write(request, command)).result
     return respond(request, {"name": queue_name(request), "config": result["config"]},
                    status=201 if result["created"] else 200)
 
 
 async def patch(request: web.Request) -> web.Response:
     config = await read_body(request)
+    command = {"op": "patch_queue", "queue": queue_name(request), "config": config}
+    validate(command)
     elsewhere = await _route_config(request, config)
     if elsewhere is not None:
         return elsewhere
-    result = (await write(request, {"op": "patch_queue", "queue": queue_name(request), "config": config})).result
+    result = (await write(request, command)).result
     return respond(request, {"name": queue_name(request), "config": result["config"]})
 
 
@@ -63,14 +67,17 @@ async def show(request: web.Request) -> web.Response:
     return await read(request, "queue_info", queue_name(request))
 
 
-@leader_only
 async def add_group(request: web.Request) -> web.Response:
     body = await read_body(request, required=False) or {}
     if not isinstance(body, dict):
         raise ApiError("bad_request", "the body must be an object like {\"start\": \"earliest\"}")
-    result = (await write(request, {"op": "add_group", "queue": queue_name(request),
-                                    "group": group_name(request.match_info["group"]),
-                                    "start": body.get("start", "earliest")})).result
+    command = {"op": "add_group", "queue": queue_name(request), "group": group_name(request.match_info["group"]),
+               "start": body.get("start", "earliest")}
+    validate(command)
+    elsewhere = await route_to_leader(request)
+    if elsewhere is not None:
+        return elsewhere
+    result = (await write(request, command)).result
     created = result.pop("created")
     return respond(request, result, status=201 if created else 200)
 
@@ -93,11 +100,14 @@ async def delete_group(request: web.Request) -> web.Response:
 REDRIVE_FIELDS = {"from_queue", "max", "id"}
 
 
-@leader_only
 async def redrive(request: web.Request) -> web.Response:
     body = await read_body(request, required=False) or {}
     if not isinstance(body, dict) or set(body) - REDRIVE_FIELDS:
         raise ApiError("bad_request", "the body is an object with optional from_queue, max and id")
     command = {"op": "redrive", "queue": queue_name(request),
                **{k: v for k, v in body.items() if v is not None}}
+    validate(command)
+    elsewhere = await route_to_leader(request)
+    if elsewhere is not None:
+        return elsewhere
     return respond(request, (await write(request, command)).result)

@@ -15,7 +15,7 @@ from aiohttp import web
 from .codec import read_body, respond
 from .errors import ApiError
 from .gather import group_param, per_group
-from .commands import consistency, leader_read, read_here, write
+from .commands import consistency, leader_read, read_here, validate, write
 from .keys import GROUP, GROUPS, NODE
 from .leader import route_to_leader
 from .messages import _messages as parse_messages
@@ -52,38 +52,41 @@ async def _route(request: web.Request, queue, *, creating: bool = False) -> web.
 async def stage(request: web.Request) -> web.Response:
     body = await _object(request, {"token", "chunk", "queue", "messages", "ttl_ms"},
                          {"token", "chunk", "queue", "messages"})
-    elsewhere = await _route(request, body["queue"], creating=request.app[NODE].auto_create)
-    if elsewhere is not None:
-        return elsewhere
     command = {"op": "stage", "producer": producer_id(request), "token": body["token"],
                "chunk": body["chunk"], "queue": body["queue"],
                "messages": parse_messages(request, {"messages": body["messages"]}),
                "auto_create": request.app[NODE].auto_create}
     if body.get("ttl_ms") is not None:
         command["ttl_ms"] = body["ttl_ms"]
+    validate(command)
+    elsewhere = await _route(request, body["queue"], creating=request.app[NODE].auto_create)
+    if elsewhere is not None:
+        return elsewhere
     return respond(request, (await write(request, command)).result, status=201)
 
 
 async def commit(request: web.Request) -> web.Response:
     body = await _object(request, {"batch", "parts", "retain_ms", "queue"}, {"batch", "parts"})
-    elsewhere = await _route(request, body.get("queue"), creating=request.app[NODE].auto_create)
-    if elsewhere is not None:
-        return elsewhere
     command = {"op": "stage_commit", "producer": producer_id(request), "batch": body["batch"],
                "parts": body["parts"], "auto_create": request.app[NODE].auto_create}
     if body.get("retain_ms") is not None:
         command["retain_ms"] = body["retain_ms"]
+    validate(command)
+    elsewhere = await _route(request, body.get("queue"), creating=request.app[NODE].auto_create)
+    if elsewhere is not None:
+        return elsewhere
     committed = await write(request, command)
     return respond(request, {**committed.result, "commit_index": committed.index})
 
 
 async def abort(request: web.Request) -> web.Response:
     body = await _object(request, {"tokens", "queue"}, {"tokens"})
+    command = {"op": "stage_abort", "producer": producer_id(request), "tokens": body["tokens"]}
+    validate(command)
     elsewhere = await _route(request, body.get("queue"))
     if elsewhere is not None:
         return elsewhere
-    return respond(request, (await write(request, {"op": "stage_abort", "producer": producer_id(request),
-                                                   "tokens": body["tokens"]})).result)
+    return respond(request, (await write(request, command)).result)
 
 
 async def list_all(request: web.Request) -> web.Response:

@@ -103,6 +103,16 @@ def test_a_queue_named_nowhere_does_not_exist_on_any_node(cluster):
         assert error_code(refused) == "AWS.SimpleQueueService.NonExistentQueue"
 
 
+def test_a_refused_create_queue_places_no_name_in_any_group(cluster):
+    name = "refused-" + uuid.uuid4().hex[:8]
+    sqs = sqs_client(cluster.url(cluster.ids[0]))
+    for attributes in ({"VisibilityTimeout": "soon"}, {"Colour": "blue"}):
+        with pytest.raises(ClientError) as refused:
+            sqs.create_queue(QueueName=name, Attributes=attributes)
+        assert error_code(refused) in ("InvalidAttributeValue", "InvalidAttributeName")
+    assert group_of(cluster, name) is None
+
+
 def test_a_redrive_policy_across_groups_is_refused_and_changes_nothing(cluster, spread):
     (g1, q1), (g2, q2) = sorted(spread.items())[1:3]
     sqs = sqs_client(cluster.url(cluster.ids[0]))

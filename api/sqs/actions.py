@@ -225,25 +225,28 @@ def _matches(info: dict, given: dict, ctx: Context) -> bool:
     return True
 
 
-def _creation(params: dict) -> tuple[str, dict, bool]:
-    """CreateQueue's queue name, attributes, and whether it is a FIFO queue."""
+def _creation(ctx: Context, params: dict) -> tuple[str, dict, bool, dict]:
+    """CreateQueue's queue name, attributes, whether it is a FIFO queue, and the raftq config they
+    make; refused here when any is invalid, which the call's routing checks before it may place
+    the name in a Raft group."""
     given = string_map(params, "Attributes")
     if given.get("FifoQueue", "false") not in ("true", "false"):
         raise SqsError("InvalidAttributeValue", "Invalid value for the parameter FifoQueue: it must be true or false")
     fifo = given.get("FifoQueue") == "true"
-    return checked_name(required(params, "QueueName"), fifo), given, fifo
-
-
-async def create_queue(ctx: Context, params: dict) -> dict:
-    name, given, fifo = _creation(params)
+    name = checked_name(required(params, "QueueName"), fifo)
     tags = _tags(params, "tags")
     config, kept = attrs.config_changes(given, attrs.fifo_defaults() if fifo else {}, ctx.account, name,
                                         creating=True)
     config.setdefault("ttl_ms", attrs.DEFAULT_RETENTION_S * 1000)
-    kept["CreatedTimestamp"] = kept["LastModifiedTimestamp"] = now_s()
     config["sqs_attributes"] = kept
     if tags:
         config["tags"] = tags
+    return name, given, fifo, config
+
+
+async def create_queue(ctx: Context, params: dict) -> dict:
+    name, given, fifo, config = _creation(ctx, params)
+    config["sqs_attributes"]["CreatedTimestamp"] = config["sqs_attributes"]["LastModifiedTimestamp"] = now_s()
     try:
         info = await read(ctx, "queue_info", name)
     except SqsError as exc:
@@ -840,7 +843,7 @@ def _configured(ctx: Context, params: dict) -> Target:
 
 
 def _created(ctx: Context, params: dict) -> Target:
-    name, given, _ = _creation(params)
+    name, given, _, _ = _creation(ctx, params)
     return Target([name, *_dead_letter_named(ctx, given, name)], creating=True)
 
 
