@@ -733,25 +733,25 @@ def test_a_backlog_of_slow_applies_costs_no_election(cluster):
 
 
 def test_a_follower_whose_tick_came_late_reads_its_leaders_heartbeats_before_electing(cluster):
-    """A follower's tick stalls past its election timeout after it polled (a
+    """A follower's tick stalls past its election timeout after its last poll (a
     slow fsync, a busy machine): the leader's heartbeats wait in its socket.
     Deciding first, it would depose a healthy leader."""
     c = cluster().start_all()
     leader = c.leader()
     term = leader.status()["term"]
     follower = next(n for n in c.nodes.values() if n is not leader)
-    journal = follower._journal
-    sync = journal._sync_data
+    raft = follower.node._node
+    send_replies = raft._send_replies     # the last step of a tick, after pysyncobj's poll
     stall = threading.Event()
 
-    def late_sync(*args, **kwargs):
+    def late_replies():
+        send_replies()
         if stall.is_set():
             stall.clear()
             time.sleep(2 * CALM_ELECTIONS[1])
-        return sync(*args, **kwargs)
 
     asked = follower.status()["pre_votes"]["asked"]
-    journal._sync_data = late_sync
+    raft._send_replies = late_replies
     stall.set()
     wait_until(lambda: not stall.is_set(), what="the stalled tick")
     time.sleep(3 * CALM_ELECTIONS[1])

@@ -606,19 +606,15 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
             # pysyncobj polls at the end of its tick and acts on what it read in
             # the next one; a tick on the loop runs because a socket is ready, so
             # it reads first and acts on it now (after the first tick, which loads
-            # the snapshot before anything is read: pysyncobj's order)
+            # the snapshot before anything is read: pysyncobj's order). A tick that
+            # came late (a slow fsync, a busy machine) so reads its leader's
+            # heartbeats before it judges the election deadline they extend.
             if not self._SyncObj__needLoadDumpFile:
                 self._poller.poll(0)
             self._check_quorum()
-            self._read_before_electing()
             self._ask_before_standing()
             super()._onTick(self._until_due(timeToWait))
         self._send_replies()
-
-    def _read_before_electing(self) -> None:
-        if (self._SyncObj__raftState != LEADER and self._SyncObj__raftElectionDeadline < monotonic()
-                and self._SyncObj__transport.ready):
-            self._poller.poll(0)
 
     def _until_due(self, longest: float) -> float:
         # How long this tick may poll: until the next heartbeat (leader) or
