@@ -11,9 +11,14 @@ from .leader import read, route_to_leader
 from .routing import group_name, leader_only, queue_name
 
 
-async def _route_config(request: web.Request, config) -> web.StreamResponse | None:
+async def _route_config(request: web.Request, config, *, new_queue: bool) -> web.StreamResponse | None:
     """Route a queue's config change: to the queue's group, which a dead-letter queue it names
-    joins (409 cross_group when that one lives in another group already)."""
+    joins (409 cross_group when that one lives in another group already). Unless `new_queue`,
+    the queue must exist already: 404 places no name, not even its dead-letter queue's."""
+    if not new_queue:
+        elsewhere = await route_to_leader(request)
+        if elsewhere is not None:
+            return elsewhere
     dead_letter = config.get("dead_letter") if isinstance(config, dict) else None
     names = [queue_name(request)] + ([dead_letter] if isinstance(dead_letter, str) else [])
     return await route_to_leader(request, names, creating=True)
@@ -25,7 +30,7 @@ async def create(request: web.Request) -> web.Response:
         config = {}
     command = {"op": "create_queue", "queue": queue_name(request), "config": config}
     validate(command)
-    elsewhere = await _route_config(request, config)
+    elsewhere = await _route_config(request, config, new_queue=True)
     if elsewhere is not None:
         return elsewhere
     result = (await write(request, command)).result
@@ -37,7 +42,7 @@ async def patch(request: web.Request) -> web.Response:
     config = await read_body(request)
     command = {"op": "patch_queue", "queue": queue_name(request), "config": config}
     validate(command)
-    elsewhere = await _route_config(request, config)
+    elsewhere = await _route_config(request, config, new_queue=False)
     if elsewhere is not None:
         return elsewhere
     result = (await write(request, command)).result

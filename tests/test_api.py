@@ -90,6 +90,7 @@ def test_queue_lifecycle(cluster3):
     ("PUT", "/v1/queues/{q}", {"overflow": "explode"}, None, 400, "bad_request"),
     ("PUT", "/v1/queues/{q}", {"lease_ms": -1}, None, 400, "bad_request"),
     ("PUT", "/v1/queues/{q}", {"colour": "blue"}, None, 400, "bad_request"),
+    ("PATCH", "/v1/queues/{q}", {"dead_letter": "{q}-dlq"}, None, 404, "not_found"),
     ("GET", "/v1/nothing-here", None, None, 404, "not_found"),
     ("POST", "/v1/tx", {"ack": "no"}, None, 400, "bad_request"),
     ("POST", "/v1/producers/p-{q}/stage", {"token": "t", "chunk": 0, "queue": "{q}", "messages": []}, None,
@@ -108,7 +109,8 @@ def test_bad_input_is_refused_and_changes_nothing(cluster3, method, path, body, 
     assert reply.body["error"] == code and reply.body["message"]
     assert call("GET", f"{url}/v1/queues").body == before
     if cluster3.cfg.groups > 1:
-        assert call("GET", f"{url}/v1/cluster/routing?queue={q}").body["queues"] == {q: None}
+        placed = call("GET", f"{url}/v1/cluster/routing?queue={q}&queue={q}-dlq").body["queues"]
+        assert placed == {q: None, f"{q}-dlq": None}
 
 
 def test_huge_body_is_too_large(cluster3):

@@ -103,14 +103,20 @@ def test_a_queue_named_nowhere_does_not_exist_on_any_node(cluster):
         assert error_code(refused) == "AWS.SimpleQueueService.NonExistentQueue"
 
 
-def test_a_refused_create_queue_places_no_name_in_any_group(cluster):
+def test_a_refused_call_places_no_name_in_any_group(cluster, spread):
     name = "refused-" + uuid.uuid4().hex[:8]
     sqs = sqs_client(cluster.url(cluster.ids[0]))
     for attributes in ({"VisibilityTimeout": "soon"}, {"Colour": "blue"}):
         with pytest.raises(ClientError) as refused:
             sqs.create_queue(QueueName=name, Attributes=attributes)
         assert error_code(refused) in ("InvalidAttributeValue", "InvalidAttributeName")
-    assert group_of(cluster, name) is None
+    known = sqs.get_queue_url(QueueName=spread[0])["QueueUrl"]
+    never_created = known.rsplit("/", 1)[0] + "/" + name
+    policy = f'{{"deadLetterTargetArn": "{arn(name + "-dlq")}", "maxReceiveCount": "2"}}'
+    with pytest.raises(ClientError) as refused:
+        sqs.set_queue_attributes(QueueUrl=never_created, Attributes={"RedrivePolicy": policy})
+    assert error_code(refused) == "AWS.SimpleQueueService.NonExistentQueue"
+    assert group_of(cluster, name) is None and group_of(cluster, name + "-dlq") is None
 
 
 def test_a_redrive_policy_across_groups_is_refused_and_changes_nothing(cluster, spread):

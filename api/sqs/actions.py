@@ -811,9 +811,11 @@ async def permissions(ctx: Context, params: dict) -> dict:
 @dataclass(frozen=True)
 class Target:
     """The queues a call touches, which choose the Raft group that serves it; `creating`: a
-    name the catalog has not placed yet is placed now (with the others, in one group)."""
+    name the catalog has not placed yet is placed now (with the others, in one group), except
+    those of `existing`, which must be placed already (else `unknown`, and nothing is placed)."""
     queues: list
     creating: bool = False
+    existing: tuple = ()
     unknown: tuple = ("QueueDoesNotExist", NO_QUEUE)    # the error when a queue is not in the catalog
 
 
@@ -839,7 +841,8 @@ def _configured(ctx: Context, params: dict) -> Target:
     """A queue and the dead-letter queue its RedrivePolicy names: one group (as the native API's
     config), which a new queue joins."""
     name = queue_of(ctx, params)
-    return Target([name, *_dead_letter_named(ctx, string_map(params, "Attributes"), name)], creating=True)
+    return Target([name, *_dead_letter_named(ctx, string_map(params, "Attributes"), name)], creating=True,
+                  existing=(name,))
 
 
 def _created(ctx: Context, params: dict) -> Target:

@@ -60,8 +60,11 @@ async def _to_group(request: web.Request, body: bytes, target: Target) -> web.Re
                                                 "SQS calls to the leader by itself")
     try:
         # the node's own credentials for the catalog's leader: the caller signed for this node and call
+        authorization = node_authorization(request.app)
+        if target.existing:
+            await serving_group(request.app, list(target.existing), authorization=authorization)
         request[GROUP] = await serving_group(request.app, target.queues, creating=target.creating,
-                                             authorization=node_authorization(request.app))
+                                             authorization=authorization)
     except Elsewhere as there:
         forwards = request.headers.get(FORWARDED, "0")
         forwards = int(forwards) if forwards.isascii() and forwards.isdigit() else MAX_FORWARDS
