@@ -20,7 +20,7 @@ import pytest
 from api import bounded, stream
 from api.app import Limits, Settings
 from api.routes import ROUTES
-from api.sqs import actions as sqs_actions, attributes as sqs_attributes, query as sqs_query
+from api.sqs import attributes as sqs_attributes, message_actions as sqs_messages, query as sqs_query
 from engine.committer import MAX_ENTRY_BYTES
 from engine.raft import wire as raft_wire
 from raftq.cli import parser
@@ -155,7 +155,7 @@ INPUT_BOUNDS = {
     "a message's `ordering_key`": lambda: [validation.MAX_ORDERING_KEY],
     "a queue's `tags`": lambda: _string_map_bounds("tags"),
     "a queue's `sqs_attributes`": lambda: _string_map_bounds("sqs_attributes"),
-    "SQS: entries of a batch": lambda: [sqs_actions.MAX_BATCH, (sqs_actions.MAX_BATCH_BYTES, "size")],
+    "SQS: entries of a batch": lambda: [sqs_messages.MAX_BATCH, (sqs_messages.MAX_BATCH_BYTES, "size")],
     "SQS: message attributes per message": lambda: [sqs_attributes.MAX_MESSAGE_ATTRIBUTES],
     "SQS: parameters of a query-protocol call": lambda: [sqs_query.MAX_FIELDS, sqs_query.MAX_INDEX],
 }

@@ -1,0 +1,150 @@
+"""What every SQS action is given and calls: the call's context, its parameters read and
+checked, and raftq's reads and writes with their refusals turned into SQS errors."""
+
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+
+from .. import commands
+from ..errors import ApiError
+from ..keys import GROUP, GROUPS, SETTINGS
+from . import attributes as attrs
+from .errors import SqsError, invalid, missing
+from .sigv4 import Signer
+
+
+NO_QUEUE = "The specified queue does not exist."
+
+
+@dataclass(frozen=True)
+class Context:
+    request: web.Request
+    signer: Signer
+
+    @property
+    def app(self) -> web.Application:
+        return self.request.app
+
+    @property
+    def account(self) -> str:
+        return self.app[SETTINGS].sqs.account
+
+    def queue_url(self, name: str) -> str:
+        return f"{self.request.scheme}://{self.request.host}/{self.account}/{name}"
+
+    def arn(self, name: str) -> str:
+        return attrs.arn(self.signer.region, self.account, name)
+
+
+# ---- calls into raftq, their refusals as SQS errors ---------------------------------------------
+
+NATIVE = {"not_found": ("QueueDoesNotExist", NO_QUEUE), "queue_full": ("OverLimit", None),
+          "limit_reached": ("OverLimit", None), "too_many_waiters": ("OverLimit", None),
+          "bad_request": ("InvalidParameterValue", None), "too_large": ("InvalidParameterValue", None),
+          "conflict": ("QueueNameExists", None), "no_quorum": ("ServiceUnavailable", None),
+          "timeout": ("ServiceUnavailable", None)}
+
+
+def from_native(exc: ApiError) -> SqsError:
+    code, message = NATIVE.get(exc.code, ("InternalError", None))
+    return SqsError(code, message or exc.message)
+
+
+async def write(ctx: Context, command: dict):
+    try:
+        return (await commands.write(ctx.request, command)).result
+    except ApiError as exc:
+        raise from_native(exc) from None
+
+
+async def read(ctx: Context, query: str, *args):
+    try:
+        result = await commands.leader_read(ctx.app, ctx.request[GROUP], query, *args)
+    except ApiError as exc:
+        raise from_native(exc) from None
+    if isinstance(result, dict) and "error" in result:
+        raise from_native(ApiError(result["error"], result.get("message", "")))
+    return result
+
+
+async def local_info(ctx: Context, name: str) -> dict:
+    """A queue's config and stats as this (leading) node has applied them: no
+    round to the majority, for what a send or receive needs of its settings.
+    A queue it does not find is looked for again by a confirmed read: a leader
+    just elected may not have applied the entry that created it yet."""
+    result, _ = await ctx.app[GROUPS].engines[ctx.request[GROUP]].read("queue_info", name)
+    if "error" in result:
+        return await read(ctx, "queue_info", name)
+    return result
+
+
+# ---- parameters -----------------------------------------------------------------------------------
+
+def required(params: dict, name: str):
+    value = params.get(name)
+    if value is None or value == "":
+        raise missing(name)
+    return value
+
+
+def text(params: dict, name: str, default=None):
+    value = params.get(name, default)
+    if value is not None and not isinstance(value, str):
+        raise invalid(name, value, "it must be a string")
+    return value
+
+
+def integer(params: dict, name: str, low: int, high: int, default=None):
+    """An integer parameter: JSON numbers, or the query protocol's digit strings."""
+    value = params.get(name)
+    if value is None:
+        return default
+    if isinstance(value, str) and value.strip().lstrip("-").isascii() and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise invalid(name, value, f"it must be an integer from {low} to {high}")
+    return value
+
+
+def string_list(params: dict, name: str) -> list:
+    value = params.get(name) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise invalid(name, value, "it must be a list of strings")
+    return value
+
+
+def string_map(params: dict, name: str) -> dict:
+    value = params.get(name) or {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise invalid(name, value, "it must map strings to strings")
+    return value
+
+
+def queue_of(ctx: Context, params: dict) -> str:
+    """The queue a QueueUrl names (any node's address: only the path counts)."""
+    url = text(params, "QueueUrl")
+    if not url:
+        raise missing("QueueUrl")
+    parts = urlsplit(url).path.strip("/").split("/")
+    if len(parts) != 2 or not parts[0].isdigit() or not parts[1]:
+        raise SqsError("InvalidAddress", f"{url!r} is not a queue URL (http://<node>/<account>/<queue>)")
+    if parts[0] != ctx.account or not attrs.QUEUE_NAME.fullmatch(parts[1].removesuffix(".fifo")):
+        raise SqsError("QueueDoesNotExist", f"{NO_QUEUE} ({url!r} names no queue of account {ctx.account})")
+    return parts[1]
+
+
+def checked_name(name: str, fifo: bool) -> str:
+    if not isinstance(name, str) or not attrs.QUEUE_NAME.fullmatch(name.removesuffix(".fifo")) or len(name) > 80:
+        raise invalid("QueueName", name, "a queue name is 1 to 80 letters, digits, '-' and '_' (and a FIFO "
+                                         "queue's ends with .fifo)")
+    if name.endswith(".fifo") != fifo:
+        raise invalid("QueueName", name, "a FIFO queue (FifoQueue=true) has a name ending with .fifo, and only "
+                                         "a FIFO queue has")
+    return name
+
+
+def now_s() -> str:
+    return str(int(time.time()))

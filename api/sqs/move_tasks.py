@@ -1,0 +1,98 @@
+"""The SQS message move tasks: the native redrive of a dead-letter queue's messages back to their sources."""
+
+import base64
+import time
+import uuid
+
+import orjson
+
+from wire_format import is_name
+
+from . import attributes as attrs
+from .errors import SqsError, invalid
+from .context import Context, integer, read, required, write
+from .queue_actions import dead_letter_sources
+
+
+MOVE_TASKS = "MessageMoveTasks"     # the dead-letter queue's recent tasks, in its sqs_attributes
+KEPT_TASKS = 10
+REDRIVE_STEP = 1_000
+
+
+async def _dead_letter_source(ctx: Context, params: dict) -> tuple[str, dict]:
+    source_arn = required(params, "SourceArn")
+    name = attrs.queue_from_arn(source_arn, ctx.account, "SourceArn")
+    info = await read(ctx, "queue_info", name)
+    if await dead_letter_sources(ctx, name):
+        return name, info
+    raise invalid("SourceArn", source_arn, "Source queue must be configured as a Dead Letter Queue.")
+
+
+def _tasks(info: dict) -> list:
+    return orjson.loads((info["config"].get("sqs_attributes") or {}).get(MOVE_TASKS, "[]"))
+
+
+async def start_message_move_task(ctx: Context, params: dict) -> dict:
+    name, info = await _dead_letter_source(ctx, params)
+    if params.get("DestinationArn") is not None:
+        raise SqsError("UnsupportedOperation", "raftq moves dead letters back to the queues they came from; "
+                                               "a DestinationArn is not supported")
+    if params.get("MaxNumberOfMessagesPerSecond") is not None:
+        raise SqsError("UnsupportedOperation", "raftq moves dead letters as fast as the log takes them; "
+                                               "MaxNumberOfMessagesPerSecond is not supported")
+    handle = base64.urlsafe_b64encode(f"{name}:{uuid.uuid4()}".encode()).decode()
+    task = {"TaskHandle": handle, "Status": "COMPLETED", "SourceArn": params["SourceArn"],
+            "ApproximateNumberOfMessagesToMove": info["stats"]["depth"], "ApproximateNumberOfMessagesMoved": 0,
+            "StartedTimestamp": int(time.time() * 1000)}
+    # The move runs to its end here, one redrive (an atomic log entry) at a
+    # time; each has an id, so a retried step is not applied twice.
+    step = 0
+    while True:
+        try:
+            moved = (await write(ctx, {"op": "redrive", "queue": name, "max": REDRIVE_STEP,
+                                       "id": f"{handle}:{step}"}))["moved"]
+        except SqsError as exc:
+            task.update(Status="FAILED", FailureReason=exc.message)
+            break
+        task["ApproximateNumberOfMessagesMoved"] += moved
+        step += 1
+        if moved < REDRIVE_STEP:
+            break
+    current = await read(ctx, "queue_info", name)
+    kept = dict(current["config"].get("sqs_attributes") or {})
+    kept[MOVE_TASKS] = orjson.dumps([task, *_tasks(current)][:KEPT_TASKS]).decode()
+    await write(ctx, {"op": "patch_queue", "queue": name, "config": {"sqs_attributes": kept}})
+    return {"TaskHandle": handle}
+
+
+async def list_message_move_tasks(ctx: Context, params: dict) -> dict:
+    source_arn = required(params, "SourceArn")
+    name = attrs.queue_from_arn(source_arn, ctx.account, "SourceArn")
+    limit = integer(params, "MaxResults", 1, KEPT_TASKS, 1)
+    tasks = _tasks(await read(ctx, "queue_info", name))[:limit]
+    # a handle is only shown for a running task (SQS's rule); raftq's have all ended
+    return {"Results": [{k: v for k, v in t.items() if k != "TaskHandle"} for t in tasks]}
+
+
+def task_queue(handle) -> str:
+    """The dead-letter queue a message move task's handle names."""
+    try:
+        name = base64.urlsafe_b64decode(handle.encode()).decode().split(":", 1)[0]
+    except (AttributeError, ValueError, UnicodeDecodeError):
+        name = None
+    if name is None or not is_name(name):
+        raise SqsError("ResourceNotFoundException", "no such message move task")
+    return name
+
+
+async def cancel_message_move_task(ctx: Context, params: dict) -> dict:
+    handle = required(params, "TaskHandle")
+    name = task_queue(handle)
+    try:
+        tasks = _tasks(await read(ctx, "queue_info", name))
+    except SqsError:
+        tasks = []
+    if not any(t["TaskHandle"] == handle for t in tasks):
+        raise SqsError("ResourceNotFoundException", "no such message move task")
+    raise SqsError("ResourceNotFoundException", "the task is not running: raftq runs a move to its end "
+                                                "within StartMessageMoveTask, so there is nothing to cancel")
