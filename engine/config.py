@@ -110,7 +110,9 @@ class Tokens:
 
     @classmethod
     def generate(cls) -> "Tokens":
-        return cls(**{role: secrets.token_urlsafe(32) for role in ROLES})
+        # Hex, not URL-safe base64: a token that began with '-' would be taken for an option
+        # by `raftq ... --token TOKEN` (argparse), one cluster in 32.
+        return cls(**{role: secrets.token_hex(32) for role in ROLES})
 
 
 SQS_ROLES = ("admin", "data")

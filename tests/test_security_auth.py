@@ -130,6 +130,14 @@ def test_a_node_without_a_secret_or_a_token_refuses_to_start(tmp_path):
     assert done.returncode == 2 and "--insecure-no-auth" in done.stderr
 
 
+def test_generated_tokens_are_256_bits_and_never_read_as_a_command_line_option():
+    """`raftq ... --token TOKEN` takes any generated token: one beginning with '-' would be taken
+    for an option (URL-safe base64 began so in one cluster of 32, and CI met one)."""
+    tokens = [getattr(cluster_config.Tokens.generate(), role) for _ in range(300) for role in cluster_config.ROLES]
+    assert len(set(tokens)) == len(tokens)
+    assert all(re.fullmatch(r"[0-9a-f]{64}", token) for token in tokens)
+
+
 def test_a_config_readable_by_others_is_refused_with_the_chmod_to_run(tmp_path):
     cluster = LocalCluster.create(tmp_path / "c", 1)
     cluster.config_path.chmod(0o644)
