@@ -13,7 +13,7 @@ from cryptography.x509.oid import NameOID
 
 from raftq.client import Client
 from tests.conftest import start_cluster
-from tests.test_growth import join
+from tests.test_growth import join, replicas_agree
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -74,7 +74,6 @@ def test_replicas_move_over_https_when_a_cluster_of_four_groups_grows(tmp_path):
             wait_until(spread, 240, "the replicas to spread over four nodes")
             for name in names:
                 assert [m["body"] for m in client.browse(name)["messages"]] == [{"queue": name}]
-            verified = client.verify()
-            assert verified["agree"] and len(verified["groups"]) == 4, verified
+            replicas_agree(client, 4)
     finally:
         cluster.close()
