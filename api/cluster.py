@@ -298,6 +298,11 @@ async def transfer_leadership(request: web.Request) -> web.Response:
     return respond(request, {"moved": moved, "previous": node.id, "leader": status["leader_id"]})
 
 
+# a verify's verdicts, the worst first: two replicas' digests differ (a bug); the replicas that
+# answered agree but some gave no digest in time (down, or still applying: ask again); all agree
+VERDICTS = ("differ", "incomplete", "agree")
+
+
 async def verify(request: web.Request) -> web.Response:
     """Take a digest at one log position on every replica of a Raft group and compare: of
     the one group (``?group=``, or the only one), else of each group (gathered)."""
@@ -309,8 +314,11 @@ async def verify(request: web.Request) -> web.Response:
             return elsewhere
         return respond(request, await _verify_group(request, group or 0))
     answers = await per_group(request, lambda group: _verify_group(request, group))
+    verdicts = {answer["verdict"] for answer in answers.values()}
     # token and digests of group 0 (every node holds it), as with one group; then every group's
-    return respond(request, {**answers[0], "agree": all(answer["agree"] for answer in answers.values()),
+    return respond(request, {**answers[0], "agree": verdicts == {"agree"},
+                             "verdict": next(v for v in VERDICTS if v in verdicts),
+                             "unanswered": sorted({node for answer in answers.values() for node in answer["unanswered"]}),
                              "groups": [{"group": group, **answers[group]} for group in sorted(answers)]})
 
 
@@ -335,8 +343,11 @@ async def _verify_group(request: web.Request, group: int) -> dict:
 
     others = await asyncio.gather(*(digest_of(m) for m in members))
     digests = {node.id: digest, **{m["id"]: d for m, d in zip(members, others)}}
-    agree = all(d == digest for d in digests.values())
-    return {"token": token, "digests": digests, "agree": agree}
+    unanswered = sorted(node_id for node_id, d in digests.items() if d is None)
+    verdict = ("differ" if len({d for d in digests.values() if d is not None}) > 1
+               else "incomplete" if unanswered else "agree")
+    return {"token": token, "digests": digests, "agree": verdict == "agree", "verdict": verdict,
+            "unanswered": unanswered}
 
 
 async def checkpoint(request: web.Request) -> web.Response:

@@ -148,10 +148,11 @@ def _r(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def verify_digests(result: dict) -> list:
-    """Every replica's digest in a POST /v1/cluster/verify answer, of one Raft group or of each."""
-    answers = result.get("groups", [result])
-    return [digest for answer in answers for digest in answer.get("digests", {}).values()]
+def replicas_agree_in(result: dict) -> bool:
+    """Whether a POST /v1/cluster/verify answer shows, in each Raft group, every replica's digest
+    and all of them one: judged from the digests, not from the answer's own verdict."""
+    return all(None not in answer["digests"].values() and len(set(answer["digests"].values())) == 1
+               for answer in result.get("groups", [result]))
 
 
 def group_states(view: dict) -> dict[int, dict]:
@@ -434,8 +435,7 @@ class Checker:
             elif not last.ok:
                 found[f] = f"{last.type}: {last.error}"
             elif f == "verify":
-                agree = last.result.get("agree") and None not in verify_digests(last.result)
-                found[f] = "agree" if agree else f"differ: {last.result}"
+                found[f] = "agree" if replicas_agree_in(last.result) else f"{last.result.get('verdict')}: {last.result}"
             else:
                 found[f] = "agree" if last.result.get("exit") == 0 else \
                     f"exit {last.result.get('exit')}: {last.result.get('output', '')[-300:]}"

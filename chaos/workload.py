@@ -44,8 +44,8 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from chaos.checker import verify_digests
 from chaos.history import History
+from raftq.cli.cluster import VERIFY_EXITS
 
 TIMEOUT_S = 3.0
 WAIT_MS = 300
@@ -537,15 +537,15 @@ def _group_empty(caller: Caller, node: str, queue: str, group: str) -> bool:
 def verify(history: History, endpoints: Endpoints, leader: str, attempts: int = 5) -> None:
     """Compare replica digests over HTTP and with `raftq cluster verify`, both recorded.
 
-    Only a digest nobody answered (a node still catching up) is retried; digests
-    that differ are a verdict, not a reason to ask again.
+    Only an incomplete verify (a replica gave no digest in time: still catching up)
+    is retried; digests that differ are a verdict, not a reason to ask again.
     """
     caller = Caller(endpoints, direct=True)
     try:
         for _ in range(attempts):
             outcome, result = attempt(history, caller, "checker", "verify", None, leader, "POST",
                                       "/v1/cluster/verify", timeout=30)
-            if outcome == "ok" and None not in verify_digests(result):
+            if outcome == "ok" and result["verdict"] != "incomplete":
                 break
             time.sleep(1)
     finally:
@@ -559,6 +559,6 @@ def verify(history: History, endpoints: Endpoints, leader: str, attempts: int = 
                               capture_output=True, text=True, timeout=60)
         output = done.stdout + done.stderr
         history.complete(op, "ok", {"exit": done.returncode, "output": output[-2000:]})
-        if done.returncode == 0 or '"agree": false' in output:
+        if done.returncode in (VERIFY_EXITS["agree"], VERIFY_EXITS["differ"]):
             return
         time.sleep(1)

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from raftq.cli.cluster import VERIFY_EXITS, verify_verdict
 from raftq.client import Client
 from raftq.local import LocalCluster, free_ports, port_free
 from tests.waiting import wait_until
@@ -72,6 +73,25 @@ def test_put_receive_ack_queues_and_verify(cluster3):
     assert "cli-q" in raftq("queues", url=url, cluster=cluster3).stdout
     verify = raftq("cluster", "verify", url=url, cluster=cluster3).stdout
     assert "replicas agree" in verify
+
+
+def test_verify_with_a_replica_down_names_it_instead_of_calling_the_replicas_different(fresh_cluster):
+    """A replica that gives no digest is not a divergence: the verdict is `incomplete`, in every
+    group it serves, it is named, and the CLI exits 3 (1 stays for digests that differ)."""
+    cluster = fresh_cluster(3, groups=4)
+    cluster.kill("n3")
+    with Client(cluster.urls[:2], token=cluster.token) as client:
+        def led_by_the_living() -> bool:
+            return all(group["leader"] in ("n1", "n2") for group in client.routing()["groups"])
+        wait_until(led_by_the_living, 30, "every group led by n1 or n2")
+    done = raftq("cluster", "verify", "--json", url=",".join(cluster.urls[:2]), cluster=cluster, check=False)
+    assert done.returncode == VERIFY_EXITS["incomplete"] == 3, done
+    result = json.loads(done.stdout)
+    assert (result["verdict"], result["agree"], result["unanswered"]) == ("incomplete", False, ["n3"])
+    for group in result["groups"]:
+        assert (group["verdict"], group["unanswered"], group["digests"]["n3"]) == ("incomplete", ["n3"], None)
+        assert len({group["digests"]["n1"], group["digests"]["n2"]}) == 1, group
+    assert verify_verdict(result).startswith("no digest from n3 in time")
 
 
 def test_status_exits_1_without_quorum(fresh_cluster):

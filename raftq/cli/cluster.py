@@ -113,6 +113,17 @@ def has_quorum(view: dict) -> bool:
     return view.get("leader") is not None and healthy > len(view["nodes"]) // 2
 
 
+# differ is a bug to report; incomplete is worth asking again, so a script tells them apart
+VERIFY_EXITS = {"agree": 0, "differ": 1, "incomplete": 3}
+
+
+def verify_verdict(result: dict) -> str:
+    if result["verdict"] == "incomplete":
+        return (f"no digest from {', '.join(result['unanswered'])} in time (down, or still applying); "
+                "the replicas that answered agree: run verify again")
+    return "replicas agree" if result["verdict"] == "agree" else "REPLICAS DIFFER"
+
+
 def cmd_cluster(args) -> int:
     where = target(args)
     with where.client(retry_for=2.0, timeout=5.0) as client:
@@ -130,9 +141,8 @@ def cmd_cluster(args) -> int:
                      for prefix, answer in ([(f"group {g['group']}  ", g) for g in result["groups"]]
                                             if "groups" in result else [("", result)])
                      for node, digest in answer["digests"].items()]
-            verdict = "replicas agree" if result["agree"] else "REPLICAS DIFFER"
-            emit(args, result, "\n".join(lines + [verdict]))
-            return 0 if result["agree"] else 1
+            emit(args, result, "\n".join(lines + [verify_verdict(result)]))
+            return VERIFY_EXITS[result["verdict"]]
         if args.action == "rebalance":
             result = client.rebalance()
             lines = [f"group {move['group']}: {'moved' if move['moved'] else 'stays'}" for move in result["groups"]]
