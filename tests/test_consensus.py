@@ -741,17 +741,17 @@ def test_a_follower_whose_tick_came_late_reads_its_leaders_heartbeats_before_ele
     term = leader.status()["term"]
     follower = next(n for n in c.nodes.values() if n is not leader)
     raft = follower.node._node
-    send_replies = raft._send_replies     # the last step of a tick, after pysyncobj's poll
+    tick = raft._onTick
     stall = threading.Event()
 
-    def late_replies():
-        send_replies()
+    def late_tick(time_to_wait):
+        tick(time_to_wait)              # its last step is pysyncobj's poll: then it stalls
         if stall.is_set():
             stall.clear()
             time.sleep(2 * CALM_ELECTIONS[1])
 
     asked = follower.status()["pre_votes"]["asked"]
-    raft._send_replies = late_replies
+    raft._onTick = late_tick
     stall.set()
     wait_until(lambda: not stall.is_set(), what="the stalled tick")
     time.sleep(3 * CALM_ELECTIONS[1])
@@ -762,6 +762,59 @@ def test_a_follower_whose_tick_came_late_reads_its_leaders_heartbeats_before_ele
     assert follower.status()["pre_votes"]["asked"] == asked
 
 
+class SlowToApply(Recorder):
+    """A Recorder whose apply of an entry beginning b"slow", once armed, holds its node's
+    loop until released (as a large entry's apply does), noting whether the node's log
+    already held an entry after it."""
+
+    def __init__(self, **knobs):
+        super().__init__(**knobs)
+        self.armed = False
+        self.release = threading.Event()
+        self.stalled = threading.Event()
+        self.held_more = None
+
+    def apply(self, entry):
+        if self.armed and entry.startswith(b"slow"):
+            self.held_more = self.node.status()["last_log_index"] > self.node.applying_index()
+            self.stalled.set()
+            self.release.wait(30)
+        return super().apply(entry)
+
+
+def test_a_follower_answers_an_append_before_it_applies_what_that_append_committed(cluster):
+    """With one follower down, every commit waits for the other's answer. A follower
+    learns that an entry is committed from the next append (or a heartbeat) and then
+    applies it, which may take long: its answer to that next append must not wait for
+    the apply. Judged in the rounds where the next append, not a heartbeat, brought the
+    news (the follower's log held the next entry as its apply began)."""
+    c = cluster(machine_class=SlowToApply).start_all()
+    leader = c.leader()
+    follower, down = [node_id for node_id, node in c.nodes.items() if node is not leader]
+    c.stop(down)
+    machine = c.machines[follower]
+    machine.armed = True
+    judged = 0
+    for round_ in range(8):
+        machine.release.clear()
+        machine.stalled.clear()
+        answered = threading.Event()
+        try:
+            commit(c, b"slow-%d" % round_)
+            leader.propose(b"next-%d" % round_, lambda result, error: answered.set(), term=leader.term())
+            assert machine.stalled.wait(20), "the follower never applied the slow entry"
+            if machine.held_more:
+                judged += 1
+                assert answered.wait(20), "the next entry waited for the follower's apply"
+        finally:
+            machine.release.set()
+        assert answered.wait(20)
+        if judged >= 2:
+            break
+    assert judged, "a heartbeat brought every commit: nothing judged"
+
+
+# -- snapshots -------------------------------------------------------------------------
 # -- snapshots -------------------------------------------------------------------------
 
 def test_snapshots_restart_and_catch_up_a_wiped_node(cluster):

@@ -12,7 +12,9 @@ snapshot a leader sent it over its log (docs/guarantees.md, "What pysyncobj
 - loads a leader's snapshot only over a log that lacks the snapshot's last
   entry (``_install_snapshot``);
 - queues its acknowledgements while it appends, and sends them only after
-  the fsync that makes them true (``engine.raft.node`` syncs once per tick);
+  the fsync that makes them true: right after the poll that read the
+  appends, before it applies what they committed (``engine.raft.node``),
+  and at the end of the tick for what its last poll read;
   anything that could make a queued acknowledgement untrue (truncation,
   clear, a new term) first flushes the queue (``_flush_replies``);
 - echoes the ``sent_at`` of the append it answers, which confirms the

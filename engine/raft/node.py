@@ -611,6 +611,10 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
             # heartbeats before it judges the election deadline they extend.
             if not self._SyncObj__needLoadDumpFile:
                 self._poller.poll(0)
+            # A follower answers the appends it just read before it applies what
+            # they committed: the leader waits for the answer, not for the apply.
+            if self._replies:
+                self._flush_replies()
             self._check_quorum()
             self._ask_before_standing()
             super()._onTick(self._until_due(timeToWait))
