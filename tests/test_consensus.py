@@ -38,6 +38,7 @@ from engine.storage.journal import RECENT_BYTES, DurableJournal
 from engine.storage.records import DamagedFile
 from raftq.local import free_ports as local_free_ports
 from tests.tools import require_strace
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "test-cluster-secret"
@@ -49,16 +50,6 @@ def free_ports(n):
     # pysyncobj orders nodes by their address strings (free_ports picks 5-digit ports)
     assert len({len(str(p)) for p in ports}) == 1
     return ports
-
-
-def wait_until(predicate, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError(f"gave up waiting for {what}")
 
 
 class OnItsLoop:

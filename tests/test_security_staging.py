@@ -9,6 +9,7 @@ import time
 import aiohttp
 import pytest
 
+from tests.waiting import wait_until
 from tests.wire import call
 
 pytestmark = pytest.mark.integration
@@ -49,16 +50,6 @@ def post(cluster, path: str, body: dict):
             return reply
         time.sleep(0.5)
     return reply
-
-
-def wait_until(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout} s: {what}")
 
 
 @pytest.fixture(scope="module")
