@@ -789,17 +789,21 @@ def test_a_follower_answers_an_append_before_it_applies_what_that_append_committ
     for round_ in range(8):
         machine.release.clear()
         machine.stalled.clear()
-        answered = threading.Event()
+        answered, errors = threading.Event(), []
+
+        def callback(result, error):
+            errors.append(error)
+            answered.set()
         try:
             commit(c, b"slow-%d" % round_)
-            leader.propose(b"next-%d" % round_, lambda result, error: answered.set(), term=leader.term())
+            leader.propose(b"next-%d" % round_, callback, term=leader.term())
             assert machine.stalled.wait(20), "the follower never applied the slow entry"
             if machine.held_more:
                 judged += 1
                 assert answered.wait(20), "the next entry waited for the follower's apply"
         finally:
             machine.release.set()
-        assert answered.wait(20)
+        assert answered.wait(20) and errors == [None], errors
         if judged >= 2:
             break
     assert judged, "a heartbeat brought every commit: nothing judged"
