@@ -264,7 +264,9 @@ async def _leaving(request: web.Request, catalog, node_id: str, voters: list[str
     """On group 0's leader of a cluster of several groups: None when `node_id` holds no replica
     of another group (it leaves group 0 now); else it is marked leaving (202), or refused 409
     when fewer nodes than a group's replicas would remain."""
-    recorded = (await catalog.read("group_members")).result
+    # settled: read by a leader new to its term, the record could miss a committed move onto
+    # the node, which would then leave group 0 still holding that replica
+    recorded = (await catalog.read("group_members", settled=True)).result
     move = recorded["move"] or []
     held = sum(node_id in members for members in recorded["members"].values()) + (node_id in move[1:])
     if not held:

@@ -113,7 +113,9 @@ class ReplicaMover(Background):
         catalog = self._app[GROUPS].catalog
         if catalog.view()["role"] != "leader":
             return
-        recorded = (await catalog.read("group_members")).result
+        # settled: a leader new to its term may not yet have applied every committed move,
+        # while the voters it reads below are already its log's
+        recorded = (await catalog.read("group_members", settled=True)).result
         if not recorded["members"]:
             return
         voters = {voter["id"]: voter for voter in await catalog.members()}
