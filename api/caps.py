@@ -2,15 +2,12 @@
 dedup window, staged writes (docs/security.md).
 
 A cap that depends on the state is checked where the state is: the leader
-puts the limit into the command (``max_queues``, a stage's ``caps``,
-``dedup_max_bytes``) and the state machine applies it, the same on every
-replica, so replicas started with other options still agree, and commands in
-flight together cannot pass a cap between them. A ``stage_commit`` names
-stages, not queues: only the state knows which queues it would make.
-
-The group count alone is still checked here, on the leader, against the
-state it has applied: concurrent ``add_group`` calls may pass it by as many
-as are in flight together.
+puts the limit into the command (``max_queues``, ``add_group``'s
+``max_groups``, a stage's ``caps``, ``dedup_max_bytes``) and the state machine
+applies it, the same on every replica, so replicas started with other options
+still agree, and commands in flight together cannot pass a cap between them.
+A ``stage_commit`` names stages, not queues: only the state knows which
+queues it would make.
 """
 
 from statemachine.staging import DEFAULT_STAGE_TTL_MS
@@ -19,11 +16,6 @@ from .errors import ApiError
 
 # Commands that may create queues: each carries the cluster's queue cap.
 CREATING_QUEUES = frozenset({"create_queue", "put", "tx", "stage_commit"})
-
-
-def _refuse(what: str, cap: int, option: str):
-    raise ApiError("limit_reached", f"{what} (limit {cap}, the node option --{option})",
-                   headers={"Retry-After": "60"})
 
 
 def prepare(limits, command: dict) -> None:
@@ -36,6 +28,8 @@ def prepare(limits, command: dict) -> None:
                                       "(the node option --max-dedup-window-ms)")
     if op in CREATING_QUEUES:
         command["max_queues"] = limits.max_queues
+    if op == "add_group":
+        command["max_groups"] = limits.max_groups_per_queue
     if op == "stage_commit":
         command["max_producers"] = limits.max_producers
     if op in ("put", "tx"):
@@ -53,14 +47,3 @@ def prepare(limits, command: dict) -> None:
                            "producer_bytes": limits.max_staged_bytes_per_producer,
                            "producer_messages": limits.max_staged_messages_per_producer}
 
-
-async def check(node, limits, command: dict) -> None:
-    """Every cap a command must pass before it is submitted (``prepare``'s, and
-    the group count, which needs the applied state read)."""
-    prepare(limits, command)
-    if command["op"] != "add_group":
-        return
-    name = command["queue"]
-    groups = (await node.read("usage", [name])).result["named"][name]
-    if groups is not None and groups >= limits.max_groups_per_queue:
-        _refuse(f"queue {name!r} has {groups} groups", limits.max_groups_per_queue, "max-groups-per-queue")

@@ -54,7 +54,7 @@ async def apply(app: web.Application, group: int, command: dict) -> Committed:
     node = groups.engines[group]
     if groups.count > 1 and OPS[command["op"]].creates_queues:
         command["raft_group"] = group
-    await caps.check(node, app[SETTINGS].limits, command)
+    caps.prepare(app[SETTINGS].limits, command)
     return await _committed(app, node, node.apply(command), 0.0)
 
 

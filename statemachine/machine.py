@@ -38,7 +38,8 @@ Rules that keep replicas identical:
 - only ordered iteration: dicts keep insertion order, which is the same on
   every replica because it comes from the log;
 - no node option: a cap that depends on the state travels in the command
-  (``max_queues``, a stage's ``caps``, ``dedup_max_bytes``), filled in by the
+  (``max_queues``, ``add_group``'s ``max_groups``, a stage's ``caps``,
+  ``dedup_max_bytes``), filled in by the
   leader, so replicas started with other options still apply alike.
 
 Every command that creates queues (``put``, ``tx``, ``stage_commit``,
@@ -297,7 +298,7 @@ class StateMachine:
         queue = self._touch(cmd["queue"])
         if queue is None:
             return self._missing(cmd["queue"])
-        return queue.add_group(cmd["group"], cmd.get("start", "earliest"), self.clock)
+        return queue.add_group(cmd["group"], cmd.get("start", "earliest"), self.clock, cmd.get("max_groups"))
 
     def _delete_group(self, cmd):
         queue = self._touch(cmd["queue"])
@@ -533,13 +534,6 @@ class StateMachine:
                             "in_flight": sum(len(g.leases) for g in q.groups.values()),
                             "groups": list(q.groups)} for q in self.queues.values()]}
 
-    def usage(self, names: list) -> dict:
-        """What the node's caps are checked against: queues in all, and the
-        number of groups of each named queue (None if missing)."""
-        return {"queues": len(self.queues),
-                "named": {name: len(self.queues[name].groups) if name in self.queues else None
-                          for name in names}}
-
     def all_queue_stats(self, after: str = "", limit: int = 500) -> list:
         """(name, stats) of the first `limit` queues whose names sort after
         `after`: one page of every queue's figures (metrics). Paged so that no
@@ -706,7 +700,6 @@ OPS: dict[str, Op] = {
     "list_queues": _read(StateMachine.list_queues),
     "queue_info": _read(StateMachine.queue_info),
     "all_queue_stats": _read(StateMachine.all_queue_stats),
-    "usage": _read(StateMachine.usage),
     "list_groups": _read(StateMachine.list_groups),
     "group_info": _read(StateMachine.group_info),
     "browse": _read(StateMachine.browse),

@@ -28,7 +28,7 @@ from wire_format import is_name
 
 from .dedup import DedupWindow
 from .group import Group
-from .results import CONFLICT, NOT_FOUND, QUEUE_FULL, error
+from .results import CONFLICT, LIMIT_REACHED, NOT_FOUND, QUEUE_FULL, error
 from .bodies import BodyRef
 from .rows import Rows
 from .validation import full_config
@@ -449,9 +449,14 @@ class Queue:
             self.ordering.pop(seq, None)
 
     # ---- groups -------------------------------------------------------------
-    def add_group(self, name: str, start: str, clock: int):
+    def add_group(self, name: str, start: str, clock: int, max_groups: int | None = None):
+        """`max_groups`: how many groups (``default`` counted) the queue may have; None: no cap,
+        as in entries older than the cap."""
         if name in self.groups:
             return {"created": False, **self.group_stats(self.groups[name])}
+        if max_groups is not None and len(self.groups) >= max_groups:
+            return error(LIMIT_REACHED, f"queue {self.name!r} has {len(self.groups)} groups "
+                                        f"(limit {max_groups}, the node option --max-groups-per-queue)")
         if start == "earliest" and len(self.rows) > MAX_EARLIEST_GROUP_MESSAGES:
             return error(CONFLICT, f"queue {self.name!r} holds {len(self.rows)} messages; a group can start "
                                    f"at the earliest one while it holds at most {MAX_EARLIEST_GROUP_MESSAGES}: "

@@ -228,7 +228,7 @@ def check_group(cmd):
 
 
 def check_add_group(cmd):
-    problem = check_group(cmd)
+    problem = check_group(cmd) or _check_limit(cmd.get("max_groups"), "max_groups")
     if not problem and cmd.get("start", "earliest") not in GROUP_STARTS:
         return error(BAD_REQUEST, "start must be 'earliest' or 'latest'")
     return problem

@@ -5,6 +5,7 @@ would leave no majority, and a put buffer that never wedges."""
 import asyncio
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -51,6 +52,18 @@ def test_caps_refuse_with_their_option_named_and_show_in_cluster_status(capped):
     limits = call("GET", f"{url}/v1/cluster").body["limits"]
     assert limits["max_queues"] == 3 and limits["max_groups_per_queue"] == 2 and limits["max_long_polls"] == 4
     assert limits["header_timeout_s"] == 10.0 and limits["max_dedup_bytes"] == 16 << 20
+
+
+def test_groups_added_at_once_cannot_pass_the_cap_between_them(capped):
+    """The group cap is applied by the state machine: requests packed into one log
+    entry each see the groups the ones before them added."""
+    url = capped.urls[0]
+    assert call("PUT", f"{url}/v1/queues/c3", {}).status in (200, 201)
+    with ThreadPoolExecutor(16) as pool:
+        replies = list(pool.map(lambda i: call("PUT", f"{url}/v1/queues/c3/groups/fan{i}", {}), range(16)))
+    assert sorted(reply.status for reply in replies) == [201] + [429] * 15
+    assert {reply.body["error"] for reply in replies if reply.status == 429} == {"limit_reached"}
+    assert len(call("GET", f"{url}/v1/queues/c3/groups").body["groups"]) == 2
 
 
 def test_long_polls_beyond_the_cap_get_429_too_many_waiters(capped):

@@ -461,6 +461,9 @@ class Model:
         group = cmd["group"]
         if group in q["groups"]:
             return {"created": False, **self.group_stats(q, group)}
+        cap = cmd.get("max_groups")
+        if cap is not None and len(q["groups"]) >= cap:
+            return err("limit_reached")
         entries = q["groups"][group] = {}
         if cmd.get("start", "earliest") == "earliest":
             for m in q["messages"]:
@@ -783,14 +786,15 @@ class QueuesComparison(RuleBasedStateMachine):
     @rule(op=st.sampled_from(["create_queue", "patch_queue", "patch_queue", "delete_queue",
                               "add_group", "add_group", "delete_group"]),
           queue=st.sampled_from(QUEUES), group=some_group, config=configs,
-          start=st.sampled_from(["earliest", "latest"]))
-    def admin(self, op, queue, group, config, start):
+          start=st.sampled_from(["earliest", "latest"]), max_groups=st.sampled_from([None, None, 1, 2, 3]))
+    def admin(self, op, queue, group, config, start, max_groups):
         if op in ("create_queue", "patch_queue"):
             self.run(op, queue=queue, config=config)
         elif op == "delete_queue":
             self.run(op, queue=queue)
         elif op == "add_group":
-            self.run(op, queue=queue, group=group, start=start)
+            self.run(op, queue=queue, group=group, start=start,
+                     **({} if max_groups is None else {"max_groups": max_groups}))
         else:
             self.run(op, queue=queue, group=group)
 

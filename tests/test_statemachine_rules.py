@@ -897,6 +897,18 @@ def test_a_group_starts_at_the_earliest_message_only_while_one_entry_can_afford_
     assert m.ok("add_group", queue="q", group="past-the-cap", start="latest")["created"] is True
 
 
+def test_the_group_cap_in_the_command_counts_the_default_group_and_spares_existing_groups(m):
+    m.put("q", msg())
+    assert m.ok("add_group", queue="q", group="g2", max_groups=2)["created"] is True
+    before = m.sm.snapshot()
+    refused = m.fails("limit_reached", "add_group", queue="q", group="g3", max_groups=2)
+    assert "2 groups" in refused["message"] and "--max-groups-per-queue" in refused["message"]
+    assert m.sm.snapshot() == before
+    assert m.ok("add_group", queue="q", group="g2", max_groups=2)["created"] is False
+    assert m.ok("add_group", queue="q", group="g3", max_groups=3)["created"] is True
+    m.fails("bad_request", "add_group", queue="q", group="g4", max_groups=-1)
+
+
 def test_group_at_earliest_keeps_a_pending_delay(m):
     m.put("q", msg(delay_ms=100))
     m.ok("add_group", queue="q", group="g2", start="earliest")
@@ -1190,7 +1202,7 @@ def test_read_answers_each_read_of_the_table_as_its_method_does(m):
     m.put("q", msg("a"), msg("b"))
     m.receive("q", n=1)
     m.ok("stage", producer="p", token="t", chunk=0, queue="q", messages=[msg("s")])
-    args = {"list_queues": (), "queue_info": ("q",), "all_queue_stats": (), "usage": (["q", "nope"],),
+    args = {"list_queues": (), "queue_info": ("q",), "all_queue_stats": (),
             "list_groups": ("q",), "group_info": ("q", "default"), "browse": ("q", "default", 0, 10),
             "has_ready": ("q", "default"), "ready_count": ("q", "default"), "next_timer": (),
             "producer_info": ("p",), "list_producers": (), "staging_usage": (), "catalog_lookup": (["q"],),
