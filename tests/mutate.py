@@ -428,6 +428,12 @@ MUTANTS = [
            'problem = self._check_room(batches, cmd.get("auto_create", True), {})',
            (T_STG + "test_every_command_that_creates_queues_keeps_max_queues",
             T_SSG + "test_a_commit_into_new_queues_keeps_max_queues")),
+    Mutant("group-cap-ignored", "a queue's consumer groups stay within the cap however many are added at once",
+           "statemachine/queue.py", "if max_groups is not None and len(self.groups) >= max_groups:",
+           "if False:",
+           ("tests/test_statemachine_rules.py::"
+            "test_the_group_cap_in_the_command_counts_the_default_group_and_spares_existing_groups",
+            "tests/test_security_limits.py::test_groups_added_at_once_cannot_pass_the_cap_between_them")),
     Mutant("empty-commit-moves-the-mark", "a producer's mark moves only by a commit of its own rows",
            "statemachine/machine.py", "        if not parts:   # nothing to publish", "        if False:   # nothing",
            (T_STG + "test_a_commit_without_parts_does_not_move_the_mark",
