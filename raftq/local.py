@@ -102,7 +102,6 @@ class LocalCluster:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.root.chmod(0o700)    # made by an older release, or by hand
         self.config_path = self.root / "cluster.toml"
-        self.write_config()
 
     @classmethod
     def create(cls, root: str | Path, nodes: int = 3, *, http_port: int | None = None,
@@ -122,10 +121,14 @@ class LocalCluster:
                                                 http=f"127.0.0.1:{https[i]}") for i in range(nodes)),
             secret=cluster_config.new_secret(), tokens=cluster_config.Tokens.generate(),
             groups=groups, replicas=replicas)
-        return cls(root, cfg, **kwargs)
+        cluster = cls(root, cfg, **kwargs)
+        cluster.write_config()
+        return cluster
 
     @classmethod
     def open(cls, root: str | Path, **kwargs) -> "LocalCluster":
+        """The cluster its cluster.toml describes, the file left as it is: an operator
+        edits it by hand (SQS keys, comments), and every CLI command opens it."""
         return cls(root, cluster_config.load(Path(root) / "cluster.toml"), **kwargs)
 
     def write_config(self) -> None:

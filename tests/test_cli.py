@@ -117,6 +117,21 @@ def test_status_exits_1_without_quorum(fresh_cluster):
     assert rows[survivor][header.index("fsync")] == "fsync-per-append"
 
 
+def test_a_command_leaves_a_hand_edited_cluster_toml_as_it_is(cluster3):
+    """Operators edit cluster.toml by hand (docs/sqs.md: its SQS keys); every command that
+    reads it must leave their edits, comments and layout included, as they are."""
+    path = cluster3.config_path
+    before = path.read_bytes()
+    edited = before + b"\n# keys rotated by hand: see the runbook\n"
+    path.write_bytes(edited)
+    try:
+        view = json.loads(raftq("cluster", "status", "--json", "--cluster-dir", str(cluster3.root)).stdout)
+        assert sorted(n["id"] for n in view["nodes"]) == sorted(cluster3.ids)
+        assert path.read_bytes() == edited
+    finally:
+        path.write_bytes(before)
+
+
 def status_rows(table: str) -> dict[str, list[str]]:
     """`raftq cluster status` rows by node id, the leader's `*` dropped."""
     rows = {}
