@@ -19,7 +19,7 @@ from engine.config import Sqs, Tokens
 from engine.placement import Placement
 from engine.storage.put_buffer import PutBuffer
 
-from . import buffering, events, openapi
+from . import buffering, caps, events, openapi
 from .codec import respond
 from .errors import ApiError, LeadLost
 from .groups import Groups
@@ -73,7 +73,8 @@ LIMIT_HELP = {
     "body_timeout_s": "seconds to send a request's body",
     "stream_write_stall_s": "seconds a streaming-wire connection may take nothing of a frame waiting for it "
                             "before it is dropped",
-    "max_queues": "queues in the cluster; creating more is 429 limit_reached",
+    "max_queues": "queues in each Raft group (and, for each group, names in the catalog of several); "
+                  "creating more is 429 limit_reached",
     "max_groups_per_queue": "consumer groups per queue; adding more is 429 limit_reached",
     "max_dedup_bytes": "bytes of message ids a queue keeps for deduplication; the oldest are forgotten "
                        "beyond it, before their window ends",
@@ -167,7 +168,9 @@ def make_app(engines: dict, placement: Placement, settings: Settings, buffer_dir
     ``engine.link.remote.RemoteNode``) and the cluster's `placement`."""
     node = engines[0]
     buffer = PutBuffer(buffer_dir, settings.buffer_max_bytes)
-    metrics = Metrics(engines, buffer)
+    groups = Groups(engines, placement)
+    metrics = Metrics(engines, buffer, None if groups.count == 1
+                      else caps.catalog_names_limit(settings.limits, groups.count))
     middlewares = [metrics.middleware(), _error_middleware()]
     if settings.tokens.any():
         middlewares.append(_auth_middleware(settings.tokens))
@@ -175,7 +178,7 @@ def make_app(engines: dict, placement: Placement, settings: Settings, buffer_dir
     app[ENGINES] = engines
     app[PLACEMENT] = placement
     app[NODE] = node
-    app[GROUPS] = Groups(engines, placement)
+    app[GROUPS] = groups
     app[SETTINGS] = settings
 
     app[buffering.BUFFER] = buffer

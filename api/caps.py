@@ -18,6 +18,13 @@ from .errors import ApiError
 CREATING_QUEUES = frozenset({"create_queue", "put", "tx", "stage_commit"})
 
 
+def catalog_names_limit(limits, group_count: int) -> int:
+    """How many queue names the catalog of `group_count` groups may hold: ``--max-queues``
+    for each group. A name stays in the catalog after its queue is deleted (it keeps its
+    group for good), so with several groups this bounds the names ever used."""
+    return limits.max_queues * group_count
+
+
 def prepare(limits, command: dict) -> None:
     """The checks that need no state, and the limits the state machine applies."""
     op = command["op"]

@@ -6,6 +6,7 @@ from aiohttp import ClientError, ClientTimeout, web
 
 from engine.outcome import CommitError
 
+from . import caps
 from .buffering import BUFFER
 from .codec import read_body, respond
 from .commands import leader_read, take_checkpoint, write
@@ -124,9 +125,20 @@ async def view(request: web.Request) -> dict:
             "commit_index": status["commit_index"], "nodes": nodes,
             "groups": _groups_seen(request.app[GROUPS], members, views), **moving,
             "limits": request.app[SETTINGS].limits.as_dict(),
+            "catalog": await _catalog_usage(request.app),
             "staging": (await node.read("staging_usage")).result,
             "buffer": {"pending_bytes": buffer.pending_bytes, "dead_lettered": buffer.dead_lettered,
                        "dead_letter_file": str(buffer.dead_path)}}
+
+
+async def _catalog_usage(app: web.Application) -> dict | None:
+    """The names this node's replica of the catalog holds, against the most it may (None with one
+    group: there is no catalog, and a deleted queue's name holds nothing)."""
+    groups = app[GROUPS]
+    if groups.count == 1:
+        return None
+    usage = (await groups.catalog.read("catalog_usage")).result
+    return {**usage, "limit": caps.catalog_names_limit(app[SETTINGS].limits, groups.count)}
 
 
 def _groups_seen(groups, members: list[dict], views: list) -> list[dict]:

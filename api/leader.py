@@ -23,6 +23,7 @@ from aiohttp import ClientError, ClientTimeout, web
 
 from wire_format import NAME_PATTERN, is_name
 
+from . import caps
 from .codec import respond
 from .commands import apply, consistency, leader_read, read_here
 from .errors import ApiError, LeadLost, from_result, no_quorum
@@ -185,7 +186,7 @@ async def _catalog_answer(app: web.Application, queues: list[str], creating: boo
     groups = app[GROUPS]
     if creating:
         result = (await apply(app, 0, {"op": "assign", "queues": queues,
-                                       "max_names": app[SETTINGS].limits.max_queues * groups.count})).result
+                                       "max_names": caps.catalog_names_limit(app[SETTINGS].limits, groups.count)})).result
         if "error" in result:
             raise from_result(result)
     else:

@@ -60,10 +60,11 @@ class NodeCollector:
     """What the engine reported for this scrape (``Metrics.handler`` asks it
     first): nothing to keep in sync."""
 
-    def __init__(self, engines: dict, buffer):
+    def __init__(self, engines: dict, buffer, catalog_limit: int | None):
         self.engines = engines      # group id -> this node's engine of it
         self.node = engines[0]
         self.buffer = buffer
+        self.catalog_limit = catalog_limit    # None: one group, no catalog
         self.scrape: dict | None = None
 
     async def fetch(self) -> None:
@@ -73,10 +74,12 @@ class NodeCollector:
             asyncio.gather(*(self.engines[g].status() for g in groups)),
             asyncio.gather(*(self._queue_stats(self.engines[g]) for g in groups)),
             asyncio.gather(*(self.engines[g].read("staging_usage") for g in groups)))
+        catalog = None if self.catalog_limit is None else (await self.node.read("catalog_usage")).result
         self.scrape = {"status": statuses[0], "stats": _summed(stats), "groups": dict(zip(groups, statuses)),
                        "queues": [queue for pages in queues for queue in pages],
                        "staging": {field: sum(usage.result[field] for usage in stagings)
-                                   for field in ("bytes", "stages", "marks")}}
+                                   for field in ("bytes", "stages", "marks")},
+                       "catalog": catalog}
 
     @staticmethod
     async def _queue_stats(engine) -> list:
@@ -179,16 +182,22 @@ class NodeCollector:
         yield from families.values()
         yield GaugeMetricFamily("raftq_groups_led", "Raft groups this node leads", value=sum(
             status["role"] == "leader" for status in self.scrape["groups"].values()))
+        catalog = self.scrape["catalog"]
+        if catalog is not None:
+            yield GaugeMetricFamily("raftq_catalog_names", "Queue names in this node's replica of the catalog, "
+                                    "the names of deleted queues included", value=catalog["names"])
+            yield GaugeMetricFamily("raftq_catalog_names_limit", "Queue names the catalog may hold "
+                                    "(--max-queues for each group)", value=self.catalog_limit)
 
 
 class Metrics:
-    def __init__(self, engines: dict, buffer):
+    def __init__(self, engines: dict, buffer, catalog_limit: int | None):
         self.registry = CollectorRegistry()
         self.requests = Counter("raftq_http_requests", "HTTP requests", ["method", "route", "status"],
                                 registry=self.registry)
         self.latency = Histogram("raftq_http_request_duration_seconds", "HTTP request latency", ["route"],
                                  buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.collector = NodeCollector(engines, buffer)
+        self.collector = NodeCollector(engines, buffer, catalog_limit)
         self.registry.register(self.collector)
         self._rendering: asyncio.Future | None = None
 

@@ -49,7 +49,8 @@ class Catalog:
         new = [name for name in wanted if name not in self.assigned]
         if new and max_names is not None and len(self.assigned) + len(new) > max_names:
             return error(LIMIT_REACHED, f"the catalog holds {len(self.assigned)} queue names and this would add "
-                                        f"{len(new)} (limit {max_names}: --max-queues for each group)")
+                                        f"{len(new)} (limit {max_names}: --max-queues for each group; the "
+                                        "names of deleted queues stay in it, each keeping its group)")
         group = held[0] if held else min(range(self.group_count), key=lambda g: (self.counts[g], g))
         for name in new:
             self.assigned[name] = group

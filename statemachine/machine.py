@@ -50,7 +50,7 @@ entry, so that applying one entry stays far below the election timeout.
 Raft groups (issue 24): a cluster runs ``group_count`` groups, each with its
 own machine, which knows its ``group_id``.  Group 0's machine also holds the
 catalog, queue name -> group (``catalog.py``: ``assign``, and the reads
-``catalog_lookup`` and ``list_catalog``) and each other group's members
+``catalog_lookup``, ``list_catalog`` and ``catalog_usage``) and each other group's members
 (``record_members``, ``replica_move``, ``replica_moved``, ``node_leaving``; the read
 ``group_members``).  With more than one group, every command
 whose op may create a queue (the ``creates_queues`` column of ``OPS``; a
@@ -207,7 +207,8 @@ class StateMachine:
                                         f"at most {MAX_NEW_QUEUES_PER_ENTRY}: create them in smaller requests")
         cap = cmd.get("max_queues")
         if cap is not None and len(self.queues) + len(new) > cap:
-            return error(LIMIT_REACHED, f"this cluster holds {len(self.queues)} queues and this would create "
+            holder = "this cluster" if self.group_count == 1 else f"Raft group {self.group_id}"
+            return error(LIMIT_REACHED, f"{holder} holds {len(self.queues)} queues and this would create "
                                         f"{len(new)} more (limit {cap}, the node option --max-queues)")
         return None
 
@@ -506,6 +507,10 @@ class StateMachine:
     def list_catalog(self) -> dict:
         return {"group_count": self.group_count, "groups": dict(self.catalog.assigned)}
 
+    def catalog_usage(self) -> dict:
+        """How many names the catalog holds (the names of deleted queues too), in all and per group."""
+        return {"names": len(self.catalog.assigned), "by_group": list(self.catalog.counts)}
+
     # ---- cluster directory and checkpoints ------------------------------------------
     def _set_member(self, cmd):
         self.members[cmd["id"]] = {"raft_addr": cmd["raft_addr"], "http_addr": cmd["http_addr"]}
@@ -711,6 +716,7 @@ OPS: dict[str, Op] = {
     "staging_usage": _read(StateMachine.staging_usage),
     "catalog_lookup": _read(StateMachine.catalog_lookup),
     "list_catalog": _read(StateMachine.list_catalog),
+    "catalog_usage": _read(StateMachine.catalog_usage),
     "group_members": _read(StateMachine.group_members),
 }
 

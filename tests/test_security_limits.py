@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from raftq.cli.cluster import status_table
 from raftq.client import AsyncClient, RaftqError
 from tests.wire import call
 
@@ -64,6 +65,31 @@ def test_groups_added_at_once_cannot_pass_the_cap_between_them(capped):
     assert sorted(reply.status for reply in replies) == [201] + [429] * 15
     assert {reply.body["error"] for reply in replies if reply.status == 429} == {"limit_reached"}
     assert len(call("GET", f"{url}/v1/queues/c3/groups").body["groups"]) == 2
+
+
+def test_with_four_groups_the_catalog_keeps_deleted_queues_names_and_says_how_full_it_is(fresh_cluster):
+    cluster = fresh_cluster(3, groups=4, node_args=("--max-queues", "2"))   # the catalog: 8 names
+    url = cluster.urls[0]
+    for i in range(8):
+        assert call("PUT", f"{url}/v1/queues/temp{i}", {}).status == 201
+        assert call("DELETE", f"{url}/v1/queues/temp{i}").status == 204
+    view = call("GET", f"{url}/v1/cluster").body
+    assert view["catalog"] == {"names": 8, "by_group": [2, 2, 2, 2], "limit": 8}, view["catalog"]
+    assert "catalog: 8 of 8 queue names (a deleted queue's name stays" in status_table(view)
+    assert metric(url, "raftq_catalog_names") == 8 and metric(url, "raftq_catalog_names_limit") == 8
+    refused = call("PUT", f"{url}/v1/queues/temp8", {})
+    assert refused.status == 429 and refused.body["error"] == "limit_reached", refused
+    assert "--max-queues for each group" in refused.body["message"]
+    assert "names of deleted queues stay" in refused.body["message"]
+    assert call("PUT", f"{url}/v1/queues/temp3", {}).status == 201     # a name it holds: made again, in its group
+    assert call("GET", f"{url}/v1/cluster").body["catalog"]["names"] == 8
+
+
+def test_with_one_group_there_is_no_catalog_to_show(capped):
+    url = capped.urls[0]
+    view = call("GET", f"{url}/v1/cluster").body
+    assert view["catalog"] is None and "catalog:" not in status_table(view)
+    assert "raftq_catalog_names" not in call("GET", url + "/metrics").raw.decode()
 
 
 def test_long_polls_beyond_the_cap_get_429_too_many_waiters(capped):

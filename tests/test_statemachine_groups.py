@@ -87,6 +87,17 @@ def test_the_catalog_is_capped_and_a_refused_assignment_changes_nothing():
     assert assign(catalog, "a", max_names=2) == {"a": 0}   # names already held need no room
 
 
+def test_the_catalogs_usage_counts_every_name_placed_a_deleted_queues_too_per_group_and_in_all():
+    catalog = StateMachine(0, 3)
+    assert catalog.read("catalog_usage") == {"names": 0, "by_group": [0, 0, 0]}
+    assign(catalog, "a")
+    assign(catalog, "b", "c")
+    apply(catalog, "create_queue", queue="a", config={}, raft_group=0)
+    assert apply(catalog, "delete_queue", queue="a") == {"deleted": True}
+    assign(catalog, "a")
+    assert catalog.read("catalog_usage") == {"names": 3, "by_group": [1, 2, 0]}
+
+
 def test_only_group_0_holds_the_catalog():
     assert assign(StateMachine(2, 4), "a")["error"] == "wrong_group"
 

@@ -66,6 +66,10 @@ def status_table(view: dict) -> str:
         lines.append(f"moving: group {move['group']}'s replica from {move['source']} to {move['target']}")
     if view.get("leaving"):
         lines.append(f"leaving once their replicas have moved away: {', '.join(view['leaving'])}")
+    catalog = view.get("catalog")
+    if catalog:
+        lines.append(f"catalog: {catalog['names']} of {catalog['limit']} queue names "
+                     "(a deleted queue's name stays, keeping its group; --max-queues for each group)")
     buffer = view.get("buffer") or {}
     if buffer.get("dead_lettered"):
         lines.append(f"put buffer of {view['id']}: {buffer['dead_lettered']} buffered put(s) refused for good, "
