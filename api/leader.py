@@ -185,8 +185,8 @@ async def _catalog_answer(app: web.Application, queues: list[str], creating: boo
     a queue the catalog has never heard of otherwise."""
     groups = app[GROUPS]
     if creating:
-        result = (await apply(app, 0, {"op": "assign", "queues": queues,
-                                       "max_names": caps.catalog_names_limit(app[SETTINGS].limits, groups.count)})).result
+        limit = caps.catalog_names_limit(app[SETTINGS].limits, groups.count)
+        result = (await apply(app, 0, {"op": "assign", "queues": queues, "max_names": limit})).result
         if "error" in result:
             raise from_result(result)
     else:
