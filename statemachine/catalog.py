@@ -1,9 +1,10 @@
 """The catalog: which Raft group holds each queue (issue 24).
 
 A cluster runs G Raft groups; group 0's state machine holds this catalog,
-queue name -> group id.  A name is assigned once and kept forever, even
-after its queue is deleted, so that a front with an old cache can never send
-one queue's writes to two groups.
+queue name -> group id.  A name is assigned once and kept until its queue
+is deleted and its group lets it go (``release``, in three steps that fence
+off fronts with an older view: release.py), so that a front with an old
+cache can never send one queue's writes to two groups.
 
 How a name is placed:
 
@@ -34,6 +35,7 @@ class Catalog:
         self.group_count = group_count
         self.assigned: dict[str, int] = {}
         self.counts = [0] * group_count
+        self.releases = 0     # entries that released names: a front drops what it cached when it rises
 
     def groups_of(self, names) -> dict:
         """name -> group id, or None for a name never assigned."""
@@ -49,13 +51,25 @@ class Catalog:
         new = [name for name in wanted if name not in self.assigned]
         if new and max_names is not None and len(self.assigned) + len(new) > max_names:
             return error(LIMIT_REACHED, f"the catalog holds {len(self.assigned)} queue names and this would add "
-                                        f"{len(new)} (limit {max_names}: --max-queues for each group; the "
-                                        "names of deleted queues stay in it, each keeping its group)")
+                                        f"{len(new)} (limit {max_names}: --max-queues for each group; a "
+                                        "deleted queue's name leaves it once its group released it)")
         group = held[0] if held else min(range(self.group_count), key=lambda g: (self.counts[g], g))
         for name in new:
             self.assigned[name] = group
             self.counts[group] += 1
         return {"groups": {name: self.assigned[name] for name in wanted}}
+
+    def release(self, group: int, names: list) -> dict:
+        """Forget those of `names` placed in `group`, retiring there (release.py). A router's
+        view tells its age by group 0's log index; this entry's index is the fence the group
+        raises (``names_released``)."""
+        released = [name for name in dict.fromkeys(names) if self.assigned.get(name) == group]
+        for name in released:
+            del self.assigned[name]
+            self.counts[group] -= 1
+        if released:
+            self.releases += 1
+        return {"released": released}
 
     def to_state(self) -> list:
         return list(self.assigned.items())

@@ -73,6 +73,7 @@ from .columns import encode_column
 from .due import DueIndex
 from .queue import Queue
 from .redrive import redrive
+from .release import NameRelease
 from .results import (BAD_REQUEST, CONFLICT, INTERNAL, LIMIT_REACHED, NOT_FOUND, STALE_RECEIPT, WRONG_GROUP,
                       error)
 from .staging import DEFAULT_STAGE_TTL_MS, MAX_BATCH_STEP, Staging
@@ -80,7 +81,10 @@ from . import validation as v
 from .validation import full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 12
+SNAPSHOT_VERSION = 13
+# Version 12 is version 13 without each group's names leaving the catalog
+# (release.py) and the catalog's count of releases: it restores with none
+# deleted, retiring, fenced or released.
 # Version 11 is version 12 whose staged messages all hold their bodies: a
 # staged body is a reference into its stage entry from 12 on (staging.py).
 # Version 10 is version 11 without the members recorded for each group
@@ -96,7 +100,7 @@ SNAPSHOT_VERSION = 12
 # each message's first delivery and without ordering keys,
 # version 5 also without staged writes, version 4 also without redrive:
 # a node upgraded in place restores any of them.
-READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9, 10, 11, 12)
+READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
 # Making a queue costs more than a put into one (its default group holds
 # three sorted containers): 10 000 in one entry held the apply past the
 # election timeout (issue 21). 500 cost about as much as the widest put of
@@ -121,6 +125,7 @@ class StateMachine:
         self.group_count = group_count
         self.catalog = Catalog(group_count)   # only group 0's is ever filled
         self.recorded_members = Members(group_count)   # group 0's alone, like the catalog
+        self.release = NameRelease(group_id)  # the names of queues deleted here leaving the catalog
         self.clock = 0
         self.incarnations = 0                 # queues ever created: names each one's receipts
         self.queues: dict[str, Queue] = {}
@@ -188,6 +193,7 @@ class StateMachine:
         self.due.note(queue)
 
     def _new_queue(self, name: str, config: dict) -> Queue:
+        self.release.note_created(name)
         self.incarnations += 1
         self.queues_left_in_entry -= 1
         queue = self.queues[name] = Queue(name, config, self.incarnations)
@@ -195,13 +201,20 @@ class StateMachine:
         return queue
 
     def _missing(self, name: str) -> dict:
-        return error(NOT_FOUND, f"queue {name!r} does not exist")
+        """not_found; with several groups, with this group's fence, so that a router whose view
+        of the catalog is older asks again instead (the queue may have been made elsewhere)."""
+        if self.group_count == 1:
+            return error(NOT_FOUND, f"queue {name!r} does not exist")
+        return error(NOT_FOUND, f"queue {name!r} does not exist", queue=name, fence=self.release.fence)
 
     def _room_for_queues(self, names, cmd):
         """None when the command may create those of `names` that are missing; else limit_reached."""
         new = [name for name in dict.fromkeys(names) if name not in self.queues]
         if not new:
             return None
+        problem = self._fenced(new, cmd)
+        if problem:
+            return problem
         if len(new) > self.queues_left_in_entry:
             return error(LIMIT_REACHED, f"this would create {len(new)} queues in one log entry, which creates "
                                         f"at most {MAX_NEW_QUEUES_PER_ENTRY}: create them in smaller requests")
@@ -212,15 +225,32 @@ class StateMachine:
                                         f"{len(new)} more (limit {cap}, the node option --max-queues)")
         return None
 
+    def _fenced(self, names, cmd):
+        """None unless the command, routed by a view of the catalog older than a release of one
+        of `names` (queues it would make here), must be routed again (release.py)."""
+        if self.group_count == 1 or cmd["op"] == "stage_commit":   # its stages, fenced when staged, keep
+            return None                                                 # their queues' names from retiring
+        for name in names:
+            problem = self.release.refusal(name, cmd.get("catalog_index", 0))
+            if problem:
+                return problem
+        return None
+
     # ---- queues -----------------------------------------------------------------
-    def _check_dead_letter(self, name: str, config: dict):
-        if config.get("dead_letter") == name:
+    def _check_dead_letter(self, name: str, config: dict, cmd):
+        """A queue's dead-letter queue is not the queue, and one this group would make later
+        is named by a view of the catalog that may place it here."""
+        dead_letter = config.get("dead_letter")
+        if dead_letter == name:
             return error(BAD_REQUEST, "a queue cannot be its own dead-letter queue")
+        if dead_letter is not None and dead_letter not in self.queues \
+                and dead_letter == (cmd.get("config") or {}).get("dead_letter"):
+            return self._fenced([dead_letter], cmd)
         return None
 
     def _create_queue(self, cmd):
         name, config = cmd["queue"], full_config(cmd.get("config") or {})
-        problem = self._check_dead_letter(name, config)
+        problem = self._check_dead_letter(name, config, cmd)
         if problem:
             return problem
         existing = self.queues.get(name)
@@ -241,7 +271,7 @@ class StateMachine:
         if queue is None:
             return self._missing(name)
         config = {**queue.config, **cmd["config"]}
-        problem = self._check_dead_letter(name, config)
+        problem = self._check_dead_letter(name, config, cmd)
         if problem:
             return problem
         queue.config = config
@@ -251,6 +281,8 @@ class StateMachine:
         if self.queues.pop(cmd["queue"], None) is None:
             return self._missing(cmd["queue"])
         self.due.forget(cmd["queue"])
+        if self.group_count > 1:
+            self.release.note_deleted(cmd["queue"])
         return {"deleted": True}
 
     def _queue_for_put(self, name: str, auto_create: bool):
@@ -372,8 +404,12 @@ class StateMachine:
     def _stage(self, cmd):
         self.staging.advance(self.clock)
         name = cmd["queue"]
-        if name not in self.queues and not cmd.get("auto_create", True):
-            return self._missing(name)
+        if name not in self.queues:
+            if not cmd.get("auto_create", True):
+                return self._missing(name)
+            problem = self._fenced([name], cmd)   # its commit makes the queue here
+            if problem:
+                return problem
         return self.staging.stage(cmd["producer"], cmd["token"], cmd["chunk"], name, cmd["messages"],
                                   cmd.get("ttl_ms") or DEFAULT_STAGE_TTL_MS, self.clock, cmd.get("caps"))
 
@@ -493,6 +529,38 @@ class StateMachine:
     def _node_leaving(self, cmd):
         return self._in_catalog() or self.recorded_members.start_leaving(cmd["id"])
 
+    def _release_names(self, cmd):
+        return self._in_catalog() or self.catalog.release(cmd["group"], cmd["names"])
+
+    # ---- names leaving the catalog (release.py), in every group -------------------------------
+    def _retire_names(self, cmd):
+        """The deleted queues' names of the command that may leave the catalog now: none this
+        group holds, or names as a dead-letter queue or as a stage's queue."""
+        return {"retiring": self.release.retire(cmd["names"], self._names_held())}
+
+    def _names_held(self) -> set:
+        held = set(self.queues)
+        held.update(q.config.get("dead_letter") for q in self.queues.values())
+        held.update(stage["queue"] for stage in self.staging.stages.values())
+        return held
+
+    def _names_released(self, cmd):
+        self.release.released(cmd["names"], cmd["index"])
+        return {"fence": self.release.fence}
+
+    def names_deleted(self, limit: int) -> dict:
+        """What the name releaser does next here: up to `limit` deleted names that may retire now
+        (a name still named as a dead-letter queue, or by a stage, waits), and the names retiring
+        (a releaser that stopped between steps left them)."""
+        held = self._names_held() if self.release.deleted else ()
+        return {"names": self.release.waiting(limit, held), "retiring": sorted(self.release.retiring)}
+
+    def names_absent(self, names: list) -> dict:
+        """Those of `names` this group neither holds nor names (as a dead-letter queue or a
+        stage's queue): placed here by the catalog, they could leave it."""
+        held = self._names_held()
+        return {"names": [name for name in names if name not in held]}
+
     def _in_catalog(self) -> dict | None:
         if self.group_id != 0:
             return error(WRONG_GROUP, f"the catalog lives in group 0, not {self.group_id}", group=self.group_id)
@@ -506,6 +574,10 @@ class StateMachine:
 
     def list_catalog(self) -> dict:
         return {"group_count": self.group_count, "groups": dict(self.catalog.assigned)}
+
+    def catalog_names_in(self, group: int) -> dict:
+        """The names the catalog places in `group`."""
+        return {"names": [name for name, held in self.catalog.assigned.items() if held == group]}
 
     def catalog_usage(self) -> dict:
         """How many names the catalog holds (the names of deleted queues too), in all and per group."""
@@ -610,7 +682,9 @@ class StateMachine:
             "group_id": self.group_id,
             "group_count": self.group_count,
             "catalog": self.catalog.to_state(),
+            "catalog_releases": self.catalog.releases,
             "group_members": self.recorded_members.to_state(),
+            "name_release": self.release.to_state(),
             "clock": self.clock,
             "incarnations": self.incarnations,
             "members": self.members,
@@ -625,7 +699,9 @@ class StateMachine:
         self.group_id = state.get("group_id", 0)
         self.group_count = state.get("group_count", 1)
         self.catalog = Catalog.from_state(self.group_count, state.get("catalog", []))
+        self.catalog.releases = state.get("catalog_releases", 0)
         self.recorded_members = Members.from_state(self.group_count, state.get("group_members"))
+        self.release = NameRelease.from_state(self.group_id, state.get("name_release"))
         self.clock = state["clock"]
         self.incarnations = state["incarnations"]
         self.members = state["members"]
@@ -696,6 +772,10 @@ OPS: dict[str, Op] = {
     "replica_move": Op(StateMachine._replica_move, v.check_replica_move),
     "replica_moved": Op(StateMachine._replica_moved, v.check_replica_moved),
     "node_leaving": Op(StateMachine._node_leaving, v.check_node_leaving),
+    "release_names": Op(StateMachine._release_names, v.check_release_names),
+    # names leaving the catalog, in every group
+    "retire_names": Op(StateMachine._retire_names, v.check_names),
+    "names_released": Op(StateMachine._names_released, v.check_names_released),
     # timers, the cluster directory, checkpoints
     "tick": Op(StateMachine._tick, v.check_nothing),
     "set_member": Op(StateMachine._set_member, v.check_set_member),
@@ -718,7 +798,25 @@ OPS: dict[str, Op] = {
     "list_catalog": _read(StateMachine.list_catalog),
     "catalog_usage": _read(StateMachine.catalog_usage),
     "group_members": _read(StateMachine.group_members),
+    "names_deleted": _read(StateMachine.names_deleted),
+    "names_absent": _read(StateMachine.names_absent),
+    "catalog_names_in": _read(StateMachine.catalog_names_in),
 }
+
+
+def queues_it_may_make(cmd) -> list:
+    """The queues a valid command that ``creates_queues`` may make in its group, now or (a
+    dead-letter queue) later: the names whose view of the catalog its ``catalog_index`` gives
+    the age of. A stage commit's are its stages', which were fenced when staged."""
+    op = cmd["op"]
+    if op in ("put", "stage"):
+        return [cmd["queue"]]
+    if op in ("create_queue", "patch_queue"):
+        dead_letter = (cmd.get("config") or {}).get("dead_letter")
+        return [cmd["queue"]] + ([dead_letter] if dead_letter is not None else [])
+    if op == "tx":
+        return [part["queue"] for part in cmd.get("put", [])]
+    return []
 
 
 def check_command(cmd):
@@ -726,7 +824,7 @@ def check_command(cmd):
     op = OPS.get(cmd.get("op")) if isinstance(cmd, dict) and isinstance(cmd.get("op"), str) else None
     if op is None or op.read:
         return error(BAD_REQUEST, "unknown command")
-    return v.check_now(cmd) or v.check_raft_group(cmd) or op.check(cmd)
+    return v.check_now(cmd) or v.check_raft_group(cmd) or v.check_catalog_index(cmd) or op.check(cmd)
 
 
-__all__ = ["StateMachine", "OPS", "check_command", "encode_entry", "decode_entry"]
+__all__ = ["StateMachine", "OPS", "check_command", "queues_it_may_make", "encode_entry", "decode_entry"]

@@ -23,7 +23,6 @@ Rules (docs/api.md):
   timeout or failover).
 """
 
-from .results import NOT_FOUND, error
 
 FROM_QUEUE = "x-raftq-from-queue"
 DEAD_LETTER_HEADERS = frozenset({FROM_QUEUE, "x-raftq-from-group", "x-raftq-deliveries", "x-raftq-reason"})
@@ -33,7 +32,7 @@ DEFAULT_MAX = 1_000
 def redrive(machine, cmd) -> dict:
     dlq = machine._touch(cmd["queue"])
     if dlq is None:
-        return error(NOT_FOUND, f"queue {cmd['queue']!r} does not exist")
+        return machine._missing(cmd["queue"])
     request_id = cmd.get("id")
     if request_id is not None and request_id in dlq.redrives:
         return {**dlq.redrives[request_id][0], "duplicate": True}

@@ -405,6 +405,43 @@ def check_raft_group(cmd):
     return None
 
 
+def check_catalog_index(cmd):
+    """The index of group 0's log at which the view that routed the command read the catalog
+    (release.py), when it says."""
+    index = cmd.get("catalog_index")
+    if index is not None and (not is_int(index) or index < 0):
+        return error(BAD_REQUEST, "catalog_index must be a non-negative integer")
+    return None
+
+
+def check_names(cmd):
+    """retire_names: 1 to MAX_ASSIGNED_TOGETHER queue names."""
+    names = cmd.get("names")
+    if not isinstance(names, list) or not 1 <= len(names) <= MAX_ASSIGNED_TOGETHER:
+        return error(BAD_REQUEST, f"names must be a list of 1 to {MAX_ASSIGNED_TOGETHER} queue names")
+    for name in names:
+        problem = check_name(name, "queue name")
+        if problem:
+            return problem
+    return None
+
+
+def check_release_names(cmd):
+    """release_names: a group and the names it retires."""
+    group = cmd.get("group")
+    if not is_int(group) or group < 0:
+        return error(BAD_REQUEST, "group must be a non-negative integer")
+    return check_names(cmd)
+
+
+def check_names_released(cmd):
+    """names_released: the names group 0 released, and the index of its entry that did."""
+    index = cmd.get("index")
+    if not is_int(index) or index < 0:
+        return error(BAD_REQUEST, "index must be a non-negative integer")
+    return check_names(cmd)
+
+
 def check_now(cmd):
     """What every command carries besides its op: the leader's log time."""
     now = cmd.get("now_ms")

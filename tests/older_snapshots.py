@@ -9,10 +9,12 @@ version 10 adds each row's body reference (statemachine/bodies.py) and holds
 only the bodies without one, by row, where version 9 holds every row's body;
 version 11 adds group 0's record of each group's members (a test that writes
 an older one drops it: a reader takes it when present); version 12 holds a
-staged message's body reference as its "ref" (statemachine/staging.py).
+staged message's body reference as its "ref" (statemachine/staging.py);
+version 13 adds each group's names leaving the catalog and the catalog's
+count of releases (statemachine/release.py: an older one has neither).
 A snapshot with references has no older layout: only one of a machine
 that applied its entries without their log indexes is rewritten.
-Written here from the version-12 layout, not with the machine's own code, so
+Written here from the version-13 layout, not with the machine's own code, so
 that a reader that misreads either layout fails the tests. The group's fields
 (its id, the group count, the catalog), which version 8 lacks, are kept: a
 reader takes them when present, and one group's snapshot without them
@@ -26,6 +28,9 @@ def downgraded(snapshot: bytes, version: int) -> dict:
     """The decoded snapshot, marked `version`, its messages in that version's layout."""
     state = cbor2.loads(snapshot)
     state["version"] = version
+    if version < 13:
+        state.pop("name_release", None)
+        state.pop("catalog_releases", None)
     for queue in state["queues"]:
         if version < 9:
             queue[6] = message_lists(queue[6])
@@ -42,7 +47,7 @@ def ready_list(runs: list) -> list:
 
 
 def rows_without_references(rows_state: list) -> list:
-    """Version 9's rows from version 12's: every row's body in one list, no reference columns."""
+    """Version 9's rows from version 13's: every row's body in one list, no reference columns."""
     base, (rows, unreferenced), *columns = rows_state
     ref_index = numbers(columns[8])
     assert not any(ref_index), "a snapshot with body references has no older layout"
@@ -53,7 +58,7 @@ def rows_without_references(rows_state: list) -> list:
 
 
 def message_lists(rows_state: list) -> list:
-    """Version 8's lists of the stored messages' fields from version 12's rows."""
+    """Version 8's lists of the stored messages' fields from version 13's rows."""
     base, bodies, put_at, expires_at, sizes, pending, received, keys, headers, shows_at = \
         rows_without_references(rows_state)
     put_at, expires_at, sizes, pending, received = map(numbers, (put_at, expires_at, sizes, pending, received))
