@@ -185,6 +185,9 @@ class Node:
                 self._checkpoints[result["checkpoint"]] = result["digest"]
                 while len(self._checkpoints) > CHECKPOINTS_KEPT:
                     del self._checkpoints[next(iter(self._checkpoints))]
+            elif isinstance(result, dict) and result.get("released"):
+                # the fronts drop the placements they cached now, not at the view's next recheck
+                self._loop.call_soon(self._view_changed)
         self.long_polls.entry_applied()
         return index, results
 
@@ -194,9 +197,12 @@ class Node:
     def _on_role_change(self) -> None:
         self._loop.call_soon(self._role_changed)   # once the tick is over
 
-    def _role_changed(self) -> None:
+    def _view_changed(self) -> None:
         for watcher in self._view_watchers:
             watcher()
+
+    def _role_changed(self) -> None:
+        self._view_changed()
         leader = self.is_leader()
         if leader and not self._was_leader:
             self.times_became_leader += 1
@@ -393,15 +399,16 @@ class Node:
         """What a front needs to route a request: role, leader, term, quorum,
         whether this node is cut off from a majority, every member's HTTP
         address, and (group 0's, with several groups) each other group's
-        recorded members (``engine.members``)."""
+        recorded members (``engine.members``) and how many times the
+        catalog released names (a front's cached placements may be stale)."""
         role, leader, term, quorum_ok, cut_off = self.consensus.route()
         addresses = {spec.id: spec.http for spec in self.cluster.nodes}
         addresses.update({node_id: m["http_addr"] for node_id, m in self.machine.members.items()})
-        recorded = self.machine.group_members() if self.group == 0 and self.cluster.groups > 1 else None
         view = {"id": self.id, "role": role, "leader_id": leader, "term": term, "quorum_ok": quorum_ok,
                 "cut_off": cut_off, "http": addresses}
-        if recorded is not None:
-            view["group_members"] = recorded
+        if self.group == 0 and self.cluster.groups > 1:
+            view["group_members"] = self.machine.group_members()
+            view["catalog_releases"] = self.machine.catalog.releases
         return view
 
     def watch_view(self, changed) -> None:
