@@ -21,7 +21,7 @@ from engine.storage.put_buffer import PutBuffer
 
 from . import buffering, caps, events, openapi
 from .codec import respond
-from .errors import ApiError, LeadLost
+from .errors import ApiError, LeadLost, Rerouted
 from .groups import Groups
 from .keys import ENGINES, GROUPS, PLACEMENT
 from .leader import HTTP, NODE, SETTINGS, after_lead_lost
@@ -112,12 +112,14 @@ def _error_middleware():
         try:
             try:
                 return await handler(request)
-            except LeadLost as lost:
+            except (LeadLost, Rerouted) as again:
                 # Nothing of the request was written: served once more, the
                 # route holding it through the election and sending it where
-                # the lead went (or serving it here if this node won again).
-                log.info("%s %s served again: %s", request.method, request.path, lost.message)
-                await after_lead_lost(lost)
+                # the lead went (or serving it here if this node won again),
+                # or where the catalog places its queue now.
+                log.info("%s %s served again: %s", request.method, request.path, again.message)
+                if isinstance(again, LeadLost):
+                    await after_lead_lost(again)
                 return await handler(request)
         except ApiError as exc:
             return respond(request, exc.body(), status=exc.status, headers=exc.headers)

@@ -9,11 +9,12 @@ from engine.outcome import CommitError
 from . import caps
 from .buffering import BUFFER
 from .codec import read_body, respond
-from .commands import leader_read, take_checkpoint, write
+from .commands import settled_read, take_checkpoint, write
 from .errors import ApiError, no_quorum
 from .gather import group_param, per_group
 from .keys import GROUPS, HTTP, NODE, SETTINGS
 from .leader import route_to_leader
+from .releaser import FEATURE
 from .routing import checked_name
 from .routing import leader_only
 
@@ -24,7 +25,9 @@ LEADERSHIP_TRANSFER_S = 3.0
 
 
 async def live(request: web.Request) -> web.Response:
-    return respond(request, {"status": "live", "id": request.app[NODE].id})
+    # features: what this release adds to the state machine, which a step of the cluster's may
+    # use only once every node has it (api/releaser.py)
+    return respond(request, {"status": "live", "id": request.app[NODE].id, "features": [FEATURE]})
 
 
 async def readiness(node) -> tuple[bool, dict]:
@@ -420,8 +423,26 @@ async def _confirmed_groups(request: web.Request, names: list[str]) -> web.Respo
     elsewhere = await route_to_leader(request, group=0)
     if elsewhere is not None:
         return elsewhere
-    found = (await leader_read(request.app, 0, "catalog_lookup", names))["groups"]
-    return respond(request, {"group_count": groups.count, "queues": found})
+    found, index = await settled_read(request.app, 0, "catalog_lookup", names)
+    return respond(request, {"group_count": groups.count, "queues": found["groups"], "catalog_index": index})
+
+
+async def release_names(request: web.Request) -> web.Response:
+    """Step 2 of the name releaser (api/releaser.py), on group 0's leader: the catalog forgets
+    those of `names` placed in `group`, which that group's releaser retired; answered with the
+    index of the log entry that did, the fence the group then raises. A node's own call: a name
+    released by hand while its queue lives would let a stale router make it in a second group."""
+    groups = request.app[GROUPS]
+    if groups.count == 1:
+        raise ApiError("not_found", "this cluster has one Raft group, and so no catalog")
+    elsewhere = await route_to_leader(request, group=0)
+    if elsewhere is not None:
+        return elsewhere
+    body = await read_body(request)
+    if not isinstance(body, dict):
+        raise ApiError("bad_request", "give group and names")
+    committed = await write(request, {"op": "release_names", "group": body.get("group"), "names": body.get("names")})
+    return respond(request, {**committed.result, "index": committed.index})
 
 
 async def rebalance(request: web.Request) -> web.Response:

@@ -13,12 +13,13 @@ import asyncio
 
 from aiohttp import web
 
+from engine.link.remote import Read
 from engine.outcome import Committed, CommitError
 from statemachine import check_command
-from statemachine.machine import OPS
+from statemachine.machine import OPS, queues_it_may_make
 
 from . import caps
-from .errors import ApiError, LeadLost, from_result, no_quorum
+from .errors import ApiError, LeadLost, Rerouted, from_result, no_quorum
 from .keys import GROUP, GROUPS, SETTINGS
 
 CONSISTENCY_LEVELS = ("leader", "strong", "any")
@@ -54,8 +55,11 @@ async def apply(app: web.Application, group: int, command: dict) -> Committed:
     node = groups.engines[group]
     if groups.count > 1 and OPS[command["op"]].creates_queues:
         command["raft_group"] = group
+        command["catalog_index"] = groups.view_index(group, queues_it_may_make(command))
     caps.prepare(app[SETTINGS].limits, command)
-    return await _committed(app, node, node.apply(command), 0.0)
+    committed = await _committed(app, node, node.apply(command), 0.0)
+    await _check_placement(app, group, committed.result)
+    return committed
 
 
 async def receive_waiting(app: web.Application, group: int, command: dict, wait_s: float, *,
@@ -66,7 +70,26 @@ async def receive_waiting(app: web.Application, group: int, command: dict, wait_
     `encoded`: the messages as the engine encoded them (``RemoteNode.receive``)."""
     node = app[GROUPS].engines[group]
     call = node.receive(command, wait_s, last_try=last_try, encoded=encoded, client=client)
-    return await _committed(app, node, call, wait_s, unknown_served_again=True)
+    committed = await _committed(app, node, call, wait_s, unknown_served_again=True)
+    if committed is not None:
+        await _check_placement(app, group, committed.result)
+    return committed
+
+
+async def _check_placement(app: web.Application, group: int, result) -> None:
+    """Rerouted when `group` refused or did not find a queue because the view of the catalog
+    that routed the request here is older than the group's fence (groups.py): the name may
+    have left the group, and the queue may live in another now."""
+    if not isinstance(result, dict) or result.get("error") not in ("wrong_group", "not_found") \
+            or "fence" not in result:
+        return
+    groups, name, fence = app[GROUPS], result["queue"], result["fence"]
+    stale = groups.forget_before(group, fence)
+    if result["error"] == "not_found" and name not in stale:
+        return                    # a view as new as the fence placed it here: it does not exist
+    await groups.refresh([name], fence)
+    raise Rerouted(f"queue {name!r} was routed to Raft group {group} by an older view of the catalog "
+                   f"than the group's (its name left the group, index {fence}); retry")
 
 
 async def take_checkpoint(app: web.Application, group: int) -> tuple[str, str]:
@@ -121,9 +144,14 @@ async def leader_read(app: web.Application, group: int, query: str, *args):
     """A query answered by the leader once its barrier is applied (before, its
     state may still lack writes an earlier leader acknowledged: found by the
     chaos checker's no_stale_reads) and a majority confirmed it still leads."""
+    return (await settled_read(app, group, query, *args)).result
+
+
+async def settled_read(app: web.Application, group: int, query: str, *args) -> Read:
+    """leader_read's answer with the index the leader had applied when it answered."""
     try:
         async with asyncio.timeout(app[SETTINGS].write_timeout_s):
-            return (await app[GROUPS].engines[group].read(query, *args, settled=True)).result
+            return await app[GROUPS].engines[group].read(query, *args, settled=True)
     except CommitError:
         # a read writes nothing: served again where the lead went
         raise LeadLost("this node stopped leading the request's group before it could answer; retry",
@@ -145,9 +173,12 @@ async def read_here(request: web.Request, group: int, query: str, *args) -> tupl
     the result, and with ``any`` the local replica's applied index."""
     level = consistency(request)
     if level == "any":
-        return tuple(await request.app[GROUPS].engines[group].read(query, *args))
-    if level == "strong":
-        committed = await apply(request.app, group, {"op": "tick"})
-        if "error" in committed.result:
-            raise from_result(committed.result)
-    return await leader_read(request.app, group, query, *args), None
+        result, applied_index = await request.app[GROUPS].engines[group].read(query, *args)
+    else:
+        if level == "strong":
+            committed = await apply(request.app, group, {"op": "tick"})
+            if "error" in committed.result:
+                raise from_result(committed.result)
+        result, applied_index = await leader_read(request.app, group, query, *args), None
+    await _check_placement(request.app, group, result)
+    return result, applied_index

@@ -54,6 +54,16 @@ class LeadLost(ApiError):
         self.term = view["term"] if view["role"] == "leader" else None
 
 
+class Rerouted(ApiError):
+    """A request's queue was routed by a view of the catalog older than its group's fence (the
+    name left the group: statemachine/release.py), and nothing of it was written. The front has
+    read the catalog again; the error middleware serves the request once more, which routes it
+    where the queue is now. Raised a second time, or outside a request: 503, retry."""
+
+    def __init__(self, message: str):
+        super().__init__("no_quorum", message, headers={"Retry-After": "1"})
+
+
 def no_quorum(message: str) -> ApiError:
     """503: no leader answered for the request's group (or a write's fate is unknown); retry."""
     return ApiError("no_quorum", message, headers={"Retry-After": "1"})

@@ -25,7 +25,7 @@ from wire_format import NAME_PATTERN, is_name
 
 from . import caps
 from .codec import respond
-from .commands import apply, consistency, leader_read, read_here
+from .commands import apply, consistency, read_here, settled_read
 from .errors import ApiError, LeadLost, from_result, no_quorum
 from .groups import one_group
 from .keys import ENGINES, GROUP, GROUPS, HTTP, NODE, SETTINGS  # noqa: F401  (the handlers import them from here)
@@ -35,6 +35,7 @@ from .keys import ENGINES, GROUP, GROUPS, HTTP, NODE, SETTINGS  # noqa: F401  (t
 # a killed leader is replaced sooner, engine/raft/node.py).
 ELECTION_HOLD_S = 0.8
 FORWARD_HEADERS = ("Content-Type", "Accept", "Authorization")
+PASSED_HEADERS = ("Location", "X-Raftq-Leader", "X-Raftq-Group", "Retry-After", "X-Raftq-Applied-Index")
 
 
 def node_authorization(app: web.Application) -> str | None:
@@ -91,11 +92,12 @@ def _path_queues(request: web.Request) -> list[str]:
 
 
 class Elsewhere(Exception):
-    """Another node serves this: node `node_id`, at HTTP `address`."""
+    """Another node serves this: node `node_id`, at HTTP `address`; the request's Raft group
+    when it is known (not for a name only group 0's leader can place)."""
 
-    def __init__(self, node_id: str, address: str):
+    def __init__(self, node_id: str, address: str, group: int | None = None):
         super().__init__(node_id)
-        self.node_id, self.address = node_id, address
+        self.node_id, self.address, self.group = node_id, address, group
 
 
 async def route_to_leader(request: web.Request, queues: list[str] | None = None, *, group: int | None = None,
@@ -115,8 +117,11 @@ async def route_to_leader(request: web.Request, queues: list[str] | None = None,
         url = f"{request.scheme}://{there.address}{request.path_qs}"
         if request.headers.get("X-Raftq-Forward") == "1":
             return await _forward(request, url)
+        headers = {"Location": url, "X-Raftq-Leader": there.node_id}
+        if there.group is not None:   # a client that keeps the routing learns where the queue is now
+            headers["X-Raftq-Group"] = str(there.group)
         raise ApiError("not_leader", f"node {there.node_id} leads; send the request there",
-                       headers={"Location": url, "X-Raftq-Leader": there.node_id}, leader=there.node_id) from None
+                       headers=headers, leader=there.node_id) from None
     return None
 
 
@@ -157,9 +162,9 @@ async def serve_here(app: web.Application, group: int, *, leader: bool = True) -
         member = groups.member_to_ask(group)
         if member is None:
             raise no_quorum(f"no member of group {group} is known to this node")
-        raise Elsewhere(member, groups.http_addr(member))
+        raise Elsewhere(member, groups.http_addr(member), group)
     if leader:
-        await _check_leads(groups.engines[group])
+        await _check_leads(groups.engines[group], group)
 
 
 async def _ask_catalog(app: web.Application, address: str, queues: list[str], authorization: str | None) -> dict:
@@ -173,10 +178,12 @@ async def _ask_catalog(app: web.Application, address: str, queues: list[str], au
                                  allow_redirects=False, timeout=ClientTimeout(total=5)) as reply:
             if reply.status != 200:
                 return {}
-            answer = (await reply.json())["queues"]
+            body = await reply.json()
+            answer = body["queues"]
     except (ClientError, asyncio.TimeoutError, ValueError, KeyError):
         return {}
-    app[GROUPS].remember(answer)
+    # an older release does not say the index its answer was read at: 0 is older than any fence
+    app[GROUPS].remember(answer, body.get("catalog_index", 0))
     return {name: answer.get(name) for name in queues}
 
 
@@ -186,21 +193,21 @@ async def _catalog_answer(app: web.Application, queues: list[str], creating: boo
     groups = app[GROUPS]
     if creating:
         limit = caps.catalog_names_limit(app[SETTINGS].limits, groups.count)
-        result = (await apply(app, 0, {"op": "assign", "queues": queues, "max_names": limit})).result
+        result, index = await apply(app, 0, {"op": "assign", "queues": queues, "max_names": limit})
         if "error" in result:
             raise from_result(result)
     else:
-        result = await leader_read(app, 0, "catalog_lookup", queues)
+        result, index = await settled_read(app, 0, "catalog_lookup", queues)
         unknown = [name for name, group in result["groups"].items() if group is None]
         if unknown:
             raise ApiError("not_found", f"queue {unknown[0]!r} does not exist")
-    groups.remember(result["groups"])
+    groups.remember(result["groups"], index)
     return result["groups"]
 
 
-async def _check_leads(node) -> None:
-    """Return when `node` (a local engine) leads its group with a quorum; else Elsewhere (its
-    leader) or no_quorum."""
+async def _check_leads(node, group: int | None = None) -> None:
+    """Return when `node` (a local engine, of `group` when the request's group is known) leads
+    its group with a quorum; else Elsewhere (its leader) or no_quorum."""
     status = await _view_after_election(node)
     if status["role"] == "leader":
         if not status["quorum_ok"]:
@@ -212,7 +219,7 @@ async def _check_leads(node) -> None:
         raise no_quorum("this node stopped leading: it has heard from no majority of the cluster since")
     if leader is None or address is None or not status["quorum_ok"]:
         raise no_quorum("no leader is known to this node")
-    raise Elsewhere(leader, address)
+    raise Elsewhere(leader, address, group)
 
 
 async def _forward(request: web.Request, url: str) -> web.Response:
@@ -222,8 +229,7 @@ async def _forward(request: web.Request, url: str) -> web.Response:
                 request.method, url, data=await request.read(), headers=headers,
                 allow_redirects=False, timeout=ClientTimeout(total=35)) as upstream:
             body = await upstream.read()
-            passed = {h: upstream.headers[h] for h in ("Location", "X-Raftq-Leader", "Retry-After",
-                                                      "X-Raftq-Applied-Index") if h in upstream.headers}
+            passed = {h: upstream.headers[h] for h in PASSED_HEADERS if h in upstream.headers}
             return web.Response(body=body, status=upstream.status, headers=passed,
                                 content_type=upstream.content_type)
     except (ClientError, asyncio.TimeoutError) as exc:

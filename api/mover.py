@@ -32,25 +32,19 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiohttp import ClientError, ClientTimeout, web
+from aiohttp import ClientError, web
 
 from engine.background import Background
 from engine.outcome import CommitError
 from engine.placement import Placement, next_move, ordered
 
-from .keys import GROUPS, HTTP, SETTINGS
+from .group_calls import NotYet, call_group_leader
+from .keys import GROUPS
 
 log = logging.getLogger(__name__)
 
 STEP_S = 0.5
 LIVE_CONTACT_MS = 1000
-REQUEST_TIMEOUT = ClientTimeout(total=30)
-MAX_REDIRECTS = 3
-
-
-class NotYet(Exception):
-    """A step that cannot be taken now (no leader, a refusal, a node not answering); the
-    mover tries again at its next step."""
 
 
 class LeaderPreferences(Background):
@@ -137,28 +131,28 @@ class ReplicaMover(Background):
             return
         for node_id in recorded["leaving"]:
             if node_id in voters:
-                await self._admin("DELETE", f"/v1/cluster/nodes/{node_id}")
+                await call_group_leader(self._app, "DELETE", f"/v1/cluster/nodes/{node_id}")
                 log.info("%s left group 0, its replicas moved away", node_id)
 
     async def _carry_out(self, move: tuple, voters: dict, live: set) -> None:
         group, source, target = move
         if target not in voters:         # it left the cluster before the move ended
-            await self._admin("DELETE", f"/v1/cluster/nodes/{target}?group={group}", group=group)
+            await call_group_leader(self._app, "DELETE", f"/v1/cluster/nodes/{target}?group={group}", group=group)
             await self._record({"op": "replica_moved", "group": group, "source": source, "target": target,
                                 "moved": False})
             return
         if source not in live:
             # A source that is down (a dead node being removed) leaves first: added first, the
             # target would be a fourth voter the group needs for its majority before it caught up.
-            await self._admin("DELETE", f"/v1/cluster/nodes/{source}?group={group}", group=group)
+            await call_group_leader(self._app, "DELETE", f"/v1/cluster/nodes/{source}?group={group}", group=group)
         voter = voters[target]
-        added = await self._admin("POST", f"/v1/cluster/nodes?group={group}",
+        added = await call_group_leader(self._app, "POST", f"/v1/cluster/nodes?group={group}",
                                   {"id": target, "raft_addr": voter["raft_addr"], "http_addr": voter["http_addr"]},
                                   group=group)
         goal = self._caught_up_at.setdefault(move, added["commit_index"])
         if added["match_index"] < goal:
             raise NotYet(f"group {group}: {target} has caught up to {added['match_index']} of {goal}")
-        await self._admin("DELETE", f"/v1/cluster/nodes/{source}?group={group}", group=group)
+        await call_group_leader(self._app, "DELETE", f"/v1/cluster/nodes/{source}?group={group}", group=group)
         await self._record({"op": "replica_moved", "group": group, "source": source, "target": target,
                             "moved": True})
         self._caught_up_at.pop(move, None)
@@ -168,40 +162,3 @@ class ReplicaMover(Background):
         result = (await self._app[GROUPS].catalog.apply(command)).result
         if "error" in result:
             raise NotYet(f"group 0 refused {command['op']}: {result['message']}")
-
-    async def _admin(self, method: str, path: str, body: dict | None = None, *, group: int = 0) -> dict | None:
-        """An admin request to the leader of `group`, through the front of one of its recorded
-        members that answers (which forwards it; not a target's, whose engine knows no leader
-        until it is added), following the redirects of fronts that know a later leader.
-
-        A member that answers but knows no leader is passed over like one that does not
-        answer: a source whose removal was committed before the mover that asked for it died
-        is still a recorded member, and its engine, out of the group, never learns a leader."""
-        groups = self._app[GROUPS]
-        refusals = []
-        for node_id in [groups.catalog.id] if group == 0 else groups.members(group):
-            address = groups.http_addr(node_id)
-            if address is None:
-                continue
-            try:
-                return await self._follow(method, f"{self._app[SETTINGS].scheme}://{address}{path}", body)
-            except (NotYet, ClientError, asyncio.TimeoutError) as exc:
-                log.info("replica mover: %s %s through %s: %s", method, path, node_id, exc)
-                refusals.append(f"{node_id}: {exc}")
-        raise NotYet(f"{method} {path}: no member of group {group} served it ({'; '.join(refusals) or 'none known'})")
-
-    async def _follow(self, method: str, url: str, body: dict | None) -> dict | None:
-        headers = {"Accept": "application/json", "X-Raftq-Forward": "1"}
-        token = self._app[SETTINGS].tokens.admin
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        for _ in range(MAX_REDIRECTS):
-            async with self._app[HTTP].request(method, url, json=body, headers=headers, allow_redirects=False,
-                                               timeout=REQUEST_TIMEOUT) as reply:
-                if reply.status == 307 and "Location" in reply.headers:
-                    url = reply.headers["Location"]
-                    continue
-                if reply.status >= 300:
-                    raise NotYet(f"{method} {url}: {reply.status} {(await reply.text())[:200]}")
-                return await reply.json() if reply.status != 204 else None
-        raise NotYet(f"{method} {url}: redirected {MAX_REDIRECTS} times")

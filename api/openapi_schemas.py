@@ -90,6 +90,13 @@ NEW_NODE = {
                    "http_addr": {"type": "string", "minLength": 1}},
     "required": ["id", "raft_addr", "http_addr"],
 }
+RELEASE_NAMES = {
+    "type": "object",
+    "properties": {"group": {"type": "integer", "minimum": 0},
+                   "names": {"type": "array", "items": NAME, "minItems": 1, "maxItems": 10_000}},
+    "required": ["group", "names"],
+    "additionalProperties": False,
+}
 LEADER = {"type": "object", "properties": {"to": NAME}, "additionalProperties": False}
 REDRIVE = {"type": "object", "properties": {"from_queue": NAME,
                                             "max": {"type": "integer", "minimum": 1, "maximum": MAX_BATCH},

@@ -71,6 +71,9 @@ ROUTES = (
     Route("POST", "/v1/cluster/rebalance", cluster.rebalance, ADMIN,
           "Move each Raft group's leadership to its first live, caught-up preference now",
           query=(("group", {"type": "integer", "minimum": 0}),), leader=True),
+    Route("POST", "/v1/cluster/catalog/release", cluster.release_names, ADMIN,
+          "The name releaser's step on group 0's leader (node to node): forget names of deleted queues that "
+          "`group` retired", errors=(404,), body=schemas.RELEASE_NAMES, body_required=True, leader=True),
     Route("GET", "/v1/cluster/routing", cluster.routing, DATA,
           "Where each queue is served: every Raft group's members and leader, and queue -> group",
           errors=(404,), query=(("group", {"type": "integer", "minimum": 0}),)),

@@ -44,6 +44,7 @@ __all__ = ["Client", "AsyncClient", "Producer", "Consumer", "BlockingConsumer", 
 RETRYABLE_STATUS = {503}
 # Which replica state a `consistency=any` read saw (docs/api.md).
 APPLIED_INDEX_HEADER = "X-Raftq-Applied-Index"
+GROUP_HEADER = "X-Raftq-Group"       # a 307's: the Raft group of the call's queue
 # A redirect answers a redirect only while leadership moves; more than this is a loop.
 MAX_REDIRECTS = 8
 ROUTING_PATH = "/v1/cluster/routing"
@@ -283,11 +284,11 @@ class _Attempts:
         self.route.next_node(self.queue)
         return next(self.backoff)
 
-    def after_reply(self, status: int, location: str | None) -> float | None:
-        """An answer: None means it is the call's result."""
+    def after_reply(self, status: int, location: str | None, group: str | None = None) -> float | None:
+        """An answer (a 307's `group`: its X-Raftq-Group): None means it is the call's result."""
         if status == 307 and self.redirects < MAX_REDIRECTS:
             self.redirects += 1
-            self.route.follow(location, self.queue)
+            self.route.follow(location, self.queue, int(group) if group and group.isdigit() else None)
             # a third redirect: leadership is moving, or a replica lags; give it a moment
             return 0.0 if self.redirects <= 2 else next(self.backoff)
         if status in RETRYABLE_STATUS and self.retry and time.monotonic() < self.deadline:
@@ -353,7 +354,7 @@ class Client(_Calls):
                     raise
                 time.sleep(delay)
                 continue
-            delay = attempts.after_reply(reply.status, reply.getheader("Location"))
+            delay = attempts.after_reply(reply.status, reply.getheader("Location"), reply.getheader(GROUP_HEADER))
             if delay is None:
                 route.answered(base)
                 return route.decode(reply.status, raw, accept_status, text, reply.getheader("Content-Type"),
@@ -423,6 +424,7 @@ class AsyncClient(_Calls):
                                                       sock_read=timeout or route.timeout)) as reply:
                     raw = await reply.read()
                     status, location = reply.status, reply.headers.get("Location")
+                    group = reply.headers.get(GROUP_HEADER)
                     content_type = reply.headers.get("Content-Type")
                     applied_index = reply.headers.get(APPLIED_INDEX_HEADER)
             except (aiohttp.ClientError, asyncio.TimeoutError, socket.gaierror) as exc:
@@ -431,7 +433,7 @@ class AsyncClient(_Calls):
                     raise
                 await asyncio.sleep(delay)
                 continue
-            delay = attempts.after_reply(status, location)
+            delay = attempts.after_reply(status, location, group)
             if delay is None:
                 route.answered(base)
                 return route.decode(status, raw, accept_status, text, content_type, applied_index)

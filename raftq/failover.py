@@ -76,7 +76,7 @@ class Failover:
         self.timeout = timeout
         self.ssl_context = ssl.create_default_context(cafile=cafile) if cafile else None
         self.group_count: int | None = None    # as the routing said
-        self.group_of: dict[str, int] = {}     # queue -> its Raft group (never changes)
+        self.group_of: dict[str, int] = {}     # queue -> its Raft group (a queue made again may move: a 307 says)
         self.leaders: dict[int, str] = {}      # group -> its leader's base URL, as last heard
         self.routing_asked_at: float | None = None
 
@@ -118,10 +118,13 @@ class Failover:
             self.urls.append(base)
         self.current = self.urls.index(base)
 
-    def follow(self, location: str, queue: str | None = None) -> None:
+    def follow(self, location: str, queue: str | None = None, group: int | None = None) -> None:
+        """Go where a 307 sends a call for `queue`, which it says is in `group` when it names one."""
         parts = urlsplit(location)
         base = f"{parts.scheme}://{parts.netloc}"
         self.answered(base)
+        if queue is not None and group is not None and self.group_count != 1:
+            self.group_of[queue] = group
         if self._group(queue) is not None:
             self.leaders[self._group(queue)] = base
 

@@ -28,6 +28,7 @@ from aiohttp import web
 
 from api.app import Settings, make_app
 from api.mover import LeaderPreferences, ReplicaMover
+from api.releaser import NameReleaser
 from api.removal import RemovalWatch
 from engine.lifetime import FreeMemoryGiver, die_with, name_process
 from engine.link.remote import RemoteNode
@@ -144,8 +145,10 @@ async def serve_front(*, worker: int, listener: socket.socket, links: dict[int, 
     # header timeout, which is therefore the idle timeout as well.
     app = make_app(engines, placement, settings, buffer_dir(data_dir, worker))
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=limits.header_timeout_s)
-    # one mover per node, in its first front; it acts while the node's engine of group 0 leads
-    movers = [ReplicaMover(app), LeaderPreferences(app)] if worker == 0 and len(placement.groups) > 1 else []
+    # one of each per node, in its first front: the mover acts while the node's engine of group 0
+    # leads, the name releaser for each group whose engine here leads
+    movers = [ReplicaMover(app), LeaderPreferences(app), NameReleaser(app)] \
+        if worker == 0 and len(placement.groups) > 1 else []
     if worker == 0:
         movers.append(RemovalWatch(app, on_removed=lambda disowned_by: _removed(node_id, disowned_by, node_pid)))
     giver = FreeMemoryGiver()

@@ -69,7 +69,7 @@ def status_table(view: dict) -> str:
     catalog = view.get("catalog")
     if catalog:
         lines.append(f"catalog: {catalog['names']} of {catalog['limit']} queue names "
-                     "(a deleted queue's name stays, keeping its group; --max-queues for each group)")
+                     "(--max-queues for each group; a deleted queue's name leaves within seconds)")
     buffer = view.get("buffer") or {}
     if buffer.get("dead_lettered"):
         lines.append(f"put buffer of {view['id']}: {buffer['dead_lettered']} buffered put(s) refused for good, "

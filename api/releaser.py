@@ -1,0 +1,142 @@
+"""The name releaser (statemachine/release.py): lets the names of deleted queues leave the
+catalog, so that with several Raft groups the catalog's limit bounds the queues there are,
+not the names ever used.
+
+It runs in every node's first front, for each group whose local engine leads, in three
+steps, each a command through a log:
+1. ``retire_names`` in the group: the deleted names it may let go (none it holds or names
+   as a dead-letter queue or a stage's) retire, and from then on no command makes them there;
+2. ``release_names`` in group 0 (the catalog's leader: here, or through its front): the
+   catalog forgets them, in its log entry W;
+3. ``names_released`` in the group, with W: its fence rises to W, so only a command routed
+   by a view of the catalog that saw the release may make a queue there.
+Deleted names go at the next step. A name the catalog placed but the group never made (a
+creation it refused, a dead-letter queue never needed and no longer named) goes once two
+sweeps, SWEEP_S apart, found it unmade.
+
+A releaser that stops between steps (a lost lead, a crash) leaves names retiring; the
+group's next leader's releaser finds them and carries out steps 2 and 3 again (releasing a
+name twice forgets nothing more, and W only grows).
+
+Every node must run a release that knows these commands before any is written (an older
+replica would refuse what the others apply): the releaser waits until every member of
+group 0 says so (``GET /health/live``'s ``features``), asked again when a node joins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import ClientError, ClientTimeout, web
+
+from engine.background import Background
+from engine.outcome import CommitError
+
+from .errors import ApiError
+from .group_calls import NotYet, call_group_leader
+from .keys import GROUPS, HTTP, SETTINGS
+
+log = logging.getLogger(__name__)
+
+FEATURE = "name_release"
+STEP_S = 1.0
+SWEEP_S = 60.0
+NAMES_PER_STEP = 1000
+PEER_TIMEOUT = ClientTimeout(total=2)
+
+
+class NameReleaser(Background):
+    def __init__(self, app: web.Application):
+        self._app = app
+        self._every_node_releases: frozenset | None = None   # the group-0 voters found to run it
+        self._unmade: dict[int, set] = {}    # group -> names placed there but unmade at the last sweep
+        self._next_sweep = 0.0
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(STEP_S)
+            try:
+                await self.step()
+            except (NotYet, CommitError, ApiError, ClientError, asyncio.TimeoutError) as exc:
+                log.info("name releaser: %s; trying again", exc)
+
+    async def step(self) -> None:
+        if not await self._cluster_releases():
+            return
+        sweep = asyncio.get_running_loop().time() >= self._next_sweep
+        if sweep:
+            self._next_sweep = asyncio.get_running_loop().time() + SWEEP_S
+        for group, engine in list(self._app[GROUPS].engines.items()):
+            if engine.view()["role"] != "leader":
+                self._unmade.pop(group, None)
+                continue
+            pending = (await engine.read("names_deleted", NAMES_PER_STEP)).result
+            if sweep and not pending["retiring"]:
+                pending["names"] += await self._unmade_twice(group, engine)
+            if pending["names"] or pending["retiring"]:
+                await self.release(group, engine, pending)
+
+    async def _unmade_twice(self, group: int, engine) -> list:
+        """The names the catalog placed in `group` that the group did not hold or name at this sweep
+        nor at the one before (SWEEP_S apart, so a creation on its way is not taken for one
+        refused or never needed)."""
+        placed = (await self._app[GROUPS].catalog.read("catalog_names_in", group)).result["names"]
+        unmade = set((await engine.read("names_absent", placed)).result["names"]) if placed else set()
+        before, self._unmade[group] = self._unmade.get(group, set()), unmade
+        return sorted(unmade & before)[:NAMES_PER_STEP]
+
+    async def release(self, group: int, engine, pending: dict) -> None:
+        retiring = pending["retiring"] or (await _applied(engine, {"op": "retire_names",
+                                                                    "names": pending["names"]}))["retiring"]
+        if not retiring:
+            return
+        index = await self._release_in_catalog(group, retiring)
+        await _applied(engine, {"op": "names_released", "names": retiring, "index": index})
+        log.info("group %d: %d deleted queue name(s) left the catalog (fence %d)", group, len(retiring), index)
+
+    async def _release_in_catalog(self, group: int, names: list) -> int:
+        """Step 2: the index of group 0's log entry that released `names` of `group`."""
+        catalog = self._app[GROUPS].catalog
+        if catalog.view()["role"] == "leader":
+            committed = await catalog.apply({"op": "release_names", "group": group, "names": names})
+            if "error" in committed.result:
+                raise NotYet(f"group 0 refused release_names: {committed.result['message']}")
+            return committed.index
+        answer = await call_group_leader(self._app, "POST", "/v1/cluster/catalog/release",
+                                         {"group": group, "names": names})
+        return answer["index"]
+
+    async def _cluster_releases(self) -> bool:
+        """Whether every member of group 0 runs a release that knows the name release. Once
+        they do, that holds until a node this node has not heard of joins (the view's HTTP
+        addresses), so a step needs nothing of group 0's engine."""
+        groups = self._app[GROUPS]
+        known = frozenset(groups.catalog.view()["http"])
+        if self._every_node_releases is not None and known <= self._every_node_releases:
+            return True
+        voters = await groups.catalog.members()
+        for voter in voters:
+            if voter["id"] != groups.catalog.id and not await self._runs_it(voter["http_addr"]):
+                log.info("name releaser: waiting for %s to run a release that knows it", voter["id"])
+                return False
+        # a node known but no voter (one removed) does not apply the groups' logs
+        self._every_node_releases = known | {voter["id"] for voter in voters}
+        log.info("name releaser: every node runs a release that knows it (%s)",
+                 ", ".join(sorted(voter["id"] for voter in voters)))
+        return True
+
+    async def _runs_it(self, address: str) -> bool:
+        url = f"{self._app[SETTINGS].scheme}://{address}/health/live"
+        try:
+            async with self._app[HTTP].get(url, timeout=PEER_TIMEOUT) as reply:
+                return FEATURE in (await reply.json()).get("features", [])
+        except (ClientError, asyncio.TimeoutError, ValueError):
+            return False
+
+
+async def _applied(engine, command: dict) -> dict:
+    result = (await engine.apply(command)).result
+    if "error" in result:
+        raise NotYet(f"{command['op']} refused: {result['message']}")
+    return result
