@@ -5,13 +5,19 @@ GET /v1/cluster/routing, the `group` parameter of a listing, the groups of
 after a failover of the one it knew.
 """
 
+import os
+import signal
+import threading
+import time
 import uuid
+from collections import Counter
 from urllib.parse import urlsplit
 
 import pytest
 
 from raftq.client import Client
 from tests.conftest import start_cluster, wait_for_settled_leaders
+from tests.test_groups import balanced, engine_pids
 from tests.waiting import wait_until
 from tests.wire import call
 
@@ -276,3 +282,132 @@ def test_with_four_groups_a_producers_stages_live_in_its_queues_group_and_the_li
     left = [{"producer": p, "raft_group": g1, "stages": 0, "staged_messages": 0},    # its mark stays
             {"producer": other, "raft_group": g2, "stages": 1, "staged_messages": 1}]
     assert listed(url) == sorted(left, key=lambda entry: entry["producer"])
+
+
+def test_a_queue_made_again_in_another_group_is_reached_through_every_front_that_knew_its_old_one(fresh_cluster):
+    """A deleted queue's name leaves the catalog, and the queue made again may be placed in
+    another group, while every front still caches the old one. Each front's reads and puts must
+    reach the new queue: a read the old group does not find, and a put it refuses by its fence,
+    are routed again by a fresh view of the catalog (api/groups.py)."""
+    cluster = fresh_cluster(3, groups=4)
+    wait_for_settled_leaders(cluster)
+    urls = [cluster.url(node_id) for node_id in cluster.ids]
+    names = [f"moving{i}" for i in range(8)]
+    for name in names:
+        assert call("PUT", f"{urls[0]}/v1/queues/{name}", {}).status == 201
+    before = call("GET", f"{urls[0]}/v1/cluster/routing").body["queues"]
+    client = Client([urls[0]], token=cluster.token)
+    client.routing()             # a client keeps the routing too
+    for name in names:
+        for url in urls:         # every front caches the queue's group
+            assert call("GET", f"{url}/v1/queues/{name}").status == 200
+        assert call("DELETE", f"{urls[0]}/v1/queues/{name}").status == 204
+    wait_until(lambda: call("GET", f"{urls[0]}/v1/cluster").body["catalog"]["names"] == 0, 30,
+               "every deleted name released")
+    for name in reversed(names):  # each placed in the group with fewest names, which is another one now
+        assert call("PUT", f"{urls[1]}/v1/queues/{name}", {}).status == 201
+    after = wait_until(lambda: (placed := call("GET", f"{urls[1]}/v1/cluster/routing").body["queues"]).keys()
+                       >= set(names) and placed, 10, "the node's replica of the catalog to hold them")
+    assert all(after[name] != before[name] for name in names), (before, after)
+    for name in names:
+        for url in urls:
+            shown = call("GET", f"{url}/v1/queues/{name}")
+            assert shown.status == 200, shown
+            put = call("POST", f"{url}/v1/queues/{name}/messages", {"body": url})
+            assert put.status == 201, put
+    listed = {group: {queue["name"] for queue in call("GET", f"{urls[2]}/v1/queues?group={group}").body["queues"]}
+              for group in range(4)}
+    with client:
+        for name in names:    # sent to the old group's leader, sent on, and the client learns the new group
+            client.put(name, "kept routing")
+            assert client.raft_group(name) == after[name]
+    for name in names:
+        assert [group for group, held in listed.items() if name in held] == [after[name]]
+        assert call("GET", f"{urls[2]}/v1/queues/{name}").body["stats"]["depth"] == len(urls) + 1
+
+
+def test_queues_deleted_and_made_again_under_puts_through_every_front_never_live_in_two_groups(fresh_cluster):
+    """Puts through every front keep making queues that another node keeps deleting, so names
+    leave the catalog and come back, placed anew, while fronts route by views of every age. No
+    put is refused for its group (a refusal by a fence is routed again), and once it stops every
+    queue is in one group, the one the catalog places it in."""
+    cluster = fresh_cluster(3, groups=4)
+    wait_for_settled_leaders(cluster)
+    urls = [cluster.url(node_id) for node_id in cluster.ids]
+    names = [f"churn{i}" for i in range(12)]
+    stop = threading.Event()
+    answers: Counter = Counter()
+
+    def put_through(url: str) -> None:
+        while not stop.is_set():
+            for name in names:
+                reply = call("POST", f"{url}/v1/queues/{name}/messages", {"body": 1})
+                answers[reply.status, None if reply.status == 201 else reply.body["error"]] += 1
+
+    def delete_all() -> None:
+        while not stop.is_set():
+            for name in names:
+                assert call("DELETE", f"{urls[2]}/v1/queues/{name}").status in (204, 404)
+
+    workers = [threading.Thread(target=put_through, args=(url,)) for url in urls for _ in range(2)]
+    workers.append(threading.Thread(target=delete_all))
+    for worker in workers:
+        worker.start()
+    time.sleep(10)
+    stop.set()
+    for worker in workers:
+        worker.join()
+    assert answers[201, None] > 0 and set(answers) <= {(201, None), (503, "no_quorum")}, answers
+    for group in range(4):
+        for queue in call("GET", f"{urls[0]}/v1/queues?group={group}").body["queues"]:
+            placed = call("GET", f"{urls[0]}/v1/cluster/routing?queue={queue['name']}").body["queues"]
+            assert placed == {queue["name"]: group}, (group, placed)
+
+
+def test_a_front_whose_catalog_lags_is_refused_by_the_fence_and_sends_the_put_where_the_queue_is_now(fresh_cluster):
+    """The fence, alone: node X leads queue x's group g > 0, and its replica of group 0 is
+    paused, so its front keeps routing x to g after x was deleted, its name released and x
+    made again in group 0. X's put to x is refused by g's fence (it would have made a second x) and,
+    once X's replica of the catalog has caught up, routed to where x is now."""
+    cluster = fresh_cluster(3, groups=4)
+    leaders = wait_until(lambda: balanced(cluster), 60, "leaders spread")
+    urls = {node_id: cluster.url(node_id) for node_id in cluster.ids}
+    for i in range(4):        # one queue in each group
+        assert call("PUT", f"{urls['n1']}/v1/queues/first{i}", {}).status == 201
+    placed = call("GET", f"{urls['n1']}/v1/cluster/routing?queue=" + "&queue=".join(f"first{i}" for i in range(4)))
+    group, x = next((placed.body["queues"][name], name) for name in sorted(placed.body["queues"])
+                    if placed.body["queues"][name] > 0 and leaders[placed.body["queues"][name]] != leaders[0])
+    node_x = leaders[group]
+    other = next(node_id for node_id in cluster.ids if node_id != node_x)
+    assert call("GET", f"{urls[node_x]}/v1/queues/{x}").status == 200     # X's front caches x -> g
+    wait_until(lambda: "name releaser: every node runs a release that knows it" in cluster.log_path(node_x).read_text(),
+               30, f"{node_x}'s name releaser to know that every node runs it")
+    catalog_replica = engine_pids(cluster, node_x)[0]
+    released_lines = len(cluster.log_path(node_x).read_text().splitlines())
+    os.kill(catalog_replica, signal.SIGSTOP)
+    try:
+        for name in (x, "first0"):   # group 0's too, so that x made again goes there, not back to g
+            assert call("DELETE", f"{urls[other]}/v1/queues/{name}").status == 204
+        wait_until(lambda: any(f"group {group}: 1 deleted queue name(s) left the catalog" in line
+                               for line in cluster.log_path(node_x).read_text().splitlines()[released_lines:]),
+                   30, f"{x}'s name released and group {group}'s fence raised")
+        wait_until(lambda: call("GET", f"{urls[other]}/v1/cluster/routing?queue=first0").body["queues"]["first0"]
+                   is None, 30, "first0's name released")
+        assert call("PUT", f"{urls[other]}/v1/queues/{x}", {}).status == 201
+        now = call("GET", f"{urls[other]}/v1/cluster/routing?queue={x}").body["queues"][x]
+        assert now != group
+        answer = {}
+        put = threading.Thread(target=lambda: answer.update(
+            reply=call("POST", f"{urls[node_x]}/v1/queues/{x}/messages", {"body": "late"})))
+        put.start()
+        time.sleep(1.0)           # the put waits at X for its replica of the catalog
+    finally:
+        os.kill(catalog_replica, signal.SIGCONT)
+    put.join(30)
+    assert answer["reply"].status == 201, answer["reply"]
+    assert f"served again: queue {x!r} was routed to Raft group {group} by an older view" \
+        in cluster.log_path(node_x).read_text()
+    for g in range(4):
+        held = {queue["name"] for queue in call("GET", f"{urls[other]}/v1/queues?group={g}").body["queues"]}
+        assert (x in held) == (g == now), (g, held)
+    assert call("GET", f"{urls[other]}/v1/queues/{x}").body["stats"]["depth"] == 1
