@@ -12,7 +12,8 @@ steps, each a command through a log:
    by a view of the catalog that saw the release may make a queue there.
 Deleted names go at the next step. A name the catalog placed but the group never made (a
 creation it refused, a dead-letter queue never needed and no longer named) goes once two
-sweeps, SWEEP_S apart, found it unmade.
+sweeps, SWEEP_S apart, found it unmade (a creation on its way is not that slow; one that
+was is refused by the fence and placed again).
 
 A releaser that stops between steps (a lost lead, a crash) leaves names retiring; the
 group's next leader's releaser finds them and carries out steps 2 and 3 again (releasing a
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 
 FEATURE = "name_release"
 STEP_S = 1.0
-SWEEP_S = 60.0
+SWEEP_S = 10.0
 NAMES_PER_STEP = 1000
 PEER_TIMEOUT = ClientTimeout(total=2)
 
@@ -93,7 +94,7 @@ class NameReleaser(Background):
             return
         index = await self._release_in_catalog(group, retiring)
         await _applied(engine, {"op": "names_released", "names": retiring, "index": index})
-        log.info("group %d: %d deleted queue name(s) left the catalog (fence %d)", group, len(retiring), index)
+        log.info("group %d: %d queue name(s) left the catalog (fence %d)", group, len(retiring), index)
 
     async def _release_in_catalog(self, group: int, names: list) -> int:
         """Step 2: the index of group 0's log entry that released `names` of `group`."""

@@ -97,6 +97,23 @@ def test_with_four_groups_a_deleted_queues_name_leaves_the_catalog_so_its_limit_
     assert "catalog: 0 of 8 queue names (--max-queues for each group; a deleted queue's name leaves" \
         in status_table(view)
     assert metric(url, "raftq_catalog_names") == 0 and metric(url, "raftq_catalog_names_limit") == 8
+
+    def names() -> int:
+        return call("GET", f"{url}/v1/cluster").body["catalog"]["names"]
+    # names placed but never made go too: a dead-letter queue no longer named, a refused transaction's
+    assert call("PUT", f"{url}/v1/queues/src", {"dead_letter": "src-dlq"}).status == 201
+    assert call("POST", f"{url}/v1/queues/src/messages", {"body": 1}).status == 201
+    receipt = call("POST", f"{url}/v1/queues/src/receive", {"max": 1}).body["messages"][0]["receipt"]
+    stale = receipt.rpartition(":")[0] + ":999999"
+    refused = call("POST", f"{url}/v1/tx", {"ack": [{"queue": "src", "receipts": [stale]}],
+                                            "put": [{"queue": "never-made", "messages": [{"body": 2}]}]})
+    assert refused.status == 409 and refused.body["error"] == "stale_receipt"
+    assert names() == 3
+    assert call("PATCH", f"{url}/v1/queues/src", {"dead_letter": None}).status == 200
+    wait_until(lambda: names() == 1, 60, "src-dlq and never-made released")
+    assert call("GET", f"{url}/v1/cluster/routing?queue=src").body["queues"] == {"src": 0}
+    assert call("DELETE", f"{url}/v1/queues/src").status == 204
+    wait_until(lambda: names() == 0, 30, "src released")
     for i in range(8):   # the whole limit is there to use again
         assert call("PUT", f"{url}/v1/queues/again{i}", {}).status == 201
     refused = call("PUT", f"{url}/v1/queues/again8", {})
