@@ -385,16 +385,21 @@ def check_drop_producer(cmd):
 MAX_ASSIGNED_TOGETHER = MAX_BATCH
 
 
-def check_assign(cmd):
-    """assign: 1 to MAX_ASSIGNED_TOGETHER queue names, under a cap on the catalog."""
-    names = cmd.get("queues")
+def _check_queue_names(cmd, field: str):
+    """`field`: a list of 1 to MAX_ASSIGNED_TOGETHER queue names."""
+    names = cmd.get(field)
     if not isinstance(names, list) or not 1 <= len(names) <= MAX_ASSIGNED_TOGETHER:
-        return error(BAD_REQUEST, f"queues must be a list of 1 to {MAX_ASSIGNED_TOGETHER} queue names")
+        return error(BAD_REQUEST, f"{field} must be a list of 1 to {MAX_ASSIGNED_TOGETHER} queue names")
     for name in names:
         problem = check_name(name, "queue name")
         if problem:
             return problem
-    return _check_limit(cmd.get("max_names"), "max_names")
+    return None
+
+
+def check_assign(cmd):
+    """assign: 1 to MAX_ASSIGNED_TOGETHER queue names, under a cap on the catalog."""
+    return _check_queue_names(cmd, "queues") or _check_limit(cmd.get("max_names"), "max_names")
 
 
 def check_raft_group(cmd):
@@ -416,14 +421,7 @@ def check_catalog_index(cmd):
 
 def check_names(cmd):
     """retire_names: 1 to MAX_ASSIGNED_TOGETHER queue names."""
-    names = cmd.get("names")
-    if not isinstance(names, list) or not 1 <= len(names) <= MAX_ASSIGNED_TOGETHER:
-        return error(BAD_REQUEST, f"names must be a list of 1 to {MAX_ASSIGNED_TOGETHER} queue names")
-    for name in names:
-        problem = check_name(name, "queue name")
-        if problem:
-            return problem
-    return None
+    return _check_queue_names(cmd, "names")
 
 
 def check_release_names(cmd):
