@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import wait_for_settled_leaders
+from tests.wire import call
+
 pytestmark = pytest.mark.integration
 
 CHROMIUM = "/usr/bin/chromium"
@@ -202,5 +205,34 @@ def test_console_says_which_token_it_needs_and_when_one_was_rejected(fresh_clust
                 page.fill("#token", token)
                 page.click("#token-form button")
                 connection_says(page, *words)
+        finally:
+            browser.close()
+
+
+def test_with_four_groups_the_console_shows_the_groups_their_leaders_and_the_catalogs_fill(fresh_cluster):
+    sync_playwright = browser_or_skip()
+    cluster = fresh_cluster(3, groups=4, node_args=("--max-queues", "5"))
+    wait_for_settled_leaders(cluster)
+    url = cluster.url(cluster.ids[0])
+    for name in ("one", "two", "three"):
+        assert call("PUT", f"{url}/v1/queues/{name}", {}).status == 201
+
+    def summary_says(page, *words):
+        page.wait_for_function(
+            "words => words.every(w => document.querySelector('#cluster-summary').textContent.includes(w))",
+            arg=list(words), timeout=WAIT_MS)
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(url + "/ui")
+            page.fill("#token", cluster.token)
+            page.click("#token-form button")
+            summary_says(page, "4 Raft groups, led: n1 ", "catalog: 3 of 20 queue names")
+            assert call("DELETE", f"{url}/v1/queues/two").status == 204   # its name leaves the catalog
+            summary_says(page, "catalog: 2 of 20 queue names")
+            RESULTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(RESULTS / "groups.png"))
         finally:
             browser.close()

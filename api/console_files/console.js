@@ -265,13 +265,15 @@ function render() {
   else renderQueue(where.queue);
 }
 
-// With several Raft groups (issue 24): how many, and how many each node leads.
-function raftGroupsSummary(groups) {
+// With several Raft groups (issue 24): how many, how many each node leads, and how full the
+// catalog of queue names is (past its limit no queue of a new name can be made).
+function raftGroupsSummary(groups, catalog) {
   if (groups.length < 2) return "";
   const led = {};
   for (const g of groups) if (g.leader) led[g.leader] = (led[g.leader] || 0) + 1;
   return ` · ${groups.length} Raft groups, led: ` +
-    Object.entries(led).sort().map(([node, count]) => `${node} ${count}`).join(", ");
+    Object.entries(led).sort().map(([node, count]) => `${node} ${count}`).join(", ") +
+    (catalog ? ` · catalog: ${catalog.names} of ${catalog.limit} queue names` : "");
 }
 
 function renderOverview() {
@@ -279,7 +281,7 @@ function renderOverview() {
   const healthy = cluster.nodes.filter((n) => n.healthy && !(state.servingDown && n.id === s.node)).length;
   $("#cluster-summary").textContent =
     `${cluster.nodes.length} voters · ${healthy} healthy · term ${cluster.term} · commit ${cluster.commit_index}` +
-    ` · leader ${cluster.leader || "none"}` + raftGroupsSummary(cluster.groups || []);
+    ` · leader ${cluster.leader || "none"}` + raftGroupsSummary(cluster.groups || [], cluster.catalog);
   const commit = cluster.commit_index || 0;
   $("#nodes tbody").innerHTML = cluster.nodes.map((n) => {
     const down = !n.healthy || (state.servingDown && n.id === s.node);
