@@ -52,8 +52,11 @@ class Cluster:
             if name in machine.queues:
                 apply(machine, "delete_queue", queue=name)
 
-    def retire(self, group: int) -> None:
-        names = self.machines[group].read("names_deleted", 10)["names"]
+    def retire(self, group: int, sweep: bool = False) -> None:
+        """The releaser's first step: the names deleted in `group`, or (a sweep) every name the
+        catalog places there, made or not; the group retires those it neither holds nor names."""
+        names = self.machines[0].read("catalog_names_in", group)["names"] if sweep \
+            else self.machines[group].read("names_deleted", 10)["names"]
         if names and group not in self.retiring:
             self.retiring[group] = apply(self.machines[group], "retire_names", names=names)["retiring"]
 
@@ -67,6 +70,9 @@ class Cluster:
         done = self.released.pop(group, None)
         if done is not None:
             apply(self.machines[group], "names_released", names=done[0], index=done[1])
+
+    def sweep(self, group: int) -> None:
+        self.retire(group, sweep=True)
 
     def cycle(self, group: int) -> None:
         """The releaser's three steps in a row."""
@@ -85,7 +91,7 @@ class Cluster:
 steps = st.one_of(
     st.tuples(st.just("create"), st.sampled_from(NAMES), st.integers(0, 12)),
     st.tuples(st.just("delete"), st.sampled_from(NAMES)),
-    st.tuples(st.sampled_from(["retire", "release", "finish", "cycle"]), st.integers(0, GROUPS - 1)),
+    st.tuples(st.sampled_from(["retire", "sweep", "release", "finish", "cycle"]), st.integers(0, GROUPS - 1)),
 )
 
 
