@@ -31,7 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TEST_TIMEOUT_S = 600
 # The model test's examples are cut down: each mutant below is caught within them.
-ENV = {"RAFTQ_MODEL_EXAMPLES": "60"}
+# The copy has no .git: a test that exports an older revision (tests/test_operations.py) reads
+# this checkout's history.
+ENV = {"RAFTQ_MODEL_EXAMPLES": "60", "GIT_DIR": str(ROOT / ".git")}
 
 
 @dataclass(frozen=True)
@@ -289,6 +291,10 @@ MUTANTS = [
            "    committed = await _committed(app, node, node.apply(command), 0.0)\n    0 and _check_placement(",
            ("tests/test_routing.py::test_a_front_whose_catalog_lags_is_refused_by_the_fence_and_sends_the_put_where_the_queue_is_now",
             "tests/test_routing.py::test_queues_deleted_and_made_again_under_puts_through_every_front_never_live_in_two_groups")),
+    Mutant("release-before-every-node-has-it", "no node writes the name release's commands while a node runs an older release",
+           "api/releaser.py", 'if voter["id"] != groups.catalog.id and not await self._runs_it(voter["http_addr"]):',
+           'if False:',
+           ("tests/test_operations.py::test_with_four_groups_a_name_leaves_the_catalog_only_once_every_node_runs_the_release_that_fences",)),
     Mutant("move-leaves-a-removed-node", "growing or shrinking ends with every group on the cluster's nodes only",
            "engine/placement.py", "for member in group_members if member not in held]", "for member in group_members if False]",
            ("tests/test_moves.py",)),

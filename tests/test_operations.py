@@ -21,7 +21,7 @@ from raftq.failover import RaftqError
 from raftq.local import LocalCluster
 from raftq.server import REMOVED_EXIT
 from tests.waiting import wait_until
-from tests.wire import register
+from tests.wire import call, register
 
 pytestmark = pytest.mark.integration
 
@@ -309,5 +309,54 @@ def test_a_rolling_upgrade_keeps_serving_and_loses_nothing(tmp_path, monkeypatch
         seen = contents(cluster)
         assert seen["orders"]["counters"]["put_total"] == 301 + 2 * 50 + 50
         assert seen["events"]["counters"]["put_total"] == seen["audit"]["counters"]["put_total"] == 301
+    finally:
+        cluster.close()
+
+
+# The last revision before a deleted queue's name could leave the catalog (statemachine/release.py).
+NAME_RELEASE_FROM = "7c4791e"
+
+
+def test_with_four_groups_a_name_leaves_the_catalog_only_once_every_node_runs_the_release_that_fences(
+        tmp_path, monkeypatch):
+    """The name releaser writes commands an older release does not know: while one node runs it,
+    a deleted queue's name stays in the catalog, and the newer nodes say whom they wait for; once
+    it is upgraded the name goes, and the replicas agree."""
+    old_tree = exported(NAME_RELEASE_FROM, tmp_path / "old-tree")
+    monkeypatch.chdir(tmp_path)
+    old_env = {**os.environ, "PYTHONPATH": str(old_tree)}
+    new_env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cluster = LocalCluster.create(tmp_path / "cluster", 3, groups=4, env=old_env)
+    register(cluster)
+    try:
+        cluster.start()
+        assert cluster.wait_for_leader(60) is not None and cluster.wait_all_ready(60)
+        cluster.env = new_env
+        for node_id in ("n1", "n2"):
+            wait_until(lambda: caught_up(cluster, node_id), 60, what=f"{node_id} to be caught up")
+            cluster.stop(node_id)
+            cluster.start(node_id)
+            wait_until(lambda: caught_up(cluster, node_id), 120, what=f"{node_id} on the new release")
+        def waits_for_n3() -> int:
+            return sum(cluster.log_path(node_id).read_text().count(
+                "name releaser: waiting for n3 to run a release that knows it") for node_id in ("n1", "n2"))
+
+        def placed(name: str):             # as group 0's leader has it
+            return call("GET", f"{cluster.urls[0]}/v1/cluster/routing?queue={name}").body["queues"][name]
+
+        with cluster.client() as client:
+            client.put("passing", "through")       # a creating command, stamped by a newer front
+            client.delete_queue("passing")
+            client.put("staying", "kept")
+            waited = waits_for_n3()
+            wait_until(lambda: waits_for_n3() >= waited + 6, 30, what="three steps of both releasers")
+            assert placed("passing") is not None          # its name is still in the catalog
+        wait_until(lambda: caught_up(cluster, "n3"), 60, what="n3 to be caught up")
+        cluster.stop("n3")
+        cluster.start("n3")
+        with cluster.client() as client:
+            wait_until(lambda: placed("passing") is None, 60, what="passing's name released")
+            assert client.verify()["agree"]
+            assert client.queue("staying")["stats"]["depth"] == 1
     finally:
         cluster.close()
