@@ -11,13 +11,14 @@ version 11 adds group 0's record of each group's members (a test that writes
 an older one drops it: a reader takes it when present); version 12 holds a
 staged message's body reference as its "ref" (statemachine/staging.py);
 version 13 adds each group's names leaving the catalog and the catalog's
-count of releases (statemachine/release.py: an older one has neither).
+count of releases (statemachine/release.py), which an older one lacks.
 A snapshot with references has no older layout: only one of a machine
 that applied its entries without their log indexes is rewritten.
 Written here from the version-13 layout, not with the machine's own code, so
 that a reader that misreads either layout fails the tests. The group's fields
-(its id, the group count, the catalog), which version 8 lacks, are kept: a
-reader takes them when present, and one group's snapshot without them
+(its id, the group count, the catalog), which version 8 lacks, and the
+names leaving the catalog, which version 12 lacks, are kept: a reader takes
+them when present, and one group's snapshot without them
 restores as group 0 of 1 all the same.
 """
 
@@ -28,9 +29,6 @@ def downgraded(snapshot: bytes, version: int) -> dict:
     """The decoded snapshot, marked `version`, its messages in that version's layout."""
     state = cbor2.loads(snapshot)
     state["version"] = version
-    if version < 13:
-        state.pop("name_release", None)
-        state.pop("catalog_releases", None)
     for queue in state["queues"]:
         if version < 9:
             queue[6] = message_lists(queue[6])

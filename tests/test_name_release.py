@@ -170,7 +170,9 @@ def test_a_snapshot_of_version_12_restores_with_nothing_deleted_retiring_fenced_
     apply(machine, "create_queue", queue="x", config={}, raft_group=1)
     apply(machine, "delete_queue", queue="x")
     apply(machine, "names_released", names=["y"], index=9)
+    version_12 = downgraded(machine.snapshot(), 12)
+    del version_12["name_release"], version_12["catalog_releases"]
     older = StateMachine(1, GROUPS)
-    older.restore(cbor2.dumps(downgraded(machine.snapshot(), 12)))
+    older.restore(cbor2.dumps(version_12))
     assert older.release.to_state() == [[], [], 0] and older.catalog.releases == 0
     assert "x" not in older.queues

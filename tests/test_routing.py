@@ -353,7 +353,7 @@ def test_queues_deleted_and_made_again_under_puts_through_every_front_never_live
     workers.append(threading.Thread(target=delete_all))
     for worker in workers:
         worker.start()
-    time.sleep(10)
+    time.sleep(5)
     stop.set()
     for worker in workers:
         worker.join()
