@@ -36,6 +36,9 @@ class Catalog:
         self.assigned: dict[str, int] = {}
         self.counts = [0] * group_count
         self.releases = 0     # entries that released names: a front drops what it cached when it rises
+        # group -> (index, names) of the last release it took in turn: the next waits until the
+        # group has finished this one (``release``)
+        self.last_release: dict[int, tuple[int, list]] = {}
 
     def groups_of(self, names) -> dict:
         """name -> group id, or None for a name never assigned."""
@@ -59,17 +62,36 @@ class Catalog:
             self.counts[group] += 1
         return {"groups": {name: self.assigned[name] for name in wanted}}
 
-    def release(self, group: int, names: list) -> dict:
+    def release(self, group: int, names: list, fence: int | None = None, index: int | None = None) -> dict:
         """Forget those of `names` placed in `group`, retiring there (release.py). A router's
-        view tells its age by group 0's log index; this entry's index is the fence the group
-        raises (``names_released``)."""
-        released = [name for name in dict.fromkeys(names) if self.assigned.get(name) == group]
+        view tells its age by group 0's log index; this entry's `index` is the fence the group
+        raises (``names_released``).
+
+        With `fence`, the group's fence when its releaser read `names` as retiring, releases
+        of a group are taken in turn: one whose reader had not seen the group finish the last
+        release (``fence`` below that release's index) may be stale. Its names may have been
+        released since, and made again in the group, so it releases nothing and answers with
+        the last release, which the releaser finishes first. Without `fence` (a releaser of
+        the release before, issue 24's first), every name is released as it comes."""
+        wanted = list(dict.fromkeys(names))
+        if fence is not None:
+            last = self.last_release.get(group)
+            if last is not None and fence < last[0]:
+                return {"released": [], "unfinished": {"index": last[0], "names": last[1]}}
+            self.last_release[group] = (index, wanted)
+        released = [name for name in wanted if self.assigned.get(name) == group]
         for name in released:
             del self.assigned[name]
             self.counts[group] -= 1
         if released:
             self.releases += 1
         return {"released": released}
+
+    def last_release_state(self) -> list:
+        return [[group, index, names] for group, (index, names) in sorted(self.last_release.items())]
+
+    def restore_last_release(self, state: list) -> None:
+        self.last_release = {group: (index, names) for group, index, names in state}
 
     def to_state(self) -> list:
         return list(self.assigned.items())

@@ -81,7 +81,9 @@ from . import validation as v
 from .validation import full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 13
+SNAPSHOT_VERSION = 14
+# Version 13 is version 14 without the catalog's last release of each group
+# taken in turn (catalog.py): written before any was, it restores with none.
 # Version 12 is version 13 without each group's names leaving the catalog
 # (release.py) and the catalog's count of releases: it restores with none
 # deleted, retiring, fenced or released.
@@ -100,7 +102,7 @@ SNAPSHOT_VERSION = 13
 # each message's first delivery and without ordering keys,
 # version 5 also without staged writes, version 4 also without redrive:
 # a node upgraded in place restores any of them.
-READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
+READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)
 # Making a queue costs more than a put into one (its default group holds
 # three sorted containers): 10 000 in one entry held the apply past the
 # election timeout (issue 21). 500 cost about as much as the widest put of
@@ -133,6 +135,7 @@ class StateMachine:
         self.members: dict[str, dict] = {}   # node id -> {"raft_addr", "http_addr"}
         self.staging = Staging()
         self.queues_left_in_entry = MAX_NEW_QUEUES_PER_ENTRY   # (not state: reset by each entry)
+        self.entry_index: int | None = None   # the log index of the entry being applied, when known
 
     # ---- applying the log -----------------------------------------------------
     def apply_entry(self, entry: bytes, index: int | None = None) -> list:
@@ -146,12 +149,14 @@ class StateMachine:
         if not isinstance(commands, list):
             return [error(BAD_REQUEST, "log entry is not a list of commands")]
         self.queues_left_in_entry = MAX_NEW_QUEUES_PER_ENTRY
+        self.entry_index = index
         finder = None if index is None else BodyFinder(entry, index)
         return [self._apply_one(cmd, finder) for cmd in commands]
 
-    def apply(self, cmd) -> dict:
-        """One command, as if it were an entry of its own (its bodies kept as they are)."""
+    def apply(self, cmd, index: int | None = None) -> dict:
+        """One command, as if it were the entry at `index` on its own (its bodies kept as they are)."""
         self.queues_left_in_entry = MAX_NEW_QUEUES_PER_ENTRY
+        self.entry_index = index
         return self._apply_one(cmd, None)
 
     def _apply_one(self, cmd, finder) -> dict:
@@ -530,13 +535,18 @@ class StateMachine:
         return self._in_catalog() or self.recorded_members.start_leaving(cmd["id"])
 
     def _release_names(self, cmd):
-        return self._in_catalog() or self.catalog.release(cmd["group"], cmd["names"])
+        refusal = self._in_catalog()
+        if refusal:
+            return refusal
+        if "fence" in cmd and self.entry_index is None:
+            return error(BAD_REQUEST, "a release taken in turn is applied from the log, at its index")
+        return self.catalog.release(cmd["group"], cmd["names"], cmd.get("fence"), self.entry_index)
 
     # ---- names leaving the catalog (release.py), in every group -------------------------------
     def _retire_names(self, cmd):
         """The deleted queues' names of the command that may leave the catalog now: none this
         group holds, or names as a dead-letter queue or as a stage's queue."""
-        return {"retiring": self.release.retire(cmd["names"], self._names_held())}
+        return {"retiring": self.release.retire(cmd["names"], self._names_held()), "fence": self.release.fence}
 
     def _names_held(self) -> set:
         held = set(self.queues)
@@ -545,15 +555,16 @@ class StateMachine:
         return held
 
     def _names_released(self, cmd):
-        self.release.released(cmd["names"], cmd["index"])
-        return {"fence": self.release.fence}
+        finished = self.release.released(cmd["names"], cmd["index"], cmd.get("in_turn", False))
+        return {"fence": self.release.fence, "finished": finished}
 
     def names_deleted(self, limit: int) -> dict:
         """What the name releaser does next here: up to `limit` deleted names that may retire now
-        (a name still named as a dead-letter queue, or by a stage, waits), and the names retiring
-        (a releaser that stopped between steps left them)."""
+        (a name still named as a dead-letter queue, or by a stage, waits), the names retiring
+        (a releaser that stopped between steps left them), and the fence they were read at."""
         held = self._names_held() if self.release.deleted else ()
-        return {"names": self.release.waiting(limit, held), "retiring": sorted(self.release.retiring)}
+        return {"names": self.release.waiting(limit, held), "retiring": sorted(self.release.retiring),
+                "fence": self.release.fence}
 
     def names_absent(self, names: list) -> dict:
         """Those of `names` this group neither holds nor names (as a dead-letter queue or a
@@ -683,6 +694,7 @@ class StateMachine:
             "group_count": self.group_count,
             "catalog": self.catalog.to_state(),
             "catalog_releases": self.catalog.releases,
+            "catalog_last_release": self.catalog.last_release_state(),
             "group_members": self.recorded_members.to_state(),
             "name_release": self.release.to_state(),
             "clock": self.clock,
@@ -700,6 +712,7 @@ class StateMachine:
         self.group_count = state.get("group_count", 1)
         self.catalog = Catalog.from_state(self.group_count, state.get("catalog", []))
         self.catalog.releases = state.get("catalog_releases", 0)
+        self.catalog.restore_last_release(state.get("catalog_last_release", []))
         self.recorded_members = Members.from_state(self.group_count, state.get("group_members"))
         self.release = NameRelease.from_state(self.group_id, state.get("name_release"))
         self.clock = state["clock"]

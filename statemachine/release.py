@@ -14,7 +14,9 @@ while the catalog places it elsewhere. Each group's machine holds a
 2. group 0 releases it from the catalog (``Catalog.release``) in its log
    entry W;
 3. ``released(W)``: the name stops retiring and the group's *fence* rises
-   to W: a command that would make a queue here must carry the
+   to W (once: group 0 takes a group's next release only when the group's
+   fence, as the releaser read it with the names, has reached the last, so
+   a releaser that stalled between steps releases nothing stale): a command that would make a queue here must carry the
    ``catalog_index`` of the view that routed it (the index of group 0's log
    that view was read at), at least W, so only a view that saw the release
    makes one, and such a view either lacks the name or holds its new
@@ -66,10 +68,16 @@ class NameRelease:
             self.retiring.add(name)
         return retiring
 
-    def released(self, names: list, index: int) -> None:
-        """Group 0 released `names` (those it held for this group) in its entry `index`."""
+    def released(self, names: list, index: int, in_turn: bool = False) -> bool:
+        """Group 0 released `names` (those it held for this group) in its entry `index`; whether
+        that finished it here. A release taken in turn (``Catalog.release``) finishes once: a
+        late finish of one the fence has passed would let names retiring again since go
+        while group 0 still places them here."""
+        if in_turn and index <= self.fence:
+            return False
         self.retiring.difference_update(names)
         self.fence = max(self.fence, index)
+        return True
 
     def waiting(self, limit: int, held) -> list:
         """Up to `limit` names deleted here and not in `held`, oldest first: what a releaser

@@ -425,18 +425,25 @@ def check_names(cmd):
 
 
 def check_release_names(cmd):
-    """release_names: a group and the names it retires."""
+    """release_names: a group and the names it retires, and (a release taken in turn) the
+    group's fence when its releaser read them."""
     group = cmd.get("group")
     if not is_int(group) or group < 0:
         return error(BAD_REQUEST, "group must be a non-negative integer")
+    fence = cmd.get("fence")
+    if fence is not None and (not is_int(fence) or fence < 0):
+        return error(BAD_REQUEST, "fence must be a non-negative integer")
     return check_names(cmd)
 
 
 def check_names_released(cmd):
-    """names_released: the names group 0 released, and the index of its entry that did."""
+    """names_released: the names group 0 released, the index of its entry that did, and
+    whether that release was taken in turn."""
     index = cmd.get("index")
     if not is_int(index) or index < 0:
         return error(BAD_REQUEST, "index must be a non-negative integer")
+    if not isinstance(cmd.get("in_turn", False), bool):
+        return error(BAD_REQUEST, "in_turn must be true or false")
     return check_names(cmd)
 
 

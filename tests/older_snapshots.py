@@ -11,13 +11,16 @@ version 11 adds group 0's record of each group's members (a test that writes
 an older one drops it: a reader takes it when present); version 12 holds a
 staged message's body reference as its "ref" (statemachine/staging.py);
 version 13 adds each group's names leaving the catalog and the catalog's
-count of releases (statemachine/release.py), which an older one lacks.
+count of releases (statemachine/release.py), which an older one lacks;
+version 14 adds the catalog's last release of each group taken in turn
+(statemachine/catalog.py).
 A snapshot with references has no older layout: only one of a machine
 that applied its entries without their log indexes is rewritten.
-Written here from the version-13 layout, not with the machine's own code, so
+Written here from the version-14 layout, not with the machine's own code, so
 that a reader that misreads either layout fails the tests. The group's fields
 (its id, the group count, the catalog), which version 8 lacks, and the
-names leaving the catalog, which version 12 lacks, are kept: a reader takes
+names leaving the catalog, which version 12 lacks, and the last releases,
+which version 13 lacks, are kept: a reader takes
 them when present, and one group's snapshot without them
 restores as group 0 of 1 all the same.
 """
@@ -45,7 +48,7 @@ def ready_list(runs: list) -> list:
 
 
 def rows_without_references(rows_state: list) -> list:
-    """Version 9's rows from version 13's: every row's body in one list, no reference columns."""
+    """Version 9's rows from version 14's: every row's body in one list, no reference columns."""
     base, (rows, unreferenced), *columns = rows_state
     ref_index = numbers(columns[8])
     assert not any(ref_index), "a snapshot with body references has no older layout"
@@ -56,7 +59,7 @@ def rows_without_references(rows_state: list) -> list:
 
 
 def message_lists(rows_state: list) -> list:
-    """Version 8's lists of the stored messages' fields from version 13's rows."""
+    """Version 8's lists of the stored messages' fields from version 14's rows."""
     base, bodies, put_at, expires_at, sizes, pending, received, keys, headers, shows_at = \
         rows_without_references(rows_state)
     put_at, expires_at, sizes, pending, received = map(numbers, (put_at, expires_at, sizes, pending, received))
