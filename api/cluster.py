@@ -14,7 +14,7 @@ from .errors import ApiError, no_quorum
 from .gather import group_param, per_group
 from .keys import GROUPS, HTTP, NODE, SETTINGS
 from .leader import route_to_leader
-from .releaser import FEATURE
+from .releaser import FEATURES
 from .routing import checked_name
 from .routing import leader_only
 
@@ -27,7 +27,7 @@ LEADERSHIP_TRANSFER_S = 3.0
 async def live(request: web.Request) -> web.Response:
     # features: what this release adds to the state machine, which a step of the cluster's may
     # use only once every node has it (api/releaser.py)
-    return respond(request, {"status": "live", "id": request.app[NODE].id, "features": [FEATURE]})
+    return respond(request, {"status": "live", "id": request.app[NODE].id, "features": list(FEATURES)})
 
 
 async def readiness(node) -> tuple[bool, dict]:
@@ -429,9 +429,11 @@ async def _confirmed_groups(request: web.Request, names: list[str]) -> web.Respo
 
 async def release_names(request: web.Request) -> web.Response:
     """Step 2 of the name releaser (api/releaser.py), on group 0's leader: the catalog forgets
-    those of `names` placed in `group`, which that group's releaser retired; answered with the
-    index of the log entry that did, the fence the group then raises. A node's own call: a name
-    released by hand while its queue lives would let a stale router make it in a second group."""
+    those of `names` placed in `group`, which that group's releaser read as retiring with the
+    group's `fence`; answered with the index of the log entry that did, the fence the group then
+    raises, or with the group's last release, `unfinished` (statemachine/catalog.py). A node's
+    own call: a name released by hand while its queue lives would let a stale router make it
+    in a second group."""
     groups = request.app[GROUPS]
     if groups.count == 1:
         raise ApiError("not_found", "this cluster has one Raft group, and so no catalog")
@@ -441,7 +443,10 @@ async def release_names(request: web.Request) -> web.Response:
     body = await read_body(request)
     if not isinstance(body, dict):
         raise ApiError("bad_request", "give group and names")
-    committed = await write(request, {"op": "release_names", "group": body.get("group"), "names": body.get("names")})
+    command = {"op": "release_names", "group": body.get("group"), "names": body.get("names")}
+    if "fence" in body:     # a releaser of the release before sends none (statemachine/catalog.py)
+        command["fence"] = body["fence"]
+    committed = await write(request, command)
     return respond(request, {**committed.result, "index": committed.index})
 
 

@@ -93,7 +93,8 @@ NEW_NODE = {
 RELEASE_NAMES = {
     "type": "object",
     "properties": {"group": {"type": "integer", "minimum": 0},
-                   "names": {"type": "array", "items": NAME, "minItems": 1, "maxItems": 10_000}},
+                   "names": {"type": "array", "items": NAME, "minItems": 1, "maxItems": 10_000},
+                   "fence": {"type": "integer", "minimum": 0}},
     "required": ["group", "names"],
     "additionalProperties": False,
 }

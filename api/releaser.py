@@ -10,18 +10,23 @@ steps, each a command through a log:
    catalog forgets them, in its log entry W;
 3. ``names_released`` in the group, with W: its fence rises to W, so only a command routed
    by a view of the catalog that saw the release may make a queue there.
+Group 0 takes a group's releases in turn (statemachine/catalog.py): step 2 sends the group's
+fence read with the names, and a releaser that read them before the group finished the last
+release (its lead moved away and back while it waited) is answered with that release, which
+it finishes instead; its names, released since and perhaps made again, stay.
 Deleted names go at the next step. A name the catalog placed but the group never made (a
 creation it refused, a dead-letter queue never needed and no longer named) goes once two
 sweeps, SWEEP_S apart, found it unmade (a creation on its way is not that slow; one that
 was is refused by the fence and placed again).
 
-A releaser that stops between steps (a lost lead, a crash) leaves names retiring; the
-group's next leader's releaser finds them and carries out steps 2 and 3 again (releasing a
-name twice forgets nothing more, and W only grows).
+A releaser that stops between steps (a lost lead, a crash) leaves names retiring, or a
+release unfinished; the group's next leader's releaser finds them and carries out steps 2
+and 3 (a release finishes once).
 
 Every node must run a release that knows these commands before any is written (an older
-replica would refuse what the others apply): the releaser waits until every member of
-group 0 says so (``GET /health/live``'s ``features``), asked again when a node joins.
+replica would refuse, or apply as they came, what the others take in turn): the releaser
+waits until every member of group 0 says so (``GET /health/live``'s ``features``), asked
+again when a node joins.
 """
 
 from __future__ import annotations
@@ -40,7 +45,11 @@ from .keys import GROUPS, HTTP, SETTINGS
 
 log = logging.getLogger(__name__)
 
-FEATURE = "name_release"
+# what this release adds to the state machine, which a step of the cluster's may use only once
+# every node has it: "name_release", the three steps; "release_in_turn", group 0 taking each
+# group's releases in turn. This releaser needs the second.
+FEATURES = ("name_release", "release_in_turn")
+FEATURE_NEEDED = "release_in_turn"
 STEP_S = 1.0
 SWEEP_S = 10.0
 NAMES_PER_STEP = 1000
@@ -88,25 +97,32 @@ class NameReleaser(Background):
         return sorted(unmade & before)[:NAMES_PER_STEP]
 
     async def release(self, group: int, engine, pending: dict) -> None:
-        retiring = pending["retiring"] or (await _applied(engine, {"op": "retire_names",
-                                                                    "names": pending["names"]}))["retiring"]
-        if not retiring:
+        """Steps 2 and 3, of the names `pending` read as retiring, or retired now (step 1): each
+        with the group's fence in the same state."""
+        if not pending["retiring"]:
+            pending = await _applied(engine, {"op": "retire_names", "names": pending["names"]})
+        names, fence = pending["retiring"], pending["fence"]
+        if not names:
             return
-        index = await self._release_in_catalog(group, retiring)
-        await _applied(engine, {"op": "names_released", "names": retiring, "index": index})
-        log.info("group %d: %d queue name(s) left the catalog (fence %d)", group, len(retiring), index)
+        answer = await self._release_in_catalog({"group": group, "names": names, "fence": fence})
+        if "unfinished" in answer:
+            names, index = answer["unfinished"]["names"], answer["unfinished"]["index"]
+            log.info("group %d: finishing its last release (%d) before the next", group, index)
+        else:
+            index = answer["index"]
+        finished = await _applied(engine, {"op": "names_released", "names": names, "index": index, "in_turn": True})
+        if finished["finished"]:
+            log.info("group %d: %d queue name(s) left the catalog (fence %d)", group, len(names), index)
 
-    async def _release_in_catalog(self, group: int, names: list) -> int:
-        """Step 2: the index of group 0's log entry that released `names` of `group`."""
+    async def _release_in_catalog(self, release: dict) -> dict:
+        """Step 2: group 0's answer, with the index of its log entry."""
         catalog = self._app[GROUPS].catalog
         if catalog.view()["role"] == "leader":
-            committed = await catalog.apply({"op": "release_names", "group": group, "names": names})
+            committed = await catalog.apply({"op": "release_names", **release})
             if "error" in committed.result:
                 raise NotYet(f"group 0 refused release_names: {committed.result['message']}")
-            return committed.index
-        answer = await call_group_leader(self._app, "POST", "/v1/cluster/catalog/release",
-                                         {"group": group, "names": names})
-        return answer["index"]
+            return {**committed.result, "index": committed.index}
+        return await call_group_leader(self._app, "POST", "/v1/cluster/catalog/release", release)
 
     async def _cluster_releases(self) -> bool:
         """Whether every member of group 0 runs a release that knows the name release. Once
@@ -131,7 +147,7 @@ class NameReleaser(Background):
         url = f"{self._app[SETTINGS].scheme}://{address}/health/live"
         try:
             async with self._app[HTTP].get(url, timeout=PEER_TIMEOUT) as reply:
-                return FEATURE in (await reply.json()).get("features", [])
+                return FEATURE_NEEDED in (await reply.json()).get("features", [])
         except (ClientError, asyncio.TimeoutError, ValueError):
             return False
 

@@ -118,6 +118,13 @@ def test_with_four_groups_a_deleted_queues_name_leaves_the_catalog_so_its_limit_
         assert call("PUT", f"{url}/v1/queues/again{i}", {}).status == 201
     refused = call("PUT", f"{url}/v1/queues/again8", {})
     assert refused.status == 429 and refused.body["error"] == "limit_reached", refused
+    # a release read before its group finished the last one (a releaser that stalled between its
+    # steps) releases nothing, and is told of that last release
+    group = call("GET", f"{url}/v1/cluster/routing?queue=again0").body["queues"]["again0"]
+    stale = call("POST", f"{url}/v1/cluster/catalog/release", {"group": group, "names": ["again0"], "fence": 0})
+    assert stale.status == 200 and stale.body["released"] == [] and stale.body["unfinished"]["index"] > 0, stale
+    assert call("GET", f"{url}/v1/cluster/routing?queue=again0").body["queues"] == {"again0": group}
+    assert call("POST", f"{url}/v1/queues/again0/messages", {"body": 1}).status == 201
 
 
 def test_with_one_group_there_is_no_catalog_to_show(capped):
