@@ -69,6 +69,14 @@ Properties (each gets a verdict; the run is valid only if all hold):
   again within REBALANCE_S"; with several it is the leader balancing of
   issue 24 (each group's leader hands over to its first live preference).
   The time each fault took is reported.
+- queue_in_one_group: with several Raft groups, a churner makes and deletes
+  queues of a few names all through the faults, so their names leave the
+  catalog and come back placed anew; once the faults are over each of them
+  is in one group, the one the catalog places it in, or in none with its
+  name gone from the catalog (read from every group's list and the
+  catalog, asked again for up to a minute while the releaser finishes). A
+  queue in two groups, or one the catalog forgot, would fail it. With one
+  group there is no catalog and no churner.
 
 Measurements (reported, never judged): failover after a leader is killed,
 isolated, paused or terminated, for each Raft group it led (from the instant
@@ -98,6 +106,11 @@ STALE_READER = "stale-read"  # the process names of reads sent to an isolated le
 CLOCK_RESOLUTION_MS = 2  # put_at_ms is whole milliseconds; history times are rounded to microseconds
 BIRTH_SLACK_MS = 1000
 REBALANCE_S = 5.0   # leaders spread again (max - min <= 1) within this long of a fault's end
+
+
+def placed_alone(where: dict) -> bool:
+    """A churn queue held by the group the catalog places it in alone, or by none and unplaced."""
+    return where["groups"] == ([] if where["catalog"] is None else [where["catalog"]])
 
 
 @dataclass
@@ -425,6 +438,22 @@ class Checker:
                        f"{read['missing']} missing, {read['wrong']} changed, {read['twice']} twice",
                        read["examples"][:EXAMPLES])
 
+    def queue_in_one_group(self) -> Verdict:
+        placements = [e for e in self.events if e["type"] == "placement"]
+        if not placements:
+            return Verdict("queue_in_one_group", True, 0, "one Raft group: no catalog, no churn")
+        seen = placements[-1]["queues"]
+        if "unread" in seen:
+            return Verdict("queue_in_one_group", False, 1, f"where the churn queues are was never read: {seen['unread']}")
+        churns = [e for e in self.events if e["type"] == "churn"]
+        answers = churns[-1]["answers"] if churns else {}
+        bad = [{"queue": queue, **where} for queue, where in sorted(seen.items()) if not placed_alone(where)]
+        live = sum(1 for where in seen.values() if where["groups"])
+        return Verdict("queue_in_one_group", not bad, len(bad),
+                       f"{len(seen)} churn queues ({sum(n for a, n in answers.items() if a.startswith('put 20'))} "
+                       f"puts and {answers.get('delete 204', 0)} deletes done): {live - len(bad)} live in their "
+                       f"catalog group alone, {len(seen) - live} gone with their names", bad[:EXAMPLES])
+
     def replicas_agree(self) -> Verdict:
         found = {}
         for f in ("verify", "verify-cli"):
@@ -719,7 +748,7 @@ class Checker:
         verdicts = [lost_verdict, double, self.ack_needs_live_lease(), self.acks_durable(),
                     self.per_producer_order(), self.idempotent_once(), stale_reads, self.replicas_agree(),
                     self.log_time_not_ahead(), self.log_time_not_behind_at_birth(), self.log_never_shrinks(),
-                    self.nodes_never_fail(), rebalanced, self.backlog_intact()]
+                    self.nodes_never_fail(), rebalanced, self.backlog_intact(), self.queue_in_one_group()]
         failovers = self.failovers()
         by_kind: dict[str, list[float]] = defaultdict(list)
         for kind, _, seconds in failovers:

@@ -55,7 +55,8 @@ from chaos.history import History
 from chaos.nemesis import KINDS, Clocks, Nemesis, Network, plan, wait_settled
 from chaos.power import PowerCutCluster
 from chaos.toxiproxy import ToxiproxyServer, start_toxiproxy
-from chaos.workload import PROBE_QUEUE_PREFIX, Endpoints, Monitor, Prober, Workload, drain, verify
+from chaos.workload import (PROBE_QUEUE_PREFIX, Endpoints, Monitor, Prober, Workload, churn_queues, drain,
+                            placement, verify)
 from raftq.client import Client
 from engine.config import Link
 from raftq.local import LocalCluster, free_ports
@@ -281,7 +282,7 @@ def _campaign(options: Options, seed: int, cluster: ChaosCluster, network: Netwo
     workload = Workload(history, endpoints, {q: queues[q] for q in work},
                         seed=seed, lease_ms=options.lease_ms, producers=options.producers,
                         consumers_per_group=options.consumers_per_group,
-                        eager_first_put=options.load_at_birth)
+                        eager_first_put=options.load_at_birth, churn=churn_queues(options.groups))
     history.event("setup", seed=seed, nodes=options.nodes, raft_groups=options.groups,
                   replicas=cluster.cfg.replicas_per_group, queues=queues, lease_ms=options.lease_ms,
                   producers=workload.producer_names, kinds=list(options.kinds),
@@ -316,12 +317,16 @@ def _campaign(options: Options, seed: int, cluster: ChaosCluster, network: Netwo
             nemesis.leader()
             time.sleep(options.calm_s)
             workload.stop()
+            if workload.churn:
+                history.event("churn", queues=workload.churn, answers=workload.churn_answers)
             log(f"[{history.now():7.1f}s] faults over; draining")
             if not drain(history, endpoints, queues):
                 log("chaos: the queues did not drain; messages still stored count as lost")
             leader = nemesis.leader()
             if leader is not None:
                 verify(history, endpoints, leader)
+            if workload.churn:
+                placement(history, endpoints, leader or endpoints.ids[0], workload.churn, options.groups)
             if options.backlog:
                 backlog.read_back(urls, cluster.token, options.backlog, history, log)
     finally:

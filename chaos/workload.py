@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from chaos.checker import placed_alone
 from chaos.history import History
 from raftq.cli.cluster import VERIFY_EXITS
 
@@ -65,6 +66,10 @@ READY_PATH = "/health/ready?groups=true"   # with each Raft group's role, leader
 MONITOR_TIMEOUT_S = 2.0
 CLUSTER_PERIOD_S = 0.5
 PROBE_QUEUE_PREFIX = "probe-"   # one probe queue per Raft group
+CHURN_QUEUE_PREFIX = "churn-"   # with several Raft groups: queues made and deleted over and over
+CHURN_QUEUES_PER_GROUP = 2
+CHURN_PACE_S = 0.05
+PLACEMENT_WAIT_S = 60.0   # for the last deleted names to leave the catalog (sweeps: 2 x 10 s)
 READER_PACE_S = 0.05
 READ_LEVELS = ("leader", "strong")
 
@@ -130,10 +135,11 @@ class Caller:
             conn.request(method, path, body=data, headers=headers)
             reply = conn.getresponse()
             raw = reply.read()
-            if reply.getheader("Content-Length") is None:
-                # Every raftq reply has one. Without it the reply was cut inside
-                # its headers (client-faults' limit_data): http.client takes the
-                # cut for their end and the body for empty; the outcome is unknown.
+            if reply.getheader("Content-Length") is None and reply.status != 204:
+                # Every raftq reply with a body has one. Without it the reply was
+                # cut inside its headers (client-faults' limit_data): http.client
+                # takes the cut for their end and the body for empty; the outcome
+                # is unknown. A 204 (a delete) has none, and its status says it all.
                 raise http.client.IncompleteRead(raw)
         except BaseException:
             conn.close()
@@ -244,7 +250,7 @@ class Workload:
 
     def __init__(self, history: History, endpoints: Endpoints, queues: dict[str, list[str]], *,
                  seed: int, lease_ms: int, producers: int = 4, consumers_per_group: int = 2,
-                 readers: int = 2, eager_first_put: bool = False):
+                 readers: int = 2, eager_first_put: bool = False, churn: list[str] = ()):
         self.history = history
         self.endpoints = endpoints
         self.queues = queues
@@ -254,6 +260,8 @@ class Workload:
         self.consumers_per_group = consumers_per_group
         self.reader_names = [f"r{i + 1}" for i in range(readers)]
         self.eager_first_put = eager_first_put
+        self.churn = list(churn)
+        self.churn_answers: dict[str, int] = {}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -268,6 +276,8 @@ class Workload:
                     self._spawn(f"c{k}", self._consume, f"c{k}", queue, group)
         for name in self.reader_names:
             self._spawn(name, self._read, name)
+        if self.churn:
+            self._spawn("k1", self._churn, "k1")
 
     def _spawn(self, name, target, *args) -> None:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
@@ -313,6 +323,30 @@ class Workload:
             node = next(others)
             time.sleep(EAGER_RETRY_S if eager else backoff)
             backoff = min(backoff * 2, 0.5)
+
+    def _churn(self, name: str) -> None:
+        """Puts that make a churn queue and deletes of it, at random and through random nodes, so
+        that names leave the catalog and come back placed anew (api/releaser.py) under every fault.
+        What their puts stored is deleted, so they are not judged as puts: queue_in_one_group
+        judges where the queues end up. The answers are counted (`churn` event)."""
+        rng = random.Random(f"{self.seed}-{name}")
+        caller = Caller(self.endpoints)
+        answers = self.churn_answers
+        try:
+            while not self._stop.is_set():
+                queue, node = rng.choice(self.churn), rng.choice(self.endpoints.ids)
+                try:
+                    if rng.random() < 0.5:
+                        reply = caller.request(node, "POST", put_path(queue), {"body": {"churn": True}})
+                        answer = f"put {reply.status}"
+                    else:
+                        answer = f"delete {caller.request(node, 'DELETE', f'/v1/queues/{queue}').status}"
+                except (OSError, http.client.HTTPException) as exc:
+                    answer = type(exc).__name__      # a fault on the way: the next goes elsewhere
+                answers[answer] = answers.get(answer, 0) + 1
+                self._stop.wait(CHURN_PACE_S)
+        finally:
+            caller.close()
 
     def _consume(self, name: str, queue: str, group: str) -> None:
         rng = random.Random(f"{self.seed}-{name}")
@@ -532,6 +566,57 @@ def _group_empty(caller: Caller, node: str, queue: str, group: str) -> bool:
         return False
     stats = reply.body["stats"]["groups"][group]
     return stats["depth"] == 0 and stats["in_flight"] == 0
+
+
+def churn_queues(raft_groups: int) -> list[str]:
+    """The churn queues: CHURN_QUEUES_PER_GROUP for each Raft group, with several (with one there
+    is no catalog for their names to leave)."""
+    count = CHURN_QUEUES_PER_GROUP * raft_groups if raft_groups > 1 else 0
+    return [f"{CHURN_QUEUE_PREFIX}{i}" for i in range(count)]
+
+
+def placement(history: History, endpoints: Endpoints, node: str, queues: list[str], raft_groups: int,
+              timeout: float = PLACEMENT_WAIT_S) -> None:
+    """Where each churn queue is once the faults are over: the Raft groups whose lists hold it,
+    and the group the catalog places its name in. Asked again until each is in the catalog's
+    group alone, or in none with its name gone from the catalog (the releaser's last steps), or
+    `timeout`; the last answer is recorded (`placement` event) for queue_in_one_group."""
+    caller = Caller(endpoints, direct=True)
+    deadline = time.monotonic() + timeout
+    seen: dict = {}
+    try:
+        while True:
+            try:
+                seen = _placement(caller, node, queues, raft_groups)
+            except (OSError, http.client.HTTPException, PlacementUnread) as exc:
+                seen = {"unread": str(exc)}
+            if (seen and "unread" not in seen and all(placed_alone(where) for where in seen.values())) \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+    finally:
+        caller.close()
+    history.event("placement", queues=seen)
+
+
+class PlacementUnread(Exception):
+    """A node did not answer a placement read with 200."""
+
+
+def _placement(caller: Caller, node: str, queues: list[str], raft_groups: int) -> dict:
+    held: dict[str, list[int]] = {queue: [] for queue in queues}
+    for group in range(raft_groups):
+        reply = caller.request(node, "GET", f"/v1/queues?group={group}")
+        if reply.status != 200:
+            raise PlacementUnread(f"GET /v1/queues?group={group}: {reply.status} {reply.body}")
+        for queue in reply.body["queues"]:
+            if queue["name"] in held:
+                held[queue["name"]].append(group)
+    path = "/v1/cluster/routing?" + "&".join(f"queue={queue}" for queue in queues)
+    reply = caller.request(node, "GET", path)
+    if reply.status != 200:
+        raise PlacementUnread(f"GET {path}: {reply.status} {reply.body}")
+    return {queue: {"groups": held[queue], "catalog": reply.body["queues"].get(queue)} for queue in queues}
 
 
 def verify(history: History, endpoints: Endpoints, leader: str, attempts: int = 5) -> None:

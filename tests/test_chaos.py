@@ -69,3 +69,7 @@ def test_every_fault_kind_keeps_every_promise(nodes, groups, load_at_birth, kind
     if backlog:
         [intact] = [v for v in report.verdicts if v.name == "backlog_intact"]
         assert f"{backlog} read back intact" in intact.detail, intact.detail
+    if groups > 1:      # the churn queues were made and deleted under the faults, and judged
+        [placed] = [v for v in report.verdicts if v.name == "queue_in_one_group"]
+        assert f"{2 * groups} churn queues" in placed.detail and " 0 puts" not in placed.detail \
+            and " 0 deletes" not in placed.detail, placed.detail

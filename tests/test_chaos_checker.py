@@ -700,3 +700,39 @@ def test_a_backlog_missing_changed_or_doubled_fails_with_its_count(messages, vio
 
 def test_a_backlog_never_read_back_fails():
     assert not verdicts(backlog_run(5, None).report())["backlog_intact"].ok
+
+
+def churn_run(placed: dict) -> Run:
+    """A clean run whose churn queues ended as `placed` (queue -> {"groups", "catalog"}, or unread)."""
+    run = clean_run()
+    run.h.event("churn", queues=sorted(placed), answers={"put 201": 40, "delete 204": 30, "delete 404": 25})
+    run.h.event("placement", queues=placed)
+    return run
+
+
+def test_a_run_with_one_group_has_no_churn_and_passes_its_verdict():
+    verdict = verdicts(clean_run().report())["queue_in_one_group"]
+    assert verdict.ok and "one Raft group" in verdict.detail
+
+
+def test_churn_queues_each_in_their_catalog_group_or_gone_with_their_names_pass():
+    verdict = verdicts(churn_run({"churn-0": {"groups": [2], "catalog": 2},
+                                  "churn-1": {"groups": [], "catalog": None}}).report())["queue_in_one_group"]
+    assert verdict.ok and verdict.detail.startswith("2 churn queues (40 puts and 30 deletes done): 1 live"), verdict
+
+
+@pytest.mark.parametrize("where", [
+    {"groups": [1, 3], "catalog": 1},      # one queue in two groups
+    {"groups": [1], "catalog": None},      # a live queue the catalog forgot: the next router makes a second
+    {"groups": [1], "catalog": 2},         # a queue where the catalog does not place it
+    {"groups": [], "catalog": 0},          # a deleted queue's name never left the catalog
+])
+def test_a_churn_queue_in_two_groups_or_astray_from_the_catalog_fails(where):
+    verdict = verdicts(churn_run({"churn-0": {"groups": [0], "catalog": 0}, "churn-1": where}).report())[
+        "queue_in_one_group"]
+    assert not verdict.ok and verdict.violations == 1 and verdict.examples == [{"queue": "churn-1", **where}]
+
+
+def test_churn_queues_never_located_fail():
+    verdict = verdicts(churn_run({"unread": "GET /v1/queues?group=1: 503"}).report())["queue_in_one_group"]
+    assert not verdict.ok and "never read" in verdict.detail
