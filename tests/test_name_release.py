@@ -133,7 +133,6 @@ def test_a_releaser_that_stalled_between_its_steps_releases_nothing_made_again_s
     cluster.create("a", age=0)
     cluster.delete("a")
     cluster.retire(0, releaser=0)
-    cluster.retire(0, releaser=1)
     cluster.cycle(0, releaser=1)
     assert not is_error(cluster.create("a", age=0)) and "a" in cluster.machines[0].queues
     last = cluster.index0 - 1                               # releaser 1's release (then a's assign)
@@ -149,9 +148,7 @@ def test_a_late_finish_lets_no_name_retiring_again_go_while_the_catalog_still_pl
     cluster = Cluster()
     cluster.create("a", age=0)
     cluster.delete("a")
-    cluster.retire(0, releaser=0)
-    cluster.release(0, releaser=0)
-    cluster.finish(0, releaser=0)
+    cluster.cycle(0, releaser=0)
     stale = (["a"], cluster.machines[0].release.fence)
     cluster.create("a", age=0)
     cluster.delete("a")
