@@ -1,6 +1,6 @@
 """Leader balancing: each group's leader hands its leadership to the first
-member of the group's preference order (``engine.placement``) that is live
-and caught up, so that leaders spread over the nodes after start, a failure
+member of the group's preference order (``engine.placement``) that is live,
+once its log is close to the commit index, so that leaders spread over the nodes after start, a failure
 or a node's return without any node knowing how many groups the others lead
 (Kafka's preferred-leader election). Only when a cluster has several groups.
 
@@ -26,25 +26,31 @@ CHECK_S = 1.0
 INTERVAL_S = 5.0
 TRANSFER_TIMEOUT_S = 2.0
 SETTLE_S = 2.0
+# a member's log this near the commit index catches up within a hand-over's hold: a follower one
+# round of appends behind under load is close, one being sent a snapshot is not
+CLOSE_ENTRIES = 100
 
 
 def preferred_successor(preference: Sequence[str], status: dict, election_timeout_s: float) -> str | None:
     """Whom this node should hand its leadership to, or None to keep it.
 
     `status` is the node's ``Consensus.status()``. Only a leader hands over,
-    and only to a member ahead of itself in `preference` that the leader
-    heard from within the election timeout and whose log holds the commit
-    index: the first such member wins; none, or itself first, keeps it."""
+    and only to a member ahead of itself in `preference`: the first that the
+    leader heard from within the election timeout. That member takes it if
+    its log is within CLOSE_ENTRIES of the commit index (the hand-over holds
+    writes back until it has the rest). One further behind (replaying, or
+    being sent a snapshot) is waited for, not passed over: a member after it
+    would hand the lead on again once it caught up, two hand-overs where one
+    does. A member not heard from (down, cut off) is passed over."""
     if status["role"] != "leader":
         return None
     for member in preference:
         if member == status["self_id"]:
             return None
         peer = status["peers"].get(member)
-        if peer is None or peer["last_contact_ms"] is None:
+        if peer is None or peer["last_contact_ms"] is None or peer["last_contact_ms"] > election_timeout_s * 1000:
             continue
-        if peer["last_contact_ms"] <= election_timeout_s * 1000 and peer["match_index"] >= status["commit_index"]:
-            return member
+        return member if peer["match_index"] >= status["commit_index"] - CLOSE_ENTRIES else None
     return None
 
 
