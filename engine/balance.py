@@ -1,8 +1,9 @@
 """Leader balancing: each group's leader hands its leadership to the first
 member of the group's preference order (``engine.placement``) that is live,
-once its log is close to the commit index, so that leaders spread over the nodes after start, a failure
-or a node's return without any node knowing how many groups the others lead
-(Kafka's preferred-leader election). Only when a cluster has several groups.
+once its log is close to the commit index, so that leaders spread over the
+nodes after start, a failure or a node's return without any node knowing
+how many groups the others lead (Kafka's preferred-leader election). Only
+when a cluster has several groups.
 
 ``preferred_successor`` decides (pure); ``LeaderBalancer`` asks it every
 ``CHECK_S`` on the engine's loop and transfers at most once per
