@@ -444,7 +444,8 @@ class Checker:
             return Verdict("queue_in_one_group", True, 0, "one Raft group: no catalog, no churn")
         seen = placements[-1]["queues"]
         if "unread" in seen:
-            return Verdict("queue_in_one_group", False, 1, f"where the churn queues are was never read: {seen['unread']}")
+            return Verdict("queue_in_one_group", False, 1,
+                           f"where the churn queues are was never read: {seen['unread']}")
         churns = [e for e in self.events if e["type"] == "churn"]
         answers = churns[-1]["answers"] if churns else {}
         bad = [{"queue": queue, **where} for queue, where in sorted(seen.items()) if not placed_alone(where)]

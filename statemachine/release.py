@@ -14,13 +14,16 @@ while the catalog places it elsewhere. Each group's machine holds a
 2. group 0 releases it from the catalog (``Catalog.release``) in its log
    entry W;
 3. ``released(W)``: the name stops retiring and the group's *fence* rises
-   to W (once: group 0 takes a group's next release only when the group's
-   fence, as the releaser read it with the names, has reached the last, so
-   a releaser that stalled between steps releases nothing stale): a command that would make a queue here must carry the
+   to W: a command that would make a queue here must carry the
    ``catalog_index`` of the view that routed it (the index of group 0's log
    that view was read at), at least W, so only a view that saw the release
    makes one, and such a view either lacks the name or holds its new
    placement. Log indexes are the same on every replica, so the fence is.
+
+Group 0 takes a group's releases in turn (``Catalog.release``): the next
+only once the group's fence, as the releaser read it with the names, has
+reached the last, and each finishes once, so a releaser that stalled
+between its steps releases nothing stale.
 
 A command refused by the fence changed nothing: its router looks at the
 catalog again and sends it where it now belongs.
