@@ -370,6 +370,9 @@ def test_a_front_whose_catalog_lags_is_refused_by_the_fence_and_sends_the_put_wh
     made again in group 0. X's put to x is refused by g's fence (it would have made a second x) and,
     once X's replica of the catalog has caught up, routed to where x is now."""
     cluster = fresh_cluster(3, groups=4)
+    # settled first: a balanced moment mid-way through the start's hand-overs is not where they stay,
+    # and x's releaser must run on the node the test pauses
+    wait_for_settled_leaders(cluster)
     leaders = wait_until(lambda: balanced(cluster), 60, "leaders spread")
     urls = {node_id: cluster.url(node_id) for node_id in cluster.ids}
     for i in range(4):        # one queue in each group
