@@ -427,29 +427,6 @@ async def _confirmed_groups(request: web.Request, names: list[str]) -> web.Respo
     return respond(request, {"group_count": groups.count, "queues": found["groups"], "catalog_index": index})
 
 
-async def release_names(request: web.Request) -> web.Response:
-    """Step 2 of the name releaser (api/releaser.py), on group 0's leader: the catalog forgets
-    those of `names` placed in `group`, which that group's releaser read as retiring with the
-    group's `fence`; answered with the index of the log entry that did, the fence the group then
-    raises, or with the group's last release, `unfinished` (statemachine/catalog.py). A node's
-    own call: a name released by hand while its queue lives would let a stale router make it
-    in a second group."""
-    groups = request.app[GROUPS]
-    if groups.count == 1:
-        raise ApiError("not_found", "this cluster has one Raft group, and so no catalog")
-    elsewhere = await route_to_leader(request, group=0)
-    if elsewhere is not None:
-        return elsewhere
-    body = await read_body(request)
-    if not isinstance(body, dict):
-        raise ApiError("bad_request", "give group and names")
-    command = {"op": "release_names", "group": body.get("group"), "names": body.get("names")}
-    if "fence" in body:     # a releaser of the release before sends none (statemachine/catalog.py)
-        command["fence"] = body["fence"]
-    committed = await write(request, command)
-    return respond(request, {**committed.result, "index": committed.index})
-
-
 async def rebalance(request: web.Request) -> web.Response:
     """Ask the leader of every Raft group (or of ``?group=``) to run leader balancing now: move
     leadership to the group's first live, caught-up preference. One group has nothing to balance."""

@@ -95,7 +95,13 @@ RELEASE_NAMES = {
     "properties": {"group": {"type": "integer", "minimum": 0},
                    "names": {"type": "array", "items": NAME, "minItems": 1, "maxItems": 10_000},
                    "fence": {"type": "integer", "minimum": 0}},
-    "required": ["group", "names"],
+    "required": ["group", "names", "fence"],
+    "additionalProperties": False,
+}
+RETIRING = {
+    "type": "object",
+    "properties": {"names": RELEASE_NAMES["properties"]["names"], "fence": {"type": "integer", "minimum": 0}},
+    "required": ["names", "fence"],
     "additionalProperties": False,
 }
 LEADER = {"type": "object", "properties": {"to": NAME}, "additionalProperties": False}

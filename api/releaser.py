@@ -6,8 +6,9 @@ It runs in every node's first front, for each group whose local engine leads, in
 steps, each a command through a log:
 1. ``retire_names`` in the group: the deleted names it may let go (none it holds or names
    as a dead-letter queue or a stage's) retire, and from then on no command makes them there;
-2. ``release_names`` in group 0 (the catalog's leader: here, or through its front): the
-   catalog forgets them, in its log entry W;
+2. ``release_names`` in group 0 (the catalog's leader: here, or through its front, which
+   first reads on a replica of the group that they are retiring at that fence,
+   api/catalog_release.py): the catalog forgets them, in its log entry W;
 3. ``names_released`` in the group, with W: its fence rises to W, so only a command routed
    by a view of the catalog that saw the release may make a queue there.
 Group 0 takes a group's releases in turn (statemachine/catalog.py): step 2 sends the group's

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import cluster, console, events, messages, openapi_schemas as schemas, queues, staging, stream
+from . import catalog_release, cluster, console, events, messages, openapi_schemas as schemas, queues, staging, stream
 from .sqs import service as sqs
 
 OPEN, DATA, METRICS, ADMIN = None, "data", "metrics", "admin"
@@ -71,9 +71,14 @@ ROUTES = (
     Route("POST", "/v1/cluster/rebalance", cluster.rebalance, ADMIN,
           "Move each Raft group's leadership to its first live, caught-up preference now",
           query=(("group", {"type": "integer", "minimum": 0}),), leader=True),
-    Route("POST", "/v1/cluster/catalog/release", cluster.release_names, ADMIN,
+    Route("POST", "/v1/cluster/catalog/release", catalog_release.release_names, ADMIN,
           "The name releaser's step on group 0's leader (node to node): forget names of deleted queues that "
-          "`group` retired", errors=(404,), body=schemas.RELEASE_NAMES, body_required=True, leader=True),
+          "`group` retired, once a replica of it says so", errors=(404, 409), body=schemas.RELEASE_NAMES,
+          body_required=True, leader=True),
+    Route("POST", catalog_release.RETIRING_PATH, catalog_release.read_retiring, ADMIN,
+          "Which of `names` a replica of `group` holds retiring, and its fence (node to node: what group 0's "
+          "leader checks a release against)", errors=(307, 404, 503), body=schemas.RETIRING,
+          body_required=True, query=(("group", {"type": "integer", "minimum": 0}),)),
     Route("GET", "/v1/cluster/routing", cluster.routing, DATA,
           "Where each queue is served: every Raft group's members and leader, and queue -> group",
           errors=(404,), query=(("group", {"type": "integer", "minimum": 0}),)),

@@ -566,6 +566,12 @@ class StateMachine:
         return {"names": self.release.waiting(limit, held), "retiring": sorted(self.release.retiring),
                 "fence": self.release.fence}
 
+    def names_retiring(self, names: list) -> dict:
+        """Those of `names` retiring here, and the fence in the same state: what group 0's leader
+        checks a release it is asked for against, so that only names this group retired leave
+        the catalog (any replica's state will do: ``Catalog.release`` takes releases in turn)."""
+        return {"names": [name for name in names if name in self.release.retiring], "fence": self.release.fence}
+
     def names_absent(self, names: list) -> dict:
         """Those of `names` this group neither holds nor names (as a dead-letter queue or a
         stage's queue): placed here by the catalog, they could leave it."""
@@ -812,6 +818,7 @@ OPS: dict[str, Op] = {
     "catalog_usage": _read(StateMachine.catalog_usage),
     "group_members": _read(StateMachine.group_members),
     "names_deleted": _read(StateMachine.names_deleted),
+    "names_retiring": _read(StateMachine.names_retiring),
     "names_absent": _read(StateMachine.names_absent),
     "catalog_names_in": _read(StateMachine.catalog_names_in),
 }

@@ -25,6 +25,11 @@ only once the group's fence, as the releaser read it with the names, has
 reached the last, and each finishes once, so a releaser that stalled
 between its steps releases nothing stale.
 
+Group 0's leader releases only what a group retired (``release_refusal``):
+the names and fence a release names must be the group's, as some replica
+of it read them. A release by hand of a live queue's name would otherwise
+let a router make that queue in a second group.
+
 A command refused by the fence changed nothing: its router looks at the
 catalog again and sends it where it now belongs.
 """
@@ -98,3 +103,20 @@ class NameRelease:
             release.deleted = dict.fromkeys(deleted)
             release.retiring = set(retiring)
         return release
+
+
+def release_refusal(group: int, names: list, fence: int, seen: dict) -> str | None:
+    """Why group 0 may not release `names` for `group` at `fence`, given `seen`, the group's
+    ``names_retiring`` read of them on one of its replicas; None when it may.
+
+    Only names retiring in a state of the group, with the fence of that same state, may go.
+    Any replica's applied state will do, however far behind: a release since that state is
+    in group 0's log at an index above its fence, so ``Catalog.release`` answers with that one,
+    unfinished, rather than release names made again since."""
+    missing = sorted(set(names) - set(seen["names"]))
+    if missing:
+        return f"group {group} has not retired {', '.join(map(repr, missing[:5]))}" + \
+            (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    if seen["fence"] != fence:
+        return f"group {group} retired them at fence {seen['fence']}, not {fence}"
+    return None

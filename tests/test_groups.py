@@ -18,7 +18,7 @@ import pytest
 
 from engine.placement import for_cluster
 from engine.raft.wire import FRAME, HANDSHAKE_DEADLINE_S
-from tests.conftest import start_cluster
+from tests.conftest import start_cluster, wait_for_settled_leaders
 from tests.test_security_raft import still_open_after
 from tests.wire import call
 from tests.waiting import wait_until
@@ -221,6 +221,8 @@ def test_kill_9_of_one_engine_process_stops_its_node_whole(groups4):
 
 
 def test_five_nodes_place_three_replicas_of_each_group_as_placement_says(tmp_path):
+    from tests.test_routing import queues_in_groups    # which imports this module
+
     cluster = start_cluster(tmp_path / "five", 5, groups=4, replicas=3)
     try:
         wait_until(lambda: leaders(cluster), timeout=60, what="every group led")
@@ -247,6 +249,21 @@ def test_five_nodes_place_three_replicas_of_each_group_as_placement_says(tmp_pat
                 assert forwarded.status == 200 and forwarded.body["groups"][0]["members"] == members, forwarded
             gathered = call("GET", f"{url}/v1/cluster/routing", follow=False)
             assert [g["members"] for g in gathered.body["groups"][1:]] == [list(placement.groups[g]) for g in (1, 2, 3)]
+        # group 0's leader checks a release of a group it holds no replica of with one of its members
+        wait_for_settled_leaders(cluster)
+        catalog_leader = placement.members(0)[0]
+        group = next(g for g in (1, 2, 3) if catalog_leader not in placement.members(g))
+        q = queues_in_groups(cluster)[group]
+        url = cluster.url(catalog_leader)
+        forged = call("POST", f"{url}/v1/cluster/catalog/release", {"group": group, "names": [q], "fence": 0})
+        assert forged.status == 409 and f"group {group} has not retired {q!r}" in forged.body["message"], forged
+        asked = call("POST", f"{url}/v1/cluster/catalog/retiring?group={group}", {"names": [q], "fence": 0},
+                     headers={"X-Raftq-Forward": "1"})
+        assert asked.status == 200 and asked.body == {"names": [], "fence": 0}, asked
+        # and releases the name once the group retired it: its releaser runs on the group's leader
+        assert call("DELETE", f"{url}/v1/queues/{q}").status == 204
+        wait_until(lambda: call("GET", f"{url}/v1/cluster/routing?queue={q}").body["queues"] == {q: None}, 30,
+                   f"{q}'s name released from group {group}")
     finally:
         cluster.close()
 

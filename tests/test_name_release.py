@@ -6,6 +6,7 @@ import cbor2
 from hypothesis import given, settings, strategies as st
 
 from statemachine import StateMachine, is_error
+from statemachine.release import release_refusal
 from tests.older_snapshots import downgraded
 
 T0 = 1_000_000
@@ -30,6 +31,7 @@ class Cluster:
         self.history = [{}]                    # the catalog after group 0's entry i
         self.to_release: dict[tuple, tuple] = {}    # (group, releaser) -> (names, fence) read as retiring
         self.to_finish: dict[tuple, tuple] = {}     # (group, releaser) -> (names, index) group 0 released
+        self.states = [[self.retiring_state(g)] for g in range(GROUPS)]   # each group's, after each action
 
     def in_group0(self, op, **fields):
         self.index0 += 1
@@ -83,6 +85,24 @@ class Cluster:
         if done is not None:
             apply(self.machines[group], "names_released", names=done[0], index=done[1], in_turn=True)
 
+    def retiring_state(self, group: int) -> tuple:
+        release = self.machines[group].release
+        return frozenset(release.retiring), release.fence
+
+    def remember(self) -> None:
+        for group in range(GROUPS):
+            self.states[group].append(self.retiring_state(group))
+
+    def forge(self, group: int, names: list, fence: int | None, age: int) -> None:
+        """A release sent by hand (or by a releaser of any age) to group 0's leader, which checks
+        it against a replica of the group `age` actions behind (api/catalog_release.py); `fence`
+        None: that replica's. Nobody finishes it: the group's releasers are answered with it."""
+        retiring, replica_fence = self.states[group][max(0, len(self.states[group]) - 1 - age)]
+        fence = replica_fence if fence is None else fence
+        seen = {"names": [name for name in names if name in retiring], "fence": replica_fence}
+        if release_refusal(group, names, fence, seen) is None:
+            self.in_group0("release_names", group=group, names=names, fence=fence)
+
     def cycle(self, group: int, releaser: int = 0) -> None:
         """The releaser's three steps in a row."""
         self.retire(group, releaser)
@@ -112,6 +132,8 @@ steps = st.one_of(
     st.tuples(st.just("create"), st.sampled_from(NAMES), st.integers(0, 12)),
     st.tuples(st.just("delete"), st.sampled_from(NAMES)),
     st.tuples(st.just("step"), st.integers(0, GROUPS - 1), st.integers(0, RELEASERS - 1), st.booleans()),
+    st.tuples(st.just("forge"), st.integers(0, GROUPS - 1), st.lists(st.sampled_from(NAMES), min_size=1, max_size=2),
+              st.one_of(st.none(), st.integers(0, 30)), st.integers(0, 12)),
 )
 
 
@@ -124,6 +146,7 @@ def test_no_router_however_stale_makes_a_released_name_a_queue_in_two_groups(act
     for action in actions:
         getattr(cluster, action[0])(*action[1:])
         cluster.check()
+        cluster.remember()
 
 
 def test_a_releaser_that_stalled_between_its_steps_releases_nothing_made_again_since():

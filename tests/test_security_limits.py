@@ -118,11 +118,17 @@ def test_with_four_groups_a_deleted_queues_name_leaves_the_catalog_so_its_limit_
         assert call("PUT", f"{url}/v1/queues/again{i}", {}).status == 201
     refused = call("PUT", f"{url}/v1/queues/again8", {})
     assert refused.status == 429 and refused.body["error"] == "limit_reached", refused
-    # a release read before its group finished the last one (a releaser that stalled between its
-    # steps) releases nothing, and is told of that last release
+    # a release sent by hand of a live queue's name is refused: group 0's leader asks the group
+    # what it retired, and its fence, which the refusal gives, does not make it so
     group = call("GET", f"{url}/v1/cluster/routing?queue=again0").body["queues"]["again0"]
-    stale = call("POST", f"{url}/v1/cluster/catalog/release", {"group": group, "names": ["again0"], "fence": 0})
-    assert stale.status == 200 and stale.body["released"] == [] and stale.body["unfinished"]["index"] > 0, stale
+    forged = call("POST", f"{url}/v1/cluster/catalog/release", {"group": group, "names": ["again0"], "fence": 0})
+    assert forged.status == 409 and forged.body["error"] == "conflict", forged
+    assert f"group {group} has not retired 'again0'" in forged.body["message"], forged
+    fence = forged.body["fence"]
+    forged = call("POST", f"{url}/v1/cluster/catalog/release", {"group": group, "names": ["again0"], "fence": fence})
+    assert forged.status == 409 and "has not retired 'again0'" in forged.body["message"], forged
+    unfenced = call("POST", f"{url}/v1/cluster/catalog/release", {"group": group, "names": ["again0"]})
+    assert unfenced.status == 400 and "give fence" in unfenced.body["message"], unfenced
     assert call("GET", f"{url}/v1/cluster/routing?queue=again0").body["queues"] == {"again0": group}
     assert call("POST", f"{url}/v1/queues/again0/messages", {"body": 1}).status == 201
 

@@ -1207,7 +1207,7 @@ def test_read_answers_each_read_of_the_table_as_its_method_does(m):
             "has_ready": ("q", "default"), "ready_count": ("q", "default"), "next_timer": (),
             "producer_info": ("p",), "list_producers": (), "staging_usage": (), "catalog_lookup": (["q"],),
             "list_catalog": (), "catalog_usage": (), "group_members": (), "names_deleted": (10,),
-            "names_absent": (["q", "gone"],), "catalog_names_in": (0,)}
+            "names_retiring": (["q"],), "names_absent": (["q", "gone"],), "catalog_names_in": (0,)}
     assert set(args) == {name for name, op in OPS.items() if op.read}
     for name, call in args.items():
         assert m.sm.read(name, *call) == getattr(m.sm, name)(*call), name
