@@ -15,6 +15,7 @@ import asyncio
 
 from aiohttp import web
 
+from engine.outcome import CommitError
 from statemachine.release import release_refusal
 
 from .codec import read_body, respond
@@ -81,7 +82,10 @@ async def retiring_here(engine, retired: dict) -> dict:
     at `retired`'s fence: one that follows may not have applied the retirement yet."""
     deadline = asyncio.get_running_loop().time() + RETIRED_WAIT_S
     while True:
-        seen = (await engine.read("names_retiring", retired["names"])).result
+        try:
+            seen = (await engine.read("names_retiring", retired["names"])).result
+        except CommitError as exc:     # an engine stopping: its group moved away, or it restarts
+            raise no_quorum(f"this node's replica of the group did not answer ({exc.code}); retry") from None
         as_said = seen["fence"] == retired["fence"] and len(seen["names"]) == len(set(retired["names"]))
         if as_said or seen["fence"] > retired["fence"] or asyncio.get_running_loop().time() >= deadline:
             return seen
