@@ -1,8 +1,9 @@
 """A node of this tree against a node of another revision, side by side in one run.
 
-    .venv/bin/python -m bench.node_compare [--baseline REV] [--seconds 5] [--reps 2] [--failovers 3]
+    .venv/bin/python -m bench.node_compare [--baseline REV] [--seconds 5] [--reps 2] [--failovers 3] [--nodes 3]
 
-Both revisions run as 3-node clusters on this machine at the same time, the
+Both revisions run as 3-node clusters (or `--nodes`: 1 is a single-node
+cluster, a Raft group of one voter, without failover) on this machine at the same time, the
 baseline from a detached git worktree (its code first on PYTHONPATH).  Every
 workload alternates between them, repetition by repetition, so that drifting
 load on a shared machine falls on both; figures are medians over the
@@ -100,9 +101,9 @@ async def run(args) -> dict:
         os.chdir(tmp)
         clusters: dict[str, LocalCluster] = {}
         try:
-            clusters["baseline"] = LocalCluster.create(tmp / "baseline", 3,
+            clusters["baseline"] = LocalCluster.create(tmp / "baseline", args.nodes,
                                                        env={**os.environ, "PYTHONPATH": str(tree)})
-            clusters["current"] = LocalCluster.create(tmp / "current", 3,
+            clusters["current"] = LocalCluster.create(tmp / "current", args.nodes,
                                                       env={**os.environ, "PYTHONPATH": str(ROOT)})
             for cluster in clusters.values():
                 cluster.start()
@@ -122,7 +123,7 @@ async def run(args) -> dict:
             log(f"current leader under 64 concurrent puts: engine {split['engine_cores']:.2f} cores, "
                 f"fronts {split['fronts_cores']:.2f} cores")
             failovers: dict[str, list[float]] = {name: [] for name in clusters}
-            for _ in range(args.failovers):
+            for _ in range(args.failovers if args.nodes > 1 else 0):
                 for name, cluster in clusters.items():
                     failovers[name].append(await failover_once(cluster))
             log("failover s: " + ", ".join(f"{n} {[round(t, 3) for t in ts]}" for n, ts in failovers.items()))
@@ -131,13 +132,16 @@ async def run(args) -> dict:
                 cluster.close()
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
                            capture_output=True)
-    figures: dict = {"baseline": args.baseline}
+    figures: dict = {"baseline": args.baseline, "nodes": args.nodes}
     for name in clusters:
         for key in rounds[name][0]:
             figures[f"{name}_{key}"] = round(statistics.median(r[key] for r in rounds[name]), 3)
-        figures[f"{name}_failover_median_s"] = round(statistics.median(failovers[name]), 3)
+        if failovers[name]:
+            figures[f"{name}_failover_median_s"] = round(statistics.median(failovers[name]), 3)
         figures[f"{name}_idle_cpu_s_per_10s"] = round(idle[name], 3)
     for key in [*rounds["current"][0], "failover_median_s", "idle_cpu_s_per_10s"]:
+        if f"current_{key}" not in figures:
+            continue
         base = figures[f"baseline_{key}"]
         figures[f"{key}_ratio"] = round(figures[f"current_{key}"] / base, 3) if base else None
     figures["current_leader_engine_cores"] = round(split["engine_cores"], 3)
@@ -152,6 +156,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--failovers", type=int, default=3)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--nodes", type=int, choices=(1, 3, 5), default=3,
+                        help="nodes of each cluster (1: one voter per Raft group; no failover)")
     figures = asyncio.run(run(parser.parse_args()))
     for key in sorted(k for k in figures if k.endswith("_ratio")):
         log(f"{key[:-6]:<28} current/baseline {figures[key]}")

@@ -291,6 +291,23 @@ def test_replicates_and_answers_every_submitter_once(cluster):
         assert node.leader_id() == status["self_id"]
 
 
+def test_a_lone_voter_commits_a_write_as_it_syncs_it_not_at_a_later_tick(cluster):
+    """A group of one replica hears no acknowledgement: its leader is the
+    majority once its own append is synced. Left to pysyncobj's next tick,
+    each lone write waited for a heartbeat (95 ms on a node's loop). Here
+    nothing else would wake the node for a minute."""
+    c = cluster(1)
+    node = c.start("n1", peers=[])
+    c.leader()
+    ticker = node.node._node._ticker
+    due = ticker._until_due
+    ticker._until_due = lambda: due() and 60.0
+    for i in range(3):
+        assert propose_wait(node, b"alone-%d" % i) == [(i + 1, None)]
+    status = node.status()
+    assert status["commit_index"] == status["applied_index"] == status["last_log_index"]
+
+
 def test_refusals_before_the_log(cluster):
     c = cluster(max_entry_bytes=1000).start_all()
     leader = c.leader()

@@ -569,13 +569,15 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         # makes a majority arrives answers it sooner. The leader counts
         # itself: its appends are synced before its tick polls
         # (_checkCommandsToApply), and the sync here makes sure of it.
+        # A lone voter (a group of one replica) is its own majority.
         others = self._SyncObj__otherNodes
-        if not others:
-            return
-        match = self._SyncObj__raftMatchIndex
-        # the highest index held by a majority, this node's log among them
-        held = sorted((match[node] for node in others), reverse=True)[(len(others) + 1) // 2 - 1]
         log = self._journal
+        if others:
+            match = self._SyncObj__raftMatchIndex
+            # the highest index held by a majority, this node's log among them
+            held = sorted((match[node] for node in others), reverse=True)[(len(others) + 1) // 2 - 1]
+        else:
+            held = log.last_index()
         index = min(held, log.last_index())
         if index <= self._SyncObj__raftCommitIndex:
             return
@@ -643,6 +645,10 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         # leader's own copy is durable before the next tick counts it.
         super()._checkCommandsToApply()
         self._journal.sync()
+        # A lone voter hears no acknowledgement, and pysyncobj would commit
+        # its entries at the next tick: a heartbeat away (90 ms) on the loop.
+        if self._SyncObj__raftState == LEADER and not self._SyncObj__otherNodes:
+            self._commit_acknowledged()
 
     # -- a leader that hears from no majority (CheckQuorum) -------------------
 
