@@ -4,6 +4,7 @@ import asyncio
 
 from aiohttp import ClientError, ClientTimeout, web
 
+from engine.config import DEFAULT_REPLICAS
 from engine.outcome import CommitError
 
 from . import caps
@@ -232,6 +233,9 @@ async def add_node(request: web.Request) -> web.Response:
         except CommitError as exc:
             raise no_quorum(f"the membership change did not complete ({exc.code}); retry") from None
     answer = {k: body[k] for k in fields}
+    groups = request.app[GROUPS]
+    if group == 0 and groups.count > 1:
+        answer.update(_replicas_kept(len(groups.members(1)), groups.count, len(voters) + 1))
     if group > 0:
         raft_status = await engine.status()
         if body["id"] == engine.id:       # it leads already
@@ -241,6 +245,18 @@ async def add_node(request: web.Request) -> web.Response:
             match_index = peer.get("match_index", 0)
         answer.update(group=group, match_index=match_index, commit_index=raft_status["commit_index"])
     return respond(request, answer, status=status)
+
+
+def _replicas_kept(replicas: int, group_count: int, nodes: int) -> dict:
+    """The replicas of each group but group 0 once a node is added, which a growth does not
+    change (the mover moves replicas, it makes none): said as a warning when a cluster made
+    with fewer nodes than the default holds fewer copies than it would be made with now."""
+    kept = {"replicas": replicas}
+    if replicas < min(DEFAULT_REPLICAS, nodes):
+        kept["warning"] = (f"groups 1..{group_count - 1} keep {replicas} replica(s) each, as when the cluster "
+                           f"was made: adding nodes spreads those replicas and adds none, so a queue in them "
+                           f"survives the loss of {(replicas - 1) // 2} node(s), not {(min(DEFAULT_REPLICAS, nodes) - 1) // 2}")
+    return kept
 
 
 async def remove_node(request: web.Request) -> web.Response:

@@ -388,6 +388,46 @@ def test_cluster_remove_add_and_transfer_replace_a_dead_node(fresh_cluster):
     assert unknown.returncode == 1 and "not_found" in unknown.stderr
 
 
+def test_adding_a_node_to_a_cluster_made_on_two_nodes_warns_that_its_groups_keep_two_copies(fresh_cluster):
+    """Growing a cluster moves replicas and makes none: groups 1.. of a cluster made on two
+    nodes keep two members however many nodes join, which `raftq cluster add` says rather than
+    let a third node suggest a third copy."""
+    import dataclasses
+
+    from engine.config import NodeSpec
+
+    cluster = fresh_cluster(2, groups=4)
+    http_port, raft_port = free_ports(2)
+    n3 = NodeSpec(id="n3", raft=f"127.0.0.1:{raft_port}", http=f"127.0.0.1:{http_port}")
+    done = raftq("cluster", "add", n3.id, n3.raft, n3.http, cluster=cluster)
+    assert done.stdout.strip() == "added n3"
+    assert done.stderr.strip() == ("warning: groups 1..3 keep 2 replica(s) each, as when the cluster was made: "
+                                   "adding nodes spreads those replicas and adds none, so a queue in them "
+                                   "survives the loss of 0 node(s), not 1")
+    cluster.cfg = dataclasses.replace(cluster.cfg, nodes=cluster.cfg.nodes + (n3,))
+    cluster.write_config()
+    cluster.start("n3", extra_args=("--join",))
+    with cluster.client() as client:
+        def spread():
+            routing = client.routing()
+            members = [group["members"] for group in routing["groups"][1:]]
+            on_n3 = sum("n3" in group for group in members)
+            return members if routing["move"] is None and on_n3 == 2 else None
+        members = wait_until(spread, 90, "two of the six replicas moved to n3")
+    assert [len(group) for group in members] == [2, 2, 2]
+
+
+def test_an_added_node_is_told_how_many_copies_each_group_keeps():
+    from api.cluster import _replicas_kept
+
+    assert _replicas_kept(3, 4, 5) == {"replicas": 3}
+    assert _replicas_kept(3, 4, 3) == {"replicas": 3}
+    assert _replicas_kept(2, 8, 2) == {"replicas": 2}
+    lone = _replicas_kept(1, 4, 3)
+    assert lone["replicas"] == 1 and "groups 1..3 keep 1 replica(s)" in lone["warning"]
+    assert "survives the loss of 0 node(s), not 1" in lone["warning"]
+
+
 def consecutive_free_port(count: int) -> int:
     """The first of `count` consecutive ports free now (`raftq up` takes them in a row)."""
     while True:

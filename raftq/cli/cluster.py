@@ -154,7 +154,10 @@ def cmd_cluster(args) -> int:
                                                   if result["groups"] else "one Raft group: nothing to balance"]))
             return 0
         if args.action == "add":
-            emit(args, client.add_node(args.id, args.raft, args.http), f"added {args.id}")
+            added = client.add_node(args.id, args.raft, args.http)
+            emit(args, added, f"added {args.id}")
+            if added.get("warning") and not args.json:
+                print(f"warning: {added['warning']}", file=sys.stderr)
             return 0
         if args.action == "transfer":
             result = client.transfer_leadership(args.to)
