@@ -188,7 +188,8 @@ async def _keeps_quorum(request: web.Request, engine, voters_after: list[str]) -
     if len(live) <= len(voters_after) / 2:
         raise ApiError("conflict", f"after this change {len(live)} of {len(voters_after)} voters would be live "
                                    f"({', '.join(live)}): no majority, so no leader. Bring nodes back first, "
-                                   "or repeat with ?force=true", live=live, voters=voters_after)
+                                   "or repeat with ?force=true (raftq cluster add/remove --force)", live=live,
+                       voters=voters_after)
 
 
 def _voter(voters: list[dict], node_id: str, raft_addr: str | None = None) -> dict | None:
@@ -206,9 +207,10 @@ async def _membership_group(request: web.Request) -> tuple[int, web.StreamRespon
 
 async def add_node(request: web.Request) -> web.Response:
     """Add a voter to group 0 (``raftq cluster add``), or, with ``?group=`` g > 0, to group g
-    (the replica mover: api/mover.py). A group g > 0 takes an add of a voter it has as done,
-    and answers with the voter's match index and the leader's commit index, by which the mover
-    sees it catch up."""
+    (the replica mover: api/mover.py). An add of a voter the group has is taken as done (200:
+    a retried call whose first answer was lost), unless group 0 has it at other addresses
+    (409). A group g > 0 answers with the voter's match index and the leader's commit index,
+    by which the mover sees it catch up."""
     group, elsewhere = await _membership_group(request)
     if elsewhere is not None:
         return elsewhere
@@ -219,9 +221,11 @@ async def add_node(request: web.Request) -> web.Response:
     engine = request.app[GROUPS].engines[group]
     voters = await engine.members()
     status = 201
-    if _voter(voters, body["id"], body["raft_addr"]) is not None:
-        if group == 0:
-            raise ApiError("conflict", f"node {body['id']!r} is already a member")
+    existing = _voter(voters, body["id"], body["raft_addr"])
+    if existing is not None:
+        if group == 0 and (existing["raft_addr"], existing["http_addr"]) != (body["raft_addr"], body["http_addr"]):
+            raise ApiError("conflict", f"node {body['id']!r} is already a member, at Raft address "
+                                       f"{existing['raft_addr']} and HTTP address {existing['http_addr']}")
         status = 200
     else:
         await _keeps_quorum(request, engine, [v["id"] for v in voters] + [body["id"]])
@@ -254,8 +258,8 @@ def _replicas_kept(replicas: int, group_count: int, nodes: int) -> dict:
     kept = {"replicas": replicas}
     if replicas < min(DEFAULT_REPLICAS, nodes):
         kept["warning"] = (f"groups 1..{group_count - 1} keep {replicas} replica(s) each, as when the cluster "
-                           f"was made: adding nodes spreads those replicas and adds none, so a queue in them "
-                           f"survives the loss of {(replicas - 1) // 2} node(s), not {(min(DEFAULT_REPLICAS, nodes) - 1) // 2}")
+                           f"was made: adding nodes spreads those replicas and adds none (a cluster of {nodes} "
+                           f"nodes would be made with {min(DEFAULT_REPLICAS, nodes)})")
     return kept
 
 

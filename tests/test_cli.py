@@ -402,8 +402,8 @@ def test_adding_a_node_to_a_cluster_made_on_two_nodes_warns_that_its_groups_keep
     done = raftq("cluster", "add", n3.id, n3.raft, n3.http, cluster=cluster)
     assert done.stdout.strip() == "added n3"
     assert done.stderr.strip() == ("warning: groups 1..3 keep 2 replica(s) each, as when the cluster was made: "
-                                   "adding nodes spreads those replicas and adds none, so a queue in them "
-                                   "survives the loss of 0 node(s), not 1")
+                                   "adding nodes spreads those replicas and adds none (a cluster of 3 nodes "
+                                   "would be made with 3)")
     cluster.cfg = dataclasses.replace(cluster.cfg, nodes=cluster.cfg.nodes + (n3,))
     cluster.write_config()
     cluster.start("n3", extra_args=("--join",))
@@ -417,6 +417,37 @@ def test_adding_a_node_to_a_cluster_made_on_two_nodes_warns_that_its_groups_keep
     assert [len(group) for group in members] == [2, 2, 2]
 
 
+def test_a_cluster_made_on_one_node_grows_to_three_with_the_cli(fresh_cluster):
+    """A second voter leaves one node of two live until it answers: `raftq cluster add` refuses
+    it and says how to insist; started first with --join, the new node answers at once, so the
+    forced add completes, and the third needs no force."""
+    import dataclasses
+
+    from engine.config import NodeSpec
+
+    cluster = fresh_cluster(1)
+    with cluster.client() as client:
+        client.put("kept", "before")
+    for node_id in ("n2", "n3"):
+        http_port, raft_port = free_ports(2)
+        spec = NodeSpec(id=node_id, raft=f"127.0.0.1:{raft_port}", http=f"127.0.0.1:{http_port}")
+        cluster.cfg = dataclasses.replace(cluster.cfg, nodes=cluster.cfg.nodes + (spec,))
+        cluster.write_config()
+        cluster.start(node_id, extra_args=("--join",))
+        if node_id == "n2":
+            refused = raftq("cluster", "add", spec.id, spec.raft, spec.http, cluster=cluster, check=False)
+            assert refused.returncode != 0 and "1 of 2 voters would be live" in refused.stderr
+            assert "--force" in refused.stderr
+        forced = ("--force",) if node_id == "n2" else ()
+        assert raftq("cluster", "add", spec.id, spec.raft, spec.http, *forced, cluster=cluster).stdout.strip() \
+            == f"added {node_id}"
+    wait_until(lambda: all(n["healthy"] for n in as_json("cluster", "status", cluster=cluster)["nodes"])
+               and len(as_json("cluster", "status", cluster=cluster)["nodes"]) == 3, 60, "three healthy nodes")
+    with cluster.client() as client:
+        assert [m["body"] for m in client.receive("kept", max=5)["messages"]] == ["before"]
+        assert client.verify()["agree"]
+
+
 def test_an_added_node_is_told_how_many_copies_each_group_keeps():
     from api.cluster import _replicas_kept
 
@@ -425,7 +456,7 @@ def test_an_added_node_is_told_how_many_copies_each_group_keeps():
     assert _replicas_kept(2, 8, 2) == {"replicas": 2}
     lone = _replicas_kept(1, 4, 3)
     assert lone["replicas"] == 1 and "groups 1..3 keep 1 replica(s)" in lone["warning"]
-    assert "survives the loss of 0 node(s), not 1" in lone["warning"]
+    assert lone["warning"].endswith("(a cluster of 3 nodes would be made with 3)")
 
 
 def consecutive_free_port(count: int) -> int:

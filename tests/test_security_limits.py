@@ -200,6 +200,13 @@ def test_a_membership_change_that_leaves_no_live_majority_is_refused_unless_forc
     cluster.kill(others[0])
     assert call("POST", f"{url}/v1/cluster/nodes", {"id": "evil1", "raft_addr": "127.0.0.1:1",
                                                     "http_addr": "127.0.0.1:2"}).status == 201
+    # the same add again (a retry whose first answer was lost) is done; at other addresses, refused
+    assert call("POST", f"{url}/v1/cluster/nodes", {"id": "evil1", "raft_addr": "127.0.0.1:1",
+                                                    "http_addr": "127.0.0.1:2"}).status == 200
+    moved = call("POST", f"{url}/v1/cluster/nodes", {"id": "evil1", "raft_addr": "127.0.0.1:5",
+                                                     "http_addr": "127.0.0.1:2"})
+    assert (moved.status, moved.body["error"]) == (409, "conflict"), moved
+    assert "127.0.0.1:1" in moved.body["message"]
     second = call("POST", f"{url}/v1/cluster/nodes", {"id": "evil2", "raft_addr": "127.0.0.1:3",
                                                       "http_addr": "127.0.0.1:4"})
     assert (second.status, second.body["error"]) == (409, "conflict"), second

@@ -154,7 +154,7 @@ def cmd_cluster(args) -> int:
                                                   if result["groups"] else "one Raft group: nothing to balance"]))
             return 0
         if args.action == "add":
-            added = client.add_node(args.id, args.raft, args.http)
+            added = client.add_node(args.id, args.raft, args.http, force=args.force)
             emit(args, added, f"added {args.id}")
             if added.get("warning") and not args.json:
                 print(f"warning: {added['warning']}", file=sys.stderr)
@@ -164,7 +164,7 @@ def cmd_cluster(args) -> int:
             emit(args, result, f"leader: {result['leader'] or 'none yet'} (was {result['previous']})"
                  + ("" if result["moved"] else " — leadership did not move"))
             return 0 if result["moved"] or args.to == result["previous"] else 1
-        result = client.remove_node(args.id)
+        result = client.remove_node(args.id, force=args.force)
         if result and result.get("leaving"):
             emit(args, result, f"{args.id} is leaving: its {result['replicas']} replica(s) of other Raft groups "
                                "move away first, then it leaves (raftq cluster status shows the moves)")
@@ -215,6 +215,10 @@ def add_parsers(sub, common) -> None:
     add.add_argument("http")
     remove = actions.add_parser("remove", parents=[common], help="remove a voter")
     remove.add_argument("id")
+    for change in (add, remove):
+        change.add_argument("--force", action="store_true",
+                            help="even if the live voters would then be no majority (refused otherwise): "
+                                 "the second node of a cluster made on one")
     transfer = actions.add_parser("transfer", parents=[common], help="hand leadership to another node")
     transfer.add_argument("to", nargs="?", help="the node to lead (default: the most caught-up follower)")
     cluster.set_defaults(run=cmd_cluster)
