@@ -11,9 +11,11 @@ Group 0's record is the truth. Each step reads it and does what the record says 
 checking the group's actual Raft membership, so a mover that stops anywhere (a crash, a
 lost lead) is finished by the next group-0 leader's:
 1. no move recorded: ask ``next_move``; record it (``replica_move``, a compare-and-set);
-2. a move recorded: add its target to the group through the group's leader (a voter it
-   has already counts as added); the target's node starts the group's engine because the
-   record names it (``engine.members.HeldGroupsReporter``);
+2. a move recorded (carried out in the step that records it): add its target to the group
+   through the group's leader (a voter it has already counts as added; a group of one
+   replica is added to by force, its one live voter of two being the only way its copy can
+   move); the target's node starts the group's engine because the record names it
+   (``engine.members.HeldGroupsReporter``);
 3. wait until the target's match index reaches the commit index the leader had when the
    target was first seen a voter (snapshot install, then the log);
 4. remove the source through the group's leader (a leader that is the source hands its
@@ -116,25 +118,26 @@ class ReplicaMover(Background):
         peers = (await catalog.status())["peers"]
         live = {catalog.id} | {node_id for node_id, peer in peers.items()
                                if peer["last_contact_ms"] is not None and peer["last_contact_ms"] <= LIVE_CONTACT_MS}
+        members = {int(group): list(held) for group, held in recorded["members"].items()}
         if recorded["move"] is not None:
-            await self._carry_out(tuple(recorded["move"]), voters, live)
+            await self._carry_out(tuple(recorded["move"]), members, voters, live)
             return
         if any(node_id not in live for node_id in voters if node_id not in recorded["leaving"]):
             return                        # a node that stays and is not heard from is neither a target nor emptied
-        members = {int(group): list(held) for group, held in recorded["members"].items()}
         nodes = sorted(node_id for node_id in voters if node_id not in recorded["leaving"])
         move = next_move(nodes, [[]] + [members[group] for group in sorted(members)])
         if move is not None:
             await self._record({"op": "replica_move", "group": move.group, "source": move.source,
                                 "target": move.target})
             log.info("group %d: moving its replica on %s to %s", move.group, move.source, move.target)
+            await self._carry_out((move.group, move.source, move.target), members, voters, live)
             return
         for node_id in recorded["leaving"]:
             if node_id in voters:
                 await call_group_leader(self._app, "DELETE", f"/v1/cluster/nodes/{node_id}")
                 log.info("%s left group 0, its replicas moved away", node_id)
 
-    async def _carry_out(self, move: tuple, voters: dict, live: set) -> None:
+    async def _carry_out(self, move: tuple, members: dict, voters: dict, live: set) -> None:
         group, source, target = move
         if target not in voters:         # it left the cluster before the move ended
             await call_group_leader(self._app, "DELETE", f"/v1/cluster/nodes/{target}?group={group}", group=group)
@@ -146,7 +149,10 @@ class ReplicaMover(Background):
             # target would be a fourth voter the group needs for its majority before it caught up.
             await call_group_leader(self._app, "DELETE", f"/v1/cluster/nodes/{source}?group={group}", group=group)
         voter = voters[target]
-        added = await call_group_leader(self._app, "POST", f"/v1/cluster/nodes?group={group}",
+        # A group of one replica is one live voter of two until its target's engine answers: a
+        # change a person is asked to force (api/cluster.py), and the only way to move its one copy.
+        forced = "&force=true" if len(members[group]) == 1 else ""
+        added = await call_group_leader(self._app, "POST", f"/v1/cluster/nodes?group={group}{forced}",
                                   {"id": target, "raft_addr": voter["raft_addr"], "http_addr": voter["http_addr"]},
                                   group=group)
         goal = self._caught_up_at.setdefault(move, added["commit_index"])

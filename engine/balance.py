@@ -6,7 +6,8 @@ how many groups the others lead (Kafka's preferred-leader election). Only
 when a cluster has several groups.
 
 ``preferred_successor`` decides (pure); ``LeaderBalancer`` asks it every
-``CHECK_S`` on the engine's loop and transfers at most once per
+``CHECK_S`` on the engine's loop, and at once when the group's order of
+preference changes (a replica moved), and transfers at most once per
 ``INTERVAL_S``, so a member that keeps failing to take over costs a
 leadership change every few seconds at most; a lead newly won is kept for
 ``SETTLE_S`` first.
@@ -15,6 +16,7 @@ leadership change every few seconds at most; a lead newly won is kept for
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Sequence
@@ -61,16 +63,22 @@ class LeaderBalancer(Background):
     def __init__(self, node, preference: Sequence[str]):
         self._node = node
         self._preference = tuple(preference)
+        self._preference_changed = asyncio.Event()
 
     def prefer(self, preference: Sequence[str]) -> None:
-        """The group's order of preference from now on (its members moved: api/mover.py)."""
-        self._preference = tuple(preference)
+        """The group's order of preference from now on (its members moved: api/mover.py),
+        judged at once: a node a replica just moved to may be the group's first preference."""
+        if tuple(preference) != self._preference:
+            self._preference = tuple(preference)
+            self._preference_changed.set()
 
     async def _run(self) -> None:
         last_transfer = -INTERVAL_S
         led_term, led_since = None, 0.0
         while True:
-            await asyncio.sleep(CHECK_S)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._preference_changed.wait(), CHECK_S)
+            self._preference_changed.clear()
             term = self._node.consensus.term() if self._node.is_leader() else None
             if term != led_term:
                 led_term, led_since = term, time.monotonic()

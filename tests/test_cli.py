@@ -420,14 +420,17 @@ def test_adding_a_node_to_a_cluster_made_on_two_nodes_warns_that_its_groups_keep
 def test_a_cluster_made_on_one_node_grows_to_three_with_the_cli(fresh_cluster):
     """A second voter leaves one node of two live until it answers: `raftq cluster add` refuses
     it and says how to insist; started first with --join, the new node answers at once, so the
-    forced add completes, and the third needs no force."""
+    forced add completes, and the third needs no force. Groups 1 and 2 keep their one replica
+    each (said at each add), and one of them moves off the first node: the mover forces the
+    add of a group of one, whose only copy could not move otherwise."""
     import dataclasses
 
     from engine.config import NodeSpec
 
-    cluster = fresh_cluster(1)
+    cluster = fresh_cluster(1, groups=3)
     with cluster.client() as client:
-        client.put("kept", "before")
+        for queue in ("kept-1", "kept-2", "kept-3", "kept-4"):
+            client.put(queue, queue)
     for node_id in ("n2", "n3"):
         http_port, raft_port = free_ports(2)
         spec = NodeSpec(id=node_id, raft=f"127.0.0.1:{raft_port}", http=f"127.0.0.1:{http_port}")
@@ -439,13 +442,21 @@ def test_a_cluster_made_on_one_node_grows_to_three_with_the_cli(fresh_cluster):
             assert refused.returncode != 0 and "1 of 2 voters would be live" in refused.stderr
             assert "--force" in refused.stderr
         forced = ("--force",) if node_id == "n2" else ()
-        assert raftq("cluster", "add", spec.id, spec.raft, spec.http, *forced, cluster=cluster).stdout.strip() \
-            == f"added {node_id}"
-    wait_until(lambda: all(n["healthy"] for n in as_json("cluster", "status", cluster=cluster)["nodes"])
-               and len(as_json("cluster", "status", cluster=cluster)["nodes"]) == 3, 60, "three healthy nodes")
+        added = raftq("cluster", "add", spec.id, spec.raft, spec.http, *forced, cluster=cluster)
+        assert added.stdout.strip() == f"added {node_id}"
+        assert "groups 1..2 keep 1 replica(s) each" in added.stderr
     with cluster.client() as client:
-        assert [m["body"] for m in client.receive("kept", max=5)["messages"]] == ["before"]
-        assert client.verify()["agree"]
+        def spread():
+            routing = client.routing()
+            members = [group["members"] for group in routing["groups"][1:]]
+            return routing["move"] is None and members[0] != members[1] and members
+        members = wait_until(spread, 60, "a replica of group 1 or 2 moved off n1")
+        assert [len(group) for group in members] == [1, 1]
+        for queue in ("kept-1", "kept-2", "kept-3", "kept-4"):
+            assert [m["body"] for m in client.receive(queue, max=5)["messages"]] == [queue]
+        assert client.verify()["verdict"] == "agree"
+    status = as_json("cluster", "status", cluster=cluster)
+    assert sorted(n["id"] for n in status["nodes"] if n["healthy"]) == ["n1", "n2", "n3"]
 
 
 def test_an_added_node_is_told_how_many_copies_each_group_keeps():
