@@ -4,7 +4,7 @@ import asyncio
 
 from aiohttp import ClientError, ClientTimeout, web
 
-from engine.config import DEFAULT_REPLICAS
+from engine.config import DEFAULT_REPLICAS, ConfigError, check_addr
 from engine.outcome import CommitError
 
 from . import caps
@@ -201,6 +201,8 @@ def _voter(voters: list[dict], node_id: str, raft_addr: str | None = None) -> di
 async def _membership_group(request: web.Request) -> tuple[int, web.StreamResponse | None]:
     """The group a membership change is for (``?group=``, else group 0), and where to send it
     when this node's engine of it does not lead."""
+    if request.query.get("force", "true") != "true":
+        raise ApiError("bad_request", "force must be true, or left out")
     group = group_param(request) or 0
     return group, await route_to_leader(request, group=group)
 
@@ -218,6 +220,11 @@ async def add_node(request: web.Request) -> web.Response:
     fields = ("id", "raft_addr", "http_addr")
     if not isinstance(body, dict) or not all(isinstance(body.get(f), str) and body[f] for f in fields):
         raise ApiError("bad_request", "give id, raft_addr and http_addr as strings")
+    for field in ("raft_addr", "http_addr"):
+        try:
+            check_addr(body[field], field)
+        except ConfigError as exc:
+            raise ApiError("bad_request", str(exc)) from None
     engine = request.app[GROUPS].engines[group]
     voters = await engine.members()
     status = 201

@@ -200,10 +200,15 @@ class ClusterConfig:
         return "\n".join(lines)
 
 
-def _check_addr(value, what: str) -> str:
+# the longest DNS name; an IPv6 literal in brackets is shorter
+MAX_HOST_CHARS = 253
+
+
+def check_addr(value, what: str) -> str:
+    """`value` if it is host:port (port 1-65535), else ConfigError naming `what`."""
     host, sep, port = str(value).rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"{what} must be host:port, got {value!r}")
+    if not sep or not host or len(host) > MAX_HOST_CHARS or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{what} must be host:port, got {str(value)[:80]!r}")
     return value
 
 
@@ -243,9 +248,9 @@ def load(path: str | Path) -> ClusterConfig:
     for raw in raw_nodes:
         if not isinstance(raw, dict) or not {"id", "raft", "http"} <= set(raw):
             raise ConfigError("each [[nodes]] table needs id, raft and http")
-        nodes.append(NodeSpec(id=str(raw["id"]), raft=_check_addr(raw["raft"], "raft"),
-                              http=_check_addr(raw["http"], "http"),
-                              dial=_check_addr(raw["dial"], "dial") if raw.get("dial") else None))
+        nodes.append(NodeSpec(id=str(raw["id"]), raft=check_addr(raw["raft"], "raft"),
+                              http=check_addr(raw["http"], "http"),
+                              dial=check_addr(raw["dial"], "dial") if raw.get("dial") else None))
     ids = [n.id for n in nodes]
     if len(set(ids)) != len(ids):
         raise ConfigError("node ids must be unique")
@@ -320,7 +325,7 @@ def _load_links(raw_links, ids: set[str]) -> tuple[Link, ...]:
         if (source, target) in pairs:
             raise ConfigError(f"link {source!r} -> {target!r} is given twice")
         pairs.add((source, target))
-        links.append(Link(source=source, target=target, dial=_check_addr(raw["dial"], "dial")))
+        links.append(Link(source=source, target=target, dial=check_addr(raw["dial"], "dial")))
     return tuple(links)
 
 

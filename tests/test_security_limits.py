@@ -207,6 +207,18 @@ def test_a_membership_change_that_leaves_no_live_majority_is_refused_unless_forc
                                                      "http_addr": "127.0.0.1:2"})
     assert (moved.status, moved.body["error"]) == (409, "conflict"), moved
     assert "127.0.0.1:1" in moved.body["message"]
+    # an address pysyncobj could not take is refused before anything is written, as is a force
+    # that is not "true"; each left the voters as they were
+    for bad in ({"id": "evil3", "raft_addr": "x" * 5000, "http_addr": "127.0.0.1:6"},
+                {"id": "evil3", "raft_addr": "127.0.0.1:7", "http_addr": "127.0.0.1:99999"},
+                {"id": "evil3", "raft_addr": "127.0.0.1", "http_addr": "127.0.0.1:6"}):
+        refused = call("POST", f"{url}/v1/cluster/nodes", bad)
+        assert (refused.status, refused.body["error"]) == (400, "bad_request"), refused
+        assert "must be host:port" in refused.body["message"]
+    maybe = call("POST", f"{url}/v1/cluster/nodes?force=maybe", {"id": "evil3", "raft_addr": "127.0.0.1:7",
+                                                                 "http_addr": "127.0.0.1:6"})
+    assert (maybe.status, maybe.body["error"]) == (400, "bad_request"), maybe
+    assert sorted(n["id"] for n in call("GET", f"{url}/v1/cluster").body["nodes"]) == sorted([leader, others[1], "evil1"])
     second = call("POST", f"{url}/v1/cluster/nodes", {"id": "evil2", "raft_addr": "127.0.0.1:3",
                                                       "http_addr": "127.0.0.1:4"})
     assert (second.status, second.body["error"]) == (409, "conflict"), second

@@ -407,13 +407,14 @@ class Consensus:
             self._ids.setdefault(raft_addr, node_id)
 
     def add_node(self, peer: Peer, callback) -> None:
+        node = TCPNode(peer.raft_addr, raftq_id=peer.id)    # an address it cannot take raises here, before any change
         ticket = self._admitted(callback)
         if ticket is None:
             return
         self._ids[peer.raft_addr] = peer.id
         if peer.dial_addr:
             self._dial_addrs[peer.raft_addr] = peer.dial_addr
-        self._node.addNodeToCluster(self._make_node(peer.raft_addr), callback=ticket.on_pysyncobj_result)
+        self._node.addNodeToCluster(node, callback=ticket.on_pysyncobj_result)
 
     def remove_node(self, node_id: str, callback) -> None:
         ticket = self._ticket(callback, self.term())
