@@ -325,8 +325,13 @@ async def _leaving(request: web.Request, catalog, node_id: str, voters: list[str
 
 @leader_only
 async def transfer_leadership(request: web.Request) -> web.Response:
-    """Hand leadership to another voter (`to`, or the most caught-up one)."""
-    body = await read_body(request, required=False) or {}
+    """Hand group 0's leadership to another voter (`to`, or the most caught-up one). The other
+    groups' leaders follow their order of preference (``raftq cluster rebalance``)."""
+    if group_param(request):
+        raise ApiError("bad_request", "this hands group 0's leadership; the other groups' leaders follow "
+                                      "their order of preference (POST /v1/cluster/rebalance)")
+    body = await read_body(request, required=False)
+    body = {} if body is None else body
     if not isinstance(body, dict) or set(body) - {"to"}:
         raise ApiError("bad_request", "the body is an object with an optional 'to' node id")
     node = request.app[NODE]

@@ -593,8 +593,11 @@ def test_leadership_transfer(fresh_cluster):
     moved = call("POST", f"{cluster.url(leader)}/v1/cluster/leader", {"to": target})
     assert moved.status == 200 and moved.body == {"moved": True, "previous": leader, "leader": target}
     assert cluster.wait_for_leader(30) == target
-    for body, status in (({"to": "n9"}, 404), ({"to": 3}, 400), ({"who": "n1"}, 400)):
+    for body, status in (({"to": "n9"}, 404), ({"to": 3}, 400), ({"who": "n1"}, 400), ([], 400), ("n1", 400)):
         assert call("POST", f"{cluster.url(target)}/v1/cluster/leader", body).status == status, body
+    for group in ("1", "x"):     # one group: no group 1 to hand over, and none other than 0 here
+        assert call("POST", f"{cluster.url(target)}/v1/cluster/leader?group={group}", {}).status == 400, group
+    assert cluster.wait_for_leader(30) == target       # none of those moved it
 
 
 # The route's 503s for an election still under way when its hold (0.8 s) ran out.
