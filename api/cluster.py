@@ -9,7 +9,7 @@ from engine.outcome import CommitError
 
 from . import caps
 from .buffering import BUFFER
-from .codec import read_body, respond
+from .codec import read_body, read_optional_body, respond
 from .commands import settled_read, take_checkpoint, write
 from .errors import ApiError, no_quorum
 from .gather import group_param, per_group
@@ -330,8 +330,7 @@ async def transfer_leadership(request: web.Request) -> web.Response:
     if group_param(request):
         raise ApiError("bad_request", "this hands group 0's leadership; the other groups' leaders follow "
                                       "their order of preference (POST /v1/cluster/rebalance)")
-    body = await read_body(request, required=False)
-    body = {} if body is None else body
+    body = await read_optional_body(request)
     if not isinstance(body, dict) or set(body) - {"to"}:
         raise ApiError("bad_request", "the body is an object with an optional 'to' node id")
     node = request.app[NODE]

@@ -29,6 +29,23 @@ def wants_cbor(request: web.Request) -> bool:
 
 async def read_body(request: web.Request, *, required: bool = True):
     """The request's decoded body (None when empty and optional)."""
+    raw = await _read_raw(request)
+    if not raw:
+        if required:
+            raise ApiError("bad_request", "the request needs a body")
+        return None
+    return _decode(request, raw)
+
+
+async def read_optional_body(request: web.Request):
+    """The request's decoded body, {} when it has none. One that decodes to a falsy value
+    ([], 0, "", null) is returned as it is, for the caller to refuse: taken for none, it ran
+    the call with its defaults (a receive leased, a redrive moved)."""
+    raw = await _read_raw(request)
+    return _decode(request, raw) if raw else {}
+
+
+async def _read_raw(request: web.Request) -> bytes:
     limits = request.app[SETTINGS].limits
     if (request.content_length or 0) > limits.max_request_bytes:
         # refused on the declared length, before waiting for any of it
@@ -36,13 +53,12 @@ async def read_body(request: web.Request, *, required: bool = True):
     limit = limits.body_timeout_s
     try:
         async with asyncio.timeout(limit):
-            raw = await request.read()
+            return await request.read()
     except TimeoutError:
         raise ApiError("timeout", f"the request body did not arrive within {limit} s") from None
-    if not raw:
-        if required:
-            raise ApiError("bad_request", "the request needs a body")
-        return None
+
+
+def _decode(request: web.Request, raw: bytes):
     if request.content_type == CBOR:
         check_cbor(raw)
         try:

@@ -8,7 +8,7 @@ from statemachine.queue import could_be_receipt, message_size
 from statemachine.validation import MAX_RECEIVE, MAX_WAIT_MS, check_message, is_int
 
 from .buffering import buffer_put, with_ids
-from .codec import message_from_wire, read_body, respond
+from .codec import message_from_wire, read_body, read_optional_body, respond
 from .errors import ApiError, from_result
 from .commands import receive_waiting, validate, write
 from .keys import GROUP, GROUPS, NODE, SETTINGS
@@ -116,7 +116,7 @@ def _int_field(body: dict, field: str, default, low: int, high: int, *, nullable
 
 async def receive(request: web.Request) -> web.Response:
     name = queue_name(request)
-    body = await read_body(request, required=False) or {}
+    body = await read_optional_body(request)
     if not isinstance(body, dict):
         raise ApiError("bad_request", "the body must be an object")
     group = group_name(body.get("group", "default"))

@@ -2,7 +2,7 @@
 
 from aiohttp import web
 
-from .codec import read_body, respond
+from .codec import read_body, read_optional_body, respond
 from .errors import ApiError
 from .gather import group_param, per_group
 from .commands import read_here, validate, write
@@ -25,9 +25,7 @@ async def _route_config(request: web.Request, config, *, new_queue: bool) -> web
 
 
 async def create(request: web.Request) -> web.Response:
-    config = await read_body(request, required=False)
-    if config is None:
-        config = {}
+    config = await read_optional_body(request)
     command = {"op": "create_queue", "queue": queue_name(request), "config": config}
     validate(command)
     elsewhere = await _route_config(request, config, new_queue=True)
@@ -73,7 +71,7 @@ async def show(request: web.Request) -> web.Response:
 
 
 async def add_group(request: web.Request) -> web.Response:
-    body = await read_body(request, required=False) or {}
+    body = await read_optional_body(request)
     if not isinstance(body, dict):
         raise ApiError("bad_request", "the body must be an object like {\"start\": \"earliest\"}")
     command = {"op": "add_group", "queue": queue_name(request), "group": group_name(request.match_info["group"]),
@@ -106,7 +104,7 @@ REDRIVE_FIELDS = {"from_queue", "max", "id"}
 
 
 async def redrive(request: web.Request) -> web.Response:
-    body = await read_body(request, required=False) or {}
+    body = await read_optional_body(request)
     if not isinstance(body, dict) or set(body) - REDRIVE_FIELDS:
         raise ApiError("bad_request", "the body is an object with optional from_queue, max and id")
     command = {"op": "redrive", "queue": queue_name(request),

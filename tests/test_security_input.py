@@ -111,6 +111,23 @@ def test_dot_names_are_refused(leader_url):
     assert call("PUT", f"{leader_url}/v1/queues/ok.name_1-2", {}).status in (200, 201)
 
 
+@pytest.mark.parametrize("raw", [b"[]", b"0", b'""', b"false", b"null"])
+def test_a_body_that_decodes_to_nothing_much_is_refused_not_taken_for_none(leader_url, raw):
+    """A body is optional on these calls; one that is sent must be an object. Taken for "no
+    body", [] or 0 ran the call with its defaults: a receive leased, a redrive moved."""
+    queue = "falsy-" + {b"[]": "list", b"0": "zero", b'""': "text", b"false": "false", b"null": "null"}[raw]
+    assert call("PUT", f"{leader_url}/v1/queues/{queue}", {"dead_letter": queue + "-dlq"}).status == 201
+    assert call("POST", f"{leader_url}/v1/queues/{queue}/messages", {"body": "kept"}).status == 201
+    headers = {"Content-Type": "application/json"}
+    for path in (f"/v1/queues/{queue}/receive", f"/v1/queues/{queue}-dlq/redrive", f"/v1/queues/{queue}/groups/g2",
+                 "/v1/cluster/leader", f"/v1/queues/{queue}-two"):
+        method = "PUT" if path.endswith(("/g2", "-two")) else "POST"
+        refused(call(method, leader_url + path, raw=raw, headers=headers), 400, "bad_request")
+    stats = call("GET", f"{leader_url}/v1/queues/{queue}").body["stats"]
+    assert (stats["depth"], stats["in_flight"], set(stats["groups"])) == (1, 0, {"default"})
+    assert call("GET", f"{leader_url}/v1/queues/{queue}-two").status == 404
+
+
 # ---- numbers ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("raw", [b'{"body": 123456789012345678901234567890}', b'{"body": -9223372036854775809}',
