@@ -15,9 +15,9 @@ from pathlib import Path
 
 from aiohttp import ClientSession, TCPConnector, web
 
-from engine.config import Sqs, Tokens
-from engine.placement import Placement
-from engine.storage.put_buffer import PutBuffer
+from raftq.engine.config import Sqs, Tokens
+from raftq.engine.placement import Placement
+from raftq.engine.storage.put_buffer import PutBuffer
 
 from . import buffering, caps, events, openapi
 from .codec import respond

@@ -19,9 +19,9 @@ from urllib.parse import quote
 
 from aiohttp import ClientError, ClientTimeout, web
 
-from engine.outcome import CommitError
-from engine.storage.put_buffer import BufferFull, PutBuffer
-from wire_format import with_body_b64
+from raftq.engine.outcome import CommitError
+from raftq.engine.storage.put_buffer import BufferFull, PutBuffer
+from raftq.wire_format import with_body_b64
 
 from .codec import respond
 from .errors import ApiError

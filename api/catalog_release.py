@@ -15,8 +15,8 @@ import asyncio
 
 from aiohttp import web
 
-from engine.outcome import CommitError
-from statemachine.release import release_refusal
+from raftq.engine.outcome import CommitError
+from raftq.statemachine.release import release_refusal
 
 from .codec import read_body, respond
 from .commands import validate, write

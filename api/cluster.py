@@ -4,8 +4,8 @@ import asyncio
 
 from aiohttp import ClientError, ClientTimeout, web
 
-from engine.config import DEFAULT_REPLICAS, ConfigError, check_addr
-from engine.outcome import CommitError
+from raftq.engine.config import DEFAULT_REPLICAS, ConfigError, check_addr
+from raftq.engine.outcome import CommitError
 
 from . import caps
 from .buffering import BUFFER

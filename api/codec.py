@@ -13,7 +13,7 @@ import cbor2
 import orjson
 from aiohttp import web
 
-from wire_format import with_body_b64
+from raftq.wire_format import with_body_b64
 
 from .bounded import check_cbor, check_json
 from .errors import ApiError

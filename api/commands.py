@@ -13,10 +13,10 @@ import asyncio
 
 from aiohttp import web
 
-from engine.link.remote import Read
-from engine.outcome import Committed, CommitError
-from statemachine import check_command
-from statemachine.machine import OPS, queues_it_may_make
+from raftq.engine.link.remote import Read
+from raftq.engine.outcome import Committed, CommitError
+from raftq.statemachine import check_command
+from raftq.statemachine.machine import OPS, queues_it_may_make
 
 from . import caps
 from .errors import ApiError, LeadLost, Rerouted, from_result, no_quorum

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 
-from engine.link.remote import RemoteNode
+from raftq.engine.link.remote import RemoteNode
 
 from .errors import ApiError
 

@@ -2,8 +2,8 @@
 
 from aiohttp import ClientSession, web
 
-from engine.link.remote import RemoteNode
-from engine.placement import Placement
+from raftq.engine.link.remote import RemoteNode
+from raftq.engine.placement import Placement
 
 # group id -> the local engine of that group, one per group this node is a member of
 ENGINES = web.AppKey("engines", dict)

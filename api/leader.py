@@ -21,7 +21,7 @@ import asyncio
 
 from aiohttp import ClientError, ClientTimeout, web
 
-from wire_format import NAME_PATTERN, is_name
+from raftq.wire_format import NAME_PATTERN, is_name
 
 from . import caps
 from .codec import respond

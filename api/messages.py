@@ -4,8 +4,8 @@ import re
 
 from aiohttp import web
 
-from statemachine.queue import could_be_receipt, message_size
-from statemachine.validation import MAX_RECEIVE, MAX_WAIT_MS, check_message, is_int
+from raftq.statemachine.queue import could_be_receipt, message_size
+from raftq.statemachine.validation import MAX_RECEIVE, MAX_WAIT_MS, check_message, is_int
 
 from .buffering import buffer_put, with_ids
 from .codec import message_from_wire, read_body, read_optional_body, respond

@@ -18,7 +18,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from engine.outcome import CommitError
+from raftq.engine.outcome import CommitError
 
 from .errors import ApiError
 

@@ -36,9 +36,9 @@ import logging
 
 from aiohttp import ClientError, web
 
-from engine.background import Background
-from engine.outcome import CommitError
-from engine.placement import Placement, next_move, ordered
+from raftq.engine.background import Background
+from raftq.engine.outcome import CommitError
+from raftq.engine.placement import Placement, next_move, ordered
 
 from .group_calls import NotYet, call_group_leader
 from .keys import GROUPS

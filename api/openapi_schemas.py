@@ -4,9 +4,9 @@ They describe what the handlers and statemachine/validation.py accept; the
 limits come from the same constants.
 """
 
-from statemachine.validation import (MAX_BATCH, MAX_DURATION_MS, MAX_ORDERING_KEY, MAX_RECEIVE, MAX_WAIT_MS,
+from raftq.statemachine.validation import (MAX_BATCH, MAX_DURATION_MS, MAX_ORDERING_KEY, MAX_RECEIVE, MAX_WAIT_MS,
                                      QUEUE_DEFAULTS)
-from wire_format import NAME_PATTERN
+from raftq.wire_format import NAME_PATTERN
 
 NAME = {"type": "string", "pattern": f"^{NAME_PATTERN}$"}
 DURATION = {"type": "integer", "minimum": 0, "maximum": MAX_DURATION_MS}

@@ -37,8 +37,8 @@ import logging
 
 from aiohttp import ClientError, ClientTimeout, web
 
-from engine.background import Background
-from engine.outcome import CommitError
+from raftq.engine.background import Background
+from raftq.engine.outcome import CommitError
 
 from .errors import ApiError
 from .group_calls import NotYet, call_group_leader

@@ -25,8 +25,8 @@ from typing import Callable
 
 from aiohttp import ClientError, ClientTimeout, web
 
-from engine.background import Background
-from engine.outcome import CommitError
+from raftq.engine.background import Background
+from raftq.engine.outcome import CommitError
 
 from .keys import GROUPS, HTTP, NODE, SETTINGS
 

@@ -4,7 +4,7 @@ import functools
 
 from aiohttp import web
 
-from wire_format import NAME_PATTERN, is_name
+from raftq.wire_format import NAME_PATTERN, is_name
 
 from .errors import ApiError
 from .leader import route_to_leader

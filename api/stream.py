@@ -52,9 +52,9 @@ import time
 import cbor2
 from aiohttp import WSMsgType, web
 
-from engine.outcome import Committed
-from statemachine import check_command
-from statemachine.validation import MAX_RECEIVE, is_int
+from raftq.engine.outcome import Committed
+from raftq.statemachine import check_command
+from raftq.statemachine.validation import MAX_RECEIVE, is_int
 
 from .bounded import check_cbor
 from .errors import ApiError, from_result

@@ -497,9 +497,9 @@ async def _created_then(side: Raftq, queue: str, window_s: float, work, *args):
 def measure(root: Path, messages: int, big_messages: int, window_s: float = FILL_WINDOW_S, log=print,
             churn_bytes: int = len(BODY)) -> dict:
     """Both parts, each on a cluster of its own under `root`; the figures of both, and which targets are met."""
-    import engine
+    import raftq.engine
     figures = {"messages_requested": messages, "big_messages_requested": big_messages, "machine": machine(),
-               "code_path": str(Path(engine.__file__).resolve().parent.parent)}
+               "code_path": str(Path(raftq.engine.__file__).resolve().parent.parent)}
     figures.update(backlog_part(root / "backlog", messages, window_s, churn_bytes, log))
     if big_messages:
         figures.update(big_bodies_part(root / "big", big_messages, window_s, log))

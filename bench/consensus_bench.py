@@ -85,8 +85,8 @@ async def measure(node, args) -> dict:
 
 
 async def run_node(args) -> None:
-    from engine.config import Peer
-    from engine.raft.consensus import Consensus
+    from raftq.engine.config import Peer
+    from raftq.engine.raft.consensus import Consensus
     peers = [Peer(f"n{i}", a) for i, a in enumerate(args.addrs.split(","))]
     me = peers[args.node]
     applied = [0]

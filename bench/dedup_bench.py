@@ -44,7 +44,7 @@ TREE = os.environ.get("RAFTQ_BENCH_TREE", REPO)
 sys.path[:0] = [TREE, REPO]
 
 from bench.statemachine_bench import export  # noqa: E402
-from statemachine import StateMachine, encode_entry, is_error  # noqa: E402
+from raftq.statemachine import StateMachine, encode_entry, is_error  # noqa: E402
 
 BASE = "8baf810"        # the last revision that kept each remembered id whole
 BATCH = 100

@@ -51,7 +51,7 @@ def measure(root: Path, stored: int) -> dict:
     """One side, in this process: the code importable from PYTHONPATH is that side's."""
     import asyncio
 
-    import engine
+    import raftq.engine
     from bench.measure import group_pids, memory_mib
     from bench.raftq_side import RaftqHttp
 
@@ -102,7 +102,7 @@ def measure(root: Path, stored: int) -> dict:
             side._caught_up(node_id, timeout=300)
         restart_all_s = time.perf_counter() - started
         rss_after = {n: node_mib(cluster.pid(n)) for n in cluster.ids}
-        return {"code_path": str(Path(engine.__file__).parent.parent), "stored": stored, "fill_s": round(fill_s, 2),
+        return {"code_path": str(Path(raftq.engine.__file__).parent.parent), "stored": stored, "fill_s": round(fill_s, 2),
                 "fill_msgs_per_s": round(stored / fill_s), "rss_mib_max": round(max(rss.values()), 1),
                 "rss_mib_peak_while_filling": round(peak[0], 1),
                 "rss_mib_max_after_restart": round(max(rss_after.values()), 1),

@@ -58,7 +58,7 @@ TREE = os.environ.get("RAFTQ_BENCH_TREE", REPO)
 sys.path[:0] = [TREE, REPO]
 
 from bench.measure import memory_mib  # noqa: E402
-from statemachine import StateMachine, encode_entry, is_error  # noqa: E402
+from raftq.statemachine import StateMachine, encode_entry, is_error  # noqa: E402
 
 BATCH = 100
 BODY = bytes(range(100))

@@ -21,12 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from api.app import Limits  # noqa: E402
-from statemachine import StateMachine, encode_entry  # noqa: E402
-from statemachine.machine import MAX_NEW_QUEUES_PER_ENTRY  # noqa: E402
-from statemachine.staging import STAGED_MESSAGE_OVERHEAD  # noqa: E402
-from statemachine.queue import MAX_EARLIEST_GROUP_MESSAGES  # noqa: E402
-from statemachine.validation import MAX_BATCH  # noqa: E402
+from raftq.api.app import Limits  # noqa: E402
+from raftq.statemachine import StateMachine, encode_entry  # noqa: E402
+from raftq.statemachine.machine import MAX_NEW_QUEUES_PER_ENTRY  # noqa: E402
+from raftq.statemachine.staging import STAGED_MESSAGE_OVERHEAD  # noqa: E402
+from raftq.statemachine.queue import MAX_EARLIEST_GROUP_MESSAGES  # noqa: E402
+from raftq.statemachine.validation import MAX_BATCH  # noqa: E402
 
 NOW = 1_700_000_000_000
 LIMITS = Limits()

@@ -42,7 +42,7 @@ from typing import Callable, Iterator
 from chaos.checker import STALE_READER, balanced, leaders
 from chaos.history import History
 from chaos.workload import READY_PATH
-from engine.placement import for_cluster
+from raftq.engine.placement import for_cluster
 from raftq.server import REMOVED_EXIT
 
 KINDS = (

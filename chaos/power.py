@@ -9,13 +9,17 @@ from chaos.sync_ledger import cut, segment_sizes
 from raftq.local import LocalCluster
 
 NODE_SITE = Path(__file__).resolve().parent / "node_site"
+# The sitecustomize imports chaos/, which is not installed (it drives the product from the
+# checkout): the checkout goes on the path after it and after any tree a caller put there (an
+# older release's), since `-m`'s own directory is put on the path only after sitecustomize ran.
+CHECKOUT = NODE_SITE.parent.parent
 
 
 def node_site_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """An environment whose Python processes load chaos/node_site/sitecustomize.py."""
     path = os.environ.get("PYTHONPATH")
     return {**os.environ, **(extra or {}),
-            "PYTHONPATH": str(NODE_SITE) + (os.pathsep + path if path else "")}
+            "PYTHONPATH": os.pathsep.join([str(NODE_SITE)] + ([path] if path else []) + [str(CHECKOUT)])}
 
 
 class PowerCutCluster(LocalCluster):

@@ -58,7 +58,7 @@ from chaos.toxiproxy import ToxiproxyServer, start_toxiproxy
 from chaos.workload import (PROBE_QUEUE_PREFIX, Endpoints, Monitor, Prober, Workload, churn_queues, drain,
                             placement, verify)
 from raftq.client import Client
-from engine.config import Link
+from raftq.engine.config import Link
 from raftq.local import LocalCluster, free_ports
 
 CONSUMER_GROUPS = ["default", "audit"]

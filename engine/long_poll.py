@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from statemachine import StateMachine
+from raftq.statemachine import StateMachine
 
 from .outcome import Committed, CommitError
 

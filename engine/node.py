@@ -29,8 +29,8 @@ from pathlib import Path
 
 import cbor2
 
-from statemachine import StateMachine
-from statemachine.bodies import BodyRef, read_body
+from raftq.statemachine import StateMachine
+from raftq.statemachine.bodies import BodyRef, read_body
 
 from .committer import GroupCommitter
 from .config import ClusterConfig, NodeSpec, Peer

@@ -33,7 +33,7 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 from yarl import URL
 
-from wire_format import with_body_b64
+from raftq.wire_format import with_body_b64
 
 from .failover import DurabilityNotReached, Failover, RaftqError, backoff_delays
 from .stream_client import BlockingConsumer, Consumer, Message, Producer

@@ -31,15 +31,15 @@ from pathlib import Path
 
 import orjson
 
-from api.app import Settings
-from engine.balance import LeaderBalancer
-from engine.config import ClusterConfig, write_private
-from engine.lifetime import FreeMemoryGiver, die_with, name_process
-from engine.link.service import EngineService
-from engine.members import HeldGroupsReporter, MemberRecorder
-from engine.node import Node, group_data_dir
-from engine.pauses import keep_pauses_short
-from engine.placement import for_cluster
+from raftq.api.app import Settings
+from raftq.engine.balance import LeaderBalancer
+from raftq.engine.config import ClusterConfig, write_private
+from raftq.engine.lifetime import FreeMemoryGiver, die_with, name_process
+from raftq.engine.link.service import EngineService
+from raftq.engine.members import HeldGroupsReporter, MemberRecorder
+from raftq.engine.node import Node, group_data_dir
+from raftq.engine.pauses import keep_pauses_short
+from raftq.engine.placement import for_cluster
 
 from .logs import setup_logging, tag_group
 

@@ -26,13 +26,13 @@ from pathlib import Path
 
 from aiohttp import web
 
-from api.app import Settings, make_app
-from api.mover import LeaderPreferences, ReplicaMover
-from api.releaser import NameReleaser
-from api.removal import RemovalWatch
-from engine.lifetime import FreeMemoryGiver, die_with, name_process
-from engine.link.remote import RemoteNode
-from engine.placement import Placement
+from raftq.api.app import Settings, make_app
+from raftq.api.mover import LeaderPreferences, ReplicaMover
+from raftq.api.releaser import NameReleaser
+from raftq.api.removal import RemovalWatch
+from raftq.engine.lifetime import FreeMemoryGiver, die_with, name_process
+from raftq.engine.link.remote import RemoteNode
+from raftq.engine.placement import Placement
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from engine import config as cluster_config
+from raftq.engine import config as cluster_config
 from .client import Client, RaftqError
 
 

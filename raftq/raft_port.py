@@ -21,7 +21,7 @@ import asyncio
 import errno
 import socket
 
-from engine.raft.wire import (HANDSHAKE_DEADLINE_S, LISTEN_BACKLOG, PENDING_LIMIT, PENDING_PER_ADDRESS,
+from raftq.engine.raft.wire import (HANDSHAKE_DEADLINE_S, LISTEN_BACKLOG, PENDING_LIMIT, PENDING_PER_ADDRESS,
                               PREAMBLE_MAX_BYTES, STRANGER_WARNING_INTERVAL_S, BadPreamble, read_preamble,
                               stranger_warnings)
 

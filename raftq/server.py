@@ -39,11 +39,11 @@ from pathlib import Path
 
 import orjson
 
-from api.app import Settings
-from engine.config import ClusterConfig, NodeSpec, write_private
-from engine.lifetime import name_process, use_one_heap
-from engine.node import group_data_dir
-from engine.placement import Placement, for_cluster
+from raftq.api.app import Settings
+from raftq.engine.config import ClusterConfig, NodeSpec, write_private
+from raftq.engine.lifetime import name_process, use_one_heap
+from raftq.engine.node import group_data_dir
+from raftq.engine.placement import Placement, for_cluster
 
 from .engine_process import HANDED_OVER, run_engine, started_members
 from .front import ADD_GROUP, DROP_GROUP, REMOVED_SIGNAL, front_message, run_front

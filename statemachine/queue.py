@@ -24,7 +24,7 @@ from itertools import chain, islice
 import cbor2
 from sortedcontainers import SortedList
 
-from wire_format import is_name
+from raftq.wire_format import is_name
 
 from .dedup import DedupWindow
 from .group import Group

@@ -9,7 +9,7 @@ table (``machine.OPS``) names each command's validator, and
 ``check_command`` runs it.
 """
 
-from wire_format import NAME_PATTERN, is_name
+from raftq.wire_format import NAME_PATTERN, is_name
 
 from .results import BAD_REQUEST, error
 

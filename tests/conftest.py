@@ -41,7 +41,7 @@ def wait_for_settled_leaders(cluster, timeout: float = 60) -> None:
     and has been for STEADY_S in the same term: a test that puts and then receives is not
     undone by the elections of a cluster still starting (a receive whose lead is lost may be
     written with nobody told, its messages leased until the lease ends)."""
-    from engine.placement import for_cluster
+    from raftq.engine.placement import for_cluster
     from tests.waiting import wait_until
 
     placement = for_cluster(cluster.cfg)

@@ -508,6 +508,10 @@ MUTANTS = [
     Mutant("backlog-missing-not-counted", "the chaos campaign's backlog is judged whole: a lost message fails it",
            "chaos/backlog.py", "missing = [number for number in range(count) if number not in seen]", "missing = []",
            ("tests/test_chaos_checker.py::test_a_backlog_missing_changed_or_doubled_fails_with_its_count",)),
+    # ---- the package (docs/architecture.md) ---------------------------------------------------------
+    Mutant("statemachine-imports-upward", "each room imports only the rooms below it",
+           "statemachine/due.py", "from .queue import PARKED_RETRY_MS", "from .queue import PARKED_RETRY_MS\nfrom ..engine import outcome",
+           ("tests/test_package.py::test_each_room_imports_only_the_rooms_below_it",)),
     # ---- the SQS API (docs/sqs.md) ---------------------------------------------------------------
     Mutant("sqs-signature-not-compared", "an SQS call signed with a wrong secret is refused",
            "api/sqs/sigv4.py", "if not hmac.compare_digest(expected.encode(), signature.encode()):", "if False:",

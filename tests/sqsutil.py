@@ -7,7 +7,7 @@ import struct
 import boto3
 from botocore.config import Config
 
-from engine.config import Sqs, SqsKey
+from raftq.engine.config import Sqs, SqsKey
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"

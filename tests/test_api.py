@@ -10,7 +10,7 @@ import uuid
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from statemachine.queue import body_size
+from raftq.statemachine.queue import body_size
 from tests.waiting import wait_until
 from tests.wire import call
 from tests.conftest import clusters_of_one_and_four_groups

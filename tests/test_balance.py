@@ -1,6 +1,6 @@
 """engine/balance.py's decision: whom a group's leader hands its leadership to."""
 
-from engine.balance import CLOSE_ENTRIES, preferred_successor
+from raftq.engine.balance import CLOSE_ENTRIES, preferred_successor
 
 TIMEOUT_S = 0.6
 

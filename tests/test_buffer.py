@@ -1,7 +1,7 @@
 """The local put buffer: durable FIFO, torn tails cut, restart-safe."""
 
-from engine.storage.put_buffer import BufferFull, PutBuffer
-from engine.storage.records import FILE_HEADER
+from raftq.engine.storage.put_buffer import BufferFull, PutBuffer
+from raftq.engine.storage.records import FILE_HEADER
 
 
 def test_fifo_survives_reopen_and_advances(tmp_path):

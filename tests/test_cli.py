@@ -358,7 +358,7 @@ def test_status_with_the_first_node_dead_finds_the_cluster_through_cluster_toml(
 def test_cluster_remove_add_and_transfer_replace_a_dead_node(fresh_cluster):
     import dataclasses
 
-    from engine.config import NodeSpec
+    from raftq.engine.config import NodeSpec
 
     cluster = fresh_cluster(3)
     cluster.kill("n3")
@@ -394,7 +394,7 @@ def test_adding_a_node_to_a_cluster_made_on_two_nodes_warns_that_its_groups_keep
     let a third node suggest a third copy."""
     import dataclasses
 
-    from engine.config import NodeSpec
+    from raftq.engine.config import NodeSpec
 
     cluster = fresh_cluster(2, groups=4)
     http_port, raft_port = free_ports(2)
@@ -425,7 +425,7 @@ def test_a_cluster_made_on_one_node_grows_to_three_with_the_cli(fresh_cluster):
     add of a group of one, whose only copy could not move otherwise."""
     import dataclasses
 
-    from engine.config import NodeSpec
+    from raftq.engine.config import NodeSpec
 
     cluster = fresh_cluster(1, groups=3)
     with cluster.client() as client:
@@ -460,7 +460,7 @@ def test_a_cluster_made_on_one_node_grows_to_three_with_the_cli(fresh_cluster):
 
 
 def test_an_added_node_is_told_how_many_copies_each_group_keeps():
-    from api.cluster import _replicas_kept
+    from raftq.api.cluster import _replicas_kept
 
     assert _replicas_kept(3, 4, 5) == {"replicas": 3}
     assert _replicas_kept(3, 4, 3) == {"replicas": 3}
@@ -671,7 +671,7 @@ class Lines:
 
 
 def secrets_of(data_dir) -> list[str]:
-    from engine.config import load
+    from raftq.engine.config import load
     cfg = load(data_dir / "cluster.toml")
     return [cfg.secret, cfg.tokens.admin, cfg.tokens.data, cfg.tokens.metrics]
 

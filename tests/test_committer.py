@@ -10,8 +10,8 @@ import asyncio
 import cbor2
 import pytest
 
-from engine.committer import GroupCommitter
-from engine.outcome import CommitError
+from raftq.engine.committer import GroupCommitter
+from raftq.engine.outcome import CommitError
 
 
 class Log:

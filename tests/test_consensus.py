@@ -29,13 +29,13 @@ from pysyncobj import SyncObj, SyncObjConf
 from pysyncobj.poller import createPoller
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
-from engine.config import Peer
-from engine.raft.consensus import Consensus
-from engine.raft.sealer import Sealer
-from engine.raft.wire import FRAME, Connection
-from engine.storage import snapshot_file
-from engine.storage.journal import RECENT_BYTES, DurableJournal
-from engine.storage.records import DamagedFile
+from raftq.engine.config import Peer
+from raftq.engine.raft.consensus import Consensus
+from raftq.engine.raft.sealer import Sealer
+from raftq.engine.raft.wire import FRAME, Connection
+from raftq.engine.storage import snapshot_file
+from raftq.engine.storage.journal import RECENT_BYTES, DurableJournal
+from raftq.engine.storage.records import DamagedFile
 from raftq.local import free_ports as local_free_ports
 from tests.tools import require_strace
 from tests.waiting import wait_until
@@ -1502,8 +1502,8 @@ def test_writes_held_for_a_hand_off_that_fails_are_written_once_the_hold_ends(cl
 CHILD = textwrap.dedent("""
     import asyncio, os, sys
     sys.path.insert(0, {root!r})
-    from engine.config import Peer
-    from engine.raft.consensus import Consensus
+    from raftq.engine.config import Peer
+    from raftq.engine.raft.consensus import Consensus
     me, data_dir, *others = sys.argv[1:]
     peers = [Peer(*o.split("=")) for o in others]
     applied = []

@@ -9,10 +9,10 @@ result is answered.
 import asyncio
 import time
 
-from engine.config import ClusterConfig, NodeSpec
-from engine.node import Node
+from raftq.engine.config import ClusterConfig, NodeSpec
+from raftq.engine.node import Node
 from raftq.local import free_ports
-from statemachine.bodies import BodyRef
+from raftq.statemachine.bodies import BodyRef
 
 
 async def leading(node: Node, timeout: float = 20.0) -> None:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from api.leader import ELECTION_HOLD_S
+from raftq.api.leader import ELECTION_HOLD_S
 from chaos.power import PowerCutCluster
 from raftq.client import RaftqError
 from tests.waiting import wait_until
@@ -162,7 +162,7 @@ def test_sigterm_leader_hands_over_and_exits_cleanly(fresh_cluster):
 
 
 def test_membership_add_remove_replace_under_load(fresh_cluster, tmp_path):
-    from engine.config import NodeSpec
+    from raftq.engine.config import NodeSpec
     from raftq.local import free_ports
 
     cluster = fresh_cluster(3)
@@ -274,7 +274,7 @@ def test_power_loss_of_every_node_under_load_loses_no_acknowledged_put(tmp_path)
 
 
 def _consensus_default(name: str):
-    from engine.raft.consensus import Consensus
+    from raftq.engine.raft.consensus import Consensus
     return inspect.signature(Consensus).parameters[name].default
 
 

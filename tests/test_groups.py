@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from engine.placement import for_cluster
-from engine.raft.wire import FRAME, HANDSHAKE_DEADLINE_S
+from raftq.engine.placement import for_cluster
+from raftq.engine.raft.wire import FRAME, HANDSHAKE_DEADLINE_S
 from tests.conftest import start_cluster, wait_for_settled_leaders
 from tests.test_security_raft import still_open_after
 from tests.wire import call
@@ -269,7 +269,7 @@ def test_five_nodes_place_three_replicas_of_each_group_as_placement_says(tmp_pat
 
 
 def test_raftq_up_makes_a_cluster_of_the_groups_asked_and_keeps_them(tmp_path):
-    from engine import config as cluster_config
+    from raftq.engine import config as cluster_config
     from tests.test_cli import start_up, stop_everything
 
     data_dir = tmp_path / "up"

@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from engine.config import NodeSpec
+from raftq.engine.config import NodeSpec
 from raftq.cli.cluster import voters_disagreeing
 from raftq.client import Client
 from raftq.failover import RaftqError

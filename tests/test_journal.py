@@ -15,8 +15,8 @@ import pytest
 
 from chaos import sync_ledger
 from chaos.power import node_site_env
-from engine.storage.journal import PREALLOCATE_BYTES, SEGMENT_HEADER, DurableJournal, encode_record
-from engine.storage.records import DamagedFile
+from raftq.engine.storage.journal import PREALLOCATE_BYTES, SEGMENT_HEADER, DurableJournal, encode_record
+from raftq.engine.storage.records import DamagedFile
 from tests.tools import require_strace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,7 +114,7 @@ def test_after_a_crash_the_unused_preallocation_is_not_damage(tmp_path, caplog):
     j = DurableJournal(tmp_path)
     fill(j, 1, 10)
     crash(j)
-    with caplog.at_level(logging.WARNING, logger="engine.storage.journal"):
+    with caplog.at_level(logging.WARNING, logger="raftq.engine.storage.journal"):
         j = DurableJournal(tmp_path)
     assert [e[1] for e in contents(j)] == list(range(1, 11))
     assert not caplog.records
@@ -130,7 +130,7 @@ def test_zeros_after_a_rolled_segment_keep_the_segments_after_it(tmp_path, caplo
     first = segments(tmp_path)[0]
     with open(first, "ab") as f:
         f.write(b"\0" * 1000)
-    with caplog.at_level(logging.WARNING, logger="engine.storage.journal"):
+    with caplog.at_level(logging.WARNING, logger="raftq.engine.storage.journal"):
         j = DurableJournal(tmp_path, segment_bytes=300)
     assert [e[1] for e in contents(j)] == list(range(1, 41))
     assert not caplog.records
@@ -411,7 +411,7 @@ def test_rewrites_flush_queued_acknowledgements_first(tmp_path):
 WRITER = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {root!r})
-    from engine.storage.journal import DurableJournal
+    from raftq.engine.storage.journal import DurableJournal
     path, fsync, n_synced, n_unsynced = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), int(sys.argv[4])
     marker = os.open(os.path.join(os.path.dirname(path), "marker"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     j = DurableJournal(path, fsync=fsync)
@@ -597,7 +597,7 @@ class Crash(Exception):
 
 def crash_at(monkeypatch, tmp_path, step):
     """Make the segment rewrite stop at `step`, as a kill -9 there would."""
-    import engine.storage.journal as journal_module
+    import raftq.engine.storage.journal as journal_module
     real_fsync, real_replace, real_fsync_dir, real_replace_file = (
         os.fsync, os.replace, journal_module.fsync_dir, journal_module.records.replace_file)
     rewriting = []

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.link.frames import FrameWriter, read_frame
-from engine.link.remote import RemoteNode
-from engine.outcome import CommitError
+from raftq.engine.link.frames import FrameWriter, read_frame
+from raftq.engine.link.remote import RemoteNode
+from raftq.engine.outcome import CommitError
 
 
 class Command(dict):

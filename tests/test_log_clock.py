@@ -11,8 +11,8 @@ import time
 
 import cbor2
 
-from engine.node import LogClock, stamped
-from statemachine import StateMachine
+from raftq.engine.node import LogClock, stamped
+from raftq.statemachine import StateMachine
 from tests.waiting import wait_until
 
 APPLIED_MS = 5_000

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.placement import Move, moved, next_move, ordered, place
+from raftq.engine.placement import Move, moved, next_move, ordered, place
 
 
 def node_ids(count: int, first: int = 1) -> list[str]:
@@ -124,7 +124,7 @@ def test_preferred_leaders_of_moved_groups_spread_ceil_or_floor(count, groups):
 def test_a_node_holds_the_groups_the_record_names_it_in_and_a_moves_target_holds_its_group_too():
     """engine/members.py's `held_groups`: what a node's supervisor runs an engine of, by group 0's
     record; during a move both source and target run the group, the target with the members plus itself."""
-    from engine.members import held_groups
+    from raftq.engine.members import held_groups
 
     recorded = {"members": {1: ["n1", "n2", "n3"], 2: ["n2", "n3", "n4"], 3: ["n3", "n4", "n1"]}, "move": None,
                 "leaving": []}
@@ -141,7 +141,7 @@ def test_a_node_holds_the_groups_the_record_names_it_in_and_a_moves_target_holds
 def test_each_groups_preference_is_the_placements_until_a_replica_moves_then_the_records():
     """api/mover.py's `preference_orders`: what every node gives its engines' leader balancing,
     from group 0's record alone, so that a group's replicas agree whom to hand leadership to."""
-    from api.mover import preference_orders
+    from raftq.api.mover import preference_orders
 
     placement = place(node_ids(3), 4, 3)
     recorded = {"members": {g: list(reversed(placement.groups[g])) for g in (1, 2, 3)}, "move": None,

@@ -5,8 +5,8 @@ no name is ever a queue in two groups, and every queue is where the catalog plac
 import cbor2
 from hypothesis import given, settings, strategies as st
 
-from statemachine import StateMachine, is_error
-from statemachine.release import release_refusal
+from raftq.statemachine import StateMachine, is_error
+from raftq.statemachine.release import release_refusal
 from tests.older_snapshots import downgraded
 
 T0 = 1_000_000

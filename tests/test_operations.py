@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from api import removal
+from raftq.api import removal
 from raftq.client import Client
 from raftq.failover import RaftqError
 from raftq.local import LocalCluster

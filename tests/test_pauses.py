@@ -15,9 +15,9 @@ QUEUES = 2_000
 
 CHILD = textwrap.dedent(f"""
     import gc, json
-    from engine.pauses import keep_pauses_short
-    from statemachine import StateMachine, encode_entry
-    from statemachine.machine import MAX_NEW_QUEUES_PER_ENTRY
+    from raftq.engine.pauses import keep_pauses_short
+    from raftq.statemachine import StateMachine, encode_entry
+    from raftq.statemachine.machine import MAX_NEW_QUEUES_PER_ENTRY
 
     keep_pauses_short()
     machine = StateMachine()

@@ -9,7 +9,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.placement import place
+from raftq.engine.placement import place
 
 shapes = st.integers(1, 9).flatmap(
     lambda nodes: st.tuples(st.just(nodes), st.integers(1, 64), st.integers(1, nodes)))
@@ -94,7 +94,7 @@ def test_a_bad_shape_is_refused():
 
 
 def write_config(tmp_path, cluster_table: str, nodes: int = 3):
-    from engine import config as cluster_config
+    from raftq.engine import config as cluster_config
     path = tmp_path / "cluster.toml"
     path.write_text(cluster_table + "".join(
         f'[[nodes]]\nid = "n{i}"\nraft = "127.0.0.1:{7000 + i}"\nhttp = "127.0.0.1:{8000 + i}"\n'
@@ -116,14 +116,14 @@ def test_cluster_toml_groups_and_replicas_round_trip(tmp_path):
     (tmp_path / "again").mkdir()
     again = tmp_path / "again" / "cluster.toml"
     again.write_text(cfg.to_toml())
-    from engine import config as cluster_config
+    from raftq.engine import config as cluster_config
     assert cluster_config.load(again) == cfg
 
 
 def test_cluster_toml_refuses_a_bad_group_count_or_replica_count(tmp_path):
     import pytest
 
-    from engine.config import ConfigError
+    from raftq.engine.config import ConfigError
     for table in ["groups = 0", "groups = 65", 'groups = "4"', "groups = true", "replicas = 0", "replicas = 4",
                   "shards = 2"]:
         with pytest.raises(ConfigError):
@@ -131,5 +131,5 @@ def test_cluster_toml_refuses_a_bad_group_count_or_replica_count(tmp_path):
 
 
 def test_the_default_group_count_is_half_the_cores_and_at_least_one():
-    from engine.config import default_groups
+    from raftq.engine.config import default_groups
     assert [default_groups(cores) for cores in (1, 2, 3, 4, 16, 1000)] == [1, 1, 1, 2, 8, 64]

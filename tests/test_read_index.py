@@ -1,6 +1,6 @@
 """The bookkeeping of confirmed leader reads (engine.raft.read_index), alone."""
 
-from engine.raft.read_index import ReadConfirmations
+from raftq.engine.raft.read_index import ReadConfirmations
 
 
 class Ticket:

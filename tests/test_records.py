@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from engine.storage import records
+from raftq.engine.storage import records
 
 MAGIC = b"RAFTQTST"
 

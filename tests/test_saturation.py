@@ -26,7 +26,7 @@ import time
 import aiohttp
 import pytest
 
-from statemachine.machine import MAX_NEW_QUEUES_PER_ENTRY
+from raftq.statemachine.machine import MAX_NEW_QUEUES_PER_ENTRY
 from tests.conftest import start_cluster
 from tests.waiting import wait_until
 

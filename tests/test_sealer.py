@@ -3,7 +3,7 @@
 import pytest
 from cryptography.exceptions import InvalidTag
 
-from engine.raft.sealer import HEADER, Sealer
+from raftq.engine.raft.sealer import HEADER, Sealer
 
 
 @pytest.fixture(scope="module")

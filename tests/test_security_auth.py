@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from api.routes import ACCEPTED, ROUTES, SIGV4
-from engine import config as cluster_config
+from raftq.api.routes import ACCEPTED, ROUTES, SIGV4
+from raftq.engine import config as cluster_config
 from raftq.local import LocalCluster
 from tests.wire import call
 

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from api import bounded, stream
-from api.app import Limits, Settings
-from api.routes import ROUTES
-from api.sqs import attributes as sqs_attributes, message_actions as sqs_messages, query as sqs_query
-from engine.committer import MAX_ENTRY_BYTES
-from engine.raft import wire as raft_wire
+from raftq.api import bounded, stream
+from raftq.api.app import Limits, Settings
+from raftq.api.routes import ROUTES
+from raftq.api.sqs import attributes as sqs_attributes, message_actions as sqs_messages, query as sqs_query
+from raftq.engine.committer import MAX_ENTRY_BYTES
+from raftq.engine.raft import wire as raft_wire
 from raftq.cli import parser
-from statemachine import check_command, machine, queue, staging, validation
-import wire_format
+from raftq.statemachine import check_command, machine, queue, staging, validation
+import raftq.wire_format
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "security.md"
 SIZES = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
@@ -148,7 +148,7 @@ INPUT_BOUNDS = {
     "key, id": lambda: [_largest_key_accepted()],
     "durations": lambda: [(validation.MAX_DURATION_MS / 1000, "time")],
     "`limit` of a browse": lambda: [_browse_limit()],
-    "queue, group, node names": lambda: [wire_format.NAME_PATTERN],
+    "queue, group, node names": lambda: [raftq.wire_format.NAME_PATTERN],
     "a commit's `batch` past": lambda: [staging.MAX_BATCH_STEP],
     "new queues made by one log entry": lambda: [machine.MAX_NEW_QUEUES_PER_ENTRY],
     "stored messages of a queue a group may start": lambda: [queue.MAX_EARLIEST_GROUP_MESSAGES],

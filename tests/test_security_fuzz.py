@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from api.routes import ROUTES
+from raftq.api.routes import ROUTES
 from tests.wire import call
 
 pytestmark = pytest.mark.integration

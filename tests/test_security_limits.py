@@ -267,6 +267,6 @@ def test_a_buffered_put_refused_for_good_is_set_aside_and_the_next_goes_through(
     assert metric(url, "raftq_buffer_dead_lettered_total") == 1
     log = cluster.log_path(survivor).read_text()
     assert log.count("refused for good") == 1
-    from engine.storage.put_buffer import PutBuffer
+    from raftq.engine.storage.put_buffer import PutBuffer
     assert [(q, [m["body"] for m in ms]) for q, ms, _ in
             PutBuffer(cluster.root / survivor / "buffer").dead_records()] == [("missing", ["lost"])]

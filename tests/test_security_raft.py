@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from engine.raft.wire import FRAME, HANDSHAKE_DEADLINE_S, STRANGER_WARNING_INTERVAL_S
-from engine.raft.sealer import Sealer
+from raftq.engine.raft.wire import FRAME, HANDSHAKE_DEADLINE_S, STRANGER_WARNING_INTERVAL_S
+from raftq.engine.raft.sealer import Sealer
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ import os
 import cbor2
 import pytest
 
-from engine.storage import records, snapshot_file
+from raftq.engine.storage import records, snapshot_file
 
 ENTRIES = {3: b"entry three", 7: b"", 12: b"entry twelve" * 5_000}
 

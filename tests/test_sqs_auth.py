@@ -7,7 +7,7 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 
-from engine.config import SqsKey
+from raftq.engine.config import SqsKey
 from tests.sqsutil import ADMIN, follower, json_headers, signed, sqs_client, start_sqs_cluster
 from tests.wire import call
 

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from engine.config import ConfigError, Sqs, SqsKey, load, write_private
+from raftq.engine.config import ConfigError, Sqs, SqsKey, load, write_private
 
 NODES = '''
 [[nodes]]

@@ -13,8 +13,8 @@ import cbor2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statemachine import StateMachine, encode_entry
-from statemachine.bodies import BodyRef, read_body
+from raftq.statemachine import StateMachine, encode_entry
+from raftq.statemachine.bodies import BodyRef, read_body
 from tests.test_statemachine_model import GROUPS, START, random_log
 
 

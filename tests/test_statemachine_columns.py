@@ -9,7 +9,7 @@ import cbor2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statemachine.columns import ALL_EQUAL_STEP, ENCODE_STEP, LittleEndian, OffsetColumn, encode_column, from_little_endian, runs_of
+from raftq.statemachine.columns import ALL_EQUAL_STEP, ENCODE_STEP, LittleEndian, OffsetColumn, encode_column, from_little_endian, runs_of
 
 NOW = 1_795_000_000_000          # a put time: milliseconds since 1970
 DAY = 86_400_000

@@ -14,8 +14,8 @@ from collections import deque
 import cbor2
 import pytest
 
-from statemachine import StateMachine
-from statemachine.dedup import LARGEST_CHUNK_BYTES, LOAD, LOW32, DedupWindow, ENTRY
+from raftq.statemachine import StateMachine
+from raftq.statemachine.dedup import LARGEST_CHUNK_BYTES, LOAD, LOW32, DedupWindow, ENTRY
 from tests.test_operations import UPGRADE_FROM, exported
 
 T0 = 1_000_000
@@ -186,7 +186,7 @@ def test_the_budget_still_counts_each_ids_utf8_bytes():
 OLD_RELEASE_PUTS = """
 import sys
 import cbor2
-from statemachine import StateMachine
+from raftq.statemachine import StateMachine
 sm = StateMachine()
 T0 = 1_000_000
 sm.apply({"op": "create_queue", "queue": "q", "now_ms": T0, "config": {"dedup_window_ms": 10_000}})

@@ -11,8 +11,8 @@ import cbor2
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from statemachine import StateMachine, is_error
-from statemachine.machine import OPS
+from raftq.statemachine import StateMachine, is_error
+from raftq.statemachine.machine import OPS
 
 from tests.older_snapshots import downgraded
 

@@ -8,7 +8,7 @@ exact for a given interpreter (no timing, no load dependence).
 import gc
 import tracemalloc
 
-from statemachine import StateMachine, encode_entry
+from raftq.statemachine import StateMachine, encode_entry
 
 MESSAGES = 20_000
 BODY = bytes(range(100))

@@ -41,8 +41,8 @@ from hypothesis.internal.conjecture import engine as hypothesis_engine
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from statemachine import StateMachine, encode_entry, is_error
-from statemachine.validation import QUEUE_DEFAULTS
+from raftq.statemachine import StateMachine, encode_entry, is_error
+from raftq.statemachine.validation import QUEUE_DEFAULTS
 from tests.older_snapshots import downgraded, message_lists
 
 QUEUES = ["a", "b", "dl"]
@@ -1181,7 +1181,7 @@ def test_a_restored_snapshot_continues_identically(seed, cut):
 
 REPLAY = """
 import sys, cbor2
-from statemachine import StateMachine
+from raftq.statemachine import StateMachine
 sm = StateMachine()
 results = [sm.apply_entry(entry) for entry in cbor2.load(open(sys.argv[1], "rb"))]
 sys.stdout.write(sm.state_digest() + " " + __import__("hashlib").sha256(cbor2.dumps(results)).hexdigest())

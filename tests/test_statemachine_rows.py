@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sortedcontainers import SortedList
 
-from statemachine import StateMachine
-from statemachine.ready import ReadySeqs
-from statemachine.rows import TRIM_MIN
+from raftq.statemachine import StateMachine
+from raftq.statemachine.ready import ReadySeqs
+from raftq.statemachine.rows import TRIM_MIN
 from tests.test_operations import exported
 
 T0 = 1_000_000
@@ -51,7 +51,7 @@ def varied_commands(seed: int) -> list:
 # other receipt of the default group as it goes (receipts are only known then).
 APPLY = r"""
 import json, sys
-from statemachine import StateMachine
+from raftq.statemachine import StateMachine
 sm = StateMachine()
 for n, cmd in enumerate(json.loads(sys.argv[1])):
     result = sm.apply(cmd)

@@ -8,9 +8,9 @@ values so that leases, delays, TTLs and dedup windows are exact.
 import cbor2
 import pytest
 
-from statemachine import StateMachine, check_command, decode_entry, encode_entry, is_error
-from statemachine.machine import OPS
-from statemachine.queue import MAX_EARLIEST_GROUP_MESSAGES, Queue
+from raftq.statemachine import StateMachine, check_command, decode_entry, encode_entry, is_error
+from raftq.statemachine.machine import OPS
+from raftq.statemachine.queue import MAX_EARLIEST_GROUP_MESSAGES, Queue
 from tests.older_snapshots import downgraded, message_lists
 
 T0 = 1_000_000
@@ -1401,7 +1401,7 @@ def test_a_malformed_ordering_key_is_refused(m):
 
 @pytest.mark.parametrize("waiting, other_handed_out", [(9_999, True), (10_000, False)])
 def test_a_receive_steps_over_at_most_10_000_waiting_messages(m, waiting, other_handed_out):
-    from statemachine.queue import MAX_STEPPED_OVER
+    from raftq.statemachine.queue import MAX_STEPPED_OVER
     assert MAX_STEPPED_OVER == 10_000
     m.put("q", *[msg("hot", ordering_key="hot") for _ in range(waiting + 1 - 5_000)])
     m.put("q", *[msg("hot", ordering_key="hot") for _ in range(5_000)], msg("other", ordering_key="b"))

@@ -4,7 +4,7 @@ test_statemachine_rules.py: only `apply` and the read-only queries, explicit log
 import cbor2
 import pytest
 
-from statemachine import StateMachine
+from raftq.statemachine import StateMachine
 from tests.test_statemachine_rules import T0, Machine, msg
 from tests.older_snapshots import downgraded
 
@@ -333,8 +333,8 @@ def test_every_command_that_creates_queues_keeps_max_queues(m):
 
 
 def test_one_log_entry_creates_at_most_500_queues(m):
-    from statemachine import encode_entry
-    from statemachine.machine import MAX_NEW_QUEUES_PER_ENTRY
+    from raftq.statemachine import encode_entry
+    from raftq.statemachine.machine import MAX_NEW_QUEUES_PER_ENTRY
     assert MAX_NEW_QUEUES_PER_ENTRY == 500
     for n in range(501):
         stage(m, f"t{n}", 0, "a", queue=f"q{n}")

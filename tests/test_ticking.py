@@ -12,7 +12,7 @@ import socket
 import pytest
 from pysyncobj.poller import POLL_EVENT_TYPE, PollPoller
 
-from engine.raft.ticking import LoopTicker, WatchedPoller
+from raftq.engine.raft.ticking import LoopTicker, WatchedPoller
 
 READABLE = POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.ERROR
 NOT_DUE = 3600.0

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 
-from wire_format import is_name
+from raftq.wire_format import is_name
 
 from . import attributes as attrs
 from .errors import SqsError

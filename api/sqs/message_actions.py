@@ -8,7 +8,7 @@ import uuid
 
 import orjson
 
-from statemachine.queue import parse_receipt
+from raftq.statemachine.queue import parse_receipt
 
 from .. import commands
 from ..errors import ApiError

@@ -6,7 +6,7 @@ import uuid
 
 import orjson
 
-from wire_format import is_name
+from raftq.wire_format import is_name
 
 from . import attributes as attrs
 from .errors import SqsError, invalid

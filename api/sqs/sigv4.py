@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from urllib.parse import quote, unquote
 
-from engine.config import Sqs, SqsKey
+from raftq.engine.config import Sqs, SqsKey
 
 from .errors import SqsError
 

@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 
-from engine.config import SqsKey
+from raftq.engine.config import SqsKey
 
 from .connect import target
 

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.config import Sqs
+from raftq.engine.config import Sqs
 
 from ..client import Client
 

@@ -5,7 +5,7 @@ import base64
 import json
 import sys
 
-from wire_format import with_body_b64
+from raftq.wire_format import with_body_b64
 
 from .connect import emit, target
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 
 def cmd_node(args) -> int:
-    from api.app import Limits, Settings
+    from raftq.api.app import Limits, Settings
 
-    from engine import config as cluster_config
+    from raftq.engine import config as cluster_config
     from ..logs import setup_logging
     from ..server import run_node
     setup_logging(args.id, args.log_level)
@@ -97,7 +97,7 @@ def add_parsers(sub) -> None:
                       help="front processes serving HTTP (default: the cores but one, at least 1)")
     node.add_argument("--max-message-bytes", type=int, default=1 << 20,
                       help="a message's body, key, id and headers together")
-    from api.app import LIMIT_HELP, Limits
+    from raftq.api.app import LIMIT_HELP, Limits
     for f in dataclasses.fields(Limits):
         node.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
                           help=f"{LIMIT_HELP[f.name]} (default {f.default})")

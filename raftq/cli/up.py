@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from engine.config import MAX_GROUPS, ConfigError, default_groups
+from raftq.engine.config import MAX_GROUPS, ConfigError, default_groups
 
 from ..local import LocalCluster
 from ..server import REMOVED_EXIT

@@ -11,7 +11,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from wire_format import NAME_PATTERN, is_name
+from raftq.wire_format import NAME_PATTERN, is_name
 
 DEFAULT_URL = "http://127.0.0.1:8001"
 MAX_PAGE = 10_000                     # the browse endpoint's own limit
