@@ -10,6 +10,10 @@ answer in these terms.
 
 from typing import NamedTuple
 
+# The code of a command refused because the leader's disk had no room for its entry: it reached
+# no log, so it was certainly not applied (HTTP 507; retrying helps only once there is room).
+INSUFFICIENT_STORAGE = "insufficient_storage"
+
 
 class CommitError(Exception):
     """The entry's fate is unknown or it was refused before the log (see code)."""

@@ -16,12 +16,19 @@ hand leadership over (so clients move to the next leader at once), say so
 to the supervisor (one byte on `handoff`), then wait for the fronts to
 stop (the supervisor stops them once every engine has handed over) and
 close the journal.
+
+A storage failure it cannot go on from -- a failed fsync, after which the
+kernel may have dropped what it was to write (``engine.storage.records``)
+-- ends the engine at once with ``RESTART_EXIT``, without a clean-up that
+would sync again: the supervisor starts it again, and it recovers from
+what is on disk and from its peers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import pickle
 import signal
 import socket
@@ -40,12 +47,15 @@ from raftq.engine.members import HeldGroupsReporter, MemberRecorder
 from raftq.engine.node import Node, group_data_dir
 from raftq.engine.pauses import keep_pauses_short
 from raftq.engine.placement import for_cluster
+from raftq.engine.storage import records
 
 from .logs import setup_logging, tag_group
 
 log = logging.getLogger("raftq.engine_process")   # also when run as __main__
 
 HANDED_OVER = b"h"
+# The exit status of an engine that stopped on a storage failure: the supervisor starts it again.
+RESTART_EXIT = 75
 MEMBERS_FILE = "members"
 # How long an engine that handed over waits for the fronts to stop before it closes anyway.
 FRONTS_GONE_S = 30.0
@@ -58,6 +68,7 @@ def run_engine(*, node_pid: int, **kwargs) -> int:
     name_process(f"raftq-group-{kwargs['group']}")
     tag_group(kwargs["group"])
     keep_pauses_short()
+    records.on_fatal(lambda reason: os._exit(RESTART_EXIT))
     try:
         return asyncio.run(_serve(**kwargs))
     except PlacementChanged as exc:
@@ -165,6 +176,8 @@ def main() -> int:
     setup_logging(kwargs["node_id"], kwargs.pop("log_level"))
     kwargs["handoff"] = socket.socket(fileno=kwargs["handoff"])
     kwargs["links"] = [socket.socket(fileno=fd) for fd in kwargs["links"]]
+    if kwargs.get("holdings") is not None:
+        kwargs["holdings"] = socket.socket(fileno=kwargs["holdings"])
     return run_engine(**kwargs)
 
 

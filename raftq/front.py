@@ -10,9 +10,10 @@ the supervisor adds and drops over the front's control socket as group 0's
 record starts and stops engines while the node runs.  Their
 CPU — parsing, JSON, rendering metrics, thousands of waiting connections —
 is spent outside the interpreters that send Raft's heartbeats.  A front
-lives only as long as the node: it exits when a link to an engine closes,
-and the kernel kills it if the supervisor dies (PR_SET_PDEATHSIG), so a
-killed node never leaves a port half served.
+lives only as long as the node: an engine whose link closes is dropped
+(its group's requests go to another member until the supervisor starts it
+again, or stops the node), and the kernel kills it if the supervisor dies
+(PR_SET_PDEATHSIG), so a killed node never leaves a port half served.
 """
 
 import asyncio
@@ -33,6 +34,7 @@ from raftq.api.removal import RemovalWatch
 from raftq.engine.lifetime import FreeMemoryGiver, die_with, name_process
 from raftq.engine.link.remote import RemoteNode
 from raftq.engine.placement import Placement
+from raftq.engine.storage import records
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +72,16 @@ def buffer_dir(data_dir: Path, worker: int) -> Path:
 
 class Engines:
     """The front's links to the node's engines (``ENGINES``: group -> ``RemoteNode``), as the
-    supervisor adds and drops them over `control` while the node runs; `gone` is set when an
-    engine's link ends without the supervisor dropping it first."""
+    supervisor adds and drops them over `control` while the node runs. An engine whose link
+    ends without the supervisor dropping it first is dropped here at once: the front sends
+    that group's requests to another member meanwhile, and the supervisor either starts the
+    engine again (one that stopped on a storage failure) or stops the node."""
 
     def __init__(self, control: socket.socket, **remote):
         self.by_group: dict[int, RemoteNode] = {}
-        self.gone = asyncio.Event()
+        # Engines whose link ended, by group: the same object talks to the group's engine again
+        # when the supervisor adds it anew (the application holds group 0's for good).
+        self._unlinked: dict[int, RemoteNode] = {}
         self._control = control
         self._remote = remote
         self._tasks: set[asyncio.Task] = set()
@@ -83,7 +89,7 @@ class Engines:
         self._orders: asyncio.Queue = asyncio.Queue()
 
     async def add(self, group: int, link: socket.socket) -> None:
-        engine = RemoteNode(**self._remote)
+        engine = self._unlinked.pop(group, None) or RemoteNode(**self._remote)
         await engine.connect(link)
         self.by_group[group] = engine
         self._spawn(self._watch(group, engine))
@@ -91,6 +97,7 @@ class Engines:
     async def drop(self, group: int) -> None:
         engine = self.by_group.pop(group, None)
         if engine is not None:
+            self._unlinked[group] = engine
             await engine.close()
 
     def follow_supervisor(self) -> None:
@@ -124,8 +131,8 @@ class Engines:
     async def _watch(self, group: int, engine: RemoteNode) -> None:
         await engine.closed.wait()
         if self.by_group.get(group) is engine:
-            log.error("group %d's engine is gone", group)
-            self.gone.set()
+            log.error("group %d's engine is gone; its requests go to another member", group)
+            self._unlinked[group] = self.by_group.pop(group)
 
     async def close(self) -> None:
         for engine in list(self.by_group.values()):
@@ -167,11 +174,7 @@ async def serve_front(*, worker: int, listener: socket.socket, links: dict[int, 
         for mover in movers:
             mover.start()
         giver.start()
-        await asyncio.wait({asyncio.create_task(linked.gone.wait()), asyncio.create_task(stopping.wait())},
-                           return_when=asyncio.FIRST_COMPLETED)
-        if not stopping.is_set():
-            log.error("front %d: an engine is gone; exiting", worker)
-            return
+        await stopping.wait()
         await runner.shutdown()           # stop accepting; in-flight requests finish or fail cleanly
     finally:
         giver.stop()
@@ -194,6 +197,8 @@ def run_front(**kwargs) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with(kwargs["node_pid"])
     name_process(f"raftq-front-{kwargs['worker']}")
+    # its put buffer's sync failed: the front ends, and the node with it (raftq.server)
+    records.on_fatal(lambda reason: os._exit(1))
     try:
         asyncio.run(serve_front(**kwargs))
     except Exception:

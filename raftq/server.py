@@ -16,10 +16,15 @@ data it then removes.
 
 SIGTERM and SIGINT shut the node down cleanly: every engine hands its
 leadership over, then the fronts stop taking connections and answer or fail
-what is in flight, then the engines flush their journals; exit 0. Any child
-that dies on its own takes the node down with it (exit 1), so that whatever
-restarts nodes restarts a whole node rather than leaving part of it
-unserved; and every child dies with the supervisor (PR_SET_PDEATHSIG).
+what is in flight, then the engines flush their journals; exit 0. An engine
+that stopped on a storage failure (a failed fsync: exit status
+``RESTART_EXIT``) is started again, later each time it stops so again
+within a minute of its start (``RESTART_FIRST_S`` doubling up to
+``RESTART_MAX_S``), recovering from what is on disk and from its peers; the
+fronts send its group's requests to other members meanwhile. Any other
+child that dies on its own takes the node down with it (exit 1), so that
+whatever restarts nodes restarts a whole node rather than leaving part of
+it unserved; and every child dies with the supervisor (PR_SET_PDEATHSIG).
 """
 
 import asyncio
@@ -45,7 +50,7 @@ from raftq.engine.lifetime import name_process, use_one_heap
 from raftq.engine.node import group_data_dir
 from raftq.engine.placement import Placement, for_cluster
 
-from .engine_process import HANDED_OVER, run_engine, started_members
+from .engine_process import HANDED_OVER, RESTART_EXIT, run_engine, started_members
 from .front import ADD_GROUP, DROP_GROUP, REMOVED_SIGNAL, front_message, run_front
 from .raft_port import RaftPort, bind_raft
 
@@ -60,6 +65,11 @@ ENGINE_STOP_S = 40.0
 HOLDINGS_MAX_BYTES = 1 << 20
 # In a node's data directory: the group count it was made with.
 GROUPS_FILE = "groups"
+# An engine that stopped on a storage failure is started again after RESTART_FIRST_S, twice as
+# long each time it stops so within RESTART_CALM_S of its start, at most RESTART_MAX_S.
+RESTART_FIRST_S = 0.5
+RESTART_MAX_S = 30.0
+RESTART_CALM_S = 60.0
 # A node stopped because the cluster removed it (api/removal.py) exits with this: systemd
 # (RestartPreventExitStatus) and `raftq up` leave it down rather than start it again.
 REMOVED_EXIT = 3
@@ -178,6 +188,7 @@ def run_node(cluster: ClusterConfig, node_id: str, data_dir: str, *, settings: S
              node_id, workers, spec.http, spec.raft, ", ".join(map(str, groups)))
     supervisor = Supervisor(raft_listener, {group: pair[0] for group, pair in handoffs.items()}, engines, fronts,
                             controls=[pair[0] for pair in controls], holdings=holdings[0] if holdings else None,
+                            members=held,
                             engine_args=dict(node_pid=node_pid, cluster=cluster, node_id=node_id, data_dir=data_dir,
                                              settings=settings, auto_create=auto_create))
     return asyncio.run(supervisor.run())
@@ -207,7 +218,7 @@ class Supervisor:
 
     def __init__(self, raft_listener: socket.socket, handoffs: dict[int, socket.socket], engines: dict[int, int],
                  fronts: dict[int, int], *, controls: list[socket.socket], holdings: socket.socket | None,
-                 engine_args: dict):
+                 members: dict[int, tuple[str, ...]], engine_args: dict):
         self._raft_listener = raft_listener
         self._handoffs = handoffs         # the Raft port's table: it hands each group's connections there
         self._engines = engines           # pid -> group
@@ -219,6 +230,9 @@ class Supervisor:
                           **{pid: f"front {worker}" for pid, worker in fronts.items()}}
         self._started: dict[int, subprocess.Popen] = {}   # engines started while the node runs, by pid
         self._retiring: set[int] = set()                  # pids of engines being stopped on the record's word
+        self._members = dict(members)     # group -> the members its engine runs with here
+        self._restarts: dict[int, tuple[int, float]] = {}  # group -> (restarts in a row, when it last started)
+        self._stopping = False
         self._exited: dict[int, int] = {}
         self._child_exited = asyncio.Event()
         self._wanted: dict[int, tuple[str, ...]] | None = None
@@ -231,7 +245,12 @@ class Supervisor:
                 status = _exit_status(pid)
                 if status is not None:
                     self._exited[pid] = status
-                    if pid not in self._retiring:
+                    if pid in self._retiring:
+                        continue
+                    if pid in self._engines and not self._stopping and status > 0 \
+                            and os.WIFEXITED(status) and os.WEXITSTATUS(status) == RESTART_EXIT:
+                        asyncio.get_running_loop().create_task(self._restart_engine(pid))
+                    else:
                         self._child_exited.set()
 
     async def run(self) -> int:
@@ -253,6 +272,7 @@ class Supervisor:
         status = 0
         await asyncio.wait([asyncio.create_task(stopping.wait()), asyncio.create_task(self._child_exited.wait()),
                             *tasks], return_when=asyncio.FIRST_COMPLETED)
+        self._stopping = True
         started = time.monotonic()
         for task in tasks:
             if task.done():
@@ -261,7 +281,7 @@ class Supervisor:
             task.cancel()
         if not stopping.is_set():
             for pid, code in self._exited.items():
-                if pid not in self._retiring:
+                if pid not in self._retiring and pid in self._children:
                     log.error("%s (pid %d) ended (%s); stopping the node", self._children[pid], pid,
                               _describe(code))
             status = 1
@@ -305,16 +325,51 @@ class Supervisor:
             for group in sorted(set(wanted) - running):
                 self._start_group(group, wanted[group])
 
+    async def _restart_engine(self, pid: int) -> None:
+        """Start again the engine `pid` was, which stopped on a storage failure: its fronts drop
+        its link, and after a pause that grows while it keeps stopping so, it starts afresh
+        from what its data directory holds."""
+        group = self._engines.pop(pid)
+        del self._children[pid]
+        self._exited.pop(pid, None)
+        self._started.pop(pid, None)
+        self._handoffs.pop(group).close()
+        for control in self._controls:
+            control.send(front_message(DROP_GROUP, group))
+        now = time.monotonic()
+        in_a_row, last_start = self._restarts.get(group, (0, now))
+        in_a_row = 0 if now - last_start > RESTART_CALM_S else in_a_row
+        pause = min(RESTART_MAX_S, RESTART_FIRST_S * 2 ** in_a_row)
+        log.error("group %d's engine (pid %d) stopped on a storage failure; starting it again in %.1f s",
+                  group, pid, pause)
+        await asyncio.sleep(pause)
+        if self._stopping:
+            return
+        self._restarts[group] = (in_a_row + 1, time.monotonic())
+        self._start_group(group, self._members[group])
+
     def _start_group(self, group: int, members: tuple[str, ...]) -> None:
         """Start `group`'s engine in a fresh interpreter (this process may have
         threads by now: no bare fork), linked to every front, and hand it the
         group's Raft connections from now on."""
+        self._members[group] = members
         links = [socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM) for _ in self._controls]
         handoff = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         passed = [handoff[1], *(pair[0] for pair in links)]
         arguments = {**self._engine_args, "cluster": self._with_joined(members), "group": group,
                      "members": members, "handoff": handoff[1].fileno(),
                      "links": [pair[0].fileno() for pair in links], "log_level": logging.getLogger().level}
+        if group == 0 and self._holdings is not None:
+            # group 0's engine reports the groups the node should hold over a socket of its own
+            holdings = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            loop = asyncio.get_running_loop()
+            loop.remove_reader(self._holdings.fileno())
+            self._holdings.close()
+            self._holdings = holdings[0]
+            self._holdings.setblocking(False)
+            loop.add_reader(self._holdings.fileno(), self._read_holdings)
+            passed.append(holdings[1])
+            arguments["holdings"] = holdings[1].fileno()
         process = subprocess.Popen([sys.executable, "-m", "raftq.engine_process"], stdin=subprocess.PIPE,
                                    pass_fds=[sock.fileno() for sock in passed])
         process.stdin.write(pickle.dumps(arguments))

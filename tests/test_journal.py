@@ -15,7 +15,9 @@ import pytest
 
 from chaos import sync_ledger
 from chaos.power import node_site_env
-from raftq.engine.storage.journal import PREALLOCATE_BYTES, SEGMENT_HEADER, DurableJournal, encode_record
+from raftq.engine.storage import records
+from raftq.engine.storage.journal import (PREALLOCATE_BYTES, SEGMENT_HEADER, SYNC_MARK_BYTES, DurableJournal,
+                                          encode_record)
 from raftq.engine.storage.records import DamagedFile
 from tests.tools import require_strace
 
@@ -33,6 +35,24 @@ def contents(journal):
 
 def segments(path):
     return sorted(p for p in Path(path).iterdir() if p.name.startswith("seg-"))
+
+
+def records_end(segment) -> int:
+    """Where the intact records of a segment file end (entries and sync marks alike)."""
+    return ([SEGMENT_HEADER.size] + [end for _, end, _ in records.iter_records(Path(segment).read_bytes())])[-1]
+
+
+def flip(path, offset):
+    data = bytearray(Path(path).read_bytes())
+    data[offset] ^= 0x10
+    Path(path).write_bytes(bytes(data))
+
+
+def record_of(journal, index):
+    """(segment file, offset, length) of the entry's record."""
+    position = index - journal._first
+    return (journal._dir / f"seg-{journal._seqs[position]:012d}.log", journal._offsets[position],
+            journal._lengths[position])
 
 
 def test_reopen_returns_every_entry(tmp_path):
@@ -66,14 +86,14 @@ def test_open_notes_the_entries_of_one_kind_across_segments_and_only_those_it_ke
 def test_torn_tail_is_truncated_at_open(tmp_path):
     j = DurableJournal(tmp_path)
     fill(j, 1, 10)
-    j._destroy()
-    seg = segments(tmp_path)[-1]
-    size = seg.stat().st_size
+    seg, offset, length = record_of(j, 10)
+    crash(j)
     with open(seg, "r+b") as f:
-        f.truncate(size - 7)           # the last record is cut short
+        f.truncate(offset + length - 7)   # the last record is cut short
+    torn_at = records_end(seg)
     j = DurableJournal(tmp_path)
     assert [e[1] for e in contents(j)] == list(range(1, 10))
-    assert seg.stat().st_size == SEGMENT_HEADER.size + sum(len(encode_record(*e)) for e in contents(j))
+    assert seg.stat().st_size == torn_at
     fill(j, 10, 3)                     # appends continue right after the last good record
     j._destroy()
     assert [e[1] for e in contents(DurableJournal(tmp_path))] == list(range(1, 13))
@@ -91,10 +111,6 @@ def test_garbage_tail_is_truncated(tmp_path):
     assert seg.stat().st_size == good
 
 
-def records_bytes(journal):
-    return SEGMENT_HEADER.size + sum(len(encode_record(*e)) for e in contents(journal))
-
-
 def crash(journal):
     """Stop using a journal the way kill -9 would (no sync of its own, no trim)."""
     os.close(journal._appender.fd)
@@ -107,7 +123,8 @@ def test_the_live_segment_is_preallocated_and_trimmed_when_closed(tmp_path):
     seg = segments(tmp_path)[-1]
     assert seg.stat().st_size == PREALLOCATE_BYTES + SEGMENT_HEADER.size
     j._destroy()
-    assert seg.stat().st_size == records_bytes(DurableJournal(tmp_path))
+    assert seg.stat().st_size == records_end(seg) < PREALLOCATE_BYTES
+    assert [e[1] for e in contents(DurableJournal(tmp_path))] == list(range(1, 11))
 
 
 def test_after_a_crash_the_unused_preallocation_is_not_damage(tmp_path, caplog):
@@ -157,28 +174,86 @@ def test_a_truncation_inside_the_preallocation_then_appends(tmp_path):
     assert [(e[1], e[2]) for e in reopened] == [(i, 1) for i in range(1, 9)] + [(i, 2) for i in range(9, 13)]
 
 
-def test_flipped_bit_truncates_from_the_damaged_record(tmp_path):
+def test_damage_before_the_last_segment_is_given_up_only_until_the_log_holds_it_again(tmp_path, caplog):
+    """A damaged record in a segment before the last was synced (each segment is, before the
+    next is started), so this node may have acknowledged it and what follows: it gives them up
+    and takes them again from the leader, but votes again only once its log holds everything the
+    later segments show it held."""
     j = DurableJournal(tmp_path, segment_bytes=400)
     fill(j, 1, 40)
+    victim, offset, _ = record_of(j, 15)
     j._destroy()
     segs = segments(tmp_path)
-    assert len(segs) >= 3
-    victim = segs[1]
-    data = bytearray(victim.read_bytes())
-    offset = SEGMENT_HEADER.size + 8 + 16 + 3   # inside the first record's command
-    data[offset] ^= 0x10
-    victim.write_bytes(bytes(data))
-    j = DurableJournal(tmp_path, segment_bytes=400)
-    kept = [e[1] for e in contents(j)]
-    first_of_victim = len(kept) + 1
-    assert kept == list(range(1, first_of_victim))
-    assert 1 < first_of_victim < 40
-    # the damaged segment is cut before the record, later ones are gone
-    assert segments(tmp_path) == segs[:2]
-    assert victim.stat().st_size == SEGMENT_HEADER.size
-    fill(j, first_of_victim, 2)
+    assert victim in segs[:-1]
+    flip(victim, offset + 8 + 16 + 3)             # inside its command
+    with caplog.at_level(logging.ERROR, logger="raftq.engine.storage.journal"):
+        j = DurableJournal(tmp_path, segment_bytes=400)
+    assert [e[1] for e in contents(j)] == list(range(1, 15))
+    assert j.regain_index == 40
+    assert segments(tmp_path) == segs[:segs.index(victim) + 1]     # cut at the damage, later segments given up
+    assert str(victim) in caplog.text and f"offset {offset}" in caplog.text and "index 15" in caplog.text
     j._destroy()
-    assert [e[1] for e in contents(DurableJournal(tmp_path))] == list(range(1, first_of_victim + 2))
+    j = DurableJournal(tmp_path, segment_bytes=400)
+    assert j.regain_index == 40                    # it was written down before the cut
+    fill(j, 15, 25)
+    assert j.regain_index == 40
+    j.add(b"the leader's entry 40", 40, 2)
+    assert j.regain_index is None
+    j._destroy()
+    j = DurableJournal(tmp_path, segment_bytes=400)
+    assert j.regain_index is None and [e[1] for e in contents(j)] == list(range(1, 41))
+
+
+@pytest.mark.parametrize("closed", ["cleanly", "by a crash"])
+def test_a_bad_record_with_synced_ones_after_it_in_the_last_segment_is_damage_not_a_torn_write(tmp_path, closed):
+    j = DurableJournal(tmp_path)
+    fill(j, 1, 20)                                 # each add synced: each later one starts with a sync mark
+    _, offset, _ = record_of(j, 10)
+    if closed == "cleanly":
+        j._destroy()
+    else:
+        crash(j)
+    (segment,) = segments(tmp_path)
+    flip(segment, offset + 30)
+    j = DurableJournal(tmp_path)
+    assert [e[1] for e in contents(j)] == list(range(1, 10))
+    # closed cleanly, the log says it synced all 20; after a crash, its last sync is in no mark
+    assert j.regain_index == (20 if closed == "cleanly" else 19)
+
+
+def test_a_record_written_at_another_records_offset_is_damage(tmp_path):
+    """A misdirected write: entry 30 landed on entry 10's place, and its own place holds nothing."""
+    j = DurableJournal(tmp_path)
+    fill(j, 1, 30)
+    segment, ten, _ = record_of(j, 10)
+    _, thirty, length = record_of(j, 30)
+    j._destroy()
+    data = bytearray(segment.read_bytes())
+    data[ten:ten + length] = data[thirty:thirty + length]
+    data[thirty:thirty + length] = bytes(length)
+    segment.write_bytes(bytes(data))
+    j = DurableJournal(tmp_path)
+    assert [e[1] for e in contents(j)] == list(range(1, 10))
+    assert j.regain_index == 30
+
+
+def test_a_tail_no_sync_covered_is_a_torn_write_however_it_was_lost(tmp_path):
+    """A power cut may keep any part of what no sync covered -- a later record without an
+    earlier one. None of it was acknowledged: it is cut like a torn write, and the node votes
+    as before (were it taken for damage, a cluster that lost power could be left with a
+    majority of nodes that wait for entries nobody has)."""
+    j = DurableJournal(tmp_path)
+    fill(j, 1, 20)
+    with j.deferred():
+        fill(j, 21, 10)                            # appended, sent, not yet synced: then the power went
+        segment, offset, length = record_of(j, 25)
+        data = bytearray(segment.read_bytes())
+    crash(j)
+    data[offset:offset + length] = bytes(length)
+    segment.write_bytes(bytes(data))
+    j = DurableJournal(tmp_path)
+    assert [e[1] for e in contents(j)] == list(range(1, 25))
+    assert j.regain_index is None
 
 
 def test_index_gap_ends_the_log(tmp_path):
@@ -221,11 +296,22 @@ def test_delete_entries_to_unlinks_dead_segments_without_rewriting(tmp_path):
 def test_bytes_before_counts_the_records_a_compaction_would_drop(tmp_path):
     j = DurableJournal(tmp_path, segment_bytes=300)
     fill(j, 1, 60)
-    sizes = [len(encode_record(*e)) for e in contents(j)]
+    # every record of the log in order, entries and sync marks, as (entry index or None, size)
+    log = [(None if len(payload) == 16 and payload[:8] == b"\xff" * 8 else int.from_bytes(payload[:8], "little"),
+            end - start)
+           for seg in segments(tmp_path) for start, end, payload in records.iter_records(seg.read_bytes())]
+    assert [index for index, _ in log if index is not None] == list(range(1, 61))
+
+    def before(first, index):
+        """Bytes of the log from entry `first` (its sync mark not included) up to entry `index`."""
+        at = [n for n, (i, _) in enumerate(log) if i in (first, index)]
+        return sum(size for _, size in log[at[0]:at[-1]]) if index != first else 0
+
     assert j.bytes_before(0) == 0
-    assert [j.bytes_before(p) for p in (1, 7, 59, 60, 1000)] == [sum(sizes[:p]) for p in (1, 7, 59, 60, 60)]
+    assert [j.bytes_before(p) for p in (1, 7, 59)] == [before(1, p + 1) for p in (1, 7, 59)]
+    assert j.bytes_before(60) == j.bytes_before(1000) == before(1, 60) + log[-1][1]
     j.deleteEntriesTo(25)              # the live log now starts inside a segment
-    assert [j.bytes_before(p) for p in (0, 1, 30, 35)] == [0] + [sum(sizes[25:25 + p]) for p in (1, 30, 35)]
+    assert [j.bytes_before(p) for p in (0, 1, 30)] == [before(26, 26 + p) for p in (0, 1, 30)]
 
 def test_delete_everything_then_append(tmp_path):
     j = DurableJournal(tmp_path)
@@ -350,13 +436,61 @@ def test_term_and_vote_are_on_disk_when_set_current_term_returns(tmp_path):
     assert (reread.getCurrentTerm(), reread.getVotedForNodeId()) == (3, "127.0.0.1:4002")
 
 
-def test_damaged_meta_is_detected(tmp_path):
+@pytest.mark.parametrize("copy", ["meta.rec", "meta.copy.rec"])
+def test_a_damaged_copy_of_meta_leaves_term_and_vote_to_the_other(tmp_path, copy):
+    j = DurableJournal(tmp_path)
+    fill(j, 1, 3)
+    j.setCurrentTerm(5, "x")
+    j._destroy()
+    flip(tmp_path / copy, 30)
+    j = DurableJournal(tmp_path)
+    assert (j.getCurrentTerm(), j.getVotedForNodeId()) == (5, "x")
+    j.setCurrentTerm(6, None)                      # both copies are whole again
+    j._destroy()
+    assert all(records.read_file(tmp_path / name, b"RAFTQJM1") for name in ("meta.rec", "meta.copy.rec"))
+
+
+def test_meta_damaged_in_both_copies_refuses_to_open_with_what_to_do(tmp_path):
     j = DurableJournal(tmp_path)
     j.setCurrentTerm(5, "x")
     j._destroy()
-    meta = tmp_path / "meta.rec"
-    meta.write_bytes(meta.read_bytes().replace(b'"term": 5', b'"term": 6'))
-    assert DurableJournal(tmp_path).getCurrentTerm() == 0
+    for copy in ("meta.rec", "meta.copy.rec"):
+        flip(tmp_path / copy, 30)
+    with pytest.raises(DamagedFile, match=r"meta\.rec is damaged.*meta\.copy\.rec is damaged.*could vote twice.*"
+                                          r"raftq cluster remove"):
+        DurableJournal(tmp_path)
+
+
+def test_a_journal_with_entries_whose_meta_is_gone_refuses_to_open(tmp_path):
+    j = DurableJournal(tmp_path)
+    fill(j, 1, 3)
+    j.setCurrentTerm(5, "x")
+    j._destroy()
+    for copy in ("meta.rec", "meta.copy.rec"):
+        (tmp_path / copy).unlink()
+    with pytest.raises(DamagedFile, match="meta.rec is missing"):
+        DurableJournal(tmp_path)
+
+
+@pytest.mark.parametrize("crash", ["while the first copy is written", "between the copies",
+                                   "while the second copy is written"])
+def test_a_crash_while_meta_is_written_leaves_the_term_acted_on_or_the_one_about_to_be(tmp_path, crash):
+    j = DurableJournal(tmp_path)
+    j.setCurrentTerm(5, "x")
+    before = {name: (tmp_path / name).read_bytes() for name in ("meta.rec", "meta.copy.rec")}
+    j.setCurrentTerm(6, "y")
+    j._destroy()
+    after = {name: (tmp_path / name).read_bytes() for name in ("meta.rec", "meta.copy.rec")}
+    first, second = {
+        "while the first copy is written": (after["meta.rec"][:-5], before["meta.copy.rec"]),
+        "between the copies": (after["meta.rec"], before["meta.copy.rec"]),
+        "while the second copy is written": (after["meta.rec"], after["meta.copy.rec"][:-5]),
+    }[crash]
+    (tmp_path / "meta.rec").write_bytes(first)
+    (tmp_path / "meta.copy.rec").write_bytes(second)
+    j = DurableJournal(tmp_path)
+    expected = (5, "x") if crash == "while the first copy is written" else (6, "y")
+    assert (j.getCurrentTerm(), j.getVotedForNodeId()) == expected
 
 
 def test_a_journal_of_the_older_meta_format_is_refused_not_reset_to_term_0(tmp_path):
@@ -390,7 +524,7 @@ def test_the_snapshot_is_fsynced_before_the_entries_it_replaces_are_dropped(tmp_
     j.deleteEntriesTo(30)
     monkeypatch.undo()
     synced = events.index(("fsync", str(snapshot)))
-    moved = events.index(("replace", str(tmp_path / "journal" / "meta.rec")))
+    moved = events.index(("fsync", str(tmp_path / "journal" / "meta.rec")))
     dropped = [i for i, e in enumerate(events) if e[0] == "unlink" and "/seg-" in e[1]]
     assert dropped and synced < moved < min(dropped)
     j._destroy()
@@ -460,7 +594,9 @@ def test_a_power_cut_loses_exactly_what_was_not_synced(tmp_path, fsync):
     # the written tail is in the file (the page cache) until the power goes
     assert [e[1] for e in contents(DurableJournal(jdir, fsync=False))] == list(range(1, 36))
     dropped = sync_ledger.cut(jdir, ledger, baseline={})
-    assert list(dropped.values()) == [sum(len(encode_record(b"entry-%d" % i, i + 1, 1)) for i in range(20, 35))]
+    # the first append after the sync begins with the sync mark that names it
+    assert list(dropped.values()) == [SYNC_MARK_BYTES + sum(len(encode_record(b"entry-%d" % i, i + 1, 1))
+                                                            for i in range(20, 35))]
     assert [e[1] for e in contents(DurableJournal(jdir))] == list(range(1, 21))
 
 

@@ -7,6 +7,7 @@ import zlib
 
 import pytest
 
+from chaos import disk_faults
 from raftq.engine.storage import records
 
 MAGIC = b"RAFTQTST"
@@ -59,8 +60,7 @@ def test_a_streamed_payload_that_fails_fails_the_write(tmp_path):
     path = tmp_path / "f"
     with pytest.raises(RuntimeError):
         records.write_file(path, MAGIC, [b"header", produce])
-    with pytest.raises(records.DamagedFile):      # its blank header never reads as a record
-        records.check_file(path, MAGIC, 2)
+    assert not path.exists()                       # no half file is left to be read as a damaged one
 
 
 @pytest.mark.parametrize("damage", ["payload bit", "length bit", "crc bit", "torn", "extra byte", "magic"])
@@ -127,3 +127,93 @@ def test_the_appender_writes_at_its_end_and_syncs_only_what_is_new(tmp_path, mon
     data = path.read_bytes()
     assert [bytes(p) for _, _, p in records.iter_records(data)] == [b"x" * 10, b"y" * 10]
     assert len(data) == log.end
+
+
+# -- writes are checked (issue 47) ----------------------------------------------------------------
+
+@pytest.fixture
+def faults(tmp_path):
+    """The fault seam armed in this process, through a control file; disarmed at the end."""
+    control = tmp_path / "disk-faults.json"
+    disk_faults.install(control)
+    try:
+        yield control
+    finally:
+        disk_faults.uninstall()
+        records.on_fatal(None)
+
+
+def appended(path):
+    return [bytes(p) for _, _, p in records.iter_records(path.read_bytes())]
+
+
+@pytest.mark.parametrize("preallocate", [0, 4096])
+def test_a_short_write_is_completed(tmp_path, faults, preallocate):
+    path = tmp_path / "log"
+    records.write_file(path, MAGIC)
+    log = records.Appender(path, preallocate=preallocate)
+    disk_faults.arm(faults, {"kind": "short_write", "path": str(path)})
+    for payload in (b"a" * 1000, b"b" * 3):
+        log.append(records.encode(payload))
+        log.sync()
+    whole = tmp_path / "whole"
+    records.write_file(whole, MAGIC, [b"c" * 5000, lambda out: out.write(b"d" * 7000)])
+    disk_faults.disarm(faults)
+    log.trim()
+    log.close()
+    assert appended(path) == [b"a" * 1000, b"b" * 3]
+    assert records.read_file(whole, MAGIC) == [b"c" * 5000, b"d" * 7000]
+
+
+@pytest.mark.parametrize("preallocate", [0, 4096])
+def test_a_write_that_finds_no_room_leaves_nothing_of_itself(tmp_path, faults, preallocate):
+    """A full disk takes part of a write, then refuses the rest: the record is not counted, nothing
+    of it stays after the last whole record, and the next append goes where it would have."""
+    path = tmp_path / "log"
+    records.write_file(path, MAGIC)
+    log = records.Appender(path, preallocate=preallocate)
+    log.append(records.encode(b"first"))
+    end, size = log.end, path.stat().st_size
+    disk_faults.arm(faults, {"kind": "no_room", "path": str(path)})
+    with pytest.raises(records.InsufficientStorage):
+        log.append(records.encode(b"x" * 10_000))
+    assert log.end == end and path.stat().st_size == end <= size
+    disk_faults.disarm(faults)
+    assert log.append(records.encode(b"second")) == end
+    log.sync()
+    if preallocate:                                # room again: preallocation goes on
+        assert path.stat().st_size == end + preallocate
+    log.trim()
+    log.close()
+    assert appended(path) == [b"first", b"second"]
+
+
+def test_a_whole_file_that_finds_no_room_is_not_left_half_written(tmp_path, faults):
+    path = tmp_path / "f"
+    disk_faults.arm(faults, {"kind": "no_room", "path": str(path)})
+    with pytest.raises(records.InsufficientStorage):
+        records.write_file(path, MAGIC, [b"x" * 10_000])
+    assert not path.exists()
+
+
+def test_a_failed_sync_is_fatal_and_never_retried(tmp_path, faults, monkeypatch):
+    """After EIO from fsync the kernel may have dropped the dirty pages, and a second fsync would
+    succeed (fsyncgate): the process's handler runs, and the appender never syncs again."""
+    path = tmp_path / "log"
+    records.write_file(path, MAGIC)
+    log = records.Appender(path)
+    fatal = []
+    records.on_fatal(fatal.append)
+    disk_faults.arm(faults, {"kind": "sync_eio", "path": str(path), "count": 1})
+    log.append(records.encode(b"never acknowledged"))
+    with pytest.raises(records.SyncFailed):
+        log.sync()
+    assert len(fatal) == 1 and str(path) in fatal[0] and "Input/output error" in fatal[0]
+    assert disk_faults.hits(faults) == 1           # the fault is spent: a sync now would succeed
+    synced = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(fd), real(fd)))
+    for retry in (log.sync, lambda: log.append(records.encode(b"more"))):
+        with pytest.raises(records.SyncFailed):
+            retry()
+    assert synced == []

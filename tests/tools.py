@@ -4,6 +4,8 @@ proof with what to install (shown by `make test`'s -rs); in CI (CI=true, as
 
 import os
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -24,3 +26,31 @@ def require(found, tool: str, install: str):
 
 def require_strace() -> str:
     return require(shutil.which("strace"), "strace", "apt-get install strace")
+
+
+class SmallFilesystem:
+    """A tmpfs of its own at `path` (a node's data directory): a disk that fills up.
+    Mounting needs root (or a container allowed to mount); where it is not permitted the
+    proof is skipped outside CI and fails in CI, as for a missing tool."""
+
+    def __init__(self, path, mib: int):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.mounted = False
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mib}m,mode=0700", "tmpfs", str(self.path)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            message = (f"cannot mount a small filesystem ({done.stderr.strip()}), so this proof cannot run: run "
+                       "the tests as root, or in a container allowed to mount tmpfs")
+            if in_ci():
+                pytest.fail(message, pytrace=False)
+            pytest.skip(message)
+        self.mounted = True
+
+    def grow(self, mib: int) -> None:
+        subprocess.run(["mount", "-o", f"remount,size={mib}m", str(self.path)], check=True)
+
+    def unmount(self) -> None:
+        if self.mounted:
+            subprocess.run(["umount", "--lazy", str(self.path)], check=True)
+            self.mounted = False

@@ -4,6 +4,10 @@
 RAFTQ_SYNC_LEDGER: record what each fsync made durable (chaos/sync_ledger.py), so
 that a kill -9 can be turned into a power cut.
 
+RAFTQ_DISK_FAULTS: the control file through which a test or the nemesis arms
+disk faults (short writes, a full disk, EIO from fsync, misdirected writes) in
+the node's processes while they run (chaos/disk_faults.py).
+
 LD_PRELOAD with libfaketime (clock faults): those move a node's wall clock and
 leave CLOCK_MONOTONIC alone (FAKETIME_DONT_FAKE_MONOTONIC=1): real clocks jump,
 monotonic ones do not, and a faked monotonic clock hangs Python's own lock
@@ -33,3 +37,7 @@ if "libfaketime" in os.environ.get("LD_PRELOAD", ""):
 if os.environ.get("RAFTQ_SYNC_LEDGER"):
     from chaos.sync_ledger import record_syncs
     record_syncs(os.environ["RAFTQ_SYNC_LEDGER"])
+
+if os.environ.get("RAFTQ_DISK_FAULTS"):
+    from chaos.disk_faults import install
+    install(os.environ["RAFTQ_DISK_FAULTS"])

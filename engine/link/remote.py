@@ -12,6 +12,7 @@ per local Raft group's engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import socket
@@ -32,6 +33,10 @@ class Read(NamedTuple):
     applied_index: int
 
 
+# What a front knows of its group through an engine it has no link to.
+NO_ENGINE_VIEW = {"role": "follower", "leader_id": None, "term": 0, "quorum_ok": False, "cut_off": False, "http": {}}
+
+
 class RemoteNode:
     def __init__(self, node_id: str, *, auto_create: bool, data_dir: Path, node_pid: int):
         self.id = node_id
@@ -39,8 +44,7 @@ class RemoteNode:
         self.data_dir = data_dir
         self.node_pid = node_pid      # the node's supervisor: what started the node knows it by
         self.closed = asyncio.Event()
-        self._view: dict = {"role": "follower", "leader_id": None, "term": 0, "quorum_ok": False, "cut_off": False,
-                            "http": {}}
+        self._view: dict = dict(NO_ENGINE_VIEW)
         self._view_changed: asyncio.Future | None = None   # resolved, and replaced, at every push
         self._calls: dict[int, asyncio.Future] = {}
         self._ids = itertools.count(1)
@@ -48,7 +52,14 @@ class RemoteNode:
         self._reader_task: asyncio.Task | None = None
 
     async def connect(self, sock: socket.socket) -> None:
+        """Talk to the engine over `sock`: the first link, or a new one to an engine started
+        again (whoever holds this object keeps it)."""
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader_task
         reader, writer = await asyncio.open_unix_connection(sock=sock)
+        self.closed.clear()
         self._view_changed = asyncio.get_running_loop().create_future()
         self._out = FrameWriter(writer)
         self._reader_task = asyncio.create_task(self._read(reader))
@@ -77,6 +88,10 @@ class RemoteNode:
                 if not future.done():
                     future.set_exception(CommitError("engine_gone"))
             self._calls.clear()
+            self._view = dict(NO_ENGINE_VIEW)      # no engine, no leader known through it
+            changed, self._view_changed = self._view_changed, asyncio.get_running_loop().create_future()
+            if changed is not None and not changed.done():
+                changed.set_result(None)
             self.closed.set()
 
     def _answer(self, call_id: int, error: str | None, value) -> None:

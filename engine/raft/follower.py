@@ -11,6 +11,9 @@ snapshot a leader sent it over its log (docs/guarantees.md, "What pysyncobj
   only up to entries verified against the leader;
 - loads a leader's snapshot only over a log that lacks the snapshot's last
   entry (``_install_snapshot``);
+- with no room on its disk for all the entries it is sent, acknowledges
+  those it wrote, and takes the others when the leader sends them again
+  (at its next append), never failing or acknowledging more;
 - queues its acknowledgements while it appends, and sends them only after
   the fsync that makes them true: right after the poll that read the
   appends, before it applies what they committed (``engine.raft.node``),
@@ -33,6 +36,7 @@ from pysyncobj.monotonic import monotonic
 from pysyncobj.syncobj import _RAFT_STATE
 
 from ..storage import snapshot_file
+from ..storage.records import InsufficientStorage
 
 logger = logging.getLogger(__name__)
 
@@ -160,14 +164,20 @@ class FollowerSide:
             same += 1
         if same < len(entries) and same < have:
             self._truncate_conflict(base + 1 + same)
-        for entry in entries[same:]:
-            log.add(*entry)
-        if self._SyncObj__conf.dynamicMembershipChange:
+        added = []
+        try:
             for entry in entries[same:]:
+                log.add(*entry)
+                added.append(entry)
+        except InsufficientStorage:
+            pass     # the journal said so once; the leader sends the rest again
+        if self._SyncObj__conf.dynamicMembershipChange:
+            for entry in added:
                 change = self._SyncObj__parseChangeClusterRequest(entry[0])
                 if change is not None:
                     self._SyncObj__doChangeCluster(change)
-        matched = prev_idx + len(entries)
+        # what this node holds of the leader's log: with no room for all of it, less than it was sent
+        matched = prev_idx + same + len(added)
         self._reply(node, matched + 1, success=True, reset=False)
         return matched
 

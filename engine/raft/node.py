@@ -84,6 +84,20 @@ subclasses it and closes these gaps (docs/guarantees.md, "What pysyncobj
    (``_adopt_logged_membership``; the journal notes where they are as it
    opens), and applying an entry no longer changes the configuration:
    appending it did (leader, follower) or opening the log did.
+14. A full disk. A leader whose journal has no room for an entry refuses
+   the proposals in it (``insufficient_storage``: certainly not applied)
+   and counts it nowhere -- not in the journal, not among pysyncobj's
+   entries waiting for their commit, not as a membership change -- where
+   pysyncobj's tick would have raised with the proposal's callback lost;
+   a new leader with no room for its no-op steps down. A follower with no
+   room acknowledges what it could write and takes the rest again when
+   the leader resends it (``engine.raft.follower``).
+15. Damage found at start-up (``engine.storage.journal``, "Start-up"): a
+   node that gave up entries it may have acknowledged neither votes, nor
+   answers pre-votes, nor stands for election (a leadership transfer
+   included) until its log holds them again, catching up from the leader
+   as any follower that lags: a voter never forgets an entry it
+   acknowledged.
 """
 
 from __future__ import annotations
@@ -105,7 +119,10 @@ from pysyncobj.fast_queue import FastQueue
 from pysyncobj.journal import Journal
 from pysyncobj.monotonic import monotonic
 
+from ..outcome import INSUFFICIENT_STORAGE
 from ..storage.journal import DurableJournal
+from ..storage import records
+from ..storage.records import InsufficientStorage
 from .follower import FollowerSide
 from .prevote import PRE_VOTE, PRE_VOTE_ANSWER, PreVote
 from .snapshots import ForkedSnapshots
@@ -229,6 +246,7 @@ class TermCheckedQueue(FastQueue):
             command, callback = super().get_nowait()
             ticket = getattr(callback, "__self__", None)
             if not isinstance(ticket, Ticket) or self._node.leads(ticket.term):
+                self._node.taken = (command, callback)   # what the leader is about to append
                 return command, callback
             ticket.resolve(None, "not_leader")
 
@@ -274,6 +292,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         self.quorum_step_downs = 0
         self.compaction_min_bytes = compaction_min_bytes
         self.declines_leadership = False   # see decline_leadership
+        self.taken: tuple | None = None     # the command the leader took off its queue last (item 14)
         journal.before_rewrite = self._flush_replies
         self._ticker: LoopTicker | None = None     # set by run_on
         super().__init__(self_node, other_nodes, conf,
@@ -320,6 +339,14 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
     def _SyncObj__loadDumpFile(self, clearJournal):
         # pysyncobj's sets the snapshot's membership; the log's changes after it come on top
         SyncObj._SyncObj__loadDumpFile(self, clearJournal)
+        loaded = self.loaded_snapshot
+        if loaded is not None and self._SyncObj__raftLastApplied != loaded[1]:
+            # pysyncobj restored the snapshot's state, then could not put its entries in the journal
+            # (no room on the disk) and swallowed the error: the state is the snapshot's, the log
+            # and the applied index are not, and applying on would make a replica unlike the others.
+            reason = f"a snapshot up to index {loaded[1]} was loaded but its entries could not be written to the log"
+            records.fatal(reason)
+            raise RuntimeError(reason)
         self._adopt_logged_membership()
 
     def _adopt_logged_membership(self) -> None:
@@ -334,6 +361,12 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
             change = self._SyncObj__parseChangeClusterRequest(command) if command is not None else None
             if change is not None:
                 self._SyncObj__doChangeCluster(change)
+        if journal.regain_index is not None and not self._SyncObj__otherNodes:
+            # item 15 waits for a peer's copy: a group of one replica has none
+            logger.critical("journal %s: this group's only replica gave up damaged entries up to index %d that "
+                            "no other replica holds: they are lost (restore the data directory from a backup "
+                            "to have them back); it serves what it kept", journal.directory, journal.regain_index)
+            journal.forget_regain()
 
     def _SyncObj__doApplyCommand(self, command):
         if command[:1] == MEMBERSHIP_BYTE:
@@ -385,6 +418,10 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         ``callback(result, fail_reason)`` runs in a tick."""
         command = pickle.dumps((self.apply_func_id, (entry,)), protocol=5)
         self._applyCommand(command, callback, REGULAR_COMMAND)
+
+    def may_vote(self) -> bool:
+        """False while this node's log lacks entries it gave up to damage (item 15)."""
+        return self._journal.regain_index is None
 
     def decline_leadership(self) -> None:
         """From now on ignore a leader's request to take over (``timeout_now``):
@@ -499,7 +536,13 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         self.quorum_lost_at = None
         for ticket in self.reads.begin_leading(monotonic()):
             ticket.resolve(None, "leader_changed")
-        SyncObj._SyncObj__onBecomeLeader(self)
+        try:
+            SyncObj._SyncObj__onBecomeLeader(self)
+        except InsufficientStorage:
+            # A leader commits nothing before its no-op; without room for it, another node may lead.
+            logger.error("elected leader of term %d with no room on the disk for its first entry; stepping down",
+                         self._SyncObj__raftCurrentTerm)
+            self.step_down(hold_back_s=10 * self._SyncObj__conf.raftMaxTimeout)
 
     # -- snapshots ---------------------------------------------------------
 
@@ -618,6 +661,8 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
             if self._replies:
                 self._flush_replies()
             self._check_quorum()
+            if not self.may_vote():
+                self._hold_off_election()
             self._ask_before_standing()
             super()._onTick(self._until_due(timeToWait))
         self._send_replies()
@@ -640,10 +685,17 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         return min(max(due - now, MIN_POLL_S), longest)
 
     def _checkCommandsToApply(self):
+        # A command the leader's journal has no room for is refused, and the
+        # commands queued behind it are tried in turn (item 14).
+        while True:
+            try:
+                super()._checkCommandsToApply()
+                break
+            except InsufficientStorage:
+                self._refuse_unwritten()
         # The leader's appends were sent to followers as they were made;
         # sync them before this tick polls for acknowledgements, so the
         # leader's own copy is durable before the next tick counts it.
-        super()._checkCommandsToApply()
         self._journal.sync()
         # A lone voter hears no acknowledgement, and pysyncobj would commit
         # its entries at the next tick: a heartbeat away (90 ms) on the loop.
@@ -651,6 +703,29 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
             self._commit_acknowledged()
 
     # -- a leader that hears from no majority (CheckQuorum) -------------------
+
+    def _refuse_unwritten(self) -> None:
+        """The command taken last found no room in the journal, which is as it was: pysyncobj
+        raised before it could note the command as waiting for its commit, or send it. Undo the
+        membership change it carried (pysyncobj makes it before the append) and refuse it."""
+        command, callback = self.taken
+        self.taken = None
+        change = self._SyncObj__parseChangeClusterRequest(command) \
+            if self._SyncObj__conf.dynamicMembershipChange else None
+        if change is not None:
+            self._SyncObj__doChangeCluster(change, reverse=True)
+        ticket = getattr(callback, "__self__", None)
+        if isinstance(ticket, Ticket):
+            ticket.resolve(None, INSUFFICIENT_STORAGE)
+        elif callable(callback):
+            callback(None, FAIL_REASON.REQUEST_DENIED)
+
+    def _hold_off_election(self) -> None:
+        """Stand for no election now (item 15): the deadline moves on when it passes."""
+        now = monotonic()
+        self._may_stand = False
+        if self._SyncObj__raftElectionDeadline < now:
+            self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
 
     def _heard_by_majority(self) -> bool:
         """Whether a majority (this leader counting itself) answered its appends
@@ -705,8 +780,10 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
             elif message["type"] == "append_entries" and message["term"] >= self._SyncObj__raftCurrentTerm:
                 self.quorum_lost_at = None     # following a leader: no longer cut off
                 self._on_append_entries(node, message)
-            elif message["type"] == "timeout_now" and self.declines_leadership:
+            elif message["type"] == "timeout_now" and (self.declines_leadership or not self.may_vote()):
                 pass
+            elif message["type"] == "request_vote" and not self.may_vote():
+                pass     # no answer: this node's log lacks entries it may have acknowledged (item 15)
             else:
                 SyncObj._SyncObj__onMessageReceived(self, node, message)
                 if message["type"] == "next_node_idx" and self._SyncObj__raftState == LEADER:

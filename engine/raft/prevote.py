@@ -15,10 +15,12 @@ they would vote for it in the next term, changing no term of its own or
 theirs. A peer says yes only if
 
 - that term would be new to it,
-- the asker's log is at least as up to date as its own (the vote's rule), and
+- the asker's log is at least as up to date as its own (the vote's rule),
 - it has no live leader: none heard within the shortest election timeout,
   or the leader's connection has closed (a killed leader is replaced at
-  once: engine.raft.node, item 9).
+  once: engine.raft.node, item 9), and
+- it may vote at all (``may_vote``: not while it lacks entries it gave up to
+  damage, engine.raft.node, item 15).
 
 With a majority of yeses, its own counted, the node stands as pysyncobj does.
 A no that carries a newer term teaches the asker that term. A leadership
@@ -87,6 +89,7 @@ class PreVote:
         term = self._SyncObj__raftCurrentTerm
         mine = (self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex())
         yes = (message["term"] > term
+               and self.may_vote()
                and self._SyncObj__raftState != _RAFT_STATE.LEADER
                and not self._has_live_leader()
                and (message["last_log_term"], message["last_log_index"]) >= mine)

@@ -13,11 +13,18 @@ Layout of the directory:
   once the current one passes ``segment_bytes``, so compaction
   (deleteEntriesTo) unlinks whole dead segments instead of rewriting the
   live log.
-- ``meta.rec``: one record holding currentTerm, votedFor, commit index and
-  where the live log starts (segment, offset), as JSON -- replaced atomically
-  (temp file, fsync, rename, directory fsync).
+- ``meta.rec`` and ``meta.copy.rec``: two copies of one record holding
+  currentTerm, votedFor, commit index, where the live log starts (segment,
+  offset), an index the log must reach again before this node votes (below,
+  "Start-up") and a sequence number, as JSON. Each write overwrites both in
+  place, in turn, each synced before the other is written (as superblocks
+  are kept): a crash or a damaged sector spoils at most one copy, and the
+  newer whole one holds what was last acted on or what was about to be.
+  Both damaged, the journal refuses to open (``records.DamagedFile``)
+  rather than start from term 0, which could vote twice in one term.
+  Written in place, meta needs no new room on a full disk.
 - ``kept.rec``: the compacted entries kept for the snapshot (below), replaced
-  atomically like meta.
+  atomically (temp file, fsync, rename, directory fsync).
 
 Kept entries. A stored message's body is a reference into the log entry that
 carried it (statemachine/bodies.py), and the snapshot names the entries the
@@ -44,11 +51,30 @@ every append it sends. Before, every command stayed in RAM until compaction,
 which by then held up to ``compaction_min_bytes`` (32-48 MiB) per node
 (issue 25).
 
-At open, records are read from the recorded start; the first record with a
-bad checksum, a short read or an index that does not follow its predecessor
-ends the log: the file is truncated there and later segments are removed.
-Zero bytes after a segment's last record are the unused part of its
-preallocation, not damage: they are trimmed quietly.
+Start-up: a torn tail from damage. At open, records are read from the
+recorded start; the first record with a bad checksum, a short read or an
+index that does not follow its predecessor ends the good log. Zero bytes
+after a segment's last record are the unused part of its preallocation, not
+damage: they are trimmed quietly. Anything else is one of two things:
+
+- a torn write (a crash while writing): what no sync covered, so never
+  acknowledged -- only ever at the end of the last segment. It is cut.
+- damage (a flipped or lost sector, a misdirected write) of records a sync
+  made durable, which this node may have acknowledged: it is in a segment
+  before the last (each is synced when the next is started), or a sync
+  mark after it says that it was synced. Sync marks are records that are
+  not entries (index ``SYNC_MARK``): each append after a sync starts with
+  one naming the last index that sync made durable.
+
+Damage is never taken for the end of the log (Alagappan et al.,
+"Protocol-Aware Recovery for Consensus-Based Storage", FAST '18): the node
+gives up the damaged entry and everything after it -- it takes them again
+from the leader, as a follower that lags -- but first records, durably in
+meta, the highest index it held durably (``regain_index``: what the later
+segments and the sync marks past the damage show). Until its log holds that
+index again, it does not vote or stand for election (``engine.raft.node``):
+a voter never forgets an entry it acknowledged. Damage that the same index
+shows on a majority of the replicas is beyond repair (docs/guarantees.md).
 
 Preallocation: the live segment is extended ``PREALLOCATE_BYTES`` at a time
 (``records.Appender``): bench/consensus_bench.py's lone commit p50 went from
@@ -60,6 +86,9 @@ opened a ``deferred()`` block, in which case the block's end syncs once for all
 its appends (the consensus module uses this to overlap the leader's fsync with
 replication and to sync a follower once per network poll, never acknowledging
 before the sync). ``fsync=False`` skips data syncs (tests, benchmarks).
+An ``add`` that finds no room raises ``records.InsufficientStorage`` and
+changes nothing (no row, no bytes after the last record); a failed sync is
+fatal (``records.SyncFailed``).
 """
 
 from __future__ import annotations
@@ -89,6 +118,7 @@ KEPT_MAGIC = b"RAFTQJK1"
 ENTRY_PREFIX = struct.Struct("<QQ")
 _SEGMENT_NAME = re.compile(r"^seg-(\d{12})\.log$")
 META_NAME = "meta.rec"
+META_COPY_NAME = "meta.copy.rec"
 KEPT_NAME = "kept.rec"
 REWRITE_SUFFIX = ".rewrite"
 PREALLOCATE_BYTES = 4 * 1024 * 1024
@@ -104,6 +134,24 @@ def _segment_name(seq: int) -> str:
 
 def encode_record(command: bytes, idx: int, term: int) -> bytes:
     return records.encode(ENTRY_PREFIX.pack(idx, term) + command)
+
+
+# The index field of a sync mark, which is no entry: its term field is the last index a sync made
+# durable. No log reaches this index.
+SYNC_MARK = (1 << 64) - 1
+
+
+def encode_sync_mark(synced: int) -> bytes:
+    return records.encode(ENTRY_PREFIX.pack(SYNC_MARK, synced))
+
+
+SYNC_MARK_BYTES = len(encode_sync_mark(0))
+# A sync mark found by its bytes: a length of 16, any checksum, the mark's index field.
+_SYNC_MARK_BYTES_FOUND = re.compile(re.escape(records.RECORD_HEADER.pack(ENTRY_PREFIX.size, 0)[:4]) + b"...."
+                                    + re.escape(ENTRY_PREFIX.pack(SYNC_MARK, 0)[:8]), re.DOTALL)
+# The fewest bytes an entry's record takes: what lies between two records bounds how many
+# entries were there.
+MIN_ENTRY_RECORD_BYTES = records.RECORD_HEADER.size + ENTRY_PREFIX.size + 1
 
 
 class Kept(NamedTuple):
@@ -172,9 +220,14 @@ class DurableJournal(Journal):
         self._kept_fds: dict[int, int] = {}
         self._deferred = 0
         self._meta_dirty = False
+        self._meta_seq = 0                            # of the meta copies last written
         self._appender: records.Appender | None = None   # the live segment
         self._seq = 0
         self.syncs = 0
+        self.out_of_room = False                      # the last append found no room on the disk
+        # The last index a sync made durable, and the one the last sync mark named.
+        self._synced: int | None = None
+        self._marked: int | None = None
         # The indexes of the entries found at open whose command's first byte is
         # ``noted_kind``: what a restarted node reads its log's membership from
         # without reading every command back (engine.raft.node).
@@ -185,26 +238,52 @@ class DurableJournal(Journal):
         self._term: int = meta.get("term", 0)
         self._voted_for = meta.get("voted_for")
         self._commit_index: int = meta.get("commit_index", 1)
+        self._meta_seq = meta.get("seq", 0)
+        # The index this node's log must reach again before it votes or stands for election: it
+        # gave up entries it may have acknowledged to damage (see the module's docstring).
+        self.regain_index: int | None = meta.get("regain")
         kept, kept_sizes = self._read_kept()
         self._open_log(meta.get("start"), kept, kept_sizes)
+        if not meta:
+            # from its first moment a journal has meta: entries without it mean it was lost
+            self._write_meta(durable_now=True)
 
     # -- opening ---------------------------------------------------------
 
     def _read_meta(self) -> dict:
-        path = self._dir / META_NAME
-        if not path.exists() and (self._dir / "meta.json").exists():
+        """Meta from the newer of its intact copies; {} for a new journal. DamagedFile when
+        neither copy is intact, or none is there for a journal that holds entries."""
+        if not (self._dir / META_NAME).exists() and (self._dir / "meta.json").exists():
             # term and vote of a journal written before the record format:
             # starting from term 0 could vote twice in a term
             raise records.DamagedFile(f"{self._dir} was written by an older raftq (meta.json); this node cannot "
                                       "restart from it: move its data directory aside and it rejoins from the leader")
-        try:
-            (body,) = records.read_file(path, META_MAGIC)
-            return json.loads(body)
-        except FileNotFoundError:
-            return {}
-        except ValueError:
-            logger.critical("journal meta %s is damaged; starting from term 0", path)
-            return {}
+        copies, problems = [], []
+        for name in (META_NAME, META_COPY_NAME):
+            try:
+                (body,) = records.read_file(self._dir / name, META_MAGIC)
+                copies.append(json.loads(body))
+            except FileNotFoundError:
+                problems.append(f"{name} is missing")
+            except ValueError as exc:     # DamagedFile, or a record that is no meta
+                problems.append(f"{name} is damaged ({exc})")
+        if copies:
+            if any("damaged" in problem for problem in problems):
+                logger.error("journal %s: one copy of its meta is damaged (%s); the other is whole and used, "
+                             "and both are written again at the next change", self._dir, "; ".join(problems))
+            return max(copies, key=lambda meta: meta.get("seq", 0))
+        if any("damaged" in problem for problem in problems) or self._holds_entries():
+            raise records.DamagedFile(
+                f"journal {self._dir}: its meta is gone ({'; '.join(problems)}), so this node's Raft term and "
+                "vote are unknown, and a node that forgot them could vote twice in one term. It cannot start "
+                "from this directory: remove the node from the cluster (raftq cluster remove), empty its data "
+                "directory and add it again (docs/operations.md, \"A damaged disk\")")
+        return {}
+
+    def _holds_entries(self) -> bool:
+        """Whether any segment holds a record, or entries were kept: a journal with a history."""
+        return (self._dir / KEPT_NAME).exists() or any(
+            os.path.getsize(self._dir / _segment_name(seq)) > SEGMENT_HEADER.size for seq in self._existing_segments())
 
     def _existing_segments(self) -> list[int]:
         seqs = []
@@ -243,13 +322,23 @@ class DurableJournal(Journal):
         return bool(rescan)
 
     def _rescan(self, kept: Kept, seq: int) -> Kept:
-        """``kept`` with the offsets of segment ``seq``'s entries read from the file itself."""
+        """``kept`` with the offsets of segment ``seq``'s entries in the file a rewrite left: its
+        kept records one after the other, in index order (``_rewrite``) -- found where their
+        lengths put them, whatever a damaged record among them says; read from the file if it is
+        not that rewrite's."""
+        part = kept.in_segment(seq)
+        offsets, lengths = array("I", kept.offsets), array("I", kept.lengths)
+        size = os.path.getsize(self._dir / _segment_name(seq))
+        if SEGMENT_HEADER.size + sum(lengths[part.start:part.stop]) == size:
+            at = SEGMENT_HEADER.size
+            for k in part:
+                offsets[k], at = at, at + lengths[k]
+            return kept._replace(offsets=offsets)
         data = (self._dir / _segment_name(seq)).read_bytes()
         found = {}
         for start, end, payload in records.iter_records(data):
             found[ENTRY_PREFIX.unpack_from(payload)[0]] = (start, end - start)
-        offsets, lengths = array("I", kept.offsets), array("I", kept.lengths)
-        for k in kept.in_segment(seq):
+        for k in part:
             if kept.indexes[k] not in found:
                 logger.critical("journal %s: kept entry %d is not in segment %d", self._dir, kept.indexes[k], seq)
                 continue
@@ -274,11 +363,9 @@ class DurableJournal(Journal):
         for n, seq in enumerate(live):
             path = self._dir / _segment_name(seq)
             data = path.read_bytes()
-            if not records.has_header(data, SEGMENT_MAGIC, seq):
-                good_end, found = 0, []
-            else:
-                offset = min(start_off if seq == start_seq else SEGMENT_HEADER.size, len(data))
-                good_end, found = self._scan(data, offset, prev_idx)
+            offset = min(start_off if seq == start_seq else SEGMENT_HEADER.size, len(data))
+            good_end, found = self._scan(data, offset, prev_idx) \
+                if records.has_header(data, SEGMENT_MAGIC, seq) else (0, [])
             for idx, term, pos, length, kind in found:
                 self._append_row(idx, term, seq, pos, length)
                 if kind == self._noted_kind:
@@ -287,21 +374,15 @@ class DurableJournal(Journal):
             self._segment_sizes[seq] = good_end
             if good_end == len(data):
                 continue
-            if records.zero_tail(data, good_end):
-                os.truncate(path, good_end)    # unused preallocation
-                continue
-            logger.warning("journal %s: invalid data at offset %d of %d bytes; truncating the log there "
-                           "(%d later segment(s) dropped)", path, good_end, len(data), len(live) - n - 1)
-            for later in live[n + 1:]:
-                os.unlink(self._dir / _segment_name(later))
+            if records.zero_tail(data, good_end) and (good_end or n == len(live) - 1):
+                os.truncate(path, good_end)    # unused preallocation (or a new segment that never got its header)
+                if good_end:
+                    continue
+            self._end_log_at(live[n:], data, good_end, prev_idx)
             live = live[:n + 1]
             if good_end == 0:
                 self._write_new_segment_file(seq)
                 self._segment_sizes[seq] = SEGMENT_HEADER.size
-            else:
-                with open(path, "r+b") as f:
-                    f.truncate(good_end)
-                    os.fsync(f.fileno())
             changed = True
             break
         if not live:
@@ -313,28 +394,108 @@ class DurableJournal(Journal):
             fsync_dir(self._dir)
         self._seq = live[-1]
         self._open_segment()
+        if self._fsync and self._last is not None:
+            # What was found is durable from here on (a kill -9 leaves writes no sync covered in
+            # the page cache): the next append's sync mark may say so.
+            records.sync_fd(self._appender.fd, self._appender.path, data_only=True)
+            self._synced = self._last
+        if self.regain_index is not None and self._last is not None and self._last >= self.regain_index:
+            self._regained()
         if start is not None and tuple(start) != self._log_start():
             # the recorded start no longer describes the files (damage above):
             # appends must not land before a start that reopen would skip to
             self._write_meta(durable_now=True)
 
+    def _end_log_at(self, segments: list[int], data: bytes, good_end: int, prev_idx: int | None) -> None:
+        """The log ends at ``good_end`` of ``segments[0]`` (whose bytes are ``data``), where a
+        record is torn, damaged or out of sequence; ``prev_idx`` is the last index before it.
+        Cut the log there, and if what is cut is damage rather than a torn write, first record
+        the index the log must reach again before this node votes."""
+        path = self._dir / _segment_name(segments[0])
+        base = prev_idx if prev_idx is not None else self._commit_index
+        offset = max(good_end, SEGMENT_HEADER.size)
+        shown = [self._synced_past(data, offset, base)]
+        between = len(data) - offset          # bytes of the log from the damage to the segment scanned
+        for later in segments[1:]:
+            later_data = (self._dir / _segment_name(later)).read_bytes()
+            shown.append(self._shown_by(later_data, later, last=later == segments[-1], base=base, between=between))
+            between += len(later_data)
+        shown = max((index for index in shown if index is not None), default=None)
+        first_lost = base + 1
+        if len(segments) == 1 and (shown is None or shown < first_lost):
+            logger.warning("journal %s: a torn write at offset %d of %d bytes, where the log ends (a crash while "
+                           "writing, never synced nor acknowledged): cut there", path, good_end, len(data))
+        else:
+            regain = max(first_lost, shown or 0, self.regain_index or 0)
+            logger.error("journal %s: damaged record at offset %d (log index %d) in a part of the log a sync made "
+                         "durable (synced entries up to index %d follow it). This node gives up entries %d to %d "
+                         "and takes them again from the leader; until its log holds index %d again it neither "
+                         "votes nor stands for election (docs/operations.md, \"A damaged disk\")",
+                         path, good_end, first_lost, regain, first_lost, regain, regain)
+            self.regain_index = regain
+            self._write_meta(start=None if self._last is not None else (segments[0], max(good_end, SEGMENT_HEADER.size)),
+                             durable_now=True)
+        for later in segments[1:]:
+            os.unlink(self._dir / _segment_name(later))
+        if good_end:
+            fd = os.open(path, os.O_RDWR)
+            try:
+                os.ftruncate(fd, good_end)
+                records.sync_fd(fd, path)
+            finally:
+                os.close(fd)
+
     @staticmethod
     def _scan(data: bytes, offset: int, prev_idx: int | None):
         """(end of the good records, [(index, term, offset, record length, the command's first
         byte or None)]): the log ends at the first record that is torn, damaged or out of
-        sequence."""
+        sequence. Sync marks among the records are stepped over."""
         found = []
         end = offset
         for start, record_end, payload in records.iter_records(data, offset):
             if len(payload) < ENTRY_PREFIX.size:
                 break
             idx, term = ENTRY_PREFIX.unpack_from(payload)
+            if idx == SYNC_MARK:
+                if len(payload) != ENTRY_PREFIX.size:
+                    break
+                end = record_end
+                continue
             if prev_idx is not None and idx != prev_idx + 1:
                 break
             kind = payload[ENTRY_PREFIX.size] if len(payload) > ENTRY_PREFIX.size else None
             found.append((idx, term, start, record_end - start, kind))
             prev_idx, end = idx, record_end
         return end, found
+
+    @staticmethod
+    def _synced_past(data: bytes, offset: int, base: int, between: int = 0) -> int | None:
+        """The highest index a sync mark at or after ``offset`` says was synced. Marks are found
+        by their bytes, not by walking the records (what lies between may be damaged); one that
+        names more entries than the bytes before it (and ``between`` bytes before ``offset``)
+        could hold after index ``base`` is not believed (a message body may hold bytes that look
+        like one)."""
+        shown = None
+        for found in _SYNC_MARK_BYTES_FOUND.finditer(data, offset):
+            payload = records.payload_at(data, found.start())
+            if payload is None or len(payload) != ENTRY_PREFIX.size:
+                continue
+            synced = ENTRY_PREFIX.unpack_from(payload)[1]
+            if synced <= base + 1 + (between + found.start() - offset) // MIN_ENTRY_RECORD_BYTES:
+                shown = synced if shown is None else max(shown, synced)
+        return shown
+
+    def _shown_by(self, data: bytes, seq: int, *, last: bool, base: int, between: int) -> int | None:
+        """The highest index segment ``seq`` (its bytes ``data``, ``between`` bytes of the log
+        after index ``base`` before it) shows was synced: every entry of a segment before the
+        last (each was synced before the next was started), and what the sync marks of the last
+        say."""
+        shown = self._synced_past(data, SEGMENT_HEADER.size, base, between)
+        if not last and records.has_header(data, SEGMENT_MAGIC, seq):
+            _, found = self._scan(data, SEGMENT_HEADER.size, None)
+            if found:
+                shown = max(shown or 0, found[-1][0])
+        return shown
 
     def _append_row(self, idx: int, term: int, seq: int, offset: int, length: int) -> None:
         if self._last is None:
@@ -354,13 +515,19 @@ class DurableJournal(Journal):
         self._appender = records.Appender(self._dir / _segment_name(self._seq),
                                           end=self._segment_sizes[self._seq], preallocate=PREALLOCATE_BYTES)
 
-    def _write(self, data: bytes) -> None:
-        self._segment_sizes[self._seq] = self._appender.append(data) + len(data)
+    def _write(self, data: bytes) -> int:
+        """Append ``data`` to the live segment; the offset it starts at. InsufficientStorage (or the
+        write's OSError) with nothing appended."""
+        offset = self._appender.append(data)
+        self._segment_sizes[self._seq] = offset + len(data)
+        return offset
 
     def _sync_data(self, force: bool = False) -> None:
         """Make appended bytes durable; ``force`` even when fsync is off."""
-        if (self._fsync or force) and self._appender.sync():
-            self.syncs += 1
+        if self._fsync or force:
+            if self._appender.sync():
+                self.syncs += 1
+            self._synced = self._last
 
     def _roll_segment(self) -> None:
         self._sync_data(force=True)
@@ -368,28 +535,65 @@ class DurableJournal(Journal):
         self._start_segment()
 
     def _start_segment(self) -> None:
-        """Close the current segment and append to a new, empty one."""
-        self._appender.close()
-        self._seq += 1
-        self._write_new_segment_file(self._seq)
+        """Append to a new, empty segment from now on. InsufficientStorage with the current
+        segment still the live one."""
+        seq = self._seq + 1
+        self._write_new_segment_file(seq)     # removed again if it fails
         fsync_dir(self._dir)
-        self._segment_sizes[self._seq] = SEGMENT_HEADER.size
+        self._appender.close()
+        self._seq = seq
+        self._segment_sizes[seq] = SEGMENT_HEADER.size
         self._open_segment()
 
     def add(self, command, idx, term):
-        if self._segment_sizes[self._seq] >= self._segment_bytes:
-            self._roll_segment()
+        """Append the entry (synced before this returns, outside a ``deferred`` block). With no
+        room on the disk, ``records.InsufficientStorage`` and the log as it was."""
         command = bytes(command)
         record = encode_record(command, idx, term)
-        offset = self._segment_sizes[self._seq]
-        self._write(record)
+        try:
+            if self._segment_sizes[self._seq] >= self._segment_bytes:
+                self._roll_segment()
+            mark = b""
+            if self._synced is not None and self._synced != self._marked:
+                mark = encode_sync_mark(self._synced)
+            offset = self._write(mark + record) + len(mark)
+        except records.InsufficientStorage as exc:
+            if not self.out_of_room:            # one line when it starts, not one per entry refused
+                logger.error("journal %s: %s; entries are refused until there is room", self._dir, exc.strerror)
+            self.out_of_room = True
+            raise
+        if self.out_of_room:
+            logger.warning("journal %s: room on the disk again; entries are written again", self._dir)
+            self.out_of_room = False
+        if mark:
+            self._marked = self._synced
         self._append_row(idx, term, self._seq, offset, len(record))
         self._recent[idx] = command
         self._recent_bytes += len(command)
         while self._recent_bytes > self._recent_limit and len(self._recent) > 1:
             self._recent_bytes -= len(self._recent.popitem(last=False)[1])
+        if self.regain_index is not None and idx >= self.regain_index:
+            self._regained()
         if not self._deferred:
             self._sync_data()
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    def forget_regain(self) -> None:
+        """Vote again without the entries given up to damage: no other replica holds them (a
+        group of one replica)."""
+        self.regain_index = None
+        self._write_meta(durable_now=True)
+
+    def _regained(self) -> None:
+        """The log holds again the index it had to reach after damage: this node votes again.
+        Written down with the next meta, which syncs the log first."""
+        logger.warning("journal %s: the log holds index %d again, as before the damage found at start-up; "
+                       "this node votes and stands for election again", self._dir, self.regain_index)
+        self.regain_index = None
+        self._meta_dirty = True
 
     @contextlib.contextmanager
     def deferred(self) -> Iterator[None]:
@@ -415,7 +619,7 @@ class DurableJournal(Journal):
     def _make_snapshot_durable(self) -> None:
         if self._snapshot_path is not None and self._snapshot_path.exists():
             with open(self._snapshot_path, "rb") as f:
-                os.fsync(f.fileno())
+                records.sync_fd(f.fileno(), self._snapshot_path)
             fsync_dir(self._snapshot_path.parent)
 
     def deleteEntriesFrom(self, entryFrom):
@@ -439,6 +643,7 @@ class DurableJournal(Journal):
         for column in self._rows():
             del column[entryFrom:]
         self._last = self._first + entryFrom - 1 if entryFrom else None
+        self._synced = self._marked = self._last
         self._forget_commands()
 
     def retain(self, indexes: Iterable[int]) -> None:
@@ -545,6 +750,7 @@ class DurableJournal(Journal):
         self._appender.trim()
         self._start_segment()
         self._compact(len(self), (self._seq, SEGMENT_HEADER.size))
+        self._synced = self._marked = None
 
     def _compact(self, entryTo: int, start: tuple[int, int]) -> None:
         """Drop the first ``entryTo`` entries from the log, which then starts at ``start``; keep
@@ -610,17 +816,16 @@ class DurableJournal(Journal):
         kept = self._kept
         path = self._dir / _segment_name(seq)
         temporary = path.with_name(path.name + REWRITE_SUFFIX)
-        part = kept.in_segment(seq)
         offsets = array("I", kept.offsets)
         fd = self._kept_fds[seq]
-        with open(temporary, "wb") as out:
-            out.write(records.file_header(SEGMENT_MAGIC, seq))
-            for k in part:
-                offsets[k] = out.tell()
-                out.write(os.pread(fd, kept.lengths[k], kept.offsets[k]))
-            out.flush()
-            os.fsync(out.fileno())
-            size = out.tell()
+
+        def copies() -> Iterator[records.Encoded]:
+            at = SEGMENT_HEADER.size
+            for k in kept.in_segment(seq):
+                record = os.pread(fd, kept.lengths[k], kept.offsets[k])
+                offsets[k], at = at, at + len(record)
+                yield records.Encoded(record)
+        size = records.write_file(temporary, SEGMENT_MAGIC, copies(), tag=seq)
         os.replace(temporary, path)
         fsync_dir(self._dir)
         self._segment_sizes[seq] = size
@@ -652,17 +857,41 @@ class DurableJournal(Journal):
         return (self._seq, self._segment_sizes[self._seq])
 
     def _write_meta(self, start: tuple[int, int] | None = None, *, durable_now: bool = False) -> None:
-        """Persist meta; ``durable_now`` fsyncs it even when fsync is off
+        """Persist meta, in both copies in turn; ``durable_now`` fsyncs them even when fsync is off
         (structural changes: the log start moves and segments get unlinked)."""
+        if self._appender is not None:
+            # the log first: meta that says the log holds its regain index again is never ahead of it
+            self._sync_data()
+        self._meta_seq += 1
         body = {
             "term": self._term,
             "voted_for": self._voted_for,
             "commit_index": self._commit_index,
             "start": list(start or self._log_start()),
+            "seq": self._meta_seq,
         }
+        if self.regain_index is not None:
+            body["regain"] = self.regain_index
         self._meta_dirty = False
-        records.replace_file(self._dir / META_NAME, META_MAGIC, [json.dumps(body).encode()],
-                             sync=self._fsync or durable_now)
+        encoded = records.file_header(META_MAGIC) + records.encode(json.dumps(body).encode())
+        for name in (META_NAME, META_COPY_NAME):
+            self._write_meta_copy(self._dir / name, encoded, sync=self._fsync or durable_now)
+
+    @staticmethod
+    def _write_meta_copy(path: Path, encoded: bytes, *, sync: bool) -> None:
+        """Overwrite one copy in place (no new room needed on a full disk), synced before the
+        other copy is written: a crash or a damaged sector spoils at most the one being written."""
+        created = not path.exists()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, records.FILE_MODE)
+        try:
+            records.pwrite_all(fd, encoded, 0, path)
+            os.ftruncate(fd, len(encoded))
+            if sync:
+                records.sync_fd(fd, path)
+        finally:
+            os.close(fd)
+        if created and sync:
+            fsync_dir(path.parent)
 
     def setRaftCommitIndex(self, raftCommitIndex):
         if raftCommitIndex != self._commit_index:
@@ -717,6 +946,14 @@ class DurableJournal(Journal):
             return
         self._use_kept(Kept.empty())
         self._sync_data(force=True)
+        if self._synced is not None and self._synced != self._marked:
+            # a closed log says how far it was synced, to its last entry: damage found there at
+            # the next start is not taken for a torn write (without room for it, the next start
+            # knows as much as after a crash)
+            with contextlib.suppress(records.InsufficientStorage):
+                self._write(encode_sync_mark(self._synced))
+                self._marked = self._synced
+                self._sync_data(force=True)
         self._appender.trim()
         if self._meta_dirty:
             self._write_meta(durable_now=True)
@@ -752,4 +989,6 @@ class DurableJournal(Journal):
             "segments": len(self._segment_sizes),
             "kept_entries": len(self._kept.indexes),
             "data_syncs": self.syncs,
+            "out_of_room": self.out_of_room,
+            "regain_index": self.regain_index,
         }

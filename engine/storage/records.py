@@ -30,10 +30,28 @@ Writing, one way for each shape of file:
   last record are that unused preallocation, not damage (``zero_tail``).
 Every file and directory a node creates is its owner's only (0600 / 0700),
 whatever the process umask.
+
+Every write is checked (issue 47): a short count from ``write``/``pwrite`` is
+completed, and a write that finds no room (ENOSPC, EDQUOT) raises
+``InsufficientStorage`` with nothing of it counted -- an ``Appender`` cuts its
+file back to its last whole record, a file being written is removed. A failed
+``fsync``/``fdatasync`` is fatal (``SyncFailed``): after one, Linux may have
+dropped the dirty pages and cleared the error, so a second sync would report
+success for data that is gone (PostgreSQL's "fsyncgate"). The process's
+``on_fatal`` handler runs first (an engine exits to be started again and
+recover from what is on disk and from its peers: raftq/engine_process.py),
+and an ``Appender`` whose sync failed never syncs again.
+
+The system calls that write and sync stored bytes go through ``calls`` (a
+``SystemCalls``): production never replaces it; a fault injector for tests
+and the chaos suite (chaos/disk_faults.py, which is not installed) does, to
+make them fail, come up short or land at the wrong offset.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
 import logging
 import mmap
@@ -41,7 +59,7 @@ import os
 import struct
 import zlib
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator, NamedTuple
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +71,90 @@ FILE_MODE = 0o600
 
 class DamagedFile(ValueError):
     """A whole-file record file (snapshot, meta) that is not exactly what was written."""
+
+
+class InsufficientStorage(OSError):
+    """A write found no room on its filesystem (ENOSPC, EDQUOT): nothing of it counts."""
+
+
+class SyncFailed(OSError):
+    """A sync of stored bytes failed: what it was to make durable may be lost, and no later
+    sync may say otherwise. Fatal to the process that gets it."""
+
+
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
+
+
+class SystemCalls:
+    """The system calls through which stored bytes are written and made durable: the os's own.
+    ``calls`` is the one instance production uses; a fault injector replaces it."""
+
+    def pwrite(self, fd: int, data, offset: int) -> int:
+        return os.pwrite(fd, data, offset)
+
+    def write(self, fd: int, data) -> int:
+        return os.write(fd, data)
+
+    def fdatasync(self, fd: int) -> None:
+        os.fdatasync(fd)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def fallocate(self, fd: int, offset: int, length: int) -> None:
+        os.posix_fallocate(fd, offset, length)
+
+
+calls = SystemCalls()
+_on_fatal: Callable[[str], None] | None = None
+
+
+def on_fatal(handler: Callable[[str], None] | None) -> None:
+    """What this process does once its stored state can no longer be trusted (a failed sync):
+    an engine exits, to be started again and recover from what is on disk and from its peers;
+    None (tests, tools): the error is only raised."""
+    global _on_fatal
+    _on_fatal = handler
+
+
+def fatal(reason: str) -> None:
+    """Stored state this process can no longer trust: say why, then run the process's handler."""
+    logger.critical("%s; this process stops, to recover from what is on disk", reason)
+    if _on_fatal is not None:
+        _on_fatal(reason)
+
+
+def sync_fd(fd: int, what, *, data_only: bool = False) -> None:
+    """fsync (or fdatasync) ``fd``, which holds ``what`` (its path, for the message); a failure
+    is fatal (``on_fatal``), then ``SyncFailed``."""
+    try:
+        calls.fdatasync(fd) if data_only else calls.fsync(fd)
+    except OSError as exc:
+        reason = f"{'fdatasync' if data_only else 'fsync'} of {what} failed: {exc.strerror or exc}"
+        fatal(f"{reason}. What it was to make durable may be lost, and a second sync would say it was not "
+              "(fsyncgate): nothing it covers is acknowledged")
+        raise SyncFailed(exc.errno, reason) from exc
+
+
+def _write_error(exc: OSError, what) -> OSError:
+    if exc.errno in NO_ROOM:
+        return InsufficientStorage(exc.errno, f"no room to write {what}: {exc.strerror}")
+    return exc
+
+
+def pwrite_all(fd: int, data, offset: int, what) -> None:
+    """Write all of ``data`` at ``offset`` (a short count is completed); InsufficientStorage when
+    the filesystem runs out of room part-way."""
+    view = memoryview(data)
+    while view:
+        try:
+            written = calls.pwrite(fd, view, offset)
+        except OSError as exc:
+            raise _write_error(exc, what) from exc
+        if written <= 0:
+            raise InsufficientStorage(errno.ENOSPC, f"no room to write {what}: nothing was written")
+        view = view[written:]
+        offset += written
 
 
 def record_header(payload) -> bytes:
@@ -86,6 +188,11 @@ def iter_records(data, offset: int = FILE_HEADER.size) -> Iterator[tuple[int, in
             return
         yield offset, body + length, view[body:body + length]
         offset = body + length
+
+
+def payload_at(data, offset: int) -> memoryview | None:
+    """The payload of the intact record that starts at ``offset`` of ``data``, or None."""
+    return next((payload for _, _, payload in iter_records(memoryview(data)[offset:], 0)), None)
 
 
 def has_header(data, magic: bytes, tag: int | None = None) -> bool:
@@ -147,19 +254,31 @@ def write_file(path: str | Path, magic: bytes, payloads: Iterable[bytes | Callab
     given as it encodes it: a state too large to hold twice (the snapshot's)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
-        writer = _SyncedAsWritten(fd, sync)
+        writer = _SyncedAsWritten(fd, path, sync)
         writer.write(file_header(magic, tag))
         for payload in payloads:
-            if callable(payload):
+            if isinstance(payload, Encoded):
+                writer.write(payload.record)
+            elif callable(payload):
                 writer.write_streamed(payload)
             else:
                 writer.write(record_header(payload))
                 writer.write(payload)
         if sync:
-            os.fsync(fd)
+            sync_fd(fd, path)
+    except BaseException:
+        # half a file would read as a damaged one: none is left
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
     finally:
         os.close(fd)
     return writer.size
+
+
+class Encoded(NamedTuple):
+    """A record already encoded (read from another record file), written to a file as it is."""
+    record: bytes
 
 
 # A snapshot of a million messages is hundreds of MiB: left dirty in the page
@@ -176,20 +295,26 @@ MAX_PAYLOAD_BYTES = (1 << 32) - 1     # what a record's u32 length can say
 
 
 class _SyncedAsWritten:
-    """Writes to a descriptor whole, syncing the data every WRITEBACK_BYTES (if asked to sync)."""
+    """Writes to a descriptor (of ``path``) whole, syncing the data every WRITEBACK_BYTES (if
+    asked to sync)."""
 
-    def __init__(self, fd: int, sync: bool):
-        self.fd, self.sync, self.size, self._unsynced = fd, sync, 0, 0
+    def __init__(self, fd: int, path, sync: bool):
+        self.fd, self.path, self.sync, self.size, self._unsynced = fd, path, sync, 0, 0
 
     def write(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
-            written = os.write(self.fd, view[:WRITEBACK_BYTES])
+            try:
+                written = calls.write(self.fd, view[:WRITEBACK_BYTES])
+            except OSError as exc:
+                raise _write_error(exc, self.path) from exc
+            if written <= 0:
+                raise InsufficientStorage(errno.ENOSPC, f"no room to write {self.path}: nothing was written")
             view = view[written:]
             self.size += written
             self._unsynced += written
             if self.sync and self._unsynced >= WRITEBACK_BYTES:
-                os.fdatasync(self.fd)
+                sync_fd(self.fd, self.path, data_only=True)
                 self._unsynced = 0
 
     def write_streamed(self, produce: Callable[[BinaryIO], None]) -> None:
@@ -212,7 +337,7 @@ class _SyncedAsWritten:
                 raise OSError(f"the record written at {start} of the file reads back short")
             crc = zlib.crc32(chunk, crc)
             at += len(chunk)
-        os.pwrite(self.fd, size + _LENGTH.pack(crc), start)
+        pwrite_all(self.fd, size + _LENGTH.pack(crc), start, self.path)
 
 
 class _Into(io.RawIOBase):
@@ -243,7 +368,7 @@ def replace_file(path: str | Path, magic: bytes, payloads: Iterable[bytes], *, s
 def fsync_dir(path: str | Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.fsync(fd)
+        sync_fd(fd, path)
     finally:
         os.close(fd)
 
@@ -260,7 +385,11 @@ class Appender:
 
     ``end`` is where the records end (a file opened after a crash may hold
     unused preallocation or a torn tail past it, which the next append
-    overwrites).
+    overwrites). An append that fails (no room, an I/O error) leaves ``end``
+    where it was and cuts the file back to it: no part of a record is left
+    after the last whole one, for a later append to leave a hole before it.
+    Once a sync has failed, every later ``sync`` and ``append`` raises the same
+    ``SyncFailed``: a second sync could succeed without the data.
     """
 
     def __init__(self, path: str | Path, end: int | None = None, *, preallocate: int = 0):
@@ -269,39 +398,77 @@ class Appender:
         self.allocated = os.fstat(self.fd).st_size   # the file's size on disk
         self.end = self.allocated if end is None else end
         self.dirty = False                           # appended since the last sync
+        self.failed: SyncFailed | None = None        # the sync that failed
         self._preallocate = preallocate
 
     def append(self, data: bytes) -> int:
-        """Write ``data`` (encoded records) at the end; returns the offset it starts at."""
+        """Write ``data`` (encoded records) at the end; returns the offset it starts at.
+        InsufficientStorage (or the OSError of the write) with nothing appended."""
+        if self.failed is not None:
+            raise self.failed
         offset = self.end
         end = offset + len(data)
-        if end > self.allocated and self._preallocate:
-            target = max(end, self.allocated + self._preallocate)
-            try:
-                os.posix_fallocate(self.fd, self.allocated, target - self.allocated)
-                self.allocated = target
-            except OSError:
-                logger.info("%s: no preallocation on this filesystem", self.path)
-                self._preallocate = 0
-        os.pwrite(self.fd, data, offset)
+        try:
+            if end > self.allocated:
+                self._allocate(end)
+            pwrite_all(self.fd, data, offset, self.path)
+        except OSError:
+            self._cut_back()
+            raise
         self.allocated = max(self.allocated, end)
         self.end = end
         self.dirty = True
         return offset
 
+    def _allocate(self, end: int) -> None:
+        """Room up to ``end`` at least, ``preallocate`` bytes ahead when there is room for that."""
+        if not self._preallocate:
+            return
+        for target in dict.fromkeys((max(end, self.allocated + self._preallocate), end)):
+            try:
+                calls.fallocate(self.fd, self.allocated, target - self.allocated)
+            except OSError as exc:
+                if exc.errno in NO_ROOM:
+                    self._cut_back()      # what it may have allocated before it gave up
+                    continue
+                if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    logger.info("%s: no preallocation on this filesystem", self.path)
+                    self._preallocate = 0
+                    return
+                raise
+            self.allocated = target
+            return
+        raise InsufficientStorage(errno.ENOSPC, f"no room to write {self.path}: {end - self.end} bytes more")
+
+    def _cut_back(self) -> None:
+        os.ftruncate(self.fd, self.end)
+        self.allocated = self.end
+
     def sync(self) -> bool:
         """fdatasync what was appended since the last sync; True if it had to."""
+        if self.failed is not None:
+            raise self.failed
         if not self.dirty:
             return False
-        os.fdatasync(self.fd)
+        try:
+            sync_fd(self.fd, self.path, data_only=True)
+        except SyncFailed as failed:
+            self.failed = failed
+            raise
         self.dirty = False
         return True
 
     def truncate(self, end: int) -> None:
         """Cut the file back to ``end``, durably: a lost truncation followed by
         shorter appends would bring stale records back."""
+        if self.failed is not None:
+            raise self.failed
         os.ftruncate(self.fd, end)
-        os.fsync(self.fd)
+        try:
+            sync_fd(self.fd, self.path)
+        except SyncFailed as failed:
+            self.failed = failed
+            raise
         self.allocated = self.end = end
         self.dirty = False
 

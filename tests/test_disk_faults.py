@@ -1,0 +1,109 @@
+"""Disk faults injected into real node processes through the write seam (chaos/disk_faults.py).
+
+Each node loads the fault injector (chaos/node_site/sitecustomize.py); a test arms a fault
+in the one control file of its cluster, naming the node by its data directory.
+"""
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from chaos import disk_faults
+from chaos.power import node_site_env
+from raftq.client import RaftqError
+from raftq.local import LocalCluster
+from tests.conftest import STARTED_CLUSTERS
+from tests.waiting import wait_until
+from tests.wire import register
+
+pytestmark = pytest.mark.integration
+
+
+def start_faulty_cluster(root: Path, nodes: int = 3):
+    """A cluster whose nodes watch `root`/disk-faults.json for faults to inject."""
+    control = root / "disk-faults.json"
+    cluster = LocalCluster.create(root / "c", nodes, env=node_site_env({"RAFTQ_DISK_FAULTS": str(control)}))
+    register(cluster)
+    STARTED_CLUSTERS.add(cluster)
+    try:
+        cluster.start()
+        assert cluster.wait_for_leader(60) and cluster.wait_all_ready(60)
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster, control
+
+
+def engine_pid(cluster, node_id: str, group: int = 0) -> int | None:
+    """The pid of the node's engine of `group` (a child of its supervisor named raftq-group-<g>)."""
+    supervisor = cluster.pid(node_id)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text()
+        except OSError:
+            continue
+        comm, rest = fields[fields.index("(") + 1:fields.rindex(")")], fields[fields.rindex(")") + 2:].split()
+        if int(rest[1]) == supervisor and comm == f"raftq-group-{group}":
+            return int(stat.parent.name)
+    return None
+
+
+class Producer(threading.Thread):
+    """Puts numbered messages, each with an id, recording which were acknowledged."""
+
+    def __init__(self, cluster, queue: str):
+        super().__init__(daemon=True)
+        self.cluster, self.queue = cluster, queue
+        self.acked: list[int] = []
+        self.stop = threading.Event()
+
+    def run(self):
+        with self.cluster.client(retry_for=10, timeout=5) as client:
+            n = 0
+            while not self.stop.is_set():
+                n += 1
+                try:
+                    client.put(self.queue, n, id=f"{self.queue}-{n}")
+                    self.acked.append(n)
+                except (OSError, RaftqError):
+                    pass
+
+
+def stored(client, queue: str) -> list:
+    bodies, seq = [], 0
+    while page := client.browse(queue, from_seq=seq, limit=1000)["messages"]:
+        bodies += [m["body"] for m in page]
+        seq = page[-1]["seq"] + 1
+    return bodies
+
+
+def test_an_engine_whose_fsync_fails_is_started_again_and_loses_nothing_acknowledged(tmp_path):
+    """After EIO from fsync the kernel may have dropped the pages it could not write, and a second
+    fsync would succeed (fsyncgate): the engine stops at once, without a sync on the way out, and
+    its supervisor starts it again, from what is on disk and from its peers."""
+    cluster, control = start_faulty_cluster(tmp_path)
+    try:
+        producer = Producer(cluster, "jobs")
+        producer.start()
+        wait_until(lambda: len(producer.acked) >= 20, 60, "puts acknowledged before the fault")
+        leader = cluster.wait_for_leader(30)
+        before = engine_pid(cluster, leader)
+        disk_faults.arm(control, {"kind": "sync_eio", "path": f"/{leader}/raft/", "count": 1})
+        wait_until(lambda: disk_faults.hits(control) == 1, 30, "the leader's next sync to fail")
+        wait_until(lambda: engine_pid(cluster, leader) not in (None, before), 30, "the engine to be started again")
+        assert cluster.running(leader)             # the node itself never stopped
+        wait_until(lambda: (cluster.ready_view(leader) or {}).get("ready"), 60, "the node to serve again")
+        acked = len(producer.acked)
+        wait_until(lambda: len(producer.acked) >= acked + 20, 60, "puts acknowledged after the fault")
+        producer.stop.set()
+        producer.join(timeout=30)
+        log = cluster.log_path(leader).read_text()
+        assert "fsync" in log and "Input/output error" in log and "starting it again" in log
+        with cluster.client(retry_for=30) as client:
+            bodies = stored(client, "jobs")
+        assert set(producer.acked) <= set(bodies)
+        assert len(bodies) == len(set(bodies))     # each id stored once, however often it was retried
+    finally:
+        cluster.close()
