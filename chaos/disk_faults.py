@@ -18,7 +18,9 @@ The control file is ``{"faults": [fault, ...]}``; a fault is
     room part-way, or a signal arrives, and what the caller must complete;
   - ``no_room``: a full disk. A write writes half and returns that count,
     the next write to the same file raises ENOSPC; ``fallocate`` raises
-    ENOSPC;
+    ENOSPC. It hits writes in place too, which a real full disk lets
+    through (meta is overwritten in place for that): ``path`` picks the
+    files that grow (``/seg-``);
   - ``sync_eio``: ``fsync``/``fdatasync`` raise EIO (a disk that could not
     write back what the page cache held);
   - ``misdirect``: a ``pwrite`` lands ``len(data)`` bytes before its offset

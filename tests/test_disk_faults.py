@@ -21,10 +21,11 @@ from tests.wire import register
 pytestmark = pytest.mark.integration
 
 
-def start_faulty_cluster(root: Path, nodes: int = 3):
+def start_faulty_cluster(root: Path, nodes: int = 3, **kwargs):
     """A cluster whose nodes watch `root`/disk-faults.json for faults to inject."""
     control = root / "disk-faults.json"
-    cluster = LocalCluster.create(root / "c", nodes, env=node_site_env({"RAFTQ_DISK_FAULTS": str(control)}))
+    cluster = LocalCluster.create(root / "c", nodes, env=node_site_env({"RAFTQ_DISK_FAULTS": str(control)}),
+                                  **kwargs)
     register(cluster)
     STARTED_CLUSTERS.add(cluster)
     try:
@@ -105,5 +106,40 @@ def test_an_engine_whose_fsync_fails_is_started_again_and_loses_nothing_acknowle
             bodies = stored(client, "jobs")
         assert set(producer.acked) <= set(bodies)
         assert len(bodies) == len(set(bodies))     # each id stored once, however often it was retried
+    finally:
+        cluster.close()
+
+
+def test_with_several_groups_each_engine_whose_fsync_fails_is_started_again_alone(tmp_path):
+    """Group 2's engine, then group 0's (which reports to the supervisor the groups the node
+    should hold, over a socket of its own): each is started again while the node's other
+    engines and its fronts run on, and the node still runs every group it held."""
+    from tests.test_groups import leaders
+    from tests.test_routing import queues_in_groups
+
+    cluster, control = start_faulty_cluster(tmp_path, groups=4)
+    try:
+        wait_until(lambda: leaders(cluster), 90, "every group led")
+        queues = queues_in_groups(cluster)
+        node = "n2"
+        held = {group: engine_pid(cluster, node, group) for group in range(4)}
+        held = {group: pid for group, pid in held.items() if pid is not None}
+        assert {0, 2} <= set(held)
+        for n, group in enumerate((2, 0)):
+            where = f"/{node}/group-{group}/" if group else f"/{node}/raft/"
+            disk_faults.arm(control, {"kind": "sync_eio", "path": where, "count": 1, "id": str(group)})
+            with cluster.client(retry_for=30) as client:
+                for queue in queues.values():      # writes to every group, so the one armed syncs
+                    client.put(queue, f"round {n}")
+            wait_until(lambda: disk_faults.hits(control, str(group)) == 1, 30, f"group {group}'s sync to fail")
+            wait_until(lambda: engine_pid(cluster, node, group) not in (None, held[group]), 30,
+                       f"group {group}'s engine to be started again")
+            held[group] = engine_pid(cluster, node, group)
+            assert {g: engine_pid(cluster, node, g) for g in held} == held   # the others ran on
+            wait_until(lambda: leaders(cluster), 90, "every group led again")
+        assert cluster.running(node)
+        with cluster.client(retry_for=30) as client:
+            for queue in queues.values():
+                assert [m["body"] for m in client.browse(queue)["messages"]] == ["round 0", "round 1"]
     finally:
         cluster.close()

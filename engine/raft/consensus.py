@@ -36,7 +36,8 @@ lives here.
 A proposed entry is wrapped in a ticket. The ticket's callback runs exactly
 once, in a tick: with the apply result when the entry is committed and
 applied here, or with an error string -- ``not_leader``, ``no_quorum``,
-``too_large``, ``overloaded`` (definitely not applied); ``discarded``,
+``too_large``, ``overloaded``, ``insufficient_storage`` (the leader's journal
+had no room for the entry) (definitely not applied); ``discarded``,
 ``leader_changed``, ``unknown_outcome``, ``timeout`` (maybe applied: retry with
 the same idempotency id); ``denied`` (membership change refused). A ticket
 that outlives ``submit_timeout`` gets ``timeout`` and any later outcome from
