@@ -232,6 +232,7 @@ class Supervisor:
         self._retiring: set[int] = set()                  # pids of engines being stopped on the record's word
         self._members = dict(members)     # group -> the members its engine runs with here
         self._restarts: dict[int, tuple[int, float]] = {}  # group -> (restarts in a row, when it last started)
+        self._restarting: set[int] = set()                 # groups whose engine waits to be started again
         self._stopping = False
         self._exited: dict[int, int] = {}
         self._child_exited = asyncio.Event()
@@ -322,7 +323,7 @@ class Supervisor:
             running = {group for pid, group in self._engines.items() if group > 0 and pid not in self._exited}
             for group in sorted(running - set(wanted)):
                 await self._stop_group(group)
-            for group in sorted(set(wanted) - running):
+            for group in sorted(set(wanted) - running - self._restarting):
                 self._start_group(group, wanted[group])
 
     async def _restart_engine(self, pid: int) -> None:
@@ -330,6 +331,7 @@ class Supervisor:
         its link, and after a pause that grows while it keeps stopping so, it starts afresh
         from what its data directory holds."""
         group = self._engines.pop(pid)
+        self._restarting.add(group)
         del self._children[pid]
         self._exited.pop(pid, None)
         self._started.pop(pid, None)
@@ -343,7 +345,12 @@ class Supervisor:
         log.error("group %d's engine (pid %d) stopped on a storage failure; starting it again in %.1f s",
                   group, pid, pause)
         await asyncio.sleep(pause)
+        self._restarting.discard(group)
         if self._stopping:
+            return
+        if self._wanted is not None and group not in self._wanted:
+            # group 0's record moved the replica away meanwhile; its data goes with the next start
+            log.info("group %d's engine is not started again: group 0's record no longer has this node hold it", group)
             return
         self._restarts[group] = (in_a_row + 1, time.monotonic())
         self._start_group(group, self._members[group])

@@ -1,6 +1,7 @@
 """engine.raft on a disk that fills up or was damaged: real pysyncobj nodes in this process
 (tests/test_consensus.py's harness), faults armed through the write seam (chaos/disk_faults.py)."""
 
+import logging
 import time
 from pathlib import Path
 
@@ -134,3 +135,21 @@ def test_a_follower_with_no_room_for_a_snapshot_it_loaded_stops_rather_than_appl
             assert "snapshot up to index 20" in fatal[0]
     finally:
         records.on_fatal(None)
+
+
+def test_a_failed_snapshot_is_tried_again_seconds_later_not_at_every_tick(cluster, caplog):
+    """pysyncobj takes a snapshot again at the next tick after one failed: on a full disk, a
+    fork and a failed write every few milliseconds."""
+    c = cluster(compaction_min_entries=5).start_all()
+    for machine in c.machines.values():
+        machine.snapshot_fails = True              # the child raises, as on a full disk
+    with caplog.at_level(logging.ERROR, logger="raftq.engine.raft.snapshots"):
+        for n in range(20):
+            commit(c, b"entry %d" % n)
+        time.sleep(3)
+    failed = [r for r in caplog.records if "the snapshot writer" in r.getMessage()]
+    assert 1 <= len(failed) <= 2 * len(c.nodes)
+    for machine in c.machines.values():
+        machine.snapshot_fails = False
+    leader = c.leader()
+    assert leader.force_snapshot()                 # asked for, one is taken at once

@@ -28,7 +28,8 @@ subclasses it and closes these gaps (docs/guarantees.md, "What pysyncobj
    objects), written by a forked child (``engine.raft.snapshots``) so that
    no node stops ticking while one is taken. A node compacts once its log
    holds more entries *or more bytes* than its thresholds (pysyncobj counts
-   entries only, and group commit makes entries large).
+   entries only, and group commit makes entries large). A snapshot that
+   failed is taken again ``SNAPSHOT_RETRY_S`` later, not at the next tick.
 4. No forwarding. pysyncobj sends a command queued on a node that has lost
    the lead to the new leader; raftq entries carry their proposer's log
    time, valid for one term only, so ``TermCheckedQueue`` refuses them.
@@ -156,6 +157,8 @@ ROLE_NAMES = {FOLLOWER: "follower", CANDIDATE: "candidate", LEADER: "leader"}
 # ticket deadlines).
 MIN_POLL_S = 0.002
 MAX_POLL_S = 0.1
+# How long after a failed snapshot the next one is taken unless one is asked for.
+SNAPSHOT_RETRY_S = 5.0
 # The longest a tick applies committed entries before it sends heartbeats and
 # reads messages again: far below the election timeout.
 APPLY_BUDGET_S = 0.02
@@ -553,8 +556,17 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         # then replays everything. Bytes that a compaction would drop count
         # as well. (While a snapshot is being written pysyncobj only checks
         # on it, and must: its success drops the log prefix.)
-        if not self.snapshots.busy() and self.compactable_bytes() > self.compaction_min_bytes:
-            self._SyncObj__forceLogCompaction = True
+        #
+        # A snapshot that failed (a full disk, mostly) is not tried again at the
+        # next tick, as pysyncobj would -- a fork and a failed write per tick --
+        # but SNAPSHOT_RETRY_S later, unless one is asked for (force_snapshot).
+        if not self.snapshots.busy():
+            failed_at = self.snapshots.failed_at
+            if (failed_at is not None and monotonic() - failed_at < SNAPSHOT_RETRY_S
+                    and not self._SyncObj__forceLogCompaction):
+                return
+            if self.compactable_bytes() > self.compaction_min_bytes:
+                self._SyncObj__forceLogCompaction = True
         SyncObj._SyncObj__tryLogCompaction(self)
 
     def compactable_bytes(self) -> int:

@@ -65,6 +65,7 @@ class ForkedSnapshots(Serializer):
         self._on_written = on_written
         self._started = 0.0
         self._last_index = 0
+        self.failed_at: float | None = None   # when the last snapshot failed (None: it succeeded)
 
     def busy(self) -> bool:
         return self._Serializer__pid != 0
@@ -114,7 +115,9 @@ class ForkedSnapshots(Serializer):
         self._Serializer__pid = 0
         if status == -1 or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
             logger.error("the snapshot writer (pid %d) failed with status %#x; the log is kept", pid, status)
+            self.failed_at = time.monotonic()
             return SERIALIZER_STATE.FAILED, self._Serializer__currentID
+        self.failed_at = None
         # transmissions of the previous file to followers start over with this one
         self._Serializer__transmissions = {}
         self._on_written(self._last_index, time.monotonic() - self._started)
