@@ -348,7 +348,7 @@ class Supervisor:
         self._restarting.discard(group)
         if self._stopping:
             return
-        if self._wanted is not None and group not in self._wanted:
+        if group > 0 and self._wanted is not None and group not in self._wanted:
             # group 0's record moved the replica away meanwhile; its data goes with the next start
             log.info("group %d's engine is not started again: group 0's record no longer has this node hold it", group)
             return
