@@ -15,7 +15,8 @@ from pathlib import Path
 
 from aiohttp import ClientSession, TCPConnector, web
 
-from raftq.engine.config import Sqs, Tokens
+from raftq.engine.config import ClusterKeys, Sqs, Tokens
+from raftq.engine.link.receipts import Receipts
 from raftq.engine.placement import Placement
 from raftq.engine.storage.put_buffer import PutBuffer
 
@@ -26,6 +27,8 @@ from .groups import Groups
 from .keys import ENGINES, GROUPS, PLACEMENT
 from .leader import HTTP, NODE, SETTINGS, after_lead_lost
 from .metrics import Metrics
+from .receipt_mode import MODE, ReceiptMode
+from .receipts import RECEIPTS
 from .routes import ACCEPTED, DATA, ROUTES, SIGV4
 
 log = logging.getLogger(__name__)
@@ -104,6 +107,7 @@ class Settings:
     tls_ca: str | None = None
     buffer_max_bytes: int = 256 << 20
     limits: Limits = field(default_factory=Limits)
+    keys: ClusterKeys = field(default_factory=lambda: ClusterKeys.derive(None))
 
 
 def _error_middleware():
@@ -183,6 +187,8 @@ def make_app(engines: dict, placement: Placement, settings: Settings, buffer_dir
     app[GROUPS] = groups
     app[SETTINGS] = settings
 
+    app[RECEIPTS] = Receipts(settings.keys.receipts)
+    app[MODE] = ReceiptMode(app)
     app[buffering.BUFFER] = buffer
     app[buffering.BUFFERED] = asyncio.Event()
 
@@ -192,7 +198,9 @@ def make_app(engines: dict, placement: Placement, settings: Settings, buffer_dir
         ssl_context = ssl.create_default_context(cafile=settings.tls_ca) if settings.tls_ca else None
         app[HTTP] = ClientSession(connector=TCPConnector(ssl=ssl_context) if ssl_context else None)
         replay = asyncio.create_task(buffering.replay(app))
+        app[MODE].start()
         yield
+        app[MODE].stop()
         replay.cancel()
         await app[HTTP].close()
         app[buffering.BUFFER].close()

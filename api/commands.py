@@ -21,6 +21,7 @@ from raftq.statemachine.machine import OPS, queues_it_may_make
 from . import caps
 from .errors import ApiError, LeadLost, Rerouted, from_result, no_quorum
 from .keys import GROUP, GROUPS, SETTINGS
+from .receipt_mode import MODE
 
 CONSISTENCY_LEVELS = ("leader", "strong", "any")
 
@@ -69,7 +70,8 @@ async def receive_waiting(app: web.Application, group: int, command: dict, wait_
     receives waiting, or `client` (the caller's address) its share of them.
     `encoded`: the messages as the engine encoded them (``RemoteNode.receive``)."""
     node = app[GROUPS].engines[group]
-    call = node.receive(command, wait_s, last_try=last_try, encoded=encoded, client=client)
+    call = node.receive(command, wait_s, sealed=not app[MODE].mixed, last_try=last_try, encoded=encoded,
+                        client=client)
     committed = await _committed(app, node, call, wait_s, unknown_served_again=True)
     if committed is not None:
         await _check_placement(app, group, committed.result)

@@ -4,7 +4,7 @@ import re
 
 from aiohttp import web
 
-from raftq.statemachine.queue import could_be_receipt, message_size
+from raftq.statemachine.queue import message_size
 from raftq.statemachine.validation import MAX_RECEIVE, MAX_WAIT_MS, check_message, is_int
 
 from .buffering import buffer_put, with_ids
@@ -13,6 +13,7 @@ from .errors import ApiError, from_result
 from .commands import receive_waiting, validate, write
 from .keys import GROUP, GROUPS, NODE, SETTINGS
 from .leader import read, route_to_leader
+from .receipts import Opened, well_formed
 from .routing import queue_name, group_name
 
 DURABILITY = ("quorum", "all", "leader")
@@ -150,14 +151,20 @@ async def _settle(request: web.Request, op: str) -> web.Response:
     elsewhere = await route_to_leader(request)
     if elsewhere is not None:
         return elsewhere
-    return respond(request, (await write(request, command)).result)
+    opened = Opened(request.app)
+    try:
+        result = (await write(request, {**command, "receipts": opened.open(name, command["receipts"])})).result
+    except ApiError as exc:
+        raise opened.given_in(exc) from None
+    return respond(request, {**result, "stale": opened.given(result["stale"])})
 
 
 def refuse_invalid_receipts(receipts: list) -> None:
     """A receipt raftq could never have issued (a typo, a truncated paste) is the client's
-    mistake, 400; one that names a lease that ended stays the state machine's 409 stale_receipt.
-    Checked here, at the edge only: the log applies exactly as the nodes that wrote it did."""
-    invalid = [r for r in receipts if not could_be_receipt(r)]
+    mistake, 400; one that names a lease that ended, or whose MAC does not hold, stays the state
+    machine's 409 stale_receipt. Checked here, at the edge only: the log applies exactly as the
+    nodes that wrote it did."""
+    invalid = [r for r in receipts if not well_formed(r)]
     if invalid:
         raise ApiError("invalid_receipt", f"{len(invalid)} of the receipts could not have been issued by "
                                           "raftq (a receipt is what receive answered, unchanged)",
@@ -228,6 +235,11 @@ async def transaction(request: web.Request) -> web.Response:
                                       creating=auto_create)
     if elsewhere is not None:
         return elsewhere
-    committed = await write(request, command)
+    opened = Opened(request.app)
+    acks = [{**part, "receipts": opened.open(part["queue"], part["receipts"])} for part in command["ack"]]
+    try:
+        committed = await write(request, {**command, "ack": acks})
+    except ApiError as exc:
+        raise opened.given_in(exc) from None
     return respond(request, {**committed.result, "commit_index": committed.index}, status=201 if puts else 200)
 

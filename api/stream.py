@@ -62,6 +62,7 @@ from .commands import apply, leader_read, receive_waiting
 from .keys import GROUPS, NODE, SETTINGS
 from .leader import Elsewhere, serve_here, serving_group
 from .messages import DURABILITY, checked_message, reach_durability
+from .receipts import Opened
 from .routing import checked_name
 
 log = logging.getLogger(__name__)
@@ -481,13 +482,17 @@ class Session:
             problem = check_command({**command, "now_ms": 0})
             if problem:
                 raise from_result(problem)
-            result = (await self._apply(await self._group(queue), command)).result
+            group = await self._group(queue)
+            opened = Opened(self.app)
+            result = (await self._apply(group, {**command, "receipts": opened.open(queue, receipts)})).result
         except ApiError as exc:
             await self.send({"op": "error", "rid": rid, "error": exc.code, "status": exc.status,
                              "message": exc.message, **exc.details})
             return
         if result.get("error") == "stale_receipt":
-            result = {SETTLE_OPS[op]: 0, "stale": result.get("stale", receipts)}
+            result = {SETTLE_OPS[op]: 0, "stale": opened.given(result.get("stale", []))}
+        elif "stale" in result:
+            result["stale"] = opened.given(result["stale"])
         elif "error" in result:
             refusal = from_result(result)
             await self.send({"op": "error", "rid": rid, "error": refusal.code, "status": refusal.status,

@@ -331,3 +331,35 @@ def _load_links(raw_links, ids: set[str]) -> tuple[Link, ...]:
 
 def new_secret() -> str:
     return secrets.token_urlsafe(32)
+
+
+# Stretched as the Raft port's sealer stretches the secret (engine/raft/sealer.py), under a salt of
+# its own: what the keys below let anyone observe (a receipt's MAC) is no cheaper a way to guess
+# a weak secret than the Raft port.
+KEYS_SALT = b"raftq cluster keys v1"
+KEYS_ITERATIONS = 200_000
+
+
+@dataclass(frozen=True)
+class ClusterKeys:
+    """Keys every node derives alike from the cluster secret, one per purpose, so that what
+    one node makes another checks: a receipt's MAC (engine/link/receipts.py), the seal of an SQS
+    secret kept in group 0's log (api/sqs/credentials.py), and the client address a node
+    forwards a call for (api/forwarding.py). A cluster without a secret (--insecure-no-secret)
+    derives them from nothing: anyone can compute them."""
+    receipts: bytes
+    sqs_secrets: bytes
+    forwarding: bytes
+
+    @classmethod
+    def derive(cls, secret: str | None) -> "ClusterKeys":
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+        from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
+
+        stretched = b"" if secret is None else PBKDF2HMAC(
+            algorithm=hashes.SHA256(), length=32, salt=KEYS_SALT, iterations=KEYS_ITERATIONS).derive(secret.encode())
+
+        def key(purpose: bytes) -> bytes:
+            return HKDF(algorithm=hashes.SHA256(), length=32, salt=KEYS_SALT, info=purpose).derive(stretched)
+        return cls(receipts=key(b"receipts"), sqs_secrets=key(b"sqs secrets"), forwarding=key(b"forwarding"))

@@ -42,6 +42,7 @@ from raftq.api.app import Settings
 from raftq.engine.balance import LeaderBalancer
 from raftq.engine.config import ClusterConfig, write_private
 from raftq.engine.lifetime import FreeMemoryGiver, die_with, name_process
+from raftq.engine.link.receipts import Receipts
 from raftq.engine.link.service import EngineService
 from raftq.engine.members import HeldGroupsReporter, MemberRecorder
 from raftq.engine.node import Node, group_data_dir
@@ -121,7 +122,8 @@ async def _serve(*, cluster: ClusterConfig, node_id: str, group: int, members: t
     reporter = HeldGroupsReporter(node, lambda held: _report_held(holdings, held)) \
         if holdings is not None else None
     service = EngineService(node, max_long_polls=settings.limits.max_long_polls,
-                            max_long_polls_per_client=settings.limits.max_long_polls_per_client, balancer=balancer)
+                            max_long_polls_per_client=settings.limits.max_long_polls_per_client,
+                            receipts=Receipts(settings.keys.receipts), balancer=balancer)
     giver = FreeMemoryGiver()
     await node.start()
     service.start()

@@ -98,7 +98,8 @@ MAY_IMPORT = {
     "clients": {"clients", "wire_format"},
 }
 # What of the engine a front may use: its face, and what both sides share.
-API_MAY_USE_OF_ENGINE = ("raftq.engine.link.remote", "raftq.engine.outcome", "raftq.engine.storage.put_buffer",
+API_MAY_USE_OF_ENGINE = ("raftq.engine.link.remote", "raftq.engine.link.receipts", "raftq.engine.outcome",
+                         "raftq.engine.storage.put_buffer",
                          "raftq.engine.config", "raftq.engine.placement", "raftq.engine.background")
 
 

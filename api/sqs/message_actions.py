@@ -8,11 +8,10 @@ import uuid
 
 import orjson
 
-from raftq.statemachine.queue import parse_receipt
-
 from .. import commands
 from ..errors import ApiError
 from ..keys import GROUP, SETTINGS
+from ..receipts import Opened, well_formed
 from . import attributes as attrs
 from .errors import SqsError, invalid, missing
 from .context import Context, from_native, integer, local_info, queue_of, string_list, write
@@ -254,18 +253,21 @@ async def receive_message(ctx: Context, params: dict) -> dict:
 def _receipt(handle) -> str:
     if not isinstance(handle, str) or not handle:
         raise missing("ReceiptHandle")
-    if parse_receipt(handle) is None:
+    if not well_formed(handle):
         raise SqsError("ReceiptHandleIsInvalid", f"The input receipt handle {handle!r} is not a valid receipt handle.")
     return handle
 
 
 async def _settle(ctx: Context, command: dict) -> list:
-    """The receipts of `command` that named no lease that still holds."""
+    """The receipts of `command` that named no lease that still holds (or whose MAC does not hold)."""
+    opened = Opened(ctx.app)
     try:
-        return (await commands.write(ctx.request, command)).result["stale"]
+        result = (await commands.write(ctx.request, {**command, "receipts": opened.open(command["queue"],
+                                                                                      command["receipts"])})).result
+        return opened.given(result["stale"])
     except ApiError as exc:
         if exc.code == "stale_receipt":
-            return exc.details.get("stale", command["receipts"])
+            return opened.given(exc.details.get("stale", []))
         raise from_native(exc) from None
 
 

@@ -151,12 +151,13 @@ class RemoteNode:
         result, applied = await self._call("read", query, list(args), settled)
         return Read(result, applied)
 
-    async def receive(self, command: dict, wait_s: float, *, last_try: bool = True,
+    async def receive(self, command: dict, wait_s: float, *, sealed: bool, last_try: bool = True,
                       encoded: bool = False, client: str | None = None) -> Committed | None:
         """A receive that waits up to `wait_s` for a message (``LongPolls.receive``);
+        `sealed`: its receipts with their MAC (engine/link/receipts.py);
         `encoded`: its messages as {"receipts": [...], "encoded": CBOR array};
         `client`: who waits (its address), held to its share of the node's waits."""
-        answer = await self._call("receive", command, wait_s, last_try, encoded, client)
+        answer = await self._call("receive", command, wait_s, last_try, encoded, client, sealed)
         return None if answer is None else Committed(*answer)
 
     async def replicated_everywhere(self, index: int, timeout: float) -> list[str]:

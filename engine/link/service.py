@@ -14,8 +14,9 @@ submit                 command, CBOR-encoded (bytes); the queue whose  [result, 
                        (``engine.long_poll.ride_queue``)
 read                   query, args, settled                            [result, applied index]
 receive                receive command, wait_s, last_try, encoded,     [result, log index] or None;
-                       client (who waits: its address)                 ``encoded``: a result's messages
-                                                                       as {"receipts", "encoded": CBOR}
+                       client (who waits: its address), sealed         ``encoded``: a result's messages
+                       (receipts with their MAC, engine/link/          as {"receipts", "encoded": CBOR}
+                       receipts.py)
 cancel                 call id of a receive                            (none: call id 0)
 replicated_everywhere  log index, timeout_s                            ids still lagging
 status / members       —                                               consensus status / voters
@@ -46,6 +47,7 @@ import cbor2
 
 from ..outcome import CommitError
 from .frames import FrameWriter, LinkClosed, read_frame
+from .receipts import Receipts
 from ..node import Node
 
 logger = logging.getLogger(__name__)
@@ -57,9 +59,12 @@ VIEW_RECHECK_S = 1.0
 
 
 class EngineService:
-    def __init__(self, node: Node, *, max_long_polls: int, max_long_polls_per_client: int, balancer=None):
-        """`balancer`: the group's ``engine.balance.LeaderBalancer`` (None: one group, nothing to balance)."""
+    def __init__(self, node: Node, *, max_long_polls: int, max_long_polls_per_client: int, receipts: Receipts,
+                 balancer=None):
+        """`balancer`: the group's ``engine.balance.LeaderBalancer`` (None: one group, nothing to balance);
+        `receipts`: what seals the receipts a receive hands out."""
         self.node = node
+        self.receipts = receipts
         self.balancer = balancer
         self.max_long_polls = max_long_polls
         self.max_long_polls_per_client = max_long_polls_per_client
@@ -158,12 +163,16 @@ class EngineService:
         return list(self.node.applied_read(query, *args))
 
     async def _receive(self, command: dict, wait_s: float, last_try: bool, encoded: bool,
-                       client: str | None) -> list | None:
+                       client: str | None, sealed: bool) -> list | None:
         committed = await self.node.long_polls.receive(command, wait_s, self.max_long_polls, last_try=last_try,
                                             client=client, max_per_client=self.max_long_polls_per_client)
         if committed is None:
             return None
         result = committed.result
+        if sealed and "error" not in result:
+            queue = command["queue"]
+            for message in result["messages"]:
+                message["receipt"] = self.receipts.seal(queue, message["receipt"])
         if encoded and "error" not in result:
             # The stream pushes the messages on as they are: encoded once
             # here, the front splices them into its frame without building

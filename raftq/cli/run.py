@@ -41,7 +41,8 @@ def cmd_node(args) -> int:
         return 2
     limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
     settings = Settings(tokens=cfg.tokens, sqs=cfg.sqs, max_message_bytes=args.max_message_bytes,
-                        scheme="https" if args.tls_cert else "http", tls_ca=args.tls_ca, limits=limits)
+                        scheme="https" if args.tls_cert else "http", tls_ca=args.tls_ca, limits=limits,
+                        keys=cluster_config.ClusterKeys.derive(cfg.secret))
     data_dir = Path(args.data_dir or f".raftq/{args.id}")
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     data_dir.chmod(0o700)
