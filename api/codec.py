@@ -29,7 +29,7 @@ def wants_cbor(request: web.Request) -> bool:
 
 async def read_body(request: web.Request, *, required: bool = True):
     """The request's decoded body (None when empty and optional)."""
-    raw = await _read_raw(request)
+    raw = await read_raw(request)
     if not raw:
         if required:
             raise ApiError("bad_request", "the request needs a body")
@@ -41,11 +41,12 @@ async def read_optional_body(request: web.Request):
     """The request's decoded body, {} when it has none. One that decodes to a falsy value
     ([], 0, "", null) is returned as it is, for the caller to refuse: taken for none, it ran
     the call with its defaults (a receive leased, a redrive moved)."""
-    raw = await _read_raw(request)
+    raw = await read_raw(request)
     return _decode(request, raw) if raw else {}
 
 
-async def _read_raw(request: web.Request) -> bytes:
+async def read_raw(request: web.Request) -> bytes:
+    """The request's body as it came: bounded by --max-request-bytes and --body-timeout-s."""
     limits = request.app[SETTINGS].limits
     if (request.content_length or 0) > limits.max_request_bytes:
         # refused on the declared length, before waiting for any of it
@@ -56,6 +57,9 @@ async def _read_raw(request: web.Request) -> bytes:
             return await request.read()
     except TimeoutError:
         raise ApiError("timeout", f"the request body did not arrive within {limit} s") from None
+    except ConnectionError:
+        # the client went away mid-body: nothing to log, nobody to answer
+        raise ApiError("bad_request", "the request body ended before its Content-Length") from None
 
 
 def _decode(request: web.Request, raw: bytes):

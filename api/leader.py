@@ -24,7 +24,7 @@ from aiohttp import ClientError, ClientTimeout, web
 from raftq.wire_format import NAME_PATTERN, is_name
 
 from . import caps
-from .codec import respond
+from .codec import read_raw, respond
 from .commands import apply, consistency, read_here, settled_read
 from .errors import ApiError, LeadLost, from_result, no_quorum
 from .groups import one_group
@@ -226,7 +226,7 @@ async def _forward(request: web.Request, url: str) -> web.Response:
     headers = {h: request.headers[h] for h in FORWARD_HEADERS if h in request.headers}
     try:
         async with request.app[HTTP].request(
-                request.method, url, data=await request.read(), headers=headers,
+                request.method, url, data=await read_raw(request), headers=headers,
                 allow_redirects=False, timeout=ClientTimeout(total=35)) as upstream:
             body = await upstream.read()
             passed = {h: upstream.headers[h] for h in PASSED_HEADERS if h in upstream.headers}

@@ -13,6 +13,7 @@ metrics = "..."         # optional: GET /metrics
 
 [sqs]                   # optional: the SQS API (docs/sqs.md); without keys every SQS call is refused
 account = "123456789012"  # the account id in queue URLs and ARNs
+hosts = ["sqs.example.com"]  # optional: names clients sign calls for, besides the nodes' http
 [[sqs.keys]]
 access_key = "AKIA..."
 secret_key = "..."
@@ -131,6 +132,9 @@ class SqsKey:
 class Sqs:
     account: str = DEFAULT_SQS_ACCOUNT
     keys: tuple[SqsKey, ...] = ()
+    # names clients may sign calls for besides the nodes' HTTP addresses (a load balancer's, a DNS
+    # name): host:port, or a host for any port; lower case
+    hosts: frozenset = frozenset()
 
     def key(self, access_key: str) -> SqsKey | None:
         for key in self.keys:
@@ -184,8 +188,11 @@ class ClusterConfig:
         if self.tokens.any():
             lines += ["[auth]"] + [f"{role} = {json.dumps(getattr(self.tokens, role))}"
                                    for role in ROLES if getattr(self.tokens, role)] + [""]
-        if self.sqs.keys or self.sqs.account != DEFAULT_SQS_ACCOUNT:
-            lines += ["[sqs]", f"account = {json.dumps(self.sqs.account)}", ""]
+        if self.sqs.keys or self.sqs.account != DEFAULT_SQS_ACCOUNT or self.sqs.hosts:
+            lines += ["[sqs]", f"account = {json.dumps(self.sqs.account)}"]
+            if self.sqs.hosts:
+                lines.append(f"hosts = {json.dumps(sorted(self.sqs.hosts))}")
+            lines.append("")
             for key in self.sqs.keys:
                 lines += ["[[sqs.keys]]", f"access_key = {json.dumps(key.access_key)}",
                           f"secret_key = {json.dumps(key.secret_key)}", f"role = {json.dumps(key.role)}", ""]
@@ -287,8 +294,12 @@ def _load_tokens(raw) -> Tokens:
 
 
 def _load_sqs(raw) -> Sqs:
-    if not isinstance(raw, dict) or set(raw) - {"account", "keys"}:
-        raise ConfigError("[sqs] may only set account and [[sqs.keys]]")
+    if not isinstance(raw, dict) or set(raw) - {"account", "keys", "hosts"}:
+        raise ConfigError("[sqs] may only set account, hosts and [[sqs.keys]]")
+    hosts = raw.get("hosts", [])
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and 0 < len(h) <= MAX_HOST_CHARS + 6
+                                              and h.isascii() and not set(h) & set(" /@") for h in hosts):
+        raise ConfigError("[sqs] hosts must be a list of host or host:port names (those clients sign calls for)")
     account = raw.get("account", DEFAULT_SQS_ACCOUNT)
     if not isinstance(account, str) or not (len(account) == 12 and account.isascii() and account.isdigit()):
         raise ConfigError("[sqs] account must be a string of 12 digits, like an AWS account id")
@@ -309,7 +320,7 @@ def _load_sqs(raw) -> Sqs:
         keys.append(SqsKey(access_key, secret_key, role))
     if len({k.access_key for k in keys}) != len(keys):
         raise ConfigError("each [[sqs.keys]] access_key may be given once")
-    return Sqs(account=account, keys=tuple(keys))
+    return Sqs(account=account, keys=tuple(keys), hosts=frozenset(h.lower() for h in hosts))
 
 
 def _load_links(raw_links, ids: set[str]) -> tuple[Link, ...]:

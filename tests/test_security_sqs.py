@@ -3,14 +3,18 @@ authentication before a body is read, SigV4 as strict as AWS's, limits before th
 bound, answers every XML parser takes, x-sqs-* headers the SQS door's own, forwarding no
 client can starve. One 3-node cluster with SQS keys for the module; each test its own queues."""
 
-import base64
+import datetime
+import hashlib
 import json
+import socket
 import uuid
+from urllib.parse import urlsplit
 
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.sqsutil import DATA, start_sqs_cluster, sqs_client
+from raftq.engine.config import SqsKey
+from tests.sqsutil import ADMIN, DATA, JSON_TYPE, json_headers, signed, start_sqs_cluster, sqs_client
 from tests.wire import call
 
 pytestmark = pytest.mark.timeout(300)
@@ -99,3 +103,91 @@ def test_a_receipt_works_on_the_next_leader(cluster):
     assert cluster.wait_for_leader(30) == target
     acked = call("POST", f"{cluster.url(target)}/v1/queues/{queue}/ack", {"receipts": receipts})
     assert acked.status == 200 and acked.body == {"acked": 2, "stale": []}, acked
+
+
+# ---- authentication before the body --------------------------------------------------------------
+
+FULL_BODY = (4 << 20) - 1       # what the attacker declared, sending none of it
+
+
+def headers_only(url: str, headers: dict, declared: int = FULL_BODY, sent: bytes = b"") -> bytes:
+    """The status line of the answer to a POST that declares `declared` bytes of body and sends
+    only `sent` of them, keeping the connection open: a node that reads the body first answers
+    only when --body-timeout-s (30 s) runs out, after this socket's 10."""
+    host, port = urlsplit(url).hostname, urlsplit(url).port
+    with socket.create_connection((host, port), timeout=10) as sock:
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k.lower() not in ("content-length", "host"))
+        sock.sendall(f"POST / HTTP/1.1\r\nHost: {host}:{port}\r\n{head}Content-Length: {declared}\r\n\r\n".encode() + sent)
+        return sock.recv(65536).split(b"\r\n", 1)[0]
+
+
+def signed_headers(url: str, action: str = "ListQueues", key=ADMIN, **sign) -> dict:
+    """A real signature's headers, for a body that is never sent whole."""
+    return signed(url + "/", b"{}", json_headers(action), key, **sign)
+
+
+def test_a_call_that_fails_its_headers_is_refused_before_its_body_is_read(cluster, monkeypatch):
+    import botocore.auth
+    url = leader_url(cluster)
+    stranger = SqsKey("AKIANOBODY0000000001", "whatever-secret-0123456789", "admin")
+    assert headers_only(url, json_headers("ListQueues")).startswith(b"HTTP/1.1 403")        # no signature
+    assert headers_only(url, signed_headers(url, key=stranger)).startswith(b"HTTP/1.1 403")   # unknown key
+    old = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None) - datetime.timedelta(minutes=20)
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: old)
+    assert headers_only(url, signed_headers(url)).startswith(b"HTTP/1.1 400")                 # expired
+    monkeypatch.undo()
+    # a call that signs its payload's hash is checked whole before the body: a wrong secret
+    body_hash = hashlib.sha256(b"x" * FULL_BODY).hexdigest()
+    headers = signed(url + "/", b"{}", {**json_headers("ListQueues"), "X-Amz-Content-SHA256": body_hash},
+                     secret="not-the-secret-at-all-0000")
+    assert headers_only(url, headers).startswith(b"HTTP/1.1 403")
+
+
+def test_a_body_cut_short_logs_no_traceback(cluster):
+    url = leader_url(cluster)
+    node = cluster.wait_for_leader(30)
+    before = cluster.log_path(node).read_text().count("Traceback")
+    for headers in (signed_headers(url), json_headers("ListQueues"),
+                    {"Authorization": f"Bearer {cluster.token}", "Content-Type": "application/json"}):
+        host, port = urlsplit(url).hostname, urlsplit(url).port
+        path = "/" if "X-Amz-Target" in headers else "/v1/queues/cut-short/messages"
+        with socket.create_connection((host, port), timeout=10) as sock:
+            head = "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k.lower() != "host")
+            sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{head}Content-Length: 100000\r\n\r\n".encode() + b"{" * 5000)
+    # the node is still there, and what it logged since holds no traceback
+    assert sqs_client(url).list_queues() is not None
+    assert cluster.log_path(node).read_text().count("Traceback") == before
+
+
+# ---- SigV4 as strict as AWS's ----------------------------------------------------------------------
+
+def test_the_action_the_host_and_a_date_ahead_must_be_signed_as_aws_wants(cluster, monkeypatch):
+    import botocore.auth
+    url = leader_url(cluster)
+    admin = sqs_client(url)
+    queue = admin.create_queue(QueueName=fresh("sig"))["QueueUrl"]
+    admin.send_message(QueueUrl=queue, MessageBody="keep me")
+    body = json.dumps({"QueueUrl": queue}).encode()
+    # signed without X-Amz-Target, which a man in the middle then sets to PurgeQueue
+    headers = signed(url + "/", body, {"Content-Type": JSON_TYPE})
+    headers["X-Amz-Target"] = "AmazonSQS.PurgeQueue"
+    reply = call("POST", url + "/", raw=body, headers=headers)
+    assert reply.status == 400 and json.loads(reply.raw)["__type"].endswith("IncompleteSignature"), reply
+    # signed for a host that is not the cluster's
+    port = urlsplit(url).port
+    headers = signed(f"http://sqs.elsewhere.example:{port}/", body, json_headers("PurgeQueue"))
+    reply = call("POST", url + "/", raw=body, headers=headers)
+    assert reply.status == 403 and json.loads(reply.raw)["__type"].endswith("SignatureDoesNotMatch"), reply
+    # dated 10 minutes ahead of the node's clock
+    ahead = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None) + datetime.timedelta(minutes=10)
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: ahead)
+    reply = call("POST", url + "/", raw=body, headers=signed(url + "/", body, json_headers("PurgeQueue")))
+    monkeypatch.undo()
+    assert reply.status == 403 and json.loads(reply.raw)["message"].startswith("Signature not yet current"), reply
+    assert admin.get_queue_attributes(QueueUrl=queue, AttributeNames=["ApproximateNumberOfMessages"])[
+        "Attributes"]["ApproximateNumberOfMessages"] == "1"
+    # the same names as the node's own: localhost for 127.0.0.1, and a minute ahead of its clock
+    monkeypatch.setattr(botocore.auth, "get_current_datetime",
+                        lambda: datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+                        + datetime.timedelta(minutes=1))
+    assert sqs_client(f"http://localhost:{port}").list_queues()["ResponseMetadata"]["HTTPStatusCode"] == 200

@@ -1,7 +1,7 @@
 """The SQS endpoint of a front: ``POST /`` and the queue URLs' paths.
 
-A call is read (bounded like every body), its SigV4 signature checked, its
-protocol parsed, its key's role checked against the action; then the queues
+A call's SigV4 signature is checked as far as its headers go before its body
+is read (bounded like every body), then the rest of it, its protocol parsed, its key's role checked against the action; then the queues
 it names choose its Raft group (``serving_group``, as for the native API), a
 node whose engine of that group does not lead forwards the signed request, as
 it came, to the group's leader (the SDKs do not follow a 307 on POST) and
@@ -37,10 +37,17 @@ RELAYED = ("x-amzn-RequestId", "x-amzn-query-error", "Retry-After")
 FORWARD_TIMEOUT_S = 45
 
 
+def _refuse_too_large(request: web.Request) -> None:
+    limit = request.app[SETTINGS].limits.max_request_bytes
+    if (request.content_length or 0) > limit:
+        raise SqsError("RequestEntityTooLarge", f"the request body may be at most {limit} bytes")
+
+
 async def _body(request: web.Request) -> bytes:
+    """The body, read once the call's headers passed (``sigv4.check``): at most
+    --max-request-bytes (aiohttp's client_max_size, for a body without a Content-Length),
+    within --body-timeout-s."""
     limits = request.app[SETTINGS].limits
-    if (request.content_length or 0) > limits.max_request_bytes:
-        raise SqsError("RequestEntityTooLarge", f"the request body may be at most {limits.max_request_bytes} bytes")
     try:
         async with asyncio.timeout(limits.body_timeout_s):
             return await request.read()
@@ -49,6 +56,16 @@ async def _body(request: web.Request) -> bytes:
     except web.HTTPRequestEntityTooLarge:
         raise SqsError("RequestEntityTooLarge", f"the request body may be at most {limits.max_request_bytes} "
                                                 "bytes") from None
+    except ConnectionError:
+        # the client went away mid-body: nothing to log, nobody to answer
+        raise SqsError("InvalidParameterValue", "the request body ended before its Content-Length") from None
+
+
+def signed_hosts(app: web.Application) -> frozenset:
+    """The names a call may be signed for: every node's HTTP address (a follower forwards the
+    call as it came, Host included) and [sqs] hosts."""
+    return frozenset(address.lower() for address in app[GROUPS].catalog.view()["http"].values() if address) \
+        | app[SETTINGS].sqs.hosts
 
 
 async def _to_group(request: web.Request, body: bytes, target: Target) -> web.Response | None:
@@ -107,9 +124,15 @@ async def handle(request: web.Request) -> web.StreamResponse:
     request_id = new_request_id()
     protocol = "json" if speaks_json(request) else "query"
     try:
+        # Nothing of the body is read before the headers are checked: the length it declares, then
+        # the key, the signed headers, the host and the date (and the whole signature when it
+        # signs its payload's hash).
+        _refuse_too_large(request)
+        pending = sigv4.check(request.app[SETTINGS].sqs, request.method, request.rel_url.raw_path,
+                              request.rel_url.raw_query_string, request.headers, time.time(),
+                              hosts=signed_hosts(request.app), speaks_json=protocol == "json")
         body = await _body(request)
-        signer = sigv4.verify(request.app[SETTINGS].sqs, request.method, request.rel_url.raw_path,
-                              request.rel_url.raw_query_string, request.headers, body, time.time())
+        signer = pending.verify(body)
         call = parse(request, body, request_id)
         if "queue" in request.match_info and "QueueUrl" not in call.params:
             # the query protocol may name the queue by the URL it posts to

@@ -1,11 +1,21 @@
-"""AWS Signature Version 4: is this request signed by a key of [sqs] in cluster.toml?
+"""AWS Signature Version 4: is this request signed by an SQS key of the cluster?
 
 The node recomputes the signature the way every AWS SDK computes it (the
 canonical request, the string to sign, the key derived from the secret and the
 credential scope) and compares it in constant time.  A request dated more
-than 15 minutes from this node's clock is refused, as AWS refuses it: a
-captured request cannot be replayed later than that.  Only the Authorization
-header form is taken (not presigned URLs: no SDK sends SQS calls that way).
+than 15 minutes before this node's clock, or more than 5 minutes after it, is
+refused: a captured request cannot be replayed later than that.  Only the
+Authorization header form is taken (not presigned URLs: no SDK sends SQS calls
+that way).
+
+Authentication comes before the body is read (``check``, then ``Pending.verify``): a
+signature covers the SHA-256 of the body, so a request that does not sign its
+payload's hash in ``X-Amz-Content-SHA256`` (boto3 and the AWS CLI do not, for SQS) can be
+verified only once its body is here. Everything else is checked from the headers
+first, the key, the scope, the signed headers, the host and the date, so a caller
+without a key of the cluster (or without a fresh date) makes the node read nothing of
+its body; one that signs its payload's hash has its signature checked before any
+body byte is read, and the body must then have that hash.
 """
 
 import hashlib
@@ -21,7 +31,8 @@ from .errors import SqsError
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 SERVICE = "sqs"
-MAX_SKEW_S = 15 * 60
+MAX_AGE_S = 15 * 60
+MAX_AHEAD_S = 5 * 60
 AUTHORIZATION = re.compile(
     r"AWS4-HMAC-SHA256\s+Credential=([^/,\s]+)/(\d{8})/([a-z0-9-]{1,32})/([a-z0-9-]{1,32})/aws4_request\s*,"
     r"\s*SignedHeaders=([a-z0-9;._-]+)\s*,\s*Signature=([0-9a-f]{64})", re.ASCII)
@@ -68,9 +79,54 @@ def _signing_key(secret: str, day: str, region: str) -> bytes:
     return key
 
 
-def verify(sqs: Sqs, method: str, raw_path: str, raw_query: str, headers, body: bytes, now: float) -> Signer:
-    """The signer of a request, or the SqsError that refuses it. `headers`: a
-    case-insensitive multidict (aiohttp's); `now`: this node's Unix time."""
+class Pending:
+    """A request whose signature is checked as far as its headers go (``check``): the key, the
+    credential scope, the signed headers AWS requires, the host, the date. What is left needs the
+    body: ``verify``, once it is read. A request that signs its payload's hash
+    (``X-Amz-Content-SHA256``) has its signature checked before that (``signed_before_body``)."""
+
+    def __init__(self, signer: Signer, signature: str, signing_key: bytes, head: str, signed_hash: str | None,
+                 stamp: str, scope: str):
+        self.signer = signer
+        self._signature, self._signing_key, self._head = signature, signing_key, head
+        self._signed_hash, self._stamp, self._scope = signed_hash, stamp, scope
+        # the whole signature, checked before any body byte is read when it covers the payload's hash
+        self.signed_before_body = signed_hash is not None and self._matches(signed_hash)
+
+    def _matches(self, payload_hash: str) -> bool:
+        canonical = f"{self._head}\n{payload_hash}"
+        to_sign = f"{ALGORITHM}\n{self._stamp}\n{self._scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+        expected = hmac.new(self._signing_key, to_sign.encode(), hashlib.sha256).hexdigest()
+        return hmac.compare_digest(expected.encode(), self._signature.encode())
+
+    def verify(self, body: bytes) -> Signer:
+        """The signer, or the SqsError that refuses the request, now that its body is here."""
+        body_hash = hashlib.sha256(body).hexdigest()
+        if self._signed_hash is not None:
+            if self._signed_hash != body_hash:
+                raise SqsError("SignatureDoesNotMatch", "the body's SHA-256 is not the X-Amz-Content-SHA256 it was "
+                                                        "signed with")
+        elif not self._matches(body_hash):
+            raise mismatch()
+        return self.signer
+
+
+def mismatch() -> SqsError:
+    return SqsError("SignatureDoesNotMatch", "the request signature we calculated does not match the signature "
+                                             "you provided; check your secret access key and signing method")
+
+
+# What every SigV4 request signs (AWS's rule), and what the JSON protocol's must too: unsigned,
+# the action could be changed on the way (SendMessage made DeleteQueue).
+REQUIRED_SIGNED = ("host", "x-amz-date")
+JSON_REQUIRED_SIGNED = ("x-amz-target",)
+
+
+def check(sqs: Sqs, method: str, raw_path: str, raw_query: str, headers, now: float, *,
+          hosts: frozenset, speaks_json: bool) -> Pending:
+    """Everything of a request's signature that its headers tell (before any of its body is read),
+    or the SqsError that refuses it. `headers`: a case-insensitive multidict (aiohttp's); `now`:
+    this node's Unix time; `hosts`: the names a call may be signed for (``host_allowed``)."""
     if not sqs.keys:
         raise SqsError("AccessDenied", "this raftq cluster has no SQS keys: add [[sqs.keys]] to cluster.toml "
                                        "(docs/sqs.md); until then every SQS call is refused")
@@ -89,8 +145,9 @@ def verify(sqs: Sqs, method: str, raw_path: str, raw_query: str, headers, body: 
     if service != SERVICE:
         raise SqsError("SignatureDoesNotMatch", f"the credential scope names service {service!r}, not 'sqs'")
     signed_headers = signed.split(";")
-    if "host" not in signed_headers:
-        raise SqsError("IncompleteSignature", "the signed headers must include host")
+    for name in REQUIRED_SIGNED + (JSON_REQUIRED_SIGNED if speaks_json else ()):
+        if name not in signed_headers:
+            raise SqsError("IncompleteSignature", f"the signed headers must include {name} (they are {signed})")
     stamp = headers.get("X-Amz-Date")
     if stamp is None:
         raise SqsError("IncompleteSignature", "the request needs an X-Amz-Date header")
@@ -100,24 +157,48 @@ def verify(sqs: Sqs, method: str, raw_path: str, raw_query: str, headers, body: 
         raise SqsError("IncompleteSignature", f"X-Amz-Date {stamp!r} is not of the form YYYYMMDDTHHMMSSZ") from None
     if stamp[:8] != day:
         raise SqsError("SignatureDoesNotMatch", "the credential scope's date is not the date of X-Amz-Date")
-    if abs(now - when) > MAX_SKEW_S:
-        raise SqsError("RequestExpired", f"the request is dated {stamp}, more than 15 minutes from this node's "
+    if now - when > MAX_AGE_S:
+        raise SqsError("RequestExpired", f"the request is dated {stamp}, more than 15 minutes before this node's "
                                          "clock; sign it again (and check the clocks)")
+    if when - now > MAX_AHEAD_S:
+        raise SqsError("SignatureDoesNotMatch", f"Signature not yet current: {stamp} is still later than "
+                                                f"{_stamp(now + MAX_AHEAD_S)} ({_stamp(now)} + 5 min.)")
+    host = headers.get("Host", "")
+    if not host_allowed(host, hosts):
+        raise SqsError("SignatureDoesNotMatch", f"the request is signed for host {host[:300]!r}, which is not a name "
+                                                "of this cluster's nodes (add it to [sqs] hosts in cluster.toml)")
     lines = []
     for name in signed_headers:
         values = headers.getall(name, None)
         if values is None:
             raise SqsError("SignatureDoesNotMatch", f"the signed header {name!r} is not in the request")
         lines.append(f"{name}:{','.join(' '.join(v.split()) for v in values)}")
-    payload_hash = headers.get("X-Amz-Content-SHA256") or hashlib.sha256(body).hexdigest()
-    canonical = "\n".join([method, canonical_path(raw_path), canonical_query(raw_query), "\n".join(lines) + "\n",
-                           signed, payload_hash])
-    scope = f"{day}/{region}/{SERVICE}/aws4_request"
-    to_sign = f"{ALGORITHM}\n{stamp}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-    expected = hmac.new(_signing_key(key.secret_key, day, region), to_sign.encode(), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected.encode(), signature.encode()):
-        raise SqsError("SignatureDoesNotMatch", "the request signature we calculated does not match the signature "
-                                                "you provided; check your secret access key and signing method")
-    if headers.get("X-Amz-Content-SHA256") not in (None, hashlib.sha256(body).hexdigest()):
-        raise SqsError("SignatureDoesNotMatch", "the body's SHA-256 is not the X-Amz-Content-SHA256 it was signed with")
-    return Signer(key, region)
+    head = "\n".join([method, canonical_path(raw_path), canonical_query(raw_query), "\n".join(lines) + "\n", signed])
+    signed_hash = headers.get("X-Amz-Content-SHA256") if "x-amz-content-sha256" in signed_headers else None
+    pending = Pending(Signer(key, region), signature, _signing_key(key.secret_key, day, region), head, signed_hash,
+                      stamp, f"{day}/{region}/{SERVICE}/aws4_request")
+    if signed_hash is not None and not pending.signed_before_body:
+        raise mismatch()
+    return pending
+
+
+def _stamp(moment: float) -> str:
+    return datetime.fromtimestamp(moment, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "[::1]"})
+
+
+def host_allowed(host: str, hosts: frozenset) -> bool:
+    """Whether `host` (a Host header) is one of `hosts`: host:port names, or names without a port
+    that any port of theirs matches. A loopback address stands for each of the others of the same
+    port: a client of 127.0.0.1:8001 may call it localhost:8001."""
+    host = host.lower()
+    if host in hosts:
+        return True
+    name, colon, port = host.rpartition(":")
+    if not colon or host.endswith("]"):
+        return False
+    if name in hosts:
+        return True
+    return name in LOOPBACK and any(f"{alias}:{port}" in hosts for alias in LOOPBACK)
