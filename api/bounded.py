@@ -47,13 +47,13 @@ _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_NUMBER = b"0" * 19
 
 
-def check_json(raw: bytes) -> None:
+def check_json(raw: bytes, max_values: int = MAX_VALUES) -> None:
     # Fast path, all in C: values <= 1 + 2 * (commas + containers), and bytes
     # inside strings only raise that bound.  Nesting is then left to orjson
     # (it stops at 1024 levels, cheaply) and to the validation of what was
     # decoded, which takes no message body deeper than 64 levels.
     bound = 1 + 2 * (raw.count(b",") + raw.count(b"[") + raw.count(b"{"))
-    if bound <= MAX_VALUES and _LONG_NUMBER not in raw.translate(_DIGITS_AS_ZERO):
+    if bound <= max_values and _LONG_NUMBER not in raw.translate(_DIGITS_AS_ZERO):
         return
     values = depth = 0
     for match in _JSON_TOKEN.finditer(raw):
@@ -69,8 +69,8 @@ def check_json(raw: bytes) -> None:
         elif first == 0x2D or 0x30 <= first <= 0x39:
             _check_json_number(token)
         values += 1
-        if values > MAX_VALUES:
-            _refuse(f"the body holds more than {MAX_VALUES} values")
+        if values > max_values:
+            _refuse(f"the body holds more than {max_values} values")
 
 
 def _check_json_number(token: bytes) -> None:

@@ -22,6 +22,9 @@ ENTRIES = ("SendMessageBatchRequestEntry", "DeleteMessageBatchRequestEntry",
            "ChangeMessageVisibilityBatchRequestEntry")
 MAX_FIELDS = 2_000
 MAX_INDEX = 1_000
+# SendMessageBatchRequestEntry.10.MessageAttribute.10.Value.StringValue is the longest: 6 parts
+MAX_NAME_PARTS = 8
+MAX_NAME_CHARS = 256
 
 
 def parse(fields: list) -> tuple[str, dict]:
@@ -31,9 +34,13 @@ def parse(fields: list) -> tuple[str, dict]:
     tree: dict = {}
     for name, value in fields:
         node = tree
-        parts = name.split(".")
+        if len(name) > MAX_NAME_CHARS:
+            raise SqsError("MalformedQueryString", f"a parameter name has at most {MAX_NAME_CHARS} characters")
+        parts = name.split(".", MAX_NAME_PARTS)
+        if len(parts) > MAX_NAME_PARTS:
+            raise SqsError("MalformedQueryString", f"a parameter name has at most {MAX_NAME_PARTS} parts")
         if not all(parts):
-            raise SqsError("MalformedQueryString", f"parameter name {name!r} has an empty part")
+            raise SqsError("MalformedQueryString", f"parameter name {name[:100]!r} has an empty part")
         for part in parts[:-1]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
