@@ -15,6 +15,7 @@ from .keys import GROUP, GROUPS, NODE, SETTINGS
 from .leader import read, route_to_leader
 from .receipts import Opened, well_formed
 from .routing import queue_name, group_name
+from .sqs.attributes import HEADER_PREFIX
 
 DURABILITY = ("quorum", "all", "leader")
 QUERY_INT = re.compile(r"[0-9]{1,19}")
@@ -38,6 +39,11 @@ def checked_message(raw, index: int, limit: int) -> dict:
     problem = check_message(message, index)
     if problem:
         raise from_result(problem)
+    sqs_owned = [name for name in message.get("headers") or () if name.lower().startswith(HEADER_PREFIX)]
+    if sqs_owned:
+        raise ApiError("bad_request", f"message {index}: header {sqs_owned[0][:100]!r}: headers starting with "
+                                      f"{HEADER_PREFIX} are the SQS API's own (a message's MessageId, SenderId and "
+                                      "attributes); a message put here may not set them")
     if message_size(message) > limit:
         raise ApiError("too_large", f"message {index} is larger than {limit} bytes "
                                     "(body, key, id and headers together)")

@@ -3,6 +3,7 @@ authentication before a body is read, SigV4 as strict as AWS's, limits before th
 bound, answers every XML parser takes, x-sqs-* headers the SQS door's own, forwarding no
 client can starve. One 3-node cluster with SQS keys for the module; each test its own queues."""
 
+import base64
 import datetime
 import hashlib
 import json
@@ -14,7 +15,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from raftq.engine.config import SqsKey
-from tests.sqsutil import ADMIN, DATA, JSON_TYPE, json_headers, signed, start_sqs_cluster, sqs_client
+from tests.sqsutil import ACCOUNT, ADMIN, DATA, JSON_TYPE, json_headers, signed, start_sqs_cluster, sqs_client
 from tests.wire import call
 
 pytestmark = pytest.mark.timeout(300)
@@ -230,3 +231,85 @@ def test_a_call_of_a_million_fields_or_values_is_refused_before_they_are_parsed(
     code, peak = parse_cost(b"Action=ListQueues&" + b"a." * 1_000_000 + b"a=1",
                             {"Content-Type": "application/x-www-form-urlencoded"})
     assert code == "MalformedQueryString" and peak < 8 << 20, peak
+
+
+# ---- x-sqs-* headers, XML answers, every byte counted ----------------------------------------
+
+def test_x_sqs_headers_are_the_sqs_doors_own(cluster):
+    url, queue = leader_url(cluster), fresh("xsqs")
+    for name in ("x-sqs-message-attributes", "X-SQS-Sender-Id", "x-sqs-message-id"):
+        poison = {"body": "hi", "headers": {name: "{"}}
+        reply = call("POST", f"{url}/v1/queues/{queue}/messages", poison)
+        assert reply.status == 400 and "x-sqs-" in reply.body["message"], reply
+        reply = call("POST", f"{url}/v1/tx", {"put": [{"queue": queue, "messages": [poison]}]})
+        assert reply.status == 400, reply
+    assert call("POST", f"{url}/v1/queues/{queue}/messages", {"body": "hi", "headers": {"sqs-like": "{"}}).status == 201
+    sqs = sqs_client(url, DATA)
+    got = sqs.receive_message(QueueUrl=f"{url}/{ACCOUNT}/{queue}", MessageAttributeNames=["All"],
+                              MessageSystemAttributeNames=["All"])["Messages"]
+    assert got[0]["Body"] == "hi" and "SenderId" not in got[0]["Attributes"] and "MessageAttributes" not in got[0]
+
+
+def test_what_an_older_release_stored_never_fails_a_receive():
+    """A message a native client put with x-sqs-* headers of its own before they were refused:
+    its receive has taken the lease and counted the delivery, so rendering it must not fail."""
+    import xml.etree.ElementTree as ET
+
+    from raftq.api.sqs.message_actions import rendered
+    from raftq.api.sqs.query import render
+
+    poisoned = [{"x-sqs-message-attributes": "{"}, {"x-sqs-message-attributes": "[1]"},
+                {"x-sqs-message-attributes": '{"a": {"DataType": "Binary", "BinaryValue": "not base64!"}}'},
+                {"x-sqs-message-attributes": '{"a": {"DataType": "String", "StringValue": "bell\\u0007"}}'},
+                {"x-sqs-aws-trace-header": "nul\x00", "x-sqs-sender-id": "\x07", "x-sqs-message-group-id": "\x01"}]
+    for headers in poisoned:
+        message = {"seq": 1, "receipt": "1:default:1:1:AAAAAAAAAAAAAAAAAAAAAA", "body": "bell\u0007nul\u0000",
+                   "headers": headers, "deliveries": 1, "put_at_ms": 1, "first_received_at_ms": 1,
+                   "ordering_key": None}
+        out = rendered("q", message, {"All"}, ["All"], "1")
+        assert base64.b64decode(out["Body"]) == "bell\u0007nul\u0000".encode()
+        assert "MessageAttributes" not in out
+        ET.fromstring(render("ReceiveMessage", {"Messages": [out]}, "request-id"))
+
+
+def test_a_body_xml_cannot_hold_is_delivered_in_base64_and_every_answer_parses(cluster):
+    import xml.etree.ElementTree as ET
+    from urllib.parse import urlencode
+
+    url, queue = leader_url(cluster), fresh("xml")
+    assert call("POST", f"{url}/v1/queues/{queue}/messages", {"body": "bell\u0007nul\u0000"}).status == 201
+    body = urlencode({"Action": "ReceiveMessage", "Version": "2012-11-05", "QueueUrl": f"{url}/{ACCOUNT}/{queue}",
+                      "AttributeName.1": "All", "MessageAttributeName.1": "All"}).encode()
+    form = {"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}
+    reply = call("POST", url + "/", raw=body, headers=signed(url + "/", body, form))
+    root = ET.fromstring(reply.raw)
+    (text,) = [e.text for e in root.iter() if e.tag.endswith("}Body")]
+    assert base64.b64decode(text) == "bell\u0007nul\u0000".encode()
+    # an echoed parameter name XML cannot hold
+    body = b"Action=ListQueues&Version=2012-11-05&Attribute.%07.Name=a"
+    reply = call("POST", url + "/", raw=body, headers=signed(url + "/", body, form))
+    assert reply.status == 400 and ET.fromstring(reply.raw) is not None
+
+
+def test_the_trace_header_is_xml_text_and_counts_toward_every_size_limit(cluster):
+    url = leader_url(cluster)
+    admin = sqs_client(url)
+    small = admin.create_queue(QueueName=fresh("trace"), Attributes={"MaximumMessageSize": "1024"})["QueueUrl"]
+    big = admin.create_queue(QueueName=fresh("trace-big"))["QueueUrl"]
+
+    def trace(value: str) -> dict:
+        return {"AWSTraceHeader": {"DataType": "String", "StringValue": value}}
+    with pytest.raises(ClientError) as refused:
+        admin.send_message(QueueUrl=big, MessageBody="x", MessageSystemAttributes=trace("Root=1\u0007"))
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    with pytest.raises(ClientError) as refused:
+        admin.send_message(QueueUrl=small, MessageBody="x", MessageSystemAttributes=trace("R" * 900_000))
+    assert refused.value.response["Error"]["Code"] == "InvalidParameterValue"
+    with pytest.raises(ClientError) as refused:
+        admin.send_message_batch(QueueUrl=big, Entries=[
+            {"Id": str(i), "MessageBody": "x", "MessageSystemAttributes": trace("R" * 380_000)} for i in range(10)])
+    assert refused.value.response["Error"]["Code"].endswith("BatchRequestTooLong")
+    for queue in (small, big):
+        assert admin.get_queue_attributes(QueueUrl=queue, AttributeNames=["ApproximateNumberOfMessages"])[
+            "Attributes"]["ApproximateNumberOfMessages"] == "0"
+    admin.send_message(QueueUrl=small, MessageBody="x", MessageSystemAttributes=trace("Root=1-5759e988-bd862e3fe"))

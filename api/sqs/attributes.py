@@ -22,6 +22,9 @@ import struct
 
 from .errors import SqsError, invalid
 
+# Only the SQS door writes these (the native API refuses them: api/messages.py): a native client
+# could otherwise forge a message's SenderId and MessageId, or attributes no receive could render.
+HEADER_PREFIX = "x-sqs-"
 HEADER_ID = "x-sqs-message-id"
 HEADER_ATTRIBUTES = "x-sqs-message-attributes"
 HEADER_SENDER = "x-sqs-sender-id"
@@ -245,8 +248,12 @@ MAX_MESSAGE_ATTRIBUTES = 10
 VALID_TEXT = re.compile("[\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]*")
 
 
+def is_xml_text(value: str) -> bool:
+    return VALID_TEXT.fullmatch(value) is not None
+
+
 def check_text(value: str, what: str) -> None:
-    if not VALID_TEXT.fullmatch(value):
+    if not is_xml_text(value):
         raise SqsError("InvalidMessageContents", f"Invalid characters found in {what}: only the characters of "
                                                  "XML 1.0 (#x9, #xA, #xD, #x20 to #xD7FF, #xE000 to #xFFFD, "
                                                  "#x10000 to #x10FFFF) are allowed")
@@ -293,6 +300,23 @@ def check_message_attributes(given) -> tuple[dict, int]:
             length = len(text.encode())
         size += len(name.encode()) + len(data_type.encode()) + length
     return stored, size
+
+
+def stored_attributes(headers: dict) -> dict:
+    """The message attributes a message's headers carry, as the SQS door stored them; none when
+    what is there is not that (a message an older release let a native client put with
+    x-sqs-message-attributes of its own)."""
+    raw = headers.get(HEADER_ATTRIBUTES)
+    if raw is None:
+        return {}
+    try:
+        stored = json.loads(raw)
+        if not isinstance(stored, dict):
+            return {}
+        checked, _ = check_message_attributes(stored)
+    except (ValueError, SqsError):
+        return {}
+    return checked
 
 
 NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", re.ASCII)

@@ -35,7 +35,10 @@ def _system_attributes(params: dict) -> tuple[dict, int]:
     if not isinstance(value, dict) or value.get("DataType") != "String" or not isinstance(
             value.get("StringValue"), str) or not value["StringValue"]:
         raise invalid("MessageSystemAttributes.AWSTraceHeader", value, "it must be a String")
-    return {"AWSTraceHeader": {"DataType": "String", "StringValue": value["StringValue"]}}, 0
+    trace = value["StringValue"]
+    attrs.check_text(trace, "message system attribute AWSTraceHeader")
+    # it is stored and delivered with the message: its bytes count toward the message's size
+    return {"AWSTraceHeader": {"DataType": "String", "StringValue": trace}}, len(trace.encode())
 
 
 FIFO_ID = re.compile(r"[\x21-\x7e]{1,128}", re.ASCII)
@@ -49,8 +52,8 @@ def _fifo_id(params: dict, name: str) -> str | None:
 
 
 def _message(ctx: Context, params: dict, info: dict) -> tuple[dict, dict, int]:
-    """(the raftq message, the SQS reply's fields, its size as SQS counts it: body
-    and attributes) for one SendMessage or batch entry."""
+    """(the raftq message, the SQS reply's fields, its size: body, attributes and
+    AWSTraceHeader) for one SendMessage or batch entry."""
     body = params.get("MessageBody")
     if body is None or body == "":
         raise missing("MessageBody")
@@ -68,11 +71,12 @@ def _message(ctx: Context, params: dict, info: dict) -> tuple[dict, dict, int]:
         raise invalid("DelaySeconds", params["DelaySeconds"], "the request includes a parameter that is not valid "
                                                               "for this queue type (FIFO: set the queue's DelaySeconds)")
     message_attributes, size = attrs.check_message_attributes(params.get("MessageAttributes"))
-    system, _ = _system_attributes(params)
-    size += len(body.encode())
+    system, system_size = _system_attributes(params)
+    size += len(body.encode()) + system_size
     limit = min(attrs.kept_number(info["config"], "MaximumMessageSize"), ctx.app[SETTINGS].max_message_bytes)
     if size > limit:
-        raise invalid("MessageBody", "...", f"Message must be shorter than {limit} bytes (body and attributes)")
+        raise invalid("MessageBody", "...", f"Message must be shorter than {limit} bytes (body, attributes and "
+                                            "AWSTraceHeader)")
     delay = integer(params, "DelaySeconds", 0, 900, attrs.kept_number(info["config"], "DelaySeconds"))
     message = {"body": body}
     if fifo:
@@ -147,6 +151,22 @@ def _entries(params: dict) -> list:
     return entries
 
 
+def _entry_bytes(entry: dict) -> int:
+    """What a batch entry that was refused on its own weighs toward the batch's cap: the strings
+    of its body, attributes and system attributes, whatever their shape."""
+    total, left = 0, [entry.get(field) for field in ("MessageBody", "MessageAttributes", "MessageSystemAttributes")]
+    while left:      # a loop, not recursion: the JSON may nest as deep as orjson takes
+        value = left.pop()
+        if isinstance(value, str):
+            total += len(value.encode())
+        elif isinstance(value, dict):
+            left.extend(value)
+            left.extend(value.values())
+        elif isinstance(value, list):
+            left.extend(value)
+    return total
+
+
 def _failed(entry_id: str, error: SqsError) -> dict:
     return {"Id": entry_id, "SenderFault": error.sender_fault, "Code": error.code, "Message": error.message}
 
@@ -161,14 +181,15 @@ async def send_message_batch(ctx: Context, params: dict) -> dict:
             message, reply, size = _message(ctx, entry, info)
         except SqsError as exc:
             failed.append(_failed(entry["Id"], exc))
-            total += len(str(entry.get("MessageBody", "")).encode())
+            total += _entry_bytes(entry)
             continue
         total += size
         messages.append(message)
         replies.append({"Id": entry["Id"], **reply})
     if total > MAX_BATCH_BYTES:
         raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {MAX_BATCH_BYTES} bytes "
-                                              f"(bodies and attributes). You have sent {total} bytes.")
+                                              f"(bodies, attributes and AWSTraceHeaders). You have sent {total} "
+                                              "bytes.")
     if messages:
         stored = (await write(ctx, _put(name, messages)))["messages"]
         if attrs.is_fifo(info["config"]):
@@ -177,22 +198,27 @@ async def send_message_batch(ctx: Context, params: dict) -> dict:
     return {"Successful": replies, "Failed": failed}
 
 
-def _body_text(body) -> str:
-    """A stored body as SQS text: raftq's native puts may hold bytes or JSON data."""
-    if isinstance(body, str):
-        return body
+def body_text(body) -> str:
+    """A stored body as SQS text: raftq's native puts may hold bytes or JSON data, and text that is
+    not XML 1.0's (a NUL, a bell; the SQS door refuses such a body, the native API takes it).
+    Bytes are their UTF-8 text; JSON data its JSON text; and what is not XML text after that, its
+    UTF-8 in base64, on either protocol alike."""
     if isinstance(body, bytes):
         try:
-            return body.decode()
+            text = body.decode()
         except UnicodeDecodeError:
             return base64.b64encode(body).decode()
-    return orjson.dumps(body).decode()
+    else:
+        text = body if isinstance(body, str) else orjson.dumps(body).decode()
+    return text if attrs.is_xml_text(text) else base64.b64encode(text.encode()).decode()
 
 
-def _rendered(ctx: Context, name: str, message: dict, wanted_system: set, wanted_attributes: list,
-              received_at: str) -> dict:
+def rendered(name: str, message: dict, wanted_system: set, wanted_attributes: list, received_at: str) -> dict:
+    """One received message as ReceiveMessage answers it. Whatever its headers hold (a message
+    stored by an older release, whose native API let a client set x-sqs-* headers), this raises
+    nothing: the receive has leased it already."""
     headers = message["headers"] or {}
-    body = _body_text(message["body"])
+    body = body_text(message["body"])
     message_id = headers.get(attrs.HEADER_ID) or str(uuid.uuid5(uuid.NAMESPACE_URL, f"raftq:{name}:{message['seq']}"))
     out = {"MessageId": message_id, "ReceiptHandle": message["receipt"], "MD5OfBody": attrs.md5_of_text(body),
            "Body": body}
@@ -213,8 +239,7 @@ def _rendered(ctx: Context, name: str, message: dict, wanted_system: set, wanted
     chosen = {k: v for k, v in system.items() if "All" in wanted_system or k in wanted_system}
     if chosen:
         out["Attributes"] = chosen
-    stored = orjson.loads(headers[attrs.HEADER_ATTRIBUTES]) if attrs.HEADER_ATTRIBUTES in headers else {}
-    selected = attrs.select_attributes(stored, wanted_attributes)
+    selected = attrs.select_attributes(attrs.stored_attributes(headers), wanted_attributes)
     if selected:
         out["MD5OfMessageAttributes"] = attrs.md5_of_attributes(selected)
         out["MessageAttributes"] = selected
@@ -246,7 +271,7 @@ async def receive_message(ctx: Context, params: dict) -> dict:
     received_at = str(int(time.time() * 1000))
     if not result["messages"]:
         return {}     # AWS leaves out an empty list
-    return {"Messages": [_rendered(ctx, name, m, wanted_system, wanted_attributes, received_at)
+    return {"Messages": [rendered(name, m, wanted_system, wanted_attributes, received_at)
                          for m in result["messages"]]}
 
 

@@ -6,7 +6,8 @@ entries into ``Entries``), so the actions serve both protocols; results are
 rendered with the query protocol's flattened element names.
 """
 
-from xml.sax.saxutils import escape
+import re
+from xml.sax.saxutils import escape as escape_markup
 
 from .errors import SqsError
 
@@ -87,6 +88,18 @@ def _members(tree: dict) -> dict:
 
 
 # ---- rendering ----------------------------------------------------------------------------------
+
+# What XML 1.0 does not allow in a document at all, not even as a character reference. What a
+# client sends the SQS door is refused there (attributes.check_text); what reaches an answer
+# otherwise (a body or a header that the native API stored, an echoed parameter name) is
+# replaced by U+FFFD here, so that every answer parses. Bodies are base64'd before
+# (message_actions.body_text), so their MD5 holds.
+NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def escape(text: str) -> str:
+    return escape_markup(NOT_XML.sub("\ufffd", text))
+
 
 def _entry_names(action: str) -> dict:
     return {"Successful": f"{action}ResultEntry", "Failed": "BatchResultErrorEntry",
