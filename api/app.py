@@ -20,7 +20,7 @@ from raftq.engine.link.receipts import Receipts
 from raftq.engine.placement import Placement
 from raftq.engine.storage.put_buffer import PutBuffer
 
-from . import buffering, caps, events, openapi
+from . import buffering, caps, events, forwarding, openapi
 from .codec import respond
 from .errors import ApiError, LeadLost, Rerouted
 from .groups import Groups
@@ -194,14 +194,17 @@ def make_app(engines: dict, placement: Placement, settings: Settings, buffer_dir
 
     async def background(app: web.Application):
         # Node-to-node HTTP (forwarding, peer health, verify) trusts the CA
-        # the operator gave, so a private CA works without touching the system store.
+        # the operator gave, so a private CA works without touching the system store. A node's own
+        # calls have their pool; clients' calls it forwards have theirs (api/forwarding.py).
         ssl_context = ssl.create_default_context(cafile=settings.tls_ca) if settings.tls_ca else None
         app[HTTP] = ClientSession(connector=TCPConnector(ssl=ssl_context) if ssl_context else None)
+        forwarding.sessions(app, ssl_context)
         replay = asyncio.create_task(buffering.replay(app))
         app[MODE].start()
         yield
         app[MODE].stop()
         replay.cancel()
+        await forwarding.close(app)
         await app[HTTP].close()
         app[buffering.BUFFER].close()
     app.cleanup_ctx.append(background)

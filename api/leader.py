@@ -27,6 +27,7 @@ from . import caps
 from .codec import read_raw, respond
 from .commands import apply, consistency, read_here, settled_read
 from .errors import ApiError, LeadLost, from_result, no_quorum
+from .forwarding import forward
 from .groups import one_group
 from .keys import ENGINES, GROUP, GROUPS, HTTP, NODE, SETTINGS  # noqa: F401  (the handlers import them from here)
 
@@ -101,10 +102,12 @@ class Elsewhere(Exception):
 
 
 async def route_to_leader(request: web.Request, queues: list[str] | None = None, *, group: int | None = None,
-                          creating: bool = False, leader: bool = True) -> web.StreamResponse | None:
+                          creating: bool = False, leader: bool = True,
+                          waits: bool = False) -> web.StreamResponse | None:
     """None when this node serves the request, ``request[GROUP]`` being `group`, or else the
     group of `queues` (by default the path's queue; none: group 0); else the response that sends
-    the caller on (307, or the forwarded answer). `creating` and `leader`: as ``serving_group``'s."""
+    the caller on (307, or the forwarded answer). `creating` and `leader`: as ``serving_group``'s;
+    `waits`: a request that may wait for a message (forwarded apart: api/forwarding.py)."""
     try:
         if group is None:
             group = await serving_group(request.app, _path_queues(request) if queues is None else queues,
@@ -116,7 +119,7 @@ async def route_to_leader(request: web.Request, queues: list[str] | None = None,
     except Elsewhere as there:
         url = f"{request.scheme}://{there.address}{request.path_qs}"
         if request.headers.get("X-Raftq-Forward") == "1":
-            return await _forward(request, url)
+            return await _forward(request, url, waits)
         headers = {"Location": url, "X-Raftq-Leader": there.node_id}
         if there.group is not None:   # a client that keeps the routing learns where the queue is now
             headers["X-Raftq-Group"] = str(there.group)
@@ -222,16 +225,11 @@ async def _check_leads(node, group: int | None = None) -> None:
     raise Elsewhere(leader, address, group)
 
 
-async def _forward(request: web.Request, url: str) -> web.Response:
+async def _forward(request: web.Request, url: str, waits: bool) -> web.Response:
     headers = {h: request.headers[h] for h in FORWARD_HEADERS if h in request.headers}
     try:
-        async with request.app[HTTP].request(
-                request.method, url, data=await read_raw(request), headers=headers,
-                allow_redirects=False, timeout=ClientTimeout(total=35)) as upstream:
-            body = await upstream.read()
-            passed = {h: upstream.headers[h] for h in PASSED_HEADERS if h in upstream.headers}
-            return web.Response(body=body, status=upstream.status, headers=passed,
-                                content_type=upstream.content_type)
+        return await forward(request, url, body=await read_raw(request), headers=headers, waits=waits,
+                             relayed=PASSED_HEADERS, timeout=ClientTimeout(total=35))
     except (ClientError, asyncio.TimeoutError) as exc:
         raise no_quorum(f"the leader did not answer the forwarded request: {exc}") from None
 

@@ -10,6 +10,7 @@ from raftq.statemachine.validation import MAX_RECEIVE, MAX_WAIT_MS, check_messag
 from .buffering import buffer_put, with_ids
 from .codec import message_from_wire, read_body, read_optional_body, respond
 from .errors import ApiError, from_result
+from .forwarding import client_of
 from .commands import receive_waiting, validate, write
 from .keys import GROUP, GROUPS, NODE, SETTINGS
 from .leader import read, route_to_leader
@@ -132,11 +133,11 @@ async def receive(request: web.Request) -> web.Response:
     lease_ms = _int_field(body, "lease_ms", None, 1, 1 << 40, nullable=True)
     command = {"op": "receive", "queue": name, "group": group, "max": count, "lease_ms": lease_ms}
     validate(command)
-    elsewhere = await route_to_leader(request)
+    elsewhere = await route_to_leader(request, waits=wait_ms > 0)
     if elsewhere is not None:
         return elsewhere
     result = (await receive_waiting(request.app, request[GROUP], command, wait_ms / 1000,
-                                    client=request.remote)).result
+                                    client=client_of(request))).result
     if "error" in result:
         raise from_result(result)
     return respond(request, result)

@@ -21,9 +21,13 @@ from tests.wire import call
 pytestmark = pytest.mark.timeout(300)
 
 
+LONG_POLL_CAP = 3
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    cluster = start_sqs_cluster(tmp_path_factory.mktemp("sqs-security"))
+    cluster = start_sqs_cluster(tmp_path_factory.mktemp("sqs-security"),
+                                node_args=("--max-long-polls-per-client", str(LONG_POLL_CAP)))
     yield cluster
     cluster.close()
 
@@ -313,3 +317,84 @@ def test_the_trace_header_is_xml_text_and_counts_toward_every_size_limit(cluster
         assert admin.get_queue_attributes(QueueUrl=queue, AttributeNames=["ApproximateNumberOfMessages"])[
             "Attributes"]["ApproximateNumberOfMessages"] == "0"
     admin.send_message(QueueUrl=small, MessageBody="x", MessageSystemAttributes=trace("Root=1-5759e988-bd862e3fe"))
+
+
+# ---- forwarding no client can starve ---------------------------------------------------------------
+
+def waiting_on(url: str) -> int:
+    """The node's receives waiting for a message (its metrics)."""
+    text = call("GET", f"{url}/metrics").raw.decode()
+    return sum(int(float(line.split()[-1])) for line in text.splitlines()
+               if line.startswith("raftq_long_polls_waiting"))
+
+
+async def open_call(address: str, url: str, raw: bytes, headers: dict):
+    """A call from `address` (a loopback address of its own: a client of its own to the node) to
+    `url`, sent now and answered later: (reader, writer)."""
+    import asyncio
+    parts = urlsplit(url)
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port, local_addr=(address, 0))
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items() if k.lower() not in ("host", "content-length"))
+    writer.write(f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {parts.netloc}\r\n{head}"
+                 f"Content-Length: {len(raw)}\r\nConnection: close\r\n\r\n".encode() + raw)
+    await writer.drain()
+    return reader, writer
+
+
+def test_long_polls_through_a_follower_starve_no_other_call_and_count_by_their_client(cluster):
+    import asyncio
+
+    from tests.waiting import wait_until
+
+    leader = cluster.wait_for_leader(30)
+    leader_url_, follower_url = cluster.url(leader), cluster.url(next(n for n in cluster.ids if n != leader))
+    admin = sqs_client(leader_url_)
+    polled = admin.create_queue(QueueName=fresh("polled"))["QueueUrl"]
+    other = admin.create_queue(QueueName=fresh("busy"))["QueueUrl"]
+    native = fresh("polled-native")
+    assert call("PUT", f"{leader_url_}/v1/queues/{native}", {}).status in (200, 201)
+
+    def receive(address: str):
+        raw = json.dumps({"QueueUrl": polled, "WaitTimeSeconds": 20}).encode()
+        return open_call(address, follower_url + "/", raw, signed(follower_url + "/", raw,
+                                                                   json_headers("ReceiveMessage"), DATA))
+
+    def native_receive(address: str):
+        raw = json.dumps({"wait_ms": 20_000}).encode()
+        return open_call(address, f"{follower_url}/v1/queues/{native}/receive", raw, {
+            "Authorization": f"Bearer {cluster.token}", "Content-Type": "application/json", "X-Raftq-Forward": "1"})
+
+    async def scenario():
+        # more clients than aiohttp's one pool of 100 held connections, each with one long poll, and
+        # one client with as many as it may have waiting (the nodes' --max-long-polls-per-client)
+        polls = [await receive(f"127.0.0.{10 + i}") for i in range(110)]
+        polls += [await native_receive(f"127.0.1.{10 + i}") for i in range(5)]
+        polls += [await receive("127.0.2.1") for _ in range(LONG_POLL_CAP)]
+        await asyncio.to_thread(wait_until, lambda: waiting_on(leader_url_) >= len(polls), 60,
+                                "every long poll to wait on the leader")
+        # its next one is refused at once, by the follower (the leader would count it as its)
+        reader, writer = await receive("127.0.2.1")
+        status = (await asyncio.wait_for(reader.readline(), 10)).decode()
+        writer.close()
+        # the others' calls through the same follower go on meanwhile
+        sent = await asyncio.to_thread(sqs_client(follower_url, DATA).send_message, QueueUrl=other, MessageBody="hi")
+        put = await asyncio.to_thread(call, "POST", f"{follower_url}/v1/queues/{fresh('busy-native')}/messages",
+                                      {"body": "hi"}, headers={"X-Raftq-Forward": "1"})
+        still_waiting = waiting_on(leader_url_)
+        # every long poll ends with a message each (a put of n wakes n of them)
+        admin_native = {"messages": [{"body": i} for i in range(5)]}
+        call("POST", f"{leader_url_}/v1/queues/{native}/messages", admin_native)
+        for start in range(0, 110 + LONG_POLL_CAP, 10):
+            admin.send_message_batch(QueueUrl=polled, Entries=[{"Id": str(i), "MessageBody": "wake"}
+                                                               for i in range(min(10, 110 + LONG_POLL_CAP - start))])
+        answers = []
+        for reader, writer in polls:
+            answers.append((await asyncio.wait_for(reader.read(), 30)).split(b"\r\n", 1)[0])
+            writer.close()
+        return status, sent, put, still_waiting, answers
+
+    status, sent, put, still_waiting, answers = asyncio.run(scenario())
+    assert " 403 " in status or " 429 " in status, status
+    assert sent["MessageId"] and put.status == 201, put
+    assert still_waiting >= 110 + 5 + LONG_POLL_CAP
+    assert all(answer.startswith(b"HTTP/1.1 200") for answer in answers), answers

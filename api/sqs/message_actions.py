@@ -10,6 +10,7 @@ import orjson
 
 from .. import commands
 from ..errors import ApiError
+from ..forwarding import client_of
 from ..keys import GROUP, SETTINGS
 from ..receipts import Opened, well_formed
 from . import attributes as attrs
@@ -262,7 +263,7 @@ async def receive_message(ctx: Context, params: dict) -> dict:
                "lease_ms": None if visibility is None else max(1, visibility * 1000)}
     try:
         committed = await commands.receive_waiting(ctx.app, ctx.request[GROUP], command, wait,
-                                                 client=ctx.request.remote)
+                                                 client=client_of(ctx.request))
     except ApiError as exc:
         raise from_native(exc) from None
     result = committed.result

@@ -16,11 +16,13 @@ import time
 from aiohttp import ClientError, ClientTimeout, web
 from multidict import CIMultiDict
 
+from .. import forwarding
 from ..errors import ApiError
-from ..keys import GROUP, GROUPS, HTTP, SETTINGS
+from ..keys import GROUP, GROUPS, SETTINGS
 from ..leader import Elsewhere, node_authorization, serving_group
 from . import sigv4
 from .actions import ACTIONS, Context, Target
+from .context import from_native
 from .errors import SqsError
 from .protocol import new_request_id, parse, render, render_error, speaks_json
 
@@ -35,6 +37,8 @@ NOT_FORWARDED = frozenset({"connection", "keep-alive", "transfer-encoding", "con
 RELAYED = ("x-amzn-RequestId", "x-amzn-query-error", "Retry-After")
 # A long poll (20 s) and the leader's write timeout, with room to spare
 FORWARD_TIMEOUT_S = 45
+# the calls that may wait for a message: forwarded on connections of their own (api/forwarding.py)
+WAITING_ACTIONS = frozenset({"ReceiveMessage"})
 
 
 def _refuse_too_large(request: web.Request) -> None:
@@ -68,9 +72,10 @@ def signed_hosts(app: web.Application) -> frozenset:
         | app[SETTINGS].sqs.hosts
 
 
-async def _to_group(request: web.Request, body: bytes, target: Target) -> web.Response | None:
+async def _to_group(request: web.Request, body: bytes, target: Target, waits: bool) -> web.Response | None:
     """None when this node's engine of the group of `target`'s queues leads (``request[GROUP]``
-    is that group); else that leader's answer to the same signed request."""
+    is that group); else that leader's answer to the same signed request (`waits`: a call that
+    may wait for a message, forwarded apart from the others)."""
     if "X-Raftq-Forward" in request.headers:
         # the native API's forwarding would change the Host the call was signed for
         raise SqsError("InvalidParameterValue", "X-Raftq-Forward belongs to the native API: every node forwards "
@@ -87,7 +92,8 @@ async def _to_group(request: web.Request, body: bytes, target: Target) -> web.Re
         forwards = int(forwards) if forwards.isascii() and forwards.isdigit() else MAX_FORWARDS
         if forwards >= MAX_FORWARDS:
             raise SqsError("ServiceUnavailable", "leadership moved while the call was forwarded; retry") from None
-        return await _forward(request, body, f"{request.scheme}://{there.address}{request.path_qs}", forwards + 1)
+        return await _forward(request, body, f"{request.scheme}://{there.address}{request.path_qs}", forwards + 1,
+                              waits)
     except ApiError as exc:
         if exc.code == "not_found":
             raise SqsError(*target.unknown) from None
@@ -103,18 +109,15 @@ async def _to_group(request: web.Request, body: bytes, target: Target) -> web.Re
     return None
 
 
-async def _forward(request: web.Request, body: bytes, url: str, forwards: int) -> web.Response:
+async def _forward(request: web.Request, body: bytes, url: str, forwards: int, waits: bool) -> web.Response:
     # Every header as the client sent it, Host included: the leader checks the same signature.
     headers = CIMultiDict((k, v) for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED)
     headers[FORWARDED] = str(forwards)
     try:
-        async with request.app[HTTP].request(request.method, url, data=body, headers=headers,
-                                             allow_redirects=False, skip_auto_headers=("User-Agent",),
-                                             timeout=ClientTimeout(total=FORWARD_TIMEOUT_S)) as upstream:
-            answer = await upstream.read()
-            return web.Response(body=answer, status=upstream.status,
-                                headers={h: upstream.headers[h] for h in RELAYED if h in upstream.headers},
-                                content_type=upstream.content_type)
+        return await forwarding.forward(request, url, body=body, headers=headers, waits=waits, relayed=RELAYED,
+                                        timeout=ClientTimeout(total=FORWARD_TIMEOUT_S))
+    except ApiError as exc:
+        raise from_native(exc) from None
     except (ClientError, asyncio.TimeoutError) as exc:
         raise SqsError("ServiceUnavailable", f"the leader did not answer the forwarded call: {exc!r}; "
                                              "retry") from None
@@ -146,7 +149,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
                                            f"{signer.key.access_key} has role {signer.key.role}")
         ctx = Context(request, signer)
         if action.target is not None:
-            forwarded = await _to_group(request, body, action.target(ctx, call.params))
+            forwarded = await _to_group(request, body, action.target(ctx, call.params),
+                                        waits=call.action in WAITING_ACTIONS)
             if forwarded is not None:
                 return forwarded
         result = await action.handler(ctx, call.params)
