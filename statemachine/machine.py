@@ -50,7 +50,8 @@ entry, so that applying one entry stays far below the election timeout.
 Raft groups (issue 24): a cluster runs ``group_count`` groups, each with its
 own machine, which knows its ``group_id``.  Group 0's machine also holds the
 catalog, queue name -> group (``catalog.py``: ``assign``, and the reads
-``catalog_lookup``, ``list_catalog`` and ``catalog_usage``) and each other group's members
+``catalog_lookup``, ``list_catalog`` and ``catalog_usage``), the SQS API's keys
+(``credentials.py``: ``sqs_key_add``, ``sqs_key_remove``, the read ``sqs_keys``) and each other group's members
 (``record_members``, ``replica_move``, ``replica_moved``, ``node_leaving``; the read
 ``group_members``).  With more than one group, every command
 whose op may create a queue (the ``creates_queues`` column of ``OPS``; a
@@ -69,6 +70,7 @@ import cbor2
 
 from .bodies import CARRIES_BODIES, BodyFinder
 from .catalog import Catalog, Members
+from .credentials import Credentials
 from .columns import encode_column
 from .due import DueIndex
 from .queue import Queue
@@ -81,7 +83,9 @@ from . import validation as v
 from .validation import full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 14
+SNAPSHOT_VERSION = 15
+# Version 14 is version 15 without the SQS keys group 0 keeps (credentials.py): it restores
+# with none.
 # Version 13 is version 14 without the catalog's last release of each group
 # taken in turn (catalog.py): written before any was, it restores with none.
 # Version 12 is version 13 without each group's names leaving the catalog
@@ -102,7 +106,7 @@ SNAPSHOT_VERSION = 14
 # each message's first delivery and without ordering keys,
 # version 5 also without staged writes, version 4 also without redrive:
 # a node upgraded in place restores any of them.
-READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)
+READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 # Making a queue costs more than a put into one (its default group holds
 # three sorted containers): 10 000 in one entry held the apply past the
 # election timeout (issue 21). 500 cost about as much as the widest put of
@@ -127,6 +131,7 @@ class StateMachine:
         self.group_count = group_count
         self.catalog = Catalog(group_count)   # only group 0's is ever filled
         self.recorded_members = Members(group_count)   # group 0's alone, like the catalog
+        self.credentials = Credentials()      # group 0's alone, like the catalog
         self.release = NameRelease(group_id)  # the names of queues deleted here leaving the catalog
         self.clock = 0
         self.incarnations = 0                 # queues ever created: names each one's receipts
@@ -578,6 +583,16 @@ class StateMachine:
         held = self._names_held()
         return {"names": [name for name in names if name not in held]}
 
+    # ---- credentials (credentials.py), group 0's alone ----------------------------------------
+    def _sqs_key_add(self, cmd):
+        return self._in_catalog() or self.credentials.add_sqs_key(cmd["access_key"], cmd["role"], cmd["sealed"])
+
+    def _sqs_key_remove(self, cmd):
+        return self._in_catalog() or self.credentials.remove_sqs_key(cmd["access_key"])
+
+    def sqs_keys(self) -> dict:
+        return self.credentials.list_sqs_keys()
+
     def _in_catalog(self) -> dict | None:
         if self.group_id != 0:
             return error(WRONG_GROUP, f"the catalog lives in group 0, not {self.group_id}", group=self.group_id)
@@ -702,6 +717,7 @@ class StateMachine:
             "catalog_releases": self.catalog.releases,
             "catalog_last_release": self.catalog.last_release_state(),
             "group_members": self.recorded_members.to_state(),
+            "credentials": self.credentials.to_state(),
             "name_release": self.release.to_state(),
             "clock": self.clock,
             "incarnations": self.incarnations,
@@ -720,6 +736,7 @@ class StateMachine:
         self.catalog.releases = state.get("catalog_releases", 0)
         self.catalog.restore_last_release(state.get("catalog_last_release", []))
         self.recorded_members = Members.from_state(self.group_count, state.get("group_members"))
+        self.credentials = Credentials.from_state(state.get("credentials"))
         self.release = NameRelease.from_state(self.group_id, state.get("name_release"))
         self.clock = state["clock"]
         self.incarnations = state["incarnations"]
@@ -792,6 +809,9 @@ OPS: dict[str, Op] = {
     "replica_moved": Op(StateMachine._replica_moved, v.check_replica_moved),
     "node_leaving": Op(StateMachine._node_leaving, v.check_node_leaving),
     "release_names": Op(StateMachine._release_names, v.check_release_names),
+    # credentials (group 0)
+    "sqs_key_add": Op(StateMachine._sqs_key_add, v.check_sqs_key_add),
+    "sqs_key_remove": Op(StateMachine._sqs_key_remove, v.check_sqs_key_remove),
     # names leaving the catalog, in every group
     "retire_names": Op(StateMachine._retire_names, v.check_names),
     "names_released": Op(StateMachine._names_released, v.check_names_released),
@@ -821,6 +841,7 @@ OPS: dict[str, Op] = {
     "names_retiring": _read(StateMachine.names_retiring),
     "names_absent": _read(StateMachine.names_absent),
     "catalog_names_in": _read(StateMachine.catalog_names_in),
+    "sqs_keys": _read(StateMachine.sqs_keys),
 }
 
 

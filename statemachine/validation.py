@@ -487,6 +487,36 @@ def check_replica_move(cmd):
     return None
 
 
+# What the SQS API takes as an access key id (engine/config.py's rule for cluster.toml alike),
+# and the roles a key acts as
+SQS_ACCESS_KEY_CHARS = (16, 128)
+SQS_ROLES = ("admin", "data")
+MAX_SEALED_SECRET_BYTES = 512
+
+
+def check_sqs_key_remove(cmd):
+    """sqs_key_remove: an access key id of 16 to 128 letters and digits."""
+    access_key = cmd.get("access_key")
+    low, high = SQS_ACCESS_KEY_CHARS
+    if not isinstance(access_key, str) or not low <= len(access_key) <= high or not access_key.isascii() \
+            or not access_key.isalnum():
+        return error(BAD_REQUEST, f"access_key must be {low} to {high} letters and digits")
+    return None
+
+
+def check_sqs_key_add(cmd):
+    """sqs_key_add: an access key id, its role, and its secret as the front sealed it."""
+    problem = check_sqs_key_remove(cmd)
+    if problem:
+        return problem
+    if cmd.get("role") not in SQS_ROLES:
+        return error(BAD_REQUEST, "role must be admin or data")
+    sealed = cmd.get("sealed")
+    if not isinstance(sealed, bytes) or not 0 < len(sealed) <= MAX_SEALED_SECRET_BYTES:
+        return error(BAD_REQUEST, f"sealed must be 1 to {MAX_SEALED_SECRET_BYTES} bytes")
+    return None
+
+
 def check_node_leaving(cmd):
     """node_leaving: the id of the node whose replicas move away before it leaves."""
     return check_name(cmd.get("id"), "node id")
