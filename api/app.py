@@ -30,6 +30,7 @@ from .metrics import Metrics
 from .receipt_mode import MODE, ReceiptMode
 from .receipts import RECEIPTS
 from .routes import ACCEPTED, DATA, ROUTES, SIGV4
+from .sqs.credentials import KEYS as SQS_KEYS, SqsKeys
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +190,7 @@ def make_app(engines: dict, placement: Placement, settings: Settings, buffer_dir
 
     app[RECEIPTS] = Receipts(settings.keys.receipts)
     app[MODE] = ReceiptMode(app)
+    app[SQS_KEYS] = SqsKeys(app)
     app[buffering.BUFFER] = buffer
     app[buffering.BUFFERED] = asyncio.Event()
 
@@ -201,7 +203,9 @@ def make_app(engines: dict, placement: Placement, settings: Settings, buffer_dir
         forwarding.sessions(app, ssl_context)
         replay = asyncio.create_task(buffering.replay(app))
         app[MODE].start()
+        app[SQS_KEYS].start()
         yield
+        app[SQS_KEYS].stop()
         app[MODE].stop()
         replay.cancel()
         await forwarding.close(app)

@@ -15,8 +15,7 @@ from .errors import ApiError, no_quorum
 from .gather import group_param, per_group
 from .keys import GROUPS, HTTP, NODE, SETTINGS
 from .leader import route_to_leader
-from .receipt_mode import FEATURE as RECEIPTS_FEATURE
-from .releaser import FEATURES
+from .features import FEATURES
 from .routing import checked_name
 from .routing import leader_only
 
@@ -27,10 +26,9 @@ LEADERSHIP_TRANSFER_S = 3.0
 
 
 async def live(request: web.Request) -> web.Response:
-    # features: what this release adds to the state machine, which a step of the cluster's may
-    # use only once every node has it (api/releaser.py), and the receipts it takes (api/receipt_mode.py)
-    return respond(request, {"status": "live", "id": request.app[NODE].id,
-                             "features": [*FEATURES, RECEIPTS_FEATURE]})
+    # features: what this release adds that the cluster may use only once every node has it
+    # (api/features.py)
+    return respond(request, {"status": "live", "id": request.app[NODE].id, "features": list(FEATURES)})
 
 
 async def readiness(node) -> tuple[bool, dict]:

@@ -8,7 +8,8 @@ from .openapi_schemas import ERROR, NAME, SQS_ERROR
 REASONS = {101: "Switching protocols", 200: "OK", 201: "Created", 202: "Accepted (buffered)",
            204: "No content", 302: "Found"}
 PATH_PARAMS = {"account": {"type": "string", "pattern": "^[0-9]{12}$"}, "queue": NAME, "group": NAME, "node": NAME, "producer": {"type": "string", "minLength": 1}, "name": {"type": "string", "minLength": 1},
-               "token": {"type": "string", "minLength": 1, "maxLength": 64}}
+               "token": {"type": "string", "minLength": 1, "maxLength": 64},
+               "access_key": {"type": "string", "pattern": "^[A-Za-z0-9]{16,128}$"}}
 CODES_BY_STATUS: dict[int, list[str]] = {}
 for _code, _status in STATUS.items():
     CODES_BY_STATUS.setdefault(_status, []).append(_code)

@@ -105,6 +105,8 @@ RETIRING = {
     "additionalProperties": False,
 }
 LEADER = {"type": "object", "properties": {"to": NAME}, "additionalProperties": False}
+SQS_KEY = {"type": "object", "properties": {"role": {"type": "string", "enum": ["admin", "data"]}},
+           "required": ["role"], "additionalProperties": False}
 REDRIVE = {"type": "object", "properties": {"from_queue": NAME,
                                             "max": {"type": "integer", "minimum": 1, "maximum": MAX_BATCH},
                                             "id": {"type": "string", "minLength": 1, "maxLength": 1024}},

@@ -17,18 +17,18 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiohttp import ClientError, ClientTimeout, web
+from aiohttp import ClientError, web
 
 from raftq.engine.background import Background
 from raftq.engine.outcome import CommitError
 
-from .keys import GROUPS, HTTP, SETTINGS
+from .features import features_of
+from .keys import GROUPS
 
 log = logging.getLogger(__name__)
 
-FEATURE = "sealed_receipts"
+FEATURE = "sealed_receipts"     # api/features.py
 ASK_EVERY_S = 2.0
-PEER_TIMEOUT = ClientTimeout(total=2)
 MODE = web.AppKey("receipt_mode", object)
 
 
@@ -52,7 +52,7 @@ class ReceiptMode(Background):
         others = frozenset(v["http_addr"] for v in voters if v["id"] != catalog.id and v["http_addr"])
         if self._all_sealed is not None and others <= self._all_sealed:
             return
-        answers = await asyncio.gather(*(self._features(address) for address in others))
+        answers = await asyncio.gather(*(features_of(self._app, address) for address in others))
         older = sorted(address for address, features in zip(others, answers)
                        if features is not None and FEATURE not in features)
         answered = 1 + sum(features is not None for features in answers)
@@ -67,12 +67,3 @@ class ReceiptMode(Background):
                             "from now on")
             self.mixed = False
             self._all_sealed = others
-
-    async def _features(self, address: str) -> list | None:
-        url = f"{self._app[SETTINGS].scheme}://{address}/health/live"
-        try:
-            async with self._app[HTTP].get(url, timeout=PEER_TIMEOUT) as reply:
-                features = (await reply.json()).get("features", [])
-                return features if isinstance(features, list) else []
-        except (ClientError, asyncio.TimeoutError, ValueError):
-            return None

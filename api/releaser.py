@@ -35,26 +35,24 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiohttp import ClientError, ClientTimeout, web
+from aiohttp import ClientError, web
 
 from raftq.engine.background import Background
 from raftq.engine.outcome import CommitError
 
 from .errors import ApiError
+from .features import features_of
 from .group_calls import NotYet, call_group_leader
-from .keys import GROUPS, HTTP, SETTINGS
+from .keys import GROUPS
 
 log = logging.getLogger(__name__)
 
-# what this release adds to the state machine, which a step of the cluster's may use only once
-# every node has it: "name_release", the three steps; "release_in_turn", group 0 taking each
+# api/features.py: "name_release", the three steps; "release_in_turn", group 0 taking each
 # group's releases in turn. This releaser needs the second.
-FEATURES = ("name_release", "release_in_turn")
 FEATURE_NEEDED = "release_in_turn"
 STEP_S = 1.0
 SWEEP_S = 10.0
 NAMES_PER_STEP = 1000
-PEER_TIMEOUT = ClientTimeout(total=2)
 
 
 class NameReleaser(Background):
@@ -145,12 +143,7 @@ class NameReleaser(Background):
         return True
 
     async def _runs_it(self, address: str) -> bool:
-        url = f"{self._app[SETTINGS].scheme}://{address}/health/live"
-        try:
-            async with self._app[HTTP].get(url, timeout=PEER_TIMEOUT) as reply:
-                return FEATURE_NEEDED in (await reply.json()).get("features", [])
-        except (ClientError, asyncio.TimeoutError, ValueError):
-            return False
+        return FEATURE_NEEDED in (await features_of(self._app, address) or ())
 
 
 async def _applied(engine, command: dict) -> dict:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import catalog_release, cluster, console, events, messages, openapi_schemas as schemas, queues, staging, stream
-from .sqs import service as sqs
+from .sqs import credentials as sqs_credentials, service as sqs
 
 OPEN, DATA, METRICS, ADMIN = None, "data", "metrics", "admin"
 # Signed with AWS Signature Version 4 by a key of [sqs] in cluster.toml, whose
@@ -140,6 +140,13 @@ ROUTES = (
           ok=(200, 201), errors=(404, 409, 429), body=schemas.ANY_OBJECT, body_required=True, leader=True),
     Route("POST", P + "/abort", staging.abort, DATA, "Drop staged messages", errors=(404, 409),
           body=schemas.ANY_OBJECT, body_required=True, leader=True),
+    Route("GET", "/v1/sqs/keys", sqs_credentials.list_keys, ADMIN, "The SQS API's keys: each one's access key id, "
+          "role and where it is kept (never a secret)", query=(CONSISTENCY,), leader=True),
+    Route("POST", "/v1/sqs/keys", sqs_credentials.add_key, ADMIN, "Make an SQS key of `role`, kept by the cluster "
+          "(its secret is in this answer only)", ok=(201,), errors=(409, 429), body=schemas.SQS_KEY,
+          body_required=True, leader=True),
+    Route("DELETE", "/v1/sqs/keys/{access_key}", sqs_credentials.remove_key, ADMIN,
+          "Remove an SQS key the cluster keeps", errors=(404, 409), leader=True),
     Route("POST", "/", sqs.handle, SIGV4, "The SQS API: AWS JSON 1.0 (X-Amz-Target) or the query protocol "
           "(docs/sqs.md)", errors=(403, 413, 503)),
     Route("GET", "/", sqs.handle, SIGV4, "The SQS API's query protocol as a GET", errors=(403, 503)),

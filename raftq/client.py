@@ -243,6 +243,18 @@ class _Calls:
         return self._call("GET", f"/v1/queues/{_part(queue)}/groups?consistency={consistency}", None, retry=True,
                           queue=_leader_read(queue, consistency))
 
+    def sqs_keys(self, *, consistency: str = "leader"):
+        """The SQS API's keys: access key ids, roles, where each is kept; never a secret."""
+        return self._call("GET", f"/v1/sqs/keys?consistency={consistency}", None, retry=True)
+
+    def add_sqs_key(self, role: str):
+        """A new SQS key of `role` (admin or data), kept by the cluster: its secret is in this
+        answer only. Not retried: a retry could make two."""
+        return self._call("POST", "/v1/sqs/keys", {"role": role}, retry=False)
+
+    def remove_sqs_key(self, access_key: str):
+        return self._call("DELETE", f"/v1/sqs/keys/{_part(access_key)}", None, retry=True)
+
     def live(self):
         return self._call("GET", "/health/live", None, retry=False)
 

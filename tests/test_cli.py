@@ -525,6 +525,7 @@ def test_up_stops_its_nodes_on_every_stop_signal(tmp_path, sig):
     proc, output = start_up(data_dir)
     try:
         assert "cluster up" in output, output
+        assert re.search(r"sqs: +off: no keys", output), output       # no --sqs, no keys in cluster.toml
         pids = [int(p) for p in re.findall(r"pid (\d+)", output)]
         assert len(pids) == 3 and all(alive(p) for p in pids)
         proc.send_signal(sig)

@@ -23,6 +23,7 @@ from ..leader import Elsewhere, node_authorization, serving_group
 from . import sigv4
 from .actions import ACTIONS, Context, Target
 from .context import from_native
+from .credentials import KEYS
 from .errors import SqsError
 from .protocol import new_request_id, parse, render, render_error, speaks_json
 
@@ -131,9 +132,12 @@ async def handle(request: web.Request) -> web.StreamResponse:
         # the key, the signed headers, the host and the date (and the whole signature when it
         # signs its payload's hash).
         _refuse_too_large(request)
-        pending = sigv4.check(request.app[SETTINGS].sqs, request.method, request.rel_url.raw_path,
-                              request.rel_url.raw_query_string, request.headers, time.time(),
-                              hosts=signed_hosts(request.app), speaks_json=protocol == "json")
+        keys = request.app[KEYS]
+        access_key = sigv4.access_key_of(request.headers)
+        pending = sigv4.check(await keys.find(access_key) if access_key else None, request.method,
+                              request.rel_url.raw_path, request.rel_url.raw_query_string, request.headers,
+                              time.time(), any_keys=keys.any(), hosts=signed_hosts(request.app),
+                              speaks_json=protocol == "json")
         body = await _body(request)
         signer = pending.verify(body)
         call = parse(request, body, request_id)

@@ -1,4 +1,4 @@
-"""AWS Signature Version 4: is this request signed by an SQS key of the cluster?
+"""AWS Signature Version 4: is this request signed by an SQS key of the cluster (sqs/credentials.py)?
 
 The node recomputes the signature the way every AWS SDK computes it (the
 canonical request, the string to sign, the key derived from the secret and the
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from urllib.parse import quote, unquote
 
-from raftq.engine.config import Sqs, SqsKey
+from raftq.engine.config import SqsKey
 
 from .errors import SqsError
 
@@ -122,14 +122,22 @@ REQUIRED_SIGNED = ("host", "x-amz-date")
 JSON_REQUIRED_SIGNED = ("x-amz-target",)
 
 
-def check(sqs: Sqs, method: str, raw_path: str, raw_query: str, headers, now: float, *,
-          hosts: frozenset, speaks_json: bool) -> Pending:
+def access_key_of(headers) -> str | None:
+    """The access key id an Authorization header names, if it has the shape of one."""
+    parsed = AUTHORIZATION.fullmatch((headers.get("Authorization") or "").strip())
+    return parsed.group(1) if parsed else None
+
+
+def check(key: SqsKey | None, method: str, raw_path: str, raw_query: str, headers, now: float, *,
+          any_keys: bool, hosts: frozenset, speaks_json: bool) -> Pending:
     """Everything of a request's signature that its headers tell (before any of its body is read),
-    or the SqsError that refuses it. `headers`: a case-insensitive multidict (aiohttp's); `now`:
-    this node's Unix time; `hosts`: the names a call may be signed for (``host_allowed``)."""
-    if not sqs.keys:
-        raise SqsError("AccessDenied", "this raftq cluster has no SQS keys: add [[sqs.keys]] to cluster.toml "
-                                       "(docs/sqs.md); until then every SQS call is refused")
+    or the SqsError that refuses it. `key`: the cluster's key of the access key id the request
+    names (``access_key_of``), None when it has none; `any_keys`: whether the cluster has any;
+    `headers`: a case-insensitive multidict (aiohttp's); `now`: this node's Unix time; `hosts`:
+    the names a call may be signed for (``host_allowed``)."""
+    if not any_keys:
+        raise SqsError("AccessDenied", "this raftq cluster has no SQS keys: make one with `raftq sqs key add "
+                                       "--role admin` (docs/sqs.md); until then every SQS call is refused")
     authorization = headers.get("Authorization")
     if not authorization:
         raise SqsError("MissingAuthenticationToken", "the request must be signed with AWS Signature Version 4 "
@@ -139,8 +147,7 @@ def check(sqs: Sqs, method: str, raw_path: str, raw_query: str, headers, now: fl
         raise SqsError("IncompleteSignature", f"the Authorization header is not an {ALGORITHM} signature with "
                                               "Credential, SignedHeaders and Signature")
     access_key, day, region, service, signed, signature = parsed.groups()
-    key = sqs.key(access_key)
-    if key is None:
+    if key is None or key.access_key != access_key:
         raise SqsError("InvalidClientTokenId", "the security token included in the request is invalid")
     if service != SERVICE:
         raise SqsError("SignatureDoesNotMatch", f"the credential scope names service {service!r}, not 'sqs'")

@@ -3,7 +3,7 @@
 One module per responsibility: run.py (node, up), up.py (what `raftq up`
 does and prints), cluster.py (status, membership, leadership, health,
 metrics), queues.py (queues, groups, redrive), messages.py (put ... tx),
-top.py (live view), bench.py (load generator); connect.py finds the cluster
+top.py (live view), bench.py (load generator), sqs.py (SQS keys); connect.py finds the cluster
 and prints.  Every client command
 takes --json, --url (repeatable), --token, --ca, before or after its name.
 """
@@ -13,7 +13,7 @@ import sys
 from importlib import metadata
 
 from ..client import RaftqError
-from . import bench, cluster, messages, queues, run, top
+from . import bench, cluster, messages, queues, run, sqs, top
 from .connect import target
 
 
@@ -55,6 +55,7 @@ def parser() -> argparse.ArgumentParser:
     messages.add_parsers(sub, common)
     top.add_parser(sub, common)
     bench.add_parser(sub, common)
+    sqs.add_parsers(sub, common)
     return top_level
 
 

@@ -61,7 +61,7 @@ def cmd_node(args) -> int:
 def cmd_up(args) -> int:
     from .up import up
     return up(args.nodes, args.data_dir, args.http_port, args.raft_port, args.demo, restart=not args.no_restart,
-              groups=args.groups, replicas=args.replicas)
+              groups=args.groups, replicas=args.replicas, sqs=args.sqs)
 
 
 def add_parsers(sub) -> None:
@@ -75,6 +75,8 @@ def add_parsers(sub) -> None:
     up.add_argument("--replicas", type=int,
                     help="members of each group but group 0 in a new cluster (default: 3, at most the nodes)")
     up.add_argument("--demo", action="store_true", help="put, receive and ack one message once it is up")
+    up.add_argument("--sqs", action="store_true", help="an admin and a data key of the SQS API, in "
+                                                       "sqs-admin.env and sqs-data.env beside cluster.toml")
     up.add_argument("--no-restart", action="store_true",
                     help="leave a node that exits down (default: start it again, backing off if it keeps exiting)")
     up.set_defaults(run=cmd_up)

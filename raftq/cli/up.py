@@ -12,10 +12,11 @@ import sys
 import time
 from pathlib import Path
 
-from raftq.engine.config import MAX_GROUPS, ConfigError, default_groups
+from raftq.engine.config import MAX_GROUPS, ConfigError, default_groups, write_private
 
 from ..local import LocalCluster
 from ..server import REMOVED_EXIT
+from .sqs import add_key, export_lines
 
 
 def port_holders(port: int) -> list[int]:
@@ -62,6 +63,38 @@ def demo(cluster: LocalCluster) -> None:
         stats = client.queue("demo")["stats"]
         _say(f"  queue    demo  -> depth {stats['depth']}, put_total {stats['put_total']}, "
              f"acked_total {stats['acked_total']}")
+
+
+def sqs_keys(cluster: LocalCluster) -> dict:
+    """An admin and a data key of the SQS API, kept by the cluster, each in a 0600 file of shell
+    lines beside cluster.toml (sqs-admin.env, sqs-data.env): those of an earlier `raftq up --sqs`
+    while the cluster still has them, else new ones. role -> its file."""
+    files = {role: cluster.root / f"sqs-{role}.env" for role in ("admin", "data")}
+    with cluster.client() as client:
+        kept = {k["access_key"] for k in client.sqs_keys()["keys"]}
+        for role, path in files.items():
+            written = path.read_text() if path.exists() else ""
+            if any(line == f"export AWS_ACCESS_KEY_ID={key}" for key in kept for line in written.splitlines()):
+                continue
+            key = add_key(client, role, cluster.urls, cluster.token, cluster.cafile)
+            write_private(path, export_lines(key, cluster.urls[0]) + "\n")
+    return files
+
+
+def sqs_banner(cluster: LocalCluster, files: dict | None) -> list[str]:
+    """Whether the SQS API is on, where, and where its keys are: never a secret, unless to a terminal."""
+    if files is None:
+        with cluster.client() as client:
+            count = len(client.sqs_keys()["keys"])
+        if not count:
+            return ["  sqs:     off: no keys (raftq up --sqs makes an admin and a data key; raftq sqs key add one)"]
+        return [f"  sqs:     on at {cluster.urls[0]} (any node), {count} keys (raftq sqs key list)"]
+    lines = [f"  sqs:     on at {cluster.urls[0]} (any node); an admin and a data key in {files['admin']} and "
+             f"{files['data']} (mode 0600):",
+             f"           . {files['admin']} && aws sqs create-queue --queue-name jobs"]
+    if sys.stdout.isatty():
+        lines += ["  the data key, to paste:"] + ["    " + line for line in files["data"].read_text().splitlines()]
+    return lines
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -233,12 +266,12 @@ def _start(cluster: LocalCluster, timeout: float) -> str | None:
 
 
 def up(nodes: int, data_dir: str, http_port: int, raft_port: int, run_demo: bool, restart: bool,
-       groups: int | None = None, replicas: int | None = None) -> int:
+       groups: int | None = None, replicas: int | None = None, sqs: bool = False) -> int:
     """`raftq up`: SIGINT, SIGTERM and SIGHUP (the terminal closed) all stop every node,
-    those it started and those it adopted (Supervisor). It never prints a secret: its
-    output is often redirected to a file that anyone may read. `groups` and
+    those it started and those it adopted (Supervisor). It never prints a secret but to a
+    terminal: its output is often redirected to a file that anyone may read. `groups` and
     `replicas` shape a new cluster (None: the defaults, engine/config.py); an
-    existing one keeps its own."""
+    existing one keeps its own. `sqs`: the cluster has an admin and a data SQS key."""
     root = Path(data_dir)
     if (root / "cluster.toml").exists():
         try:
@@ -291,6 +324,8 @@ def up(nodes: int, data_dir: str, http_port: int, raft_port: int, run_demo: bool
         _say(f"           T=$(sed -n 's/^data = \"\\(.*\\)\"/\\1/p' {cluster.config_path})   # the data token")
         _say(f"           curl --location-trusted -H \"Authorization: Bearer $T\" "
              f"-XPOST {cluster.urls[0]}/v1/queues/jobs/messages -d '{{\"body\": \"hi\"}}'")
+        for line in sqs_banner(cluster, sqs_keys(cluster) if sqs else None):
+            _say(line)
         if run_demo:
             demo(cluster)
         _say("Ctrl-C stops the cluster; its data stays for the next run. A node that exits is "
