@@ -58,6 +58,7 @@ T_FLT = "tests/test_faults.py::"
 T_SST = "tests/test_security_stream.py::"
 T_STG = "tests/test_statemachine_staging.py::"
 T_SSG = "tests/test_security_staging.py::"
+T_SEC = "tests/test_security_sqs.py::"
 RULES = ("tests/test_statemachine_rules.py", "tests/test_statemachine_model.py")
 
 MUTANTS = [
@@ -413,7 +414,7 @@ MUTANTS = [
            "statemachine/machine.py", "        if stale:\n            return error(STALE_RECEIPT",
            "        if False:\n            return error(STALE_RECEIPT", RULES),
     Mutant("malformed-receipt-called-stale", "a receipt raftq never issued is 400 invalid_receipt, not stale",
-           "api/messages.py", "invalid = [r for r in receipts if not could_be_receipt(r)]", "invalid = []",
+           "api/messages.py", "invalid = [r for r in receipts if not well_formed(r)]", "invalid = []",
            ("tests/test_user_errors.py",)),
     Mutant("replica-clock-goes-back", "replicas take clock = max(clock, now_ms)",
            "statemachine/machine.py", 'if cmd["now_ms"] > self.clock:', "if True:", RULES),
@@ -522,14 +523,16 @@ MUTANTS = [
            ("tests/test_package.py::test_each_room_imports_only_the_rooms_below_it",)),
     # ---- the SQS API (docs/sqs.md) ---------------------------------------------------------------
     Mutant("sqs-signature-not-compared", "an SQS call signed with a wrong secret is refused",
-           "api/sqs/sigv4.py", "if not hmac.compare_digest(expected.encode(), signature.encode()):", "if False:",
+           "api/sqs/sigv4.py", "return hmac.compare_digest(expected.encode(), self._signature.encode())",
+           "return True",
            ("tests/test_sqs_auth.py::test_a_wrong_secret_is_signature_does_not_match_and_sends_nothing",)),
     Mutant("sqs-attributes-md5-unsorted", "MD5OfMessageAttributes is computed as AWS does, names in order",
            "api/sqs/attributes.py", "for name in sorted(attributes):", "for name in attributes:",
            ("tests/test_sqs_api.py::test_message_attributes_of_every_type_and_their_md5",)),
     Mutant("sqs-follower-answers-without-the-leader", "a follower forwards SQS calls to the leader",
            "api/sqs/service.py",
-           "return await _forward(request, body, f\"{request.scheme}://{there.address}{request.path_qs}\", forwards + 1)",
+           "return await _forward(request, body, f\"{request.scheme}://{there.address}{request.path_qs}\", forwards + 1,\n"
+           "                              waits)",
            "return None",
            ("tests/test_sqs_api.py::test_every_action_works_through_a_follower",)),
     # ---- issue 47: the disk as a fault domain, the write side and start-up ------------------------
@@ -574,6 +577,18 @@ MUTANTS = [
            "        if False:",
            (T_JRN + "test_meta_damaged_in_both_copies_refuses_to_open_with_what_to_do",
             T_JRN + "test_a_journal_with_entries_whose_meta_is_gone_refuses_to_open")),
+    # ---- what an attacker found at the SQS door (issue 49) ----------------------------------------
+    Mutant("sqs-target-unsigned", "the JSON protocol's X-Amz-Target must be signed",
+           "api/sqs/sigv4.py", 'JSON_REQUIRED_SIGNED = ("x-amz-target",)', "JSON_REQUIRED_SIGNED = ()",
+           (T_SEC + "test_the_action_the_host_and_a_date_ahead_must_be_signed_as_aws_wants",)),
+    Mutant("sqs-body-read-before-auth", "an SQS call's headers are checked before its body is read",
+           "api/sqs/service.py", "        _refuse_too_large(request)\n        keys = request.app[KEYS]",
+           "        _refuse_too_large(request)\n        await _body(request)\n        keys = request.app[KEYS]",
+           (T_SEC + "test_a_call_that_fails_its_headers_is_refused_before_its_body_is_read",)),
+    Mutant("receipt-guessable", "a receipt without its MAC names no lease once every node seals receipts",
+           "engine/link/receipts.py", "if unsealed_too and PLAIN.fullmatch(given):", "if PLAIN.fullmatch(given):",
+           (T_SEC + "test_a_guessed_or_borrowed_receipt_settles_nothing_on_the_native_api",
+            T_SEC + "test_a_guessed_or_borrowed_receipt_handle_deletes_and_hides_nothing_on_the_sqs_api")),
 ]
 
 
