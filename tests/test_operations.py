@@ -299,9 +299,33 @@ def test_a_rolling_upgrade_keeps_serving_and_loses_nothing(tmp_path, monkeypatch
             assert all(h == held[0] for h in held[1:]), held
         upgraded = next(n for n in cluster.ids if n != old_leader)
         with cluster.client() as client:
+            client.put_batch("receipts", [{"body": n} for n in range(3)])
+            issued_by_the_old_leader = client.receive("receipts")["messages"][0]["receipt"]
             assert client.transfer_leadership(upgraded)["moved"]
-        upgrade(old_leader)
+        # While an older release runs, receipts are unsealed both ways (api/receipt_mode.py): the old
+        # leader's is taken by the new one, and the new one's by the old node's edge
+        wait_until(lambda: "run a release before sealed receipts" in cluster.log_path(upgraded).read_text(), 30,
+                   what=f"{upgraded} to find a node of the older release")
         with cluster.client() as client:
+            assert client.ack("receipts", [issued_by_the_old_leader])["acked"] == 1
+            issued_while_mixed = client.receive("receipts")["messages"][0]["receipt"]
+        assert issued_while_mixed.count(":") == 3, issued_while_mixed
+        at_the_old_node = call("POST", f"{cluster.url(old_leader)}/v1/queues/receipts/ack",
+                               {"receipts": [issued_while_mixed]})
+        assert at_the_old_node.status == 307, at_the_old_node
+        upgrade(old_leader)
+
+        def seals(node_id: str) -> bool:       # a front started on the new release starts sealing
+            return node_id == old_leader or \
+                "every node runs a release with sealed receipts" in cluster.log_path(node_id).read_text()
+        wait_until(lambda: seals(cluster.wait_for_leader(30)), 30, what="the leader to find every node upgraded")
+        with cluster.client() as client:
+            sealed = client.receive("receipts")["messages"][0]["receipt"]
+            assert sealed.count(":") == 4, sealed
+            with pytest.raises(RaftqError) as unsealed:
+                client.ack("receipts", [sealed.rpartition(":")[0]])      # what an older release would issue
+            assert unsealed.value.code == "stale_receipt"
+            assert client.ack("receipts", [sealed])["acked"] == 1
             client.put_batch("orders", [{"body": {"after": i}} for i in range(50)])
             assert client.verify()["agree"]
             view = client.cluster()
