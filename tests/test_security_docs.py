@@ -20,11 +20,12 @@ import pytest
 from raftq.api import bounded, stream
 from raftq.api.app import Limits, Settings
 from raftq.api.routes import ROUTES
-from raftq.api.sqs import attributes as sqs_attributes, message_actions as sqs_messages, query as sqs_query
+from raftq.api.sqs import (attributes as sqs_attributes, message_actions as sqs_messages, protocol as sqs_protocol,
+                           query as sqs_query)
 from raftq.engine.committer import MAX_ENTRY_BYTES
 from raftq.engine.raft import wire as raft_wire
 from raftq.cli import parser
-from raftq.statemachine import check_command, machine, queue, staging, validation
+from raftq.statemachine import check_command, credentials, machine, queue, staging, validation
 import raftq.wire_format
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "security.md"
@@ -157,7 +158,11 @@ INPUT_BOUNDS = {
     "a queue's `sqs_attributes`": lambda: _string_map_bounds("sqs_attributes"),
     "SQS: entries of a batch": lambda: [sqs_messages.MAX_BATCH, (sqs_messages.MAX_BATCH_BYTES, "size")],
     "SQS: message attributes per message": lambda: [sqs_attributes.MAX_MESSAGE_ATTRIBUTES],
-    "SQS: parameters of a query-protocol call": lambda: [sqs_query.MAX_FIELDS, sqs_query.MAX_INDEX],
+    "SQS: parameters of a query-protocol call": lambda: [sqs_query.MAX_FIELDS, sqs_query.MAX_INDEX,
+                                                         sqs_query.MAX_NAME_PARTS, sqs_query.MAX_NAME_CHARS],
+    "SQS: values of a JSON-protocol body": lambda: [sqs_protocol.MAX_JSON_VALUES],
+    "SQS: one message's `AWSTraceHeader`": None,     # tests/test_security_sqs.py proves it
+    "SQS: keys the cluster keeps": lambda: [credentials.MAX_SQS_KEYS],
 }
 
 
