@@ -20,6 +20,7 @@ from tests.wire import call
 pytestmark = pytest.mark.integration
 
 PATH_VALUES = {"{queue}": "authq", "{group}": "default", "{node}": "n9", "{token}": "nope",
+               "{access_key}": "AKIANOBODY0000000001",
                "{name}": "console.js", "{account:[0-9]{12}}": "123456789012"}
 
 
