@@ -19,11 +19,13 @@ from raftq.statemachine import check_command
 from raftq.statemachine.machine import OPS, queues_it_may_make
 
 from . import caps
-from .errors import ApiError, LeadLost, Rerouted, from_result, no_quorum
+from .errors import ApiError, LeadLost, Rerouted, damaged, from_result, no_quorum
 from .keys import GROUP, GROUPS, SETTINGS
 from .receipt_mode import MODE
 
 CONSISTENCY_LEVELS = ("leader", "strong", "any")
+DAMAGED = ("this node's copy of a stored body is damaged on disk and no replica's intact copy reached it in "
+           "time (engine 'damaged')")
 
 
 def validate(command: dict) -> None:
@@ -132,6 +134,10 @@ async def _committed(app: web.Application, node, call, wait_s: float, *,
         if exc.code == "not_leader":
             raise LeadLost("this node stopped leading the request's group before it wrote anything of it; "
                            "retry", node) from None
+        if exc.code == "damaged":
+            if unknown_served_again:
+                raise LeadLost(DAMAGED + "; served again where the lead goes", node) from None
+            raise damaged(DAMAGED + "; retry (with the same message ids), another node serves it") from None
         if unknown_served_again and exc.code in ("leader_changed", "unknown_outcome", "discarded"):
             raise LeadLost(f"this node stopped leading the request's group before the outcome of what "
                            f"it wrote was known ({exc.code}); retry", node) from None
@@ -175,7 +181,12 @@ async def read_here(request: web.Request, group: int, query: str, *args) -> tupl
     the result, and with ``any`` the local replica's applied index."""
     level = consistency(request)
     if level == "any":
-        result, applied_index = await request.app[GROUPS].engines[group].read(query, *args)
+        try:
+            result, applied_index = await request.app[GROUPS].engines[group].read(query, *args)
+        except CommitError as exc:
+            if exc.code != "damaged":
+                raise
+            raise damaged(DAMAGED + "; retry, or read from another node") from None
     else:
         if level == "strong":
             committed = await apply(request.app, group, {"op": "tick"})

@@ -19,6 +19,7 @@ STATUS = {
     "not_leader": 307,
     "internal": 500,
     "no_quorum": 503,
+    "damaged": 503,
     "buffer_full": 507,
 }
 
@@ -62,6 +63,12 @@ class Rerouted(ApiError):
 
     def __init__(self, message: str):
         super().__init__("no_quorum", message, headers={"Retry-After": "1"})
+
+
+def damaged(message: str) -> ApiError:
+    """503: this node's copy of what the request reads is damaged on disk and no replica's intact
+    copy reached it in time (it hands its lead to a replica that can read it); retry."""
+    return ApiError("damaged", message, headers={"Retry-After": "1"})
 
 
 def no_quorum(message: str) -> ApiError:

@@ -126,6 +126,11 @@ class NodeCollector:
         yield CounterMetricFamily("raftq_receives_with_a_put", "Waiting receives written in the log entry of "
                                   "a put to their queue, to lease its messages in the same Raft round",
                                   value=stats["receives_with_a_put"])
+        yield CounterMetricFamily("raftq_damaged_records", "Stored records (log entries, kept entries, entries "
+                                  "a snapshot carries) a read found damaged on this node's disk",
+                                  value=stats["damaged_records"])
+        yield CounterMetricFamily("raftq_repaired_records", "Damaged records written back from a replica's "
+                                  "intact copy", value=stats["repaired_records"])
         yield GaugeMetricFamily("raftq_journal_size_bytes", "Bytes of the Raft journal on disk",
                                 value=status["log_size"])
         yield GaugeMetricFamily("raftq_journal_segments", "Segment files of the Raft journal",

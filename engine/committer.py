@@ -8,7 +8,8 @@ bytes) and proposed, as long as fewer than ``max_in_flight`` entries are
 waiting for their commit.  A lone request therefore leaves at once, and
 under load requests pile up behind the in-flight entries and share the next
 one.  When the entry is applied, each request is answered from its own slot
-of the entry's result list.
+of the entry's result list (``_answer``: a result, the error its answer came
+to, or a future of the result), and the entry's slot in flight is free.
 
 Commands are stamped with the leader's log time for one term (see
 ``engine.node.LogClock``), so an entry only ever packs commands stamped in the
@@ -65,6 +66,29 @@ def cbor_array_header(length: int) -> bytes:
 # one all-or-nothing command). The Raft port's frame limit follows from it
 # (engine.raft.wire.max_frame_bytes; docs/security.md gives both).
 MAX_ENTRY_BYTES = 17 << 20
+
+
+def _answer(future: asyncio.Future, answer, index: int) -> None:
+    """Answer one command of the entry at `index` from its slot of the results: its result; the
+    error its answer came to (a CommitError: the entry applied, but what answers the command
+    could not be read); or a future of its result (its answer waits for a damaged body's
+    repair: ``engine.node``), which answers it once done -- the entry's slot in flight is free
+    at once either way."""
+    if isinstance(answer, BaseException):
+        future.set_exception(answer)
+    elif isinstance(answer, asyncio.Future):
+        def settle(done: asyncio.Future) -> None:
+            if future.done():
+                return
+            if done.cancelled():
+                future.set_exception(CommitError("internal"))
+            elif done.exception() is not None:
+                future.set_exception(done.exception())
+            else:
+                future.set_result(Committed(done.result(), index))
+        answer.add_done_callback(settle)
+    else:
+        future.set_result(Committed(answer, index))
 
 
 class GroupCommitter:
@@ -139,7 +163,7 @@ class GroupCommitter:
                 self._resolve, f, result, err))
 
     def _resolve(self, futures: list, applied, err) -> None:
-        """`applied` is what the node's apply returned: (log index, one result per command)."""
+        """`applied` is what the node's apply returned: (log index, one answer per command)."""
         self._in_flight -= 1
         if err is None and (not isinstance(applied, tuple) or len(applied[1]) != len(futures)):
             err = "internal"
@@ -149,7 +173,7 @@ class GroupCommitter:
             if err is not None:
                 future.set_exception(CommitError(err))
             else:
-                future.set_result(Committed(applied[1][slot], applied[0]))
+                _answer(future, applied[1][slot], applied[0])
         self._flush()
 
     def fail_pending(self, code: str) -> None:

@@ -37,6 +37,7 @@ from .config import ClusterConfig, NodeSpec, Peer
 from .long_poll import LongPolls, ride_queue
 from .outcome import Committed, CommitError
 from .raft.consensus import Consensus
+from .storage.damage import DamagedRecord
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,16 @@ CHECKPOINTS_KEPT = 64
 # for real still refuses, after the hold.
 LEASE_HOLD_S = 0.8
 LEASE_RECHECK_S = 0.01
+# How long an answer waits for a replica's intact copy of a body whose record is damaged here:
+# one round trip normally, a few asks if a replica was away (engine.raft.repair); past it the
+# command is answered `damaged` (503, retry: the leader hands its lead to a replica that can read it).
+REPAIR_WAIT_S = 2.0
+
+
+def _messages(result) -> list[dict]:
+    """The messages a result carries (a receive's, a browse's), none for any other."""
+    messages = result.get("messages") if isinstance(result, dict) else None
+    return [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
 
 
 class LogClock:
@@ -222,10 +233,24 @@ class Node:
             # tick (paused, then back) still answers its term's entries, and read as a leader's
             # results alone, a receive it answered then carried a body reference, not the body.
             if err is None and isinstance(applied, tuple):
-                for result in applied[1]:
-                    self._with_bodies(result)
+                results = applied[1]
+                for slot, result in enumerate(results):
+                    results[slot] = self._answer(result)
             callback(applied, err)
         self.consensus.propose(entry, answer, term=term)
+
+    def _answer(self, result):
+        """What answers a command: its result with its bodies read; if a body's record is damaged,
+        a task that reads it from a replica's copy; if reading raised otherwise, the error. Never
+        an exception out of the tick: the command's proposer (group commit's slot in flight with
+        it) would never be answered."""
+        try:
+            return self._with_bodies(result)
+        except DamagedRecord:
+            return self._loop.create_task(self._with_repaired_bodies(result))
+        except Exception:
+            logger.exception("reading the bodies of a command's result failed")
+            return CommitError("internal")
 
     async def submit(self, command: dict) -> Committed:
         """Stamp one command with log time and apply it through the log (group
@@ -375,20 +400,36 @@ class Node:
     def read(self, query: str, *args):
         return self._with_bodies(self.machine.read(query, *args))
 
-    def applied_read(self, query: str, *args) -> tuple[object, int]:
+    async def applied_read(self, query: str, *args) -> tuple[object, int]:
         """A read and the log index it reflects."""
         result, index = self.machine.read(query, *args), self.consensus.applied_index()
-        return self._with_bodies(result), index
+        try:
+            return self._with_bodies(result), index
+        except DamagedRecord:
+            return await self._with_repaired_bodies(result), index
 
     def _with_bodies(self, result):
         """`result`, each body reference among its messages replaced by the body, read from the log
-        entry it names (the state machine keeps references, statemachine/bodies.py)."""
-        messages = result.get("messages") if isinstance(result, dict) else None
-        if isinstance(messages, list):
-            for message in messages:
-                body = message.get("body") if isinstance(message, dict) else None
-                if isinstance(body, BodyRef):
-                    message["body"] = read_body(body, self.consensus.entry_at(body.index))
+        entry it names (the state machine keeps references, statemachine/bodies.py); DamagedRecord
+        if an entry's record fails its checks (those before it are read)."""
+        for message in _messages(result):
+            body = message.get("body")
+            if isinstance(body, BodyRef):
+                message["body"] = read_body(body, self.consensus.entry_at(body.index))
+        return result
+
+    async def _with_repaired_bodies(self, result):
+        """``_with_bodies``, the bodies of damaged records read from a replica's intact copy (which is
+        written back meanwhile); CommitError ``damaged`` if none comes within REPAIR_WAIT_S."""
+        for message in _messages(result):
+            body = message.get("body")
+            if isinstance(body, BodyRef):
+                entry = await self.consensus.intact_entry(body.index, REPAIR_WAIT_S)
+                if entry is None:
+                    logger.error("log entry %d: no replica's intact copy came in %.1f s; the command is "
+                                 "answered 'damaged'", body.index, REPAIR_WAIT_S)
+                    raise CommitError("damaged")
+                message["body"] = read_body(body, entry)
         return result
 
     # ---- cluster ------------------------------------------------------------------------------
@@ -416,7 +457,9 @@ class Node:
         self._view_watchers.append(changed)
 
     def stats(self) -> dict:
+        damaged, repaired = self.consensus.damage_counts()
         return {"times_became_leader": self.times_became_leader, "entries_applied": self.entries_applied,
+                "damaged_records": damaged, "repaired_records": repaired,
                 "long_polls_waiting": self.long_polls.waiting(),
                 "receives_with_a_put": self.long_polls.receives_with_a_put,
                 "packing": self.committer.packing.as_dict()}

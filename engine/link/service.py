@@ -160,7 +160,7 @@ class EngineService:
         if settled:
             await self.node.settled()
             await self.node.confirm_read()
-        return list(self.node.applied_read(query, *args))
+        return list(await self.node.applied_read(query, *args))
 
     async def _receive(self, command: dict, wait_s: float, last_try: bool, encoded: bool,
                        client: str | None, sealed: bool) -> list | None:

@@ -98,8 +98,11 @@ from pysyncobj.node import TCPNode
 
 from ..config import Peer
 from ..storage import snapshot_file
+from ..storage.damage import DamagedRecord
 from ..storage.journal import DurableJournal
-from .node import FOLLOWER, LEADER, MEMBERSHIP_COMMAND, ROLE_NAMES, RaftNode, Ticket
+from ..storage.records import DamagedFile
+from .node import FOLLOWER, LEADER, MEMBERSHIP_COMMAND, REGULAR_COMMAND, ROLE_NAMES, RaftNode, Ticket
+from .repair import Repairs
 from .sealer import Sealer
 from .wire import max_frame_bytes
 
@@ -190,6 +193,15 @@ class Consensus:
         self._journal = DurableJournal(data_dir / JOURNAL_DIR, fsync=fsync,
                                        segment_bytes=segment_bytes, snapshot_path=self._snapshot_path,
                                        noted_kind=MEMBERSHIP_COMMAND)
+        self._journal.on_damage = self._damage_found
+        self._repairs = Repairs(ask=lambda index, term: self._node.ask_for_entry(index, term),
+                                write_back=self._write_back, committed=self._committed_here,
+                                held=self._holds)
+        # A hand-over of a leader that found damage in what it serves, while it runs; and the
+        # inode of a snapshot file whose header or state a shipment found damaged (no follower is
+        # sent it: the next snapshot, written from memory, replaces it).
+        self._damage_hand_over: asyncio.Task | None = None
+        self._unshippable: int | None = None
         # Replicas apply the same entries, so equal thresholds would make them
         # all fork a snapshot writer at the same moment; spread them per node.
         jitter = 1 + (zlib.crc32(self_peer.raft_addr.encode()) % 1000) / 2000
@@ -231,6 +243,8 @@ class Consensus:
                                   conf, self._journal, self._dial_addrs,
                                   apply_entry=self._apply_entry, snapshot_written=self._snapshot_written,
                                   ship_snapshot=self._ship_snapshot,
+                                  snapshot_damaged=lambda damage: self._damage_found(damage, serving=False),
+                                  copy_for_peer=self._copy_for_peer, copy_arrived=self._copy_arrived,
                                   sealer=Sealer(secret) if secret is not None else None,
                                   max_frame=max_frame_bytes(max_entry_bytes),
                                   # 32 MiB of batched 100-byte puts replay in about 2 s at
@@ -334,36 +348,62 @@ class Consensus:
         return self._node.applying_index()
 
     def entry_at(self, index: int) -> bytes:
-        """The applied log entry at `index`, as the state machine applied it."""
+        """The applied log entry at `index`, as the state machine applied it. DamagedRecord if its
+        record fails its checks: an intact copy is then fetched from a replica (``intact_entry``
+        waits for it) and written back."""
         entry = self._entry_cache.get(index)
         if entry is not None:
             self._entry_cache.move_to_end(index)
             return entry
         entry = self._stored_entry(index)
+        self._cache_entry(index, entry)
+        return entry
+
+    def _cache_entry(self, index: int, entry: bytes) -> None:
         self._entry_cache[index] = entry
         self._entry_cache_bytes += len(entry)
         while len(self._entry_cache) > ENTRY_CACHE_ENTRIES or self._entry_cache_bytes > ENTRY_CACHE_BYTES:
             self._entry_cache_bytes -= len(self._entry_cache.popitem(last=False)[1])
+
+    async def intact_entry(self, index: int, timeout: float) -> bytes | None:
+        """``entry_at(index)``, or if its record is damaged, the intact copy of a replica once it
+        comes (it is written back meanwhile); None if none came within `timeout`."""
+        try:
+            return self.entry_at(index)
+        except DamagedRecord:
+            pass
+        command = await self._repairs.copy(index, timeout)
+        if command is None:
+            return None
+        entry = self._entry_of(command)
+        self._cache_entry(index, entry)
         return entry
 
     def _stored_entry(self, index: int) -> bytes:
         """The entry at `index` from the journal, else from the snapshot; LookupError if neither holds it."""
         entry = self._journal_entry(index)
         if entry is None:
-            entry = self._snapshot_entries.get(index)
+            try:
+                entry = self._snapshot_entries.get(index)
+            except DamagedRecord as damage:
+                self._damage_found(damage)
+                raise
         if entry is None:
             raise LookupError(f"log entry {index} is neither in the journal nor in the snapshot")
         return entry
 
     def _journal_entry(self, index: int) -> bytes | None:
         command = self._journal.command(index)
-        if command is None:
-            return None
+        return None if command is None else self._entry_of(command)
+
+    @staticmethod
+    def _entry_of(command: bytes) -> bytes:
         # a regular command's type byte, then pickle of (the id of _raftq_apply, (entry,))
         return pickle.loads(command[1:])[1][0]
 
     def _carried_entry(self, index: int) -> bytes:
-        """A live entry the journal does not hold, from the snapshot (in the snapshot writer's child)."""
+        """A live entry the journal does not hold, from the snapshot (in the snapshot writer's child):
+        checked as it is read, so a damaged one stops the writer (``engine.raft.snapshots``)."""
         entry = self._snapshot_entries.get(index)
         if entry is None:
             raise LookupError(f"log entry {index} is neither in the journal nor in the snapshot")
@@ -375,7 +415,82 @@ class Consensus:
             if entry is None:
                 raise LookupError(f"log entry {index}, which the snapshot names, is not in the journal")
             return entry
-        return snapshot_file.Shipment(path, entry_at)
+        if self._unshippable is not None and Path(path).stat().st_ino == self._unshippable:
+            raise DamagedFile(f"{path} is damaged; a new snapshot is being written")
+        return snapshot_file.Shipment(path, entry_at, on_damage=self._shipment_damaged)
+
+    def _shipment_damaged(self, damage: DamagedFile) -> None:
+        if isinstance(damage, DamagedRecord):
+            self._damage_found(damage)
+            return
+        # its header or state: nothing to fetch (the replicas' snapshots differ), but this node's
+        # state is intact in memory -- a new snapshot replaces the file
+        logger.error("%s; writing a new snapshot", damage)
+        self._unshippable = self._snapshot_path.stat().st_ino
+        self._run_on_tick(self._node.forceLogCompaction)
+
+    # -- repairs (engine.raft.repair) ---------------------------------------
+
+    def _damage_found(self, damage: DamagedRecord, *, serving: bool = True) -> None:
+        """A read found `damage`: fetch an intact copy. A leader that found it in what it serves
+        (a body, an entry to apply or to send, a shipment) hands its leadership to a replica that
+        can read it, within an election timeout, and repairs itself as a follower; damage found in
+        the background (the scrubber, a replica's ask, the snapshot writer) is only repaired."""
+        self._repairs.want(damage)
+        self._node.wake()
+        if serving and self._node.is_leader() and self._node.others() and self._damage_hand_over is None:
+            self._damage_hand_over = asyncio.get_running_loop().create_task(self._hand_over_for_damage(damage))
+
+    async def _hand_over_for_damage(self, damage: DamagedRecord) -> None:
+        try:
+            moved = await self.transfer_leadership(self._election_timeout, step_down=False)
+            logger.warning("%s: leadership %s", damage, "handed over to a replica that can read it" if moved
+                           else "kept, no replica took it within the election timeout")
+        finally:
+            self._damage_hand_over = None
+
+    def _copy_for_peer(self, index: int, term: int | None) -> tuple[int | None, bytes] | None:
+        """This node's copy of entry `index` for a replica that asked (in a tick), if it may give it
+        (``engine.raft.repair``): (its term, None if not known; its command)."""
+        committed = self._committed_here(index)
+        try:
+            held = self._journal.copy(index)
+            if held is not None:
+                held_term, command = held[0] or None, held[1]
+            else:
+                entry = self._snapshot_entries.get(index)
+                if entry is None:
+                    return None
+                held_term, command = None, self._node.command_of(entry)
+        except DamagedRecord as damage:
+            self._damage_found(damage, serving=False)
+            return None
+        if (term is not None and held_term == term) or committed:
+            return held_term, command
+        return None
+
+    def _copy_arrived(self, index: int, term: int | None, command: bytes, node) -> None:
+        self._repairs.arrived(index, term, command, self._id_of(node))
+
+    def _write_back(self, index: int, term: int | None, command: bytes) -> bool:
+        if self._journal.holds(index):
+            written = self._journal.repair(index, term, command)
+        else:
+            written = command[:1] == bytes([REGULAR_COMMAND]) and \
+                self._snapshot_entries.repair(index, self._entry_of(command))
+        if written:
+            self._node.wake()      # applies held back by the damage go on
+        return written
+
+    def _committed_here(self, index: int) -> bool:
+        return index <= self._node.raftCommitIndex
+
+    def _holds(self, index: int) -> bool:
+        return self._journal.holds(index) or self._snapshot_entries.carries(index)
+
+    def damage_counts(self) -> tuple[int, int]:
+        """(damaged records found, records repaired) since this node started."""
+        return self._repairs.damaged, self._repairs.repaired
 
     def _use_snapshot_entries(self, entries: snapshot_file.LiveEntries) -> None:
         self._snapshot_entries, old = entries, self._snapshot_entries
@@ -533,6 +648,7 @@ class Consensus:
             return
         self._closed = True
         self._node.stop()
+        self._repairs.close()
         self._use_snapshot_entries(snapshot_file.LiveEntries())
         while self._tasks:
             self._tasks.popleft()()
@@ -551,6 +667,7 @@ class Consensus:
             except Exception:
                 logger.exception("consensus task failed")
         now = time.monotonic()
+        self._repairs.ask_due(now)
         tickets = self._tickets
         while tickets and (tickets[0].done or tickets[0].deadline <= now):
             tickets.popleft().resolve(None, "timeout")

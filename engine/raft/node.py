@@ -121,6 +121,7 @@ from pysyncobj.journal import Journal
 from pysyncobj.monotonic import monotonic
 
 from ..outcome import INSUFFICIENT_STORAGE
+from ..storage.damage import DamagedRecord
 from ..storage.journal import DurableJournal
 from ..storage import records
 from ..storage.records import InsufficientStorage
@@ -129,6 +130,7 @@ from .prevote import PRE_VOTE, PRE_VOTE_ANSWER, PreVote
 from .snapshots import ForkedSnapshots
 from .wire import DialingTransport
 from .read_index import ReadConfirmations
+from .repair import ENTRY_COPY, FETCH_ENTRY, EntryRepair
 from .sealer import Sealer
 from .ticking import LoopTicker, WatchedPoller
 
@@ -254,8 +256,9 @@ class TermCheckedQueue(FastQueue):
             ticket.resolve(None, "not_leader")
 
 
-class RaftNode(FollowerSide, PreVote, SyncObj):
-    """SyncObj with raftq's follower fix, PreVote, grouped fsyncs and one replicated method.
+class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
+    """SyncObj with raftq's follower fix, PreVote, repairs from peers, grouped fsyncs and one
+    replicated method.
 
     It and its mixins are the only owners of pysyncobj's name-mangled
     ``_SyncObj__*`` attributes, pysyncobj 0.3.17 internals
@@ -265,15 +268,24 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
 
     ``apply_entry(entry)`` applies a committed entry (in a tick);
     ``snapshot_written(last_index, seconds)`` runs once a snapshot is in place;
-    ``ship_snapshot(path)`` is what a follower is sent of it (``engine.raft.snapshots``).
+    ``ship_snapshot(path)`` is what a follower is sent of it (``engine.raft.snapshots``);
+    ``snapshot_damaged(damage)`` is told of a damaged carried entry its writer found;
+    ``copy_for_peer`` and ``copy_arrived`` answer and take repairs (``engine.raft.repair``).
     """
 
     def __init__(self, self_node, other_nodes, conf, journal: DurableJournal, dial_addrs, *,
                  apply_entry: Callable[[bytes], object], snapshot_written: Callable[[int, float], None],
-                 ship_snapshot: Callable, sealer: Sealer | None, max_frame: int, compaction_min_bytes: int,
+                 ship_snapshot: Callable, snapshot_damaged: Callable[[DamagedRecord], None],
+                 copy_for_peer: Callable, copy_arrived: Callable,
+                 sealer: Sealer | None, max_frame: int, compaction_min_bytes: int,
                  heard_within: float, group: int = 0, handoff: socket.socket | None = None):
         _install_journal_hook()
         self._apply_entry = apply_entry
+        self._copy_for_peer = copy_for_peer
+        self._copy_arrived = copy_arrived
+        # The committed entry this node cannot apply until its damaged record is repaired
+        # (item 16), None while nothing holds the applies back.
+        self.apply_waits_for: int | None = None
         self._sealer = sealer
         self._journal = journal
         self._acks_apply_until: float | None = None   # see _commit_acknowledged
@@ -313,7 +325,8 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         self._read_snapshot = conf.deserializer
         self.snapshots = ForkedSnapshots(conf.fullDumpFile, conf.logCompactionBatchSize,
                                          write=conf.serializer, read=self._load_snapshot,
-                                         on_written=snapshot_written, ship=ship_snapshot)
+                                         on_written=snapshot_written, ship=ship_snapshot,
+                                         on_damaged=snapshot_damaged)
         self._SyncObj__serializer = self.snapshots
         self._SyncObj__transport.on_send = self._stamp
         self.apply_func_id = self._methodToID[self._getFuncName("_raftq_apply")]
@@ -419,8 +432,15 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
     def propose(self, entry: bytes, callback) -> None:
         """Queue ``entry`` for the log as a call of ``_raftq_apply``;
         ``callback(result, fail_reason)`` runs in a tick."""
-        command = pickle.dumps((self.apply_func_id, (entry,)), protocol=5)
-        self._applyCommand(command, callback, REGULAR_COMMAND)
+        self._applyCommand(self._call_of(entry), callback, REGULAR_COMMAND)
+
+    def command_of(self, entry: bytes) -> bytes:
+        """The log command that proposed ``entry``, byte for byte (pysyncobj puts the command's
+        type first): how a replica holding only the entry (carried by its snapshot) gives a copy."""
+        return bytes([REGULAR_COMMAND]) + self._call_of(entry)
+
+    def _call_of(self, entry: bytes) -> bytes:
+        return pickle.dumps((self.apply_func_id, (entry,)), protocol=5)
 
     def may_vote(self) -> bool:
         """False while this node's log lacks entries it gave up to damage (item 15)."""
@@ -504,8 +524,47 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
             self._SyncObj__sendAppendEntries()
 
     def _SyncObj__sendAppendEntries(self):
+        # pysyncobj's, less its chunked path (raftq's entries stay below the batch size: never
+        # taken), sending only entries whose records verify (item 16): a follower whose next entry
+        # this leader cannot read is sent what precedes it, then heartbeats, until the record is
+        # repaired from another replica (pysyncobj indexed the empty batch and the tick failed,
+        # with the heartbeats of every follower after it).
         started = monotonic()
-        SyncObj._SyncObj__sendAppendEntries(self)
+        conf = self._SyncObj__conf
+        self._SyncObj__newAppendEntriesTime = started + conf.appendEntriesPeriod
+        transport, next_indexes = self._SyncObj__transport, self._SyncObj__raftNextIndex
+        for node in self._SyncObj__otherNodes | self._SyncObj__readonlyNodes:
+            if node not in self._SyncObj__connectedNodes:
+                self._SyncObj__serializer.cancelTransmisstion(node)
+                continue
+            send_single, sending_snapshot = True, False
+            next_index = next_indexes[node]
+            while next_index <= self._SyncObj__getCurrentLogIndex() or send_single or sending_snapshot:
+                message = {"type": "append_entries", "term": self._SyncObj__raftCurrentTerm,
+                           "commit_index": self._SyncObj__raftCommitIndex}
+                blocked = False
+                if next_index > self._journal.index_and_term(0)[0]:
+                    message["prevLogIdx"], message["prevLogTerm"] = self._SyncObj__getPrevLogIndexTerm(next_index)
+                    entries = []
+                    if next_index <= self._SyncObj__getCurrentLogIndex():
+                        entries = self._SyncObj__getEntries(next_index, None, conf.appendEntriesBatchSizeBytes)
+                        if entries:
+                            next_indexes[node] = entries[-1][1] + 1
+                        blocked = len(entries) == 0
+                    message["entries"] = entries
+                else:
+                    shipped = message["serialized"] = self._SyncObj__serializer.getTransmissionData(node)
+                transport.send(node, message)
+                if node not in self._SyncObj__connectedNodes or blocked:
+                    break
+                if "serialized" in message:
+                    sending_snapshot = shipped is not None and not shipped[2]
+                    if shipped is not None and shipped[2]:    # its last chunk
+                        next_indexes[node] = self._journal.index_and_term(1)[0] + 1
+                next_index = next_indexes[node]
+                send_single = False
+                if monotonic() - started > conf.appendEntriesPeriod:
+                    break
         self.reads.round_sent(started)
 
     # -- the log ------------------------------------------------------------
@@ -523,6 +582,17 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         if not first <= prev <= last:
             return None, None
         return prev, log.index_and_term(prev - first)[1]
+
+    def _SyncObj__deleteEntriesFrom(self, fromIDx):
+        # pysyncobj's reads the first entry, command and all, for its index
+        position = fromIDx - self._journal.index_and_term(0)[0]
+        if position >= 0:
+            self._journal.deleteEntriesFrom(position)
+
+    def _SyncObj__deleteEntriesTo(self, toIDx):
+        position = toIDx - self._journal.index_and_term(0)[0]
+        if position >= 0:
+            self._journal.deleteEntriesTo(position)
 
     def _SyncObj__getCurrentLogIndex(self):
         return self._journal.index_and_term(-1)[0]
@@ -602,17 +672,23 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
             return False
         waiting = self._SyncObj__commandsWaitingCommit
         deadline = monotonic() + APPLY_BUDGET_S
-        for command, index, term in self._journal.iterate(applied + 1, committed - applied):
-            subscribers = waiting.pop(index, ())
-            result = self._SyncObj__doApplyCommand(command)
-            self._SyncObj__raftLastApplied = index
-            for subscribed_term, callback in subscribers:
-                if subscribed_term == term:
-                    callback(result, FAIL_REASON.SUCCESS)
-                else:
-                    callback(None, FAIL_REASON.DISCARDED)
-            if monotonic() >= deadline:
-                break
+        self.apply_waits_for = None
+        try:
+            for command, index, term in self._journal.iterate(applied + 1, committed - applied):
+                subscribers = waiting.pop(index, ())
+                result = self._SyncObj__doApplyCommand(command)
+                self._SyncObj__raftLastApplied = index
+                for subscribed_term, callback in subscribers:
+                    if subscribed_term == term:
+                        callback(result, FAIL_REASON.SUCCESS)
+                    else:
+                        callback(None, FAIL_REASON.DISCARDED)
+                if monotonic() >= deadline:
+                    break
+        except DamagedRecord as damage:
+            # item 16: the journal told the facade, which fetches an intact copy; the applies go on
+            # from this entry once it is written back (wake)
+            self.apply_waits_for = damage.index
         self._resolve_reads()
         return False
 
@@ -684,7 +760,7 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
         # election deadline (follower), not a fixed period. Messages, proposals
         # and tasks end the poll early through their sockets and the pipe.
         # Judged before the tick: a heartbeat or election due now goes out in it.
-        if self._SyncObj__raftLastApplied < self._SyncObj__raftCommitIndex:
+        if self._SyncObj__raftLastApplied < self._SyncObj__raftCommitIndex and self.apply_waits_for is None:
             return 0.0     # committed entries wait to be applied
         now = monotonic()
         conf = self._SyncObj__conf
@@ -789,6 +865,10 @@ class RaftNode(FollowerSide, PreVote, SyncObj):
                 self._on_pre_vote(node, message)
             elif message["type"] == PRE_VOTE_ANSWER:
                 self._on_pre_vote_answer(node, message)
+            elif message["type"] == FETCH_ENTRY:
+                self._on_fetch_entry(node, message)
+            elif message["type"] == ENTRY_COPY:
+                self._on_entry_copy(node, message)
             elif message["type"] == "append_entries" and message["term"] >= self._SyncObj__raftCurrentTerm:
                 self.quorum_lost_at = None     # following a leader: no longer cut off
                 self._on_append_entries(node, message)

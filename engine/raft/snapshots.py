@@ -39,11 +39,16 @@ from pysyncobj.config import SERIALIZER_STATE
 from pysyncobj.serializer import Serializer
 
 from ..lifetime import die_with
+from ..storage.damage import DamagedRecord
 
 logger = logging.getLogger(__name__)
 
 # How much lower the snapshot writer runs than the engine (os.nice).
 SNAPSHOT_NICENESS = 10
+# The writer's exit status when a carried entry's record failed its checks (it names the entry on
+# its pipe): a failed snapshot like another (tried again later, engine.raft.node), and the entry
+# is repaired meanwhile.
+DAMAGED_EXIT = 3
 
 
 class ForkedSnapshots(Serializer):
@@ -57,15 +62,18 @@ class ForkedSnapshots(Serializer):
     """
 
     def __init__(self, path: str, transmission_batch: int, *, write: Callable, read: Callable,
-                 on_written: Callable[[int, float], None], ship: Callable):
+                 on_written: Callable[[int, float], None], ship: Callable,
+                 on_damaged: Callable[[DamagedRecord], None]):
         super().__init__(path, transmission_batch, False, write, read, None)
         self._path = path
         self._write = write
         self._ship = ship
         self._on_written = on_written
+        self._on_damaged = on_damaged
         self._started = 0.0
         self._last_index = 0
         self.failed_at: float | None = None   # when the last snapshot failed (None: it succeeded)
+        self._damage_pipe: int | None = None     # the running writer's report of a damaged record
 
     def busy(self) -> bool:
         return self._Serializer__pid != 0
@@ -76,15 +84,19 @@ class ForkedSnapshots(Serializer):
         _, last, _, _ = data
         parent = os.getpid()
         started = time.monotonic()
+        report, told = os.pipe()
         pid = os.fork()
         if pid == 0:
-            self._write_in_child(parent, data[1:])
+            os.close(report)
+            self._write_in_child(parent, data[1:], told)
+        os.close(told)
+        self._damage_pipe = report
         self._Serializer__currentID = id
         self._Serializer__pid = pid
         self._started = started
         self._last_index = last[1]
 
-    def _write_in_child(self, parent: int, data) -> None:
+    def _write_in_child(self, parent: int, data, told: int) -> None:
         status = 1
         try:
             gc.disable()
@@ -97,6 +109,11 @@ class ForkedSnapshots(Serializer):
             self._write(temporary, data)
             os.replace(temporary, self._path)
             status = 0
+        except DamagedRecord as damage:
+            # never carried on with a fresh checksum: the parent repairs it, a later writer carries it
+            logger.error("writing a snapshot stopped at a damaged record: %s", damage)
+            os.write(told, f"{damage.index}\n{damage.where}".encode())
+            status = DAMAGED_EXIT
         except BaseException:
             logger.critical("writing a snapshot failed", exc_info=True)
         finally:
@@ -113,6 +130,12 @@ class ForkedSnapshots(Serializer):
         if done == 0:
             return SERIALIZER_STATE.SERIALIZING, self._Serializer__currentID
         self._Serializer__pid = 0
+        report = self._read_damage_report()
+        if status != -1 and os.WIFEXITED(status) and os.WEXITSTATUS(status) == DAMAGED_EXIT and report:
+            index, where = report.split("\n", 1)
+            self.failed_at = time.monotonic()
+            self._on_damaged(DamagedRecord(int(index), where))
+            return SERIALIZER_STATE.FAILED, self._Serializer__currentID
         if status == -1 or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
             logger.error("the snapshot writer (pid %d) failed with status %#x; the log is kept", pid, status)
             self.failed_at = time.monotonic()
@@ -122,6 +145,15 @@ class ForkedSnapshots(Serializer):
         self._Serializer__transmissions = {}
         self._on_written(self._last_index, time.monotonic() - self._started)
         return SERIALIZER_STATE.SUCCESS, self._Serializer__currentID
+
+    def _read_damage_report(self) -> str:
+        report, self._damage_pipe = self._damage_pipe, None
+        if report is None:
+            return ""
+        try:
+            return os.read(report, 4096).decode(errors="replace")
+        finally:
+            os.close(report)
 
     # -- this node's snapshot, sent ------------------------------------------
 
@@ -175,3 +207,4 @@ class ForkedSnapshots(Serializer):
             except (ProcessLookupError, ChildProcessError):
                 pass
             self._Serializer__pid = 0
+            self._read_damage_report()

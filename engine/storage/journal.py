@@ -108,6 +108,7 @@ from typing import Callable, Iterable, Iterator, NamedTuple
 from pysyncobj.journal import Journal
 
 from . import records
+from .damage import DamagedRecord, intact_payload, write_in_place
 from .records import FILE_HEADER as SEGMENT_HEADER, fsync_dir
 
 logger = logging.getLogger(__name__)
@@ -156,15 +157,17 @@ MIN_ENTRY_RECORD_BYTES = records.RECORD_HEADER.size + ENTRY_PREFIX.size + 1
 
 class Kept(NamedTuple):
     """Compacted entries kept on disk, in index order (so their segments ascend too): for each,
-    its index, segment, record offset and record length."""
+    its index, segment, record offset, record length and term (0: not known, a ``kept.rec``
+    written before terms were kept), which a read of its record checks."""
     indexes: array
     seqs: array
     offsets: array
     lengths: array
+    terms: array
 
     @staticmethod
     def empty() -> "Kept":
-        return Kept(array("Q"), array("I"), array("I"), array("I"))
+        return Kept(array("Q"), array("I"), array("I"), array("I"), array("Q"))
 
     def find(self, index: int) -> int | None:
         k = bisect_left(self.indexes, index)
@@ -172,6 +175,15 @@ class Kept(NamedTuple):
 
     def in_segment(self, seq: int) -> range:
         return range(bisect_left(self.seqs, seq), bisect_right(self.seqs, seq))
+
+
+class _Place(NamedTuple):
+    """Where an entry's record lies, the term it must say (0: not known), and what it is."""
+    seq: int
+    offset: int
+    length: int
+    term: int
+    what: str
 
 
 class DurableJournal(Journal):
@@ -197,6 +209,9 @@ class DurableJournal(Journal):
         # Called before any change that could make an already-queued
         # acknowledgement untrue (truncation, clear, a new term).
         self.before_rewrite: Callable[[], None] | None = None
+        # Told of each damaged record a read of the log or of a kept entry finds, as it raises
+        # (engine.raft.repair fetches an intact copy from a replica).
+        self.on_damage: Callable[[DamagedRecord], None] | None = None
 
         # The log, one row per entry from index ``_first`` on: its term and where its record
         # lies (segment, offset, record length). ``_last`` is the last index, None while empty.
@@ -302,6 +317,8 @@ class DurableJournal(Journal):
         kept = Kept.empty()
         for column, raw in zip(kept, columns):
             column.frombytes(raw)
+        if len(kept.terms) != len(kept.indexes):      # written before terms were kept: not known
+            kept = kept._replace(terms=array("Q", [0]) * len(kept.indexes))
         return kept, {int(seq): size for seq, size in json.loads(sizes).items()}
 
     def _open_kept(self, kept: Kept, sizes: dict[int, int], below: int) -> bool:
@@ -659,22 +676,12 @@ class DurableJournal(Journal):
 
     def command(self, index: int) -> bytes | None:
         """The command of the entry at log index ``index``, from the log or the kept entries; None if
-        neither holds it."""
+        neither holds it. DamagedRecord if its record fails its checks (reported to ``on_damage``)."""
         last = self._last
         if last is not None and self._first <= index <= last:
             return self._command_at(index - self._first)
-        kept = self._kept
-        k = kept.find(index)
-        if k is None:
-            return None
-        record = os.pread(self._kept_fds[kept.seqs[k]], kept.lengths[k], kept.offsets[k])
-        return self._payload(record, index, "kept entry")
-
-    def _payload(self, record: bytes, index: int, what: str) -> bytes:
-        payload = next((payload for _, _, payload in records.iter_records(record, 0)), None)
-        if payload is None or ENTRY_PREFIX.unpack_from(payload)[0] != index:
-            raise records.DamagedFile(f"journal {self._dir}: {what} {index} is not where the journal says")
-        return bytes(payload[ENTRY_PREFIX.size:])
+        place = self._kept_place(index)
+        return None if place is None else self._reported(self._read_place, index, place)
 
     def _command_at(self, position: int) -> bytes:
         """The command of the log's entry at ``position``: held, or read back from its segment."""
@@ -685,15 +692,115 @@ class DurableJournal(Journal):
         head = self._head
         if head is not None and head[0] == index:
             return head[1]
-        fd = os.open(self._dir / _segment_name(self._seqs[position]), os.O_RDONLY)
-        try:
-            record = os.pread(fd, self._lengths[position], self._offsets[position])
-        finally:
-            os.close(fd)
-        command = self._payload(record, index, "log entry")
+        command = self._reported(self._read_place, index, self._log_place(position))
         if position == 0:
             self._head = (index, command)
         return command
+
+    # -- verified reads ----------------------------------------------------
+    # Every record read back is checked before it is used: its checksum, and the index and term it
+    # begins with against those the journal holds for it (engine.storage.damage). Memory holds
+    # only what was appended or read back intact.
+
+    def _log_place(self, position: int) -> _Place:
+        return _Place(self._seqs[position], self._offsets[position], self._lengths[position],
+                      self._terms[position], "log entry")
+
+    def _kept_place(self, index: int) -> _Place | None:
+        kept = self._kept
+        k = kept.find(index)
+        if k is None:
+            return None
+        return _Place(kept.seqs[k], kept.offsets[k], kept.lengths[k], kept.terms[k], "kept entry")
+
+    def _place(self, index: int) -> _Place | None:
+        """Where the record of entry ``index`` lies, in the log or among the kept entries."""
+        last = self._last
+        if last is not None and self._first <= index <= last:
+            return self._log_place(index - self._first)
+        return self._kept_place(index)
+
+    def _read_place(self, index: int, place: _Place) -> bytes:
+        """The command the record at ``place`` holds for entry ``index``; DamagedRecord unless the
+        record is intact and is that entry's."""
+        fd = self._kept_fds.get(place.seq)
+        if fd is not None:
+            return self._verified(os.pread(fd, place.length, place.offset), index, place)
+        fd = os.open(self._dir / _segment_name(place.seq), os.O_RDONLY)
+        try:
+            return self._verified(os.pread(fd, place.length, place.offset), index, place)
+        finally:
+            os.close(fd)
+
+    def _verified(self, record: bytes, index: int, place: _Place) -> bytes:
+        payload = intact_payload(record)
+        said = ENTRY_PREFIX.unpack_from(payload) if payload is not None and len(payload) >= ENTRY_PREFIX.size else None
+        if said is None or said[0] != index or (place.term and said[1] != place.term):
+            raise DamagedRecord(index, f"journal {self._dir}: {place.what} in {_segment_name(place.seq)} "
+                                       f"at offset {place.offset}", place.term or None)
+        return bytes(payload[ENTRY_PREFIX.size:])
+
+    def _reported(self, read: Callable, index: int, place: _Place) -> bytes:
+        try:
+            return read(index, place)
+        except DamagedRecord as damage:
+            if self.on_damage is not None:
+                self.on_damage(damage)
+            raise
+
+    def check(self, index: int) -> int | None:
+        """Read entry ``index``'s record back and check it (the scrubber): its length, None if
+        neither the log nor the kept entries hold it; DamagedRecord if it fails (not reported)."""
+        place = self._place(index)
+        if place is None:
+            return None
+        self._read_place(index, place)
+        return place.length
+
+    def copy(self, index: int) -> tuple[int, bytes] | None:
+        """(term, command) of entry ``index`` for a replica repairing its own (term 0: not known,
+        a kept entry of an older ``kept.rec``); None if not held. DamagedRecord if this copy fails
+        its checks too (not reported: the caller asks for its repair)."""
+        place = self._place(index)
+        if place is None:
+            return None
+        return place.term, self._read_place(index, place)
+
+    def term_of(self, index: int) -> int | None:
+        """The term of entry ``index`` as the journal holds it, without reading its record; None if
+        not held or not known."""
+        place = self._place(index)
+        return (place.term or None) if place is not None else None
+
+    def kept_indexes(self) -> array:
+        """The indexes of the kept entries, ascending."""
+        return self._kept.indexes
+
+    def repair(self, index: int, term: int | None, command: bytes) -> bool:
+        """Write entry ``index``'s record back in place from an intact copy (``command`` of term
+        ``term``, None if not known, from a replica whose copy verified): True once it is synced
+        and reads back intact. False if the journal no longer holds the entry, or knows it by
+        another term or by none, or the copy's record would not fill the damaged one's place
+        exactly."""
+        place = self._place(index)
+        term = term or (place.term if place is not None else None)
+        if place is None or not term or (place.term and place.term != term):
+            return False
+        record = encode_record(command, index, term)
+        if len(record) != place.length:
+            logger.error("journal %s: the intact copy of entry %d is %d bytes, its record here %d; not written",
+                         self._dir, index, len(record), place.length)
+            return False
+        fd = os.open(self._dir / _segment_name(place.seq), os.O_WRONLY)
+        try:
+            write_in_place(fd, place.offset, record)
+        finally:
+            os.close(fd)
+        try:
+            self._read_place(index, place)
+        except DamagedRecord:
+            return False
+        return True
 
     def _rows(self) -> tuple[array, ...]:
         return self._terms, self._seqs, self._offsets, self._lengths
@@ -711,13 +818,17 @@ class DurableJournal(Journal):
     def entries(self, index: int, count: int | None = None, max_bytes: int | None = None) -> list:
         """The entries from log index ``index`` on, at most ``count``, and no more than it takes for
         their commands to reach ``max_bytes``: pysyncobj's ``__getEntries``, without reading the
-        whole tail of the log from disk to send a part of it."""
+        whole tail of the log from disk to send a part of it. An entry whose record fails its
+        checks ends them (``on_damage`` is told): what precedes it goes out while it is repaired."""
         found, total = [], 0
-        for entry in self.iterate(index, count):
-            found.append(entry)
-            total += len(entry[0])
-            if max_bytes is not None and total >= max_bytes:
-                break
+        try:
+            for entry in self.iterate(index, count):
+                found.append(entry)
+                total += len(entry[0])
+                if max_bytes is not None and total >= max_bytes:
+                    break
+        except DamagedRecord:
+            pass
         return found
 
     def iterate(self, index: int, count: int | None = None) -> Iterator[tuple[bytes, int, int]]:
@@ -792,10 +903,11 @@ class DurableJournal(Journal):
             while k < len(old.indexes) and old.indexes[k] < index:
                 k += 1
             if k < len(old.indexes) and old.indexes[k] == index:
-                place = (old.seqs[k], old.offsets[k], old.lengths[k])
+                place = (old.seqs[k], old.offsets[k], old.lengths[k], old.terms[k])
             elif dropped_first is not None and dropped_first <= index < dropped_first + entryTo:
                 position = index - dropped_first
-                place = (self._seqs[position], self._offsets[position], self._lengths[position])
+                place = (self._seqs[position], self._offsets[position], self._lengths[position],
+                         self._terms[position])
             else:
                 continue   # still in the log, or named by a snapshot this node replaced
             new.indexes.append(index)
@@ -823,9 +935,16 @@ class DurableJournal(Journal):
             at = SEGMENT_HEADER.size
             for k in kept.in_segment(seq):
                 record = os.pread(fd, kept.lengths[k], kept.offsets[k])
+                # copied, its damage would move with it: the segment waits for its repair
+                self._verified(record, kept.indexes[k], self._kept_place(kept.indexes[k]))
                 offsets[k], at = at, at + len(record)
                 yield records.Encoded(record)
-        size = records.write_file(temporary, SEGMENT_MAGIC, copies(), tag=seq)
+        try:
+            size = records.write_file(temporary, SEGMENT_MAGIC, copies(), tag=seq)
+        except DamagedRecord as damage:
+            if self.on_damage is not None:
+                self.on_damage(damage)
+            return
         os.replace(temporary, path)
         fsync_dir(self._dir)
         self._segment_sizes[seq] = size
