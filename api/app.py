@@ -107,6 +107,7 @@ class Settings:
     scheme: str = "http"
     tls_ca: str | None = None
     buffer_max_bytes: int = 256 << 20
+    scrub_pass_hours: float = 24.0
     limits: Limits = field(default_factory=Limits)
     keys: ClusterKeys = field(default_factory=lambda: ClusterKeys.derive(None))
 

@@ -131,6 +131,10 @@ class NodeCollector:
                                   value=stats["damaged_records"])
         yield CounterMetricFamily("raftq_repaired_records", "Damaged records written back from a replica's "
                                   "intact copy", value=stats["repaired_records"])
+        yield CounterMetricFamily("raftq_scrub_passes", "Passes of the scrubber over every live entry, each read "
+                                  "back and checked (--scrub-pass-hours)", value=stats["scrub_passes"])
+        yield CounterMetricFamily("raftq_scrubbed_bytes", "Bytes of records the scrubber read back and checked",
+                                  value=stats["scrubbed_bytes"])
         yield GaugeMetricFamily("raftq_journal_size_bytes", "Bytes of the Raft journal on disk",
                                 value=status["log_size"])
         yield GaugeMetricFamily("raftq_journal_segments", "Segment files of the Raft journal",

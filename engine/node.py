@@ -37,6 +37,7 @@ from .config import ClusterConfig, NodeSpec, Peer
 from .long_poll import LongPolls, ride_queue
 from .outcome import Committed, CommitError
 from .raft.consensus import Consensus
+from .scrubber import Scrubber
 from .storage.damage import DamagedRecord
 
 logger = logging.getLogger(__name__)
@@ -129,11 +130,13 @@ def group_data_dir(data_dir: str | Path, group: int) -> Path:
 class Node:
     def __init__(self, cluster: ClusterConfig, node_id: str, data_dir: str | Path, *,
                  auto_create: bool = True, group: int = 0, members: tuple[str, ...] | None = None,
-                 handoff: socket.socket | None = None):
+                 handoff: socket.socket | None = None, scrub_pass_hours: float = 0.0):
         """One Raft group's engine on this node: `group`'s state in
         `group_data_dir(data_dir, group)`, its voters `members` (None: every
         node of the config), its accepted Raft connections handed over on
-        `handoff` by the node's supervisor (None: it binds its Raft address)."""
+        `handoff` by the node's supervisor (None: it binds its Raft address);
+        every live entry read back and checked once per `scrub_pass_hours`
+        (``engine.scrubber``; 0: never)."""
         self.cluster = cluster
         self.spec: NodeSpec = cluster.node(node_id)
         self.id = node_id
@@ -158,6 +161,7 @@ class Node:
             live_entries=self.machine.live_entry_indexes,
             secret=cluster.secret,
             on_role_change=self._on_role_change, max_entry_bytes=self.committer.max_entry_bytes)
+        self.scrubber = Scrubber(self.consensus, scrub_pass_hours) if scrub_pass_hours > 0 else None
         self._ticker: asyncio.Task | None = None
         self._ticker_wake = asyncio.Event()
         # Commands that arrived before the clock settled for the term they
@@ -171,11 +175,15 @@ class Node:
         self.long_polls.start(self._loop)
         self.consensus.start(self._loop)
         self._ticker = asyncio.create_task(self._tick_loop())
+        if self.scrubber is not None:
+            self.scrubber.start()
 
     async def hand_over(self) -> None:
         """Before shutting down: let another node lead, so clients move on at once."""
         if self._ticker:
             self._ticker.cancel()
+        if self.scrubber is not None:
+            self.scrubber.stop()
         if self.is_leader():
             moved = await self.transfer_leadership(2.0)
             logger.info("leadership %s before shutdown", "handed over" if moved else "given up")
@@ -184,6 +192,8 @@ class Node:
         self._release_settle_waiters(None)
 
     async def close(self) -> None:
+        if self.scrubber is not None:
+            self.scrubber.stop()
         await self.consensus.close()
 
     # ---- the replicated state machine (in a tick) -------------------------------------
@@ -458,8 +468,11 @@ class Node:
 
     def stats(self) -> dict:
         damaged, repaired = self.consensus.damage_counts()
+        scrubber = self.scrubber
         return {"times_became_leader": self.times_became_leader, "entries_applied": self.entries_applied,
                 "damaged_records": damaged, "repaired_records": repaired,
+                "scrub_passes": scrubber.passes if scrubber else 0,
+                "scrubbed_bytes": scrubber.checked_bytes if scrubber else 0,
                 "long_polls_waiting": self.long_polls.waiting(),
                 "receives_with_a_put": self.long_polls.receives_with_a_put,
                 "packing": self.committer.packing.as_dict()}

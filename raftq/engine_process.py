@@ -115,7 +115,8 @@ async def _serve(*, cluster: ClusterConfig, node_id: str, group: int, members: t
     """`members` in the group's order of preference for leadership; `holdings`:
     group 0's socket to the supervisor when the cluster has several groups."""
     check_members(data_dir, group, members)
-    node = Node(cluster, node_id, data_dir, auto_create=auto_create, group=group, members=members, handoff=handoff)
+    node = Node(cluster, node_id, data_dir, auto_create=auto_create, group=group, members=members, handoff=handoff,
+                scrub_pass_hours=settings.scrub_pass_hours)
     # one group: nothing to balance, no other group's members to record
     balancer = LeaderBalancer(node, members) if cluster.groups > 1 else None
     recorder = MemberRecorder(node, for_cluster(cluster)) if cluster.groups > 1 and group == 0 else None

@@ -9,8 +9,10 @@ result is answered.
 import asyncio
 import time
 
+from raftq.engine.committer import GroupCommitter
 from raftq.engine.config import ClusterConfig, NodeSpec
 from raftq.engine.node import Node
+from raftq.engine.outcome import CommitError
 from raftq.local import free_ports
 from raftq.statemachine.bodies import BodyRef
 
@@ -50,3 +52,41 @@ def test_a_receive_answered_by_a_proposer_deposed_as_it_applied_carries_the_bodi
     [message] = received["messages"]
     assert not isinstance(message["body"], BodyRef)
     assert message["body"] == b"the body"
+
+
+def test_commands_whose_answer_raises_are_answered_and_free_their_slot_in_flight(tmp_path, monkeypatch):
+    """Issue 47: a receive whose bodies could not be read (its answer raised in the tick that
+    applied it) was never answered, and its entry's slot in flight in group commit never came
+    back: after four, nothing was proposed again. Each is answered with the error now (500-class:
+    an error of another kind than damage is this node's bug), and the slot is free."""
+    raft, http = free_ports(2)
+    cluster = ClusterConfig(nodes=(NodeSpec(id="n1", raft=f"127.0.0.1:{raft}", http=f"127.0.0.1:{http}"),),
+                            secret="test-cluster-secret")
+    slots = GroupCommitter(lambda *_: None).max_in_flight
+
+    async def scenario():
+        node = Node(cluster, "n1", tmp_path)
+        await node.start()
+        try:
+            await leading(node)
+            await node.submit({"op": "put", "queue": "q", "messages": [{"body": b"m%d" % n} for n in range(9)]})
+            answers = []
+            with monkeypatch.context() as broken:
+                def unreadable(index):
+                    raise RuntimeError("a read of the log that raises")
+                broken.setattr(node.consensus, "entry_at", unreadable)
+                for _ in range(slots + 1):
+                    try:
+                        await asyncio.wait_for(node.submit({"op": "receive", "queue": "q", "group": "default",
+                                                            "max": 1}), 10)
+                    except CommitError as exc:
+                        answers.append(exc.code)
+            received = await asyncio.wait_for(node.submit({"op": "receive", "queue": "q", "group": "default",
+                                                           "max": 10}), 10)
+            return answers, [m["body"] for m in received.result["messages"]]
+        finally:
+            await node.close()
+
+    answers, bodies = asyncio.run(scenario())
+    assert answers == ["internal"] * (slots + 1)
+    assert bodies == [b"m%d" % n for n in range(slots + 1, 9)]

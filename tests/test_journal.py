@@ -16,8 +16,9 @@ import pytest
 from chaos import sync_ledger
 from chaos.power import node_site_env
 from raftq.engine.storage import records
-from raftq.engine.storage.journal import (PREALLOCATE_BYTES, SEGMENT_HEADER, SYNC_MARK_BYTES, DurableJournal,
-                                          encode_record)
+from raftq.engine.storage.damage import DamagedRecord
+from raftq.engine.storage.journal import (KEPT_MAGIC, PREALLOCATE_BYTES, SEGMENT_HEADER, SYNC_MARK_BYTES,
+                                          DurableJournal, encode_record)
 from raftq.engine.storage.records import DamagedFile
 from tests.tools import require_strace
 
@@ -409,6 +410,78 @@ def test_a_damaged_record_read_back_is_refused_not_returned(tmp_path):
         f.write(b"\xff")
     with pytest.raises(DamagedFile):
         j.command(2)
+
+
+def overwrite(journal, index, data, at=0):
+    """Write `data` over the record of entry `index`, `at` bytes into it, in place (what a disk
+    that rots, or misdirects a write, leaves)."""
+    place = journal._place(index)
+    with open(journal._dir / f"seg-{place.seq:012d}.log", "r+b") as f:
+        f.seek(place.offset + at)
+        f.write(data)
+
+
+def record_of(journal, index):
+    place = journal._place(index)
+    with open(journal._dir / f"seg-{place.seq:012d}.log", "rb") as f:
+        f.seek(place.offset)
+        return f.read(place.length)
+
+
+@pytest.mark.parametrize("damage", ["a flipped byte", "a stale record of another term", "another entry's record"])
+@pytest.mark.parametrize("kept", [False, True], ids=["log", "kept"])
+def test_every_record_read_back_is_checked_and_an_intact_copy_repairs_it_in_place(tmp_path, damage, kept):
+    """A read of a log or kept entry checks its record's checksum and its identity, the index and
+    term the journal holds for it (issue 47): damage is raised naming the entry, told to
+    on_damage, never returned; the intact copy written back in place reads back as it was."""
+    j = DurableJournal(tmp_path, fsync=False, recent_bytes=0)
+    for idx in range(1, 7):
+        j.add(big_command(idx, 1000), idx, 1 if idx < 3 else 2)
+    if kept:
+        j.retain([3])
+        j.deleteEntriesTo(4)            # entries 1-4 leave the log; 3 is kept, with its term
+        assert j._first == 5 and j.term_of(3) == 2
+    intact = record_of(j, 3)
+    if damage == "a flipped byte":
+        overwrite(j, 3, bytes([intact[100] ^ 0x01]), at=100)
+    elif damage == "a stale record of another term":
+        overwrite(j, 3, encode_record(big_command(3, 1000), 3, 1))
+    else:
+        overwrite(j, 3, encode_record(big_command(9, 1000), 9, 2))
+    told = []
+    j.on_damage = told.append
+    with pytest.raises(DamagedRecord) as raised:
+        j.command(3)
+    assert raised.value.index == 3 and raised.value.term == 2 and told == [raised.value]
+    with pytest.raises(DamagedRecord):
+        j.check(3)
+    assert len(told) == 1                         # the scrubber's check reports nothing itself
+    if not kept:
+        assert [e[1] for e in j.entries(1)] == [1, 2]      # what precedes it goes out (to a follower)
+    assert not j.repair(3, 1, big_command(3, 1000))              # another term: not this entry
+    assert not j.repair(3, 2, big_command(3, 999))               # would not fill its place
+    assert j.repair(3, 2, big_command(3, 1000))
+    assert record_of(j, 3) == intact and j.command(3) == big_command(3, 1000)
+    j._destroy()
+    reopened = DurableJournal(tmp_path, fsync=False)
+    assert reopened.command(3) == big_command(3, 1000)
+
+
+def test_a_kept_rec_from_before_terms_were_kept_reads_its_entries_checked_by_index(tmp_path):
+    j = DurableJournal(tmp_path, fsync=False)
+    fill(j, 1, 6, term=3)
+    j.retain([2])
+    j.deleteEntriesTo(4)
+    j._destroy()
+    sizes, *columns = records.read_file(tmp_path / "kept.rec", KEPT_MAGIC)
+    records.replace_file(tmp_path / "kept.rec", KEPT_MAGIC, [sizes, *columns[:4]])
+    j = DurableJournal(tmp_path, fsync=False)
+    assert j.term_of(2) is None and j.command(2) == command_of(2)
+    overwrite(j, 2, encode_record(command_of(5), 5, 3))
+    with pytest.raises(DamagedRecord):
+        j.command(2)
+    assert not j.repair(2, None, command_of(2))          # no term to write it with
+    assert j.repair(2, 3, command_of(2)) and j.command(2) == command_of(2)
 
 
 def test_meta_survives_reopen(tmp_path):

@@ -488,6 +488,25 @@ class Consensus:
     def _holds(self, index: int) -> bool:
         return self._journal.holds(index) or self._snapshot_entries.carries(index)
 
+    def scrub_after(self, index: int) -> tuple[int, int] | None:
+        """Check the first live entry at or after `index` (the log, the kept entries, the entries the
+        snapshot carries), its record read back from disk: (its index, its record's length), None
+        past the last. A damaged one is repaired (not a reason to hand over: nobody asked for it)."""
+        in_journal, carried = self._journal.next_held(index), self._snapshot_entries.next_carried(index)
+        found = min((i for i in (in_journal, carried) if i is not None), default=None)
+        if found is None:
+            return None
+        try:
+            length = self._journal.check(found) if found == in_journal else self._snapshot_entries.check(found)
+        except DamagedRecord as damage:
+            self._damage_found(damage, serving=False)
+            return found, 0
+        return found, length or 0
+
+    def scrub_bytes(self) -> int:
+        """About how many bytes a scrub pass reads: the journal's and the carried entries'."""
+        return self._journal.stats()["bytes"] + self._snapshot_entries.carried_bytes()
+
     def damage_counts(self) -> tuple[int, int]:
         """(damaged records found, records repaired) since this node started."""
         return self._repairs.damaged, self._repairs.repaired

@@ -772,9 +772,15 @@ class DurableJournal(Journal):
         place = self._place(index)
         return (place.term or None) if place is not None else None
 
-    def kept_indexes(self) -> array:
-        """The indexes of the kept entries, ascending."""
-        return self._kept.indexes
+    def next_held(self, index: int) -> int | None:
+        """The first index at or after `index` of an entry the log or the kept entries hold, None
+        past the last (the scrubber's walk)."""
+        kept = self._kept.indexes
+        k = bisect_left(kept, index)
+        candidates = [kept[k]] if k < len(kept) else []
+        if self._last is not None and index <= self._last:
+            candidates.append(max(index, self._first))
+        return min(candidates, default=None)
 
     def repair(self, index: int, term: int | None, command: bytes) -> bool:
         """Write entry ``index``'s record back in place from an intact copy (``command`` of term

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 import zlib
+from bisect import bisect_left
 from itertools import chain
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -154,6 +155,7 @@ class LiveEntries:
         self._fd = None
         self._path = path
         self._places: dict[int, tuple[int, int]] = {}      # index -> (offset of the record, its length)
+        self._indexes: list[int] = []                       # of the carried entries, ascending
         self.in_journal: list[int] = []
         if path is None:
             return
@@ -170,15 +172,20 @@ class LiveEntries:
         except BaseException:
             self.close()
             raise
+        self._indexes = sorted(self._places)
         if not self._places:
             self.close()
 
-    def indexes(self) -> list[int]:
-        """The indexes of the entries carried, ascending."""
-        return sorted(self._places)
+    def next_carried(self, index: int) -> int | None:
+        """The first index at or after `index` of an entry carried, None past the last."""
+        k = bisect_left(self._indexes, index)
+        return self._indexes[k] if k < len(self._indexes) else None
 
     def carries(self, index: int) -> bool:
         return index in self._places
+
+    def carried_bytes(self) -> int:
+        return sum(length for _, length in self._places.values())
 
     def get(self, index: int) -> bytes | None:
         """The carried entry at log index `index`, checked; None if the file carries no such entry."""

@@ -40,8 +40,12 @@ def cmd_node(args) -> int:
         print("raftq node: give both --tls-cert and --tls-key", file=sys.stderr)
         return 2
     limits = Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)})
+    if args.scrub_pass_hours < 0:
+        print("raftq node: --scrub-pass-hours must be 0 (no scrubbing) or more", file=sys.stderr)
+        return 2
     settings = Settings(tokens=cfg.tokens, sqs=cfg.sqs, max_message_bytes=args.max_message_bytes,
-                        scheme="https" if args.tls_cert else "http", tls_ca=args.tls_ca, limits=limits,
+                        scheme="https" if args.tls_cert else "http", tls_ca=args.tls_ca,
+                        scrub_pass_hours=args.scrub_pass_hours, limits=limits,
                         keys=cluster_config.ClusterKeys.derive(cfg.secret))
     data_dir = Path(args.data_dir or f".raftq/{args.id}")
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -100,6 +104,9 @@ def add_parsers(sub) -> None:
                       help="front processes serving HTTP (default: the cores but one, at least 1)")
     node.add_argument("--max-message-bytes", type=int, default=1 << 20,
                       help="a message's body, key, id and headers together")
+    node.add_argument("--scrub-pass-hours", type=float, default=24.0,
+                      help="read back and check every live log entry once in this long, in the background, "
+                           "repairing damage from a replica (at most 4 MiB/s; 0: never; default 24)")
     from raftq.api.app import LIMIT_HELP, Limits
     for f in dataclasses.fields(Limits):
         node.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
