@@ -449,10 +449,10 @@ def test_every_record_read_back_is_checked_and_an_intact_copy_repairs_it_in_plac
     else:
         overwrite(j, 3, encode_record(big_command(9, 1000), 9, 2))
     told = []
-    j.on_damage = told.append
+    j.on_damage = lambda damage, serving: told.append((damage, serving))
     with pytest.raises(DamagedRecord) as raised:
         j.command(3)
-    assert raised.value.index == 3 and raised.value.term == 2 and told == [raised.value]
+    assert raised.value.index == 3 and raised.value.term == 2 and told == [(raised.value, True)]
     with pytest.raises(DamagedRecord):
         j.check(3)
     assert len(told) == 1                         # the scrubber's check reports nothing itself

@@ -45,7 +45,7 @@ NATIVE = {"not_found": ("QueueDoesNotExist", NO_QUEUE), "queue_full": ("OverLimi
           "limit_reached": ("OverLimit", None), "too_many_waiters": ("OverLimit", None),
           "bad_request": ("InvalidParameterValue", None), "too_large": ("InvalidParameterValue", None),
           "conflict": ("QueueNameExists", None), "no_quorum": ("ServiceUnavailable", None),
-          "timeout": ("ServiceUnavailable", None)}
+          "damaged": ("ServiceUnavailable", None), "timeout": ("ServiceUnavailable", None)}
 
 
 def from_native(exc: ApiError) -> SqsError:

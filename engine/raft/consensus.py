@@ -66,6 +66,14 @@ pysyncobj 0.3.17 lacks"):
   snapshot). A follower is sent the snapshot with every live entry carried
   (``snapshot_file.Shipment``). Recently read entries are kept in a
   bounded cache.
+- Damaged records (``engine.raft.repair``). Every read of a stored record
+  checks it; one that fails (``DamagedRecord``) is never served: an intact
+  copy is fetched from a replica, by index and term, and written back
+  (``_damage_found``), and a caller that must answer with it meanwhile waits
+  for the copy (``intact_entry``). A leader that finds damage in what it
+  serves hands its leadership to a replica that can read it, within an
+  election timeout, and repairs itself as a follower. ``scrub_after`` is
+  the scrubber's walk (``engine.scrubber``).
 - Fast failover timing, a quorum check before accepting a write (the
   leader lease) and, when a leader has stepped down for want of a majority
   (CheckQuorum, ``engine.raft.node``), a routing view that says it is cut
@@ -193,7 +201,7 @@ class Consensus:
         self._journal = DurableJournal(data_dir / JOURNAL_DIR, fsync=fsync,
                                        segment_bytes=segment_bytes, snapshot_path=self._snapshot_path,
                                        noted_kind=MEMBERSHIP_COMMAND)
-        self._journal.on_damage = self._damage_found
+        self._journal.on_damage = lambda damage, serving: self._damage_found(damage, serving=serving)
         self._repairs = Repairs(ask=lambda index, term: self._node.ask_for_entry(index, term),
                                 write_back=self._write_back, committed=self._committed_here,
                                 held=self._holds)

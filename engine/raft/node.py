@@ -99,6 +99,16 @@ subclasses it and closes these gaps (docs/guarantees.md, "What pysyncobj
    included) until its log holds them again, catching up from the leader
    as any follower that lags: a voter never forgets an entry it
    acknowledged.
+16. Damaged records while running. The journal checks every record it
+   reads back (``engine.storage.damage``); one that fails is fetched from
+   another replica (``engine.raft.repair``: ``EntryRepair`` answers and asks over
+   the Raft port) and written back in place. Meanwhile nothing stops: the
+   applies wait at the damaged entry without spinning (``apply_waits_for``),
+   a follower whose next entry the leader cannot read is sent what precedes
+   it and then heartbeats (``_SyncObj__sendAppendEntries``: pysyncobj's
+   indexed the empty batch, and the tick failed with the heartbeats of
+   every follower after it), and what reads only the first entry's index
+   reads no command.
 """
 
 from __future__ import annotations

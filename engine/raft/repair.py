@@ -137,6 +137,8 @@ class Repairs:
     def ask_due(self, now: float) -> None:
         """Ask for every wanted entry not asked for lately (in a tick); forget those this node no
         longer holds (compacted away, or cut from its log)."""
+        if not self._wanted:
+            return
         for index, wanted in list(self._wanted.items()):
             if not self._held(index):
                 del self._wanted[index]

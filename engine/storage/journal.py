@@ -51,6 +51,14 @@ every append it sends. Before, every command stayed in RAM until compaction,
 which by then held up to ``compaction_min_bytes`` (32-48 MiB) per node
 (issue 25).
 
+Every record read back (``command``, the log's entries, ``check``, ``copy``)
+is checked before it is used: its checksum, and the index and term it
+begins with against those the journal holds for it (a kept entry's term is
+kept in ``kept.rec`` too), so bit rot, a misdirected write and a lost one
+(a stale record of another term) all fail the same way: DamagedRecord,
+told to ``on_damage`` (``engine.storage.damage``). ``repair`` writes an
+intact copy, from a replica, back in place.
+
 Start-up: a torn tail from damage. At open, records are read from the
 recorded start; the first record with a bad checksum, a short read or an
 index that does not follow its predecessor ends the good log. Zero bytes
@@ -209,9 +217,10 @@ class DurableJournal(Journal):
         # Called before any change that could make an already-queued
         # acknowledgement untrue (truncation, clear, a new term).
         self.before_rewrite: Callable[[], None] | None = None
-        # Told of each damaged record a read of the log or of a kept entry finds, as it raises
-        # (engine.raft.repair fetches an intact copy from a replica).
-        self.on_damage: Callable[[DamagedRecord], None] | None = None
+        # Told of each damaged record a read of the log or of a kept entry finds, and whether the
+        # read served something (an entry to apply or send, a body) or tidied up in the background
+        # (a kept segment's rewrite): engine.raft.repair fetches an intact copy from a replica.
+        self.on_damage: Callable[[DamagedRecord, bool], None] | None = None
 
         # The log, one row per entry from index ``_first`` on: its term and where its record
         # lies (segment, offset, record length). ``_last`` is the last index, None while empty.
@@ -745,7 +754,7 @@ class DurableJournal(Journal):
             return read(index, place)
         except DamagedRecord as damage:
             if self.on_damage is not None:
-                self.on_damage(damage)
+                self.on_damage(damage, True)
             raise
 
     def check(self, index: int) -> int | None:
@@ -949,7 +958,7 @@ class DurableJournal(Journal):
             size = records.write_file(temporary, SEGMENT_MAGIC, copies(), tag=seq)
         except DamagedRecord as damage:
             if self.on_damage is not None:
-                self.on_damage(damage)
+                self.on_damage(damage, False)
             return
         os.replace(temporary, path)
         fsync_dir(self._dir)
