@@ -432,10 +432,13 @@ class Consensus:
             self._damage_found(damage)
             return
         # its header or state: nothing to fetch (the replicas' snapshots differ), but this node's
-        # state is intact in memory -- a new snapshot replaces the file
-        logger.error("%s; writing a new snapshot", damage)
-        self._unshippable = self._snapshot_path.stat().st_ino
-        self._run_on_tick(self._node.forceLogCompaction)
+        # state is intact in memory -- a new snapshot replaces the file, and counts as its repair
+        unshippable = self._snapshot_path.stat().st_ino
+        if unshippable != self._unshippable:
+            logger.error("%s; writing a new snapshot", damage)
+            self._unshippable = unshippable
+            self._repairs.damaged += 1
+        self._run_on_tick(self._node.replace_snapshot)
 
     # -- repairs (engine.raft.repair) ---------------------------------------
 
@@ -752,6 +755,10 @@ class Consensus:
     def _snapshot_written(self, last_index: int, seconds: float) -> None:
         # before pysyncobj drops the entries the snapshot covers from the journal, which keeps
         # those the snapshot names
+        if self._unshippable is not None:
+            self._unshippable = None
+            self._repairs.repaired += 1
+            logger.warning("the damaged snapshot is replaced by one written from the state in memory")
         entries = snapshot_file.LiveEntries(self._snapshot_path)
         self._journal.retain(entries.in_journal)
         self._use_snapshot_entries(entries)

@@ -36,6 +36,7 @@ from pysyncobj.monotonic import monotonic
 from pysyncobj.syncobj import _RAFT_STATE
 
 from ..storage import snapshot_file
+from ..storage.damage import DamagedRecord
 from ..storage.records import InsufficientStorage
 
 logger = logging.getLogger(__name__)
@@ -184,8 +185,14 @@ class FollowerSide:
     def _truncate_conflict(self, position: int) -> None:
         log = self._journal
         if self._SyncObj__conf.dynamicMembershipChange:
-            for entry in reversed(log[position:]):
-                change = self._SyncObj__parseChangeClusterRequest(entry[0])
+            for cut in reversed(range(position, len(log))):
+                try:
+                    command = log[cut][0]
+                except DamagedRecord as damage:
+                    # cut anyway: no replica may hold it in its term, and the leader's entry replaces it
+                    logger.error("%s; cut in a conflict without reading whether it changed the membership", damage)
+                    continue
+                change = self._SyncObj__parseChangeClusterRequest(command)
                 if change is not None:
                     self._SyncObj__doChangeCluster(change, reverse=True)
         first_dropped = log.index_and_term(position)[0]

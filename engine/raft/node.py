@@ -456,6 +456,12 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         """False while this node's log lacks entries it gave up to damage (item 15)."""
         return self._journal.regain_index is None
 
+    def replace_snapshot(self) -> None:
+        """Write a new snapshot at the next tick, even if nothing was applied since the last one
+        (pysyncobj writes none then): the last one's file is damaged (in a tick)."""
+        self._SyncObj__lastSerializedEntry = None
+        self._SyncObj__forceLogCompaction = True
+
     def decline_leadership(self) -> None:
         """From now on ignore a leader's request to take over (``timeout_now``):
         a node shutting down must not lead again, and a leader balancing its
