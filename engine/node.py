@@ -430,16 +430,19 @@ class Node:
 
     async def _with_repaired_bodies(self, result):
         """``_with_bodies``, the bodies of damaged records read from a replica's intact copy (which is
-        written back meanwhile); CommitError ``damaged`` if none comes within REPAIR_WAIT_S."""
-        for message in _messages(result):
-            body = message.get("body")
-            if isinstance(body, BodyRef):
-                entry = await self.consensus.intact_entry(body.index, REPAIR_WAIT_S)
-                if entry is None:
-                    logger.error("log entry %d: no replica's intact copy came in %.1f s; the command is "
-                                 "answered 'damaged'", body.index, REPAIR_WAIT_S)
-                    raise CommitError("damaged")
-                message["body"] = read_body(body, entry)
+        written back meanwhile), every entry asked for at once; CommitError ``damaged`` if a copy
+        does not come within REPAIR_WAIT_S."""
+        refs = [(message, message["body"]) for message in _messages(result) if isinstance(message.get("body"), BodyRef)]
+        indexes = sorted({ref.index for _, ref in refs})
+        entries = dict(zip(indexes, await asyncio.gather(
+            *(self.consensus.intact_entry(index, REPAIR_WAIT_S) for index in indexes))))
+        missing = [index for index, entry in entries.items() if entry is None]
+        if missing:
+            logger.error("log entries %s: no replica's intact copy came in %.1f s; the command is answered "
+                         "'damaged'", missing, REPAIR_WAIT_S)
+            raise CommitError("damaged")
+        for message, ref in refs:
+            message["body"] = read_body(ref, entries[ref.index])
         return result
 
     # ---- cluster ------------------------------------------------------------------------------

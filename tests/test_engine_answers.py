@@ -11,7 +11,7 @@ import time
 
 from raftq.engine.committer import GroupCommitter
 from raftq.engine.config import ClusterConfig, NodeSpec
-from raftq.engine.node import Node
+from raftq.engine.node import REPAIR_WAIT_S, Node
 from raftq.engine.outcome import CommitError
 from raftq.local import free_ports
 from raftq.statemachine.bodies import BodyRef
@@ -90,3 +90,42 @@ def test_commands_whose_answer_raises_are_answered_and_free_their_slot_in_flight
     answers, bodies = asyncio.run(scenario())
     assert answers == ["internal"] * (slots + 1)
     assert bodies == [b"m%d" % n for n in range(slots + 1, 9)]
+
+
+def test_a_receive_whose_body_no_replica_holds_intact_is_answered_damaged_and_the_log_goes_on(tmp_path):
+    """A one-node group has no other copy to repair a damaged body from: the receive is answered
+    `damaged` (a 503 at the door) once REPAIR_WAIT_S has passed, never served wrong bytes, and the
+    node goes on taking writes."""
+    raft, http = free_ports(2)
+    cluster = ClusterConfig(nodes=(NodeSpec(id="n1", raft=f"127.0.0.1:{raft}", http=f"127.0.0.1:{http}"),),
+                            secret="test-cluster-secret")
+
+    async def scenario():
+        node = Node(cluster, "n1", tmp_path)
+        await node.start()
+        try:
+            await leading(node)
+            await node.submit({"op": "put", "queue": "q", "messages": [{"body": "lorem ipsum"}]})
+            journal = node.consensus._journal
+            journal._recent.clear()            # as if later entries had pushed it out of memory
+            (segment,) = sorted((tmp_path / "raft" / "journal").glob("seg-*.log"))
+            data = segment.read_bytes()
+            at = data.index(b"lorem ipsum") + 1
+            with open(segment, "r+b") as f:
+                f.seek(at)
+                f.write(bytes([data[at] ^ 0x01]))
+            started = time.monotonic()
+            try:
+                await node.submit({"op": "receive", "queue": "q", "group": "default", "max": 1})
+                answer = "served"
+            except CommitError as exc:
+                answer = exc.code
+            waited = time.monotonic() - started
+            await node.submit({"op": "put", "queue": "q", "messages": [{"body": "after"}]})
+            return answer, waited, node.consensus.damage_counts()
+        finally:
+            await node.close()
+
+    answer, waited, counts = asyncio.run(scenario())
+    assert answer == "damaged" and waited >= REPAIR_WAIT_S
+    assert counts == (1, 0)
