@@ -40,6 +40,7 @@ from pysyncobj.serializer import Serializer
 
 from ..lifetime import die_with
 from ..storage.damage import DamagedRecord
+from ..storage.records import DamagedFile
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +165,10 @@ class ForkedSnapshots(Serializer):
         if transmissionID not in transmissions:
             try:
                 transmissions[transmissionID] = {"file": self._ship(self._path), "transmitted": 0}
+            except DamagedFile as damage:
+                # told where it was found, and repaired or replaced; asked again at every append
+                logger.debug("cannot ship the snapshot to %s yet: %s", transmissionID, damage)
+                return None
             except Exception:
                 logger.exception("cannot ship the snapshot to %s; trying again at the next append", transmissionID)
                 return None
