@@ -1,7 +1,7 @@
 """The scrubber: every live entry an engine keeps is read back from disk and checked in the
 background, so that a damaged record is found and repaired from a replica
 (``engine.raft.repair``) before a client needs it -- and before a second
-replica's copy of it rots too (docs/guarantees.md, "Storage faults").
+replica's copy of it rots too (docs/guarantees.md, "Storage faults: the read side").
 
 A pass walks the live entries in index order (the entries the snapshot
 carries, the journal's kept entries, the log: ``Consensus.scrub_after``),

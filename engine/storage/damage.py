@@ -1,7 +1,7 @@
 """Damage a read finds in a stored record, and an intact copy written back over it.
 
 A disk may return wrong bytes with no error (bit rot, a misdirected or lost
-write: docs/guarantees.md, "Storage faults"). So every
+write: docs/guarantees.md, "Storage faults: the read side"). So every
 read of a record a node serves from -- a log entry or a kept entry of the
 journal (``engine.storage.journal``), an entry a snapshot carries
 (``engine.storage.snapshot_file``) -- checks it before it is used: the

@@ -250,8 +250,8 @@ class Shipment:
         try:
             fd = self._file.fileno()
             at = records.FILE_HEADER.size
-            raw = intact_payload(os.pread(fd, records.RECORD_HEADER.size + int.from_bytes(os.pread(fd, 4, at), "little"),
-                                          at))
+            length = records.RECORD_HEADER.size + int.from_bytes(os.pread(fd, 4, at), "little")
+            raw = intact_payload(os.pread(fd, length, at))
             if raw is None:
                 raise records.DamagedFile(f"snapshot {path}: its header record is damaged")
             header = cbor2.loads(raw)
