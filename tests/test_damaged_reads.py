@@ -83,3 +83,12 @@ def test_a_letter_flipped_in_the_leaders_journal_is_served_intact_repaired_and_w
     with Client([url], token=cluster.token, cafile=cluster.cafile) as client:
         held = client.browse("first", limit=100, consistency="any")["messages"]
     assert [m["body"] for m in held] == bodies + [f"after {n}" for n in range(10)]
+
+    # a follower's own reads (consistency=any) of a body damaged in its journal are served intact too
+    follower = next(n for n in cluster.ids if n not in (leader, cluster.wait_for_leader(30)))
+    flip_a_letter(cluster, follower, bodies[1])
+    with Client([cluster.url(follower)], token=cluster.token, cafile=cluster.cafile) as client:
+        held = client.browse("first", limit=100, consistency="any")["messages"]
+    assert [m["body"] for m in held][:40] == bodies
+    wait_until(lambda: journal_holds(cluster, follower, bodies[1]), 30, what="the follower's record written back")
+    assert metric(cluster.url(follower), "raftq_damaged_records_total") == 1
