@@ -421,7 +421,7 @@ def overwrite(journal, index, data, at=0):
         f.write(data)
 
 
-def record_of(journal, index):
+def record_bytes(journal, index):
     place = journal._place(index)
     with open(journal._dir / f"seg-{place.seq:012d}.log", "rb") as f:
         f.seek(place.offset)
@@ -441,7 +441,7 @@ def test_every_record_read_back_is_checked_and_an_intact_copy_repairs_it_in_plac
         j.retain([3])
         j.deleteEntriesTo(4)            # entries 1-4 leave the log; 3 is kept, with its term
         assert j._first == 5 and j.term_of(3) == 2
-    intact = record_of(j, 3)
+    intact = record_bytes(j, 3)
     if damage == "a flipped byte":
         overwrite(j, 3, bytes([intact[100] ^ 0x01]), at=100)
     elif damage == "a stale record of another term":
@@ -461,7 +461,7 @@ def test_every_record_read_back_is_checked_and_an_intact_copy_repairs_it_in_plac
     assert not j.repair(3, 1, big_command(3, 1000))              # another term: not this entry
     assert not j.repair(3, 2, big_command(3, 999))               # would not fill its place
     assert j.repair(3, 2, big_command(3, 1000))
-    assert record_of(j, 3) == intact and j.command(3) == big_command(3, 1000)
+    assert record_bytes(j, 3) == intact and j.command(3) == big_command(3, 1000)
     j._destroy()
     reopened = DurableJournal(tmp_path, fsync=False)
     assert reopened.command(3) == big_command(3, 1000)
