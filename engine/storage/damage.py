@@ -20,10 +20,7 @@ counts.
 
 from __future__ import annotations
 
-import errno
-import os
-
-from .records import DamagedFile, iter_records
+from .records import DamagedFile, iter_records, pwrite_all, sync_fd
 
 
 class DamagedRecord(DamagedFile):
@@ -43,13 +40,9 @@ def intact_payload(record: bytes) -> memoryview | None:
     return next((payload for _, end, payload in iter_records(record, 0) if end == len(record)), None)
 
 
-def write_in_place(fd: int, offset: int, record: bytes) -> None:
-    """Write ``record`` over the bytes at ``offset`` of the file open at ``fd`` (a record of the
-    same length) and fdatasync it."""
-    view, at = memoryview(record), offset
-    while view:
-        written = os.pwrite(fd, view, at)
-        if written <= 0:
-            raise OSError(errno.EIO, f"a write at offset {at} wrote nothing")
-        view, at = view[written:], at + written
-    os.fdatasync(fd)
+def write_in_place(fd: int, offset: int, record: bytes, what) -> None:
+    """Write ``record`` over the bytes at ``offset`` of the file open at ``fd``, ``what`` (a record
+    of the same length), and fdatasync it: checked as every write is (``records.pwrite_all``),
+    and a failed sync is fatal (``records.sync_fd``)."""
+    pwrite_all(fd, record, offset, what)
+    sync_fd(fd, what, data_only=True)

@@ -806,9 +806,10 @@ class DurableJournal(Journal):
             logger.error("journal %s: the intact copy of entry %d is %d bytes, its record here %d; not written",
                          self._dir, index, len(record), place.length)
             return False
-        fd = os.open(self._dir / _segment_name(place.seq), os.O_WRONLY)
+        path = self._dir / _segment_name(place.seq)
+        fd = os.open(path, os.O_WRONLY)
         try:
-            write_in_place(fd, place.offset, record)
+            write_in_place(fd, place.offset, record, path)
         finally:
             os.close(fd)
         try:

@@ -215,7 +215,7 @@ class LiveEntries:
         record = records.encode(entry)
         if place is None or len(record) != place[1]:
             return False
-        write_in_place(self._fd, place[0], record)
+        write_in_place(self._fd, place[0], record, self._path)
         try:
             return self._read(index) is not None
         except DamagedRecord:
