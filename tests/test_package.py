@@ -123,3 +123,18 @@ def test_each_room_imports_only_the_rooms_below_it():
                 wrong.append(f"{path.relative_to(REPO)} imports {module}, which is not the engine's face")
     assert not wrong, "\n".join(wrong)
 
+
+
+def test_no_installed_module_imports_a_room_by_its_checkout_name():
+    """`from statemachine.x import …` works in the checkout (the folder is on sys.path) and fails
+    once installed, where only `raftq.statemachine` exists: the wheel's code names rooms under raftq."""
+    checkout_only = {"api", "engine", "statemachine", "wire_format", "chaos", "bench", "tests"}
+    wrong = []
+    for path, _room in source_rooms():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module
+                     else [])
+            wrong += [f"{path.relative_to(REPO)}:{node.lineno} imports {name}"
+                      for name in names if name.split(".")[0] in checkout_only]
+    assert not wrong, "\n".join(wrong)
