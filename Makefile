@@ -11,14 +11,14 @@ SPARK_STAMP := $(VENV)/.spark-installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,plot]'
+	$(BIN)/pip install --quiet -e '.[server,dev,plot]'
 	touch $(STAMP)
 
 # The Spark connector's extra (pyspark: a 456 MB download, plus Java 17 to run).
 # Only the Spark tests, bench/spark_bench.py and `make pipeline` need it; without
 # it those tests skip (they fail instead under CI=true: .ci/run installs it).
 $(SPARK_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,plot,spark]'
+	$(BIN)/pip install --quiet -e '.[server,dev,plot,spark]'
 	touch $(SPARK_STAMP)
 
 spark-deps: $(SPARK_STAMP)

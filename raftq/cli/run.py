@@ -1,4 +1,9 @@
-"""`raftq node` (one node of a deployment) and `raftq up` (a local cluster in the foreground)."""
+"""`raftq node` (one node of a deployment) and `raftq up` (a local cluster in the foreground).
+
+Both run nodes, which need the server's dependencies (pyproject.toml's
+`server` extra); an install of the client alone has none of them, so neither
+imports the node before `server_missing` has said what to install.
+"""
 
 import dataclasses
 import logging
@@ -7,8 +12,25 @@ import sys
 from pathlib import Path
 
 
+def server_missing(command: str) -> str | None:
+    """Why `command` cannot run a node here, and what to install; None when it can."""
+    try:
+        import raftq.server  # noqa: F401  (the supervisor imports the engine and the fronts: all a node runs)
+    except ModuleNotFoundError as exc:
+        if not exc.name or exc.name.partition(".")[0] == "raftq":
+            raise
+        return (f"{command}: this environment has raftq's client only: a node needs the server's dependencies "
+                f"(no module named {exc.name!r}). Install them with: {sys.executable} -m pip install 'raftq[server]'")
+    return None
+
+
 def cmd_node(args) -> int:
-    from raftq.api.app import Limits, Settings
+    missing = server_missing("raftq node")
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
+    from raftq.api.app import Settings
+    from raftq.api.limits import Limits
 
     from raftq.engine import config as cluster_config
     from ..logs import setup_logging
@@ -63,6 +85,10 @@ def cmd_node(args) -> int:
 
 
 def cmd_up(args) -> int:
+    missing = server_missing("raftq up")
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
     from .up import up
     return up(args.nodes, args.data_dir, args.http_port, args.raft_port, args.demo, restart=not args.no_restart,
               groups=args.groups, replicas=args.replicas, sqs=args.sqs)
@@ -107,7 +133,7 @@ def add_parsers(sub) -> None:
     node.add_argument("--scrub-pass-hours", type=float, default=24.0,
                       help="read back and check every live log entry once in this long, in the background, "
                            "repairing damage from a replica (at most 4 MiB/s; 0: never; default 24)")
-    from raftq.api.app import LIMIT_HELP, Limits
+    from raftq.api.limits import LIMIT_HELP, Limits
     for f in dataclasses.fields(Limits):
         node.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
                           help=f"{LIMIT_HELP[f.name]} (default {f.default})")
