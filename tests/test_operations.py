@@ -20,6 +20,7 @@ from raftq.client import Client
 from raftq.failover import RaftqError
 from raftq.local import LocalCluster
 from raftq.server import REMOVED_EXIT
+from tests.tools import cannot_run
 from tests.waiting import wait_until
 from tests.wire import call, register
 
@@ -212,10 +213,7 @@ def test_the_documented_install_gives_the_systemd_unit_every_path_it_names(tmp_p
     assert len(steps) == 7, steps
     built = subprocess.run(["bash", "-e", "-c", steps[0]], cwd=checkout, capture_output=True, text=True, timeout=1200)
     if built.returncode != 0:
-        message = f"building the wheels needs a package index: {built.stderr[-500:]}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        cannot_run(f"building the wheels needs a package index: {built.stderr[-500:]}")
     (root / "etc/systemd/system").mkdir(parents=True)      # there on any machine with systemd
     done = subprocess.run(["bash", "-e", "-c", "\n".join(steps[1:])], cwd=checkout, capture_output=True, text=True,
                           timeout=1200)
@@ -253,13 +251,23 @@ UPGRADE_FROM = "9a08f1a"
 
 
 def exported(revision: str, into: Path) -> Path:
-    """The tree of `revision`, exported from this repository's history (or a skip)."""
+    """The tree of `revision`, exported from this repository's history. A checkout without it (a
+    shallow clone) skips its callers, and fails them in CI (tests/tools.py), whose .ci/run fetches
+    the history a shallow clone lacks."""
     into.mkdir()
     archive = subprocess.run(["git", "-C", str(REPO), "archive", revision], capture_output=True, timeout=120)
     if archive.returncode != 0:
-        pytest.skip(f"revision {revision} is not in this checkout's history: {archive.stderr.decode()[-300:]}")
+        cannot_run(f"revision {revision} is not in this checkout's history (a shallow clone?), so this proof "
+                   f"cannot run: git fetch --unshallow (.ci/run does): {archive.stderr.decode().strip()[-300:]}")
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True, timeout=120)
     return into
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_a_revision_missing_from_the_history_skips_its_proof_and_fails_it_in_ci(tmp_path, monkeypatch, ci):
+    monkeypatch.setenv("CI", ci)
+    with pytest.raises(pytest.fail.Exception if ci else pytest.skip.Exception, match="fetch --unshallow"):
+        exported("0" * 40, tmp_path / "tree")
 
 
 def test_a_rolling_upgrade_keeps_serving_and_loses_nothing(tmp_path, monkeypatch):

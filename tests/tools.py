@@ -1,4 +1,5 @@
-"""Proofs that need a system tool say so: outside CI a missing tool skips the
+"""Proofs that need a system tool (or anything else a checkout may lack: a package
+index, a revision of the history) say so: outside CI a missing one skips the
 proof with what to install (shown by `make test`'s -rs); in CI (CI=true, as
 .ci/run sets it) it fails the suite, so a proof never goes missing silently."""
 
@@ -14,14 +15,18 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def cannot_run(message: str):
+    """This proof lacks what it needs (`message` says what and how to get it): skip it, or in CI fail it."""
+    if in_ci():
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
 def require(found, tool: str, install: str):
     """`found` (a path, usually) or, when it is None, skip/fail saying `install`."""
     if found:
         return found
-    message = f"{tool} is not installed, so this proof cannot run: {install} (.ci/run installs it)"
-    if in_ci():
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
+    cannot_run(f"{tool} is not installed, so this proof cannot run: {install} (.ci/run installs it)")
 
 
 def require_strace() -> str:
