@@ -1,4 +1,5 @@
-"""`raftq node` (one node of a deployment) and `raftq up` (a local cluster in the foreground).
+"""`raftq node` (one node of a deployment), `raftq up` (a local cluster in the foreground, or
+`--detach`ed) and `raftq down` (which stops it from anywhere).
 
 Both run nodes, which need the server's dependencies (pyproject.toml's
 `server` extra); an install of the client alone has none of them, so neither
@@ -89,9 +90,27 @@ def cmd_up(args) -> int:
     if missing:
         print(missing, file=sys.stderr)
         return 2
+    if args.detach:
+        from .down import detach
+        return detach(_up_arguments(args), args.data_dir)
     from .up import up
     return up(args.nodes, args.data_dir, args.http_port, args.raft_port, args.demo, restart=not args.no_restart,
               groups=args.groups, replicas=args.replicas, sqs=args.sqs)
+
+
+def _up_arguments(args) -> list[str]:
+    """The `raftq up` a detached one runs: these arguments, its data directory made absolute."""
+    argv = ["--nodes", str(args.nodes), "--data-dir", str(Path(args.data_dir).absolute()),
+            "--http-port", str(args.http_port), "--raft-port", str(args.raft_port)]
+    for flag, value in (("--groups", args.groups), ("--replicas", args.replicas)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv + ["--demo"] * args.demo + ["--no-restart"] * args.no_restart
+
+
+def cmd_down(args) -> int:
+    from .down import down
+    return down(args.data_dir, args.timeout)
 
 
 def add_parsers(sub) -> None:
@@ -109,7 +128,16 @@ def add_parsers(sub) -> None:
                                                        "sqs-admin.env and sqs-data.env beside cluster.toml")
     up.add_argument("--no-restart", action="store_true",
                     help="leave a node that exits down (default: start it again, backing off if it keeps exiting)")
+    up.add_argument("--detach", action="store_true",
+                    help="run in the background once the cluster serves (its output into DATA_DIR/up.log); "
+                         "`raftq down` stops it")
     up.set_defaults(run=cmd_up)
+
+    down = sub.add_parser("down", help="stop the local cluster a `raftq up` runs, from any terminal")
+    down.add_argument("--data-dir", default=".raftq", help="the directory `raftq up` was given (default: .raftq)")
+    down.add_argument("--timeout", type=float, default=15.0,
+                      help="seconds a node has to stop (it hands over and flushes) before it is killed")
+    down.set_defaults(run=cmd_down)
 
     node = sub.add_parser("node", help="run one node of a cluster")
     node.add_argument("--config", required=True)
