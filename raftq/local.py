@@ -4,8 +4,10 @@ suite drive raftq through.
 
 A cluster lives in one directory (mode 0700): cluster.toml (mode 0600, with a
 generated cluster secret and generated admin, data and metrics tokens), one
-data directory, one log file and one pid file per node (0600 too).  Running it again keeps its
-queues.  Every process is started here and stopped here, by PID.
+data directory, one log file and one pid file per node (0600 too), and `up.pid` while a
+`raftq up` runs it.  Running it again keeps its queues.  Every process is started here and
+stopped here, by PID (`raftq down` finds them from the pid files, each checked against its
+command line: `runs_node`).
 
 Clients of a local cluster authenticate with ``LocalCluster.token`` (the
 admin token, which every route accepts); ``client()`` passes it on.

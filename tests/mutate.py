@@ -549,6 +549,18 @@ MUTANTS = [
            "tests/test_operations.py", "        cannot_run(f\"revision {revision} is not in",
            "        pytest.skip(f\"revision {revision} is not in",
            ("tests/test_operations.py::test_a_revision_missing_from_the_history_skips_its_proof_and_fails_it_in_ci",)),
+    # ---- the command line, for a newcomer ----------------------------------------------------------
+    Mutant("cli-silent-about-where-it-looked", "a CLI without a cluster or a token says where it looked",
+           "raftq/cli/__init__.py", "        looked = where_it_looked(target(args), failure)\n",
+           "        looked = None\n",
+           (T_CLI + "test_without_a_cluster_or_a_token_the_cli_says_where_it_looked",)),
+    Mutant("down-leaves-up-running", "raftq down stops raftq up before its nodes, which it would start again",
+           "raftq/cli/down.py", "    up_runs = up_pid is not None and runs_up_of(up_pid, root)",
+           "    up_runs = False",
+           (T_CLI + "test_up_detached_runs_until_down_stops_it_from_another_directory",)),
+    Mutant("no-suggestion-for-a-mistyped-command", "a mistyped command gets the one most likely meant",
+           "raftq/cli/suggest.py", "    meant = suggestion(top, error, argv)", "    meant = None",
+           (T_CLI + "test_a_mistyped_command_gets_the_one_meant",)),
     # ---- the test run itself (tests/stopping.py) -----------------------------------------------------
     Mutant("sigterm-kills-the-run-on-the-spot", "a test run stopped by SIGTERM leaves no process alive",
            "tests/stopping.py", "            signal.signal(sig, _on_stop_signal)", "            pass",
