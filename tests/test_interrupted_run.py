@@ -43,15 +43,20 @@ def processes_naming(text: str) -> list[str]:
 
 @pytest.mark.parametrize("stop", ["SIGTERM", "Ctrl-C twice"])
 def test_a_run_stopped_while_its_test_runs_leaves_no_process_alive(tmp_path, stop):
-    marker, base = tmp_path / "running", tmp_path / "basetemp"
+    marker, base, log = tmp_path / "running", tmp_path / "basetemp", tmp_path / "run.log"
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAFTQ_INTERRUPT_MARKER": str(marker)}
-    run = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(base),
-                            "tests/interrupted_run.py"], cwd=REPO, env=env, start_new_session=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Its output into a file, not a pipe: a process left holding a pipe would hold the read, too.
+    # SIGINT as in a terminal's foreground: a run started in a shell's background (mutate.py's, a
+    # CI step's) ignores it, and so would its children (tests/stopping.py leaves it ignored).
+    with open(log, "wb") as output:
+        run = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                "--basetemp", str(base), "tests/interrupted_run.py"], cwd=REPO, env=env,
+                               start_new_session=True, stdout=output, stderr=subprocess.STDOUT,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     started = {}
     try:
-        wait_until(lambda: marker.exists() or run.poll() is not None, 120, what="the child run's processes")
-        assert run.poll() is None, run.communicate()[0]
+        wait_until(lambda: marker.exists() or run.poll() is not None, 240, what="the child run's processes")
+        assert run.poll() is None, log.read_text()
         started = {pid: identity(pid) for pid in descendants(run.pid)}
         nodes = [int(pid) for pid in marker.read_text().split()]
         assert set(nodes) <= set(started) and len(started) >= 3 * 3 + 2, started
@@ -64,7 +69,12 @@ def test_a_run_stopped_while_its_test_runs_leaves_no_process_alive(tmp_path, sto
                 os.killpg(run.pid, signal.SIGINT)
             except ProcessLookupError:         # the run was quicker
                 pass
-        output = run.communicate(timeout=120)[0]
+        try:
+            run.wait(120)
+        except subprocess.TimeoutExpired:
+            run.send_signal(signal.SIGABRT)    # pytest's faulthandler writes where each thread is
+            run.wait(30)
+        output = log.read_text()
         assert run.returncode == pytest.ExitCode.INTERRUPTED, output
         assert ("stopped by SIGTERM" if stop == "SIGTERM" else "KeyboardInterrupt") in output, output
         alive = [f"{pid} {was[1][:200]}" for pid, was in started.items() if was and identity(pid) == was]

@@ -191,7 +191,7 @@ async def stream():
     async with Producer(urls, token=token) as producer:
         await (await producer.send("streamed", {"n": 2}))
     async with Consumer(urls, "streamed", token=token) as consumer:
-        message = await consumer.receive(timeout=10)
+        message = await consumer.receive(timeout=60)
         message.ack()
         return message.body
 print(asyncio.run(stream()))
