@@ -551,8 +551,8 @@ MUTANTS = [
            ("tests/test_operations.py::test_a_revision_missing_from_the_history_skips_its_proof_and_fails_it_in_ci",)),
     # ---- the command line, for a newcomer ----------------------------------------------------------
     Mutant("cli-silent-about-where-it-looked", "a CLI without a cluster or a token says where it looked",
-           "raftq/cli/__init__.py", "        looked = where_it_looked(target(args), failure)\n",
-           "        looked = None\n",
+           "raftq/cli/__init__.py", "    looked = where_it_looked(target(args), failure)\n",
+           "    looked = None\n",
            (T_CLI + "test_without_a_cluster_or_a_token_the_cli_says_where_it_looked",)),
     Mutant("down-leaves-up-running", "raftq down stops raftq up before its nodes, which it would start again",
            "raftq/cli/down.py", "    up_runs = up_pid is not None and runs_up_of(up_pid, root)",

@@ -83,7 +83,8 @@ def main(argv=None) -> int:
 
 
 def _say_where_it_looked(args, failure: Exception) -> None:
-    if hasattr(args, "json"):          # a client command (`up` and `node` name no cluster to reach)
-        looked = where_it_looked(target(args), failure)
-        if looked:
-            print(f"raftq: {looked}", file=sys.stderr)
+    if args.command in run.LOCAL_COMMANDS:     # they name no cluster to reach
+        return
+    looked = where_it_looked(target(args), failure)
+    if looked:
+        print(f"raftq: {looked}", file=sys.stderr)

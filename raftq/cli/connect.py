@@ -82,7 +82,7 @@ def where_it_looked(where: Target, answer: Exception) -> str | None:
     else:
         found = f"there is no {where.looked_for}"
     return ("no token was sent: none was given (--token, RAFTQ_TOKEN), and " if unauthorized
-            else f"no cluster was named (--url, RAFTQ_URL), and ") + found + (
+            else "no cluster was named (--url, RAFTQ_URL), and ") + found + (
         ".\n  `raftq up` keeps its cluster's cluster.toml in .raftq/ where it ran; from another directory, "
         "--cluster-dir DIR\n  (or RAFTQ_CLUSTER_DIR=DIR) names that directory, "
         + ("or give a token: RAFTQ_TOKEN=..." if unauthorized else "or name a node: --url URL (or RAFTQ_URL)"))

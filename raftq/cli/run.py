@@ -1,7 +1,7 @@
 """`raftq node` (one node of a deployment), `raftq up` (a local cluster in the foreground, or
 `--detach`ed) and `raftq down` (which stops it from anywhere).
 
-Both run nodes, which need the server's dependencies (pyproject.toml's
+`node` and `up` run nodes, which need the server's dependencies (pyproject.toml's
 `server` extra); an install of the client alone has none of them, so neither
 imports the node before `server_missing` has said what to install.
 """
@@ -11,6 +11,9 @@ import logging
 import os
 import sys
 from pathlib import Path
+
+
+LOCAL_COMMANDS = ("up", "down", "node")     # the commands that reach no cluster over HTTP
 
 
 def server_missing(command: str) -> str | None:
