@@ -10,7 +10,7 @@ A ``stage_commit`` names stages, not queues: only the state knows which
 queues it would make.
 """
 
-from statemachine.staging import DEFAULT_STAGE_TTL_MS
+from raftq.statemachine.staging import DEFAULT_STAGE_TTL_MS
 
 from .errors import ApiError
 

@@ -13,6 +13,7 @@ import ast
 import importlib.metadata
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -33,8 +34,13 @@ ROOMS = {"raftq": "raftq", "api": "raftq.api", "engine": "raftq.engine",
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
+    # built from a copy: a build writes build/ and raftq.egg-info into the tree, and an egg-info on
+    # the path (PYTHONPATH=<checkout>) is an installed raftq to pip and importlib.metadata
+    checkout = out / "checkout"
+    shutil.copytree(REPO, checkout, ignore=shutil.ignore_patterns(".venv", ".git", "results", "__pycache__",
+                                                                  "build", "*.egg-info", ".raftq"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-                    "-w", str(out), str(REPO)], check=True, capture_output=True, timeout=300)
+                    "-w", str(out), str(checkout)], check=True, capture_output=True, timeout=300)
     (built,) = out.glob("raftq-*.whl")
     return zipfile.ZipFile(built)
 
@@ -117,6 +123,19 @@ def source_rooms():
         for path in (REPO / folder).rglob("*.py"):
             module = ".".join([installed, *path.relative_to(REPO / folder).with_suffix("").parts])
             yield path, room_of(module.removesuffix(".__init__"))
+
+
+def test_no_module_imports_a_room_by_its_folder_name():
+    """In a checkout `import statemachine` finds the folder; installed, only `raftq.statemachine` exists."""
+    folders = {folder for folder in ROOMS if folder != "raftq"}
+    wrong = []
+    for path, _ in source_rooms():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            wrong += [f"{path.relative_to(REPO)} imports {name}" for name in names
+                      if name and name.split(".")[0] in folders]
+    assert not wrong, "\n".join(wrong)
 
 
 def test_each_room_imports_only_the_rooms_below_it():
@@ -240,6 +259,7 @@ def test_the_client_runs_with_the_wheel_and_its_plain_requirements_alone(client_
             assert refused.returncode == 2, refused.stderr
             assert "Traceback" not in refused.stderr, refused.stderr
             assert f"{sys.executable} -m pip install 'raftq[server]'" in refused.stderr, refused.stderr
+            assert "pysyncobj, sortedcontainers, orjson, prometheus-client, cryptography missing" in refused.stderr
         with cluster.client() as client:
             assert client.queue("jobs")["stats"]["acked_total"] == 1
     finally:

@@ -9,7 +9,9 @@ imports the node before `server_missing` has said what to install.
 import dataclasses
 import logging
 import os
+import re
 import sys
+from importlib import metadata
 from pathlib import Path
 
 
@@ -17,15 +19,25 @@ LOCAL_COMMANDS = ("up", "down", "node")     # the commands that reach no cluster
 
 
 def server_missing(command: str) -> str | None:
-    """Why `command` cannot run a node here, and what to install; None when it can."""
+    """Why `command` cannot run a node here, and what to install; None when it can: the
+    distributions the installed raftq's `server` extra names that are not installed (a
+    checkout run without installing it has no such record, and is taken to have them)."""
     try:
-        import raftq.server  # noqa: F401  (the supervisor imports the engine and the fronts: all a node runs)
-    except ModuleNotFoundError as exc:
-        if not exc.name or exc.name.partition(".")[0] == "raftq":
-            raise
-        return (f"{command}: this environment has raftq's client only: a node needs the server's dependencies "
-                f"(no module named {exc.name!r}). Install them with: {sys.executable} -m pip install 'raftq[server]'")
-    return None
+        requirements = metadata.requires("raftq") or []
+    except metadata.PackageNotFoundError:
+        return None
+    server = [re.match(r"[A-Za-z0-9._-]+", requirement).group() for requirement in requirements
+              if re.search(r"""extra\s*==\s*["']server["']""", requirement)]
+    missing = []
+    for name in server:
+        try:
+            metadata.version(name)
+        except metadata.PackageNotFoundError:
+            missing.append(name)
+    if not missing:
+        return None
+    return (f"{command}: this environment has raftq's client only, and a node needs the server's dependencies "
+            f"({', '.join(missing)} missing). Install them with: {sys.executable} -m pip install 'raftq[server]'")
 
 
 def cmd_node(args) -> int:
