@@ -45,11 +45,8 @@ class SmallFilesystem:
         done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mib}m,mode=0700", "tmpfs", str(self.path)],
                               capture_output=True, text=True)
         if done.returncode != 0:
-            message = (f"cannot mount a small filesystem ({done.stderr.strip()}), so this proof cannot run: run "
+            cannot_run(f"cannot mount a small filesystem ({done.stderr.strip()}), so this proof cannot run: run "
                        "the tests as root, or in a container allowed to mount tmpfs")
-            if in_ci():
-                pytest.fail(message, pytrace=False)
-            pytest.skip(message)
         self.mounted = True
 
     def grow(self, mib: int) -> None:

@@ -120,7 +120,7 @@ def _up_arguments(args) -> list[str]:
     for flag, value in (("--groups", args.groups), ("--replicas", args.replicas)):
         if value is not None:
             argv += [flag, str(value)]
-    return argv + ["--demo"] * args.demo + ["--no-restart"] * args.no_restart
+    return argv + ["--demo"] * args.demo + ["--no-restart"] * args.no_restart + ["--sqs"] * args.sqs
 
 
 def cmd_down(args) -> int:
