@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from raftq.api.app import Limits  # noqa: E402
+from raftq.api.limits import Limits  # noqa: E402
 from raftq.statemachine import StateMachine, encode_entry  # noqa: E402
 from raftq.statemachine.machine import MAX_NEW_QUEUES_PER_ENTRY  # noqa: E402
 from raftq.statemachine.staging import STAGED_MESSAGE_OVERHEAD  # noqa: E402

@@ -4,8 +4,10 @@ suite drive raftq through.
 
 A cluster lives in one directory (mode 0700): cluster.toml (mode 0600, with a
 generated cluster secret and generated admin, data and metrics tokens), one
-data directory, one log file and one pid file per node (0600 too).  Running it again keeps its
-queues.  Every process is started here and stopped here, by PID.
+data directory, one log file and one pid file per node (0600 too), and `up.pid` while a
+`raftq up` runs it.  Running it again keeps its queues.  Every process is started here and
+stopped here, by PID (`raftq down` finds them from the pid files, each checked against its
+command line: `runs_node`).
 
 Clients of a local cluster authenticate with ``LocalCluster.token`` (the
 admin token, which every route accepts); ``client()`` passes it on.
@@ -87,6 +89,56 @@ def _open_private(path: Path, flags: int) -> int:
     fd = os.open(path, flags | os.O_CREAT, 0o600)
     os.fchmod(fd, 0o600)
     return fd
+
+
+# ---- processes, as /proc shows them: a pid file outlives its process, and a PID is used again
+def port_holders(port: int) -> list[int]:
+    """The PIDs with a socket listening on `port` (TCP, IPv4 or IPv6), as far as /proc lets
+    this user see: other users' processes stay hidden."""
+    inodes = set()
+    for table_path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table_path).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    holders = []
+    for entry in Path("/proc").iterdir() if inodes else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                holders.append(int(entry.name))
+        except OSError:         # gone meanwhile, or not ours to look at
+            continue
+    return sorted(holders)
+
+
+def command_line(pid: int) -> str:
+    """A process's command line, its words joined by spaces ("?" once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether the process runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def signal_pid(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 class LocalCluster:
@@ -172,9 +224,17 @@ class LocalCluster:
                     [sys.executable, "-m", "raftq", "node", "--config", str(self.config_path),
                      "--id", nid, "--data-dir", str(self.root / nid), *self.node_args, *extra_args],
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=self.env)
-            # So that whoever runs `raftq up` (a test, an operator) can always
+            # So that whoever runs `raftq up` (a test, an operator, `raftq down`) can always
             # find and stop every node by PID, even if `up` itself is killed.
-            cluster_config.write_private(self.root / f"{nid}.pid", str(self.procs[nid].pid))
+            cluster_config.write_private(self.pid_file(nid), str(self.procs[nid].pid))
+
+    def pid_file(self, node_id: str) -> Path:
+        return self.root / f"{node_id}.pid"
+
+    @property
+    def up_pid_file(self) -> Path:
+        """Where a `raftq up` running this cluster writes its PID, for `raftq down`."""
+        return self.root / "up.pid"
 
     def pid(self, node_id: str) -> int | None:
         proc = self.procs.get(node_id)
@@ -217,7 +277,20 @@ class LocalCluster:
             self._forget_pid(nid)
 
     def _forget_pid(self, node_id: str) -> None:
-        (self.root / f"{node_id}.pid").unlink(missing_ok=True)
+        self.pid_file(node_id).unlink(missing_ok=True)
+
+    def runs_node(self, pid: int, node_id: str) -> bool:
+        """Whether `pid` is a `raftq node` of this cluster.toml and id, by its command line."""
+        words = command_line(pid).split()
+        return ("node" in words and str(self.config_path) in words
+                and "--id" in words and words[words.index("--id") + 1:][:1] == [node_id])
+
+    def node_started_by_hand(self, node_id: str) -> int | None:
+        """The PID of a `raftq node` of this cluster and id that holds the node's Raft port (its
+        supervisor: the fronts hold the HTTP port), however it was started."""
+        spec = self.cfg.node(node_id)
+        return next((pid for pid in port_holders(int(spec.raft.rpartition(":")[2])) if self.runs_node(pid, node_id)),
+                    None)
 
     def close(self) -> None:
         for nid in list(self.procs):

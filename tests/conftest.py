@@ -1,9 +1,12 @@
-"""Shared fixtures: real node processes on 127.0.0.1, stopped by PID whatever happens."""
+"""Shared fixtures: real node processes on 127.0.0.1, stopped by PID whatever happens (and
+whatever a test leaves, when the run ends or is stopped: tests/stopping.py)."""
 
 import time
 import weakref
 
 import pytest
+
+from tests import stopping
 
 # Every cluster a test started, so that a failed test's report ends with what its nodes logged.
 STARTED_CLUSTERS = weakref.WeakSet()
@@ -97,6 +100,14 @@ def fresh_cluster(tmp_path):
     yield make
     for cluster in made:
         cluster.close()
+
+
+def pytest_configure(config):
+    stopping.stop_on_signals()
+
+
+def pytest_unconfigure(config):
+    stopping.kill_what_is_left()
 
 
 @pytest.hookimpl(hookwrapper=True)

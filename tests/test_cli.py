@@ -14,8 +14,10 @@ import time
 import pytest
 
 from raftq.cli.cluster import VERIFY_EXITS, verify_verdict
+from raftq.cli.connect import DEFAULT_URL, Target, where_it_looked
 from raftq.client import Client
 from raftq.local import LocalCluster, free_ports, port_free
+from tests.stopping import descendants
 from tests.waiting import wait_until
 from tests.wire import token_for
 
@@ -140,6 +142,40 @@ def status_rows(table: str) -> dict[str, list[str]]:
         if cells and re.fullmatch(r"n\d+", cells[0]):
             rows[cells[0]] = cells
     return rows
+
+
+def test_without_a_cluster_or_a_token_the_cli_says_where_it_looked(cluster3, tmp_path):
+    """From a directory without `.raftq/cluster.toml`, a 401 says that no token was sent, the
+    cluster.toml it looked for, and how to name one (not that no node answered: one did)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTQ_")}
+
+    def run(*args, **more):
+        return subprocess.run([sys.executable, "-m", "raftq", *args], cwd=tmp_path, env={**env, **more},
+                              capture_output=True, text=True, timeout=60)
+
+    for command in (["queues"], ["cluster", "status"]):
+        done = run("--url", cluster3.urls[0], *command)
+        assert done.returncode == 1, done
+        assert "unauthorized" in done.stderr and "answered" not in done.stderr, done.stderr
+        assert "no token was sent" in done.stderr and str(tmp_path / ".raftq" / "cluster.toml") in done.stderr
+        assert "--cluster-dir DIR" in done.stderr and "RAFTQ_TOKEN" in done.stderr, done.stderr
+    refused = run("--url", cluster3.urls[0], "queues", RAFTQ_TOKEN="not-the-token")
+    assert "the token from RAFTQ_TOKEN was refused" in refused.stderr, refused.stderr
+    named = run("--cluster-dir", str(cluster3.root), "cluster", "status")      # as the advice says
+    assert named.returncode == 0, named.stderr
+    # and where no cluster was named at all: the default address answered nothing
+    nowhere = Target([DEFAULT_URL], None, None, "the default", looked_for=tmp_path / ".raftq" / "cluster.toml")
+    said = where_it_looked(nowhere, ConnectionRefusedError())
+    assert "no cluster was named" in said and str(tmp_path / ".raftq" / "cluster.toml") in said and "--url" in said
+
+
+@pytest.mark.parametrize("typed, meant", [(["queue", "list"], "queues"), (["queus"], "queues"),
+                                          (["clster", "status"], "cluster status"), (["stauts"], "cluster status"),
+                                          (["cluster", "stat"], "cluster status"), (["dwon"], "down")])
+def test_a_mistyped_command_gets_the_one_meant(typed, meant):
+    done = raftq(*typed, check=False)
+    assert done.returncode == 2 and "invalid choice" in done.stderr, done
+    assert f"did you mean `raftq {meant}`?" in done.stderr, done.stderr
 
 
 def test_unreachable_node_is_a_clear_error():
@@ -535,6 +571,48 @@ def test_up_stops_its_nodes_on_every_stop_signal(tmp_path, sig):
         assert list(data_dir.glob("*.pid")) == []
     finally:
         stop_everything(proc, data_dir)
+
+
+def test_up_detached_runs_until_down_stops_it_from_another_directory(tmp_path):
+    """`raftq up --detach` returns once its cluster serves; `raftq down --data-dir DIR`, run from
+    another directory, stops `raftq up` first (which would start stopped nodes again) and with it
+    every process of every node, and says what it stopped."""
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    here.mkdir()
+    elsewhere.mkdir()
+    http_port = consecutive_free_port(3)
+    raft_port = consecutive_free_port(3)
+    while abs(raft_port - http_port) < 3:
+        raft_port = consecutive_free_port(3)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTQ_")}
+    data_dir = here / ".raftq"
+    started = subprocess.run([sys.executable, "-m", "raftq", "up", "--detach", "--http-port", str(http_port),
+                              "--raft-port", str(raft_port)], cwd=here, env=env, capture_output=True, text=True,
+                             timeout=120)
+    up_pid = int((data_dir / "up.pid").read_text()) if (data_dir / "up.pid").exists() else None
+    nodes = [int(pid) for pid in re.findall(r"^  n\d+ .* pid (\d+) ", started.stdout, re.M)]
+    try:
+        assert started.returncode == 0, started.stderr
+        assert "cluster up" in started.stdout and "`raftq down` stops the cluster" in started.stdout
+        processes = [up_pid, *nodes, *(pid for node in nodes for pid in descendants(node))]
+        assert len(nodes) == 3 and all(alive(pid) for pid in processes), started.stdout
+        status = subprocess.run([sys.executable, "-m", "raftq", "--cluster-dir", str(data_dir), "cluster", "status"],
+                                cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0, status.stderr
+        down = subprocess.run([sys.executable, "-m", "raftq", "down", "--data-dir", str(data_dir)],
+                              cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+        assert down.returncode == 0, down.stderr
+        assert f"raftq up (pid {up_pid})" in down.stdout, down.stdout
+        assert [pid for pid in processes if alive(pid)] == []
+        assert list(data_dir.glob("*.pid")) == []
+        assert "SIGTERM: stopping the cluster" in (data_dir / "up.log").read_text()
+        again = subprocess.run([sys.executable, "-m", "raftq", "down"], cwd=here, env=env, capture_output=True,
+                               text=True, timeout=60)
+        assert again.returncode == 0 and "nothing of the cluster" in again.stdout, again
+    finally:
+        for pid in [up_pid, *nodes]:
+            if pid and alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_up_refuses_to_report_up_while_orphans_hold_its_ports(tmp_path):

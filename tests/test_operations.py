@@ -20,6 +20,7 @@ from raftq.client import Client
 from raftq.failover import RaftqError
 from raftq.local import LocalCluster
 from raftq.server import REMOVED_EXIT
+from tests.tools import cannot_run
 from tests.waiting import wait_until
 from tests.wire import call, register
 
@@ -210,15 +211,16 @@ def test_the_documented_install_gives_the_systemd_unit_every_path_it_names(tmp_p
         line = re.sub(r"(?<![\w/.-])/(opt|etc|var/lib)/", f"{root}/\\1/", line)
         steps.append(line)
     assert len(steps) == 7, steps
-    built = subprocess.run(["bash", "-e", "-c", steps[0]], cwd=checkout, capture_output=True, text=True, timeout=1200)
+    # as an operator runs them: nothing of a checkout on the path (PYTHONPATH=<checkout> would make
+    # raftq an installed distribution to pip, which then installs only its dependencies)
+    operator = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    built = subprocess.run(["bash", "-e", "-c", steps[0]], cwd=checkout, env=operator, capture_output=True,
+                           text=True, timeout=1200)
     if built.returncode != 0:
-        message = f"building the wheels needs a package index: {built.stderr[-500:]}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        cannot_run(f"building the wheels needs a package index: {built.stderr[-500:]}")
     (root / "etc/systemd/system").mkdir(parents=True)      # there on any machine with systemd
-    done = subprocess.run(["bash", "-e", "-c", "\n".join(steps[1:])], cwd=checkout, capture_output=True, text=True,
-                          timeout=1200)
+    done = subprocess.run(["bash", "-e", "-c", "\n".join(steps[1:])], cwd=checkout, env=operator, capture_output=True,
+                          text=True, timeout=1200)
     assert done.returncode == 0, done.stderr
 
     unit = (REPO / "deploy" / "raftq@.service").read_text()
@@ -230,13 +232,13 @@ def test_the_documented_install_gives_the_systemd_unit_every_path_it_names(tmp_p
     assert stat.S_IMODE(config.stat().st_mode) == 0o600
     assert data_root.is_dir() and stat.S_IMODE(data_root.stat().st_mode) == 0o700
     assert (root / "etc/systemd/system/raftq@.service").read_text() == unit
-    version = subprocess.run([str(root / command[0][1:]), "--version"], capture_output=True, text=True, timeout=60)
+    version = subprocess.run([str(root / command[0][1:]), "--version"], env=operator, capture_output=True, text=True,
+                             timeout=60)
     assert re.fullmatch(r"raftq \d+\.\d+\.\d+\S*\n", version.stdout), version
     # the unit's command, its paths under the temporary root, serves a node from the installed package
     # (run from tmp_path, with no PYTHONPATH: nothing of the checkout is importable)
     node = [str(root / command[0][1:])] + [str(root) + arg if arg.startswith("/") else arg for arg in command[1:]]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.Popen(node, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(node, cwd=tmp_path, env=operator, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
     try:
         wait_until(lambda: single.ready_view("n1") or proc.poll() is not None, 60, what="the installed node")
@@ -253,13 +255,24 @@ UPGRADE_FROM = "9a08f1a"
 
 
 def exported(revision: str, into: Path) -> Path:
-    """The tree of `revision`, exported from this repository's history (or a skip)."""
+    """The tree of `revision`, exported from this repository's history. A checkout without it (a
+    shallow clone) skips its callers, and fails them in CI (tests/tools.py), whose .ci/run fetches
+    the history a shallow clone lacks."""
     into.mkdir()
     archive = subprocess.run(["git", "-C", str(REPO), "archive", revision], capture_output=True, timeout=120)
     if archive.returncode != 0:
-        pytest.skip(f"revision {revision} is not in this checkout's history: {archive.stderr.decode()[-300:]}")
+        cannot_run(f"revision {revision} is not in this checkout's history (a shallow clone?), so this proof "
+                   f"cannot run: git fetch --unshallow (.ci/run does): {archive.stderr.decode().strip()[-300:]}")
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True, timeout=120)
     return into
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_a_revision_missing_from_the_history_skips_its_proof_and_fails_it_in_ci(tmp_path, monkeypatch, ci):
+    monkeypatch.setenv("CI", ci)
+    with pytest.raises((pytest.fail.Exception, pytest.skip.Exception), match="fetch --unshallow") as stopped:
+        exported("0" * 40, tmp_path / "tree")
+    assert stopped.type is (pytest.fail.Exception if ci else pytest.skip.Exception)
 
 
 def test_a_rolling_upgrade_keeps_serving_and_loses_nothing(tmp_path, monkeypatch):

@@ -2,18 +2,28 @@
 
 The wheel holds one package, `raftq` (and the `pyspark_raftq` module Spark's lookup needs), with
 every package of the checkout's rooms under it; and each room imports only what the table of
-docs/architecture.md lets it, read from the code's own imports.
+docs/architecture.md lets it, read from the code's own imports. `pip install raftq` is the
+client, whose dependencies are few; a node's are the `server` extra (docs/operations.md,
+"Installing"): the client runs where nothing else can be imported.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import json
+import os
+import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from tests.conftest import start_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 # room folder in the checkout -> its installed name
@@ -24,8 +34,13 @@ ROOMS = {"raftq": "raftq", "api": "raftq.api", "engine": "raftq.engine",
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
+    # built from a copy: a build writes build/ and raftq.egg-info into the tree, and an egg-info on
+    # the path (PYTHONPATH=<checkout>) is an installed raftq to pip and importlib.metadata
+    checkout = out / "checkout"
+    shutil.copytree(REPO, checkout, ignore=shutil.ignore_patterns(".venv", ".git", "results", "__pycache__",
+                                                                  "build", "*.egg-info", ".raftq"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-                    "-w", str(out), str(REPO)], check=True, capture_output=True, timeout=300)
+                    "-w", str(out), str(checkout)], check=True, capture_output=True, timeout=300)
     (built,) = out.glob("raftq-*.whl")
     return zipfile.ZipFile(built)
 
@@ -110,6 +125,19 @@ def source_rooms():
             yield path, room_of(module.removesuffix(".__init__"))
 
 
+def test_no_module_imports_a_room_by_its_folder_name():
+    """In a checkout `import statemachine` finds the folder; installed, only `raftq.statemachine` exists."""
+    folders = {folder for folder in ROOMS if folder != "raftq"}
+    wrong = []
+    for path, _ in source_rooms():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            wrong += [f"{path.relative_to(REPO)} imports {name}" for name in names
+                      if name and name.split(".")[0] in folders]
+    assert not wrong, "\n".join(wrong)
+
+
 def test_each_room_imports_only_the_rooms_below_it():
     wrong = []
     for path, room in source_rooms():
@@ -125,16 +153,114 @@ def test_each_room_imports_only_the_rooms_below_it():
 
 
 
-def test_no_installed_module_imports_a_room_by_its_checkout_name():
-    """`from statemachine.x import …` works in the checkout (the folder is on sys.path) and fails
-    once installed, where only `raftq.statemachine` exists: the wheel's code names rooms under raftq."""
-    checkout_only = {"api", "engine", "statemachine", "wire_format", "chaos", "bench", "tests"}
-    wrong = []
-    for path, _room in source_rooms():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module
-                     else [])
-            wrong += [f"{path.relative_to(REPO)}:{node.lineno} imports {name}"
-                      for name in names if name.split(".")[0] in checkout_only]
-    assert not wrong, "\n".join(wrong)
+def requirements(wheel) -> list[Requirement]:
+    """The wheel's Requires-Dist."""
+    (metadata,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    lines = wheel.read(metadata).decode().splitlines()
+    return [Requirement(line.partition(": ")[2]) for line in lines if line.startswith("Requires-Dist: ")]
+
+
+def needed_without_extras(requirement: Requirement) -> bool:
+    return requirement.marker is None or requirement.marker.evaluate({"extra": ""})
+
+
+def names_of(found) -> set[str]:
+    return {canonicalize_name(r.name) for r in found}
+
+
+def test_the_plain_install_is_the_client_and_a_nodes_dependencies_are_the_server_extra(wheel):
+    found = requirements(wheel)
+    assert names_of(r for r in found if needed_without_extras(r)) == {"aiohttp", "cbor2"}
+    server = [r for r in found if r.marker is not None and r.marker.evaluate({"extra": "server"})
+              and not needed_without_extras(r)]
+    assert names_of(server) == {"pysyncobj", "sortedcontainers", "orjson", "prometheus-client", "cryptography"}
+    assert [str(r.specifier) for r in server if r.name == "pysyncobj"] == ["==0.3.17"]
+
+
+@pytest.fixture(scope="module")
+def client_install(wheel, tmp_path_factory) -> Path:
+    """What `pip install raftq` puts into an environment, as one directory for sys.path: the wheel
+    unpacked, and the distributions of its plain requirements and of theirs in turn (extras
+    left out), linked from this environment's installed copies."""
+    site = tmp_path_factory.mktemp("client-site-packages")
+    wheel.extractall(site)
+    wanted = [r for r in requirements(wheel) if needed_without_extras(r)]
+    linked = set()
+    while wanted:
+        requirement = wanted.pop()
+        if canonicalize_name(requirement.name) in linked:
+            continue
+        linked.add(canonicalize_name(requirement.name))
+        distribution = importlib.metadata.distribution(requirement.name)
+        for top in {f.parts[0] for f in distribution.files if ".." not in f.parts and f.parts[0] != "__pycache__"}:
+            (site / top).symlink_to(distribution.locate_file(top))
+        wanted += [r for r in map(Requirement, distribution.requires or ()) if needed_without_extras(r)]
+    return site
+
+
+CLIENT_CODE = """
+import asyncio, os
+from raftq.client import Client, Consumer, Producer
+urls, token = os.environ["RAFTQ_URL"].split(","), os.environ["RAFTQ_TOKEN"]
+with Client(urls, token=token) as q:
+    q.put("py", {"n": 1})
+    (message,) = q.receive("py", max=1, wait_ms=5000)["messages"]
+    assert q.ack("py", [message["receipt"]])["acked"] == 1
+async def stream():
+    async with Producer(urls, token=token) as producer:
+        await (await producer.send("streamed", {"n": 2}))
+    async with Consumer(urls, "streamed", token=token) as consumer:
+        message = await consumer.receive(timeout=60)
+        message.ack()
+        return message.body
+print(asyncio.run(stream()))
+"""
+
+
+@pytest.mark.integration
+def test_the_client_runs_with_the_wheel_and_its_plain_requirements_alone(client_install, tmp_path):
+    """Put, receive and ack from the CLI and the Python clients (HTTP and the streaming wire), and
+    `raftq cluster status` through a cluster.toml, run from the wheel in processes whose only
+    packages are what `pip install raftq` brings (python -S: no site-packages); `raftq up` and
+    `raftq node` there say what to install."""
+    cluster = start_cluster(tmp_path / "cluster", 1)
+    workdir = tmp_path / "elsewhere"
+    workdir.mkdir()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAFTQ_")},
+           "PYTHONPATH": str(client_install), "RAFTQ_URL": ",".join(cluster.urls), "RAFTQ_TOKEN": cluster.token}
+
+    def client_only(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-S", *args], cwd=workdir, env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return client_only("-m", "raftq", *args)
+
+    try:
+        where = client_only("-c", "import raftq, sys; print(raftq.__file__); import orjson")
+        assert where.stdout.strip() == str(client_install / "raftq" / "__init__.py"), where
+        assert "No module named 'orjson'" in where.stderr         # nothing of the server's is there
+        put = cli("put", "jobs", '{"task": 1}')
+        assert put.returncode == 0, put.stderr
+        received = cli("receive", "jobs", "--wait", "5000", "--json")
+        assert received.returncode == 0, received.stderr
+        (message,) = json.loads(received.stdout)["messages"]
+        assert message["body"] == {"task": 1}
+        acked = cli("ack", "jobs", message["receipt"])
+        assert acked.returncode == 0, acked.stderr
+        python = client_only("-c", CLIENT_CODE)
+        assert python.returncode == 0 and python.stdout.strip() == "{'n': 2}", python.stderr
+        del env["RAFTQ_URL"], env["RAFTQ_TOKEN"]           # found through the cluster's cluster.toml
+        status = cli("--cluster-dir", str(cluster.root), "cluster", "status", "--json")
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["leader"] == "n1"
+        for command in (["up"], ["node", "--config", str(cluster.config_path), "--id", "n1"]):
+            refused = cli(*command)
+            assert refused.returncode == 2, refused.stderr
+            assert "Traceback" not in refused.stderr, refused.stderr
+            assert f"{sys.executable} -m pip install 'raftq[server]'" in refused.stderr, refused.stderr
+            assert "pysyncobj, sortedcontainers, orjson, prometheus-client, cryptography missing" in refused.stderr
+        with cluster.client() as client:
+            assert client.queue("jobs")["stats"]["acked_total"] == 1
+    finally:
+        cluster.close()

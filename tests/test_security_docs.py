@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from raftq.api import bounded, stream
-from raftq.api.app import Limits, Settings
+from raftq.api.app import Settings
+from raftq.api.limits import Limits
 from raftq.api.routes import ROUTES
 from raftq.api.sqs import (attributes as sqs_attributes, message_actions as sqs_messages, protocol as sqs_protocol,
                            query as sqs_query)
@@ -84,7 +85,7 @@ def option_in_code(option: str, defaults: dict) -> float:
     built from default to the same value (the option is what a node runs with)."""
     assert option in defaults, (
         f"docs/security.md names {option}, which `raftq node` does not have: add the option "
-        "(raftq/cli/run.py, api.app.Limits), or correct the row")
+        "(raftq/cli/run.py, api.limits.Limits), or correct the row")
     value = defaults[option]
     field = option[2:].replace("-", "_")
     for holder in (Settings(), Settings().limits):

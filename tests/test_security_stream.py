@@ -263,7 +263,7 @@ def test_one_client_address_gets_its_share_of_the_long_polls_and_another_its_own
 
 def test_docs_security_states_the_streaming_wire_bounds_of_the_code():
     from raftq.api import stream
-    from raftq.api.app import Limits
+    from raftq.api.limits import Limits
     text = (Path(__file__).resolve().parent.parent / "docs" / "security.md").read_text()
     section = text[text.index("\n## A streaming-wire connection\n"):]
     section = section[:section.index("\n## ", 1)]

@@ -1,4 +1,5 @@
-"""Proofs that need a system tool say so: outside CI a missing tool skips the
+"""Proofs that need a system tool (or anything else a checkout may lack: a package
+index, a revision of the history) say so: outside CI a missing one skips the
 proof with what to install (shown by `make test`'s -rs); in CI (CI=true, as
 .ci/run sets it) it fails the suite, so a proof never goes missing silently."""
 
@@ -14,14 +15,18 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def cannot_run(message: str):
+    """This proof lacks what it needs (`message` says what and how to get it): skip it, or in CI fail it."""
+    if in_ci():
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
 def require(found, tool: str, install: str):
     """`found` (a path, usually) or, when it is None, skip/fail saying `install`."""
     if found:
         return found
-    message = f"{tool} is not installed, so this proof cannot run: {install} (.ci/run installs it)"
-    if in_ci():
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
+    cannot_run(f"{tool} is not installed, so this proof cannot run: {install} (.ci/run installs it)")
 
 
 def require_strace() -> str:
@@ -40,11 +45,8 @@ class SmallFilesystem:
         done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mib}m,mode=0700", "tmpfs", str(self.path)],
                               capture_output=True, text=True)
         if done.returncode != 0:
-            message = (f"cannot mount a small filesystem ({done.stderr.strip()}), so this proof cannot run: run "
+            cannot_run(f"cannot mount a small filesystem ({done.stderr.strip()}), so this proof cannot run: run "
                        "the tests as root, or in a container allowed to mount tmpfs")
-            if in_ci():
-                pytest.fail(message, pytrace=False)
-            pytest.skip(message)
         self.mounted = True
 
     def grow(self, mib: int) -> None:

@@ -1,10 +1,11 @@
 """The `raftq` command line: run nodes, operate the cluster, use queues from a terminal.
 
-One module per responsibility: run.py (node, up), up.py (what `raftq up`
-does and prints), cluster.py (status, membership, leadership, health,
+One module per responsibility: run.py (node, up, down), up.py (what `raftq up`
+does and prints), down.py (`raftq down` and `up --detach`), cluster.py (status, membership, leadership, health,
 metrics), queues.py (queues, groups, redrive), messages.py (put ... tx),
 top.py (live view), bench.py (load generator), sqs.py (SQS keys); connect.py finds the cluster
-and prints.  Every client command
+(and says where it looked when it found none) and prints; suggest.py turns a
+mistyped command into the one most likely meant.  Every client command
 takes --json, --url (repeatable), --token, --ca, before or after its name.
 """
 
@@ -14,7 +15,8 @@ from importlib import metadata
 
 from ..client import RaftqError
 from . import bench, cluster, messages, queues, run, sqs, top
-from .connect import target
+from .connect import target, where_it_looked
+from .suggest import Parser, UsageError, report
 
 
 def _connection_options(defaults: bool) -> argparse.ArgumentParser:
@@ -44,8 +46,8 @@ def version() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    top_level = argparse.ArgumentParser(prog="raftq", description="A Raft-replicated durable queue cluster.",
-                                        parents=[_connection_options(True)])
+    top_level = Parser(prog="raftq", description="A Raft-replicated durable queue cluster.",
+                       parents=[_connection_options(True)])
     top_level.add_argument("--version", action="version", version=f"raftq {version()}")
     sub = top_level.add_subparsers(dest="command", required=True)
     common = _connection_options(False)
@@ -60,14 +62,29 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    top = parser()
+    try:
+        args = top.parse_args(argv)
+    except UsageError as error:
+        return report(top, error, argv)
     try:
         return args.run(args)
     except RaftqError as exc:
         print(f"raftq: {exc.code}: {exc.message}", file=sys.stderr)
+        _say_where_it_looked(args, exc)
         return 1
     except OSError as exc:
         print(f"raftq: cannot reach {target(args).describe()}: {exc}", file=sys.stderr)
+        _say_where_it_looked(args, exc)
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _say_where_it_looked(args, failure: Exception) -> None:
+    if args.command in run.LOCAL_COMMANDS:     # they name no cluster to reach
+        return
+    looked = where_it_looked(target(args), failure)
+    if looked:
+        print(f"raftq: {looked}", file=sys.stderr)

@@ -1,14 +1,52 @@
-"""`raftq node` (one node of a deployment) and `raftq up` (a local cluster in the foreground)."""
+"""`raftq node` (one node of a deployment), `raftq up` (a local cluster in the foreground, or
+`--detach`ed) and `raftq down` (which stops it from anywhere).
+
+`node` and `up` run nodes, which need the server's dependencies (pyproject.toml's
+`server` extra); an install of the client alone has none of them, so neither
+imports the node before `server_missing` has said what to install.
+"""
 
 import dataclasses
 import logging
 import os
+import re
 import sys
+from importlib import metadata
 from pathlib import Path
 
 
+LOCAL_COMMANDS = ("up", "down", "node")     # the commands that reach no cluster over HTTP
+
+
+def server_missing(command: str) -> str | None:
+    """Why `command` cannot run a node here, and what to install; None when it can: the
+    distributions the installed raftq's `server` extra names that are not installed (a
+    checkout run without installing it has no such record, and is taken to have them)."""
+    try:
+        requirements = metadata.requires("raftq") or []
+    except metadata.PackageNotFoundError:
+        return None
+    server = [re.match(r"[A-Za-z0-9._-]+", requirement).group() for requirement in requirements
+              if re.search(r"""extra\s*==\s*["']server["']""", requirement)]
+    missing = []
+    for name in server:
+        try:
+            metadata.version(name)
+        except metadata.PackageNotFoundError:
+            missing.append(name)
+    if not missing:
+        return None
+    return (f"{command}: this environment has raftq's client only, and a node needs the server's dependencies "
+            f"({', '.join(missing)} missing). Install them with: {sys.executable} -m pip install 'raftq[server]'")
+
+
 def cmd_node(args) -> int:
-    from raftq.api.app import Limits, Settings
+    missing = server_missing("raftq node")
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
+    from raftq.api.app import Settings
+    from raftq.api.limits import Limits
 
     from raftq.engine import config as cluster_config
     from ..logs import setup_logging
@@ -63,9 +101,31 @@ def cmd_node(args) -> int:
 
 
 def cmd_up(args) -> int:
+    missing = server_missing("raftq up")
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
+    if args.detach:
+        from .down import detach
+        return detach(_up_arguments(args), args.data_dir)
     from .up import up
     return up(args.nodes, args.data_dir, args.http_port, args.raft_port, args.demo, restart=not args.no_restart,
               groups=args.groups, replicas=args.replicas, sqs=args.sqs)
+
+
+def _up_arguments(args) -> list[str]:
+    """The `raftq up` a detached one runs: these arguments, its data directory made absolute."""
+    argv = ["--nodes", str(args.nodes), "--data-dir", str(Path(args.data_dir).absolute()),
+            "--http-port", str(args.http_port), "--raft-port", str(args.raft_port)]
+    for flag, value in (("--groups", args.groups), ("--replicas", args.replicas)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv + ["--demo"] * args.demo + ["--no-restart"] * args.no_restart + ["--sqs"] * args.sqs
+
+
+def cmd_down(args) -> int:
+    from .down import down
+    return down(args.data_dir, args.timeout)
 
 
 def add_parsers(sub) -> None:
@@ -83,7 +143,16 @@ def add_parsers(sub) -> None:
                                                        "sqs-admin.env and sqs-data.env beside cluster.toml")
     up.add_argument("--no-restart", action="store_true",
                     help="leave a node that exits down (default: start it again, backing off if it keeps exiting)")
+    up.add_argument("--detach", action="store_true",
+                    help="run in the background once the cluster serves (its output into DATA_DIR/up.log); "
+                         "`raftq down` stops it")
     up.set_defaults(run=cmd_up)
+
+    down = sub.add_parser("down", help="stop the local cluster a `raftq up` runs, from any terminal")
+    down.add_argument("--data-dir", default=".raftq", help="the directory `raftq up` was given (default: .raftq)")
+    down.add_argument("--timeout", type=float, default=15.0,
+                      help="seconds a node has to stop (it hands over and flushes) before it is killed")
+    down.set_defaults(run=cmd_down)
 
     node = sub.add_parser("node", help="run one node of a cluster")
     node.add_argument("--config", required=True)
@@ -107,7 +176,7 @@ def add_parsers(sub) -> None:
     node.add_argument("--scrub-pass-hours", type=float, default=24.0,
                       help="read back and check every live log entry once in this long, in the background, "
                            "repairing damage from a replica (at most 4 MiB/s; 0: never; default 24)")
-    from raftq.api.app import LIMIT_HELP, Limits
+    from raftq.api.limits import LIMIT_HELP, Limits
     for f in dataclasses.fields(Limits):
         node.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
                           help=f"{LIMIT_HELP[f.name]} (default {f.default})")

@@ -14,41 +14,9 @@ from pathlib import Path
 
 from raftq.engine.config import MAX_GROUPS, ConfigError, default_groups, write_private
 
-from ..local import LocalCluster
+from ..local import LocalCluster, command_line, pid_alive, port_holders, signal_pid
 from ..server import REMOVED_EXIT
 from .sqs import add_key, export_lines
-
-
-def port_holders(port: int) -> list[int]:
-    """The PIDs with a socket listening on `port` (TCP, IPv4 or IPv6), as far as /proc lets
-    this user see: other users' processes stay hidden."""
-    inodes = set()
-    for table_path in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table_path).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:
-                inodes.add(f"socket:[{fields[9]}]")
-    holders = []
-    for entry in Path("/proc").iterdir() if inodes else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
-                holders.append(int(entry.name))
-        except OSError:         # gone meanwhile, or not ours to look at
-            continue
-    return sorted(holders)
-
-
-def command_line(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return "?"
 
 
 def demo(cluster: LocalCluster) -> None:
@@ -159,7 +127,7 @@ class Supervisor:
         now = time.monotonic()
         for nid in self.cluster.ids:
             if nid in self.adopted:
-                if not _pid_alive(self.adopted[nid]):
+                if not pid_alive(self.adopted[nid]):
                     _say(f"node {nid} (pid {self.adopted[nid]}, started by hand) exited", err=True)
                     del self.adopted[nid]
                 continue
@@ -188,7 +156,7 @@ class Supervisor:
             _say(f"node {nid} exited with {code}; see {log}. Restarting it in {delay:g} s", err=True)
 
     def _adopt_or_restart(self, nid: str, now: float) -> None:
-        by_hand = self._started_by_hand(nid)
+        by_hand = self.cluster.node_started_by_hand(nid)
         if by_hand is not None:
             self.adopted[nid] = by_hand
             self.due.pop(nid, None)
@@ -203,17 +171,6 @@ class Supervisor:
             self.started_at[nid] = now
             _say(f"node {nid} restarted (pid {self.cluster.pid(nid)})")
 
-    def _started_by_hand(self, nid: str) -> int | None:
-        """The engine pid of a `raftq node` of this cluster and id: it alone holds the node's Raft port
-        (its fronts hold the HTTP port)."""
-        spec = self.cluster.cfg.node(nid)
-        for pid in port_holders(int(spec.raft.rpartition(":")[2])):
-            words = command_line(pid).split()
-            if ("node" in words and str(self.cluster.config_path) in words
-                    and "--id" in words and words[words.index("--id") + 1:][:1] == [nid]):
-                return pid
-        return None
-
     def hand_start(self, nid: str) -> str:
         cluster = self.cluster
         return (f"raftq node --config {cluster.config_path} --id {nid} --data-dir {cluster.root / nid} "
@@ -222,29 +179,14 @@ class Supervisor:
     def stop_adopted(self, timeout: float = 15.0) -> None:
         """SIGTERM to each adopted node's engine (it stops its fronts), SIGKILL after `timeout`."""
         for pid in self.adopted.values():
-            _signal_pid(pid, signal.SIGTERM)
+            signal_pid(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while any(_pid_alive(pid) for pid in self.adopted.values()) and time.monotonic() < deadline:
+        while any(pid_alive(pid) for pid in self.adopted.values()) and time.monotonic() < deadline:
             time.sleep(0.1)
         for pid in self.adopted.values():
-            if _pid_alive(pid):
-                _signal_pid(pid, signal.SIGKILL)
+            if pid_alive(pid):
+                signal_pid(pid, signal.SIGKILL)
         self.adopted.clear()
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _signal_pid(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _start(cluster: LocalCluster, timeout: float) -> str | None:
@@ -306,6 +248,7 @@ def up(nodes: int, data_dir: str, http_port: int, raft_port: int, run_demo: bool
         return 1
     previous = {sig: signal.signal(sig, _stop_on_signal) for sig in STOP_SIGNALS}
     supervisor = Supervisor(cluster, restart)
+    write_private(cluster.up_pid_file, str(os.getpid()))       # for `raftq down`, from anywhere
     try:
         leader = _start(cluster, 30)
         if leader is None:
@@ -328,7 +271,9 @@ def up(nodes: int, data_dir: str, http_port: int, raft_port: int, run_demo: bool
             _say(line)
         if run_demo:
             demo(cluster)
-        _say("Ctrl-C stops the cluster; its data stays for the next run. A node that exits is "
+        _say("Ctrl-C stops the cluster (or, from another terminal, `raftq down`"
+             + ("" if root.resolve() == Path(".raftq").resolve() else f" --data-dir {cluster.root}")
+             + "); its data stays for the next run. A node that exits is "
              + ("restarted." if restart else "left down (--no-restart)."))
         while True:
             supervisor.check()
@@ -341,6 +286,7 @@ def up(nodes: int, data_dir: str, http_port: int, raft_port: int, run_demo: bool
             signal.signal(sig, signal.SIG_IGN)
         cluster.stop()
         supervisor.stop_adopted()
+        cluster.up_pid_file.unlink(missing_ok=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         _say("stopped.")
