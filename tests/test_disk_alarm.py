@@ -36,14 +36,13 @@ FREE_LIMIT = 16 << 20          # --disk-free-limit: the watermark, with the snap
 BELOW = 4 << 20                # how far below its watermark a ballast leaves a node
 
 
-@pytest.fixture(scope="module")
-def small_disks(tmp_path_factory):
-    """Three nodes, each with its data directory on a 64 MiB tmpfs and a watermark of 16 MiB,
-    speaking SQS too; unmounted at the end."""
+@contextlib.contextmanager
+def on_small_disks(root, nodes: int = 3, **create):
+    """A cluster whose nodes each have their data directory on a 64 MiB tmpfs and a watermark of
+    16 MiB, speaking SQS too; stopped and unmounted at the end. `create`: LocalCluster.create's."""
     from raftq.local import LocalCluster
 
-    root = tmp_path_factory.mktemp("small-disks")
-    cluster = LocalCluster.create(root, 3, node_args=("--disk-free-limit", str(FREE_LIMIT)))
+    cluster = LocalCluster.create(root, nodes, node_args=("--disk-free-limit", str(FREE_LIMIT)), **create)
     cluster.cfg = dataclasses.replace(cluster.cfg, sqs=Sqs(account=ACCOUNT, keys=(ADMIN, DATA)))
     cluster.write_config()
     disks = []
@@ -59,6 +58,12 @@ def small_disks(tmp_path_factory):
         cluster.close()
         for disk in disks:
             disk.unmount()
+
+
+@pytest.fixture(scope="module")
+def small_disks(tmp_path_factory):
+    with on_small_disks(tmp_path_factory.mktemp("small-disks")) as cluster:
+        yield cluster
 
 
 @contextlib.contextmanager
@@ -217,6 +222,25 @@ def test_every_disk_full_then_space_back_writes_resume_without_a_restart(small_d
                          "writes to resume once space is back")
     assert depth(url, "after") == (before or 0) + 1 and resumed.body["messages"][0]["duplicate"] is False
     assert {node_id: cluster.pid(node_id) for node_id in cluster.ids} == pids
+
+
+def test_with_several_groups_only_the_groups_a_node_in_alarm_holds_stop(tmp_path):
+    """4 nodes, 2 Raft groups, group 1 on 2 of them: a node that holds only group 0 in alarm
+    stops group 0's writes, and group 1's go on."""
+    with on_small_disks(tmp_path / "grouped", 4, groups=2, replicas=2) as cluster:
+        url = cluster.urls[0]
+        for queue in ("first", "second"):        # the catalog places new names in its emptiest group
+            assert call("PUT", f"{url}/v1/queues/{queue}", {}, follow=True).status == 201
+        routing = call("GET", f"{url}/v1/cluster/routing").body
+        in_group = {group: next(q for q, g in routing["queues"].items() if g == group) for group in (0, 1)}
+        outside = next(node_id for node_id in cluster.ids if node_id not in routing["groups"][1]["members"])
+        with ballast(cluster, outside):
+            refused = wait_until(lambda: (reply := call("POST", f"{url}/v1/queues/{in_group[0]}/messages",
+                                                        {"body": "g0"}, follow=True)).status == 507 and reply,
+                                 15, f"group 0's leader to refuse writes for {outside}'s disk")
+            assert refused.body["node"] == outside and "Raft group 0" in refused.body["message"]
+            held = call("POST", f"{url}/v1/queues/{in_group[1]}/messages", {"body": "g1"}, follow=True)
+            assert held.status == 201, held
 
 
 @pytest.mark.spark
