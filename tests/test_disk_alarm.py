@@ -205,6 +205,29 @@ def test_a_node_in_disk_alarm_says_so_in_metrics_health_the_console_and_cluster_
     assert log.count("disk alarm: ") == log.count("disk alarm cleared: ") >= 1
 
 
+def test_the_console_shows_a_node_in_disk_alarm(small_disks):
+    from tests.test_console import CHROMIUM, CHROMIUM_ARGS, WAIT_MS, browser_or_skip
+
+    sync_playwright = browser_or_skip()
+    cluster = small_disks
+    leader = cluster.wait_for_leader(30)
+    full = next(node_id for node_id in cluster.ids if node_id != leader)
+    with ballast(cluster, full), sync_playwright() as playwright:
+        wait_until(lambda: refused_for(cluster.url(leader), full), 15, f"the leader to see {full}'s alarm")
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(cluster.url(leader) + "/ui")
+            page.fill("#token", cluster.token)
+            page.click("#token-form button")
+            alarm = page.wait_for_selector(f'#nodes tr[data-node="{full}"] .badge.bad', timeout=WAIT_MS)
+            assert alarm.inner_text() == "DISK ALARM"
+            assert page.query_selector(f'#nodes tr[data-node="{leader}"] .badge.bad') is None
+            assert f"disk alarm on {full}" in page.inner_text("#cluster-summary")
+        finally:
+            browser.close()
+
+
 def metrics_of(cluster, node_id: str) -> dict:
     return metric_values(call("GET", cluster.url(node_id) + "/metrics").raw.decode())
 
