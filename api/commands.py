@@ -14,7 +14,7 @@ import asyncio
 from aiohttp import web
 
 from raftq.engine.link.remote import Read
-from raftq.engine.outcome import Committed, CommitError
+from raftq.engine.outcome import INSUFFICIENT_STORAGE, Committed, CommitError
 from raftq.statemachine import check_command
 from raftq.statemachine.machine import OPS, queues_it_may_make
 
@@ -129,7 +129,7 @@ async def _committed(app: web.Application, node, call, wait_s: float, *,
                            headers={"Retry-After": "1"}) from None
         if exc.code == "too_large":
             raise ApiError("too_large", "the request does not fit in one log entry") from None
-        if exc.code == "insufficient_storage":
+        if exc.code == INSUFFICIENT_STORAGE:
             raise app[DISK].disk_refused() from None
         if exc.code == "engine_gone":
             raise no_quorum("this node is shutting down; retry (with the same message ids)") from None

@@ -37,12 +37,12 @@ BELOW = 4 << 20                # how far below its watermark a ballast leaves a 
 
 
 @contextlib.contextmanager
-def on_small_disks(root, nodes: int = 3, **create):
+def on_small_disks(root, nodes: int = 3, free_limit: int = FREE_LIMIT, **create):
     """A cluster whose nodes each have their data directory on a 64 MiB tmpfs and a watermark of
-    16 MiB, speaking SQS too; stopped and unmounted at the end. `create`: LocalCluster.create's."""
+    `free_limit`, speaking SQS too; stopped and unmounted at the end. `create`: LocalCluster.create's."""
     from raftq.local import LocalCluster
 
-    cluster = LocalCluster.create(root, nodes, node_args=("--disk-free-limit", str(FREE_LIMIT)), **create)
+    cluster = LocalCluster.create(root, nodes, node_args=("--disk-free-limit", str(free_limit)), **create)
     cluster.cfg = dataclasses.replace(cluster.cfg, sqs=Sqs(account=ACCOUNT, keys=(ADMIN, DATA)))
     cluster.write_config()
     disks = []
@@ -67,16 +67,18 @@ def small_disks(tmp_path_factory):
 
 
 @contextlib.contextmanager
-def ballast(cluster, *node_ids):
-    """Each node's disk filled to BELOW bytes under its watermark while the block runs."""
+def ballast(cluster, *node_ids, free: int | None = None):
+    """Each node's disk filled to BELOW bytes under its watermark (or to `free` bytes free) while
+    the block runs."""
     files = []
     try:
         for node_id in node_ids:
             watermark = call("GET", cluster.url(node_id) + "/health/disk").body["watermark_bytes"]
+            left = watermark - BELOW if free is None else free
             disk = os.statvfs(cluster.root / node_id)
             path = cluster.root / node_id / "ballast"
             with open(path, "wb") as out:
-                os.posix_fallocate(out.fileno(), 0, disk.f_bavail * disk.f_frsize - watermark + BELOW)
+                os.posix_fallocate(out.fileno(), 0, disk.f_bavail * disk.f_frsize - left)
             files.append(path)
         yield
     finally:
@@ -264,6 +266,30 @@ def test_with_several_groups_only_the_groups_a_node_in_alarm_holds_stop(tmp_path
             assert refused.body["node"] == outside and "Raft group 0" in refused.body["message"]
             held = call("POST", f"{url}/v1/queues/{in_group[1]}/messages", {"body": "g1"}, follow=True)
             assert held.status == 201, held
+
+
+def test_a_write_the_leaders_disk_itself_refuses_is_answered_as_one_the_watermark_refused(tmp_path):
+    """With the alarm off (--disk-free-limit 0) the leader's disk fills: its journal has no room
+    for the entry, and the engine's insufficient_storage is the same 507, naming the node and
+    its free bytes, not 503 "outcome unknown, retry". Room back, writes resume."""
+    with on_small_disks(tmp_path / "no-alarm", free_limit=0) as cluster:
+        leader = cluster.wait_for_leader(30)
+        url = cluster.url(leader)
+        body = "x" * (500 << 10)
+        assert put(url, "filled", body).status == 201
+        with ballast(cluster, leader, free=256 << 10):
+            # the journal's preallocated room goes first; then an entry finds none
+            for _ in range(40):
+                reply = put(url, "filled", body)
+                if reply.status != 201:
+                    break
+            assert reply.status == 507, reply
+            assert reply.body["error"] == "insufficient_storage" and reply.body["node"] == leader
+            assert f"node {leader}'s disk refused the write: " in reply.body["message"]
+            assert reply.body["free_bytes"] < 1 << 20 and reply.body["watermark_bytes"] == 0
+            stored = depth(url, "filled")
+        wait_until(lambda: put(url, "filled", body).status == 201, 30, "writes to resume once there is room")
+        assert depth(url, "filled") == stored + 1
 
 
 @pytest.mark.spark
