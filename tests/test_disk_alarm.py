@@ -6,6 +6,7 @@ bytes (HTTP, the streaming wire, SQS as AWS's throttling error, the Spark writer
 nothing; receives, acks, nacks, deletes and purges go on; metrics, /health/ready, the
 console's data and `raftq cluster status` show the alarm; the ballast removed, writes resume
 without a restart. And the cluster's --max-stored-bytes holds exactly under concurrent puts.
+(The Spark writer's refusal is in tests/test_spark_write.py, beside its Spark session.)
 """
 
 import asyncio
@@ -290,27 +291,6 @@ def test_a_write_the_leaders_disk_itself_refuses_is_answered_as_one_the_watermar
             stored = depth(url, "filled")
         wait_until(lambda: put(url, "filled", body).status == 201, 30, "writes to resume once there is room")
         assert depth(url, "filled") == stored + 1
-
-
-@pytest.mark.spark
-def test_a_spark_write_into_a_disk_alarm_fails_clearly_and_stores_nothing(small_disks):
-    from tests.sparkutil import options, require_spark, start_session
-
-    require_spark()
-    cluster = small_disks
-    leader = cluster.wait_for_leader(30)
-    full = next(node_id for node_id in cluster.ids if node_id != leader)
-    spark = start_session("local[2]", "raftq-disk-alarm")
-    try:
-        frame = spark.createDataFrame([(f"row {n}",) for n in range(20)], "body string")
-        with ballast(cluster, full):
-            wait_until(lambda: refused_for(cluster.url(leader), full), 15, f"the leader to see {full}'s alarm")
-            with pytest.raises(Exception, match=rf"507 insufficient_storage: node {full} is in disk alarm"):
-                frame.write.format("raftq").options(**options(cluster, "spark-in-alarm")).mode("append").save()
-        assert depth(cluster.url(leader), "spark-in-alarm") is None
-        assert call("GET", cluster.url(leader) + "/v1/producers").body["producers"] == []   # nothing staged
-    finally:
-        spark.stop()
 
 
 def test_the_clusters_stored_bytes_cap_holds_exactly_under_concurrent_puts(fresh_cluster):
