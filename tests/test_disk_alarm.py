@@ -22,7 +22,7 @@ from botocore.exceptions import ClientError
 
 from raftq.client import Client, Producer, RaftqError
 from raftq.engine.config import Sqs
-from tests.conftest import STARTED_CLUSTERS
+from tests.conftest import STARTED_CLUSTERS, wait_for_settled_leaders
 from tests.sqsutil import ACCOUNT, ADMIN, DATA, sqs_client
 from tests.test_api import metric_values, read_events
 from tests.test_cli import raftq
@@ -301,8 +301,10 @@ def test_the_clusters_stored_bytes_cap_holds_exactly_under_concurrent_puts(fresh
     size = len(body) + len("m00")                 # a message counts its id too, as for max_bytes
     cap = 10 * size + size // 2
     cluster = fresh_cluster(3, node_args=("--max-stored-bytes", str(cap)))
+    wait_for_settled_leaders(cluster)       # the burst must meet a leader, not an election
     leader = cluster.wait_for_leader(30)
     url = cluster.url(leader)
+    assert call("PUT", f"{url}/v1/queues/capped", {}).status == 201
     answers, together = {}, threading.Barrier(40)
 
     def producer(n: int) -> None:
