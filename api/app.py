@@ -21,10 +21,11 @@ from raftq.engine.placement import Placement
 from raftq.engine.storage.put_buffer import PutBuffer
 
 from . import buffering, caps, events, forwarding, openapi
+from .disk import DiskWatch
 from .codec import respond
 from .errors import ApiError, LeadLost, Rerouted
 from .groups import Groups
-from .keys import ENGINES, GROUPS, PLACEMENT
+from .keys import DISK, ENGINES, GROUPS, PLACEMENT
 from .leader import HTTP, NODE, SETTINGS, after_lead_lost
 from .limits import Limits
 from .metrics import Metrics
@@ -50,6 +51,8 @@ class Settings:
     scrub_pass_hours: float = 24.0
     limits: Limits = field(default_factory=Limits)
     keys: ClusterKeys = field(default_factory=lambda: ClusterKeys.derive(None))
+    # --disk-free-limit: the disk alarm's reserve (api/disk.py); None: its default, 0: no alarm
+    disk_free_limit: int | None = None
 
 
 def _error_middleware():
@@ -111,14 +114,17 @@ def _auth_middleware(tokens: Tokens):
     return auth
 
 
-def make_app(engines: dict, placement: Placement, settings: Settings, buffer_dir: Path) -> web.Application:
+def make_app(engines: dict, placement: Placement, settings: Settings, buffer_dir: Path, *,
+             first_front: bool = True) -> web.Application:
     """The application of one front, over the node's engines (group id ->
-    ``engine.link.remote.RemoteNode``) and the cluster's `placement`."""
+    ``engine.link.remote.RemoteNode``) and the cluster's `placement`; the node's
+    first front logs what happens to the node as a whole (its disk alarm)."""
     node = engines[0]
     buffer = PutBuffer(buffer_dir, settings.buffer_max_bytes)
     groups = Groups(engines, placement)
-    metrics = Metrics(engines, buffer, None if groups.count == 1
-                      else caps.catalog_names_limit(settings.limits, groups.count))
+    disk = DiskWatch(groups, settings.scheme, settings.disk_free_limit, logs=first_front)
+    metrics = Metrics(engines, buffer, disk, settings.limits.max_stored_bytes,
+                      None if groups.count == 1 else caps.catalog_names_limit(settings.limits, groups.count))
     middlewares = [metrics.middleware(), _error_middleware()]
     if settings.tokens.any():
         middlewares.append(_auth_middleware(settings.tokens))
@@ -128,6 +134,7 @@ def make_app(engines: dict, placement: Placement, settings: Settings, buffer_dir
     app[NODE] = node
     app[GROUPS] = groups
     app[SETTINGS] = settings
+    app[DISK] = disk
 
     app[RECEIPTS] = Receipts(settings.keys.receipts)
     app[MODE] = ReceiptMode(app)
@@ -145,7 +152,9 @@ def make_app(engines: dict, placement: Placement, settings: Settings, buffer_dir
         replay = asyncio.create_task(buffering.replay(app))
         app[MODE].start()
         app[SQS_KEYS].start()
+        disk.start_with(app[HTTP])
         yield
+        disk.stop()
         app[SQS_KEYS].stop()
         app[MODE].stop()
         replay.cancel()

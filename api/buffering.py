@@ -8,8 +8,9 @@ advances the buffer.  One it refused for good (400, 404, 409, 413: the
 same put would be refused again) is set aside in the buffer's dead.log,
 counted (``raftq_buffer_dead_lettered``, ``raftq cluster status``) and
 logged once, and the records behind it go on.  Anything else (no leader, a
-full queue, 401/403 while tokens are rotated) is tried again later, in
-order, so that a record held back is not overtaken.
+full queue, a disk alarm, 401/403 while tokens are rotated) is tried again later, in
+order, so that a record held back is not overtaken.  A node in disk alarm
+buffers nothing: the buffer is on its disk (507).
 """
 
 import asyncio
@@ -25,7 +26,7 @@ from raftq.wire_format import with_body_b64
 
 from .codec import respond
 from .errors import ApiError
-from .keys import HTTP, NODE, SETTINGS
+from .keys import DISK, HTTP, NODE, SETTINGS
 from .commands import apply, validate
 from .leader import Elsewhere, node_authorization, serving_group
 
@@ -42,6 +43,7 @@ def with_ids(messages: list) -> list:
 
 
 def buffer_put(request: web.Request, queue: str, messages: list) -> web.Response:
+    request.app[DISK].check_own()       # the buffer is on this node's disk
     try:
         request.app[BUFFER].append(queue, messages)
     except BufferFull:
@@ -73,7 +75,8 @@ async def _forward(app: web.Application, queue: str, messages: list) -> str | No
         return None
     if result["error"] in FINAL_CODES:
         return f"{result['error']}: {result.get('message', '')}"
-    log.warning("buffered put to %s refused (%s); will retry", queue, result["error"])
+    if result["error"] != "insufficient_storage":    # a disk alarm logs its own line, once
+        log.warning("buffered put to %s refused (%s); will retry", queue, result["error"])
     return "retry"
 
 
@@ -89,7 +92,8 @@ async def _post(app: web.Application, address: str, queue: str, messages: list) 
                 return None
             if reply.status in FINAL_STATUS:
                 return f"HTTP {reply.status}: {(await reply.text())[:300]}"
-            log.warning("buffered put to %s answered %s; will retry", queue, reply.status)
+            if reply.status != 507:                  # a disk alarm logs its own line, once
+                log.warning("buffered put to %s answered %s; will retry", queue, reply.status)
     except (ClientError, asyncio.TimeoutError):
         pass
     return "retry"

@@ -1,9 +1,9 @@
 """The node's caps on what clients may make: queues, groups per queue, the
-dedup window, staged writes (docs/security.md).
+dedup window, staged writes, the bytes of messages stored (docs/security.md).
 
 A cap that depends on the state is checked where the state is: the leader
 puts the limit into the command (``max_queues``, ``add_group``'s
-``max_groups``, a stage's ``caps``, ``dedup_max_bytes``) and the state machine
+``max_groups``, a stage's ``caps``, ``dedup_max_bytes``, ``max_stored_bytes``) and the state machine
 applies it, the same on every replica, so replicas started with other options
 still agree, and commands in flight together cannot pass a cap between them.
 A ``stage_commit`` names stages, not queues: only the state knows which
@@ -16,6 +16,8 @@ from .errors import ApiError
 
 # Commands that may create queues: each carries the cluster's queue cap.
 CREATING_QUEUES = frozenset({"create_queue", "put", "tx", "stage_commit"})
+# Commands that store messages: each carries its group's share of the cluster's stored bytes.
+STORING = frozenset({"put", "tx", "stage_commit"})
 
 
 def catalog_names_limit(limits, group_count: int) -> int:
@@ -25,8 +27,16 @@ def catalog_names_limit(limits, group_count: int) -> int:
     return limits.max_queues * group_count
 
 
-def prepare(limits, command: dict) -> None:
-    """The checks that need no state, and the limits the state machine applies."""
+def stored_bytes_share(limits, group_count: int) -> int | None:
+    """The bytes of messages each Raft group may store: an equal share of --max-stored-bytes (the
+    groups' logs are independent, so only a share per group holds exactly however many writes
+    are in flight in all of them); None: no cap."""
+    return limits.max_stored_bytes // group_count if limits.max_stored_bytes else None
+
+
+def prepare(limits, command: dict, group_count: int = 1) -> None:
+    """The checks that need no state, and the limits the state machine applies (in a cluster of
+    `group_count` Raft groups)."""
     op = command["op"]
     config = command.get("config")
     if op in ("create_queue", "patch_queue") and isinstance(config, dict) \
@@ -35,6 +45,8 @@ def prepare(limits, command: dict) -> None:
                                       "(the node option --max-dedup-window-ms)")
     if op in CREATING_QUEUES:
         command["max_queues"] = limits.max_queues
+    if op in STORING and limits.max_stored_bytes:
+        command["max_stored_bytes"] = stored_bytes_share(limits, group_count)
     if op == "add_group":
         command["max_groups"] = limits.max_groups_per_queue
     if op == "stage_commit":

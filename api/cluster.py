@@ -13,7 +13,7 @@ from .codec import read_body, read_optional_body, respond
 from .commands import settled_read, take_checkpoint, write
 from .errors import ApiError, no_quorum
 from .gather import group_param, per_group
-from .keys import GROUPS, HTTP, NODE, SETTINGS
+from .keys import DISK, GROUPS, HTTP, NODE, SETTINGS
 from .leader import route_to_leader
 from .features import FEATURES
 from .routing import checked_name
@@ -31,17 +31,19 @@ async def live(request: web.Request) -> web.Response:
     return respond(request, {"status": "live", "id": request.app[NODE].id, "features": list(FEATURES)})
 
 
-async def readiness(node) -> tuple[bool, dict]:
+async def readiness(node, disk) -> tuple[bool, dict]:
     """Ready: this node follows or is a leader that hears from a majority. An
     engine that does not answer within ENGINE_TIMEOUT_S (stopped, overloaded)
-    makes the node not ready."""
+    makes the node not ready. A node in disk alarm (`disk`, api/disk.py) stays
+    ready and says so: it serves receives, acks and reads, which drain its disk,
+    and a write refused for its disk is refused through every node alike."""
     try:
         async with asyncio.timeout(ENGINE_TIMEOUT_S):
             status = await node.status()
     except (CommitError, asyncio.TimeoutError):
         return False, {"id": node.id, "role": "unknown", "leader": None, "term": None, "commit_index": None,
                        "applied_index": None, "last_log_index": None, "fsync_policy": None,
-                       "pid": node.node_pid, "ready": False}
+                       "pid": node.node_pid, "ready": False, "disk": disk.own.as_dict()}
     # Ready as the front routes: from the view the engine pushed, so that a
     # node that answers ready does not then redirect to a leader it lost.
     view = node.view()
@@ -51,7 +53,7 @@ async def readiness(node) -> tuple[bool, dict]:
         "commit_index": status["commit_index"], "applied_index": status["applied_index"],
         "last_log_index": status["last_log_index"], "fsync_policy": status["fsync_policy"],
         # so that whoever started the node can tell it from another process on its port
-        "pid": node.node_pid, "ready": ready}
+        "pid": node.node_pid, "ready": ready, "disk": disk.own.as_dict()}
 
 
 async def group_states(app: web.Application) -> dict:
@@ -76,7 +78,7 @@ async def group_states(app: web.Application) -> dict:
 
 
 async def ready(request: web.Request) -> web.Response:
-    is_ready, body = await readiness(request.app[NODE])
+    is_ready, body = await readiness(request.app[NODE], request.app[DISK])
     if request.query.get("groups") == "true":
         body["raft_groups"] = await group_states(request.app)
     return respond(request, body, status=200 if is_ready else 503)
@@ -102,7 +104,7 @@ async def view(request: web.Request) -> dict:
     members = await node.members()
 
     async def own() -> dict:
-        return {**(await readiness(node))[1], "raft_groups": await group_states(request.app)}
+        return {**(await readiness(node, request.app[DISK]))[1], "raft_groups": await group_states(request.app)}
     views = await asyncio.gather(*(
         _peer_ready(request, m["http_addr"]) if m["id"] != node.id else own() for m in members))
     nodes = []
@@ -120,6 +122,8 @@ async def view(request: web.Request) -> dict:
             "fsync_policy": seen["fsync_policy"] if seen else None,
             "pid": seen.get("pid") if seen else None,     # the node's (its supervisor's), as that node reports it
             "healthy": bool(seen and seen["ready"]),
+            # free bytes, watermark and disk alarm (api/disk.py), as that node reports them
+            "disk": seen.get("disk") if seen else None,
         })
     recorded = request.app[GROUPS].recorded()
     moving = {} if recorded is None else {

@@ -14,13 +14,13 @@ import asyncio
 from aiohttp import web
 
 from raftq.engine.link.remote import Read
-from raftq.engine.outcome import Committed, CommitError
+from raftq.engine.outcome import INSUFFICIENT_STORAGE, Committed, CommitError
 from raftq.statemachine import check_command
 from raftq.statemachine.machine import OPS, queues_it_may_make
 
 from . import caps
 from .errors import ApiError, LeadLost, Rerouted, damaged, from_result, no_quorum
-from .keys import GROUP, GROUPS, SETTINGS
+from .keys import DISK, GROUP, GROUPS, SETTINGS
 from .receipt_mode import MODE
 
 CONSISTENCY_LEVELS = ("leader", "strong", "any")
@@ -52,14 +52,17 @@ async def apply(app: web.Application, group: int, command: dict) -> Committed:
     routed for, which the state machine checks (``wrong_group``).
 
     A write whose fate is unknown (lost leadership, no majority in time) is
-    ApiError no_quorum: retried with the same ids, it is stored once.
+    ApiError no_quorum: retried with the same ids, it is stored once. One that
+    would bring new data to a group a member of which is in disk alarm is
+    refused before the log (insufficient_storage, api/disk.py).
     """
+    app[DISK].check(group, command)
     groups = app[GROUPS]
     node = groups.engines[group]
     if groups.count > 1 and OPS[command["op"]].creates_queues:
         command["raft_group"] = group
         command["catalog_index"] = groups.view_index(group, queues_it_may_make(command))
-    caps.prepare(app[SETTINGS].limits, command)
+    caps.prepare(app[SETTINGS].limits, command, groups.count)
     committed = await _committed(app, node, node.apply(command), 0.0)
     await _check_placement(app, group, committed.result)
     return committed
@@ -126,6 +129,8 @@ async def _committed(app: web.Application, node, call, wait_s: float, *,
                            headers={"Retry-After": "1"}) from None
         if exc.code == "too_large":
             raise ApiError("too_large", "the request does not fit in one log entry") from None
+        if exc.code == INSUFFICIENT_STORAGE:
+            raise app[DISK].disk_refused() from None
         if exc.code == "engine_gone":
             raise no_quorum("this node is shutting down; retry (with the same message ids)") from None
         if exc.code == "no_quorum":

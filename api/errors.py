@@ -21,6 +21,9 @@ STATUS = {
     "no_quorum": 503,
     "damaged": 503,
     "buffer_full": 507,
+    # a disk below its watermark or out of space, or the cluster's --max-stored-bytes reached: nothing
+    # was stored, and retrying at once stores nothing either (api/disk.py)
+    "insufficient_storage": 507,
 }
 
 
@@ -76,8 +79,12 @@ def no_quorum(message: str) -> ApiError:
     return ApiError("no_quorum", message, headers={"Retry-After": "1"})
 
 
+# the refusals of the state machine that may pass once the cluster's state changes, and when to ask again
+RETRY_AFTER = {"limit_reached": {"Retry-After": "60"}, "insufficient_storage": {"Retry-After": "5"}}
+
+
 def from_result(result: dict) -> ApiError:
     """A refusal from the state machine, as an API error."""
     details = {k: v for k, v in result.items() if k not in ("error", "message")}
-    headers = {"Retry-After": "60"} if result["error"] == "limit_reached" else None
+    headers = RETRY_AFTER.get(result["error"])
     return ApiError(result["error"], result.get("message", result["error"]), headers=headers, **details)

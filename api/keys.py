@@ -15,6 +15,8 @@ NODE = web.AppKey("node", RemoteNode)
 # the request routing over groups (api/groups.py: the catalog cache, the placement)
 GROUPS = web.AppKey("groups", object)
 SETTINGS = web.AppKey("settings", object)
+# this node's disk state and the other nodes' (api/disk.py: the disk alarm)
+DISK = web.AppKey("disk", object)
 HTTP = web.AppKey("http", ClientSession)
 # a request's key: its Raft group, once leader.route_to_leader has chosen it
 GROUP = "raftq_group"

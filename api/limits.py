@@ -31,6 +31,7 @@ class Limits:
     max_staged_messages_per_producer: int = 10_000
     max_stage_ttl_ms: int = 86_400_000
     max_producers: int = 10_000
+    max_stored_bytes: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -66,5 +67,9 @@ LIMIT_HELP = {
     "max_stage_ttl_ms": "largest ttl_ms of a stage (400 beyond); also caps the default of an hour",
     "max_producers": "producers whose committed batch the cluster keeps; a first commit beyond is 429 "
                      "limit_reached",
+    "max_stored_bytes": "bytes of messages the cluster stores (each counted as a queue's max_bytes counts it), "
+                        "an equal share of it in each Raft group; a put, transaction or stage commit that would "
+                        "store more is 507 insufficient_storage. 0: no cap (every node's disk alarm still stops "
+                        "writes before its disk fills, --disk-free-limit)",
 }
 assert set(LIMIT_HELP) == {f for f in Limits.__dataclass_fields__}

@@ -11,7 +11,6 @@ deploy/grafana-dashboard.json read these names; docs/operations.md lists them.
 """
 
 import asyncio
-import shutil
 import time
 
 from aiohttp import web
@@ -60,25 +59,29 @@ class NodeCollector:
     """What the engine reported for this scrape (``Metrics.handler`` asks it
     first): nothing to keep in sync."""
 
-    def __init__(self, engines: dict, buffer, catalog_limit: int | None):
+    def __init__(self, engines: dict, buffer, disk, stored_limit: int, catalog_limit: int | None):
         self.engines = engines      # group id -> this node's engine of it
         self.node = engines[0]
         self.buffer = buffer
+        self.disk = disk            # api/disk.py's DiskWatch
+        self.stored_limit = stored_limit      # --max-stored-bytes (0: none)
         self.catalog_limit = catalog_limit    # None: one group, no catalog
         self.scrape: dict | None = None
 
     async def fetch(self) -> None:
         groups = sorted(self.engines)
-        stats, statuses, queues, stagings = await asyncio.gather(
+        stats, statuses, queues, stagings, stored = await asyncio.gather(
             asyncio.gather(*(self.engines[g].stats() for g in groups)),
             asyncio.gather(*(self.engines[g].status() for g in groups)),
             asyncio.gather(*(self._queue_stats(self.engines[g]) for g in groups)),
-            asyncio.gather(*(self.engines[g].read("staging_usage") for g in groups)))
+            asyncio.gather(*(self.engines[g].read("staging_usage") for g in groups)),
+            asyncio.gather(*(self.engines[g].read("stored_usage") for g in groups)))
         catalog = None if self.catalog_limit is None else (await self.node.read("catalog_usage")).result
         self.scrape = {"status": statuses[0], "stats": _summed(stats), "groups": dict(zip(groups, statuses)),
                        "queues": [queue for pages in queues for queue in pages],
                        "staging": {field: sum(usage.result[field] for usage in stagings)
                                    for field in ("bytes", "stages", "marks")},
+                       "stored": {group: usage.result["bytes"] for group, usage in zip(groups, stored)},
                        "catalog": catalog}
 
     @staticmethod
@@ -141,11 +144,18 @@ class NodeCollector:
                                 value=status["log_segments"])
         yield CounterMetricFamily("raftq_journal_syncs", "Data syncs (fsync) of the journal",
                                   value=status["journal_syncs"])
-        disk = shutil.disk_usage(self.node.data_dir)
-        yield GaugeMetricFamily("raftq_data_dir_free_bytes", "Free bytes on the data directory's file system",
-                                value=disk.free)
-        yield GaugeMetricFamily("raftq_data_dir_capacity_bytes", "Size of the data directory's file system",
-                                value=disk.total)
+        disk = self.disk.own
+        yield GaugeMetricFamily("raftq_disk_free_bytes", "Bytes free on the data directory's file system "
+                                "(for its owner's writes)", value=disk.free_bytes)
+        yield GaugeMetricFamily("raftq_disk_capacity_bytes", "Size of the data directory's file system",
+                                value=disk.capacity_bytes)
+        yield GaugeMetricFamily("raftq_disk_watermark_bytes", "Free bytes below which this node is in disk alarm "
+                                "(--disk-free-limit and its snapshots' size; 0: no alarm)",
+                                value=disk.watermark_bytes)
+        yield GaugeMetricFamily("raftq_disk_alarm", "1 while this node is in disk alarm: writes to the Raft groups "
+                                "it holds are refused (507 insufficient_storage)", value=int(disk.alarm))
+        yield GaugeMetricFamily("raftq_stored_bytes_limit", "Bytes of messages the cluster may store "
+                                "(--max-stored-bytes; 0: no cap)", value=self.stored_limit)
         snapshot = status.get("snapshot") or {}
         yield GaugeMetricFamily("raftq_snapshot_size_bytes", "Size of the last snapshot",
                                 value=snapshot.get("bytes") or 0)
@@ -182,12 +192,15 @@ class NodeCollector:
         families = {name: GaugeMetricFamily(f"raftq_group_{name}", help_, labels=["group"]) for name, help_ in (
             ("is_leader", "1 where this node's engine of the group leads it"),
             ("term", "The group's current Raft term"), ("commit_index", "The group's Raft commit index"),
-            ("applied_index", "The group's last log index applied here"))}
+            ("applied_index", "The group's last log index applied here"),
+            ("stored_bytes", "Bytes of messages the group's queues store, as this replica has applied them "
+                             "(what --max-stored-bytes counts)"))}
         for group, status in self.scrape["groups"].items():
             label = [str(group)]
             families["is_leader"].add_metric(label, int(status["role"] == "leader"))
             for field in ("term", "commit_index", "applied_index"):
                 families[field].add_metric(label, status[field])
+            families["stored_bytes"].add_metric(label, self.scrape["stored"][group])
         yield from families.values()
         yield GaugeMetricFamily("raftq_groups_led", "Raft groups this node leads", value=sum(
             status["role"] == "leader" for status in self.scrape["groups"].values()))
@@ -200,13 +213,13 @@ class NodeCollector:
 
 
 class Metrics:
-    def __init__(self, engines: dict, buffer, catalog_limit: int | None):
+    def __init__(self, engines: dict, buffer, disk, stored_limit: int, catalog_limit: int | None):
         self.registry = CollectorRegistry()
         self.requests = Counter("raftq_http_requests", "HTTP requests", ["method", "route", "status"],
                                 registry=self.registry)
         self.latency = Histogram("raftq_http_request_duration_seconds", "HTTP request latency", ["route"],
                                  buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.collector = NodeCollector(engines, buffer, catalog_limit)
+        self.collector = NodeCollector(engines, buffer, disk, stored_limit, catalog_limit)
         self.registry.register(self.collector)
         self._rendering: asyncio.Future | None = None
 

@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import catalog_release, cluster, console, events, messages, openapi_schemas as schemas, queues, staging, stream
+from . import catalog_release, cluster, console, disk, events, messages, openapi_schemas as schemas, queues, staging, \
+    stream
 from .sqs import credentials as sqs_credentials, service as sqs
 
 OPEN, DATA, METRICS, ADMIN = None, "data", "metrics", "admin"
@@ -55,6 +56,8 @@ ROUTES = (
     Route("GET", "/health/live", cluster.live, OPEN, "The process serves HTTP"),
     Route("GET", "/health/ready", cluster.ready, OPEN, "This node follows a leader with a quorum",
           errors=(503,), query=(("groups", {"type": "string", "enum": ["true"]}),)),
+    Route("GET", "/health/disk", disk.health, OPEN, "This node's free disk space, its watermark, and whether it is "
+          "in disk alarm (writes to the Raft groups it holds refused, 507)"),
     Route("GET", "/v1/openapi.json", None, OPEN, "This document"),
     Route("GET", "/metrics", None, METRICS, "Prometheus metrics"),
     Route("GET", "/v1/cluster", cluster.show, ADMIN, "Members and their replication state"),
@@ -89,7 +92,7 @@ ROUTES = (
           query=(("group", {"type": "integer", "minimum": 0}),)),
     Route("GET", "/v1/queues", queues.list_all, DATA, "List queues (of every Raft group, or of `group`)",
           query=(CONSISTENCY, ("group", {"type": "integer", "minimum": 0})), leader=True),
-    Route("PUT", Q, queues.create, ADMIN, "Create a queue", ok=(200, 201), errors=(409, 429),
+    Route("PUT", Q, queues.create, ADMIN, "Create a queue", ok=(200, 201), errors=(409, 429, 507),
           body=schemas.QUEUE_CONFIG, leader=True),
     Route("PATCH", Q, queues.patch, ADMIN, "Change a queue's config", errors=(404,),
           body=schemas.QUEUE_CONFIG, body_required=True, leader=True),
@@ -125,7 +128,7 @@ ROUTES = (
     Route("POST", Q + "/redrive", queues.redrive, ADMIN, "Move dead letters back to their queues",
           errors=(404, 409, 429), body=schemas.REDRIVE, leader=True),
     Route("POST", "/v1/tx", messages.transaction, DATA, "Acks and puts, all or nothing", ok=(200, 201),
-          errors=(404, 409, 429), body=schemas.TX, body_required=True, leader=True),
+          errors=(404, 409, 429, 507), body=schemas.TX, body_required=True, leader=True),
     Route("GET", "/v1/stream", stream.stream, DATA, "The streaming wire: a WebSocket of CBOR frames "
           "(docs/stream.md)", ok=(101,)),
     Route("GET", "/v1/producers", staging.list_all, DATA, "Producers with staged writes (Spark connector), of every "
@@ -135,9 +138,9 @@ ROUTES = (
     Route("DELETE", P, staging.delete, DATA, "Forget a producer's stages", ok=(204,), errors=(404,),
           leader=True),
     Route("POST", P + "/stage", staging.stage, DATA, "Stage messages for a later commit", ok=(200, 201),
-          errors=(404, 409, 429), body=schemas.ANY_OBJECT, body_required=True, leader=True),
+          errors=(404, 409, 429, 507), body=schemas.ANY_OBJECT, body_required=True, leader=True),
     Route("POST", P + "/commit", staging.commit, DATA, "Publish staged messages at once, once per batch",
-          ok=(200, 201), errors=(404, 409, 429), body=schemas.ANY_OBJECT, body_required=True, leader=True),
+          ok=(200, 201), errors=(404, 409, 429, 507), body=schemas.ANY_OBJECT, body_required=True, leader=True),
     Route("POST", P + "/abort", staging.abort, DATA, "Drop staged messages", errors=(404, 409),
           body=schemas.ANY_OBJECT, body_required=True, leader=True),
     Route("GET", "/v1/sqs/keys", sqs_credentials.list_keys, ADMIN, "The SQS API's keys: each one's access key id, "

@@ -150,7 +150,7 @@ async def serve_front(*, worker: int, listener: socket.socket, links: dict[int, 
     # aiohttp's keep-alive timer also runs from the moment a connection is
     # made, and closes it unless a request's headers are complete: the
     # header timeout, which is therefore the idle timeout as well.
-    app = make_app(engines, placement, settings, buffer_dir(data_dir, worker))
+    app = make_app(engines, placement, settings, buffer_dir(data_dir, worker), first_front=worker == 0)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=limits.header_timeout_s)
     # one of each per node, in its first front: the mover acts while the node's engine of group 0
     # leads, the name releaser for each group whose engine here leads

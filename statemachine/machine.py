@@ -39,8 +39,15 @@ Rules that keep replicas identical:
   every replica because it comes from the log;
 - no node option: a cap that depends on the state travels in the command
   (``max_queues``, ``add_group``'s ``max_groups``, a stage's ``caps``,
-  ``dedup_max_bytes``), filled in by the
+  ``dedup_max_bytes``, ``max_stored_bytes``), filled in by the
   leader, so replicas started with other options still apply alike.
+
+Every command that stores messages (``put``, ``tx``, ``stage_commit``) also
+passes ``_room_for_bytes``: the bytes the group's queues store (summed as
+they change, ``rows.Tally``) may grow past ``max_stored_bytes`` (the
+leader's share of ``--max-stored-bytes``) by no put; past it, a put that
+would grow them is refused whole (``insufficient_storage``). Moves inside
+the group (dead-lettering, redrive) are never refused by it.
 
 Every command that creates queues (``put``, ``tx``, ``stage_commit``,
 ``create_queue``) passes one check, ``_room_for_queues``: the cluster's
@@ -74,10 +81,11 @@ from .credentials import Credentials
 from .columns import encode_column
 from .due import DueIndex
 from .queue import Queue
+from .rows import Tally
 from .redrive import redrive
 from .release import NameRelease
-from .results import (BAD_REQUEST, CONFLICT, INTERNAL, LIMIT_REACHED, NOT_FOUND, STALE_RECEIPT, WRONG_GROUP,
-                      error)
+from .results import (BAD_REQUEST, CONFLICT, INSUFFICIENT_STORAGE, INTERNAL, LIMIT_REACHED, NOT_FOUND,
+                      STALE_RECEIPT, WRONG_GROUP, error)
 from .staging import DEFAULT_STAGE_TTL_MS, MAX_BATCH_STEP, Staging
 from . import validation as v
 from .validation import full_config
@@ -137,6 +145,7 @@ class StateMachine:
         self.incarnations = 0                 # queues ever created: names each one's receipts
         self.queues: dict[str, Queue] = {}
         self.due = DueIndex()                 # derived from the queues: not in snapshots
+        self.stored = Tally()                 # the bytes the queues store (derived, like due)
         self.members: dict[str, dict] = {}   # node id -> {"raft_addr", "http_addr"}
         self.staging = Staging()
         self.queues_left_in_entry = MAX_NEW_QUEUES_PER_ENTRY   # (not state: reset by each entry)
@@ -206,7 +215,7 @@ class StateMachine:
         self.release.note_created(name)
         self.incarnations += 1
         self.queues_left_in_entry -= 1
-        queue = self.queues[name] = Queue(name, config, self.incarnations)
+        queue = self.queues[name] = Queue(name, config, self.incarnations, self.stored)
         self.due.note(queue)
         return queue
 
@@ -288,8 +297,10 @@ class StateMachine:
         return {"config": config}
 
     def _delete_queue(self, cmd):
-        if self.queues.pop(cmd["queue"], None) is None:
+        queue = self.queues.pop(cmd["queue"], None)
+        if queue is None:
             return self._missing(cmd["queue"])
+        self.stored.bytes -= queue.rows.bytes
         self.due.forget(cmd["queue"])
         if self.group_count > 1:
             self.release.note_deleted(cmd["queue"])
@@ -307,13 +318,11 @@ class StateMachine:
         auto_create = cmd.get("auto_create", True)
         if name not in self.queues and not auto_create:
             return self._missing(name)
-        problem = self._room_for_queues([name], cmd)
+        queue = self._touch(name)
+        problem = self._check_room({name: cmd["messages"]}, auto_create, cmd)
         if problem:
             return problem
-        queue = self._queue_for_put(name, auto_create)
-        problem = queue.check_capacity(cmd["messages"])
-        if problem:
-            return problem
+        queue = queue or self._new_queue(name, full_config({}))
         result = {"messages": queue.put(cmd["messages"], self.clock)}
         queue.forget_ids_beyond(cmd.get("dedup_max_bytes"))
         return result
@@ -393,8 +402,8 @@ class StateMachine:
         return {"acked": len(leases), "put": puts}
 
     def _check_room(self, batches: dict, auto_create: bool, cmd):
-        """Refuse (changing nothing) puts into several queues unless every one takes its batch whole
-        and the queues they would create fit the caps."""
+        """Refuse (changing nothing) puts into queues (their timers fired) unless every one takes its
+        batch whole, and the queues they would create and the bytes they would add fit the caps."""
         if auto_create:
             problem = self._room_for_queues(batches, cmd)
             if problem:
@@ -408,7 +417,24 @@ class StateMachine:
             problem = queue.check_capacity(messages)
             if problem:
                 return problem
-        return None
+        return self._room_for_bytes(batches, cmd)
+
+    def _room_for_bytes(self, batches: dict, cmd):
+        """None unless the puts would grow the bytes this group's queues store past the cap the
+        leader put in the command (its share of --max-stored-bytes). Puts that grow nothing
+        (retried ids, replacements) are taken even past it."""
+        cap = cmd.get("max_stored_bytes")
+        if cap is None:
+            return None
+        growth = sum((self.queues.get(name) or Queue(name, full_config({}), 0)).growth(messages)
+                     for name, messages in batches.items())
+        if growth <= 0 or self.stored.bytes + growth <= cap:
+            return None
+        holder, limit = (("this cluster", "the node option --max-stored-bytes") if self.group_count == 1 else
+                         (f"Raft group {self.group_id}", f"its share of the node option --max-stored-bytes"))
+        return error(INSUFFICIENT_STORAGE, f"{holder} stores {self.stored.bytes} bytes of messages and this would "
+                                           f"add {growth} (limit {cap}, {limit}): nothing was stored; retry once "
+                                           "consumers have taken some", stored_bytes=self.stored.bytes, limit=cap)
 
     # ---- staged writes (staging.py) ---------------------------------------------------
     def _stage(self, cmd):
@@ -685,6 +711,10 @@ class StateMachine:
     def staging_usage(self) -> dict:
         return self.staging.usage()
 
+    def stored_usage(self) -> dict:
+        """The bytes this group's queues store (what --max-stored-bytes counts)."""
+        return {"bytes": self.stored.bytes}
+
     def has_ready(self, name: str, group: str) -> bool:
         return self.ready_count(name, group) > 0
 
@@ -755,6 +785,9 @@ class StateMachine:
             if collecting:
                 gc.enable()
         self.due.rebuild(self.queues.values())
+        self.stored = Tally()
+        for queue in self.queues.values():
+            queue.rows.count_into(self.stored)
 
     def live_entry_indexes(self) -> list:
         """The log indexes of the entries the stored bodies' references name, in order:
@@ -833,6 +866,7 @@ OPS: dict[str, Op] = {
     "producer_info": _read(StateMachine.producer_info),
     "list_producers": _read(StateMachine.list_producers),
     "staging_usage": _read(StateMachine.staging_usage),
+    "stored_usage": _read(StateMachine.stored_usage),
     "catalog_lookup": _read(StateMachine.catalog_lookup),
     "list_catalog": _read(StateMachine.list_catalog),
     "catalog_usage": _read(StateMachine.catalog_usage),

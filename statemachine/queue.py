@@ -30,7 +30,7 @@ from .dedup import DedupWindow
 from .group import Group
 from .results import CONFLICT, LIMIT_REACHED, NOT_FOUND, QUEUE_FULL, error
 from .bodies import BodyRef
-from .rows import Rows
+from .rows import Rows, Tally
 from .validation import full_config
 
 COUNTERS = ("put_total", "acked_total", "redelivered_total", "dead_lettered_total",
@@ -112,7 +112,8 @@ def could_be_receipt(receipt) -> bool:
 
 
 class Queue:
-    def __init__(self, name: str, config: dict, incarnation: int):
+    def __init__(self, name: str, config: dict, incarnation: int, tally: Tally | None = None):
+        """`tally`: where the stored bytes count with the other queues' of the machine."""
         self.name = name
         self.config = config
         # Lease tokens count per queue, so a receipt also names the queue it
@@ -122,7 +123,7 @@ class Queue:
         self.next_seq = 1
         self.next_lease = 1
         self.counters = dict.fromkeys(COUNTERS, 0)
-        self.rows = Rows()                  # the stored messages, in seq order
+        self.rows = Rows(tally=tally)       # the stored messages, in seq order
         self.ordering = {}                  # seq -> ordering key of a message put with one
         self.keys = {}                      # key -> seq of its newest stored version
         self.dedup = DedupWindow()          # id -> seq, for dedup_window_ms after the put
@@ -178,6 +179,34 @@ class Queue:
         if limit_count is None and limit_bytes is None:
             return None
         rows = self.rows
+        count, size, batch_count, batch_size = self._after(messages)
+        if self.config["overflow"] == "drop_oldest":
+            over_count = limit_count is not None and batch_count > limit_count   # older messages make room
+            over_bytes = limit_bytes is not None and batch_size > limit_bytes
+        else:
+            # A batch that does not grow the queue (retried duplicates, a same-size
+            # replacement) is taken even when a PATCH left the queue over its limits.
+            over_count = limit_count is not None and count > limit_count and count > len(rows)
+            over_bytes = limit_bytes is not None and size > limit_bytes and size > rows.bytes
+        if over_count or over_bytes:
+            return error(QUEUE_FULL, f"queue {self.name!r} is full "
+                         f"(max_length={limit_count}, max_bytes={limit_bytes})")
+        return None
+
+    def growth(self, messages: list) -> int:
+        """At most how many bytes the queue grows by taking the batch (negative: it shrinks): what
+        its put adds to the machine's stored bytes. Exact, but for a drop_oldest queue, whose
+        overflow may then drop older messages: bounded by its max_bytes."""
+        size = self._after(messages)[1]
+        limit_bytes = self.config["max_bytes"]
+        if self.config["overflow"] == "drop_oldest" and limit_bytes is not None:
+            size = min(size, limit_bytes)
+        return size - self.rows.bytes
+
+    def _after(self, messages: list) -> tuple[int, int, int, int]:
+        """The queue's messages and bytes once it took the batch, before any overflow, and the
+        batch's own that it would store (neither duplicates nor replaced by a later one of it)."""
+        rows = self.rows
         count, size = len(rows), rows.bytes
         batch_count = batch_size = 0
         ids, batch_keys = set(), {}          # key -> size of the batch's newest version
@@ -199,18 +228,7 @@ class Queue:
                     if old is not None and not rows.was_received(old):
                         count, size = count - 1, size - rows.size(old)
                 batch_keys[key] = nbytes
-        if self.config["overflow"] == "drop_oldest":
-            over_count = limit_count is not None and batch_count > limit_count   # older messages make room
-            over_bytes = limit_bytes is not None and batch_size > limit_bytes
-        else:
-            # A batch that does not grow the queue (retried duplicates, a same-size
-            # replacement) is taken even when a PATCH left the queue over its limits.
-            over_count = limit_count is not None and count > limit_count and count > len(rows)
-            over_bytes = limit_bytes is not None and size > limit_bytes and size > rows.bytes
-        if over_count or over_bytes:
-            return error(QUEUE_FULL, f"queue {self.name!r} is full "
-                         f"(max_length={limit_count}, max_bytes={limit_bytes})")
-        return None
+        return count, size, batch_count, batch_size
 
     def put(self, messages: list, clock: int) -> list:
         """Store a batch that `check_capacity` accepted; one result per message."""

@@ -13,12 +13,14 @@ QUEUE_FULL = "queue_full"
 TOO_LARGE = "too_large"
 LIMIT_REACHED = "limit_reached"
 INTERNAL = "internal"
+# Issue 47: a put past the cluster's --max-stored-bytes (and, at the fronts, a node's disk below its watermark).
+INSUFFICIENT_STORAGE = "insufficient_storage"
 # Issue 24: a command for a queue another Raft group owns, and a request whose queues span groups.
 WRONG_GROUP = "wrong_group"
 CROSS_GROUP = "cross_group"
 
 ERROR_CODES = frozenset({BAD_REQUEST, NOT_FOUND, CONFLICT, STALE_RECEIPT, QUEUE_FULL, TOO_LARGE,
-                         LIMIT_REACHED, INTERNAL, WRONG_GROUP, CROSS_GROUP})
+                         LIMIT_REACHED, INTERNAL, WRONG_GROUP, CROSS_GROUP, INSUFFICIENT_STORAGE})
 
 
 def error(code: str, message: str, **details) -> dict:

@@ -24,6 +24,10 @@ tombstone, a row whose pending count is 0 and whose reference is zeros.  The dea
 rows ahead of the first live one are cut off once they are at least half of
 the rows (and TRIM_MIN or more), so a queue consumed in order holds about as
 many rows as messages, and cutting costs O(1) per removed message.
+
+Every queue's rows also count their bytes into one ``Tally`` of their
+machine: the bytes the machine stores, which a put is checked against
+(``--max-stored-bytes``) without a walk over every queue.
 """
 
 from array import array
@@ -51,15 +55,25 @@ def _from_runs(column, runs: list) -> None:
             column.extend(repeat(value, length))
 
 
-class Rows:
-    __slots__ = ("base", "head", "count", "bytes", "bodies", "ref_index", "ref_offset", "ref_length", "ref_kind",
-                 "put_at", "expires_at", "sizes", "pending", "received", "keys", "headers", "shows_at")
+class Tally:
+    """The bytes the rows of every queue of one machine hold, summed as they change (derived: a
+    restore counts them again)."""
+    __slots__ = ("bytes",)
 
-    def __init__(self, base: int = 1):
+    def __init__(self):
+        self.bytes = 0
+
+
+class Rows:
+    __slots__ = ("base", "head", "count", "bytes", "tally", "bodies", "ref_index", "ref_offset", "ref_length",
+                 "ref_kind", "put_at", "expires_at", "sizes", "pending", "received", "keys", "headers", "shows_at")
+
+    def __init__(self, base: int = 1, tally: Tally | None = None):
         self.base = base          # the seq of row 0
         self.head = 0             # the first live row (when count > 0)
         self.count = 0            # live rows
         self.bytes = 0            # their sizes, summed
+        self.tally = Tally() if tally is None else tally    # where they count with other queues' rows
         self.bodies = {}                # seq -> body, of a message whose body has no reference
         self.ref_index = OffsetColumn() # the body's BodyRef: its entry's log index (0: no reference),
         self.ref_offset = array("I")    # where in the entry (an entry is at most 17 MiB),
@@ -101,6 +115,7 @@ class Rows:
             self.headers[seq] = headers
         self.count += 1
         self.bytes += size
+        self.tally.bytes += size
 
     def body(self, seq: int):
         """The body, or the BodyRef that names it."""
@@ -158,6 +173,7 @@ class Rows:
         key = self.keys.pop(seq, None) if self.keys else None
         self.count -= 1
         self.bytes -= self.sizes[row]
+        self.tally.bytes -= self.sizes[row]
         # A tombstone holds zeros whatever the message held: a replica restored
         # from an older snapshot (whose gaps become zeros) must snapshot alike.
         if self.bodies:
@@ -190,6 +206,7 @@ class Rows:
 
     def clear(self, base: int) -> None:
         """No live row: start again, empty, at `base`."""
+        self.tally.bytes -= self.bytes
         self.base, self.head, self.count, self.bytes = base, 0, 0, 0
         for column in self._columns():
             del column[:]
@@ -197,6 +214,11 @@ class Rows:
     def _columns(self) -> tuple:
         return (self.ref_index, self.ref_offset, self.ref_length, self.ref_kind,
                 self.put_at, self.expires_at, self.sizes, self.pending, self.received)
+
+    def count_into(self, tally: Tally) -> None:
+        """Count these rows' bytes into `tally` from now on (a restored queue joins its machine's)."""
+        self.tally = tally
+        tally.bytes += self.bytes
 
     def _append_no_reference(self) -> None:
         self.ref_index.append(0)

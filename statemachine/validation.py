@@ -186,9 +186,13 @@ def _check_max_queues(cmd):
     return _check_limit(cmd.get("max_queues"), "max_queues")
 
 
+def _check_stored_bytes_cap(cmd):
+    return _check_limit(cmd.get("max_stored_bytes"), "max_stored_bytes")
+
+
 def check_put(cmd):
     return (check_name(cmd.get("queue"), "queue name") or check_messages(cmd.get("messages"))
-            or _check_dedup_budget(cmd) or _check_max_queues(cmd))
+            or _check_dedup_budget(cmd) or _check_max_queues(cmd) or _check_stored_bytes_cap(cmd))
 
 
 def check_receive(cmd):
@@ -259,7 +263,7 @@ def check_tx(cmd):
         total += len(part["messages"])
     if total > MAX_BATCH:
         return error(BAD_REQUEST, f"a transaction puts at most {MAX_BATCH} messages")
-    return _check_dedup_budget(cmd) or _check_max_queues(cmd)
+    return _check_dedup_budget(cmd) or _check_max_queues(cmd) or _check_stored_bytes_cap(cmd)
 
 
 def check_redrive(cmd):
@@ -346,7 +350,8 @@ def check_stage_commit(cmd):
     problem = (check_name(cmd.get("producer"), "producer id")
                or check_int(cmd.get("batch"), "batch", 0, MAX_BATCH_ID)
                or check_duration(cmd.get("retain_ms"), "retain_ms", minimum=1, optional=True)
-               or _check_max_queues(cmd) or _check_limit(cmd.get("max_producers"), "max_producers"))
+               or _check_max_queues(cmd) or _check_limit(cmd.get("max_producers"), "max_producers")
+               or _check_stored_bytes_cap(cmd))
     if problem:
         return problem
     parts = cmd.get("parts")

@@ -59,6 +59,7 @@ T_SST = "tests/test_security_stream.py::"
 T_STG = "tests/test_statemachine_staging.py::"
 T_SSG = "tests/test_security_staging.py::"
 T_SEC = "tests/test_security_sqs.py::"
+T_ALM = "tests/test_disk_alarm.py::"
 RULES = ("tests/test_statemachine_rules.py", "tests/test_statemachine_model.py")
 
 MUTANTS = [
@@ -538,6 +539,28 @@ MUTANTS = [
            "if False:",
            ("tests/test_damaged_reads.py::test_a_letter_flipped_in_the_leaders_journal_is_served_intact_repaired_and_writes_go_on",
             "tests/test_repair.py::test_a_leader_sends_a_lagging_follower_what_precedes_a_damaged_entry_repairs_it_and_hands_over")),
+    # ---- issue 47: a full disk is a clear, bounded state ------------------------------------------
+    Mutant("writes-accepted-in-disk-alarm", "a node below its watermark stops the writes to its groups (507)",
+           "api/disk.py", "            if state is not None and state.alarm:", "            if False:",
+           (T_ALM + "test_a_follower_below_its_watermark_stops_its_groups_writes_at_every_door_and_nothing_is_stored",
+            T_ALM + "test_every_disk_full_then_space_back_writes_resume_without_a_restart")),
+    Mutant("disk-alarm-refuses-acks", "in disk alarm receives, acks, nacks, deletes and purges go on",
+           "api/disk.py", 'return op in ("put", "stage", "create_queue") or (op == "tx" and bool(command.get("put")))',
+           'return op not in ("receive", "tick")',
+           (T_ALM + "test_in_disk_alarm_receives_acks_nacks_deletes_and_purges_go_on",)),
+    Mutant("insufficient-storage-answered-503", "a write the disk itself refused is 507, never an unknown outcome",
+           "api/commands.py", "        if exc.code == INSUFFICIENT_STORAGE:\n", "        if False:\n",
+           (T_ALM + "test_a_write_the_leaders_disk_itself_refuses_is_answered_as_one_the_watermark_refused",)),
+    Mutant("storage-refusal-status-503", "a write refused for storage says so (507), never an unknown outcome",
+           "api/errors.py", '    "insufficient_storage": 507,', '    "insufficient_storage": 503,',
+           (T_ALM + "test_a_follower_below_its_watermark_stops_its_groups_writes_at_every_door_and_nothing_is_stored",
+            T_ALM + "test_the_clusters_stored_bytes_cap_holds_exactly_under_concurrent_puts")),
+    Mutant("stored-bytes-cap-ignored", "the cluster's stored bytes stay within --max-stored-bytes, exactly",
+           "statemachine/machine.py", "if growth <= 0 or self.stored.bytes + growth <= cap:", "if True:",
+           (*RULES, T_ALM + "test_the_clusters_stored_bytes_cap_holds_exactly_under_concurrent_puts")),
+    Mutant("stored-bytes-miss-removals", "the stored bytes the cap counts leave with the messages",
+           "statemachine/rows.py", "        self.tally.bytes -= self.sizes[row]\n", "",
+           RULES),
     # ---- the package (docs/architecture.md) ---------------------------------------------------------
     Mutant("statemachine-imports-upward", "each room imports only the rooms below it",
            "statemachine/due.py", "from .queue import PARKED_RETRY_MS", "from .queue import PARKED_RETRY_MS\nfrom ..engine import outcome",

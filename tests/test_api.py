@@ -458,7 +458,10 @@ def test_metrics_follow_prometheus_naming(cluster3):
     assert values["raftq_became_leader_total"] >= 1
     assert values["raftq_pre_votes_won_total"] >= 1 and values["raftq_pre_votes_asked_total"] >= 1
     assert values["raftq_journal_size_bytes"] > 0 and values["raftq_journal_syncs_total"] > 0
-    assert 0 < values["raftq_data_dir_free_bytes"] <= values["raftq_data_dir_capacity_bytes"]
+    assert 0 < values["raftq_disk_free_bytes"] <= values["raftq_disk_capacity_bytes"]
+    # the default watermark: a reserve for the one Raft group, and the snapshot's size on top
+    assert values["raftq_disk_watermark_bytes"] >= 128 << 20 and values["raftq_disk_alarm"] == 0
+    assert values['raftq_group_stored_bytes{group="0"}'] >= 1 and values["raftq_stored_bytes_limit"] == 0
     for name in ("raftq_http_requests_total", "raftq_http_request_duration_seconds_bucket",
                  "raftq_commit_index", "raftq_apply_lag_entries", "raftq_log_entry_commands_bucket",
                  "raftq_log_entry_size_bytes_bucket", "raftq_snapshot_size_bytes",
@@ -488,7 +491,7 @@ def test_dashboard_and_alert_rules_read_only_metrics_the_nodes_export(cluster3):
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     rules = yaml.safe_load((deploy / "prometheus-alerts.yaml").read_text())["groups"][0]["rules"]
     assert {r["alert"] for r in rules} >= {"RaftqNoQuorum", "RaftqReplicaLagging", "RaftqFrequentElections",
-                                          "RaftqDeadLettersGrowing", "RaftqJournalDiskLow"}
+                                          "RaftqDeadLettersGrowing", "RaftqDiskAlarm"}
     assert all(r["labels"]["severity"] and r["annotations"]["summary"] for r in rules)
     used = {name for expr in exprs + [r["expr"] for r in rules] for name in re.findall(r"raftq_[a-z_]+", expr)}
     if cluster3.cfg.groups == 1:     # no catalog: its figures are exported with several groups only

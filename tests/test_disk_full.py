@@ -63,7 +63,8 @@ def stored_ids(client, queue: str) -> list[str]:
 
 
 def test_a_full_disk_loses_no_write_answered_2xx(tmp_path):
-    cluster = LocalCluster.create(tmp_path / "c", 3)
+    # the disk alarm off: the disks fill up for real (a 64 MiB disk is below its default watermark)
+    cluster = LocalCluster.create(tmp_path / "c", 3, node_args=("--disk-free-limit", "0"))
     register(cluster)
     STARTED_CLUSTERS.add(cluster)
     disks = []

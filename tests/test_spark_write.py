@@ -1,6 +1,6 @@
 """The Spark sink against a real 3-node cluster, exactly once: a replayed
 streaming batch, a task that fails once (local[2,2] retries it), a leader
-killed mid-write; and the one-line errors of bad writes."""
+killed mid-write; the one-line errors of bad writes; and a write into a full disk."""
 
 import shutil
 import time
@@ -8,6 +8,9 @@ import time
 import pytest
 
 from tests.sparkutil import name, options, require_spark, start_session
+from tests.test_disk_alarm import ballast, depth, on_small_disks, refused_for
+from tests.waiting import wait_until
+from tests.wire import call
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -206,3 +209,19 @@ def test_a_batch_that_another_writer_committed_past_fails_the_query(spark, clust
     with cluster3.client() as client:
         assert client.producer(producer)["committed_batch"] == 5
         assert sink not in [q["name"] for q in client.queues()["queues"]]
+
+
+def test_a_write_into_a_disk_alarm_fails_clearly_and_stores_nothing(spark, tmp_path):
+    """A node of the cluster in disk alarm (tests/test_disk_alarm.py): the write fails with the
+    node's 507, which names it and its free bytes, not a retry loop; nothing is staged or stored."""
+    frame = spark.createDataFrame([(f"row {n}",) for n in range(20)], "body string").coalesce(1)
+    with on_small_disks(tmp_path / "small-disks") as cluster:
+        leader = cluster.wait_for_leader(30)
+        full = next(node_id for node_id in cluster.ids if node_id != leader)
+        with ballast(cluster, full):
+            wait_until(lambda: refused_for(cluster.url(leader), full), 15, f"the leader to see {full}'s alarm")
+            refusal = rf"507 insufficient_storage: node {full} is in disk alarm: \d+ bytes free"
+            with pytest.raises(Exception, match=refusal):
+                frame.write.format("raftq").options(**options(cluster, "in-alarm")).mode("append").save()
+        assert depth(cluster.url(leader), "in-alarm") is None
+        assert call("GET", cluster.url(leader) + "/v1/producers").body["producers"] == []   # nothing staged

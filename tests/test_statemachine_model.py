@@ -100,14 +100,18 @@ class Model:
     # ---- helpers ---------------------------------------------------------------------
     def new_queue(self, name, config):
         self.created += 1
-        self.queues[name] = {
-            "uid": self.created, "name": name, "config": dict(config), "next_seq": 1,
+        self.queues[name] = self.blank(self.created, name, config)
+        return self.queues[name]
+
+    @staticmethod
+    def blank(uid, name, config):
+        return {
+            "uid": uid, "name": name, "config": dict(config), "next_seq": 1,
             "messages": [], "groups": {"default": {}}, "dedup": [], "outbox": [], "redrives": [],
             "counters": {c: 0 for c in ("put_total", "acked_total", "redelivered_total",
                                         "dead_lettered_total", "expired_total", "dropped_total",
                                         "replaced_total", "redriven_total")},
         }
-        return self.queues[name]
 
     @staticmethod
     def find(q, seq):
@@ -256,6 +260,31 @@ class Model:
         self.drop_overflow(trial)
         return not new <= {m["seq"] for m in trial["messages"]}
 
+    @staticmethod
+    def size(q):
+        return sum(m["size"] for m in q["messages"])
+
+    def stored(self):
+        return sum(map(self.size, self.queues.values()))
+
+    def no_bytes(self, batches, cmd):
+        """Whether the puts would grow the bytes stored past the cap the command carries: each
+        queue tries its batch on a copy, before overflow; a drop_oldest queue ends at most at its
+        max_bytes. Puts that grow nothing are taken."""
+        cap = cmd.get("max_stored_bytes")
+        if cap is None:
+            return False
+        growth = 0
+        for name, messages in batches.items():
+            q = self.queues.get(name) or self.blank(0, name, QUEUE_DEFAULTS)
+            trial = copy.deepcopy(q)
+            self.store(trial, messages, drop=False)
+            after = self.size(trial)
+            if q["config"]["overflow"] == "drop_oldest" and q["config"]["max_bytes"] is not None:
+                after = min(after, q["config"]["max_bytes"])
+            growth += after - self.size(q)
+        return growth > 0 and self.stored() + growth > cap
+
     def live(self, q, receipt):
         lease = self.receipts.get(receipt)
         if q is None or lease is None or lease[0] != q["uid"]:
@@ -366,9 +395,12 @@ class Model:
             return err("not_found")
         if self.no_room([name], cmd):
             return err("limit_reached")
-        q = self.touch(name) or self.new_queue(name, QUEUE_DEFAULTS)
-        if self.too_full(q, cmd["messages"]):
+        q = self.touch(name)
+        if q is not None and self.too_full(q, cmd["messages"]):
             return err("queue_full")
+        if self.no_bytes({name: cmd["messages"]}, cmd):
+            return err("insufficient_storage")
+        q = q or self.new_queue(name, QUEUE_DEFAULTS)
         return {"messages": self.store(q, cmd["messages"])}
 
     def ordering_waits(self, q, group):
@@ -521,6 +553,8 @@ class Model:
                     return err("not_found")
             elif self.too_full(q, messages):
                 return err("queue_full")
+        if self.no_bytes(batches, cmd):
+            return err("insufficient_storage")
         for (_, group, seq), q in leases.items():
             self.finish(q, group, seq)
             q["counters"]["acked_total"] += 1
@@ -628,6 +662,8 @@ class Model:
                     return err("not_found")
             elif self.too_full(q, messages):
                 return err("queue_full")
+        if self.no_bytes(batches, cmd):
+            return err("insufficient_storage")
         if done is None and cmd.get("max_producers") is not None and len(self.producers) >= cmd["max_producers"]:
             return err("limit_reached")
         results = [r for name, messages in batches.items()
@@ -821,6 +857,11 @@ class QueuesComparison(RuleBasedStateMachine):
     def put_under_a_queue_cap(self, queue, batch, max_queues):
         self.run("put", queue=queue, messages=batch, max_queues=max_queues)
 
+    @rule(queue=st.sampled_from(QUEUES), batch=batches, cap=st.integers(0, 150))
+    def put_under_a_byte_cap(self, queue, batch, cap):
+        """--max-stored-bytes (issue 47), as the leader puts it in the command."""
+        self.run("put", queue=queue, messages=batch, max_stored_bytes=cap)
+
     @rule(queue=st.sampled_from(QUEUES), batch=batches)
     def put_more(self, queue, batch):
         """Producers outnumber the other rules, so that queues hold something to work on."""
@@ -880,11 +921,13 @@ class QueuesComparison(RuleBasedStateMachine):
         self.run("commit", queue=queue, group=group, seq=int((q["next_seq"] if q else 1) * mark))
 
     @rule(data=st.data(), puts=st.lists(st.tuples(st.sampled_from(QUEUES), batches), max_size=2),
-          auto_create=st.sampled_from([True, True, False]))
-    def tx(self, data, puts, auto_create):
+          auto_create=st.sampled_from([True, True, False]), cap=st.one_of(st.none(), st.integers(0, 150)))
+    def tx(self, data, puts, auto_create, cap):
         acks = [dict(zip(("queue", "receipts"), self.receipts(data)))
                 for _ in range(data.draw(st.integers(0 if puts else 1, 2)))]
         cmd = {"ack": acks, "put": [{"queue": q, "messages": m} for q, m in puts], "auto_create": auto_create}
+        if cap is not None:
+            cmd["max_stored_bytes"] = cap
         self.run("tx", **cmd)
 
     @rule(queue=st.sampled_from(["dl", "dl", "dl", "b", "a"]), from_queue=st.sampled_from([None, None, *QUEUES]),
@@ -921,8 +964,9 @@ class QueuesComparison(RuleBasedStateMachine):
     @rule(data=st.data(), producer=st.sampled_from(PRODUCERS),
           step=st.sampled_from([1, 1, 1, 2, 0, -1, 1_000_000, 1_000_001]),
           retain_ms=st.one_of(st.none(), st.none(), ms(50, 3_000)), auto_create=st.sampled_from([True, False]),
-          max_queues=st.sampled_from([None, None, 1, 2, 3]), max_producers=st.sampled_from([None, None, 0, 1]))
-    def stage_commit(self, data, producer, step, retain_ms, auto_create, max_queues, max_producers):
+          max_queues=st.sampled_from([None, None, 1, 2, 3]), max_producers=st.sampled_from([None, None, 0, 1]),
+          cap=st.one_of(st.none(), st.integers(0, 150)))
+    def stage_commit(self, data, producer, step, retain_ms, auto_create, max_queues, max_producers, cap):
         """A driver commits some stages (mostly complete ones, sometimes wrong ones, sometimes none)
         as its next batch, or replays an old one, or jumps far ahead."""
         batch = max(0, self.model.producers.get(producer, {}).get("batch", -1) + step)
@@ -936,6 +980,8 @@ class QueuesComparison(RuleBasedStateMachine):
             fields["max_queues"] = max_queues
         if max_producers is not None:
             fields["max_producers"] = max_producers
+        if cap is not None:
+            fields["max_stored_bytes"] = cap
         self.run("stage_commit", producer=producer, batch=batch, parts=parts, auto_create=auto_create,
                  **fields)
 
@@ -1025,6 +1071,12 @@ class QueuesComparison(RuleBasedStateMachine):
                      m["size"], sum(m["seq"] in entries for entries in q["groups"].values()), m["received"])
                     for m in q["messages"]]
             assert list(zip(*message_lists(queue.rows.to_state()))) == held, name
+
+    @invariant()
+    def the_stored_bytes_are_the_queues(self):
+        """The machine's running sum of stored bytes (rows.Tally, issue 47), kept as messages come
+        and go, is what the model's messages add up to."""
+        assert self.sm.stored_usage() == {"bytes": self.model.stored()}
 
     @invariant()
     def the_due_index_is_what_asking_every_queue_gives(self):

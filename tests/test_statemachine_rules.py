@@ -873,6 +873,110 @@ def test_drop_oldest_still_refuses_a_batch_larger_than_the_limit_alone(m):
     assert m.sm.snapshot() == before
 
 
+# ---- the cluster's stored bytes (--max-stored-bytes, issue 47) -------------------------------
+
+CAP = {"max_stored_bytes": 10}
+
+
+def test_a_put_past_the_stored_bytes_cap_is_refused_whole_and_one_up_to_it_is_taken(m):
+    m.put("a", msg(b"1234"), **CAP)
+    m.put("b", msg(b"12"), **CAP)
+    before = m.sm.snapshot()
+    refused = m.fails("insufficient_storage", "put", queue="a", messages=[msg(b"1"), msg(b"1234")], **CAP)
+    assert refused["stored_bytes"] == 6 and refused["limit"] == 10
+    assert "stores 6 bytes" in refused["message"] and "add 5" in refused["message"]
+    assert "--max-stored-bytes" in refused["message"]
+    assert m.sm.snapshot() == before
+    m.fails("insufficient_storage", "put", queue="new", messages=[msg(b"12345")], **CAP)
+    assert "new" not in m.sm.queues                     # refused before the queue was made
+    assert m.put("new", msg(b"1234"), **CAP) == [1]     # exactly up to the cap
+    assert m.sm.stored_usage() == {"bytes": 10}
+    m.fails("insufficient_storage", "put", queue="a", messages=[msg(b"x")], **CAP)
+    assert m.put("a", msg(b"x")) == [2]                 # a command without the cap is not capped
+
+
+def test_what_the_stored_bytes_cap_counts_leaves_as_messages_go(m):
+    m.put("q", msg(b"12345"), msg(b"12345", key="k", id="i"), max_stored_bytes=12)
+    assert m.sm.stored_usage() == {"bytes": 12}          # the key and id count, as for max_bytes
+    m.fails("insufficient_storage", "put", queue="q", messages=[msg(b"1")], max_stored_bytes=12)
+    m.ack("q", m.receive("q", 1)[0]["receipt"])
+    assert m.sm.stored_usage() == {"bytes": 7}
+    assert m.put("q", msg(b"123"), **CAP) == [3]
+    m.ok("delete_queue", queue="q")
+    assert m.sm.stored_usage() == {"bytes": 0}
+    m.put("q", msg(b"x", ttl_ms=100))
+    m.tick(m.now + 100)
+    assert m.sm.stored_usage() == {"bytes": 0}
+
+
+def test_puts_that_grow_nothing_are_taken_past_the_stored_bytes_cap(m):
+    m.put("q", msg(b"12345", id="a"), msg(b"12345", key="k"))
+    retried = m.put_result("q", msg(b"12345", id="a"), **CAP)
+    assert retried == [{"seq": 1, "duplicate": True, "replaced_seq": None}]
+    assert m.put_result("q", msg(b"54321", key="k"), **CAP)[0]["replaced_seq"] == 2
+    m.fails("insufficient_storage", "put", queue="q", messages=[msg(b"123456", key="k")], **CAP)
+
+
+def test_a_drop_oldest_queue_at_its_max_bytes_is_taken_at_the_stored_bytes_cap(m):
+    m.ok("create_queue", queue="ring", config={"max_bytes": 8, "overflow": "drop_oldest"})
+    m.put("ring", msg(b"1234"), msg(b"1234"))
+    m.put("other", msg(b"12"))
+    assert m.put("ring", msg(b"1234"), **CAP) == [3]     # it drops as much as it takes
+    m.fails("insufficient_storage", "put", queue="other", messages=[msg(b"1")], **CAP)
+
+
+def test_a_transaction_past_the_stored_bytes_cap_acks_nothing_and_one_of_acks_alone_is_taken(m):
+    m.put("q", msg(b"12345"), msg(b"12345"))
+    first, second = (r["receipt"] for r in m.receive("q", 2))
+    before = m.sm.snapshot()
+    m.fails("insufficient_storage", "tx", ack=[{"queue": "q", "receipts": [first]}],
+            put=[{"queue": "r", "messages": [msg(b"1")]}], **CAP)
+    assert m.sm.snapshot() == before
+    assert m.ok("tx", ack=[{"queue": "q", "receipts": [first]}], put=[], **CAP)["acked"] == 1
+    result = m.ok("tx", ack=[{"queue": "q", "receipts": [second]}], put=[{"queue": "r", "messages": [msg(b"1")]}],
+                  **CAP)
+    assert result["acked"] == 1 and m.sm.stored_usage() == {"bytes": 1}
+
+
+def test_a_stage_commit_past_the_stored_bytes_cap_keeps_its_stages_for_later(m):
+    m.ok("stage", producer="p", token="t", chunk=0, queue="q", messages=[msg(b"123456")])
+    m.put("q", msg(b"12345"))
+    commit = {"producer": "p", "batch": 0, "parts": [{"token": "t", "chunks": 1}], **CAP}
+    m.fails("insufficient_storage", "stage_commit", **commit)
+    m.ack("q", m.receive("q", 1)[0]["receipt"])
+    assert m.ok("stage_commit", **commit)["put"] == 1
+
+
+def test_dead_letters_and_redrives_move_past_the_stored_bytes_cap(m):
+    m.ok("create_queue", queue="q", config={"max_deliveries": 1, "dead_letter": "dlq", "lease_ms": 100})
+    m.put("q", msg(b"1234567890"), **CAP)
+    m.receive("q")
+    m.tick(m.now + 100)                         # the lease ends: the message dies, with its reason headers
+    assert m.stats("dlq")["depth"] == 1 and m.sm.stored_usage()["bytes"] > 10
+    assert m.ok("redrive", queue="dlq")["moved"] == 1
+    assert m.stats("q")["depth"] == 1
+
+
+def test_a_restored_machine_counts_the_stored_bytes_again(m):
+    m.put("a", msg(b"1234"))
+    m.put("b", msg(b"123456"), msg(b"1"))
+    m.ack("b", m.receive("b", 1)[0]["receipt"])
+    restored = StateMachine()
+    restored.restore(m.sm.snapshot())
+    assert restored.stored_usage() == m.sm.stored_usage() == {"bytes": 5}
+    m.sm = restored
+    m.fails("insufficient_storage", "put", queue="a", messages=[msg(b"123456")], **CAP)
+    m.ok("delete_queue", queue="a")
+    assert m.put("a", msg(b"123456789"), **CAP) == [1]
+
+
+def test_a_stored_bytes_cap_in_a_command_is_a_non_negative_integer(m):
+    for op, fields in (("put", {"queue": "q", "messages": [msg()]}), ("tx", {"ack": [], "put": []}),
+                       ("stage_commit", {"producer": "p", "batch": 0, "parts": []})):
+        m.fails("bad_request", op, max_stored_bytes=-1, **fields)
+        m.fails("bad_request", op, max_stored_bytes="10", **fields)
+
+
 # ---- fanout groups -------------------------------------------------------------------
 
 def test_group_at_earliest_sees_stored_messages_and_latest_only_later_ones(m):
@@ -1206,7 +1310,8 @@ def test_read_answers_each_read_of_the_table_as_its_method_does(m):
     args = {"list_queues": (), "queue_info": ("q",), "all_queue_stats": (),
             "list_groups": ("q",), "group_info": ("q", "default"), "browse": ("q", "default", 0, 10),
             "has_ready": ("q", "default"), "ready_count": ("q", "default"), "next_timer": (),
-            "producer_info": ("p",), "list_producers": (), "staging_usage": (), "catalog_lookup": (["q"],),
+            "producer_info": ("p",), "list_producers": (), "staging_usage": (), "stored_usage": (),
+            "catalog_lookup": (["q"],),
             "list_catalog": (), "catalog_usage": (), "group_members": (), "names_deleted": (10,),
             "names_retiring": (["q"],), "names_absent": (["q", "gone"],), "catalog_names_in": (0,),
             "sqs_keys": ()}

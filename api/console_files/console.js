@@ -276,12 +276,31 @@ function raftGroupsSummary(groups, catalog) {
     (catalog ? ` · catalog: ${catalog.names} of ${catalog.limit} queue names` : "");
 }
 
+// A node's free disk space, and its disk alarm (api/disk.py): writes to its Raft groups refused.
+function diskCell(disk) {
+  if (!disk) return show(null);
+  const free = sizeText(disk.free_bytes);
+  return disk.alarm
+    ? `<span class="badge bad" title="below its watermark of ${sizeText(disk.watermark_bytes)}: writes to the ` +
+      `Raft groups it holds are refused (507) until space returns">DISK ALARM</span> ${free} free`
+    : `${free} free`;
+}
+
+function sizeText(count) {
+  for (const [unit, scale] of [["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]]) {
+    if (count >= scale) return `${(count / scale).toFixed(1)} ${unit}`;
+  }
+  return `${count} B`;
+}
+
 function renderOverview() {
   const s = state.snapshot, cluster = s.cluster;
   const healthy = cluster.nodes.filter((n) => n.healthy && !(state.servingDown && n.id === s.node)).length;
+  const alarms = cluster.nodes.filter((n) => n.disk && n.disk.alarm).map((n) => n.id);
   $("#cluster-summary").textContent =
     `${cluster.nodes.length} voters · ${healthy} healthy · term ${cluster.term} · commit ${cluster.commit_index}` +
-    ` · leader ${cluster.leader || "none"}` + raftGroupsSummary(cluster.groups || [], cluster.catalog);
+    ` · leader ${cluster.leader || "none"}` + raftGroupsSummary(cluster.groups || [], cluster.catalog) +
+    (alarms.length ? ` · disk alarm on ${alarms.join(", ")}: writes to their Raft groups are refused` : "");
   const commit = cluster.commit_index || 0;
   $("#nodes tbody").innerHTML = cluster.nodes.map((n) => {
     const down = !n.healthy || (state.servingDown && n.id === s.node);
@@ -296,6 +315,7 @@ function renderOverview() {
       <td class="num">${show(n.term)}</td><td class="num">${show(n.commit_index)}</td>
       <td class="num">${show(n.applied_index)}</td><td class="num">${show(lag)}</td><td class="num">${show(heard)}</td>
       <td><span class="badge ${down ? "bad" : "good"}">${down ? "DOWN" : "healthy"}</span></td>
+      <td>${diskCell(n.disk)}</td>
       <td>${show(n.fsync_policy)}</td><td>${escapeHtml(n.http_addr)}</td>
       <td>${canLead ? `<button data-lead="${escapeHtml(n.id)}">make leader</button>` : ""}</td></tr>`;
   }).join("");

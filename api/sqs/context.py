@@ -45,7 +45,10 @@ NATIVE = {"not_found": ("QueueDoesNotExist", NO_QUEUE), "queue_full": ("OverLimi
           "limit_reached": ("OverLimit", None), "too_many_waiters": ("OverLimit", None),
           "bad_request": ("InvalidParameterValue", None), "too_large": ("InvalidParameterValue", None),
           "conflict": ("QueueNameExists", None), "no_quorum": ("ServiceUnavailable", None),
-          "damaged": ("ServiceUnavailable", None), "timeout": ("ServiceUnavailable", None)}
+          "damaged": ("ServiceUnavailable", None), "timeout": ("ServiceUnavailable", None),
+          # a full disk or the cluster's byte cap (507): AWS's throttling error, which SDKs back off on and
+          # retry a few times, then raise with its message (which names the node and its free bytes)
+          "insufficient_storage": ("RequestThrottled", None)}
 
 
 def from_native(exc: ApiError) -> SqsError:

@@ -52,11 +52,12 @@ def status_table(view: dict) -> str:
             n["id"] + (" *" if n["id"] == view.get("leader") else ""), n["role"], n.get("term"),
             n.get("commit_index"), applied, None if applied is None else max(0, commit - applied),
             None if contact is None else f"{contact:g}ms", "yes" if n["healthy"] else "NO",
-            n.get("fsync_policy"), n["http_addr"]))
-    columns = ("id", "role", "term", "commit", "applied", "lag", "heard", "healthy", "fsync", "http")
+            disk_cell(n.get("disk")), n.get("fsync_policy"), n["http_addr"]))
+    columns = ("id", "role", "term", "commit", "applied", "lag", "heard", "healthy", "disk", "fsync", "http")
     lines = [table(columns, rows),
              f"leader: {view.get('leader') or 'none'}   (* marks the leader; view of {view.get('id')})",
-             CONTACT_NOTE]
+             CONTACT_NOTE + "; disk: free space on the data directory's file system"]
+    lines += disk_alarms(view["nodes"])
     groups = view.get("groups") or []
     if len(groups) > 1:
         lines += ["", groups_table(groups)]
@@ -75,6 +76,28 @@ def status_table(view: dict) -> str:
         lines.append(f"put buffer of {view['id']}: {buffer['dead_lettered']} buffered put(s) refused for good, "
                      f"set aside in {buffer['dead_letter_file']}")
     return "\n".join(lines)
+
+
+def size(count: int) -> str:
+    """A byte count as people read it: 812M, 3.2G."""
+    for unit, scale in (("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.1f}".rstrip("0").rstrip(".") + unit
+    return f"{count}B"
+
+
+def disk_cell(disk: dict | None) -> str | None:
+    if disk is None:
+        return None
+    return f"ALARM:{size(disk['free_bytes'])}" if disk["alarm"] else size(disk["free_bytes"])
+
+
+def disk_alarms(nodes: list[dict]) -> list[str]:
+    """A line for each node in disk alarm (api/disk.py)."""
+    return [f"disk alarm on {n['id']}: {size(n['disk']['free_bytes'])} free, below its watermark of "
+            f"{size(n['disk']['watermark_bytes'])}; writes to the Raft groups it holds are refused (507) until "
+            "space returns: let consumers drain, or give its data directory room (docs/operations.md)"
+            for n in nodes if (n.get("disk") or {}).get("alarm")]
 
 
 def groups_table(groups: list[dict]) -> str:

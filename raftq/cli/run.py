@@ -81,10 +81,13 @@ def cmd_node(args) -> int:
     if args.scrub_pass_hours < 0:
         print("raftq node: --scrub-pass-hours must be 0 (no scrubbing) or more", file=sys.stderr)
         return 2
+    if args.disk_free_limit is not None and args.disk_free_limit < 0:
+        print("raftq node: --disk-free-limit is a number of bytes, 0 or more", file=sys.stderr)
+        return 2
     settings = Settings(tokens=cfg.tokens, sqs=cfg.sqs, max_message_bytes=args.max_message_bytes,
                         scheme="https" if args.tls_cert else "http", tls_ca=args.tls_ca,
                         scrub_pass_hours=args.scrub_pass_hours, limits=limits,
-                        keys=cluster_config.ClusterKeys.derive(cfg.secret))
+                        keys=cluster_config.ClusterKeys.derive(cfg.secret), disk_free_limit=args.disk_free_limit)
     data_dir = Path(args.data_dir or f".raftq/{args.id}")
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     data_dir.chmod(0o700)
@@ -176,6 +179,10 @@ def add_parsers(sub) -> None:
     node.add_argument("--scrub-pass-hours", type=float, default=24.0,
                       help="read back and check every live log entry once in this long, in the background, "
                            "repairing damage from a replica (at most 4 MiB/s; 0: never; default 24)")
+    node.add_argument("--disk-free-limit", type=int,
+                      help="bytes the data directory's file system keeps free beyond this node's snapshots: below, "
+                           "the node is in disk alarm and writes to its Raft groups are refused (507) until space "
+                           "returns (default: 128 MiB for each group it holds; 0: no alarm)")
     from raftq.api.limits import LIMIT_HELP, Limits
     for f in dataclasses.fields(Limits):
         node.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
