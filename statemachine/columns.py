@@ -49,7 +49,7 @@ def runs_of(column, start: int = 0) -> list:
         firsts, lengths = [], []
         for value, run in groupby(values):
             firsts.append(value)
-            lengths.append(_length(run))
+            lengths.append(run_length(run))
         return [firsts, lengths]
 
 
@@ -66,7 +66,7 @@ def _all_equal(view, value) -> bool:
     return True
 
 
-def _length(iterator) -> int:
+def run_length(iterator) -> int:
     """How many items `iterator` yields, consumed at C speed without holding them."""
     counter = count()
     deque(zip(iterator, counter), maxlen=0)

@@ -27,10 +27,10 @@ many rows as messages, and cutting costs O(1) per removed message.
 """
 
 from array import array
-from itertools import compress, repeat
+from itertools import compress, groupby, repeat
 
 from .bodies import BodyRef
-from .columns import LittleEndian, OffsetColumn, from_little_endian, runs_of
+from .columns import LittleEndian, OffsetColumn, from_little_endian, run_length, runs_of, tail
 
 NO_EXPIRY = 0          # an expiry is put time + a TTL > 0, so never 0
 TRIM_MIN = 4_096       # dead rows ahead of the head worth a cut (a memmove of the columns)
@@ -129,6 +129,18 @@ class Rows:
         return (self._body(row), self.keys.get(seq) if self.keys else None,
                 self.headers.get(seq) if self.headers else None, self.put_at[row])
 
+    def relocate(self, seq: int, old: BodyRef, new: BodyRef) -> bool:
+        """Point the stored message `seq` at `new` if its body is the reference `old`, exactly;
+        whether it did (a relocation, machine.py's ``_relocate``)."""
+        row = seq - self.base
+        if not (self.head <= row < len(self.pending) and self.pending[row] and self.ref_index[row] == old.index
+                and self.ref_offset[row] == old.offset and self.ref_length[row] == old.length
+                and self.ref_kind[row] == old.kind):
+            return False
+        self.ref_index[row], self.ref_offset[row] = new.index, new.offset
+        self.ref_length[row], self.ref_kind[row] = new.length, new.kind
+        return True
+
     def release(self, seq: int, received: bool) -> int:
         """One group is done with the message (having received it, or not): the groups still pending."""
         row = seq - self.base
@@ -216,6 +228,47 @@ class Rows:
     def log_indexes(self) -> set:
         """The log indexes the stored bodies' references name (0 among them when some body has none)."""
         return self.ref_index.distinct(self.head)
+
+    # ---- where the bodies lie, a part at a time (engine/relocation.py) ------------------------
+    def live_bytes_by_entry(self, seq: int, limit: int, up_to: int, totals: dict, per_message: int = 0) -> int | None:
+        """Add the body bytes of the stored messages from `seq` on, at most `limit` rows, and
+        `per_message` for each, to `totals` by the log index their reference names, those up to
+        `up_to`; the seq to go on from, None past the last row."""
+        start, stop, after = self._part(seq, limit)
+        lengths = self.ref_length
+        for row, count, index in self._reference_runs(start, stop):
+            if index <= up_to:
+                totals[index] = totals.get(index, 0) + sum(lengths[row:row + count]) + per_message * count
+        return after
+
+    def references_into(self, seq: int, limit: int, indexes, found: list) -> int | None:
+        """Append (seq, reference) of the stored messages from `seq` on, at most `limit` rows, whose
+        reference names one of `indexes` to `found`; the seq to go on from, None past the last row."""
+        start, stop, after = self._part(seq, limit)
+        base, offsets, lengths, kinds = self.base, self.ref_offset, self.ref_length, self.ref_kind
+        for row, count, index in self._reference_runs(start, stop):
+            if index in indexes:
+                found.extend((base + r, BodyRef(index, offsets[r], lengths[r], kinds[r])) for r in range(row, row + count))
+        return after
+
+    def _part(self, seq: int, limit: int) -> tuple[int, int, int | None]:
+        """(first row, row past the last, seq after them or None) of the rows from `seq` on, at most `limit`."""
+        start = max(seq - self.base, self.head) if self.count else len(self.pending)
+        stop = min(start + limit, len(self.pending))
+        return start, stop, self.base + stop if stop < len(self.pending) else None
+
+    def _reference_runs(self, start: int, stop: int) -> list:
+        """(first row, rows, log index) of each run of rows in [start, stop) whose references name
+        one log index (tombstones and bodies without a reference, whose index is 0, left out)."""
+        column = self.ref_index
+        runs, row = [], start
+        with tail(column.held, start) as held, held[:stop - start] as part:
+            for value, run in groupby(part):
+                count = run_length(run)
+                if value != column.zero:
+                    runs.append((row, count, value + column.base))
+                row += count
+        return runs
 
     def expiries(self) -> list:
         """(expires_at, seq) of every stored message with an expiry (a tombstone has none)."""
