@@ -37,6 +37,7 @@ from .config import ClusterConfig, NodeSpec, Peer
 from .long_poll import LongPolls, ride_queue
 from .outcome import Committed, CommitError
 from .raft.consensus import Consensus
+from .relocation import Relocator
 from .scrubber import Scrubber
 from .storage.damage import DamagedRecord
 
@@ -168,6 +169,7 @@ class Node:
         # were submitted in: future -> that term.
         self._settle_waiters: dict[asyncio.Future, int] = {}
         self._view_watchers: list = []
+        self.relocator = Relocator(self)
 
     # ---- life cycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -177,6 +179,7 @@ class Node:
         self._ticker = asyncio.create_task(self._tick_loop())
         if self.scrubber is not None:
             self.scrubber.start()
+        self.relocator.start()
 
     async def hand_over(self) -> None:
         """Before shutting down: let another node lead, so clients move on at once."""
@@ -184,6 +187,7 @@ class Node:
             self._ticker.cancel()
         if self.scrubber is not None:
             self.scrubber.stop()
+        self.relocator.stop()
         if self.is_leader():
             moved = await self.transfer_leadership(2.0)
             logger.info("leadership %s before shutdown", "handed over" if moved else "given up")
@@ -478,6 +482,8 @@ class Node:
                 "scrubbed_bytes": scrubber.checked_bytes if scrubber else 0,
                 "long_polls_waiting": self.long_polls.waiting(),
                 "receives_with_a_put": self.long_polls.receives_with_a_put,
+                "relocations": self.relocator.commands, "relocated_bodies": self.relocator.bodies,
+                "relocated_bytes": self.relocator.bytes,
                 "packing": self.committer.packing.as_dict()}
 
     def status(self) -> dict:

@@ -338,6 +338,7 @@ class Consensus:
             "log_entries": journal["entries"],
             "log_size": journal["bytes"],
             "log_segments": journal["segments"],
+            "log_kept_bytes": journal["kept_bytes"],
             "journal_syncs": journal["data_syncs"],
             "snapshot": dict(self._snapshot_info),
         }
@@ -386,6 +387,23 @@ class Consensus:
         entry = self._entry_of(command)
         self._cache_entry(index, entry)
         return entry
+
+    def stored_entry(self, index: int) -> bytes:
+        """The entry at `index` from the journal, else from the snapshot, past the cache (a reader
+        of many entries once, engine/relocation.py, would evict the ones receives read again);
+        LookupError if neither holds it."""
+        return self._stored_entry(index)
+
+    def stored_bytes(self, index: int) -> int | None:
+        """How many bytes of this node's files the entry at `index` takes (its record, in the
+        journal or carried by the snapshot), reading none of them; None if neither holds it."""
+        size = self._journal.stored_bytes(index)
+        return self._snapshot_entries.stored_bytes(index) if size is None else size
+
+    def snapshot_index(self) -> int | None:
+        """The last log index the latest snapshot covers (None before the first): the entries up
+        to it that are still live are those compaction keeps."""
+        return self._snapshot_info["index"]
 
     def _stored_entry(self, index: int) -> bytes:
         """The entry at `index` from the journal, else from the snapshot; LookupError if neither holds it."""
