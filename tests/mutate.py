@@ -324,7 +324,8 @@ MUTANTS = [
            ("tests/test_routing.py::test_a_front_whose_catalog_lags_is_refused_by_the_fence_and_sends_the_put_where_the_queue_is_now",
             "tests/test_routing.py::test_queues_deleted_and_made_again_under_puts_through_every_front_never_live_in_two_groups")),
     Mutant("release-before-every-node-has-it", "no node writes the name release's commands while a node runs an older release",
-           "api/releaser.py", 'if voter["id"] != groups.catalog.id and not await self._runs_it(voter["http_addr"]):',
+           "api/features.py", 'if voter["id"] != groups.catalog.id \\\n'
+           '                    and self._feature not in (await features_of(self._app, voter["http_addr"]) or ()):',
            'if False:',
            ("tests/test_operations.py::test_with_four_groups_a_name_leaves_the_catalog_only_once_every_node_runs_the_release_that_fences",)),
     Mutant("move-leaves-a-removed-node", "growing or shrinking ends with every group on the cluster's nodes only",
