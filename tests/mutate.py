@@ -328,6 +328,27 @@ MUTANTS = [
            '                    and self._feature not in (await features_of(self._app, voter["http_addr"]) or ()):',
            'if False:',
            ("tests/test_operations.py::test_with_four_groups_a_name_leaves_the_catalog_only_once_every_node_runs_the_release_that_fences",)),
+    Mutant("relocate-before-every-node-has-it", "no node writes relocate while a node runs an older release",
+           "api/features.py", "allowed = await self._relocate.everywhere()", "allowed = True",
+           ("tests/test_operations.py::test_a_rolling_upgrade_keeps_serving_and_loses_nothing",)),
+    Mutant("relocate-a-changed-reference", "a relocation moves only a message whose reference still names what "
+           "the leader read: every body served is the one put",
+           "statemachine/rows.py", "self.pending[row] and self.ref_index[row] == old.index\n"
+           "                and self.ref_offset[row] == old.offset and self.ref_length[row] == old.length\n"
+           "                and self.ref_kind[row] == old.kind):",
+           "self.pending[row] and self.ref_index[row]):",
+           ("tests/test_statemachine_model.py::test_relocations_in_random_logs_serve_every_body_as_it_was_put",
+            "tests/test_statemachine_bodies.py::test_a_relocation_moves_only_references_that_still_name_what_it_read")),
+    Mutant("relocate-a-changed-staged-reference", "a relocation moves only a staged message whose reference still "
+           "names what the leader read", "statemachine/staging.py",
+           'if not isinstance(message["body"], BodyRef) or message["body"] != old:',
+           'if not isinstance(message["body"], BodyRef):',
+           ("tests/test_statemachine_model.py::test_relocations_in_random_logs_serve_every_body_as_it_was_put",
+            "tests/test_statemachine_bodies.py::test_a_staged_body_moves_and_its_commit_publishes_the_copy")),
+    Mutant("never-relocates", "disk use follows live bytes: a kept entry is copied out of once its live bodies "
+           "take less than half of it", "engine/relocation.py",
+           "if not (self.allowed and self._node.is_leader() and self._due()):", "if True:",
+           ("tests/test_live_bytes.py", "tests/test_live_bytes_bench.py")),
     Mutant("move-leaves-a-removed-node", "growing or shrinking ends with every group on the cluster's nodes only",
            "engine/placement.py", "for member in group_members if member not in held]", "for member in group_members if False]",
            ("tests/test_moves.py",)),
