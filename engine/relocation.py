@@ -22,7 +22,8 @@ api/features.py), a pass of the relocator:
    each entry once (past the cache of entries receives read again), and
    proposes ``relocate`` commands that carry those bodies' bytes, up to
    COMMAND_BODY_BYTES each (group commit's packing size: a full one travels
-   in an entry of its own, whose bodies are then all it holds);
+   in an entry of its own, whose bodies are then all it holds) and
+   COMMAND_MOVES (no longer to apply than the widest put);
 4. applied alike on every replica, each moves the references that still name
    exactly what the pass read to the copies in its own entry
    (statemachine/machine.py ``_relocate``): a message acknowledged, moved or
@@ -60,6 +61,7 @@ MOVE_BYTES = 32                    # what one move takes in a relocate entry bes
 PASS_READ_BYTES = 64 * 1024 * 1024
 READ_BYTES_PER_S = 16 * 1024 * 1024
 COMMAND_BODY_BYTES = 1024 * 1024   # engine/committer.py's pack_bytes
+COMMAND_MOVES = 10_000             # as many as the widest put's messages: as long to apply
 
 
 class Relocator(Background):
@@ -110,15 +112,21 @@ class Relocator(Background):
         for index, holders in (await self._holders(chosen)).items():
             try:
                 entry = consensus.stored_entry(index)
-            except Exception as exc:   # gone since it was chosen, or unreadable: the reader reports it
+            except LookupError:
+                continue        # compacted away since it was chosen: nothing named it any more
+            except Exception as exc:   # unreadable: its bodies stay where they are
                 logger.warning("relocation: entry %d not read (%s); its bodies stay", index, exc)
                 continue
             for holder, ref in holders:
-                command.add(holder, ref, entry[ref.offset:ref.offset + ref.length])
+                raw = entry[ref.offset:ref.offset + ref.length]
+                if len(raw) != ref.length:
+                    logger.warning("relocation: entry %d holds no %d bytes at %d", index, ref.length, ref.offset)
+                    continue
+                command.add(holder, ref, raw)
+                if command.body_bytes >= COMMAND_BODY_BYTES or command.moves >= COMMAND_MOVES:
+                    moved += await self._propose(command)
+                    command = _Command()
             await pace.read(len(entry))
-            if command.body_bytes >= COMMAND_BODY_BYTES:
-                moved += await self._propose(command)
-                command = _Command()
         if command.moves:
             moved += await self._propose(command)
         return moved

@@ -349,6 +349,10 @@ MUTANTS = [
            "take less than half of it", "engine/relocation.py",
            "if not (self.allowed and self._node.is_leader() and self._due()):", "if True:",
            ("tests/test_live_bytes.py", "tests/test_live_bytes_bench.py")),
+    Mutant("relocates-live-entries", "relocation copies out of an entry only what takes less than half of it, "
+           "so each copy frees more than it writes", "engine/relocation.py",
+           "if size is None or copies[index] >= LIVE_SHARE * size:", "if size is None:",
+           ("tests/test_relocation.py",)),
     Mutant("move-leaves-a-removed-node", "growing or shrinking ends with every group on the cluster's nodes only",
            "engine/placement.py", "for member in group_members if member not in held]", "for member in group_members if False]",
            ("tests/test_moves.py",)),
