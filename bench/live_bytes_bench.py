@@ -14,7 +14,10 @@ On a fresh 3-node cluster on 127.0.0.1:
    message acknowledged already, so its entry is dead at once) grow every
    node's log past its compaction threshold (32 MiB, up to 1.5x per node)
    a few times: the entries the fill left live reach a snapshot, their
-   bodies are copied out, and a later compaction drops them;
+   bodies are copied out, and a later compaction drops them; then 48 MiB
+   more at a time until a step changes no node's kept bytes and moves no
+   body (`--churn-mib` more at most), so that what is measured is where
+   compaction settled;
 3. every small message is read back and compared with what was put, then
    each node's data directory (its allocated blocks, bench/backlog_bench.py's
    `disk_mib`) and its journal's kept bytes (`raftq_journal_kept_bytes`:
@@ -59,6 +62,8 @@ CHURN_QUEUE = "churn"
 CHURN_ID = "again"
 CHURN_BATCH = 4
 CHURN_WINDOW = 16
+# Past every node's compaction threshold (32 MiB, jittered up to 1.5x per node).
+SETTLE_STEP_MIB = 48
 LEASE_MS = 3_600_000
 # The disk target's constant, in MiB (see the docstring).
 DISK_CONSTANT_MIB = 256
@@ -95,21 +100,41 @@ async def fill(cluster, entries: int, entry_bytes: int) -> None:
             await client.ack(QUEUE, [taken[1]["receipt"]])
 
 
-async def churn(cluster, mib: int, entry_bytes: int) -> int:
-    """Step 2: puts that store nothing, `mib` of them; how many."""
+async def churn(cluster, mib: int, entry_bytes: int) -> None:
+    """Step 2's puts that store nothing, `mib` of them."""
     body = "c" * entry_bytes
-    async with AsyncClient(cluster.urls, token=cluster.token) as client:
-        await client.put(CHURN_QUEUE, "", id=CHURN_ID)
-        [first] = (await client.receive(CHURN_QUEUE))["messages"]
-        await client.ack(CHURN_QUEUE, [first["receipt"]])
-    count = mib * 2**20 // entry_bytes
     async with Producer(cluster.urls, token=cluster.token, window=CHURN_WINDOW, max_batch=CHURN_BATCH) as producer:
-        confirms = [await producer.send(CHURN_QUEUE, body, id=CHURN_ID) for _ in range(count)]
+        confirms = [await producer.send(CHURN_QUEUE, body, id=CHURN_ID) for _ in range(mib * 2**20 // entry_bytes)]
         await producer.flush()
     stored = [c.result() for c in confirms if not c.result().get("duplicate")]
     if stored:
         raise RuntimeError(f"{len(stored)} churned puts were stored, not taken for duplicates")
-    return count
+
+
+async def churn_until_settled(cluster, mib: int, entry_bytes: int) -> int:
+    """Step 2: `mib` of puts that store nothing, then SETTLE_STEP_MIB more at a time (each past
+    every node's compaction threshold) until a step changes no node's kept bytes, `mib` more at
+    most; how many MiB in all."""
+    async with AsyncClient(cluster.urls, token=cluster.token) as client:
+        await client.put(CHURN_QUEUE, "", id=CHURN_ID)
+        [first] = (await client.receive(CHURN_QUEUE))["messages"]
+        await client.ack(CHURN_QUEUE, [first["receipt"]])
+    await churn(cluster, mib, entry_bytes)
+    churned, seen = mib, await asyncio.to_thread(compaction_seen, cluster)
+    while churned < 2 * mib:
+        await churn(cluster, SETTLE_STEP_MIB, entry_bytes)
+        churned += SETTLE_STEP_MIB
+        seen, before = await asyncio.to_thread(compaction_seen, cluster), seen
+        if seen == before:
+            break
+    return churned
+
+
+def compaction_seen(cluster) -> dict:
+    """Each node's journal's kept bytes and the bodies it moved as a leader: while either changes,
+    relocation and compaction are still at work."""
+    return {node_id: (metric(cluster, node_id, "raftq_journal_kept_bytes"),
+                      metric(cluster, node_id, "raftq_relocated_bodies_total")) for node_id in cluster.ids}
 
 
 def served(cluster, entries: int) -> bool:
@@ -134,8 +159,8 @@ def measure(root: Path, entries: int, entry_bytes: int, churn_mib: int, log=prin
         asyncio.run(fill(cluster, entries, entry_bytes))
         fill_s = time.perf_counter() - began
         log(f"filled {entries:,} entries of {entry_bytes:,} B, one 100-byte message live in each, in {fill_s:.1f} s")
-        churned = asyncio.run(churn(cluster, churn_mib, entry_bytes))
-        log(f"churned {churned:,} puts that stored nothing ({churn_mib} MiB)")
+        churned = asyncio.run(churn_until_settled(cluster, churn_mib, entry_bytes))
+        log(f"churned {churned} MiB of puts that stored nothing")
         for node_id in cluster.ids:
             side._caught_up(node_id, timeout=SETTLE_S)
         intact = served(cluster, entries)
@@ -152,7 +177,7 @@ def measure(root: Path, entries: int, entry_bytes: int, churn_mib: int, log=prin
     disk = max(node["disk_mib"] for node in nodes.values())
     kept = max(node["kept_bytes"] for node in nodes.values())
     figures = {
-        "entries": entries, "entry_bytes": entry_bytes, "churn_mib": churn_mib, "machine": machine(),
+        "entries": entries, "entry_bytes": entry_bytes, "churn_mib": churned, "machine": machine(),
         "code_path": str(Path(raftq.engine.__file__).resolve().parent.parent),
         "fill_rounds_per_s": round(entries / fill_s, 1), "bodies_intact": intact,
         "live_body_mib": round(live_bytes / 2**20, 3), "entries_mib": round(entries * entry_bytes / 2**20, 1),

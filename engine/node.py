@@ -37,7 +37,7 @@ from .config import ClusterConfig, NodeSpec, Peer
 from .long_poll import LongPolls, ride_queue
 from .outcome import Committed, CommitError
 from .raft.consensus import Consensus
-from .relocation import Relocator
+from .relocation import PLAN_FILE, Relocator
 from .scrubber import Scrubber
 from .storage.damage import DamagedRecord
 
@@ -154,12 +154,13 @@ class Node:
         self.times_became_leader = 0
         self.entries_applied = 0
         self.committer = GroupCommitter(self._propose, before_packing=self._let_receives_ride)
+        self.relocator = Relocator(self, self.data_dir / "raft" / PLAN_FILE)
         self.consensus = Consensus(
             self_peer=self.spec.peer(),
             peers=[peer for peer in cluster.peers_for(node_id) if members is None or peer.id in members],
             data_dir=self.data_dir / "raft", group=group, handoff=handoff,
             apply=self._apply_entry, write_snapshot=self.machine.write_snapshot, restore=self._restore,
-            live_entries=self.machine.live_entry_indexes,
+            live_entries=self.machine.live_entry_indexes, after_snapshot=self.relocator.plan,
             secret=cluster.secret,
             on_role_change=self._on_role_change, max_entry_bytes=self.committer.max_entry_bytes)
         self.scrubber = Scrubber(self.consensus, scrub_pass_hours) if scrub_pass_hours > 0 else None
@@ -169,7 +170,6 @@ class Node:
         # were submitted in: future -> that term.
         self._settle_waiters: dict[asyncio.Future, int] = {}
         self._view_watchers: list = []
-        self.relocator = Relocator(self)
 
     # ---- life cycle ---------------------------------------------------------------
     async def start(self) -> None:

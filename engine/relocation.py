@@ -6,123 +6,186 @@ compaction keeps every entry a reference names, whole (docs/architecture.md,
 its whole entry, up to a megabyte with group commit. A slow or dead-lettered
 queue with one such message per entry pins thousands of times its bytes.
 
-While this engine leads its group, and once every node runs a release that
-applies ``relocate`` (``allow``: the first front asks the nodes,
-api/features.py), a pass of the relocator:
+So compaction gains a step. While this engine leads its group, and once every
+node runs a release that applies ``relocate`` (``allow``: the first front asks
+the nodes, api/features.py):
 
-1. adds up, a part of the state at a time between turns of the loop, the body
-   bytes each live entry up to the last snapshot still serves: the entries
-   compaction keeps (the newer ones are the log, bounded by compaction itself,
-   and mostly still being consumed);
-2. picks those where copying would take less than half of the record they
-   take on disk (their live bytes and MOVE_BYTES a message, what a move
-   costs in a relocate entry beside its body), oldest first, up to
-   PASS_READ_BYTES of records;
-3. finds the stored and staged messages whose references name them, reads
-   each entry once (past the cache of entries receives read again), and
-   proposes ``relocate`` commands that carry those bodies' bytes, up to
-   COMMAND_BODY_BYTES each (group commit's packing size: a full one travels
-   in an entry of its own, whose bodies are then all it holds) and
-   COMMAND_MOVES (no longer to apply than the widest put);
-4. applied alike on every replica, each moves the references that still name
-   exactly what the pass read to the copies in its own entry
+1. the snapshot writer's child, once it has written the snapshot, plans
+   (``plan``, on its copy of the state, at the snapshot writer's low
+   priority, so that a scan of millions of messages costs the engine's loop
+   nothing): it adds up what copying the live bodies of each entry up to the
+   snapshot out of it would take (their bytes, MOVE_BYTES a message: what a
+   move costs in a relocate entry beside its body, and ENTRY_BYTES: what the
+   entry takes around its moves), picks the entries where that is under half
+   of the record they take on disk -- these are the
+   entries this compaction keeps; newer ones are the log, bounded by
+   compaction itself -- oldest first, up to PLAN_READ_BYTES of records, and
+   writes their stored and staged messages with their references to
+   ``relocation.rec``;
+2. the engine, once the snapshot is in place, takes the plan (``_run``): it
+   reads each entry once (past the cache of entries receives read again), at
+   most READ_BYTES_PER_S, and proposes ``relocate`` commands that carry the
+   bodies' bytes, up to COMMAND_BODY_BYTES each (group commit's packing size:
+   a full one travels in an entry of its own, whose bodies are then all it
+   holds) and COMMAND_MOVES (no longer to apply than the widest put), one at
+   a time;
+3. applied alike on every replica, each moves the references that still name
+   exactly what was read to the copies in its own entry
    (statemachine/machine.py ``_relocate``): a message acknowledged, moved or
    replaced meanwhile keeps what it holds. An old entry that serves nothing
    any more is dropped by the next compaction.
 
 A relocate entry starts with all of its bodies live, and is copied out of only
-once more than half of it died: each copy frees more than it writes, so the
-bytes copied stay below the bytes written to the log, however long a message
-stays. An entry of empty bodies, whose moves would cost more than it takes,
-is never copied. The work is paced (entries read at READ_BYTES_PER_S at
-most) and off the put path: one command in flight at a time, each a single
-slot of group commit. A pass that finds nothing to move is repeated only
-after a new snapshot, or RECHECK_S later if entries were applied meanwhile:
-an idle group costs nothing.
+once its live bodies take less than half of it: each copy frees more than it
+writes, so the bytes copied stay below the bytes written to the log, however
+long a message stays. An entry of empty bodies, or one so small that a
+relocate entry of its own would take as much, is never copied. Nothing runs between compactions: an idle
+group costs nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections import defaultdict
+from pathlib import Path
+
+import cbor2
 
 from .background import Background
 from .outcome import CommitError
+from .storage import records
 
 logger = logging.getLogger(__name__)
 
-PASS_S = 1.0                       # between two passes while there is work
-RECHECK_S = 60.0                   # between passes that found none, while entries are applied
-SCAN_ROWS = 8_192                  # stored messages scanned per turn of the loop
+PLAN_MAGIC = b"RAFTQRL1"
+PLAN_FILE = "relocation.rec"
+TAKE_S = 1.0                       # how often the engine looks for a new snapshot, and so a new plan
 LIVE_SHARE = 0.5                   # an entry whose copy takes less than this share of its record is copied out of
 MOVE_BYTES = 32                    # what one move takes in a relocate entry besides its body (at most ~25)
-PASS_READ_BYTES = 64 * 1024 * 1024
+ENTRY_BYTES = 256                  # what a relocate entry takes around its moves (its record, ~100)
+PLAN_READ_BYTES = 64 * 1024 * 1024
 READ_BYTES_PER_S = 16 * 1024 * 1024
 COMMAND_BODY_BYTES = 1024 * 1024   # engine/committer.py's pack_bytes
 COMMAND_MOVES = 10_000             # as many as the widest put's messages: as long to apply
 
 
 class Relocator(Background):
-    def __init__(self, node):
+    def __init__(self, node, plan_path: Path):
         self._node = node
+        self._plan_path = Path(plan_path)
         self.allowed = False
         # what relocate commands moved, for /metrics
         self.commands = self.bodies = self.bytes = 0
-        # (snapshot index, applied index, when) of the last pass that found nothing to move
-        self._quiet: tuple[int | None, int, float] | None = None
+        self._snapshot_seen: int | None = None
 
     def allow(self, allowed: bool) -> None:
         """Whether every node runs a release that applies ``relocate`` (the fronts ask them)."""
         self.allowed = allowed
 
+    # ---- step 1, in the snapshot writer's child -------------------------------------------------
+    def plan(self, up_to: int) -> None:
+        """Write the plan for the entries up to `up_to` (the snapshot's last index) to the plan
+        file, if this engine leads and may relocate; never raises (the snapshot is what counts)."""
+        try:
+            if not (self.allowed and self._node.is_leader()):
+                return
+            chosen = self._choose(self._copy_bytes(up_to))
+            moves = self._holders(chosen) if chosen else {}
+            records.replace_file(self._plan_path, PLAN_MAGIC,
+                                 [cbor2.dumps([[index, held] for index, held in moves.items() if held])], sync=False)
+        except Exception:
+            logger.exception("relocation: planning failed; no bodies move until the next snapshot")
+
+    def _copy_bytes(self, up_to: int) -> dict[int, int]:
+        """What copying the live bodies of each live entry up to `up_to` out of it would take, by its
+        log index: their bytes, MOVE_BYTES each, and ENTRY_BYTES."""
+        machine, totals = self._node.machine, {}
+        for queue in machine.queues.values():
+            queue.rows.live_bytes_by_entry(up_to, totals, MOVE_BYTES)
+        for *_, ref in machine.staging.references():
+            if ref.index <= up_to:
+                totals[ref.index] = totals.get(ref.index, 0) + ref.length + MOVE_BYTES
+        return {index: copy + ENTRY_BYTES for index, copy in totals.items()}
+
+    def _choose(self, copies: dict[int, int]) -> list[int]:
+        """The entries to copy out of, oldest first: those whose copy would take under LIVE_SHARE of
+        what they take on disk, up to PLAN_READ_BYTES of them."""
+        chosen, read = [], 0
+        for index in sorted(copies):
+            size = self._node.consensus.stored_bytes(index)
+            if size is None or copies[index] >= LIVE_SHARE * size:
+                continue
+            if chosen and read + size > PLAN_READ_BYTES:
+                break
+            chosen.append(index)
+            read += size
+        return chosen
+
+    def _holders(self, chosen: list[int]) -> dict[int, list]:
+        """Each chosen entry's messages, by its index, oldest first: [queue name, seq, reference...]
+        or [token, chunk, position, reference...]."""
+        machine, wanted = self._node.machine, set(chosen)
+        by_index: dict[int, list] = {index: [] for index in chosen}
+        for name, queue in machine.queues.items():
+            found: list = []
+            queue.rows.references_into(wanted, found)
+            for seq, ref in found:
+                by_index[ref.index].append([name, seq, *ref])
+        for token, chunk, at, ref in machine.staging.references():
+            if ref.index in wanted:
+                by_index[ref.index].append([token, chunk, at, *ref])
+        return by_index
+
+    # ---- step 2, in the engine ------------------------------------------------------------------
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(PASS_S)
-            if not (self.allowed and self._node.is_leader() and self._due()):
+            await asyncio.sleep(TAKE_S)
+            seen, self._snapshot_seen = self._snapshot_seen, self._node.consensus.snapshot_index()
+            if seen == self._snapshot_seen or not (self.allowed and self._node.is_leader()):
                 continue
+            plan = self._take_plan()
             try:
-                await self.run_pass()
+                await self.carry_out(plan)
             except CommitError as exc:
-                logger.info("relocation pass stopped: %s", exc.code)   # the lead moved; the next leader's goes on
+                logger.info("relocation stopped: %s", exc.code)   # the lead moved; the next leader plans its own
             except Exception:
-                logger.exception("relocation pass failed")
+                logger.exception("relocation failed")
 
-    def _due(self) -> bool:
-        if self._quiet is None:
-            return True
-        up_to, applied, at = self._quiet
-        consensus = self._node.consensus
-        return consensus.snapshot_index() != up_to or (
-            consensus.applied_index() != applied and time.monotonic() - at >= RECHECK_S)
+    def _take_plan(self) -> list:
+        """The plan the last snapshot's writer left, which no other pass will take; [] if none."""
+        try:
+            (payload,) = records.read_file(self._plan_path, PLAN_MAGIC)
+            os.unlink(self._plan_path)
+        except FileNotFoundError:
+            return []
+        except ValueError as exc:
+            logger.warning("relocation: the plan is unreadable (%s); no bodies move until the next snapshot", exc)
+            return []
+        return cbor2.loads(payload)
 
-    async def run_pass(self) -> int:
-        """One pass (see the module's docstring): how many bodies it moved."""
-        consensus = self._node.consensus
-        up_to, applied = consensus.snapshot_index(), consensus.applied_index()
-        chosen = self._choose(await self._copy_bytes(up_to)) if up_to is not None else []
-        if not chosen:
-            self._quiet = (up_to, applied, time.monotonic())
-            return 0
-        self._quiet = None
-        moved = 0
+    async def carry_out(self, plan: list) -> int:
+        """Step 2 of the module's docstring: how many bodies moved."""
+        consensus, moved = self._node.consensus, 0
         pace = _Pace(READ_BYTES_PER_S)
         command = _Command()
-        for index, holders in (await self._holders(chosen)).items():
+        for index, holders in plan:
             try:
                 entry = consensus.stored_entry(index)
             except LookupError:
-                continue        # compacted away since it was chosen: nothing named it any more
+                continue        # compacted away since: nothing named it any more
             except Exception as exc:   # unreadable: its bodies stay where they are
                 logger.warning("relocation: entry %d not read (%s); its bodies stay", index, exc)
                 continue
-            for holder, ref in holders:
-                raw = entry[ref.offset:ref.offset + ref.length]
-                if len(raw) != ref.length:
-                    logger.warning("relocation: entry %d holds no %d bytes at %d", index, ref.length, ref.offset)
+            for holder in holders:
+                *where, ref_index, offset, length, kind = holder
+                raw = entry[offset:offset + length]
+                if len(raw) != length:
+                    logger.warning("relocation: entry %d holds no %d bytes at %d", index, length, offset)
                     continue
-                command.add(holder, ref, raw)
+                command.add(where, [ref_index, offset, length, kind, raw])
                 if command.body_bytes >= COMMAND_BODY_BYTES or command.moves >= COMMAND_MOVES:
                     moved += await self._propose(command)
                     command = _Command()
@@ -130,60 +193,6 @@ class Relocator(Background):
         if command.moves:
             moved += await self._propose(command)
         return moved
-
-    def _choose(self, copies: dict[int, int]) -> list[int]:
-        """The entries to copy out of, oldest first: those whose copy would take under LIVE_SHARE of
-        what they take on disk, up to PASS_READ_BYTES of them."""
-        chosen, read = [], 0
-        for index in sorted(copies):
-            size = self._node.consensus.stored_bytes(index)
-            if size is None or copies[index] >= LIVE_SHARE * size:
-                continue
-            if chosen and read + size > PASS_READ_BYTES:
-                break
-            chosen.append(index)
-            read += size
-        return chosen
-
-    async def _copy_bytes(self, up_to: int) -> dict[int, int]:
-        """What copying the live bodies of each live entry up to `up_to` out of it would take, by its
-        log index: their bytes, and MOVE_BYTES each."""
-        totals: dict[int, int] = {}
-        await self._each_part(
-            lambda name, rows, seq: rows.live_bytes_by_entry(seq, SCAN_ROWS, up_to, totals, MOVE_BYTES))
-        for *_, ref in self._node.machine.staging.references():
-            if ref.index <= up_to:
-                totals[ref.index] = totals.get(ref.index, 0) + ref.length + MOVE_BYTES
-        return totals
-
-    async def _holders(self, chosen: list[int]) -> dict[int, list]:
-        """Each chosen entry's messages, by its index, oldest first: (("queue", name, seq) or
-        ("stage", token, chunk, position), the reference)."""
-        wanted = set(chosen)
-        by_index: dict[int, list] = {index: [] for index in chosen}
-
-        def scan(name, rows, seq):
-            found: list = []
-            after = rows.references_into(seq, SCAN_ROWS, wanted, found)
-            for held, ref in found:
-                by_index[ref.index].append((("queue", name, held), ref))
-            return after
-        await self._each_part(scan)
-        for token, chunk, at, ref in self._node.machine.staging.references():
-            if ref.index in wanted:
-                by_index[ref.index].append((("stage", token, chunk, at), ref))
-        return by_index
-
-    async def _each_part(self, step) -> None:
-        """``step(name, rows, seq)`` over every queue's stored messages, SCAN_ROWS at a time from
-        `seq`, giving the loop a turn between parts; a queue deleted or replaced meanwhile is left."""
-        machine = self._node.machine
-        for name in list(machine.queues):
-            queue = machine.queues.get(name)
-            seq = None if queue is None else queue.rows.first_seq()
-            while seq is not None and machine.queues.get(name) is queue:
-                seq = step(name, queue.rows, seq)
-                await asyncio.sleep(0)
 
     async def _propose(self, command: "_Command") -> int:
         result = (await self._node.submit(command.encoded())).result
@@ -204,14 +213,14 @@ class _Command:
         self.moves = 0
         self.body_bytes = 0
 
-    def add(self, holder: tuple, ref, raw: bytes) -> None:
-        reference = [ref.index, ref.offset, ref.length, ref.kind, bytes(raw)]
-        if holder[0] == "queue":
-            self.queues[holder[1]].append([holder[2], *reference])
+    def add(self, where: list, move: list) -> None:
+        """`where`: [queue name, seq] or [token, chunk, position]; `move`: the reference and its bytes."""
+        if len(where) == 2:
+            self.queues[where[0]].append([where[1], *move])
         else:
-            self.stages.append([*holder[1:], *reference])
+            self.stages.append([*where, *move])
         self.moves += 1
-        self.body_bytes += ref.length
+        self.body_bytes += len(move[-1])
 
     def encoded(self) -> dict:
         command = {"op": "relocate", "queues": [[name, moves] for name, moves in self.queues.items()]}

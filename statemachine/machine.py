@@ -541,8 +541,8 @@ class StateMachine:
                 else:
                     stale += 1
         for token, chunk, at, index, offset, length, kind, new in cmd.get("stages", ()):
-            if isinstance(new, BodyRef) and self.staging.relocate(token, chunk, at, BodyRef(index, offset, length, kind),
-                                                                  new):
+            old = BodyRef(index, offset, length, kind)
+            if isinstance(new, BodyRef) and self.staging.relocate(token, chunk, at, old, new):
                 moved, moved_bytes = moved + 1, moved_bytes + length
             else:
                 stale += 1

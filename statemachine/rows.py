@@ -229,41 +229,32 @@ class Rows:
         """The log indexes the stored bodies' references name (0 among them when some body has none)."""
         return self.ref_index.distinct(self.head)
 
-    # ---- where the bodies lie, a part at a time (engine/relocation.py) ------------------------
-    def live_bytes_by_entry(self, seq: int, limit: int, up_to: int, totals: dict, per_message: int = 0) -> int | None:
-        """Add the body bytes of the stored messages from `seq` on, at most `limit` rows, and
-        `per_message` for each, to `totals` by the log index their reference names, those up to
-        `up_to`; the seq to go on from, None past the last row."""
-        start, stop, after = self._part(seq, limit)
+    # ---- where the bodies lie (engine/relocation.py) ---------------------------------------------
+    def live_bytes_by_entry(self, up_to: int, totals: dict, per_message: int = 0) -> None:
+        """Add the body bytes of the stored messages, and `per_message` for each, to `totals` by the
+        log index their reference names, those up to `up_to`."""
         lengths = self.ref_length
-        for row, count, index in self._reference_runs(start, stop):
+        for row, count, index in self._reference_runs():
             if index <= up_to:
                 totals[index] = totals.get(index, 0) + sum(lengths[row:row + count]) + per_message * count
-        return after
 
-    def references_into(self, seq: int, limit: int, indexes, found: list) -> int | None:
-        """Append (seq, reference) of the stored messages from `seq` on, at most `limit` rows, whose
-        reference names one of `indexes` to `found`; the seq to go on from, None past the last row."""
-        start, stop, after = self._part(seq, limit)
+    def references_into(self, indexes, found: list) -> None:
+        """Append (seq, reference) of the stored messages whose reference names one of `indexes` to `found`."""
         base, offsets, lengths, kinds = self.base, self.ref_offset, self.ref_length, self.ref_kind
-        for row, count, index in self._reference_runs(start, stop):
+        for row, count, index in self._reference_runs():
             if index in indexes:
-                found.extend((base + r, BodyRef(index, offsets[r], lengths[r], kinds[r])) for r in range(row, row + count))
-        return after
+                found.extend((base + r, BodyRef(index, offsets[r], lengths[r], kinds[r]))
+                             for r in range(row, row + count))
 
-    def _part(self, seq: int, limit: int) -> tuple[int, int, int | None]:
-        """(first row, row past the last, seq after them or None) of the rows from `seq` on, at most `limit`."""
-        start = max(seq - self.base, self.head) if self.count else len(self.pending)
-        stop = min(start + limit, len(self.pending))
-        return start, stop, self.base + stop if stop < len(self.pending) else None
-
-    def _reference_runs(self, start: int, stop: int) -> list:
-        """(first row, rows, log index) of each run of rows in [start, stop) whose references name
-        one log index (tombstones and bodies without a reference, whose index is 0, left out)."""
+    def _reference_runs(self) -> list:
+        """(first row, rows, log index) of each run of stored rows whose references name one log
+        index (tombstones and bodies without a reference, whose index is 0, left out)."""
         column = self.ref_index
-        runs, row = [], start
-        with tail(column.held, start) as held, held[:stop - start] as part:
-            for value, run in groupby(part):
+        runs, row = [], self.head
+        if not self.count:
+            return runs
+        with tail(column.held, self.head) as held:
+            for value, run in groupby(held):
                 count = run_length(run)
                 if value != column.zero:
                     runs.append((row, count, value + column.base))

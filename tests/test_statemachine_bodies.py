@@ -226,7 +226,8 @@ def test_a_relocation_points_each_message_at_its_bodys_copy_and_its_old_entry_st
 def test_a_relocation_moves_only_references_that_still_name_what_it_read():
     log = Log()
     log.append({"op": "create_queue", "queue": "dl"},
-               {"op": "create_queue", "queue": "q", "config": {"max_deliveries": 1, "dead_letter": "dl", "lease_ms": 10}})
+               {"op": "create_queue", "queue": "q",
+                "config": {"max_deliveries": 1, "dead_letter": "dl", "lease_ms": 10}})
     log.append({"op": "put", "queue": "q", "messages": [{"body": f"m{seq}", **({"key": "k"} if seq == 2 else {})}
                                                         for seq in range(1, 6)]})
     refs = {seq: ref_of(log, seq) for seq in range(1, 6)}
