@@ -12,16 +12,19 @@ the nodes, api/features.py):
 
 1. the snapshot writer's child, once it has written the snapshot, plans
    (``plan``, on its copy of the state, at the snapshot writer's low
-   priority, so that a scan of millions of messages costs the engine's loop
-   nothing): it adds up what copying the live bodies of each entry up to the
-   snapshot out of it would take (their bytes, MOVE_BYTES a message: what a
-   move costs in a relocate entry beside its body, and ENTRY_BYTES: what the
-   entry takes around its moves), picks the entries where that is under half
-   of the record they take on disk -- these are the
-   entries this compaction keeps; newer ones are the log, bounded by
-   compaction itself -- oldest first, up to PLAN_READ_BYTES of records, and
-   writes their stored and staged messages with their references to
-   ``relocation.rec``;
+   priority, so that a walk over millions of messages costs the engine's
+   loop nothing), if the entries this compaction keeps take more than
+   twice what the stored messages count and SLACK_BYTES: it adds up what
+   copying the live bodies of each entry up to the snapshot out of it would
+   take (their bytes, MOVE_BYTES a message: what a move costs in a relocate
+   entry beside its body, and ENTRY_BYTES: what the entry takes around its
+   moves), picks the entries where that is under half of the record they
+   take on disk -- the entries this compaction keeps; newer ones are the
+   log, bounded by compaction itself -- oldest first, up to PLAN_READ_BYTES
+   of records, and writes their stored and staged messages with their
+   references to ``relocation.rec``. It adds up PLAN_ENTRIES entries at
+   most, the oldest from where the last plan stopped, so that its memory
+   stays bounded where every message has an entry of its own;
 2. the engine, once the snapshot is in place, takes the plan (``_run``): it
    reads each entry once (past the cache of entries receives read again), at
    most READ_BYTES_PER_S, and proposes ``relocate`` commands that carry the
@@ -66,7 +69,13 @@ TAKE_S = 1.0                       # how often the engine looks for a new snapsh
 LIVE_SHARE = 0.5                   # an entry whose copy takes less than this share of its record is copied out of
 MOVE_BYTES = 32                    # what one move takes in a relocate entry besides its body (at most ~25)
 ENTRY_BYTES = 256                  # what a relocate entry takes around its moves (its record, ~100)
+# No plan while the entries compaction keeps take no more than twice the live bytes and this
+SLACK_BYTES = 8 * 1024 * 1024
 PLAN_READ_BYTES = 64 * 1024 * 1024
+# The entries a plan adds up at most (a dict entry each in the child), the oldest: past them the
+# next plan starts where this one stopped, so that no entry waits behind more than that many.
+PLAN_ENTRIES = 100_000
+SCAN_ROWS = 65_536                 # stored messages added up between two looks at PLAN_ENTRIES
 READ_BYTES_PER_S = 16 * 1024 * 1024
 COMMAND_BODY_BYTES = 1024 * 1024   # engine/committer.py's pack_bytes
 COMMAND_MOVES = 10_000             # as many as the widest put's messages: as long to apply
@@ -80,35 +89,55 @@ class Relocator(Background):
         # what relocate commands moved, for /metrics
         self.commands = self.bodies = self.bytes = 0
         self._snapshot_seen: int | None = None
+        self._plan_from = 0           # the log index the next plan starts from
+        self.slack_bytes = SLACK_BYTES
 
     def allow(self, allowed: bool) -> None:
         """Whether every node runs a release that applies ``relocate`` (the fronts ask them)."""
         self.allowed = allowed
 
     # ---- step 1, in the snapshot writer's child -------------------------------------------------
-    def plan(self, up_to: int) -> None:
+    def plan(self, up_to: int, live: list[int]) -> None:
         """Write the plan for the entries up to `up_to` (the snapshot's last index) to the plan
-        file, if this engine leads and may relocate; never raises (the snapshot is what counts)."""
+        file, if this engine leads and may relocate; `live`: the live entries the snapshot names.
+        Never raises (the snapshot is what counts)."""
         try:
-            if not (self.allowed and self._node.is_leader()):
+            if not (self.allowed and self._node.is_leader()) or not self._worth_planning(up_to, live):
                 return
-            chosen = self._choose(self._copy_bytes(up_to))
+            copies, until = self._copy_bytes(self._plan_from if self._plan_from <= up_to else 0, up_to + 1)
+            chosen = self._choose(copies)
             moves = self._holders(chosen) if chosen else {}
-            records.replace_file(self._plan_path, PLAN_MAGIC,
-                                 [cbor2.dumps([[index, held] for index, held in moves.items() if held])], sync=False)
+            plan = [until if until <= up_to else 0, [[index, held] for index, held in moves.items() if held]]
+            records.replace_file(self._plan_path, PLAN_MAGIC, [cbor2.dumps(plan)], sync=False)
         except Exception:
             logger.exception("relocation: planning failed; no bodies move until the next snapshot")
 
-    def _copy_bytes(self, up_to: int) -> dict[int, int]:
-        """What copying the live bodies of each live entry up to `up_to` out of it would take, by its
-        log index: their bytes, MOVE_BYTES each, and ENTRY_BYTES."""
+    def _worth_planning(self, up_to: int, live: list[int]) -> bool:
+        """Whether the live entries this compaction keeps take more than twice what the stored and
+        staged messages count (their bodies, keys and headers) and the slack: else a plan, which
+        walks every stored message, could free little."""
+        machine, stored_bytes = self._node.machine, self._node.consensus.stored_bytes
+        counted = sum(queue.rows.bytes for queue in machine.queues.values()) + machine.staging.staged_bytes
+        kept = sum(stored_bytes(index) or 0 for index in live if index <= up_to)
+        return kept > 2 * counted + self.slack_bytes
+
+    def _copy_bytes(self, start: int, stop: int) -> tuple[dict[int, int], int]:
+        """What copying the live bodies of each live entry from `start` to before `stop` out of it
+        would take, by its log index (their bytes, MOVE_BYTES each, and ENTRY_BYTES), for the oldest
+        PLAN_ENTRIES of them; and the index they stop before."""
         machine, totals = self._node.machine, {}
         for queue in machine.queues.values():
-            queue.rows.live_bytes_by_entry(up_to, totals, MOVE_BYTES)
+            seq = queue.rows.first_seq()
+            while seq is not None:
+                seq = queue.rows.live_bytes_by_entry(seq, SCAN_ROWS, range(start, stop), totals, MOVE_BYTES)
+                if len(totals) > PLAN_ENTRIES:     # the newer half waits for the next plan
+                    stop = sorted(totals)[PLAN_ENTRIES // 2]
+                    for index in [index for index in totals if index >= stop]:
+                        del totals[index]
         for *_, ref in machine.staging.references():
-            if ref.index <= up_to:
+            if start <= ref.index < stop:
                 totals[ref.index] = totals.get(ref.index, 0) + ref.length + MOVE_BYTES
-        return {index: copy + ENTRY_BYTES for index, copy in totals.items()}
+        return {index: copy + ENTRY_BYTES for index, copy in totals.items()}, stop
 
     def _choose(self, copies: dict[int, int]) -> list[int]:
         """The entries to copy out of, oldest first: those whose copy would take under LIVE_SHARE of
@@ -155,16 +184,18 @@ class Relocator(Background):
                 logger.exception("relocation failed")
 
     def _take_plan(self) -> list:
-        """The plan the last snapshot's writer left, which no other pass will take; [] if none."""
+        """The plan the last snapshot's writer left (taken once: no later look takes it again), its
+        entries' messages by entry; [] if none."""
         try:
             (payload,) = records.read_file(self._plan_path, PLAN_MAGIC)
             os.unlink(self._plan_path)
+            self._plan_from, plan = cbor2.loads(payload)
         except FileNotFoundError:
             return []
         except ValueError as exc:
             logger.warning("relocation: the plan is unreadable (%s); no bodies move until the next snapshot", exc)
             return []
-        return cbor2.loads(payload)
+        return plan
 
     async def carry_out(self, plan: list) -> int:
         """Step 2 of the module's docstring: how many bodies moved."""

@@ -49,7 +49,7 @@ def runs_of(column, start: int = 0) -> list:
         firsts, lengths = [], []
         for value, run in groupby(values):
             firsts.append(value)
-            lengths.append(run_length(run))
+            lengths.append(_length(run))
         return [firsts, lengths]
 
 
@@ -66,7 +66,7 @@ def _all_equal(view, value) -> bool:
     return True
 
 
-def run_length(iterator) -> int:
+def _length(iterator) -> int:
     """How many items `iterator` yields, consumed at C speed without holding them."""
     counter = count()
     deque(zip(iterator, counter), maxlen=0)

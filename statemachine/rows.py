@@ -27,10 +27,10 @@ many rows as messages, and cutting costs O(1) per removed message.
 """
 
 from array import array
-from itertools import compress, groupby, repeat
+from itertools import compress, repeat
 
 from .bodies import BodyRef
-from .columns import LittleEndian, OffsetColumn, from_little_endian, run_length, runs_of, tail
+from .columns import LittleEndian, OffsetColumn, from_little_endian, runs_of, tail
 
 NO_EXPIRY = 0          # an expiry is put time + a TTL > 0, so never 0
 TRIM_MIN = 4_096       # dead rows ahead of the head worth a cut (a memmove of the columns)
@@ -230,36 +230,38 @@ class Rows:
         return self.ref_index.distinct(self.head)
 
     # ---- where the bodies lie (engine/relocation.py) ---------------------------------------------
-    def live_bytes_by_entry(self, up_to: int, totals: dict, per_message: int = 0) -> None:
-        """Add the body bytes of the stored messages, and `per_message` for each, to `totals` by the
-        log index their reference names, those up to `up_to`."""
-        lengths = self.ref_length
-        for row, count, index in self._reference_runs():
-            if index <= up_to:
-                totals[index] = totals.get(index, 0) + sum(lengths[row:row + count]) + per_message * count
-
-    def references_into(self, indexes, found: list) -> None:
-        """Append (seq, reference) of the stored messages whose reference names one of `indexes` to `found`."""
-        base, offsets, lengths, kinds = self.base, self.ref_offset, self.ref_length, self.ref_kind
-        for row, count, index in self._reference_runs():
-            if index in indexes:
-                found.extend((base + r, BodyRef(index, offsets[r], lengths[r], kinds[r]))
-                             for r in range(row, row + count))
-
-    def _reference_runs(self) -> list:
-        """(first row, rows, log index) of each run of stored rows whose references name one log
-        index (tombstones and bodies without a reference, whose index is 0, left out)."""
+    def live_bytes_by_entry(self, seq: int, limit: int, indexes: range, totals: dict,
+                            per_message: int = 0) -> int | None:
+        """Add the body bytes of the stored messages from `seq` on, at most `limit` rows, and
+        `per_message` for each, to `totals` by the log index their reference names, those in
+        `indexes`; the seq to go on from, None past the last row."""
+        start = max(seq - self.base, self.head)
+        stop = min(start + limit, len(self.pending))
         column = self.ref_index
-        runs, row = [], self.head
-        if not self.count:
-            return runs
-        with tail(column.held, self.head) as held:
-            for value, run in groupby(held):
-                count = run_length(run)
-                if value != column.zero:
-                    runs.append((row, count, value + column.base))
-                row += count
-        return runs
+        if column.base is not None and start < stop:
+            zero, base, get = column.zero, column.base, totals.get
+            low, high = indexes.start - base, indexes.stop - base      # the range as the column holds it
+            # row by row, not by runs: where each message has an entry of its own, a run's
+            # bookkeeping cost ten times a row's
+            with tail(column.held, start) as held, held[:stop - start] as part, \
+                    tail(self.ref_length, start) as lengths, lengths[:stop - start] as sizes:
+                for offset, size in zip(part, sizes):
+                    if offset != zero and low <= offset < high:
+                        totals[offset + base] = get(offset + base, 0) + size + per_message
+        return self.base + stop if stop < len(self.pending) else None
+
+    def references_into(self, indexes: set, found: list) -> None:
+        """Append (seq, reference) of the stored messages whose reference names one of `indexes` to `found`."""
+        column = self.ref_index
+        if column.base is None or not self.count:
+            return
+        zero, base, head = column.zero, column.base, self.head
+        wanted = {index - base for index in indexes}                    # as the column holds them
+        with tail(column.held, head) as held:
+            rows = [head + at for at, offset in enumerate(held) if offset != zero and offset in wanted]
+        first, offsets, lengths, kinds = self.base, self.ref_offset, self.ref_length, self.ref_kind
+        found.extend((first + row, BodyRef(self.ref_index[row], offsets[row], lengths[row], kinds[row]))
+                     for row in rows)
 
     def expiries(self) -> list:
         """(expires_at, seq) of every stored message with an expiry (a tombstone has none)."""

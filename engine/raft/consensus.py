@@ -135,7 +135,7 @@ class Consensus:
                  apply: Callable[[bytes], object], write_snapshot: Callable[[BinaryIO], None],
                  restore: Callable[[bytes], None], secret: str | None, fsync: bool = True,
                  live_entries: Callable[[], list[int]] = list,   # ascending
-                 after_snapshot: Callable[[int], None] | None = None,
+                 after_snapshot: Callable[[int, list[int]], None] | None = None,
                  on_role_change: Callable[[], None] | None = None,
                  election_timeout: tuple[float, float] = (0.3, 0.6),
                  leader_lease: float = 0.2,
@@ -162,8 +162,8 @@ class Consensus:
         self._write_state = write_snapshot
         self._restore = restore
         self._live_entries = live_entries
-        # called in the snapshot writer's child once the snapshot is written, with its last index
-        # (engine/relocation.py plans what to copy out of the entries it keeps)
+        # called in the snapshot writer's child once the snapshot is written, with its last index and
+        # the live entries it names (engine/relocation.py plans what to copy out of those it keeps)
         self._after_snapshot = after_snapshot
         # The live entries of the snapshot loaded or written last, and the
         # entries read back lately.
@@ -774,7 +774,7 @@ class Consensus:
                             carried=[index for index in live if index not in held],
                             entry_at=self._carried_entry, in_journal=in_journal)
         if self._after_snapshot is not None:
-            self._after_snapshot(last[1])
+            self._after_snapshot(last[1], live)
 
     def _snapshot_written(self, last_index: int, seconds: float) -> None:
         # before pysyncobj drops the entries the snapshot covers from the journal, which keeps

@@ -225,7 +225,6 @@ class LiveEntries:
         """The length of the record that carries the entry at `index`; None if none does."""
         place = self._places.get(index)
         return None if place is None else place[1]
-
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
