@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.live_bytes_bench import TARGETS
+from raftq.engine.relocation import SLACK_BYTES
 from tests.test_backlog_bench import target_lines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +26,7 @@ def test_a_small_run_meets_every_target_and_reads_every_body_back():
     assert figures["code_path"] == str(ROOT)
     assert figures["entries"] == 200 and figures["entries_mib"] == 50.0
     assert figures["bodies_intact"] is True
-    assert figures["relocated_bodies"] >= 200
+    assert figures["relocated_bodies"] >= 200 - SLACK_BYTES // (256 * 1024)    # (the slack's need no moving)
     verdicts = target_lines(done.stdout, figures, TARGETS)
     assert verdicts == {"disk_vs_live_bytes": True, "kept_vs_live_bytes": True}, done.stdout[-3000:]
 
