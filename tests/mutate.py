@@ -347,7 +347,8 @@ MUTANTS = [
             "tests/test_statemachine_bodies.py::test_a_staged_body_moves_and_its_commit_publishes_the_copy")),
     Mutant("never-relocates", "disk use follows live bytes: a kept entry is copied out of once its live bodies "
            "take less than half of it", "engine/relocation.py",
-           "if not (self.allowed and self._node.is_leader()):\n                return", "if True:\n                return",
+           "if not (self.allowed and self._node.is_leader()) or not self._worth_planning(up_to, live):\n"
+           "                return", "if True:\n                return",
            ("tests/test_relocation.py", "tests/test_live_bytes.py", "tests/test_live_bytes_bench.py")),
     Mutant("relocates-live-entries", "relocation copies out of an entry only what takes less than half of it, "
            "so each copy frees more than it writes", "engine/relocation.py",
