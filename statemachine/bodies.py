@@ -83,11 +83,11 @@ class BodyFinder:
             # a relocated body's bytes lie as they are, whatever its kind; one not found becomes
             # None, which moves nothing
             for move in relocated(cmd):
-                needle, kind = move[-1], move[-2]
-                offset = entry.find(needle, position, position + len(needle) + SEARCH_WINDOW)
-                move[-1] = None if offset < 0 else BodyRef(index, offset, len(needle), kind)
+                *_, length, kind, needle = move         # (a valid move's bytes are `length` long)
+                offset = entry.find(needle, position, position + length + SEARCH_WINDOW)
+                move[-1] = None if offset < 0 else BodyRef(index, offset, length, kind)
                 if offset >= 0:
-                    position = offset + len(needle)
+                    position = offset + length
         else:
             for message in _messages(cmd):
                 needle, kind = _encoded(message["body"])
