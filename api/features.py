@@ -5,19 +5,31 @@ asking a node which it knows (``GET /health/live``'s ``features``).
 - ``sealed_receipts``: receipts with a MAC, which an older release refuses at its edge
   (api/receipt_mode.py);
 - ``sqs_keys``: SQS keys kept in group 0's log, whose commands an older replica refuses
-  (api/sqs/credentials.py).
+  (api/sqs/credentials.py);
+- ``relocate``: live bodies copied forward out of mostly-dead log entries, a command an older
+  replica refuses (engine/relocation.py, allowed by ``RelocationGate``).
+
+``ClusterFeature`` asks every voter of group 0 (every node is one) for one of them; the name
+releaser and the relocation gate wait on it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from aiohttp import ClientError, ClientTimeout, web
 
-from .keys import HTTP, SETTINGS
+from raftq.engine.background import Background
+from raftq.engine.outcome import CommitError
 
-FEATURES = ("name_release", "release_in_turn", "sealed_receipts", "sqs_keys")
+from .keys import GROUPS, HTTP, SETTINGS
+
+log = logging.getLogger(__name__)
+
+FEATURES = ("name_release", "release_in_turn", "sealed_receipts", "sqs_keys", "relocate")
 PEER_TIMEOUT = ClientTimeout(total=2)
+GATE_S = 5.0
 
 
 async def features_of(app: web.Application, address: str) -> list | None:
@@ -29,3 +41,56 @@ async def features_of(app: web.Application, address: str) -> list | None:
             return features if isinstance(features, list) else []
     except (ClientError, asyncio.TimeoutError, ValueError):
         return None
+
+
+class ClusterFeature:
+    """Whether every node runs a release with one feature. Once they do, that holds until a node
+    this node has not heard of joins (group 0's view's HTTP addresses), so asking again needs
+    nothing of group 0's engine."""
+
+    def __init__(self, app: web.Application, feature: str, who: str):
+        self._app = app
+        self._feature = feature
+        self._who = who                                   # what waits for it, for the log
+        self._every_node: frozenset | None = None         # the group-0 voters found to run it
+
+    async def everywhere(self) -> bool:
+        groups = self._app[GROUPS]
+        known = frozenset(groups.catalog.view()["http"])
+        if self._every_node is not None and known <= self._every_node:
+            return True
+        voters = await groups.catalog.members()
+        for voter in voters:
+            if voter["id"] != groups.catalog.id \
+                    and self._feature not in (await features_of(self._app, voter["http_addr"]) or ()):
+                log.info("%s: waiting for %s to run a release that knows it", self._who, voter["id"])
+                return False
+        # a node known but no voter (one removed) does not apply the groups' logs
+        self._every_node = known | {voter["id"] for voter in voters}
+        log.info("%s: every node runs a release that knows it (%s)", self._who,
+                 ", ".join(sorted(voter["id"] for voter in voters)))
+        return True
+
+
+class RelocationGate(Background):
+    """In a node's first front: lets each of the node's engines copy live bodies forward
+    (``allow_relocation``) while every node applies ``relocate``, each engine started since (a
+    replica moved here) as it comes, and stops them if a node of an older release joins."""
+
+    def __init__(self, app: web.Application):
+        self._app = app
+        self._relocate = ClusterFeature(app, "relocate", "relocation of live bodies")
+        self._told: dict[int, tuple] = {}      # group -> (its engine, what it was told)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                allowed = await self._relocate.everywhere()
+                for group, engine in list(self._app[GROUPS].engines.items()):
+                    told = self._told.get(group)
+                    if told is None or told[0] is not engine or told[1] != allowed:
+                        await engine.allow_relocation(allowed)
+                        self._told[group] = (engine, allowed)
+            except (CommitError, ClientError, asyncio.TimeoutError) as exc:
+                log.info("relocation gate: %s; trying again", exc)
+            await asyncio.sleep(GATE_S)

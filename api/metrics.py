@@ -138,10 +138,19 @@ class NodeCollector:
                                   "back and checked (--scrub-pass-hours)", value=stats["scrub_passes"])
         yield CounterMetricFamily("raftq_scrubbed_bytes", "Bytes of records the scrubber read back and checked",
                                   value=stats["scrubbed_bytes"])
+        yield CounterMetricFamily("raftq_relocations", "relocate commands this node proposed as a leader: live "
+                                  "bodies copied out of mostly-dead log entries (engine/relocation.py)",
+                                  value=stats["relocations"])
+        yield CounterMetricFamily("raftq_relocated_bodies", "Bodies those commands moved into their own entries",
+                                  value=stats["relocated_bodies"])
+        yield CounterMetricFamily("raftq_relocated_bytes", "Body bytes those commands moved",
+                                  value=stats["relocated_bytes"])
         yield GaugeMetricFamily("raftq_journal_size_bytes", "Bytes of the Raft journal on disk",
                                 value=status["log_size"])
         yield GaugeMetricFamily("raftq_journal_segments", "Segment files of the Raft journal",
                                 value=status["log_segments"])
+        yield GaugeMetricFamily("raftq_journal_kept_bytes", "Bytes of the compacted log entries the journal "
+                                "keeps because stored bodies lie in them", value=status["log_kept_bytes"])
         yield CounterMetricFamily("raftq_journal_syncs", "Data syncs (fsync) of the journal",
                                   value=status["journal_syncs"])
         disk = self.disk.own

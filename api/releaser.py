@@ -27,7 +27,7 @@ and 3 (a release finishes once).
 Every node must run a release that knows these commands before any is written (an older
 replica would refuse, or apply as they came, what the others take in turn): the releaser
 waits until every member of group 0 says so (``GET /health/live``'s ``features``), asked
-again when a node joins.
+again when a node joins (api/features.py's ``ClusterFeature``).
 """
 
 from __future__ import annotations
@@ -41,15 +41,12 @@ from raftq.engine.background import Background
 from raftq.engine.outcome import CommitError
 
 from .errors import ApiError
-from .features import features_of
+from .features import ClusterFeature
 from .group_calls import NotYet, call_group_leader
 from .keys import GROUPS
 
 log = logging.getLogger(__name__)
 
-# api/features.py: "name_release", the three steps; "release_in_turn", group 0 taking each
-# group's releases in turn. This releaser needs the second.
-FEATURE_NEEDED = "release_in_turn"
 STEP_S = 1.0
 SWEEP_S = 10.0
 NAMES_PER_STEP = 1000
@@ -58,7 +55,9 @@ NAMES_PER_STEP = 1000
 class NameReleaser(Background):
     def __init__(self, app: web.Application):
         self._app = app
-        self._every_node_releases: frozenset | None = None   # the group-0 voters found to run it
+        # api/features.py: "name_release", the three steps; "release_in_turn", group 0 taking
+        # each group's releases in turn. This releaser needs the second.
+        self._cluster_releases = ClusterFeature(app, "release_in_turn", "name releaser")
         self._unmade: dict[int, set] = {}    # group -> names placed there but unmade at the last sweep
         self._next_sweep = 0.0
 
@@ -71,7 +70,7 @@ class NameReleaser(Background):
                 log.info("name releaser: %s; trying again", exc)
 
     async def step(self) -> None:
-        if not await self._cluster_releases():
+        if not await self._cluster_releases.everywhere():
             return
         sweep = asyncio.get_running_loop().time() >= self._next_sweep
         if sweep:
@@ -122,28 +121,6 @@ class NameReleaser(Background):
                 raise NotYet(f"group 0 refused release_names: {committed.result['message']}")
             return {**committed.result, "index": committed.index}
         return await call_group_leader(self._app, "POST", "/v1/cluster/catalog/release", release)
-
-    async def _cluster_releases(self) -> bool:
-        """Whether every member of group 0 runs a release that knows the name release. Once
-        they do, that holds until a node this node has not heard of joins (the view's HTTP
-        addresses), so a step needs nothing of group 0's engine."""
-        groups = self._app[GROUPS]
-        known = frozenset(groups.catalog.view()["http"])
-        if self._every_node_releases is not None and known <= self._every_node_releases:
-            return True
-        voters = await groups.catalog.members()
-        for voter in voters:
-            if voter["id"] != groups.catalog.id and not await self._runs_it(voter["http_addr"]):
-                log.info("name releaser: waiting for %s to run a release that knows it", voter["id"])
-                return False
-        # a node known but no voter (one removed) does not apply the groups' logs
-        self._every_node_releases = known | {voter["id"] for voter in voters}
-        log.info("name releaser: every node runs a release that knows it (%s)",
-                 ", ".join(sorted(voter["id"] for voter in voters)))
-        return True
-
-    async def _runs_it(self, address: str) -> bool:
-        return FEATURE_NEEDED in (await features_of(self._app, address) or ())
 
 
 async def _applied(engine, command: dict) -> dict:

@@ -37,6 +37,7 @@ from .config import ClusterConfig, NodeSpec, Peer
 from .long_poll import LongPolls, ride_queue
 from .outcome import Committed, CommitError
 from .raft.consensus import Consensus
+from .relocation import PLAN_FILE, Relocator
 from .scrubber import Scrubber
 from .storage.damage import DamagedRecord
 
@@ -153,12 +154,13 @@ class Node:
         self.times_became_leader = 0
         self.entries_applied = 0
         self.committer = GroupCommitter(self._propose, before_packing=self._let_receives_ride)
+        self.relocator = Relocator(self, self.data_dir / "raft" / PLAN_FILE)
         self.consensus = Consensus(
             self_peer=self.spec.peer(),
             peers=[peer for peer in cluster.peers_for(node_id) if members is None or peer.id in members],
             data_dir=self.data_dir / "raft", group=group, handoff=handoff,
             apply=self._apply_entry, write_snapshot=self.machine.write_snapshot, restore=self._restore,
-            live_entries=self.machine.live_entry_indexes,
+            live_entries=self.machine.live_entry_indexes, after_snapshot=self.relocator.plan,
             secret=cluster.secret,
             on_role_change=self._on_role_change, max_entry_bytes=self.committer.max_entry_bytes)
         self.scrubber = Scrubber(self.consensus, scrub_pass_hours) if scrub_pass_hours > 0 else None
@@ -177,6 +179,7 @@ class Node:
         self._ticker = asyncio.create_task(self._tick_loop())
         if self.scrubber is not None:
             self.scrubber.start()
+        self.relocator.start()
 
     async def hand_over(self) -> None:
         """Before shutting down: let another node lead, so clients move on at once."""
@@ -184,6 +187,7 @@ class Node:
             self._ticker.cancel()
         if self.scrubber is not None:
             self.scrubber.stop()
+        self.relocator.stop()
         if self.is_leader():
             moved = await self.transfer_leadership(2.0)
             logger.info("leadership %s before shutdown", "handed over" if moved else "given up")
@@ -478,6 +482,8 @@ class Node:
                 "scrubbed_bytes": scrubber.checked_bytes if scrubber else 0,
                 "long_polls_waiting": self.long_polls.waiting(),
                 "receives_with_a_put": self.long_polls.receives_with_a_put,
+                "relocations": self.relocator.commands, "relocated_bodies": self.relocator.bodies,
+                "relocated_bytes": self.relocator.bytes,
                 "packing": self.committer.packing.as_dict()}
 
     def status(self) -> dict:

@@ -46,8 +46,9 @@ def _encoded(body):
 
 
 # The commands whose messages' bodies are kept as references: puts, a transaction's puts, and
-# staged writes (whose entries stay live from the stage to its commit, abort or expiry)
-CARRIES_BODIES = frozenset({"put", "tx", "stage"})
+# staged writes (whose entries stay live from the stage to its commit, abort or expiry); and
+# relocations, whose bodies are live bodies copied out of older entries (``relocated``)
+CARRIES_BODIES = frozenset({"put", "tx", "stage", "relocate"})
 
 
 def _messages(cmd: dict) -> list:
@@ -75,12 +76,32 @@ class BodyFinder:
         self.position = 0
 
     def refer(self, cmd: dict) -> None:
-        """Put references in place of the bodies of `cmd`, a validated put, tx or stage, where they are found."""
+        """Put references in place of the bodies of `cmd`, a validated put, tx, stage or relocate,
+        where they are found."""
         entry, index, position = self.entry, self.index, self.position
-        for message in _messages(cmd):
-            needle, kind = _encoded(message["body"])
-            offset = entry.find(needle, position, position + len(needle) + SEARCH_WINDOW)
-            if offset >= 0:
-                message["body"] = BodyRef(index, offset, len(needle), kind)
-                position = offset + len(needle)
+        if cmd["op"] == "relocate":
+            # a relocated body's bytes lie as they are, whatever its kind; one not found becomes
+            # None, which moves nothing
+            for move in relocated(cmd):
+                *_, length, kind, needle = move         # (a valid move's bytes are `length` long)
+                offset = entry.find(needle, position, position + length + SEARCH_WINDOW)
+                move[-1] = None if offset < 0 else BodyRef(index, offset, length, kind)
+                if offset >= 0:
+                    position = offset + length
+        else:
+            for message in _messages(cmd):
+                needle, kind = _encoded(message["body"])
+                offset = entry.find(needle, position, position + len(needle) + SEARCH_WINDOW)
+                if offset >= 0:
+                    message["body"] = BodyRef(index, offset, len(needle), kind)
+                    position = offset + len(needle)
         self.position = position
+
+
+def relocated(cmd: dict):
+    """The moves of a valid relocate, in the order their bodies lie in the entry: each a list
+    whose last five items are the reference it moves from (index, offset, length, kind) and the
+    body's bytes."""
+    for _, moves in cmd.get("queues", ()):
+        yield from moves
+    yield from cmd.get("stages", ())

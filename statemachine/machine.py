@@ -75,7 +75,7 @@ from typing import BinaryIO, Callable, NamedTuple
 
 import cbor2
 
-from .bodies import CARRIES_BODIES, BodyFinder
+from .bodies import CARRIES_BODIES, BodyFinder, BodyRef
 from .catalog import Catalog, Members
 from .credentials import Credentials
 from .columns import encode_column
@@ -548,6 +548,32 @@ class StateMachine:
     def _redrive(self, cmd):
         return redrive(self, cmd)
 
+    # ---- live bodies copied forward (docs/architecture.md, "Where a stored body lives") -------
+    def _relocate(self, cmd):
+        """Point each named message whose body is still exactly the reference the move names at
+        the body's copy in this entry, which the leader read from that reference's entry: the old
+        entry then serves fewer messages, and once none, compaction drops it. A message acked,
+        moved, replaced or pointed elsewhere since the leader read it keeps what it holds
+        (``stale``). No timer fires: only where bodies lie changes, never what a message is.
+        A body not found in the entry (applied without it, ``apply``; or beyond the finder's
+        window) has nowhere to go: it stays where it was."""
+        moved = stale = moved_bytes = 0
+        for name, moves in cmd.get("queues", ()):
+            queue = self.queues.get(name)
+            for seq, index, offset, length, kind, new in moves:
+                if queue is not None and isinstance(new, BodyRef) \
+                        and queue.rows.relocate(seq, BodyRef(index, offset, length, kind), new):
+                    moved, moved_bytes = moved + 1, moved_bytes + length
+                else:
+                    stale += 1
+        for token, chunk, at, index, offset, length, kind, new in cmd.get("stages", ()):
+            old = BodyRef(index, offset, length, kind)
+            if isinstance(new, BodyRef) and self.staging.relocate(token, chunk, at, old, new):
+                moved, moved_bytes = moved + 1, moved_bytes + length
+            else:
+                stale += 1
+        return {"moved": moved, "stale": stale, "bytes": moved_bytes}
+
     # ---- the catalog (catalog.py), group 0's alone --------------------------------------------
     def _assign(self, cmd):
         return self._in_catalog() or self.catalog.assign(cmd["queues"], cmd.get("max_names"))
@@ -826,6 +852,7 @@ OPS: dict[str, Op] = {
     "extend": Op(StateMachine._settle, v.check_extend),
     "tx": Op(StateMachine._tx, v.check_tx, creates_queues=True),
     "redrive": Op(StateMachine._redrive, v.check_redrive),
+    "relocate": Op(StateMachine._relocate, v.check_relocate),
     # groups
     "add_group": Op(StateMachine._add_group, v.check_add_group),
     "delete_group": Op(StateMachine._delete_group, v.check_group),

@@ -34,7 +34,7 @@ from array import array
 from itertools import compress, repeat
 
 from .bodies import BodyRef
-from .columns import LittleEndian, OffsetColumn, from_little_endian, runs_of
+from .columns import LittleEndian, OffsetColumn, from_little_endian, runs_of, tail
 
 NO_EXPIRY = 0          # an expiry is put time + a TTL > 0, so never 0
 TRIM_MIN = 4_096       # dead rows ahead of the head worth a cut (a memmove of the columns)
@@ -144,6 +144,18 @@ class Rows:
         return (self._body(row), self.keys.get(seq) if self.keys else None,
                 self.headers.get(seq) if self.headers else None, self.put_at[row])
 
+    def relocate(self, seq: int, old: BodyRef, new: BodyRef) -> bool:
+        """Point the stored message `seq` at `new` if its body is the reference `old`, exactly;
+        whether it did (a relocation, machine.py's ``_relocate``)."""
+        row = seq - self.base
+        if not (self.head <= row < len(self.pending) and self.pending[row] and self.ref_index[row] == old.index
+                and self.ref_offset[row] == old.offset and self.ref_length[row] == old.length
+                and self.ref_kind[row] == old.kind):
+            return False
+        self.ref_index[row], self.ref_offset[row] = new.index, new.offset
+        self.ref_length[row], self.ref_kind[row] = new.length, new.kind
+        return True
+
     def release(self, seq: int, received: bool) -> int:
         """One group is done with the message (having received it, or not): the groups still pending."""
         row = seq - self.base
@@ -238,6 +250,40 @@ class Rows:
     def log_indexes(self) -> set:
         """The log indexes the stored bodies' references name (0 among them when some body has none)."""
         return self.ref_index.distinct(self.head)
+
+    # ---- where the bodies lie (engine/relocation.py) ---------------------------------------------
+    def live_bytes_by_entry(self, seq: int, limit: int, indexes: range, totals: dict,
+                            per_message: int = 0) -> int | None:
+        """Add the body bytes of the stored messages from `seq` on, at most `limit` rows, and
+        `per_message` for each, to `totals` by the log index their reference names, those in
+        `indexes`; the seq to go on from, None past the last row."""
+        start = max(seq - self.base, self.head)
+        stop = min(start + limit, len(self.pending))
+        column = self.ref_index
+        if column.base is not None and start < stop:
+            zero, base, get = column.zero, column.base, totals.get
+            low, high = indexes.start - base, indexes.stop - base      # the range as the column holds it
+            # row by row, not by runs: where each message has an entry of its own, a run's
+            # bookkeeping cost ten times a row's
+            with tail(column.held, start) as held, held[:stop - start] as part, \
+                    tail(self.ref_length, start) as lengths, lengths[:stop - start] as sizes:
+                for offset, size in zip(part, sizes):
+                    if offset != zero and low <= offset < high:
+                        totals[offset + base] = get(offset + base, 0) + size + per_message
+        return self.base + stop if stop < len(self.pending) else None
+
+    def references_into(self, indexes: set, found: list) -> None:
+        """Append (seq, reference) of the stored messages whose reference names one of `indexes` to `found`."""
+        column = self.ref_index
+        if column.base is None or not self.count:
+            return
+        zero, base, head = column.zero, column.base, self.head
+        wanted = {index - base for index in indexes}                    # as the column holds them
+        with tail(column.held, head) as held:
+            rows = [head + at for at, offset in enumerate(held) if offset != zero and offset in wanted]
+        first, offsets, lengths, kinds = self.base, self.ref_offset, self.ref_length, self.ref_kind
+        found.extend((first + row, BodyRef(self.ref_index[row], offsets[row], lengths[row], kinds[row]))
+                     for row in rows)
 
     def expiries(self) -> list:
         """(expires_at, seq) of every stored message with an expiry (a tombstone has none)."""

@@ -171,6 +171,18 @@ class Staging:
         self._drop_producer(producer)
         return {"deleted": True, "stages_dropped": len(tokens)}
 
+    def relocate(self, token: str, chunk: int, at: int, old: BodyRef, new: BodyRef) -> bool:
+        """Point the staged message at position `at` of chunk `chunk` of stage `token` at `new`
+        if its body is the reference `old`, exactly; whether it did (machine.py's ``_relocate``)."""
+        messages = self.stages.get(token, {}).get("chunks", {}).get(chunk)
+        if messages is None or not 0 <= at < len(messages):
+            return False
+        message = messages[at]
+        if not isinstance(message["body"], BodyRef) or message["body"] != old:
+            return False
+        messages[at] = {**message, "body": new}
+        return True
+
     # ---- internals ------------------------------------------------------------------
     def _set_stage_expiry(self, token: str, expires_at: int) -> None:
         stage = self.stages[token]
@@ -240,6 +252,13 @@ class Staging:
         compaction must keep until the stage is committed, aborted or expired."""
         return {message["body"].index for stage in self.stages.values() for messages in stage["chunks"].values()
                 for message in messages if isinstance(message["body"], BodyRef)}
+
+    def references(self) -> list:
+        """(token, chunk, position, reference) of every staged message whose body is a reference:
+        what a relocation may move (engine/relocation.py)."""
+        return [(token, chunk, at, message["body"]) for token, stage in self.stages.items()
+                for chunk, messages in stage["chunks"].items()
+                for at, message in enumerate(messages) if isinstance(message["body"], BodyRef)]
 
     # ---- snapshot ---------------------------------------------------------------------
     # A staged message is held as it was staged, but with a body reference as

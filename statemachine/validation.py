@@ -387,6 +387,59 @@ def check_drop_producer(cmd):
     return check_name(cmd.get("producer"), "producer id")
 
 
+# A relocation's moves, at most: its entry is packed like any other (engine/relocation.py
+# sends far fewer), and each move is checked and looked for once per replica.
+MAX_RELOCATED = 100_000
+# The largest offset and length a reference may hold: rows.py keeps them as 4-byte values.
+MAX_REFERENCE = (1 << 32) - 1
+BODY_KINDS = (0, 1, 2)     # bodies.py: BYTES, TEXT, JSON
+
+
+def _check_reference(move: list, at: int):
+    """`move[at:]`: the reference a relocation moves from (index, offset, length, kind) and the
+    body's bytes, as many as the reference's length."""
+    index, offset, length, kind, body = move[at:]
+    if not (is_int(index) and index >= 1 and is_int(offset) and 0 <= offset <= MAX_REFERENCE and is_int(length)
+            and 0 <= length <= MAX_REFERENCE and is_int(kind) and kind in BODY_KINDS
+            and isinstance(body, bytes) and len(body) == length):
+        return error(BAD_REQUEST, "each move names a body reference (index >= 1, offset, length, kind) and "
+                                  "carries that many bytes")
+    return None
+
+
+def check_relocate(cmd):
+    """relocate: the stored messages (queue, [[seq, reference..., bytes], ...]) and staged ones
+    ([token, chunk, position, reference..., bytes]) whose bodies move into this entry."""
+    queues, stages = cmd.get("queues", []), cmd.get("stages", [])
+    if not isinstance(queues, list) or not isinstance(stages, list):
+        return error(BAD_REQUEST, "queues and stages must be lists")
+    count = len(stages)
+    for part in queues:
+        if not isinstance(part, list) or len(part) != 2 or not isinstance(part[1], list):
+            return error(BAD_REQUEST, "each of queues must be [queue name, moves]")
+        problem = check_name(part[0], "queue name")
+        if problem:
+            return problem
+        count += len(part[1])
+        for move in part[1]:
+            if not isinstance(move, list) or len(move) != 6 or not is_int(move[0]) or move[0] < 1:
+                return error(BAD_REQUEST, "each move of a queue must be [seq >= 1, index, offset, length, kind, bytes]")
+            problem = _check_reference(move, 1)
+            if problem:
+                return problem
+    for move in stages:
+        if not isinstance(move, list) or len(move) != 8:
+            return error(BAD_REQUEST, "each move of a stage must be [token, chunk, position, index, offset, length, "
+                                      "kind, bytes]")
+        problem = (check_token(move[0], "a stage's token") or check_int(move[1], "chunk", 0, MAX_STAGE_CHUNK)
+                   or check_int(move[2], "position", 0, MAX_BATCH) or _check_reference(move, 3))
+        if problem:
+            return problem
+    if count > MAX_RELOCATED:
+        return error(BAD_REQUEST, f"a relocation moves at most {MAX_RELOCATED} bodies")
+    return None
+
+
 MAX_ASSIGNED_TOGETHER = MAX_BATCH
 
 

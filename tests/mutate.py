@@ -325,9 +325,36 @@ MUTANTS = [
            ("tests/test_routing.py::test_a_front_whose_catalog_lags_is_refused_by_the_fence_and_sends_the_put_where_the_queue_is_now",
             "tests/test_routing.py::test_queues_deleted_and_made_again_under_puts_through_every_front_never_live_in_two_groups")),
     Mutant("release-before-every-node-has-it", "no node writes the name release's commands while a node runs an older release",
-           "api/releaser.py", 'if voter["id"] != groups.catalog.id and not await self._runs_it(voter["http_addr"]):',
+           "api/features.py", 'if voter["id"] != groups.catalog.id \\\n'
+           '                    and self._feature not in (await features_of(self._app, voter["http_addr"]) or ()):',
            'if False:',
            ("tests/test_operations.py::test_with_four_groups_a_name_leaves_the_catalog_only_once_every_node_runs_the_release_that_fences",)),
+    Mutant("relocate-before-every-node-has-it", "no node writes relocate while a node runs an older release",
+           "api/features.py", "allowed = await self._relocate.everywhere()", "allowed = True",
+           ("tests/test_operations.py::test_a_rolling_upgrade_keeps_serving_and_loses_nothing",)),
+    Mutant("relocate-a-changed-reference", "a relocation moves only a message whose reference still names what "
+           "the leader read: every body served is the one put",
+           "statemachine/rows.py", "self.pending[row] and self.ref_index[row] == old.index\n"
+           "                and self.ref_offset[row] == old.offset and self.ref_length[row] == old.length\n"
+           "                and self.ref_kind[row] == old.kind):",
+           "self.pending[row] and self.ref_index[row]):",
+           ("tests/test_statemachine_model.py::test_relocations_in_random_logs_serve_every_body_as_it_was_put",
+            "tests/test_statemachine_bodies.py::test_a_relocation_moves_only_references_that_still_name_what_it_read")),
+    Mutant("relocate-a-changed-staged-reference", "a relocation moves only a staged message whose reference still "
+           "names what the leader read", "statemachine/staging.py",
+           'if not isinstance(message["body"], BodyRef) or message["body"] != old:',
+           'if not isinstance(message["body"], BodyRef):',
+           ("tests/test_statemachine_model.py::test_relocations_in_random_logs_serve_every_body_as_it_was_put",
+            "tests/test_statemachine_bodies.py::test_a_staged_body_moves_and_its_commit_publishes_the_copy")),
+    Mutant("never-relocates", "disk use follows live bytes: a kept entry is copied out of once its live bodies "
+           "take less than half of it", "engine/relocation.py",
+           "if not (self.allowed and self._node.is_leader()) or not self._worth_planning(up_to, live):\n"
+           "                return", "if True:\n                return",
+           ("tests/test_relocation.py", "tests/test_live_bytes.py", "tests/test_live_bytes_bench.py")),
+    Mutant("relocates-live-entries", "relocation copies out of an entry only what takes less than half of it, "
+           "so each copy frees more than it writes", "engine/relocation.py",
+           "if size is None or copies[index] >= LIVE_SHARE * size:", "if size is None:",
+           ("tests/test_relocation.py",)),
     Mutant("move-leaves-a-removed-node", "growing or shrinking ends with every group on the cluster's nodes only",
            "engine/placement.py", "for member in group_members if member not in held]", "for member in group_members if False]",
            ("tests/test_moves.py",)),

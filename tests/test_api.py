@@ -465,7 +465,9 @@ def test_metrics_follow_prometheus_naming(cluster3):
     for name in ("raftq_http_requests_total", "raftq_http_request_duration_seconds_bucket",
                  "raftq_commit_index", "raftq_apply_lag_entries", "raftq_log_entry_commands_bucket",
                  "raftq_log_entry_size_bytes_bucket", "raftq_snapshot_size_bytes",
-                 "raftq_snapshot_duration_seconds", "raftq_entries_applied_total", "raftq_term"):
+                 "raftq_snapshot_duration_seconds", "raftq_entries_applied_total", "raftq_term",
+                 "raftq_journal_kept_bytes", "raftq_relocations_total", "raftq_relocated_bodies_total",
+                 "raftq_relocated_bytes_total"):
         assert name in text, name
     # every counter ends in _total; no name keeps a unit-less duration or size
     for line in text.splitlines():

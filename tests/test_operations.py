@@ -303,6 +303,9 @@ def test_a_rolling_upgrade_keeps_serving_and_loses_nothing(tmp_path, monkeypatch
 
         for step, follower in enumerate(n for n in cluster.ids if n != old_leader):
             upgrade(follower)
+            # an upgraded node writes no command the old release lacks (relocate) while it runs
+            wait_until(lambda: f"relocation of live bodies: waiting for {old_leader} to run a release that knows it"
+                       in cluster.log_path(follower).read_text(), 30, what=f"{follower} to wait for {old_leader}")
             with cluster.client() as client:        # mixed: it serves, and the replicas hold the same
                 client.put_batch("orders", [{"body": {"during": step, "n": i}} for i in range(50)])
             # `verify` hashes each replica's snapshot encoding, which names its release's version:

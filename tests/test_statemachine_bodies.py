@@ -13,20 +13,9 @@ import cbor2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftq.statemachine import StateMachine, encode_entry
+from raftq.statemachine import StateMachine, decode_entry, encode_entry
 from raftq.statemachine.bodies import BodyRef, read_body
-from tests.test_statemachine_model import GROUPS, START, random_log
-
-
-def resolved(value, log: list):
-    """`value` with every BodyRef read back from `log` (entry i at log[i - 1])."""
-    if isinstance(value, BodyRef):
-        return read_body(value, log[value.index - 1])
-    if isinstance(value, dict):
-        return {k: resolved(v, log) for k, v in value.items()}
-    if isinstance(value, list):
-        return [resolved(v, log) for v in value]
-    return value
+from tests.test_statemachine_model import START, every_page, random_log, resolved
 
 
 def bodies_in_place(machine: StateMachine, log: list) -> StateMachine:
@@ -48,18 +37,16 @@ def bodies_in_place(machine: StateMachine, log: list) -> StateMachine:
     return copy
 
 
-def every_page(machine: StateMachine) -> list:
-    return [machine.browse(name, group, 0, 10_000) for name, queue in machine.queues.items()
-            for group in GROUPS if group in queue.groups]
-
-
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32))
 def test_references_and_bodies_give_the_same_results_pages_and_state(seed):
     log = random_log(seed, 200)
     by_reference, by_value = StateMachine(), StateMachine()
     for index, entry in enumerate(log, start=1):
-        assert resolved(by_reference.apply_entry(entry, index), log) == by_value.apply_entry(entry)
+        for cmd, got, want in zip(decode_entry(entry), by_reference.apply_entry(entry, index),
+                                  by_value.apply_entry(entry)):
+            # (a relocation moves references alone: none where the bodies are kept as they are)
+            assert cmd["op"] == "relocate" or resolved(got, log) == want
     assert resolved(every_page(by_reference), log) == every_page(by_value)
     assert bodies_in_place(by_reference, log).snapshot() == by_value.snapshot()
     assert any(queue.rows.ref_index.zeros() < len(queue.rows.ref_index)
@@ -179,3 +166,158 @@ def test_a_staged_chunk_staged_again_no_longer_holds_the_first_entry_live():
     machine.apply_entry(stage_entry("a", [{"body": b"first"}]), 1)
     machine.apply_entry(stage_entry("a", [{"body": b"again"}]), 2)
     assert machine.live_entry_indexes() == [2]
+
+
+# ---- relocation: live bodies copied forward into a newer entry (engine/relocation.py) -------------
+
+class Log:
+    """A machine fed entries with their log indexes, and the entries, to read references back."""
+
+    def __init__(self):
+        self.machine = StateMachine()
+        self.entries: dict[int, bytes] = {}
+
+    def append(self, *commands) -> list:
+        index = len(self.entries) + 1
+        self.entries[index] = encode_entry([{"now_ms": START, **command} for command in commands])
+        return self.machine.apply_entry(self.entries[index], index)
+
+    def body(self, ref):
+        return read_body(ref, self.entries[ref.index]) if isinstance(ref, BodyRef) else ref
+
+    def stored(self, queue: str = "q", group: str = "default") -> list:
+        return [(m["seq"], self.body(m["body"])) for m in self.machine.browse(queue, group, 0, 1_000)["messages"]]
+
+    def move(self, holder, ref: BodyRef, *, raw: bytes | None = None) -> list:
+        """A move of the queue message (name, seq) or staged message (token, chunk, position) at
+        `holder` from `ref`, carrying the bytes `ref` names (as a leader reads them), or `raw`."""
+        raw = self.entries[ref.index][ref.offset:ref.offset + ref.length] if raw is None else raw
+        return [*holder, *ref, raw]
+
+    def relocate(self, queues=(), stages=()) -> dict:
+        [result] = self.append({"op": "relocate", "queues": [[name, moves] for name, moves in queues],
+                                "stages": list(stages)})
+        return result
+
+
+def ref_of(log: Log, seq: int, queue: str = "q") -> BodyRef:
+    return log.machine.queues[queue].rows.body(seq)
+
+
+def test_a_relocation_points_each_message_at_its_bodys_copy_and_its_old_entry_stops_being_live():
+    log = Log()
+    bodies = [b"\x00raw" * 10, "text \u2603", {"n": [1, 2.5, None]}, ""]
+    log.append({"op": "put", "queue": "q", "messages": [{"body": body} for body in bodies] + [{"body": "x" * 5_000}]})
+    [received] = log.append({"op": "receive", "queue": "q", "group": "default", "max": 5})
+    log.append({"op": "ack", "queue": "q", "receipts": [received["messages"][4]["receipt"]]})
+    assert log.machine.live_entry_indexes() == [1]
+    result = log.relocate(queues=[("q", [log.move([seq], ref_of(log, seq)) for seq in (1, 2, 3, 4)])])
+    assert result == {"moved": 4, "stale": 0, "bytes": sum(ref_of(log, seq).length for seq in (1, 2, 3, 4))}
+    assert [ref_of(log, seq).index for seq in (1, 2, 3, 4)] == [4, 4, 4, 4]
+    assert log.machine.live_entry_indexes() == [4], "the entry of the put serves nothing any more"
+    assert log.stored() == list(zip((1, 2, 3, 4), bodies))
+    # what it counts toward max_bytes, and a snapshot's replica, are the same
+    assert log.machine.queue_info("q")["stats"]["bytes"] == sum(ref_of(log, seq).length for seq in (1, 2, 3, 4))
+    restored = StateMachine()
+    restored.restore(log.machine.snapshot())
+    assert restored.snapshot() == log.machine.snapshot() and restored.live_entry_indexes() == [4]
+
+
+def test_a_relocation_moves_only_references_that_still_name_what_it_read():
+    log = Log()
+    log.append({"op": "create_queue", "queue": "dl"},
+               {"op": "create_queue", "queue": "q",
+                "config": {"max_deliveries": 1, "dead_letter": "dl", "lease_ms": 10}})
+    log.append({"op": "put", "queue": "q", "messages": [{"body": f"m{seq}", **({"key": "k"} if seq == 2 else {})}
+                                                        for seq in range(1, 6)]})
+    refs = {seq: ref_of(log, seq) for seq in range(1, 6)}
+    moves = [log.move([seq], refs[seq]) for seq in range(1, 6)]
+    # since the leader read them: 1 is acked, 2 replaced by a newer version of its key, 3 dead-lettered
+    [received] = log.append({"op": "receive", "queue": "q", "group": "default", "max": 1})
+    log.append({"op": "ack", "queue": "q", "receipts": [received["messages"][0]["receipt"]]})
+    log.append({"op": "put", "queue": "q", "messages": [{"body": "m2 again", "key": "k"}]})
+    log.append({"op": "receive", "queue": "q", "group": "default", "max": 1})        # 3, never acked
+    log.append({"op": "tick", "now_ms": START + 100})
+    assert log.stored() == [(4, "m4"), (5, "m5"), (6, "m2 again")] and log.stored("dl") == [(1, "m3")]
+    # 4: a reference a byte further on, whose bytes are there to carry, is not the message's; nor
+    # is the dead letter's with another kind; nor does a queue that is gone hold anything
+    moves[3] = log.move([4], refs[4]._replace(offset=refs[4].offset + 1))
+    result = log.relocate(queues=[("q", moves), ("dl", [log.move([1], refs[3]._replace(kind=0))]),
+                                  ("gone", [log.move([1], refs[5])])])
+    assert result == {"moved": 1, "stale": 6, "bytes": refs[5].length}
+    assert ref_of(log, 4) == refs[4] and ref_of(log, 1, "dl") == refs[3] and ref_of(log, 5).index == 8
+    assert log.stored() == [(4, "m4"), (5, "m5"), (6, "m2 again")] and log.stored("dl") == [(1, "m3")]
+    assert log.machine.live_entry_indexes() == [2, 5, 8]
+
+
+def test_a_message_every_group_shares_moves_once_and_reads_back_alike_in_each():
+    log = Log()
+    log.append({"op": "put", "queue": "q", "messages": [{"body": b"shared" * 30}, {"body": b"y" * 4_000}]})
+    log.append({"op": "add_group", "queue": "q", "group": "audit", "start": "earliest"})
+    assert log.relocate(queues=[("q", [log.move([1], ref_of(log, 1)), log.move([1], ref_of(log, 1))])]) \
+        == {"moved": 1, "stale": 1, "bytes": 180}
+    for group in ("default", "audit"):
+        [got] = log.append({"op": "receive", "queue": "q", "group": group, "max": 1})
+        assert [log.body(m["body"]) for m in got["messages"]] == [b"shared" * 30]
+
+
+def test_a_staged_body_moves_and_its_commit_publishes_the_copy():
+    log = Log()
+    log.append({"op": "stage", "producer": "p", "token": "a", "chunk": 0, "queue": "q",
+                "messages": [{"body": b"keep" * 10}, {"body": "x" * 3_000}]})
+    log.append({"op": "stage", "producer": "p", "token": "b", "chunk": 0, "queue": "q",
+                "messages": [{"body": "first"}]})
+    (_, _, _, keep), (_, _, _, drop), (_, _, _, first) = sorted(log.machine.staging.references())
+    stale = log.move(["b", 0, 0], first)
+    log.append({"op": "stage", "producer": "p", "token": "b", "chunk": 0, "queue": "q",
+                "messages": [{"body": "again"}]})                            # staged again since it was read
+    assert log.relocate(stages=[log.move(["a", 0, 0], keep), stale]) == {"moved": 1, "stale": 1, "bytes": 40}
+    assert log.machine.live_entry_indexes() == [1, 3, 4]
+    restored = StateMachine()
+    restored.restore(log.machine.snapshot())
+    assert restored.snapshot() == log.machine.snapshot() and restored.live_entry_indexes() == [1, 3, 4]
+    log.append({"op": "stage_commit", "producer": "p", "batch": 0, "parts": [{"token": "a", "chunks": 1}]})
+    assert log.stored() == [(1, b"keep" * 10), (2, "x" * 3_000)]
+    assert ref_of(log, 1).index == 4 and ref_of(log, 2) == drop
+
+
+def test_a_relocation_applied_without_its_entry_moves_nothing():
+    log = Log()
+    log.append({"op": "put", "queue": "q", "messages": [{"body": "m"}]})
+    before = log.machine.snapshot()
+    move = log.move([1], ref_of(log, 1))
+    assert log.machine.apply({"op": "relocate", "queues": [["q", [move]]], "now_ms": START}) \
+        == {"moved": 0, "stale": 1, "bytes": 0}
+    assert log.machine.snapshot() == before
+
+
+def test_a_relocation_and_a_put_in_one_entry_each_find_their_own_bodies():
+    log = Log()
+    log.append({"op": "put", "queue": "q", "messages": [{"body": "same"}, {"body": "z" * 2_000}]})
+    move = log.move([1], ref_of(log, 1))
+    log.append({"op": "relocate", "queues": [["q", [move]]]},
+               {"op": "put", "queue": "q", "messages": [{"body": "same"}, {"body": "other"}]})
+    assert [ref_of(log, seq).index for seq in (1, 3, 4)] == [2, 2, 2]
+    assert log.stored() == [(1, "same"), (2, "z" * 2_000), (3, "same"), (4, "other")]
+
+
+def test_a_malformed_relocation_is_refused_whole():
+    log = Log()
+    log.append({"op": "put", "queue": "q", "messages": [{"body": "m"}, {"body": "n"}]})
+    good = log.move([1], ref_of(log, 1))
+    before = log.machine.snapshot()
+    for queues, stages in (
+            ([["q", [good, good[:-1] + [b"too long"]]]], []),       # bytes unlike the reference's length
+            ([["q", [good, [1, 0, *good[2:]]]]], []),               # index 0: a body without a reference
+            ([["q", [good, good[:4] + [True, good[5]]]]], []),      # a kind that is not one
+            ([["q", [good, good[:4] + [1.0, good[5]]]]], []),
+            ([["q", [good, [0, *good[1:]]]]], []),                  # seq 0
+            ([["q q", [good]]], []),                                # not a queue name
+            ([["q", good]], []),                                    # moves that are not lists
+            ([], [["", 0, 0, *good[1:]]]),                          # a stage without a token
+            ([], [["a", 0, *good[1:]]]),                            # a staged move without its position
+            ("q", [])):
+        [result] = log.machine.apply_entry(encode_entry([{"op": "relocate", "queues": queues, "stages": stages,
+                                                          "now_ms": START}]), 9)
+        assert result["error"] == "bad_request", (queues, stages)
+        assert log.machine.snapshot() == before

@@ -1289,7 +1289,7 @@ def test_every_command_of_the_table_has_a_validator_and_no_read_has_one():
         "redrive", "add_group", "delete_group", "commit", "stage", "stage_commit", "stage_abort",
         "drop_producer", "tick", "set_member", "remove_member", "checkpoint", "assign", "record_members",
         "replica_move", "replica_moved", "node_leaving", "release_names", "retire_names", "names_released",
-        "sqs_key_add", "sqs_key_remove"}
+        "sqs_key_add", "sqs_key_remove", "relocate"}
     assert all(op.check is not None for op in OPS.values() if not op.read)
     assert all(op.check is None for op in OPS.values() if op.read)
 

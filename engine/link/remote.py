@@ -191,6 +191,11 @@ class RemoteNode:
         leadership moved (None: nobody to hand it to)."""
         return await self._call("rebalance")
 
+    async def allow_relocation(self, allowed: bool) -> None:
+        """Tell the engine whether every node applies ``relocate``: while it does, the engine may
+        copy live bodies forward (engine/relocation.py; api/features.py asks the nodes)."""
+        await self._call("allow_relocation", allowed)
+
     async def checkpoint(self) -> tuple[str, str]:
         token, digest = await self._call("checkpoint")
         return token, digest

@@ -29,6 +29,7 @@ rebalance              —                                               moved (
 prefer                 the group's order of preference for leadership  None (one group: ignored)
 checkpoint             —                                               [token, digest]
 checkpoint_digest      token                                           digest or None
+allow_relocation       whether every node applies ``relocate``         None (engine/relocation.py)
 =====================  ==============================================  =======================
 
 ``settled`` reads wait, like writes, for this leader's barrier (``Node.settled``),
@@ -80,6 +81,7 @@ class EngineService:
         self._instant = {
             "status": lambda: node.status(), "members": node.members, "stats": node.stats,
             "checkpoint_digest": node.checkpoint_digest, "prefer": self._prefer,
+            "allow_relocation": node.relocator.allow,
         }
 
     def start(self) -> None:

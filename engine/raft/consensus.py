@@ -135,6 +135,7 @@ class Consensus:
                  apply: Callable[[bytes], object], write_snapshot: Callable[[BinaryIO], None],
                  restore: Callable[[bytes], None], secret: str | None, fsync: bool = True,
                  live_entries: Callable[[], list[int]] = list,   # ascending
+                 after_snapshot: Callable[[int, list[int]], None] | None = None,
                  on_role_change: Callable[[], None] | None = None,
                  election_timeout: tuple[float, float] = (0.3, 0.6),
                  leader_lease: float = 0.2,
@@ -161,6 +162,9 @@ class Consensus:
         self._write_state = write_snapshot
         self._restore = restore
         self._live_entries = live_entries
+        # called in the snapshot writer's child once the snapshot is written, with its last index and
+        # the live entries it names (engine/relocation.py plans what to copy out of those it keeps)
+        self._after_snapshot = after_snapshot
         # The live entries of the snapshot loaded or written last, and the
         # entries read back lately.
         self._snapshot_entries = snapshot_file.LiveEntries()
@@ -338,6 +342,7 @@ class Consensus:
             "log_entries": journal["entries"],
             "log_size": journal["bytes"],
             "log_segments": journal["segments"],
+            "log_kept_bytes": journal["kept_bytes"],
             "journal_syncs": journal["data_syncs"],
             "snapshot": dict(self._snapshot_info),
         }
@@ -386,6 +391,23 @@ class Consensus:
         entry = self._entry_of(command)
         self._cache_entry(index, entry)
         return entry
+
+    def stored_entry(self, index: int) -> bytes:
+        """The entry at `index` from the journal, else from the snapshot, past the cache (a reader
+        of many entries once, engine/relocation.py, would evict the ones receives read again);
+        LookupError if neither holds it."""
+        return self._stored_entry(index)
+
+    def stored_bytes(self, index: int) -> int | None:
+        """How many bytes of this node's files the entry at `index` takes (its record, in the
+        journal or carried by the snapshot), reading none of them; None if neither holds it."""
+        size = self._journal.stored_bytes(index)
+        return self._snapshot_entries.stored_bytes(index) if size is None else size
+
+    def snapshot_index(self) -> int | None:
+        """The last log index the latest snapshot covers (None before the first): the entries up
+        to it that are still live are those compaction keeps."""
+        return self._snapshot_info["index"]
 
     def _stored_entry(self, index: int) -> bytes:
         """The entry at `index` from the journal, else from the snapshot; LookupError if neither holds it."""
@@ -751,6 +773,8 @@ class Consensus:
                             cluster=[[n.id, self._id_of(n)] for n in cluster],
                             carried=[index for index in live if index not in held],
                             entry_at=self._carried_entry, in_journal=in_journal)
+        if self._after_snapshot is not None:
+            self._after_snapshot(last[1], live)
 
     def _snapshot_written(self, last_index: int, seconds: float) -> None:
         # before pysyncobj drops the entries the snapshot covers from the journal, which keeps

@@ -241,6 +241,7 @@ class DurableJournal(Journal):
         # entries and a read descriptor per kept segment.
         self._live = array("Q")
         self._kept = Kept.empty()
+        self._kept_bytes = 0                          # their records' lengths, summed
         self._kept_fds: dict[int, int] = {}
         self._deferred = 0
         self._meta_dirty = False
@@ -692,6 +693,12 @@ class DurableJournal(Journal):
         place = self._kept_place(index)
         return None if place is None else self._reported(self._read_place, index, place)
 
+    def stored_bytes(self, index: int) -> int | None:
+        """The length of the record that holds the entry at log index ``index`` (in the log or
+        kept), read from no file; None if neither holds it."""
+        place = self._place(index)
+        return None if place is None else place.length
+
     def _command_at(self, position: int) -> bytes:
         """The command of the log's entry at ``position``: held, or read back from its segment."""
         index = self._first + position
@@ -975,6 +982,7 @@ class DurableJournal(Journal):
             fds[seq] = old.pop(seq) if seq in old and seq not in reopen else \
                 os.open(self._dir / _segment_name(seq), os.O_RDONLY)
         self._kept, self._kept_fds = kept, fds
+        self._kept_bytes = sum(kept.lengths)
         for fd in old.values():
             os.close(fd)
 
@@ -1123,6 +1131,7 @@ class DurableJournal(Journal):
             "bytes": sum(self._segment_sizes.values()),
             "segments": len(self._segment_sizes),
             "kept_entries": len(self._kept.indexes),
+            "kept_bytes": self._kept_bytes,
             "data_syncs": self.syncs,
             "out_of_room": self.out_of_room,
             "regain_index": self.regain_index,

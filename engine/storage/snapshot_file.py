@@ -221,6 +221,10 @@ class LiveEntries:
         except DamagedRecord:
             return False
 
+    def stored_bytes(self, index: int) -> int | None:
+        """The length of the record that carries the entry at `index`; None if none does."""
+        place = self._places.get(index)
+        return None if place is None else place[1]
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
