@@ -186,7 +186,7 @@ def test_the_budget_still_counts_each_ids_utf8_bytes():
 OLD_RELEASE_PUTS = """
 import sys
 import cbor2
-from raftq.statemachine import StateMachine
+from statemachine import StateMachine      # the old releases' layout: the room was a top-level package
 sm = StateMachine()
 T0 = 1_000_000
 sm.apply({"op": "create_queue", "queue": "q", "now_ms": T0, "config": {"dedup_window_ms": 10_000}})

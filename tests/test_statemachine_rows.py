@@ -47,11 +47,12 @@ def varied_commands(seed: int) -> list:
     return commands
 
 
-# Applies the commands of argv[1] (JSON) and writes the snapshot; acks every
-# other receipt of the default group as it goes (receipts are only known then).
+# Applies the commands of argv[1] (JSON) with the StateMachine of module argv[2] and writes the
+# snapshot; acks every other receipt of the default group as it goes (receipts are only known then).
+# The old release names its room `statemachine`, this one `raftq.statemachine`.
 APPLY = r"""
-import json, sys
-from raftq.statemachine import StateMachine
+import importlib, json, sys
+StateMachine = importlib.import_module(sys.argv[2]).StateMachine
 sm = StateMachine()
 for n, cmd in enumerate(json.loads(sys.argv[1])):
     result = sm.apply(cmd)
@@ -66,9 +67,9 @@ sys.stdout.buffer.write(sm.snapshot())
 def test_a_snapshot_of_the_release_with_message_lists_restores_to_the_state_this_one_reaches(tmp_path):
     commands = json.dumps(varied_commands(seed=25))
     tree = exported(MESSAGE_LISTS_RELEASE, tmp_path / "tree")
-    old = subprocess.run([sys.executable, "-c", APPLY, commands], env={"PYTHONPATH": str(tree)}, cwd=tree,
+    old = subprocess.run([sys.executable, "-c", APPLY, commands, "statemachine"], env={"PYTHONPATH": str(tree)}, cwd=tree,
                          capture_output=True, check=True, timeout=120).stdout
-    new = subprocess.run([sys.executable, "-c", APPLY, commands], capture_output=True, check=True,
+    new = subprocess.run([sys.executable, "-c", APPLY, commands, "raftq.statemachine"], capture_output=True, check=True,
                          timeout=120).stdout
     restored, replayed = StateMachine(), StateMachine()
     restored.restore(old)
