@@ -22,8 +22,9 @@ small filesystem filled up (chaos/disks.py, `SmallDisks`). Every fault is record
 (a leader killed, isolated, terminated, paused) are `mark` events taken just
 before the action, and name the Raft groups the victim led.
 
-A fault ends once it is healed, every node is back and ready and every Raft
-group has a leader: its `stop` event. The nemesis then waits (up to
+A fault ends once it is healed, every node is back and ready, every Raft
+group has a leader, and that leader has applied what it had committed (a
+leader restarted replays its log first): its `stop` event. The nemesis then waits (up to
 REBALANCE_WAIT_S) until leadership is balanced over the nodes before the next
 fault, so that the checker can judge `leaders_rebalanced` on each fault alone.
 """
@@ -76,6 +77,8 @@ NODE_STOP_S = 60.0
 RESUME_PROBE_S = 30.0
 # Calls a short-write fault cuts short, at most (each one counted in a file of its own).
 SHORT_WRITES = 50
+# How long a leader may take to replay its log after a restart (a slow, shared machine included).
+CATCH_UP_S = 90.0
 # A node leading several groups under load may take half a second to say so.
 VIEW_TIMEOUT_S = 2.0
 SLOW_FOLLOWER_MS = 200
@@ -317,6 +320,34 @@ def wait_settled(cluster, raft_groups: int, timeout: float) -> bool:
     return False
 
 
+def _leader_positions(views: dict[str, dict]) -> dict[int, tuple[str, int | None, int | None]]:
+    """Raft group -> (its leader, the leader's commit index, its applied index)."""
+    out = {}
+    for group, node in leaders(views).items():
+        view = views[node]
+        state = view.get("raft_groups", {}).get(str(group)) if view.get("raft_groups") else view
+        out[group] = (node, (state or {}).get("commit_index"), (state or {}).get("applied_index"))
+    return out
+
+
+def wait_caught_up(cluster, raft_groups: int, timeout: float) -> float | None:
+    """Seconds until each Raft group's leader has applied what it had committed when first seen
+    (after a restart a leader replays its log before it answers a write); None: not in `timeout`."""
+    started = time.monotonic()
+    targets: dict[int, tuple[str, int]] = {}
+    while time.monotonic() - started < timeout:
+        positions = _leader_positions(cluster_views(cluster))
+        for group, (node, commit, _) in positions.items():
+            if commit is not None and targets.get(group, (None,))[0] != node:
+                targets[group] = (node, commit)
+        if len(targets) == raft_groups and all(
+                positions.get(group, (None,))[0] == node and (positions[group][2] or 0) >= commit
+                for group, (node, commit) in targets.items()):
+            return round(time.monotonic() - started, 2)
+        time.sleep(0.1)
+    return None
+
+
 # --- applying a schedule ------------------------------------------------------------------
 
 class Nemesis:
@@ -415,9 +446,11 @@ class Nemesis:
         finally:
             self.heal()
             settled = wait_settled(self.cluster, self.raft_groups, RECOVERY_S)
+            caught_up = wait_caught_up(self.cluster, self.raft_groups, CATCH_UP_S) if settled else None
             leader = self.leader()
             self.history.event("nemesis", f="stop", fault=fid, kind=fault.kind,
-                               value={**details, "leader_after": leader, "settled": settled})
+                               value={**details, "leader_after": leader, "settled": settled,
+                                      "caught_up_s": caught_up})
             if not settled:
                 self.log(f"  nodes not all ready, or a Raft group without a leader, {RECOVERY_S:.0f}s "
                          f"after healing fault {fid}")
