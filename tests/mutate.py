@@ -683,6 +683,12 @@ MUTANTS = [
            "regain = max(first_lost, shown or 0, *(index for index in intact if index is not None),",
            "regain = max(first_lost, shown or 0,",
            (T_JRN + "test_entries_past_damage_that_no_mark_names_are_regained_too",)),
+    Mutant("engine-restart-answered-500", "while an engine is started again after a failed sync, the node answers 503, not 500",
+           "api/app.py", '            if exc.code != "engine_gone":', "            if True:",
+           (T_DSK + "test_an_engine_whose_fsync_fails_is_started_again_and_loses_nothing_acknowledged",)),
+    Mutant("catalog-lost-while-its-engine-restarts", "while group 0's engine is started again, the node serves the other groups' queues (never a 500)",
+           "api/groups.py", "        return self._catalog", "        return self.engines[0]",
+           (T_DSK + "test_with_several_groups_each_engine_whose_fsync_fails_is_started_again_alone",)),
     # ---- issue 47: the chaos suite's disk faults, judged by the checker ---------------------------
     Mutant("checker-misses-changed-body", "the chaos checker's bodies_as_put sees a body served that differs from its put",
            "chaos/checker.py", "            if put != d.body:", "            if False:",

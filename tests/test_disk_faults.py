@@ -145,7 +145,9 @@ def test_an_engine_whose_fsync_fails_is_started_again_and_loses_nothing_acknowle
 def test_with_several_groups_each_engine_whose_fsync_fails_is_started_again_alone(tmp_path):
     """Group 2's engine, then group 0's (which reports to the supervisor the groups the node
     should hold, over a socket of its own): each is started again while the node's other
-    engines and its fronts run on, and the node still runs every group it held."""
+    engines and its fronts run on, and the node still runs every group it held. While group 0's
+    engine is started again, the node serves the queues of the other groups from the catalog's
+    view it last had (never a 500)."""
     from tests.test_groups import leaders
     from tests.test_routing import queues_in_groups
 
@@ -159,6 +161,9 @@ def test_with_several_groups_each_engine_whose_fsync_fails_is_started_again_alon
         assert {0, 2} <= set(held)
         for n, group in enumerate((2, 0)):
             where = f"/{node}/group-{group}/" if group else f"/{node}/raft/"
+            # a queue of another group, asked of this node all along (a replica's answer, or a redirect)
+            watcher = Watcher(cluster, node, f"/v1/queues/{queues[1 if group == 0 else 0]}?consistency=any")
+            watcher.start()
             disk_faults.arm(control, {"kind": "sync_eio", "path": where, "count": 1, "id": str(group)})
             with cluster.client(retry_for=30) as client:
                 for queue in queues.values():      # writes to every group, so the one armed syncs
@@ -169,6 +174,9 @@ def test_with_several_groups_each_engine_whose_fsync_fails_is_started_again_alon
             held[group] = engine_pid(cluster, node, group)
             assert {g: engine_pid(cluster, node, g) for g in held} == held   # the others ran on
             wait_until(lambda: leaders(cluster), 90, "every group led again")
+            watcher.stop.set()
+            watcher.join()
+            assert 500 not in watcher.statuses and watcher.statuses, watcher.statuses
         assert cluster.running(node)
         with cluster.client(retry_for=30) as client:
             for queue in queues.values():
