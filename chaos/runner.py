@@ -264,16 +264,18 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
             network, endpoints = wire_proxies(server, cluster)
             _campaign(options, seed, cluster, network, endpoints, history, disks, log)
         finally:
-            if cluster is not None:
-                cluster.close()
-                scan_logs(cluster, history)
-            if disks is not None and disks.small is not None:
-                for problem in disks.small.unmount():
-                    log(f"chaos: {problem}")
-            if network is not None and server.process is None:
-                network.destroy()   # someone else's server: leave it as we found it
-            server.stop()
-            history.close()
+            try:
+                if cluster is not None:
+                    cluster.close()
+                    scan_logs(cluster, history)
+            finally:   # what it mounted is unmounted even if stopping the nodes failed
+                if disks is not None and disks.small is not None:
+                    for problem in disks.small.unmount():
+                        log(f"chaos: {problem}")
+                if network is not None and server.process is None:
+                    network.destroy()   # someone else's server: leave it as we found it
+                server.stop()
+                history.close()
     report = check(history.events)
     report.summary["duration_s"] = round(time.monotonic() - started, 1)
     text = render(report)
