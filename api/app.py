@@ -17,13 +17,14 @@ from aiohttp import ClientSession, TCPConnector, web
 
 from raftq.engine.config import ClusterKeys, Sqs, Tokens
 from raftq.engine.link.receipts import Receipts
+from raftq.engine.outcome import CommitError
 from raftq.engine.placement import Placement
 from raftq.engine.storage.put_buffer import PutBuffer
 
 from . import buffering, caps, events, forwarding, openapi
 from .disk import DiskWatch
 from .codec import respond
-from .errors import ApiError, LeadLost, Rerouted
+from .errors import ApiError, LeadLost, Rerouted, no_quorum
 from .groups import Groups
 from .keys import DISK, ENGINES, GROUPS, PLACEMENT
 from .leader import HTTP, NODE, SETTINGS, after_lead_lost
@@ -72,16 +73,26 @@ def _error_middleware():
                 return await handler(request)
         except ApiError as exc:
             return respond(request, exc.body(), status=exc.status, headers=exc.headers)
+        except CommitError as exc:
+            if exc.code != "engine_gone":
+                return _internal(request)
+            # an engine of this node stopped (on a storage failure its supervisor starts it again):
+            # the node is not broken, and the request may be retried here or elsewhere
+            gone = no_quorum("an engine of this node is being started again; retry")
+            return respond(request, gone.body(), status=gone.status, headers=gone.headers)
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
             code = AIOHTTP_ERRORS.get(exc.status, "bad_request" if exc.status < 500 else "internal")
             return respond(request, {"error": code, "message": exc.reason}, status=exc.status)
         except Exception:
-            log.exception("unhandled error serving %s %s", request.method, request.path)
-            return respond(request, {"error": "internal", "message": "the node hit a bug; see its log"},
-                           status=500)
+            return _internal(request)
     return errors
+
+
+def _internal(request: web.Request) -> web.Response:
+    log.exception("unhandled error serving %s %s", request.method, request.path)
+    return respond(request, {"error": "internal", "message": "the node hit a bug; see its log"}, status=500)
 
 
 def _auth_middleware(tokens: Tokens):

@@ -54,6 +54,10 @@ class Groups:
         if 0 not in engines:
             raise ValueError("every node is a member of group 0, the catalog's")
         self.engines = engines
+        # Group 0's engine, held for good as the application holds it: while the supervisor starts
+        # it again (after a failed sync) it is out of `engines` and its calls fail as CommitError
+        # (a retryable 503), where a lookup in `engines` failed as a KeyError (a 500).
+        self._catalog = engines[0]
         self.placement = placement            # None: one group, of every node
         self.count = 1 if placement is None else len(placement.groups)
         self._assigned: dict[str, tuple[int, int]] = {}   # name -> (group, the view's index of group 0's log)
@@ -62,7 +66,7 @@ class Groups:
     @property
     def catalog(self) -> RemoteNode:
         """Group 0's local engine: the catalog, and every node's HTTP address."""
-        return self.engines[0]
+        return self._catalog
 
     def http_addr(self, node_id: str | None) -> str | None:
         return self.catalog.http_addr(node_id)

@@ -57,9 +57,28 @@ Properties (each gets a verdict; the run is valid only if all hold):
 - log_never_shrinks: no node's log ends below an index it had committed, or
   that the leader had counted as acknowledged by it and committed (sampled
   from /health/ready and /v1/cluster), and no node logs that a conflict
-  truncated applied entries.
+  truncated applied entries. One exception, which raftq promises instead
+  (docs/guarantees.md, "Storage faults"): a node that found damage at
+  start-up gives up the damaged entry and those after it up to the highest
+  index it shows it held durably, and says so (its log line, `GIVE_UP`),
+  and neither votes nor stands until its log holds that index again; its
+  log may then end anywhere from the entry before the damage on, below any
+  floor up to that index, from the moment it said so.
 - nodes_never_fail: no node process exits unless the nemesis stopped it, and
-  none logs a CRITICAL line (raftq logs CRITICAL only for broken invariants).
+  none logs a CRITICAL line (raftq logs CRITICAL only for broken invariants),
+  but for the line each sync the nemesis made fail obliges it to log (the
+  fault's `sync_failed`: a failed fsync is fatal, and says so).
+- bodies_as_put: no body served differs from what was put. Every body a
+  receive served (the workload's and the drain's) is the body of the put of
+  its message: the put acknowledged with its seq, or else the puts attempted
+  with the id the body names; and the backlog read back has no changed body.
+  A flipped byte served as if it were good (bit rot, a misdirected write,
+  a record read without its checksum) breaks it.
+- writes_resume: after each fault ends, a put sent to each Raft group after
+  the end is acknowledged within WRITES_RESUME_S (the nemesis probes every
+  group right after each fault, so there is always one to judge). A leader
+  wedged by what it cannot read, a disk alarm that never clears, an engine
+  never started again would break it. The time each fault took is reported.
 - leaders_rebalanced: after each fault ends (the nemesis healed it and every
   node is back), every Raft group has a leader and the nodes' counts of
   groups led differ by at most one, within REBALANCE_S. Judged from the
@@ -90,6 +109,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 import math
 import statistics
 from collections import defaultdict
@@ -102,10 +122,17 @@ EXAMPLES = 5
 FAILOVER_MARKS = ("kill", "isolate")  # what the headline failover figures cover
 REFUSALS = (307, 503)
 TRUNCATION_MARKERS = ("truncates applied entries", "truncating already-applied")
+# What a node logs when it gives up entries to damage found at start-up (engine/storage/journal.py):
+# the entries, and the index it must hold again before it votes
+GIVE_UP = re.compile(r"This node gives up entries (\d+) to (\d+) and takes them again from the leader")
 STALE_READER = "stale-read"  # the process names of reads sent to an isolated leader
 CLOCK_RESOLUTION_MS = 2  # put_at_ms is whole milliseconds; history times are rounded to microseconds
 BIRTH_SLACK_MS = 1000
 REBALANCE_S = 5.0   # leaders spread again (max - min <= 1) within this long of a fault's end
+WRITES_RESUME_S = 10.0   # a write acknowledged in every Raft group within this long of a fault's end
+# What a node logs, CRITICAL, when a sync fails (engine/storage/records.py, `fatal`): obliged to, not a bug
+SYNC_FAILURE_MARKER = "this process stops, to recover from what is on disk"
+UNRECORDED = object()   # a delivery whose body the history does not hold (an older history)
 
 
 def placed_alone(where: dict) -> bool:
@@ -137,6 +164,7 @@ class Delivery:
     lease_ms: int
     op: Op
     put_at_ms: int | None = None
+    body: Any = UNRECORDED
 
 
 @dataclass
@@ -255,6 +283,7 @@ class Checker:
         # queue -> Raft group, as the cluster assigned them (a history of one group has none)
         self.raft_group_of: dict[str, int] = routings[-1]["queues"] if routings else {}
         self.raft_groups: int = self.setup.get("raft_groups", 1)
+        self.give_ups = self._give_ups()
 
     # ---- derived views ---------------------------------------------------------------
     def _deliveries(self) -> list[Delivery]:
@@ -265,7 +294,8 @@ class Checker:
             v = o.value
             for m in o.result.get("messages", []):
                 out.append(Delivery(v["queue"], v["group"], m["seq"], m["receipt"], m.get("id"),
-                                    m.get("deliveries", 1), v["lease_ms"], o, m.get("put_at_ms")))
+                                    m.get("deliveries", 1), v["lease_ms"], o, m.get("put_at_ms"),
+                                    m["body"] if "body" in m else UNRECORDED))
         return out
 
     def _settlements(self) -> dict[tuple[str, str], dict[str, list[Op]]]:
@@ -565,25 +595,91 @@ class Checker:
                         best[node] = (index, source, s.complete_t)
             if o.f == "ready" and o.result.get("last_log_index") is not None:
                 floor = best.get(o.node)
-                if floor and o.result["last_log_index"] < floor[0]:
+                if floor and o.result["last_log_index"] < floor[0] \
+                        and not self._given_up(o.node, o.complete_t, o.result["last_log_index"], floor[0]):
                     bad.append({"node": o.node, "t": o.invoke_t, "last_log_index": o.result["last_log_index"],
                                 "floor": floor[0], "floor_from": floor[1], "floor_known_at": floor[2]})
         truncations = [e for e in self.events if e["type"] == "log"
                        and any(m in e.get("line", "") for m in TRUNCATION_MARKERS)]
         bad += [{"node": e.get("node"), "log": e["line"][:300]} for e in truncations]
+        given_up = sum(len(g) for g in self.give_ups.values())
         return Verdict("log_never_shrinks", not bad, len(bad),
                        f"{len(samples)} index samples, {len(truncations)} truncation log lines, "
-                       f"{len(bad)} violations", bad[:EXAMPLES])
+                       + (f"{given_up} give-ups of damaged entries, " if given_up else "")
+                       + f"{len(bad)} violations", bad[:EXAMPLES])
+
+    def _give_ups(self) -> dict[str, list[tuple[float, int, int]]]:
+        """node -> (history time, first entry, index to regain) of each give-up of entries to damage
+        it logged (the time from the line's wall clock; unknown: from the start)."""
+        wall_at_t0 = self.setup.get("wall_ms_at_t0")
+        out = defaultdict(list)
+        for e in self.events:
+            found = GIVE_UP.search(e.get("line", "")) if e["type"] == "log" else None
+            if found:
+                t = (e["ts"] * 1000 - wall_at_t0) / 1000 if e.get("ts") is not None and wall_at_t0 else -math.inf
+                out[e.get("node")].append((t, int(found.group(1)), int(found.group(2))))
+        return out
+
+    def _given_up(self, node: str, t: float, last: int, floor: int) -> bool:
+        """Whether `node`'s log ending at `last`, below `floor`, in a reading answered at `t`, is what
+        a give-up it logged before then allows: the log from the entry before the damage on, a
+        floor it must regain."""
+        return any(said <= t and first - 1 <= last and floor <= regain
+                   for said, first, regain in self.give_ups.get(node, ()))
 
     def nodes_never_fail(self) -> Verdict:
         crashes = [{"node": e["node"], "t": e["t"], "exit_code": e.get("exit_code")}
                    for e in self.events if e["type"] == "crash"]
-        critical = [{"node": e.get("node"), "log": e.get("line", "")[:300]} for e in self.events
-                    if e["type"] == "log" and e.get("level") == "critical"
-                    and not any(m in e.get("line", "") for m in TRUNCATION_MARKERS)]
+        obliged: dict[str, int] = defaultdict(int)   # node -> syncs the nemesis made fail there
+        for e in self.nemesis:
+            if e.get("f") == "stop":
+                for node, failed in e["value"].get("sync_failed", {}).items():
+                    obliged[node] += failed
+        critical, reported = [], 0
+        for e in self.events:
+            if e["type"] != "log" or e.get("level") != "critical" \
+                    or any(m in e.get("line", "") for m in TRUNCATION_MARKERS):
+                continue
+            if SYNC_FAILURE_MARKER in e.get("line", "") and obliged[e.get("node")] > 0:
+                obliged[e.get("node")] -= 1
+                reported += 1
+                continue
+            critical.append({"node": e.get("node"), "log": e.get("line", "")[:300]})
         bad = crashes + critical
         return Verdict("nodes_never_fail", not bad, len(bad),
-                       f"{len(crashes)} unexpected exits, {len(critical)} critical log lines", bad[:EXAMPLES])
+                       f"{len(crashes)} unexpected exits, {len(critical)} critical log lines"
+                       + (f" ({reported} more reporting a sync the nemesis failed)" if reported else ""),
+                       bad[:EXAMPLES])
+
+    def bodies_as_put(self) -> tuple[Verdict, int]:
+        """Every served body is the body of its message's put; returns the verdict and how many
+        bodies were changed."""
+        by_seq: dict[tuple[str, int], Any] = {}
+        by_id: dict[tuple[str, str], list] = defaultdict(list)
+        for o in self.puts:
+            if "body" not in o.value:
+                continue
+            by_id[(o.value["queue"], o.value["id"])].append(o.value["body"])
+            if o.ok and not o.result.get("duplicate"):
+                by_seq[(o.value["queue"], o.result["seq"])] = o.value["body"]
+        changed, compared = [], 0
+        for d in self.deliveries:
+            if d.body is UNRECORDED:
+                continue
+            compared += 1
+            named = d.body.get("id") if isinstance(d.body, dict) else None
+            put = by_seq.get((d.queue, d.seq), UNRECORDED)
+            if put is UNRECORDED:
+                put = next((b for b in by_id.get((d.queue, named), []) if b == d.body), None)
+            if put != d.body:
+                changed.append({"queue": d.queue, "group": d.group, "seq": d.seq, "served": d.body,
+                                "put": put, "process": d.op.process, "node": d.op.node, "invoke_t": d.op.invoke_t})
+        reads = [e for e in self.events if e["type"] == "backlog_read"]
+        backlog_changed = reads[-1]["wrong"] if reads else 0
+        bad = len(changed) + backlog_changed
+        detail = (f"{compared} bodies served compared with their puts, {len(changed)} changed"
+                  + (f"; backlog: {backlog_changed} changed" if reads else ""))
+        return Verdict("bodies_as_put", not bad, bad, detail, changed[:EXAMPLES]), bad
 
     @staticmethod
     def _floors(sample: Op):
@@ -678,6 +774,30 @@ class Checker:
                        f"of their end ({self.raft_groups} Raft group{'s' if self.raft_groups > 1 else ''})",
                        bad[:EXAMPLES]), times
 
+    def resume_times(self) -> list[dict]:
+        """For each injected fault and Raft group: seconds from the fault's end to the first
+        acknowledgement of a put to one of the group's queues sent after the end (None: none)."""
+        acked = defaultdict(list)   # Raft group -> (invoke_t, complete_t) of acknowledged puts
+        for o in self.puts:
+            if o.ok:
+                acked[self.raft_group_of.get(o.value["queue"], 0)].append((o.invoke_t, o.complete_t))
+        out = []
+        for _, end, s in self._injected_windows():
+            for group in range(self.raft_groups):
+                done = min((complete for invoked, complete in acked[group] if invoked >= end), default=None)
+                out.append({"fault": s["fault"], "kind": s["kind"], "raft_group": group,
+                            "s": _r(done - end) if done is not None else None})
+        return out
+
+    def writes_resume(self) -> tuple[Verdict, list[dict]]:
+        times = self.resume_times()
+        bad = [t for t in times if t["s"] is None or t["s"] > WRITES_RESUME_S]
+        seen = [t["s"] for t in times if t["s"] is not None]
+        figures = f", median {_r(statistics.median(seen))}s, max {max(seen)}s" if seen else ""
+        return Verdict("writes_resume", not bad, len(bad),
+                       f"{len(times)} fault ends x Raft groups{figures}; {len(bad)} without a write acknowledged "
+                       f"within {WRITES_RESUME_S:g}s", bad[:EXAMPLES]), times
+
     def new_leader_faults(self) -> dict[int, int]:
         """Raft group -> how many faults it got a new leader in (a term higher than any
         leader's before the fault claimed during it, up to its end)."""
@@ -746,10 +866,13 @@ class Checker:
         double = self.no_double_lease()
         stale_reads, read_counts = self.no_stale_reads()
         rebalanced, rebalance_times = self.leaders_rebalanced()
+        bodies, changed_bodies = self.bodies_as_put()
+        resumed, resume_times = self.writes_resume()
         verdicts = [lost_verdict, double, self.ack_needs_live_lease(), self.acks_durable(),
                     self.per_producer_order(), self.idempotent_once(), stale_reads, self.replicas_agree(),
                     self.log_time_not_ahead(), self.log_time_not_behind_at_birth(), self.log_never_shrinks(),
-                    self.nodes_never_fail(), rebalanced, self.backlog_intact(), self.queue_in_one_group()]
+                    self.nodes_never_fail(), rebalanced, self.backlog_intact(), self.queue_in_one_group(),
+                    bodies, resumed]
         failovers = self.failovers()
         by_kind: dict[str, list[float]] = defaultdict(list)
         for kind, _, seconds in failovers:
@@ -765,10 +888,12 @@ class Checker:
         refusals = self.stale_leader_refusals()
         replaced = self.slow_leader_replacements()
         rebalance_seen = [t["s"] for t in rebalance_times if t["s"] is not None]
+        resume_seen = [t["s"] for t in resume_times if t["s"] is not None]
         summary = {
             "valid": all(v.ok for v in verdicts),
             "ops_ok": counts["ok"], "ops_info": counts["info"], "ops_fail": counts["fail"],
             "acked_lost": len(lost),
+            "changed_bodies": changed_bodies,
             "double_leases": double.violations,
             "faults_injected": len(starts) - len(skipped),
             "fault_kinds": sorted({e["kind"] for e in starts if e["fault"] not in skipped}),
@@ -782,6 +907,9 @@ class Checker:
             "rebalance_median_s": _r(statistics.median(rebalance_seen)) if rebalance_seen else None,
             "rebalance_max_s": max(rebalance_seen) if rebalance_seen else None,
             "rebalance_by_fault": rebalance_times,
+            "resume_median_s": _r(statistics.median(resume_seen)) if resume_seen else None,
+            "resume_max_s": max(resume_seen) if resume_seen else None,
+            "resume_by_fault": resume_times,
             "raft_groups": self.raft_groups,
             "by_raft_group": self.per_raft_group(failovers, lost),
             "stale_leader_refusal_s": {"n": len(refusals), "median_s": _r(statistics.median(refusals)) if refusals else None,
@@ -818,6 +946,8 @@ def render(report: Report) -> str:
                      f"{figures['faults_with_new_leader']} faults; failover {figures['failover']}")
     lines.append(f"leaders balanced again after (s): median={s['rebalance_median_s']} max={s['rebalance_max_s']} "
                  + " ".join(f"{t['fault']}:{t['kind']}={t['s']}" for t in s["rebalance_by_fault"]))
+    lines.append(f"writes acknowledged again after (s): median={s['resume_median_s']} max={s['resume_max_s']} "
+                 + " ".join(f"{t['fault']}:{t['kind']}/{t['raft_group']}={t['s']}" for t in s["resume_by_fault"]))
     lines.append(f"isolated leader refuses writes after: {s['stale_leader_refusal_s']}")
     lines.append(f"slow leader replaced after (s): {s['slow_leader_replaced_s']}")
     lines.append(f"put p99 (s): {s['put_p99_s']}")

@@ -12,13 +12,19 @@ Toxiproxy API (chaos/toxiproxy.py or a real toxiproxy-server): one proxy per
 pair of nodes on the Raft port, one in front of each node's HTTP port for
 clients. Process faults are signals to node PIDs, or to one Raft group's engine
 process inside a node (`kill-engine`). Clock faults rewrite the
-node's libfaketime timestamp file. Every fault is recorded in the history as a
+node's libfaketime timestamp file. Disk faults strike the nodes whose disks
+go bad in this campaign (a minority of every group: chaos/disks.py), but a
+full disk, which strikes every node: bytes flipped in their stored records
+(chaos/disks.py, `rot`), failed syncs, short and misdirected writes through
+the nodes' write seam (chaos/disk_faults.py), and each data directory's own
+small filesystem filled up (chaos/disks.py, `SmallDisks`). Every fault is recorded in the history as a
 `start` and a `stop` event; the instants the checker measures failover from
 (a leader killed, isolated, terminated, paused) are `mark` events taken just
 before the action, and name the Raft groups the victim led.
 
-A fault ends once it is healed, every node is back and ready and every Raft
-group has a leader: its `stop` event. The nemesis then waits (up to
+A fault ends once it is healed, every node is back and ready, every Raft
+group has a leader, and that leader has applied what it had committed (a
+leader restarted replays its log first): its `stop` event. The nemesis then waits (up to
 REBALANCE_WAIT_S) until leadership is balanced over the nodes before the next
 fault, so that the checker can judge `leaders_rebalanced` on each fault alone.
 """
@@ -39,9 +45,12 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Callable, Iterator
 
+from chaos import disk_faults
 from chaos.checker import STALE_READER, balanced, leaders
+from chaos.disks import Disks, rot
 from chaos.history import History
 from chaos.workload import READY_PATH
+from raftq.engine.node import group_data_dir
 from raftq.engine.placement import for_cluster
 from raftq.server import REMOVED_EXIT
 
@@ -50,7 +59,9 @@ KINDS = (
     "slow-follower", "slow-leader", "flaky-link", "client-faults",
     "kill-leader", "kill-majority", "power-loss", "pause", "terminate-leader",
     "clock-jump", "membership", "kill-engine",
+    "bit-rot", "bit-rot-stopped", "disk-full", "fsync-eio", "short-write", "misdirected-write",
 )
+DISK_KINDS = KINDS[KINDS.index("bit-rot"):]
 LINK_TOXICS = ("bandwidth", "reset_peer", "limit_data", "slow_close", "timeout")
 CLIENT_TOXICS = ("latency", "bandwidth", "reset_peer", "limit_data", "slow_close", "timeout")
 CLOCK_OFFSETS_S = (-7200, -600, 600, 7200)
@@ -61,6 +72,13 @@ LEAVE_S = 120.0
 REBALANCE_WAIT_S = 10.0
 # A node stops whole once one of its engines dies: its other engines hand over first.
 NODE_STOP_S = 60.0
+# How long after a fault's end writes must be acknowledged again (the checker's
+# writes_resume judges it; the nemesis probes that long and more before the next fault).
+RESUME_PROBE_S = 30.0
+# Calls a short-write fault cuts short, at most (each one counted in a file of its own).
+SHORT_WRITES = 50
+# How long a leader may take to replay its log after a restart (a slow, shared machine included).
+CATCH_UP_S = 90.0
 # A node leading several groups under load may take half a second to say so.
 VIEW_TIMEOUT_S = 2.0
 SLOW_FOLLOWER_MS = 200
@@ -138,6 +156,22 @@ def _params(kind: str, nodes: int, rng: random.Random) -> dict:
         # which Raft group (a fraction of G, known only on the live cluster), its leader's engine or a member's
         return {"group_pick": rng.random(), "leader": rng.random() < 0.7, "pick": rng.random(),
                 "down_s": round(rng.uniform(0.3, 1.5), 2)}
+    if kind == "disk-full":
+        return {"headroom_kib": rng.choice((0, 64, 1024))}
+    # the other disk faults: how many of the bad disks (a fraction), which first, whether group 0's
+    # leader is handed to it first (a bad disk under the node that serves)
+    bad = {"many": rng.random(), "pick": rng.random(), "leader": rng.random() < 0.5}
+    if kind in ("bit-rot", "bit-rot-stopped"):
+        bad.update(records=rng.randint(3, 12), snapshot=rng.random() < 0.3, seed=rng.randrange(1 << 32))
+        if kind == "bit-rot-stopped":
+            bad.update(power_cut=rng.random() < 0.5, down_s=round(rng.uniform(0.3, 1.5), 2))
+        return bad
+    if kind == "fsync-eio":
+        return {**bad, "group_pick": rng.random()}
+    if kind == "short-write":
+        return bad
+    if kind == "misdirected-write":
+        return {**bad, "group_pick": rng.random(), "count": rng.randint(1, 3)}
     raise ValueError(f"unknown fault kind {kind!r}")
 
 
@@ -286,6 +320,34 @@ def wait_settled(cluster, raft_groups: int, timeout: float) -> bool:
     return False
 
 
+def _leader_positions(views: dict[str, dict]) -> dict[int, tuple[str, int | None, int | None]]:
+    """Raft group -> (its leader, the leader's commit index, its applied index)."""
+    out = {}
+    for group, node in leaders(views).items():
+        view = views[node]
+        state = view.get("raft_groups", {}).get(str(group)) if view.get("raft_groups") else view
+        out[group] = (node, (state or {}).get("commit_index"), (state or {}).get("applied_index"))
+    return out
+
+
+def wait_caught_up(cluster, raft_groups: int, timeout: float) -> float | None:
+    """Seconds until each Raft group's leader has applied what it had committed when first seen
+    (after a restart a leader replays its log before it answers a write); None: not in `timeout`."""
+    started = time.monotonic()
+    targets: dict[int, tuple[str, int]] = {}
+    while time.monotonic() - started < timeout:
+        positions = _leader_positions(cluster_views(cluster))
+        for group, (node, commit, _) in positions.items():
+            if commit is not None and targets.get(group, (None,))[0] != node:
+                targets[group] = (node, commit)
+        if len(targets) == raft_groups and all(
+                positions.get(group, (None,))[0] == node and (positions[group][2] or 0) >= commit
+                for group, (node, commit) in targets.items()):
+            return round(time.monotonic() - started, 2)
+        time.sleep(0.1)
+    return None
+
+
 # --- applying a schedule ------------------------------------------------------------------
 
 class Nemesis:
@@ -294,14 +356,15 @@ class Nemesis:
     `cluster` is a chaos.runner.ChaosCluster (a LocalCluster that can start a
     node on a fake clock); `prober` (chaos.workload.Prober)
     measures failover by putting until a write is acknowledged; `admin` is a
-    raftq Client for membership changes.
+    raftq Client for membership changes; `disks` (chaos/disks.py) what disk faults strike.
     """
 
     def __init__(self, cluster, network: Network, clocks: Clocks, history: History, prober, admin,
-                 log: Callable[[str], None] = print):
+                 disks: Disks, log: Callable[[str], None] = print):
         self.cluster = cluster
         self.net = network
         self.clocks = clocks
+        self.disks = disks
         self.history = history
         self.prober = prober
         self.admin = admin
@@ -383,19 +446,27 @@ class Nemesis:
         finally:
             self.heal()
             settled = wait_settled(self.cluster, self.raft_groups, RECOVERY_S)
+            caught_up = wait_caught_up(self.cluster, self.raft_groups, CATCH_UP_S) if settled else None
             leader = self.leader()
             self.history.event("nemesis", f="stop", fault=fid, kind=fault.kind,
-                               value={**details, "leader_after": leader, "settled": settled})
+                               value={**details, "leader_after": leader, "settled": settled,
+                                      "caught_up_s": caught_up})
             if not settled:
                 self.log(f"  nodes not all ready, or a Raft group without a leader, {RECOVERY_S:.0f}s "
                          f"after healing fault {fid}")
+            if self.prober.until_acked(f"resume-{fid}", range(self.raft_groups), timeout=RESUME_PROBE_S) is None:
+                self.log(f"  writes not acknowledged in every Raft group {RESUME_PROBE_S:.0f}s after fault {fid}")
             balanced_after = self._wait_balanced()
             if balanced_after is None:
                 self.log(f"  leaders not balanced {REBALANCE_WAIT_S:.0f}s after fault {fid}")
 
     def heal(self) -> None:
-        """Undo every fault: links, toxics, pauses, fake clocks, dead nodes."""
+        """Undo every fault: links, toxics, disk faults armed, full disks, pauses, fake clocks,
+        dead nodes."""
         self.net.heal()
+        disk_faults.disarm(self.disks.control)
+        if self.disks.small is not None and self.disks.small.filled:
+            self.disks.small.grow()
         self._check_processes()
         for node in self.cluster.ids:
             self.cluster.signal(node, signal.SIGCONT)
@@ -716,3 +787,117 @@ class Nemesis:
         if self._change_membership("remove-node", node, details):
             self._change_membership("add-node", node, details)
         self._wait_hold(started, fault)
+
+    # ---- disk faults -------------------------------------------------------------------------------------
+    def _bad_disks(self, fault: Fault, details: dict) -> list[str]:
+        """The nodes a disk fault strikes: some of the bad disks' (at least one), and group 0's
+        leadership handed to the first of them first if the plan says so."""
+        bad = self.disks.bad
+        if not bad:
+            details["skipped"] = "no disk may go bad: no Raft group has replicas enough for a minority"
+            return []
+        first = int(fault.params["pick"] * len(bad)) % len(bad)
+        victims = [bad[(first + i) % len(bad)] for i in range(1 + min(int(fault.params["many"] * len(bad)),
+                                                                     len(bad) - 1))]
+        details["victims"] = victims
+        if fault.params["leader"]:
+            details["lead"] = self._hand_lead_to(victims[0])
+        return victims
+
+    def _hand_lead_to(self, node: str) -> str:
+        leader = self.leader()
+        if leader == node:
+            return f"{node} led"
+        try:
+            moved = self.admin.transfer_leadership(node)
+        except Exception as exc:   # recorded: the fault goes on wherever the lead is
+            return f"not handed to {node}: {exc}"
+        return f"handed to {node}" if moved.get("leader") == node else f"{moved.get('leader')} took it, not {node}"
+
+    def _engine_dir(self, node: str, group: int) -> Path:
+        return group_data_dir(self.disks.root / node, group) / "raft"
+
+    def _group_of(self, fault: Fault, victims: list[str]) -> tuple[int, list[str]]:
+        """The Raft group the plan picks, and those of `victims` that hold a replica of it."""
+        group = min(int(fault.params["group_pick"] * self.raft_groups), self.raft_groups - 1)
+        return group, [node for node in victims if node in self.placement.members(group)]
+
+    def _rot(self, fid: int, fault: Fault, victims: list[str], details: dict) -> None:
+        rng = random.Random(fault.params["seed"])
+        flips = {node: rot(self.disks.root / node, rng, fault.params["records"], snapshot=fault.params["snapshot"])
+                 for node in victims}
+        self._mark(fid, flips={node: [flip.as_dict() for flip in done] for node, done in flips.items()})
+        details["flipped"] = {node: len(done) for node, done in flips.items()}
+
+    def _bit_rot(self, fid, fault, details):
+        """Bytes flipped in live records of running nodes' journals and snapshots."""
+        victims = self._bad_disks(fault, details)
+        started = time.monotonic()
+        if victims:
+            self._rot(fid, fault, victims, details)
+            self._wait_hold(started, fault)
+
+    def _bit_rot_stopped(self, fid, fault, details):
+        """The same while the nodes are down (after a power cut, or stopped), then started again:
+        start-up finds it."""
+        victims = self._bad_disks(fault, details)
+        if not victims:
+            return
+        for node in victims:
+            if fault.params["power_cut"]:
+                self._kill(node)
+            else:
+                self.expected_up.discard(node)
+                self.cluster.stop(node)
+        self._rot(fid, fault, victims, details)
+        time.sleep(fault.params["down_s"])
+        for node in victims:
+            self._start(node)
+
+    def _disk_full(self, fid, fault, details):
+        """Every node's data directory's filesystem shrunk to what its files take (plus a little),
+        for the hold; grown back as it heals."""
+        if self.disks.small is None:
+            details["skipped"] = self.disks.why_not or "no small filesystems"
+            return
+        started = time.monotonic()
+        details["free_bytes"] = self.disks.small.fill(fault.params["headroom_kib"] * 1024)
+        self._wait_hold(started, fault)
+
+    def _seam(self, fid: int, fault: Fault, faults: dict[str, dict], details: dict) -> None:
+        """Arm `faults` (node -> the seam's fault) for the hold, or until each with a count used
+        it up; the calls each hit go to details."""
+        if not faults:
+            details.setdefault("skipped", "no bad disk holds a replica of the Raft group picked")
+            return
+        ids = {node: f"{fid}-{node}" for node in faults}
+        started = time.monotonic()
+        disk_faults.arm(self.disks.control, *[{**f, "id": ids[node]} for node, f in faults.items()])
+        while time.monotonic() - started < fault.hold_s and not all(
+                "count" in f and disk_faults.hits(self.disks.control, ids[node]) >= f["count"]
+                for node, f in faults.items()):
+            time.sleep(0.05)
+        disk_faults.disarm(self.disks.control)
+        details["hits"] = {node: disk_faults.hits(self.disks.control, ids[node]) for node in faults}
+
+    def _fsync_eio(self, fid, fault, details):
+        """One fsync or fdatasync of a Raft group's engine fails with EIO: it stops and is started again."""
+        group, victims = self._group_of(fault, self._bad_disks(fault, details))
+        details["group"] = group
+        self._seam(fid, fault, {node: {"kind": "sync_eio", "path": f"{self._engine_dir(node, group)}/", "count": 1}
+                                for node in victims}, details)
+        details["sync_failed"] = details.pop("hits")
+
+    def _short_write(self, fid, fault, details):
+        """The nodes' writes come up short (every file of theirs), for the hold."""
+        self._seam(fid, fault, {node: {"kind": "short_write", "path": f"{self.disks.root / node}/",
+                                       "count": SHORT_WRITES}
+                                for node in self._bad_disks(fault, details)}, details)
+
+    def _misdirected_write(self, fid, fault, details):
+        """A few writes to a Raft group's journal segments land over the record before them."""
+        group, victims = self._group_of(fault, self._bad_disks(fault, details))
+        details["group"] = group
+        self._seam(fid, fault, {node: {"kind": "misdirect", "path": f"{self._engine_dir(node, group)}/journal/seg-",
+                                       "count": fault.params["count"]}
+                                for node in victims}, details)

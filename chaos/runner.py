@@ -13,7 +13,12 @@ Theory of operation
 2. The nodes start as real processes (raftq.local.LocalCluster), running
    production code; every kill -9 is made a power cut (chaos/power.py): the
    node's journal segments are cut back to what its fsyncs covered. A clock fault restarts its node under libfaketime for the
-   length of the fault (chaos/nemesis.py, `Clocks`). With `groups` > 1 the
+   length of the fault (chaos/nemesis.py, `Clocks`). With disk faults among
+   the kinds, the nodes load the write seam's fault injector
+   (chaos/disk_faults.py), scrub their live entries every SCRUB_PASS_HOURS
+   (so that damage is found within a fault or two, as a day's pass finds it
+   on a real disk), and with `disk-full` each data directory is a tmpfs of
+   its own (chaos/disks.py), unmounted at the end whatever happens. With `groups` > 1 the
    cluster has that many Raft groups (issue 24): each node's supervisor runs
    one engine process per group it is a member of, all behind its one Raft
    port, so the pair proxies carry every group's traffic.
@@ -50,21 +55,25 @@ from pathlib import Path
 from typing import Callable
 
 from chaos import backlog
-from chaos.checker import Report, check, render
+from chaos.checker import GIVE_UP, Report, check, render
+from chaos.disks import Disks, SmallDisks, bad_disks
 from chaos.history import History
-from chaos.nemesis import KINDS, Clocks, Nemesis, Network, plan, wait_settled
+from chaos.nemesis import DISK_KINDS, KINDS, Clocks, Nemesis, Network, plan, wait_settled
 from chaos.power import PowerCutCluster
 from chaos.toxiproxy import ToxiproxyServer, start_toxiproxy
 from chaos.workload import (PROBE_QUEUE_PREFIX, Endpoints, Monitor, Prober, Workload, churn_queues, drain,
                             placement, verify)
 from raftq.client import Client
 from raftq.engine.config import Link
+from raftq.engine.placement import for_cluster
 from raftq.local import LocalCluster, free_ports
 
 CONSUMER_GROUPS = ["default", "audit"]
 FANOUT_QUEUES = 2          # the first work queues are read by every consumer group, the others by "default"
 JUDGED_LOG_LEVELS = ("critical",)
 ROUTING_WAIT_S = 30.0
+# With disk faults: a scrubber's pass over every live entry each 36 s (at most 4 MiB/s)
+SCRUB_PASS_HOURS = 0.01
 
 
 @dataclass
@@ -96,13 +105,16 @@ def probe_queues(raft_groups: int) -> list[str]:
 
 class ChaosCluster(PowerCutCluster):
     """A cluster whose every kill -9 is a power cut, and that can start chosen
-    nodes on a fake clock (those in `faked`)."""
+    nodes on a fake clock (those in `faked`), and with their write seam's disk faults armed
+    through `disk_control` (when set)."""
 
     clocks: Clocks
     faked: set[str]
+    disk_control: Path | None = None
 
     def node_env(self, node_id: str) -> dict[str, str]:
-        return self.clocks.env(node_id) if node_id in self.faked else {}
+        env = {"RAFTQ_DISK_FAULTS": str(self.disk_control)} if self.disk_control else {}
+        return {**env, **(self.clocks.env(node_id) if node_id in self.faked else {})}
 
     def engine_pid(self, node_id: str, group: int, timeout: float = 5.0) -> int | None:
         """The PID of Raft group `group`'s engine process in the running node: the
@@ -190,7 +202,8 @@ def read_routing(urls: list[str], token: str | None, queues: list[str]) -> dict[
 
 
 def scan_logs(cluster: LocalCluster, history: History) -> None:
-    """Record the node log lines the checker judges (truncations, critical errors)."""
+    """Record the node log lines the checker judges (truncations, critical errors, entries given
+    up to damage), each with its wall clock."""
     for nid in cluster.ids:
         path = cluster.log_path(nid)
         if not path.exists():
@@ -200,8 +213,30 @@ def scan_logs(cluster: LocalCluster, history: History) -> None:
                 entry = json.loads(line)
             except ValueError:
                 continue   # tracebacks and stray output; the JSON line before them tells the story
-            if isinstance(entry, dict) and entry.get("level") in JUDGED_LOG_LEVELS:
-                history.event("log", node=nid, level=entry["level"], line=entry.get("msg", ""))
+            if isinstance(entry, dict) and (entry.get("level") in JUDGED_LOG_LEVELS
+                                            or GIVE_UP.search(str(entry.get("msg", "")))):
+                history.event("log", node=nid, level=entry["level"], line=entry.get("msg", ""), ts=entry.get("ts"))
+
+
+def prepare_disks(cluster: ChaosCluster, seed: int, kinds: tuple[str, ...], log: Callable[[str], None]) -> Disks:
+    """What the campaign's disk faults strike: the nodes whose disks go bad, the seam's control
+    file (loaded by the nodes if any kind uses the seam), each data directory's own tmpfs (if
+    the disk-full kind is in), and a scrubber fast enough to find damage between faults."""
+    placement = for_cluster(cluster.cfg)
+    smallest = min(len(placement.members(group)) for group in range(cluster.cfg.groups))
+    disks = Disks(root=cluster.root, bad=bad_disks(seed, cluster.ids, smallest), control=cluster.root / "disk-faults.json")
+    if not set(kinds) & set(DISK_KINDS):
+        return disks
+    cluster.disk_control = disks.control
+    cluster.node_args += ("--scrub-pass-hours", str(SCRUB_PASS_HOURS))
+    log(f"chaos: disks that go bad: {', '.join(disks.bad) or 'none'}")
+    if "disk-full" in kinds:
+        small = SmallDisks(cluster.root, cluster.ids, cluster.cfg.groups)
+        disks.why_not = small.mount()
+        disks.small = None if disks.why_not else small
+        if disks.why_not:
+            log(f"chaos: {disks.why_not}; the disk-full fault is skipped")
+    return disks
 
 
 def run(options: Options, log: Callable[[str], None] = print) -> Report:
@@ -220,21 +255,27 @@ def run(options: Options, log: Callable[[str], None] = print) -> Report:
     started = time.monotonic()
     with open(results / "toxiproxy.log", "wb") as proxy_log:
         server = start_toxiproxy(seed=seed, stderr=proxy_log)
-        cluster = network = None
+        cluster = network = disks = None
         try:
             cluster = ChaosCluster.create(results / "cluster", options.nodes, groups=options.groups,
                                           replicas=options.replicas)
             cluster.clocks, cluster.faked = Clocks(results / "clocks"), set()
+            disks = prepare_disks(cluster, seed, options.kinds, log)
             network, endpoints = wire_proxies(server, cluster)
-            _campaign(options, seed, cluster, network, endpoints, history, log)
+            _campaign(options, seed, cluster, network, endpoints, history, disks, log)
         finally:
-            if cluster is not None:
-                cluster.close()
-                scan_logs(cluster, history)
-            if network is not None and server.process is None:
-                network.destroy()   # someone else's server: leave it as we found it
-            server.stop()
-            history.close()
+            try:
+                if cluster is not None:
+                    cluster.close()
+                    scan_logs(cluster, history)
+            finally:   # what it mounted is unmounted even if stopping the nodes failed
+                if disks is not None and disks.small is not None:
+                    for problem in disks.small.unmount():
+                        log(f"chaos: {problem}")
+                if network is not None and server.process is None:
+                    network.destroy()   # someone else's server: leave it as we found it
+                server.stop()
+                history.close()
     report = check(history.events)
     report.summary["duration_s"] = round(time.monotonic() - started, 1)
     text = render(report)
@@ -266,7 +307,7 @@ def _record_routing(history: History, urls: list[str], token: str | None, work: 
 
 
 def _campaign(options: Options, seed: int, cluster: ChaosCluster, network: Network, endpoints: Endpoints,
-              history: History, log: Callable[[str], None]) -> None:
+              history: History, disks: Disks, log: Callable[[str], None]) -> None:
     if not cluster.clocks.available:
         log("chaos: libfaketime not found (apt-get install faketime); clock faults are skipped")
     work, probes = work_queues(options.groups), probe_queues(options.groups)
@@ -286,7 +327,7 @@ def _campaign(options: Options, seed: int, cluster: ChaosCluster, network: Netwo
     history.event("setup", seed=seed, nodes=options.nodes, raft_groups=options.groups,
                   replicas=cluster.cfg.replicas_per_group, queues=queues, lease_ms=options.lease_ms,
                   producers=workload.producer_names, kinds=list(options.kinds),
-                  faketime=cluster.clocks.available, load_at_birth=options.load_at_birth,
+                  faketime=cluster.clocks.available, load_at_birth=options.load_at_birth, bad_disks=disks.bad,
                   wall_ms_at_t0=round(time.time() * 1000 - history.now() * 1000))
     monitor = Monitor(history, endpoints)
     monitor.start()
@@ -304,7 +345,7 @@ def _campaign(options: Options, seed: int, cluster: ChaosCluster, network: Netwo
             backlog.fill(urls, cluster.token, options.backlog, history, log)
         with Client(urls, retry_for=15, timeout=5, token=cluster.token) as admin:
             nemesis = Nemesis(cluster, network, cluster.clocks, history,
-                              Prober(history, endpoints, probe_of, read_queue), admin, log)
+                              Prober(history, endpoints, probe_of, read_queue), admin, disks, log)
             try:
                 time.sleep(options.calm_s)
                 deadline = time.monotonic() + options.minutes * 60 if options.minutes else None

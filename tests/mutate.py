@@ -60,6 +60,7 @@ T_STG = "tests/test_statemachine_staging.py::"
 T_SSG = "tests/test_security_staging.py::"
 T_SEC = "tests/test_security_sqs.py::"
 T_ALM = "tests/test_disk_alarm.py::"
+T_CHK = "tests/test_chaos_checker.py::"
 RULES = ("tests/test_statemachine_rules.py", "tests/test_statemachine_model.py")
 
 MUTANTS = [
@@ -677,6 +678,30 @@ MUTANTS = [
            "        if False:",
            (T_JRN + "test_meta_damaged_in_both_copies_refuses_to_open_with_what_to_do",
             T_JRN + "test_a_journal_with_entries_whose_meta_is_gone_refuses_to_open")),
+    Mutant("startup-forgets-entries-past-damage", "entries a sync made durable past damaged ones are regained before a vote, marked or not",
+           "engine/storage/journal.py",
+           "regain = max(first_lost, shown or 0, *(index for index in intact if index is not None),",
+           "regain = max(first_lost, shown or 0,",
+           (T_JRN + "test_entries_past_damage_that_no_mark_names_are_regained_too",)),
+    Mutant("engine-restart-answered-500", "while an engine is started again after a failed sync, the node answers 503, not 500",
+           "api/app.py", '            if exc.code != "engine_gone":', "            if True:",
+           (T_DSK + "test_an_engine_whose_fsync_fails_is_started_again_and_loses_nothing_acknowledged",)),
+    Mutant("catalog-lost-while-its-engine-restarts", "while group 0's engine is started again, the node serves the other groups' queues (never a 500)",
+           "api/groups.py", "        return self._catalog", "        return self.engines[0]",
+           (T_DSK + "test_with_several_groups_each_engine_whose_fsync_fails_is_started_again_alone",)),
+    # ---- issue 47: the chaos suite's disk faults, judged by the checker ---------------------------
+    Mutant("checker-misses-changed-body", "the chaos checker's bodies_as_put sees a body served that differs from its put",
+           "chaos/checker.py", "            if put != d.body:", "            if False:",
+           (T_CHK + "test_a_body_served_that_differs_from_its_put_fails",)),
+    Mutant("checker-misses-writes-never-resumed", "the chaos checker's writes_resume fails a fault after which no write is acknowledged",
+           "chaos/checker.py", 'bad = [t for t in times if t["s"] is None or t["s"] > WRITES_RESUME_S]',
+           'bad = [t for t in times if t["s"] is not None and t["s"] > WRITES_RESUME_S]',
+           (T_CHK + "test_writes_not_acknowledged_soon_after_a_fault_ends_fail",)),
+    Mutant("checker-counts-writes-sent-in-the-fault", "writes_resume counts only puts sent after the fault's end",
+           "chaos/checker.py",
+           "done = min((complete for invoked, complete in acked[group] if invoked >= end), default=None)",
+           "done = min((complete for invoked, complete in acked[group] if complete >= end), default=None)",
+           (T_CHK + "test_writes_not_acknowledged_soon_after_a_fault_ends_fail",)),
     # ---- what an attacker found at the SQS door (issue 49) ----------------------------------------
     Mutant("sqs-target-unsigned", "the JSON protocol's X-Amz-Target must be signed",
            "api/sqs/sigv4.py", 'JSON_REQUIRED_SIGNED = ("x-amz-target",)', "JSON_REQUIRED_SIGNED = ()",

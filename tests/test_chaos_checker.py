@@ -7,9 +7,10 @@ import json
 import pytest
 
 from chaos import backlog
-from chaos.checker import check, percentile, render
+from chaos.checker import WRITES_RESUME_S, check, percentile, render
+from chaos.disks import bad_disks
 from chaos.history import History, load, ops
-from chaos.nemesis import KINDS, plan
+from chaos.nemesis import DISK_KINDS, KINDS, plan
 
 LEASE_MS = 1000
 WALL_MS_AT_T0 = 49_000   # the wall clock when the synthetic history starts
@@ -32,19 +33,23 @@ class Run:
             self.t = end
             self.h.complete(op, type, result, error)
 
-    def put(self, mid, seq, start, end=None, type="ok", producer="p1", error=None):
+    def put(self, mid, seq, start, end=None, type="ok", producer="p1", error=None, body=None, queue="q"):
+        """A put of message `mid`; with a `body`, the body it put is recorded, as the workload does."""
         end = start + 0.01 if end is None else end
-        self.op(producer, "put", {"queue": "q", "id": mid, "producer": producer}, start, end, type,
-                {"seq": seq, "duplicate": False} if type == "ok" else None, error)
+        value = {"queue": queue, "id": mid, "producer": producer, **({"body": body} if body is not None else {})}
+        self.op(producer, "put", value, start, end, type, {"seq": seq, "duplicate": False} if type == "ok" else None,
+                error)
 
     def receive(self, messages, start, end=None, process="c1", group="default", type="ok"):
-        """messages: [(id, seq, deliveries)]; returns their receipts."""
+        """messages: [(id, seq, deliveries)], or (id, seq, deliveries, body) with the body served
+        recorded; returns their receipts."""
         receipts = []
         out = []
-        for mid, seq, deliveries in messages:
+        for mid, seq, deliveries, *body in messages:
             self.receipts += 1
             receipts.append(f"{group}:{seq}:{self.receipts}")
-            out.append({"seq": seq, "receipt": receipts[-1], "id": mid, "deliveries": deliveries})
+            out.append({"seq": seq, "receipt": receipts[-1], "id": mid, "deliveries": deliveries,
+                        **({"body": body[0]} if body else {})})
         self.op(process, "receive", {"queue": "q", "group": group, "max": 10, "lease_ms": LEASE_MS},
                 start, start + 0.01 if end is None else end, type, {"messages": out} if type == "ok" else None)
         return receipts
@@ -736,3 +741,171 @@ def test_a_churn_queue_in_two_groups_or_astray_from_the_catalog_fails(where):
 def test_churn_queues_never_located_fail():
     verdict = verdicts(churn_run({"unread": "GET /v1/queues?group=1: 503"}).report())["queue_in_one_group"]
     assert not verdict.ok and "never read" in verdict.detail
+
+
+# ---- bodies_as_put -----------------------------------------------------------------------
+
+def body(mid: str, n: int) -> dict:
+    return {"id": mid, "p": "p1", "n": n}
+
+
+def bodies_run(served: list[tuple]) -> Run:
+    """a (seq 1) and b (seq 2) put with their bodies, c's put of unknown outcome; then `served`
+    received: (id, seq, body) each."""
+    run = Run()
+    run.put("a", 1, 0.0, body=body("a", 1))
+    run.put("b", 2, 0.1, body=body("b", 2))
+    run.put("c", None, 0.2, type="info", body=body("c", 3))
+    run.receive([(mid, seq, 1, served_body) for mid, seq, served_body in served], 1.0)
+    run.healed()
+    return run
+
+
+def test_bodies_served_as_put_pass_and_are_counted():
+    report = bodies_run([("a", 1, body("a", 1)), ("b", 2, body("b", 2)), ("c", 3, body("c", 3))]).report()
+    v = verdicts(report)["bodies_as_put"]
+    assert v.ok and v.detail.startswith("3 bodies served compared with their puts, 0 changed"), v
+    assert report.summary["changed_bodies"] == 0
+
+
+@pytest.mark.parametrize("served", [
+    ("a", 1, body("a", 7)),          # a digit flipped: the seq names the put, whose body differs
+    ("a", 1, body("a", 1) | {"p": "q1"}),
+    ("b", 1, body("b", 2)),          # another put's body under a's seq
+    ("c", 3, body("c", 2)),          # no seq known: the puts attempted with the id it names
+    ("d", 4, body("d", 4)),          # an id nobody put
+])
+def test_a_body_served_that_differs_from_its_put_fails(served):
+    report = bodies_run([("b", 2, body("b", 2)), served]).report()
+    v = verdicts(report)["bodies_as_put"]
+    assert not v.ok and v.violations == 1 and report.summary["changed_bodies"] == 1, v
+    assert v.examples[0]["served"] == served[2]
+
+
+def test_changed_bodies_of_the_backlog_count_too():
+    run = backlog_run(5, stored([0, 1, 2, 3]) + [{"seq": 9, "body": backlog.body_of(4)[:-1] + "X"}])
+    report = run.report()
+    v = verdicts(report)["bodies_as_put"]
+    assert not v.ok and v.violations == 1 and "backlog: 1 changed" in v.detail
+    assert report.summary["changed_bodies"] == 1
+
+
+def test_a_history_without_bodies_compares_none():
+    v = verdicts(clean_run().report())["bodies_as_put"]
+    assert v.ok and v.detail.startswith("0 bodies served compared")
+
+
+# ---- writes_resume -----------------------------------------------------------------------
+
+def resume_run(puts: list[tuple[float, float, str]], raft_groups=1) -> Run:
+    """A fault from 10 s to 12 s, then puts (invoked, answered, outcome) to queue q (group 0)."""
+    run = raft_groups_run(raft_groups) if raft_groups > 1 else Run()
+    fault(run, 1, 10.0, 12.0, kind="bit-rot")
+    for n, (start, end, type) in enumerate(puts):
+        run.put(f"m{n}", n + 1 if type == "ok" else None, start, end, type)
+    return run
+
+
+def test_writes_acknowledged_soon_after_a_fault_ends_pass_and_the_time_is_reported():
+    report = resume_run([(11.9, 12.5, "ok"), (12.1, 12.4, "info"), (12.2, 12.9, "ok")]).report()
+    v = verdicts(report)["writes_resume"]
+    assert v.ok, v
+    # the put sent before the end does not count, nor one of unknown outcome
+    assert report.summary["resume_by_fault"] == [{"fault": 1, "kind": "bit-rot", "raft_group": 0,
+                                                  "s": pytest.approx(0.9)}]
+    assert report.summary["resume_max_s"] == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize("puts, seen", [
+    ([(11.0, 12.5, "ok")], None),                                   # acknowledged after the end, sent before it
+    ([(12.1, 12.2, "fail"), (12.3, 40.0, "info")], None),          # nothing acknowledged
+    ([(12.1, 12.2 + WRITES_RESUME_S, "ok")], WRITES_RESUME_S + 0.2),  # too late
+])
+def test_writes_not_acknowledged_soon_after_a_fault_ends_fail(puts, seen):
+    v = verdicts(resume_run(puts).report())["writes_resume"]
+    assert not v.ok and v.violations == 1
+    assert v.examples[0]["s"] == (None if seen is None else pytest.approx(seen))
+
+
+def test_writes_must_resume_in_every_raft_group():
+    run = resume_run([(12.1, 12.3, "ok")], raft_groups=2)          # to q, of group 0; r (group 1) never
+    v = verdicts(run.report())["writes_resume"]
+    assert not v.ok and v.violations == 1 and v.examples[0]["raft_group"] == 1
+    run.put("r1", 1, 12.5, 13.0, queue="r")
+    assert verdicts(run.report())["writes_resume"].ok
+
+
+def test_skipped_faults_need_no_writes_after_them():
+    run = Run()
+    run.t = 10.0
+    run.h.event("nemesis", f="start", fault=1, kind="disk-full", value={})
+    run.h.event("nemesis", f="stop", fault=1, kind="disk-full", value={"skipped": "cannot mount"})
+    assert verdicts(run.report())["writes_resume"].ok
+
+
+# ---- the disk faults' own exceptions --------------------------------------------------------
+
+SYNC_FAILED = ("fdatasync of /d/n2/raft/journal/seg-000000000001.log failed: Input/output error. What it was "
+               "to make durable may be lost, and a second sync would say it was not (fsyncgate): nothing it "
+               "covers is acknowledged; this process stops, to recover from what is on disk")
+
+
+def test_the_critical_line_of_each_sync_the_nemesis_failed_is_no_failure():
+    run = clean_run()
+    run.t = 10.0
+    run.h.event("nemesis", f="start", fault=1, kind="fsync-eio", value={})
+    run.h.event("nemesis", f="stop", fault=1, kind="fsync-eio", value={"sync_failed": {"n2": 1}})
+    run.h.event("log", node="n2", level="critical", line=SYNC_FAILED)
+    v = verdicts(run.report())["nodes_never_fail"]
+    assert v.ok and "1 more reporting a sync the nemesis failed" in v.detail, v
+    run.h.event("log", node="n2", level="critical", line=SYNC_FAILED)     # a second: no fault made it fail
+    run.h.event("log", node="n3", level="critical", line=SYNC_FAILED)     # a node no fault struck
+    v = verdicts(run.report())["nodes_never_fail"]
+    assert not v.ok and v.violations == 2
+
+
+def give_up_run(give_up_at: float, first: int, regain: int) -> Run:
+    """n1 committed 100 by 1 s; it logs at `give_up_at` that it gives up entries first..regain; its
+    log ends at 40 at 5 s."""
+    run = clean_run()
+    run.op("monitor", "ready", None, 1.0, 1.05, "ok", {"last_log_index": 100, "commit_index": 100})
+    run.h.event("log", node="n1", level="error", ts=(WALL_MS_AT_T0 + give_up_at * 1000) / 1000,
+                line=f"journal /d/n1/raft/journal/seg-000000000001.log: damaged record at offset 330 (log index "
+                     f"{first}) in a part of the log a sync made durable (synced entries up to index {regain} "
+                     f"follow it). This node gives up entries {first} to {regain} and takes them again from the "
+                     f"leader; until its log holds index {regain} again it neither votes nor stands for election")
+    run.op("monitor", "ready", None, 5.0, 5.05, "ok", {"last_log_index": 40, "commit_index": 40})
+    return run
+
+
+def test_a_log_cut_back_over_damage_it_gave_up_is_no_shrink():
+    v = verdicts(give_up_run(4.0, 41, 100).report())["log_never_shrinks"]
+    assert v.ok and "1 give-ups of damaged entries" in v.detail, v
+
+
+@pytest.mark.parametrize("give_up_at, first, regain", [
+    (4.0, 41, 99),    # a floor above the index it must regain: it acknowledged what it no longer holds
+    (4.0, 50, 100),   # its log ends below the entry before the damage (49)
+    (6.0, 41, 100),   # said only after the reading
+])
+def test_a_log_cut_back_beyond_what_it_gave_up_is_a_shrink(give_up_at, first, regain):
+    v = verdicts(give_up_run(give_up_at, first, regain).report())["log_never_shrinks"]
+    assert not v.ok and v.violations == 1
+
+
+# ---- the disk faults' plan ------------------------------------------------------------------
+
+def test_disks_go_bad_on_a_minority_of_every_group_drawn_from_the_seed():
+    ids = ["n1", "n2", "n3", "n4", "n5"]
+    assert len(bad_disks(7, ids, 5)) == 2 and len(bad_disks(7, ids, 3)) == 1 and bad_disks(7, ids, 2) == []
+    assert bad_disks(7, ids, 5) == bad_disks(7, ids, 5)
+    assert {tuple(bad_disks(seed, ids, 5)) for seed in range(20)} != {tuple(bad_disks(7, ids, 5))}
+
+
+def test_every_disk_fault_kind_is_planned_with_what_it_needs():
+    faults = {f.kind: f for f in plan(seed=3, nodes=5, cycles=1, kinds=DISK_KINDS)}
+    assert sorted(faults) == sorted(DISK_KINDS)
+    for kind in ("bit-rot", "bit-rot-stopped", "fsync-eio", "short-write", "misdirected-write"):
+        assert {"many", "pick", "leader"} <= set(faults[kind].params), kind
+    assert 3 <= faults["bit-rot"].params["records"] <= 12 and "seed" in faults["bit-rot-stopped"].params
+    assert faults["disk-full"].params["headroom_kib"] >= 0

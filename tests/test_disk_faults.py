@@ -4,6 +4,7 @@ Each node loads the fault injector (chaos/node_site/sitecustomize.py); a test ar
 in the one control file of its cluster, naming the node by its data directory.
 """
 
+import http.client
 import threading
 import time
 from pathlib import Path
@@ -72,6 +73,29 @@ class Producer(threading.Thread):
                     pass
 
 
+class Watcher(threading.Thread):
+    """Asks a node for GET `path` every few milliseconds, keeping each answer's status."""
+
+    def __init__(self, cluster, node_id: str, path: str):
+        super().__init__(daemon=True)
+        self.addr, self.path, self.token = cluster.cfg.node(node_id).http, path, cluster.token
+        self.statuses: list[int] = []
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.wait(0.02):
+            conn = http.client.HTTPConnection(self.addr, timeout=5)
+            try:
+                conn.request("GET", self.path, headers={"Authorization": f"Bearer {self.token}"})
+                reply = conn.getresponse()
+                reply.read()
+                self.statuses.append(reply.status)
+            except (OSError, http.client.HTTPException):
+                pass
+            finally:
+                conn.close()
+
+
 def stored(client, queue: str) -> list:
     bodies, seq = [], 0
     while page := client.browse(queue, from_seq=seq, limit=1000)["messages"]:
@@ -91,11 +115,19 @@ def test_an_engine_whose_fsync_fails_is_started_again_and_loses_nothing_acknowle
         wait_until(lambda: len(producer.acked) >= 20, 60, "puts acknowledged before the fault")
         leader = cluster.wait_for_leader(30)
         before = engine_pid(cluster, leader)
+        # the node's view of the cluster, asked all along: while the engine is started again it
+        # answers 503 (retry), never 500 (a broken node)
+        watcher = Watcher(cluster, leader, "/v1/cluster")
+        watcher.start()
         disk_faults.arm(control, {"kind": "sync_eio", "path": f"/{leader}/raft/", "count": 1})
         wait_until(lambda: disk_faults.hits(control) == 1, 30, "the leader's next sync to fail")
         wait_until(lambda: engine_pid(cluster, leader) not in (None, before), 30, "the engine to be started again")
         assert cluster.running(leader)             # the node itself never stopped
         wait_until(lambda: (cluster.ready_view(leader) or {}).get("ready"), 60, "the node to serve again")
+        wait_until(lambda: watcher.statuses[-1:] == [200], 30, "the node's view of the cluster again")
+        watcher.stop.set()
+        watcher.join()
+        assert 500 not in watcher.statuses and 503 in watcher.statuses, watcher.statuses
         acked = len(producer.acked)
         wait_until(lambda: len(producer.acked) >= acked + 20, 60, "puts acknowledged after the fault")
         producer.stop.set()
@@ -113,7 +145,9 @@ def test_an_engine_whose_fsync_fails_is_started_again_and_loses_nothing_acknowle
 def test_with_several_groups_each_engine_whose_fsync_fails_is_started_again_alone(tmp_path):
     """Group 2's engine, then group 0's (which reports to the supervisor the groups the node
     should hold, over a socket of its own): each is started again while the node's other
-    engines and its fronts run on, and the node still runs every group it held."""
+    engines and its fronts run on, and the node still runs every group it held. While group 0's
+    engine is started again, the node serves the queues of the other groups from the catalog's
+    view it last had (never a 500)."""
     from tests.test_groups import leaders
     from tests.test_routing import queues_in_groups
 
@@ -127,6 +161,9 @@ def test_with_several_groups_each_engine_whose_fsync_fails_is_started_again_alon
         assert {0, 2} <= set(held)
         for n, group in enumerate((2, 0)):
             where = f"/{node}/group-{group}/" if group else f"/{node}/raft/"
+            # a queue of another group, asked of this node all along (a replica's answer, or a redirect)
+            watcher = Watcher(cluster, node, f"/v1/queues/{queues[1 if group == 0 else 0]}?consistency=any")
+            watcher.start()
             disk_faults.arm(control, {"kind": "sync_eio", "path": where, "count": 1, "id": str(group)})
             with cluster.client(retry_for=30) as client:
                 for queue in queues.values():      # writes to every group, so the one armed syncs
@@ -137,6 +174,9 @@ def test_with_several_groups_each_engine_whose_fsync_fails_is_started_again_alon
             held[group] = engine_pid(cluster, node, group)
             assert {g: engine_pid(cluster, node, g) for g in held} == held   # the others ran on
             wait_until(lambda: leaders(cluster), 90, "every group led again")
+            watcher.stop.set()
+            watcher.join()
+            assert 500 not in watcher.statuses and watcher.statuses, watcher.statuses
         assert cluster.running(node)
         with cluster.client(retry_for=30) as client:
             for queue in queues.values():

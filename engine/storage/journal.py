@@ -161,6 +161,11 @@ _SYNC_MARK_BYTES_FOUND = re.compile(re.escape(records.RECORD_HEADER.pack(ENTRY_P
 # The fewest bytes an entry's record takes: what lies between two records bounds how many
 # entries were there.
 MIN_ENTRY_RECORD_BYTES = records.RECORD_HEADER.size + ENTRY_PREFIX.size + 1
+# Past a damaged record, the next entries' records are looked for by their index (``_intact_past``):
+# within this many bytes (the largest entry's record fits), over at most this many missing entries.
+_ENTRY_INDEX = struct.Struct("<Q")
+INTACT_WINDOW_BYTES = 32 << 20
+INTACT_MISSES = 16
 
 
 class Kept(NamedTuple):
@@ -442,10 +447,14 @@ class DurableJournal(Journal):
         base = prev_idx if prev_idx is not None else self._commit_index
         offset = max(good_end, SEGMENT_HEADER.size)
         shown = [self._synced_past(data, offset, base)]
+        # entries whose records lie intact past the damage: among them those of the last sync, which
+        # no mark names and this node may have acknowledged (they only raise what it must regain)
+        intact = [self._intact_past(data, offset, base)]
         between = len(data) - offset          # bytes of the log from the damage to the segment scanned
         for later in segments[1:]:
             later_data = (self._dir / _segment_name(later)).read_bytes()
             shown.append(self._shown_by(later_data, later, last=later == segments[-1], base=base, between=between))
+            intact.append(self._intact_past(later_data, SEGMENT_HEADER.size, None))
             between += len(later_data)
         shown = max((index for index in shown if index is not None), default=None)
         first_lost = base + 1
@@ -453,7 +462,8 @@ class DurableJournal(Journal):
             logger.warning("journal %s: a torn write at offset %d of %d bytes, where the log ends (a crash while "
                            "writing, never synced nor acknowledged): cut there", path, good_end, len(data))
         else:
-            regain = max(first_lost, shown or 0, self.regain_index or 0)
+            regain = max(first_lost, shown or 0, *(index for index in intact if index is not None),
+                         self.regain_index or 0)
             logger.error("journal %s: damaged record at offset %d (log index %d) in a part of the log a sync made "
                          "durable (synced entries up to index %d follow it). This node gives up entries %d to %d "
                          "and takes them again from the leader; until its log holds index %d again it neither "
@@ -511,6 +521,32 @@ class DurableJournal(Journal):
             if synced <= base + 1 + (between + found.start() - offset) // MIN_ENTRY_RECORD_BYTES:
                 shown = synced if shown is None else max(shown, synced)
         return shown
+
+    @classmethod
+    def _intact_past(cls, data: bytes, offset: int, base: int | None) -> int | None:
+        """The highest index of an entry whose record lies intact in ``data`` from ``offset`` on, in
+        sequence with those before it; ``base`` is the index before the (damaged) record at
+        ``offset``, or None when the records there are whole. A damaged record may hide where the
+        next one starts (its length may be what is damaged): the next is found by the index its
+        payload must begin with, within a window an entry's record fits in, stepping over up to
+        ``INTACT_MISSES`` entries whose records are not found."""
+        if base is None:
+            _, found = cls._scan(data, offset, None)
+            return found[-1][0] if found else None
+        best, want, at, misses = None, base + 2, offset, 0
+        while misses < INTACT_MISSES and at < len(data):
+            found_at = data.find(_ENTRY_INDEX.pack(want), at + records.RECORD_HEADER.size,
+                                 at + INTACT_WINDOW_BYTES)
+            if found_at < 0:
+                want, misses = want + 1, misses + 1
+                continue
+            start = found_at - records.RECORD_HEADER.size
+            end, found = cls._scan(data, start, want - 1)
+            if not found:
+                at = start + 1               # the index's bytes, but not a record's: look further
+                continue
+            best, want, at, misses = found[-1][0], found[-1][0] + 2, end, 0
+        return best
 
     def _shown_by(self, data: bytes, seq: int, *, last: bool, base: int, between: int) -> int | None:
         """The highest index segment ``seq`` (its bytes ``data``, ``between`` bytes of the log
