@@ -113,8 +113,8 @@ def _element(name: str, value, action: str) -> str:
             return "".join(f"<Attribute><Name>{escape(k)}</Name><Value>{_text(v)}</Value></Attribute>"
                            for k, v in value.items())
         if name == "MessageAttributes":
-            return "".join(f"<MessageAttribute><Name>{escape(k)}</Name><Value>{_fields(v, action)}</Value>"
-                           "</MessageAttribute>" for k, v in value.items())
+            return "".join(f"<MessageAttribute><Name>{escape(k)}</Name><Value>{_fields(_value_fields(v), action)}"
+                           "</Value></MessageAttribute>" for k, v in value.items())
         if name == "Tags":
             return "".join(f"<Tag><Key>{escape(k)}</Key><Value>{_text(v)}</Value></Tag>" for k, v in value.items())
         return f"<{name}>{_fields(value, action)}</{name}>"
@@ -122,6 +122,11 @@ def _element(name: str, value, action: str) -> str:
         item = _entry_names(action).get(name, name)
         return "".join(_element(item, v, action) for v in value)
     return f"<{name}>{_text(value)}</{name}>"
+
+
+def _value_fields(value: dict) -> dict:
+    """A message attribute's value with its members in the order of AWS's model."""
+    return {k: value[k] for k in ("StringValue", "BinaryValue", "DataType") if k in value}
 
 
 def _fields(value: dict, action: str) -> str:
