@@ -20,7 +20,7 @@ from .. import forwarding
 from ..errors import ApiError
 from ..keys import GROUP, GROUPS, SETTINGS
 from ..leader import Elsewhere, node_authorization, serving_group
-from . import sigv4
+from . import sigv4, sts
 from .actions import ACTIONS, Context, Target, check_required
 from .context import from_native
 from .credentials import KEYS
@@ -141,6 +141,10 @@ async def handle(request: web.Request) -> web.StreamResponse:
         body = await _body(request)
         signer = pending.verify(body)
         call = parse(request, body, request_id)
+        if signer.service == sts.SERVICE:
+            return web.Response(body=sts.answer(call.action, signer.key, request.app[SETTINGS].sqs.account,
+                                                request_id), content_type="text/xml",
+                                headers={"x-amzn-RequestId": request_id})
         if "queue" in request.match_info and "QueueUrl" not in call.params:
             # the query protocol may name the queue by the URL it posts to
             call.params["QueueUrl"] = request.path
