@@ -270,7 +270,7 @@ def test_what_an_older_release_stored_never_fails_a_receive():
         message = {"seq": 1, "receipt": "1:default:1:1:AAAAAAAAAAAAAAAAAAAAAA", "body": "bell\u0007nul\u0000",
                    "headers": headers, "deliveries": 1, "put_at_ms": 1, "first_received_at_ms": 1,
                    "ordering_key": None}
-        out = rendered("q", message, {"All"}, ["All"], "1")
+        out = rendered("q", message, {"All"}, ["All"], "1", {1: 1})
         assert base64.b64decode(out["Body"]) == "bell\u0007nul\u0000".encode()
         assert "MessageAttributes" not in out
         ET.fromstring(render("ReceiveMessage", {"Messages": [out]}, "request-id"))

@@ -11,7 +11,7 @@ import orjson
 from .. import commands
 from ..errors import ApiError
 from ..forwarding import client_of
-from ..keys import GROUP, SETTINGS
+from ..keys import GROUP, GROUPS, SETTINGS
 from ..receipt_mode import MODE
 from ..receipts import RECEIPTS, Opened, well_formed
 from . import attributes as attrs
@@ -217,18 +217,21 @@ def body_text(body) -> str:
     return text if attrs.is_xml_text(text) else base64.b64encode(text.encode()).decode()
 
 
-def rendered(name: str, message: dict, wanted_system: set, wanted_attributes: list, received_at: str) -> dict:
-    """One received message as ReceiveMessage answers it. Whatever its headers hold (a message
-    stored by an older release, whose native API let a client set x-sqs-* headers), this raises
-    nothing: the receive has leased it already."""
+def rendered(name: str, message: dict, wanted_system: set, wanted_attributes: list, received_at: str,
+             walls: dict) -> dict:
+    """One received message as ReceiveMessage answers it, its timestamps the wall times `walls`
+    maps their log times to. Whatever its headers hold (a message stored by an older release,
+    whose native API let a client set x-sqs-* headers), this raises nothing: the receive has
+    leased it already."""
     headers = message["headers"] or {}
     body = body_text(message["body"])
     message_id = headers.get(attrs.HEADER_ID) or str(uuid.uuid5(uuid.NAMESPACE_URL, f"raftq:{name}:{message['seq']}"))
     out = {"MessageId": message_id, "ReceiptHandle": message["receipt"], "MD5OfBody": attrs.md5_of_text(body),
            "Body": body}
-    system = {"SentTimestamp": str(message["put_at_ms"]), "ApproximateReceiveCount": str(message["deliveries"]),
+    first_received = message.get("first_received_at_ms")
+    system = {"SentTimestamp": str(walls[message["put_at_ms"]]), "ApproximateReceiveCount": str(message["deliveries"]),
               # None only for a message first received before raftq kept that time
-              "ApproximateFirstReceiveTimestamp": str(message.get("first_received_at_ms") or received_at)}
+              "ApproximateFirstReceiveTimestamp": str(walls[first_received] if first_received else received_at)}
     if attrs.HEADER_SENDER in headers:
         system["SenderId"] = headers[attrs.HEADER_SENDER]
     if attrs.HEADER_TRACE in headers:
@@ -273,8 +276,17 @@ async def receive_message(ctx: Context, params: dict) -> dict:
     received_at = str(int(time.time() * 1000))
     if not result["messages"]:
         return {}     # AWS leaves out an empty list
-    return {"Messages": [rendered(name, m, wanted_system, wanted_attributes, received_at)
+    walls = await _wall_times(ctx, result["messages"])
+    return {"Messages": [rendered(name, m, wanted_system, wanted_attributes, received_at, walls)
                          for m in result["messages"]]}
+
+
+async def _wall_times(ctx: Context, messages: list) -> dict:
+    """The wall time of each log time the messages' timestamps show (statemachine/wall.py): log
+    time lags the wall clock by every time the whole cluster was down, AWS's timestamps do not."""
+    times = sorted({t for m in messages for t in (m["put_at_ms"], m.get("first_received_at_ms")) if t})
+    walls, _ = await ctx.app[GROUPS].engines[ctx.request[GROUP]].read("wall_times", times)
+    return dict(zip(times, walls))
 
 
 def _receipt(handle) -> str:
