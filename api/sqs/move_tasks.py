@@ -35,9 +35,18 @@ def source_queue(params: dict, account: str) -> str:
     return parsed.group(3)
 
 
+async def _source_info(ctx: Context, name: str) -> dict:
+    try:
+        return await read(ctx, "queue_info", name)
+    except SqsError as exc:
+        if exc.code == "QueueDoesNotExist":
+            raise SqsError(*NO_SOURCE) from None
+        raise
+
+
 async def _dead_letter_source(ctx: Context, params: dict) -> tuple[str, dict]:
     name = source_queue(params, ctx.account)
-    info = await read(ctx, "queue_info", name)
+    info = await _source_info(ctx, name)
     if await dead_letter_sources(ctx, name):
         return name, info
     raise SqsError("InvalidParameterValue", "Source queue must be configured as a Dead Letter Queue.")
@@ -85,7 +94,7 @@ async def start_message_move_task(ctx: Context, params: dict) -> dict:
 async def list_message_move_tasks(ctx: Context, params: dict) -> dict:
     name = source_queue(params, ctx.account)
     limit = validation.integer(params, "MaxResults", 1, high=KEPT_TASKS)
-    tasks = _tasks(await read(ctx, "queue_info", name))[:limit]
+    tasks = _tasks(await _source_info(ctx, name))[:limit]
     # a handle is only shown for a running task (SQS's rule); raftq's have all ended
     return {"Results": [{k: v for k, v in t.items() if k != "TaskHandle"} for t in tasks]}
 
