@@ -24,7 +24,7 @@ from tests.sqs_reference import Call, MotoServer, Reference, send
 from tests.sqsutil import ACCOUNT, start_sqs_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
-GENERATED_EXAMPLES = 150
+GENERATED_EXAMPLES = 100
 CALLS_PER_EXAMPLE = 6
 
 

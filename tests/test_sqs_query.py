@@ -183,3 +183,11 @@ def test_the_query_protocol_as_a_get_with_its_signed_query_string(cluster):
     tampered = target.replace("xml-get", "xml-got")
     reply = call("GET", tampered, headers=signed(target, b"", {}, method="GET"))
     assert reply.status == 403 and b"<Code>SignatureDoesNotMatch</Code>" in reply.raw, reply
+    # a queue's URL fetched with no action: AWS's answer, whole
+    queue = f"{url}/{ACCOUNT}/xml-get"
+    reply = call("GET", queue, headers=signed(queue, b"", {}, method="GET"))
+    assert reply.status == 404 and b"<UnknownOperationException/>" in reply.raw, reply
+    # the actions that are not on a queue are not taken at its URL
+    status, root = query(url, "ListQueues", path=f"/{ACCOUNT}/xml-get")
+    assert status == 400 and root.find("q:Error/q:Code", NS).text == "InvalidAction"
+    assert root.find("q:Error/q:Message", NS).text == "The action ListQueues is not valid for this endpoint."

@@ -160,6 +160,8 @@ LEGACY_MESSAGES = {"QueueDoesNotExist": "The specified queue does not exist for 
 
 
 def render_error(error: SqsError, fault: str, request_id: str) -> bytes:
+    if error.code == "UnknownOperationException":
+        return b'<?xml version="1.0"?><UnknownOperationException/>'    # AWS's whole answer to a call of no action
     message = LEGACY_MESSAGES.get(error.code, error.message)
     return (f'<?xml version="1.0"?><ErrorResponse xmlns="{NAMESPACE}"><Error><Type>{fault}</Type>'
             f"<Code>{_text(error.query_code)}</Code><Message>{_text(message)}</Message><Detail/></Error>"
