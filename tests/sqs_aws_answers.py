@@ -566,8 +566,12 @@ def no_tags_no_map(request: Call, expected: dict, issued: set):
 
 def missing_dead_letter_target(request: Call, expected: dict, issued: set):
     message = _message(expected)
-    if message.startswith("Could not find DLQ for "):
-        policy = (request.params.get("Attributes") or {})["RedrivePolicy"]
+    # (moto's query protocol words its refusal as any missing queue's: CreateQueue names no other queue)
+    if message.startswith("Could not find DLQ for ") or (
+            request.action == "CreateQueue" and _no_queue(expected) and _code(expected) != "MissingParameter"):
+        policy = (request.params.get("Attributes") or {}).get("RedrivePolicy")
+        if policy is None:
+            return None
         return _invalid(request, f"Value {policy} for parameter RedrivePolicy is invalid. Reason: Dead letter target "
                                  "does not exist.")
     return None
