@@ -728,8 +728,13 @@ MUTANTS = [
            'system = {"SentTimestamp": str(message["put_at_ms"]),',
            ("tests/test_sqs_timestamps.py",)),
     Mutant("no-wall-tick-when-a-term-settles", "a new term's commands come after the wall time of its log time",
-           "engine/node.py", "self._queue_wall_tick(term)\n", "pass\n",
+           "engine/node.py", "# ahead of every command of the term: the wall time of its log time\n"
+           "                            self._queue_wall_tick(term)\n", "pass\n",
            ("tests/test_sqs_timestamps.py",)),
+    Mutant("wall-ticks-wait-for-the-gate-after-a-restart", "once a wall time is recorded, every tick carries one, "
+           "also before the feature gate has asked the other nodes again after a restart of every node",
+           "engine/node.py", "return self._wall_ticks_allowed or bool(self.machine.wall.starts)",
+           "return self._wall_ticks_allowed", ("tests/test_sqs_timestamps.py",)),
     Mutant("wall-time-never-recorded", "every replica records the wall time of log time from the leader's ticks",
            "statemachine/wall.py", "        offset = wall_ms - now_ms\n", "        return\n",
            ("tests/test_statemachine_rules.py::test_a_leaders_tick_records_the_wall_time_of_log_time_for_moments_"

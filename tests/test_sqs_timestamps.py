@@ -16,7 +16,7 @@ OUTAGE_S = 5.0
 CLOSE_MS = 1_000     # AWS's clocks and ours: within a second
 
 
-def test_sent_created_and_first_received_times_keep_to_the_wall_clock_across_a_restart_of_every_node(tmp_path):
+def test_sent_created_and_first_received_times_keep_to_the_wall_clock_after_every_node_was_down(tmp_path):
     cluster = start_sqs_cluster(tmp_path / "stamps")
     try:
         sqs = sqs_client(cluster.url(cluster.wait_for_leader(30)))
@@ -30,8 +30,11 @@ def test_sent_created_and_first_received_times_keep_to_the_wall_clock_across_a_r
         for nid in cluster.ids:
             cluster.kill(nid)
         time.sleep(OUTAGE_S)    # log time stands still; the wall clock does not
-        cluster.start()
-        assert cluster.wait_for_leader(60) is not None and cluster.wait_all_ready(60)
+        # all but one back: a majority serves, and no node can find that every node runs this
+        # release (api/features.py), so the stamps rest on the wall time recorded before
+        for nid in cluster.ids[:-1]:
+            cluster.start(nid)
+        assert cluster.wait_for_leader(60) is not None
         sqs = sqs_client(cluster.url(cluster.wait_for_leader(30)), attempts=10)
         sent["after"] = time.time() * 1000
         sqs.send_message(QueueUrl=url, MessageBody="after")
