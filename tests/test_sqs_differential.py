@@ -129,6 +129,8 @@ def scripted(q: str, f: str, dlq: str) -> list:
         Call("SendMessage", {"QueueUrl": F, "MessageBody": "x", "MessageGroupId": "g", "MessageDeduplicationId": "d"}),
         *alone("SendMessage", {"MessageBody": "x", "MessageGroupId": "g", "MessageDeduplicationId": "a b"},
                fifo=True),
+        # a FIFO queue without content-based deduplication needs each send's id
+        *alone("SendMessage", {"MessageBody": "x", "MessageGroupId": "g"}, fifo=True),
         Call("ReceiveMessage", {"QueueUrl": Q, "MessageAttributeNames": ["All"],
                                 "MessageSystemAttributeNames": ["All"], "VisibilityTimeout": 60}),
         Call("ReceiveMessage", {"QueueUrl": F, "MessageSystemAttributeNames": ["MessageGroupId", "SequenceNumber"]}),
