@@ -7,10 +7,13 @@ asking a node which it knows (``GET /health/live``'s ``features``).
 - ``sqs_keys``: SQS keys kept in group 0's log, whose commands an older replica refuses
   (api/sqs/credentials.py);
 - ``relocate``: live bodies copied forward out of mostly-dead log entries, a command an older
-  replica refuses (engine/relocation.py, allowed by ``RelocationGate``).
+  replica refuses (engine/relocation.py, allowed by a ``FeatureGate``);
+- ``wall_times``: a leader's ticks carry its wall clock (statemachine/wall.py), which an older
+  replica ignores, so that it would lack the wall time of log time the others keep (engine/node.py,
+  allowed by a ``FeatureGate``).
 
 ``ClusterFeature`` asks every voter of group 0 (every node is one) for one of them; the name
-releaser and the relocation gate wait on it.
+releaser and the feature gates wait on it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from .keys import GROUPS, HTTP, SETTINGS
 
 log = logging.getLogger(__name__)
 
-FEATURES = ("name_release", "release_in_turn", "sealed_receipts", "sqs_keys", "relocate")
+FEATURES = ("name_release", "release_in_turn", "sealed_receipts", "sqs_keys", "relocate", "wall_times")
 PEER_TIMEOUT = ClientTimeout(total=2)
 GATE_S = 5.0
 
@@ -72,25 +75,34 @@ class ClusterFeature:
         return True
 
 
-class RelocationGate(Background):
-    """In a node's first front: lets each of the node's engines copy live bodies forward
-    (``allow_relocation``) while every node applies ``relocate``, each engine started since (a
-    replica moved here) as it comes, and stops them if a node of an older release joins."""
+class FeatureGate(Background):
+    """In a node's first front: tells each of the node's engines (its call `tell`: relocation's
+    ``allow_relocation``, the wall clock's ``allow_wall_ticks``) whether every node runs a release
+    with `feature`, each engine started since (a replica moved here) as it comes, and tells them
+    again if a node of an older release joins."""
 
-    def __init__(self, app: web.Application):
+    def __init__(self, app: web.Application, feature: str, who: str, tell: str):
         self._app = app
-        self._relocate = ClusterFeature(app, "relocate", "relocation of live bodies")
+        self._feature = ClusterFeature(app, feature, who)
+        self._who = who
+        self._tell = tell
         self._told: dict[int, tuple] = {}      # group -> (its engine, what it was told)
 
     async def _run(self) -> None:
         while True:
             try:
-                allowed = await self._relocate.everywhere()
+                allowed = await self._feature.everywhere()
                 for group, engine in list(self._app[GROUPS].engines.items()):
                     told = self._told.get(group)
                     if told is None or told[0] is not engine or told[1] != allowed:
-                        await engine.allow_relocation(allowed)
+                        await getattr(engine, self._tell)(allowed)
                         self._told[group] = (engine, allowed)
             except (CommitError, ClientError, asyncio.TimeoutError) as exc:
-                log.info("relocation gate: %s; trying again", exc)
+                log.info("%s gate: %s; trying again", self._who, exc)
             await asyncio.sleep(GATE_S)
+
+
+def feature_gates(app: web.Application) -> list[FeatureGate]:
+    """The gates of what an engine may write only once every node applies it."""
+    return [FeatureGate(app, "relocate", "relocation of live bodies", "allow_relocation"),
+            FeatureGate(app, "wall_times", "the wall clock in ticks", "allow_wall_ticks")]

@@ -71,7 +71,7 @@ class LogClock:
 
     The clock is settled for one term at a time, once the new leader's
     barrier entry is applied: only then is the applied log time known to be
-    the cluster's latest, and the clock continues from it.  Before that the
+    the cluster's latest, and the clock continues from 1 ms after it.  Before that the
     leader stamps nothing but the barrier itself, with the applied log time
     (time stands still).  Keying on the term at every stamp means a node
     deposed and re-elected in between never reuses an old base.  The wall
@@ -88,7 +88,10 @@ class LogClock:
 
     def settle(self, term: int) -> None:
         applied = self._machine.clock
-        self._base = applied if applied > 0 else int(time.time() * 1000)
+        # One millisecond on from the applied log time, so that every moment of the new term comes
+        # after every moment of the last: the wall time of log time (statemachine/wall.py) changes
+        # with the term, and a moment shown must belong to one term. The election took longer.
+        self._base = applied + 1 if applied > 0 else wall_ms()
         self._mono = time.monotonic()
         self._term = term
 
@@ -102,6 +105,11 @@ class LogClock:
     def now_ms(self) -> int:
         """Log time now; only for the term the clock is settled for."""
         return max(self._machine.clock, self._base + int((time.monotonic() - self._mono) * 1000))
+
+
+def wall_ms() -> int:
+    """This machine's wall clock, for the wall time of log time only (statemachine/wall.py)."""
+    return int(time.time() * 1000)
 
 
 NOW_MS_KEY = cbor2.dumps("now_ms")
@@ -155,6 +163,7 @@ class Node:
         self.entries_applied = 0
         self.committer = GroupCommitter(self._propose, before_packing=self._let_receives_ride)
         self.relocator = Relocator(self, self.data_dir / "raft" / PLAN_FILE)
+        self._wall_ticks_allowed = False     # until the first front finds every node knows them
         self.consensus = Consensus(
             self_peer=self.spec.peer(),
             peers=[peer for peer in cluster.peers_for(node_id) if members is None or peer.id in members],
@@ -301,6 +310,29 @@ class Node:
         that they lease their messages in the same Raft round."""
         self.long_polls.ride(self._queue_receive, self.consensus.term())
 
+    def allow_wall_ticks(self, allowed: bool) -> None:
+        """Whether every node runs a release that applies a tick's ``wall_ms`` (api/features.py
+        asks them): an older one ignores it, and its replica would lack the wall time of log time
+        the others keep. Once allowed, a leader records the wall time of its log time at once."""
+        opened = allowed and not self._wall_ticks_allowed
+        self._wall_ticks_allowed = allowed
+        term = self.consensus.term()
+        if opened and self.is_leader() and self.clock.settled_for(term):
+            self._queue_wall_tick(term)
+
+    def _ticks_carry_wall(self) -> bool:
+        # A wall time recorded means a tick with one was committed: by a cluster every node of
+        # which ran this release then, or by a brand-new one. From then on every tick carries
+        # one, also at once after a restart of every node, before the gate has asked the others
+        # (a node of an older release joining after that is a downgrade: docs/operations.md).
+        return self._wall_ticks_allowed or bool(self.machine.wall.starts)
+
+    def _queue_wall_tick(self, term: int) -> None:
+        """A tick with this leader's wall clock, read with its log time (statemachine/wall.py)."""
+        queued = self.committer.enqueue(stamped(cbor2.dumps({"op": "tick", "wall_ms": wall_ms()}),
+                                                self.clock.now_ms()), term)
+        queued.add_done_callback(lambda done: done.exception())    # a lost lead fails the term's commands too
+
     def _queue_receive(self, receive: dict, term: int) -> asyncio.Future:
         return self.committer.enqueue(stamped(cbor2.dumps(receive), self.clock.now_ms()), term)
 
@@ -383,12 +415,16 @@ class Node:
                     # The barrier: once applied, the applied log time is the latest.
                     await self.committer.enqueue(cbor2.dumps({"op": "tick", "now_ms": self.clock.barrier_ms()}), term)
                     if self.is_leader() and self.consensus.term() == term:
+                        brand_new = self.machine.clock == 0
                         self.clock.settle(term)
+                        if brand_new or self._ticks_carry_wall():
+                            # ahead of every command of the term: the wall time of its log time
+                            self._queue_wall_tick(term)
                         self._release_settle_waiters(term)
                     continue
                 due = self.read("next_timer")
                 if due is not None and due <= self.clock.now_ms():
-                    await self.submit({"op": "tick"})
+                    await self.submit({"op": "tick", "wall_ms": wall_ms()} if self._ticks_carry_wall() else {"op": "tick"})
             except CommitError:
                 pass   # lost leadership or quorum; the next leader ticks
             except Exception:

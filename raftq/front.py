@@ -28,7 +28,7 @@ from pathlib import Path
 from aiohttp import web
 
 from raftq.api.app import Settings, make_app
-from raftq.api.features import RelocationGate
+from raftq.api.features import feature_gates
 from raftq.api.mover import LeaderPreferences, ReplicaMover
 from raftq.api.releaser import NameReleaser
 from raftq.api.removal import RemovalWatch
@@ -154,13 +154,14 @@ async def serve_front(*, worker: int, listener: socket.socket, links: dict[int, 
     app = make_app(engines, placement, settings, buffer_dir(data_dir, worker), first_front=worker == 0)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=limits.header_timeout_s)
     # one of each per node, in its first front: the mover acts while the node's engine of group 0
-    # leads, the name releaser for each group whose engine here leads; the relocation gate lets
-    # the node's engines copy live bodies forward once every node can apply that
+    # leads, the name releaser for each group whose engine here leads; the feature gates let the
+    # node's engines copy live bodies forward, and tick with the wall clock, once every node can
+    # apply that
     movers = [ReplicaMover(app), LeaderPreferences(app), NameReleaser(app)] \
         if worker == 0 and len(placement.groups) > 1 else []
     if worker == 0:
         movers.append(RemovalWatch(app, on_removed=lambda disowned_by: _removed(node_id, disowned_by, node_pid)))
-        movers.append(RelocationGate(app))
+        movers.extend(feature_gates(app))
     giver = FreeMemoryGiver()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

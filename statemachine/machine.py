@@ -87,11 +87,14 @@ from .release import NameRelease
 from .results import (BAD_REQUEST, CONFLICT, INSUFFICIENT_STORAGE, INTERNAL, LIMIT_REACHED, NOT_FOUND,
                       STALE_RECEIPT, WRONG_GROUP, error)
 from .staging import DEFAULT_STAGE_TTL_MS, MAX_BATCH_STEP, Staging
+from .wall import WallTimes
 from . import validation as v
 from .validation import full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 15
+SNAPSHOT_VERSION = 16
+# Version 15 is version 16 without the wall time of log time (wall.py): it restores with none
+# recorded, each moment shown as its log time until a leader's tick records one.
 # Version 14 is version 15 without the SQS keys group 0 keeps (credentials.py): it restores
 # with none.
 # Version 13 is version 14 without the catalog's last release of each group
@@ -114,7 +117,7 @@ SNAPSHOT_VERSION = 15
 # each message's first delivery and without ordering keys,
 # version 5 also without staged writes, version 4 also without redrive:
 # a node upgraded in place restores any of them.
-READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)
 # Making a queue costs more than a put into one (its default group holds
 # three sorted containers): 10 000 in one entry held the apply past the
 # election timeout (issue 21). 500 cost about as much as the widest put of
@@ -142,6 +145,7 @@ class StateMachine:
         self.credentials = Credentials()      # group 0's alone, like the catalog
         self.release = NameRelease(group_id)  # the names of queues deleted here leaving the catalog
         self.clock = 0
+        self.wall = WallTimes()               # the wall time of log time, for what is shown (wall.py)
         self.incarnations = 0                 # queues ever created: names each one's receipts
         self.queues: dict[str, Queue] = {}
         self.due = DueIndex()                 # derived from the queues: not in snapshots
@@ -499,6 +503,8 @@ class StateMachine:
 
     # ---- timers and dead letters -------------------------------------------------
     def _tick(self, cmd):
+        if cmd.get("wall_ms") is not None:
+            self.wall.record(cmd["now_ms"], cmd["wall_ms"])
         # In creation order (incarnations count up as queues are created), as
         # if every queue were visited: a queue with nothing due is left as it is.
         due = sorted((self.queues[name] for name in self.due.due(self.clock)), key=lambda q: q.incarnation)
@@ -728,6 +734,10 @@ class StateMachine:
             return self._missing(name)
         return queue.browse(group, from_seq, limit)
 
+    def wall_times(self, log_times: list) -> list:
+        """The wall time of each moment of `log_times` (wall.py)."""
+        return [self.wall.wall_ms(t) for t in log_times]
+
     def producer_info(self, producer: str) -> dict:
         return self.staging.producer_info(producer)
 
@@ -776,6 +786,7 @@ class StateMachine:
             "credentials": self.credentials.to_state(),
             "name_release": self.release.to_state(),
             "clock": self.clock,
+            "wall_times": self.wall.to_state(),
             "incarnations": self.incarnations,
             "members": self.members,
             "queues": [q.to_state() for q in self.queues.values()],
@@ -795,6 +806,7 @@ class StateMachine:
         self.credentials = Credentials.from_state(state.get("credentials"))
         self.release = NameRelease.from_state(self.group_id, state.get("name_release"))
         self.clock = state["clock"]
+        self.wall = WallTimes.from_state(state.get("wall_times"))
         self.incarnations = state["incarnations"]
         self.members = state["members"]
         self.staging = Staging.from_state(state["staging"]) if "staging" in state else Staging()
@@ -876,7 +888,7 @@ OPS: dict[str, Op] = {
     "retire_names": Op(StateMachine._retire_names, v.check_names),
     "names_released": Op(StateMachine._names_released, v.check_names_released),
     # timers, the cluster directory, checkpoints
-    "tick": Op(StateMachine._tick, v.check_nothing),
+    "tick": Op(StateMachine._tick, v.check_tick),
     "set_member": Op(StateMachine._set_member, v.check_set_member),
     "remove_member": Op(StateMachine._remove_member, v.check_remove_member),
     "checkpoint": Op(StateMachine._checkpoint, v.check_checkpoint),
@@ -890,6 +902,7 @@ OPS: dict[str, Op] = {
     "has_ready": _read(StateMachine.has_ready),
     "ready_count": _read(StateMachine.ready_count),
     "next_timer": _read(StateMachine.next_timer),
+    "wall_times": _read(StateMachine.wall_times),
     "producer_info": _read(StateMachine.producer_info),
     "list_producers": _read(StateMachine.list_producers),
     "staging_usage": _read(StateMachine.staging_usage),

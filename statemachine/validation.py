@@ -280,8 +280,11 @@ def check_redrive(cmd):
     return None
 
 
-def check_nothing(cmd):
-    """tick: nothing but the op and now_ms, which every command has."""
+def check_tick(cmd):
+    """tick: the leader's wall clock, read with now_ms, when it is given (wall.py)."""
+    wall = cmd.get("wall_ms")
+    if wall is not None and (not is_int(wall) or wall < 0):
+        return error(BAD_REQUEST, "wall_ms must be a non-negative integer")
     return None
 
 

@@ -714,6 +714,35 @@ MUTANTS = [
            "engine/link/receipts.py", "if unsealed_too and PLAIN.fullmatch(given):", "if PLAIN.fullmatch(given):",
            (T_SEC + "test_a_guessed_or_borrowed_receipt_settles_nothing_on_the_native_api",
             T_SEC + "test_a_guessed_or_borrowed_receipt_handle_deletes_and_hides_nothing_on_the_sqs_api")),
+    Mutant("sqs-receipt-refusal-answered-400", "each SQS error has AWS's status: ReceiptHandleIsInvalid is 404",
+           "api/sqs/errors.py", '"ReceiptHandleIsInvalid": _modeled("ReceiptHandleIsInvalid", 404),',
+           '"ReceiptHandleIsInvalid": _modeled("ReceiptHandleIsInvalid", 400),',
+           ("tests/test_sqs_differential.py::test_every_action_answers_as_aws_does",)),
+    Mutant("sqs-missing-queue-code-of-its-shape", "each SQS error has AWS's code: a missing queue is "
+           "AWS.SimpleQueueService.NonExistentQueue", "api/sqs/errors.py",
+           '"QueueDoesNotExist": _modeled("QueueDoesNotExist", 400, "AWS.SimpleQueueService.NonExistentQueue"),',
+           '"QueueDoesNotExist": _modeled("QueueDoesNotExist", 400),',
+           ("tests/test_sqs_differential.py::test_every_action_answers_as_aws_does",)),
+    Mutant("sqs-sent-timestamp-in-log-time", "SQS's timestamps are wall time, also after the whole cluster was down",
+           "api/sqs/message_actions.py", 'system = {"SentTimestamp": str(walls[message["put_at_ms"]]),',
+           'system = {"SentTimestamp": str(message["put_at_ms"]),',
+           ("tests/test_sqs_timestamps.py",)),
+    Mutant("no-wall-tick-when-a-term-settles", "a new term's commands come after the wall time of its log time",
+           "engine/node.py", "# ahead of every command of the term: the wall time of its log time\n"
+           "                            self._queue_wall_tick(term)\n", "pass\n",
+           ("tests/test_sqs_timestamps.py",)),
+    Mutant("wall-ticks-wait-for-the-gate-after-a-restart", "once a wall time is recorded, every tick carries one, "
+           "also before the feature gate has asked the other nodes again after a restart of every node",
+           "engine/node.py", "return self._wall_ticks_allowed or bool(self.machine.wall.starts)",
+           "return self._wall_ticks_allowed", ("tests/test_sqs_timestamps.py",)),
+    Mutant("wall-time-never-recorded", "every replica records the wall time of log time from the leader's ticks",
+           "statemachine/wall.py", "        offset = wall_ms - now_ms\n", "        return\n",
+           ("tests/test_statemachine_rules.py::test_a_leaders_tick_records_the_wall_time_of_log_time_for_moments_"
+            "before_and_after_an_outage", "tests/test_statemachine_model.py")),
+    Mutant("new-term-starts-at-the-applied-time", "every moment of a term comes after every moment of the last",
+           "engine/node.py", "self._base = applied + 1 if applied > 0 else wall_ms()",
+           "self._base = applied if applied > 0 else wall_ms()",
+           ("tests/test_log_clock.py",)),
 ]
 
 

@@ -14,7 +14,8 @@ version 13 adds each group's names leaving the catalog and the catalog's
 count of releases (statemachine/release.py), which an older one lacks;
 version 14 adds the catalog's last release of each group taken in turn
 (statemachine/catalog.py); version 15 the SQS keys group 0 keeps
-(statemachine/credentials.py), which a reader takes when present.
+(statemachine/credentials.py), which a reader takes when present; version 16
+the wall time of log time (statemachine/wall.py), likewise.
 A snapshot with references has no older layout: only one of a machine
 that applied its entries without their log indexes is rewritten.
 Written here from the version-14 layout, not with the machine's own code, so

@@ -48,14 +48,14 @@ def follower(cluster) -> str:
 
 
 def signed(url: str, body: bytes, headers: dict, key: SqsKey = ADMIN, *, method: str = "POST",
-           secret: str | None = None) -> dict:
+           secret: str | None = None, service: str = "sqs") -> dict:
     """`headers` with botocore's SigV4 signature of the request added."""
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
     request = AWSRequest(method=method, url=url, data=body, headers=headers)
-    SigV4Auth(Credentials(key.access_key, secret or key.secret_key), "sqs", REGION).add_auth(request)
+    SigV4Auth(Credentials(key.access_key, secret or key.secret_key), service, REGION).add_auth(request)
     return dict(request.headers.items())
 
 

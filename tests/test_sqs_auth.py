@@ -32,9 +32,15 @@ def sqs_call(url: str, action: str, params: dict, **sign) -> tuple[int, dict, ob
     return reply.status, reply.headers, json.loads(reply.raw)
 
 
+# the JSON types AWS gives the errors common to its query-era APIs (its coral exceptions)
+CORAL_TYPES = {"InvalidAction": "UnknownOperationException", "AccessDenied": "AccessDeniedException",
+               "InvalidParameterValue": "InvalidParameterValueException",
+               "MissingParameter": "MissingRequiredParameterException"}
+
+
 def refused(status: int, headers, body, code: str, query_code: str | None = None):
     assert status < 500, (status, body)
-    assert body["__type"].rsplit("#", 1)[-1] == code, body
+    assert body["__type"].rsplit("#", 1)[-1] == CORAL_TYPES.get(code, code), body
     assert body["message"]
     assert headers["x-amzn-query-error"].split(";")[0] == (query_code or code)
 
@@ -104,7 +110,8 @@ def test_unknown_actions_and_malformed_bodies_are_sqs_errors(url):
         refused(reply.status, reply.headers, json.loads(reply.raw), "SerializationException")
     status, headers, body = sqs_call(url, "SendMessage", {"QueueUrl": 7, "MessageBody": ["x"]})
     refused(status, headers, body, "InvalidParameterValue")
-    status, headers, body = sqs_call(url, "ReceiveMessage", {"QueueUrl": f"{url}/123456789012/x",
+    sqs_call(url, "CreateQueue", {"QueueName": "refusals"})
+    status, headers, body = sqs_call(url, "ReceiveMessage", {"QueueUrl": f"{url}/123456789012/refusals",
                                                              "MaxNumberOfMessages": 11})
     refused(status, headers, body, "InvalidParameterValue")
     status, headers, body = sqs_call(url, "CreateQueue", {})

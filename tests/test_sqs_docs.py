@@ -68,7 +68,8 @@ def test_the_sqs_page_runs_as_pasted_in_order(tmp_path):
             assert done.returncode == 0, shown
             assert "Traceback" not in done.stderr and "error" not in done.stderr.lower(), shown
             outputs.append(done.stdout)
-        assert "hello" in outputs[-1].split()          # boto3 received what it sent
+        assert any("hello" in out.split() for out in outputs)       # boto3 received what it sent
+        assert any('"Arn": "arn:aws:iam::000000000000:user/AKIA' in out for out in outputs)   # STS named the key
     finally:
         if up.poll() is None:
             up.send_signal(signal.SIGINT)

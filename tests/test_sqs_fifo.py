@@ -136,7 +136,7 @@ def test_fifo_queue_attributes_and_refusals(sqs):
     with pytest.raises(ClientError) as mixed:
         sqs.set_queue_attributes(QueueUrl=url, Attributes={
             "RedrivePolicy": f'{{"deadLetterTargetArn": "{arn}", "maxReceiveCount": 2}}'})
-    assert mixed.value.response["Error"]["Code"] == "InvalidParameterValue"
+    assert mixed.value.response["Error"]["Code"] == "InvalidParameterCombination"
 
 
 def test_a_fifo_dead_letter_keeps_its_group(sqs):

@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.sqsutil import ACCOUNT, ADMIN, REGION, follower, md5_of_attributes, signed, start_sqs_cluster
+from tests.sqsutil import ACCOUNT, ADMIN, DATA, REGION, follower, md5_of_attributes, signed, start_sqs_cluster
 from tests.wire import call
 
 pytestmark = pytest.mark.timeout(300)
@@ -131,13 +131,31 @@ def test_query_protocol_errors_are_xml_with_the_query_codes(cluster):
     assert (status, root.find("q:Error/q:Code", NS).text) == (400, "InvalidAction")
 
 
-def aws(url: str, *args: str) -> dict:
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": ADMIN.access_key, "AWS_SECRET_ACCESS_KEY": ADMIN.secret_key,
+def aws(url: str, *args: str, service: str = "sqs", key=ADMIN) -> dict:
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": key.access_key, "AWS_SECRET_ACCESS_KEY": key.secret_key,
            "AWS_DEFAULT_REGION": REGION, "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null"}
-    done = subprocess.run([str(Path(sys.executable).parent / "aws"), "sqs", *args, "--endpoint-url", url,
+    done = subprocess.run([str(Path(sys.executable).parent / "aws"), service, *args, "--endpoint-url", url,
                            "--output", "json"], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout) if done.stdout.strip() else {}
+
+
+def test_sts_get_caller_identity_names_the_keys_account_through_the_cli_and_a_follower(cluster):
+    """The AWS CLI, Terraform and SDK helpers ask STS who they are first: each key answers with
+    the cluster's account, itself as the user id and an IAM user ARN; STS's other actions are not
+    served, and a wrong secret is refused as on SQS."""
+    url = cluster.url(follower(cluster))
+    for key in (ADMIN, DATA):
+        assert aws(url, "get-caller-identity", service="sts", key=key) == {
+            "UserId": key.access_key, "Account": ACCOUNT, "Arn": f"arn:aws:iam::{ACCOUNT}:user/{key.access_key}"}
+    body = urlencode({"Action": "AssumeRole", "Version": "2011-06-15", "RoleArn": "arn:aws:iam::1:role/x",
+                      "RoleSessionName": "s"}).encode()
+    refused = call("POST", url + "/", raw=body, headers=signed(url + "/", body, dict(FORM), service="sts"))
+    assert refused.status == 400 and b"<Code>InvalidAction</Code>" in refused.raw, refused
+    body = urlencode({"Action": "GetCallerIdentity", "Version": "2011-06-15"}).encode()
+    forged = call("POST", url + "/", raw=body, headers=signed(url + "/", body, dict(FORM), service="sts",
+                                                               secret="not-the-secret-of-the-key-0123"))
+    assert forged.status == 403 and b"<Code>SignatureDoesNotMatch</Code>" in forged.raw, forged
 
 
 def test_the_aws_cli_through_a_follower(cluster):
@@ -165,3 +183,11 @@ def test_the_query_protocol_as_a_get_with_its_signed_query_string(cluster):
     tampered = target.replace("xml-get", "xml-got")
     reply = call("GET", tampered, headers=signed(target, b"", {}, method="GET"))
     assert reply.status == 403 and b"<Code>SignatureDoesNotMatch</Code>" in reply.raw, reply
+    # a queue's URL fetched with no action: AWS's answer, whole
+    queue = f"{url}/{ACCOUNT}/xml-get"
+    reply = call("GET", queue, headers=signed(queue, b"", {}, method="GET"))
+    assert reply.status == 404 and b"<UnknownOperationException/>" in reply.raw, reply
+    # the actions that are not on a queue are not taken at its URL
+    status, root = query(url, "ListQueues", path=f"/{ACCOUNT}/xml-get")
+    assert status == 400 and root.find("q:Error/q:Code", NS).text == "InvalidAction"
+    assert root.find("q:Error/q:Message", NS).text == "The action ListQueues is not valid for this endpoint."

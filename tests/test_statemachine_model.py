@@ -97,6 +97,7 @@ class Model:
         self.receipts = {}        # machine receipt -> (queue uid, group, seq, lease)
         self.stages = {}          # token -> {"producer", "queue", "chunks": {i: messages}, "expires_at"}
         self.producers = {}       # producer -> {"batch", "expires_at"}
+        self.walls = []           # [log time, wall - log time] where the shown wall time jumped, oldest first
 
     # ---- helpers ---------------------------------------------------------------------
     def new_queue(self, name, config):
@@ -599,11 +600,30 @@ class Model:
         return {"moved": moved, "to": to, "duplicate": False}
 
     def op_tick(self, cmd):
+        if cmd.get("wall_ms") is not None:
+            self.note_wall(cmd["now_ms"], cmd["wall_ms"] - cmd["now_ms"])
         for q in list(self.queues.values()):
             self.fire(q)
             self.dead_letter(q)
         self.fire_staging()
         return {"clock": self.clock}
+
+    # The wall time of log time: a reading more than 100 ms off the last kept one starts a new
+    # span (the same moment read again replaces it); the last 1024 spans are kept.
+    def note_wall(self, at, offset):
+        if self.walls and abs(offset - self.walls[-1][1]) <= 100:
+            return
+        if self.walls and at <= self.walls[-1][0]:
+            self.walls[-1][1] = offset
+            return
+        self.walls = (self.walls + [[at, offset]])[-1024:]
+
+    def wall_times(self, times):
+        out = []
+        for t in times:
+            spans = [offset for at, offset in self.walls if at <= t] or [w[1] for w in self.walls[:1]] or [0]
+            out.append(t + spans[-1])
+        return out
 
     # Staged writes: rows invisible until one commit of (producer, batch) publishes them, once.
     def op_stage(self, cmd):
@@ -814,10 +834,18 @@ class QueuesComparison(RuleBasedStateMachine):
         if due:
             self.now = max(self.now, min(due) + offset)
 
-    @rule(delta=st.sampled_from([0, 50, 100, 200, 500, 1_000]))
-    def tick(self, delta):
+    @rule(delta=st.sampled_from([0, 50, 100, 200, 500, 1_000]),
+          wall=st.sampled_from([None, 0, 0, 60, 150, 600_000, -3_000]))
+    def tick(self, delta, wall):
+        """A leader's tick, with its wall clock `wall` ms off log time (a cluster that was down) or none."""
         self.now += delta
-        self.run("tick")
+        self.run("tick", **({} if wall is None else {"wall_ms": max(0, self.now + wall)}))
+
+    @rule(back=st.sampled_from([0, 1, 100, 5_000, 10 ** 9]))
+    def wall_times(self, back):
+        """The wall time of moments of log time, past, present and before anything was recorded."""
+        times = [max(0, self.now - back), self.now, 0]
+        assert self.sm.read("wall_times", times) == self.model.wall_times(times)
 
     # ---- queues and groups ---------------------------------------------------------------
     @rule(op=st.sampled_from(["create_queue", "patch_queue", "patch_queue", "delete_queue",

@@ -11,6 +11,7 @@ import pytest
 from raftq.statemachine import StateMachine, check_command, decode_entry, encode_entry, is_error
 from raftq.statemachine.machine import OPS
 from raftq.statemachine.queue import MAX_EARLIEST_GROUP_MESSAGES, Queue
+from raftq.statemachine.wall import MAX_EPOCHS, TOLERANCE_MS
 from tests.older_snapshots import downgraded, message_lists
 
 T0 = 1_000_000
@@ -493,6 +494,61 @@ def test_a_command_with_an_older_now_ms_does_not_move_log_time_back(m):
     # a receive stamped before the lease began still lives at log time T0+99
     assert m.receive("q", now=T0 - 10_000, lease_ms=1) == []
     assert m.ack("q", r) == {"acked": 1, "stale": []}
+
+
+# ---- the wall time of log time (statemachine/wall.py) ------------------------------------
+
+DOWN_MS = 600_000    # a whole cluster down ten minutes: log time paused, the wall clock did not
+
+
+def test_a_leaders_tick_records_the_wall_time_of_log_time_for_moments_before_and_after_an_outage(m):
+    m.ok("tick", wall_ms=T0 + 3)                 # a brand-new cluster: log time began at the wall clock
+    m.put("q", msg("before"))
+    assert m.receive("q")[0]["put_at_ms"] == T0
+    m.now = T0 + 1                               # the next leader, after the outage: 1 ms on from the last
+    m.ok("tick", wall_ms=T0 + 1 + DOWN_MS)
+    m.now = T0 + 500
+    m.put("q", msg("after"))
+    assert m.sm.read("wall_times", [T0, T0 + 1, T0 + 500]) == [T0 + 3, T0 + 1 + DOWN_MS, T0 + 500 + DOWN_MS]
+
+
+def test_the_wall_time_of_log_time_is_not_state_a_lease_reads(m):
+    m.put("q", msg())
+    r = m.receive("q", lease_ms=1_000)[0]["receipt"]
+    m.ok("tick", wall_ms=T0 + DOWN_MS)           # a wall clock ten minutes ahead ends no lease
+    assert m.ack("q", r) == {"acked": 1, "stale": []}
+
+
+def test_wall_readings_within_the_tolerance_start_no_epoch_and_a_second_reading_of_a_moment_replaces_it(m):
+    m.ok("tick", wall_ms=T0)
+    m.now = T0 + 1_000
+    m.ok("tick", wall_ms=T0 + 1_000 + TOLERANCE_MS)       # a slewed clock: the same epoch
+    m.ok("tick", wall_ms=T0 + 1_000 + 5_000)              # read again at the same moment: it wins
+    assert m.sm.read("wall_times", [T0, T0 + 1_000]) == [T0, T0 + 1_000 + 5_000]
+
+
+def test_the_oldest_epochs_go_first_and_a_moment_before_them_takes_the_oldest_kept(m):
+    for n in range(MAX_EPOCHS + 2):
+        m.now = T0 + n
+        m.ok("tick", wall_ms=T0 + n + 1_000 * (n % 2))
+    assert len(m.sm.wall.starts) == MAX_EPOCHS
+    assert m.sm.read("wall_times", [T0]) == [T0]    # by the epoch of T0 + 2 (offset 0), the oldest kept
+
+
+def test_a_tick_s_wall_clock_is_checked(m):
+    for bad in (-1, "1", 1.5, True):
+        m.fails("bad_request", "tick", wall_ms=bad)
+
+
+def test_the_wall_time_of_log_time_survives_a_snapshot_and_a_version_15_one_restores_without_it(m):
+    m.ok("tick", wall_ms=T0 + DOWN_MS)
+    restored = StateMachine()
+    restored.restore(m.sm.snapshot())
+    assert restored.read("wall_times", [T0]) == [T0 + DOWN_MS]
+    older = downgraded(m.sm.snapshot(), 15)
+    del older["wall_times"]
+    restored.restore(cbor2.dumps(older))
+    assert restored.read("wall_times", [T0]) == [T0]
 
 
 def test_leases_follow_log_time_not_the_stamp_of_the_command(m):
@@ -1314,7 +1370,7 @@ def test_read_answers_each_read_of_the_table_as_its_method_does(m):
             "catalog_lookup": (["q"],),
             "list_catalog": (), "catalog_usage": (), "group_members": (), "names_deleted": (10,),
             "names_retiring": (["q"],), "names_absent": (["q", "gone"],), "catalog_names_in": (0,),
-            "sqs_keys": ()}
+            "sqs_keys": (), "wall_times": ([T0],)}
     assert set(args) == {name for name, op in OPS.items() if op.read}
     for name, call in args.items():
         assert m.sm.read(name, *call) == getattr(m.sm, name)(*call), name

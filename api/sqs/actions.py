@@ -21,22 +21,53 @@ from typing import Awaitable, Callable
 from raftq.wire_format import is_name
 
 from . import attributes as attrs
-from .errors import SqsError
-from .context import NO_QUEUE, Context, queue_of, required, string_map
+from .errors import SqsError, missing
+from .context import NO_QUEUE, Context, local_info, queue_of, required, string_list, string_map
 from .message_actions import (change_message_visibility, change_message_visibility_batch, delete_message,
                               delete_message_batch, receive_message, send_message, send_message_batch)
-from .move_tasks import cancel_message_move_task, list_message_move_tasks, start_message_move_task, task_queue
+from .move_tasks import (NO_SOURCE, cancel_message_move_task, list_message_move_tasks, source_queue,
+                         start_message_move_task, task_queue)
 from .queue_actions import (create_queue, creation, delete_queue, get_queue_attributes, get_queue_url,
                             list_dead_letter_source_queues, list_queue_tags, list_queues, purge_queue,
                             set_queue_attributes, tag_queue, untag_queue)
 
 
-# ---- what raftq does not do ----------------------------------------------------------------------------
+# ---- queue policies, which raftq does not keep -----------------------------------------------------
 
-async def permissions(ctx: Context, params: dict) -> dict:
+MAX_POLICY_ACTIONS = 7
+# What AddPermission may grant: the actions on a queue that a queue's policy can give another account
+GRANTABLE = frozenset({"*", "ChangeMessageVisibility", "DeleteMessage", "GetQueueAttributes", "GetQueueUrl",
+                       "ListDeadLetterSourceQueues", "PurgeQueue", "ReceiveMessage", "SendMessage"})
+
+
+async def add_permission(ctx: Context, params: dict) -> dict:
+    """AWS's checks, then a refusal: access is each key's role, not queue policies."""
+    await local_info(ctx, queue_of(ctx, params))
+    accounts = string_list(params, "AWSAccountIds")
+    actions = string_list(params, "Actions")
+    if not actions:
+        raise SqsError("MissingParameter", "The request must contain the parameter Actions.")
+    if not accounts:
+        raise SqsError("InvalidParameterValue", "Value [] for parameter PrincipalId is invalid. Reason: Unable to "
+                                                "verify.")
+    if len(actions) > MAX_POLICY_ACTIONS:
+        raise SqsError("OverLimit", f"{len(actions)} Actions were found, maximum allowed is {MAX_POLICY_ACTIONS}.")
+    for action in actions:
+        if action not in GRANTABLE:
+            raise SqsError("InvalidParameterValue", f"Value SQS:{action} for parameter ActionName is invalid. "
+                                                    "Reason: Only the queue owner is allowed to invoke this action.")
     raise SqsError("UnsupportedOperation", "raftq grants access by the role of each key in cluster.toml "
                                            "([[sqs.keys]] role = admin or data), not by queue policies: "
-                                           "AddPermission and RemovePermission change nothing and are refused")
+                                           "AddPermission changes nothing and is refused")
+
+
+async def remove_permission(ctx: Context, params: dict) -> dict:
+    """A queue of raftq has no permission labels (AddPermission adds none): AWS's answer to a label
+    that a queue's policy does not hold."""
+    await local_info(ctx, queue_of(ctx, params))
+    label = params["Label"]
+    raise SqsError("InvalidParameterValue", f"Value {label} for parameter Label is invalid. Reason: can't find "
+                                            "label.")
 
 
 # ---- which Raft group serves a call --------------------------------------------------------------------
@@ -64,9 +95,13 @@ def _named(ctx: Context, params: dict) -> Target:
 
 
 def _dead_letter_named(ctx: Context, given: dict, name: str) -> list:
-    """The dead-letter queue that the RedrivePolicy among `given` names, as a list of none or one."""
+    """The dead-letter queue that the RedrivePolicy among `given` names, as a list of none or one
+    (none for a policy the action will refuse, once it found the queue, as AWS does)."""
     policy = given.get("RedrivePolicy")
-    target = attrs.redrive_policy(policy, ctx.account, name)[0] if isinstance(policy, str) else None
+    try:
+        target = attrs.redrive_policy(policy, ctx.account, name)[0] if isinstance(policy, str) else None
+    except SqsError:
+        target = None
     return [] if target is None else [target]
 
 
@@ -84,12 +119,11 @@ def _created(ctx: Context, params: dict) -> Target:
 
 
 def _named_by_source_arn(ctx: Context, params: dict) -> Target:
-    return Target([attrs.queue_from_arn(required(params, "SourceArn"), ctx.account, "SourceArn")])
+    return Target([source_queue(params, ctx.account)], unknown=NO_SOURCE)
 
 
 def _named_by_task(ctx: Context, params: dict) -> Target:
-    return Target([task_queue(required(params, "TaskHandle"))],
-                  unknown=("ResourceNotFoundException", "no such message move task"))
+    return Target([task_queue(required(params, "TaskHandle"))], unknown=NO_SOURCE)
 
 
 @dataclass(frozen=True)
@@ -99,31 +133,45 @@ class Action:
     # call (it gathers over the groups, or names no queue)
     target: Callable[[Context, dict], Target] | None = _named_by_url
     admin: bool = False       # needs a key of role admin
+    on_queue_url: bool = True  # may be posted to a queue's URL (AWS takes only the actions on a queue there)
+    required: tuple = ()
 
 
+QUEUE = ("QueueUrl",)
+# each action's required members (AWS's model), checked before anything else as AWS checks them;
+# a required list or map is the action's to check (the query protocol cannot tell empty from absent)
 ACTIONS = {
-    "CreateQueue": Action(create_queue, _created, admin=True),
-    "DeleteQueue": Action(delete_queue, admin=True),
-    "GetQueueUrl": Action(get_queue_url, _named),
-    "ListQueues": Action(list_queues, None),
-    "GetQueueAttributes": Action(get_queue_attributes),
-    "SetQueueAttributes": Action(set_queue_attributes, _configured, admin=True),
-    "PurgeQueue": Action(purge_queue, admin=True),
-    "TagQueue": Action(tag_queue, admin=True),
-    "UntagQueue": Action(untag_queue, admin=True),
-    "ListQueueTags": Action(list_queue_tags),
+    "CreateQueue": Action(create_queue, _created, admin=True, on_queue_url=False, required=("QueueName",)),
+    "DeleteQueue": Action(delete_queue, admin=True, required=QUEUE),
+    "GetQueueUrl": Action(get_queue_url, _named, required=("QueueName",)),
+    "ListQueues": Action(list_queues, None, on_queue_url=False),
+    "GetQueueAttributes": Action(get_queue_attributes, required=QUEUE),
+    "SetQueueAttributes": Action(set_queue_attributes, _configured, admin=True, required=QUEUE),
+    "PurgeQueue": Action(purge_queue, admin=True, required=QUEUE),
+    "TagQueue": Action(tag_queue, admin=True, required=QUEUE),
+    "UntagQueue": Action(untag_queue, admin=True, required=QUEUE),
+    "ListQueueTags": Action(list_queue_tags, required=QUEUE),
     # a dead-letter queue's sources live in its group (a redrive policy across groups is refused)
-    "ListDeadLetterSourceQueues": Action(list_dead_letter_source_queues),
-    "SendMessage": Action(send_message),
-    "SendMessageBatch": Action(send_message_batch),
-    "ReceiveMessage": Action(receive_message),
-    "DeleteMessage": Action(delete_message),
-    "DeleteMessageBatch": Action(delete_message_batch),
-    "ChangeMessageVisibility": Action(change_message_visibility),
-    "ChangeMessageVisibilityBatch": Action(change_message_visibility_batch),
-    "AddPermission": Action(permissions, None, admin=True),
-    "RemovePermission": Action(permissions, None, admin=True),
-    "StartMessageMoveTask": Action(start_message_move_task, _named_by_source_arn, admin=True),
-    "ListMessageMoveTasks": Action(list_message_move_tasks, _named_by_source_arn),
-    "CancelMessageMoveTask": Action(cancel_message_move_task, _named_by_task, admin=True),
+    "ListDeadLetterSourceQueues": Action(list_dead_letter_source_queues, required=QUEUE),
+    "SendMessage": Action(send_message, required=("QueueUrl", "MessageBody")),
+    "SendMessageBatch": Action(send_message_batch, required=QUEUE),
+    "ReceiveMessage": Action(receive_message, required=QUEUE),
+    "DeleteMessage": Action(delete_message, required=("QueueUrl", "ReceiptHandle")),
+    "DeleteMessageBatch": Action(delete_message_batch, required=QUEUE),
+    "ChangeMessageVisibility": Action(change_message_visibility,
+                                      required=("QueueUrl", "ReceiptHandle", "VisibilityTimeout")),
+    "ChangeMessageVisibilityBatch": Action(change_message_visibility_batch, required=QUEUE),
+    "AddPermission": Action(add_permission, admin=True, required=("QueueUrl", "Label")),
+    "RemovePermission": Action(remove_permission, admin=True, required=("QueueUrl", "Label")),
+    "StartMessageMoveTask": Action(start_message_move_task, _named_by_source_arn, admin=True,
+                                   required=("SourceArn",)),
+    "ListMessageMoveTasks": Action(list_message_move_tasks, _named_by_source_arn, required=("SourceArn",)),
+    "CancelMessageMoveTask": Action(cancel_message_move_task, _named_by_task, admin=True, required=("TaskHandle",)),
 }
+
+
+def check_required(action: Action, params: dict) -> None:
+    """AWS's first check of a call: each required member is there (an empty string is not)."""
+    for name in action.required:
+        if params.get(name) is None or params.get(name) == "":
+            raise missing(name)

@@ -41,9 +41,14 @@ NUMERIC = {
     "MessageRetentionPeriod": (60, 1_209_600, DEFAULT_RETENTION_S),
     "ReceiveMessageWaitTimeSeconds": (0, 20, 0),
     "VisibilityTimeout": (0, 43_200, 30),
+    "KmsDataKeyReusePeriodSeconds": (60, 86_400, 300),
 }
-SETTABLE = frozenset(NUMERIC) | {"Policy", "RedrivePolicy", "RedriveAllowPolicy", "SqsManagedSseEnabled"}
+# Server-side encryption: AWS checks them; raftq, which does not encrypt, then refuses any that would
+ENCRYPTION = frozenset({"KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled"})
+SETTABLE = frozenset(NUMERIC) | ENCRYPTION | {"Policy", "RedrivePolicy", "RedriveAllowPolicy"}
 FIFO_ONLY = frozenset({"FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit"})
+# A standard queue refuses these as unknown; the other FIFO attributes with AWS's own words
+UNKNOWN_ON_STANDARD = frozenset({"FifoQueue", "ContentBasedDeduplication"})
 READ_ONLY = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
              "ApproximateNumberOfMessagesDelayed", "CreatedTimestamp", "LastModifiedTimestamp", "QueueArn")
 READABLE = frozenset(READ_ONLY) | SETTABLE | FIFO_ONLY
@@ -64,11 +69,15 @@ def queue_from_arn(value: str, account: str, parameter: str) -> str:
 
 # ---- queue attributes -------------------------------------------------------------------------
 
+def invalid_value(name: str, reason: str | None = None) -> SqsError:
+    return SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}."
+                                             + (f" Reason: {reason}" if reason else ""))
+
+
 def _number(name: str, value) -> int:
     low, high, _ = NUMERIC[name]
     if not isinstance(value, str) or not value.isascii() or not value.isdigit() or not low <= int(value) <= high:
-        raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}: it must be an integer "
-                                                f"from {low} to {high}")
+        raise invalid_value(name)
     return int(value)
 
 
@@ -83,16 +92,35 @@ def is_fifo(config: dict) -> bool:
 
 
 def check_attributes(given: dict, fifo: bool, creating: bool) -> None:
-    """Refuse attribute names SQS does not know, or that this queue's type does not take."""
+    """Refuse, as AWS does, attribute names SQS does not know or this queue's type does not take."""
     for name in given:
-        if name == "FifoQueue":
-            if not creating:
-                raise SqsError("InvalidAttributeName", "FifoQueue is given when a queue is created, and only then")
-        elif name in FIFO_ONLY:
-            if not fifo:
-                raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}: it is a FIFO queue's")
-        elif name not in SETTABLE:
+        if name not in SETTABLE | FIFO_ONLY or (not fifo and name in UNKNOWN_ON_STANDARD):
             raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
+        if not fifo and name in FIFO_ONLY:
+            raise SqsError("InvalidAttributeName", f"You can specify the {name} only when FifoQueue is set to true.")
+        if name == "FifoQueue" and not creating and given[name] != "true":
+            raise invalid_value(name, "Modifying queue type is not supported.")
+
+
+def _encryption(given: dict) -> None:
+    """AWS's checks of the encryption attributes."""
+    if "KmsDataKeyReusePeriodSeconds" in given:
+        _number("KmsDataKeyReusePeriodSeconds", given["KmsDataKeyReusePeriodSeconds"])
+    sse = given.get("SqsManagedSseEnabled")
+    if sse is not None and sse.lower() not in ("true", "false"):
+        raise invalid_value("SqsManagedSseEnabled")
+    if given.get("KmsMasterKeyId") and sse is not None and sse.lower() == "true":
+        raise SqsError("InvalidAttributeName", "You can use one type of server-side encryption (SSE) at one time. "
+                                               "You can either enable KMS SSE or SQS SSE.")
+
+
+def refuse_encryption(given: dict) -> None:
+    """raftq's refusal of attributes that would encrypt, once AWS's checks passed: it keeps
+    messages unencrypted (docs/sqs.md), and saying otherwise would be a lie."""
+    if given.get("KmsMasterKeyId") or str(given.get("SqsManagedSseEnabled", "")).lower() == "true":
+        name = "KmsMasterKeyId" if given.get("KmsMasterKeyId") else "SqsManagedSseEnabled"
+        raise invalid_value(name, "raftq does not encrypt messages at rest (docs/sqs.md): a queue's "
+                                  "SqsManagedSseEnabled is false and it takes no KmsMasterKeyId.")
 
 
 def fifo_defaults() -> dict:
@@ -107,21 +135,19 @@ def config_changes(given: dict, kept: dict, account: str, queue: str, *, creatin
     config, kept = {}, dict(kept)
     for name, value in given.items():
         if not isinstance(value, str):
-            raise SqsError("InvalidAttributeValue", f"the value of attribute {name} must be a string")
+            raise invalid_value(name)
         if name == "VisibilityTimeout":
             config["lease_ms"] = max(1, _number(name, value) * 1000)    # 0: a lease of 1 ms, visible again at once
         elif name == "MessageRetentionPeriod":
             config["ttl_ms"] = _number(name, value) * 1000
+        elif name in ENCRYPTION:
+            continue
         elif name in NUMERIC:
             kept[name] = str(_number(name, value))
         elif name == "RedrivePolicy":
             config["dead_letter"], config["max_deliveries"] = redrive_policy(value, account, queue)
         elif name == "RedriveAllowPolicy":
             kept[name] = redrive_allow_policy(value)
-        elif name == "SqsManagedSseEnabled":
-            if value.lower() != "false":
-                raise SqsError("InvalidAttributeValue", "raftq does not encrypt messages at rest: "
-                                                        "SqsManagedSseEnabled can only be false")
         elif name == "Policy":
             if value:
                 _json_object(name, value)
@@ -130,12 +156,11 @@ def config_changes(given: dict, kept: dict, account: str, queue: str, *, creatin
                 kept.pop(name, None)
         elif name in FIFO_CHOICES:
             if value not in FIFO_CHOICES[name][0]:
-                raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}: it must be "
-                                                        f"{' or '.join(FIFO_CHOICES[name][0])}")
+                raise invalid_value(name)
             kept[name] = value
+    _encryption(given)
     if kept.get("FifoThroughputLimit") == "perMessageGroupId" and kept.get("DeduplicationScope") != "messageGroup":
-        raise SqsError("InvalidAttributeValue", "FifoThroughputLimit perMessageGroupId needs DeduplicationScope "
-                                                "messageGroup")
+        raise invalid_value("FifoThroughputLimit", "perMessageGroupId needs DeduplicationScope messageGroup")
     return config, kept
 
 
@@ -145,40 +170,50 @@ def _json_object(name: str, value: str) -> dict:
     except ValueError:
         parsed = None
     if not isinstance(parsed, dict):
-        raise SqsError("InvalidAttributeValue", f"Invalid value for the parameter {name}: it must be a JSON object")
+        raise invalid_value(name)
     return parsed
 
 
+def invalid_redrive_policy(value: str, reason: str) -> SqsError:
+    return invalid("RedrivePolicy", value, reason)
+
+
 def redrive_policy(value: str, account: str, queue: str) -> tuple[str | None, int | None]:
-    """(dead-letter queue, max deliveries); ("", None)-like empty policy removes it."""
+    """(dead-letter queue, max deliveries); "" (no policy) is (None, None)."""
     if value == "":
         return None, None
-    policy = _json_object("RedrivePolicy", value)
-    if set(policy) != {"deadLetterTargetArn", "maxReceiveCount"}:
-        raise SqsError("InvalidAttributeValue", "Value for parameter RedrivePolicy is invalid. Reason: Redrive "
-                                                "policy needs deadLetterTargetArn and maxReceiveCount, and nothing else.")
+    try:
+        policy = json.loads(value)
+    except ValueError:
+        policy = None
+    if not isinstance(policy, dict):
+        raise SqsError("InvalidParameterValue", "Redrive policy is not a dict or valid json")
+    for needed in ("deadLetterTargetArn", "maxReceiveCount"):
+        if needed not in policy:
+            raise SqsError("InvalidParameterValue", f"Redrive policy does not contain {needed}")
     count = policy["maxReceiveCount"]
     if isinstance(count, str) and count.isascii() and count.isdigit():
         count = int(count)
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 1000:
-        raise SqsError("InvalidAttributeValue", "Value for parameter RedrivePolicy is invalid. Reason: "
-                                                "maxReceiveCount must be an integer from 1 to 1000.")
-    target = queue_from_arn(policy["deadLetterTargetArn"], account, "RedrivePolicy")
-    if target == queue:
-        raise SqsError("InvalidAttributeValue", "Value for parameter RedrivePolicy is invalid. Reason: a queue "
-                                                "cannot be its own dead-letter queue.")
-    return target, count
+        raise invalid_redrive_policy(value, f"Invalid value for maxReceiveCount: {policy['maxReceiveCount']}, valid "
+                                            "values are from 1 to 1000 both inclusive.")
+    target = ARN.fullmatch(policy["deadLetterTargetArn"]) if isinstance(policy["deadLetterTargetArn"], str) else None
+    if target is None or target.group(2) != account:
+        raise invalid_redrive_policy(value, "Dead letter target does not exist.")
+    if target.group(3) == queue:
+        raise invalid_redrive_policy(value, "A queue cannot be its own dead-letter queue.")
+    return target.group(3), count
 
 
 def redrive_allow_policy(value: str) -> str:
     policy = _json_object("RedriveAllowPolicy", value)
     permission = policy.get("redrivePermission")
     if permission not in ("allowAll", "denyAll", "byQueue") or set(policy) - {"redrivePermission", "sourceQueueArns"}:
-        raise SqsError("InvalidAttributeValue", "RedriveAllowPolicy needs redrivePermission allowAll, denyAll or "
-                                                "byQueue (with sourceQueueArns)")
+        raise invalid_value("RedriveAllowPolicy", "redrivePermission must be allowAll, denyAll or byQueue (with "
+                                                  "sourceQueueArns)")
     if permission == "byQueue" and not (isinstance(policy.get("sourceQueueArns"), list)
                                         and 1 <= len(policy["sourceQueueArns"]) <= 10):
-        raise SqsError("InvalidAttributeValue", "RedriveAllowPolicy byQueue needs 1 to 10 sourceQueueArns")
+        raise invalid_value("RedriveAllowPolicy", "byQueue needs 1 to 10 sourceQueueArns")
     return value
 
 
@@ -226,11 +261,11 @@ def render_attributes(info: dict, wanted, region: str, account: str) -> dict:
         values["RedrivePolicy"] = json.dumps({"deadLetterTargetArn": arn(region, account, config["dead_letter"]),
                                               "maxReceiveCount": config["max_deliveries"]}, separators=(",", ":"))
     names = wanted or []
+    for name in names:
+        if name not in READABLE and name != "All":
+            raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
     if "All" in names:
         return values
-    for name in names:
-        if name not in READABLE:
-            raise SqsError("InvalidAttributeName", f"Unknown Attribute {name}.")
     return {name: values[name] for name in names if name in values}
 
 
@@ -240,12 +275,14 @@ def kept_number(config: dict, name: str) -> int:
 
 # ---- message attributes ----------------------------------------------------------------------
 
-ATTRIBUTE_NAME = re.compile(r"(?!aws\.|amazon\.)(?!.*\.\.)[A-Za-z0-9_\-][A-Za-z0-9_\-.]{0,255}(?<!\.)",
-                            re.ASCII | re.IGNORECASE)
-DATA_TYPE = re.compile(r"(String|Number|Binary)(\.[\x21-\x7e]{1,255})?", re.ASCII)
+ATTRIBUTE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}", re.ASCII)
+RESERVED_ATTRIBUTE_NAME = re.compile(r"(aws|amazon)\.|\.|.*\.\.|.*\.$", re.ASCII | re.IGNORECASE)
+DATA_TYPE = re.compile(r"(String|Number|Binary)(\.[\x21-\x7e]{1,250})?", re.ASCII)
 MAX_MESSAGE_ATTRIBUTES = 10
 # XML 1.0's characters: what SQS takes in a body or a string attribute
 VALID_TEXT = re.compile("[\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]*")
+INVALID_CHARACTERS = ("Invalid characters found. Valid unicode characters are #x9 | #xA | #xD | #x20 to #xD7FF | "
+                      "#xE000 to #xFFFD | #x10000 to #x10FFFF")
 
 
 def is_xml_text(value: str) -> bool:
@@ -259,43 +296,64 @@ def check_text(value: str, what: str) -> None:
                                                  "#x10000 to #x10FFFF) are allowed")
 
 
+def check_body(body: str) -> None:
+    if not VALID_TEXT.fullmatch(body):
+        raise SqsError("InvalidMessageContents", INVALID_CHARACTERS)
+
+
 def check_message_attributes(given) -> tuple[dict, int]:
-    """Message attributes as stored and their size as SQS counts it. Both
-    protocols carry a BinaryValue in base64, and so does the stored form."""
+    """Message attributes as stored and their size as SQS counts it (name, data type and
+    value), checked as AWS checks them. Both protocols carry a BinaryValue in base64, and
+    so does the stored form."""
     if given is None:
         return {}, 0
     if not isinstance(given, dict):
         raise invalid("MessageAttributes", given, "it must be a map")
     if len(given) > MAX_MESSAGE_ATTRIBUTES:
-        raise invalid("MessageAttributes", "...", f"a message has at most {MAX_MESSAGE_ATTRIBUTES} attributes")
+        raise SqsError("InvalidParameterValue", f"Number of message attributes [{len(given)}] exceeds the allowed "
+                                                f"maximum [{MAX_MESSAGE_ATTRIBUTES}].")
     stored, size = {}, 0
     for name, value in given.items():
         if not isinstance(name, str) or not ATTRIBUTE_NAME.fullmatch(name):
-            raise invalid("MessageAttributes", name, "an attribute name is 1 to 256 letters, digits, '_', '-' and "
-                                                     "'.', not starting with aws. or amazon. and without '..'")
+            raise SqsError("InvalidParameterValue", f"The message attribute name '{name}' is invalid. Attribute "
+                                                    "name can contain A-Z, a-z, 0-9, underscore (_), hyphen (-), "
+                                                    "and period (.) characters.")
+        if RESERVED_ATTRIBUTE_NAME.match(name):
+            raise SqsError("InvalidParameterValue", "You can't use message attribute names beginning with 'AWS.' or "
+                                                    "'Amazon.'. These strings are reserved for internal use. "
+                                                    "Additionally, they cannot start or end with '.'.")
         if not isinstance(value, dict):
             raise invalid(f"MessageAttributes.{name}", value, "it must have a DataType and a value")
         data_type = value.get("DataType")
+        if not data_type:
+            raise SqsError("InvalidParameterValue", f"The message attribute '{name}' must contain non-empty message "
+                                                    "attribute type.")
         if not isinstance(data_type, str) or not DATA_TYPE.fullmatch(data_type):
-            raise invalid(f"MessageAttributes.{name}.DataType", data_type,
-                          "it must be String, Number or Binary, optionally with a .label")
+            raise SqsError("InvalidParameterValue", f"The type of message (user) attribute '{name}' is invalid. You "
+                                                    "must use only the following supported type prefixes: Binary, "
+                                                    "Number, String.")
         if value.get("StringListValues") or value.get("BinaryListValues"):
             raise SqsError("UnsupportedOperation", "StringListValues and BinaryListValues are reserved by SQS and "
                                                    "not implemented")
-        if data_type.startswith("Binary"):
-            raw = decode_base64(value.get("BinaryValue"), f"MessageAttributes.{name}.BinaryValue")
+        kind = data_type.split(".", 1)[0]
+        empty = SqsError("InvalidParameterValue", f"Message (user) attribute '{name}' must contain a non-empty "
+                                                  f"value of type '{kind}'.")
+        if kind == "Binary":
+            raw = decode_base64(value.get("BinaryValue"), f"MessageAttributes.{name}.BinaryValue") \
+                if value.get("BinaryValue") else b""
             if not raw:
-                raise invalid(f"MessageAttributes.{name}", "", "a Binary attribute needs a non-empty BinaryValue")
+                raise empty
             stored[name] = {"DataType": data_type, "BinaryValue": base64.b64encode(raw).decode()}
             length = len(raw)
         else:
             text = value.get("StringValue")
             if not isinstance(text, str) or not text:
-                raise invalid(f"MessageAttributes.{name}", "", f"a {data_type} attribute needs a non-empty StringValue")
-            check_text(text, f"message attribute {name}")
-            if data_type.startswith("Number") and not _is_number(text):
-                raise invalid(f"MessageAttributes.{name}", text, "a Number must be a decimal of up to 38 digits "
-                                                                 "from -10^128 to 10^126")
+                raise empty
+            if not VALID_TEXT.fullmatch(text):
+                raise SqsError("InvalidParameterValue", INVALID_CHARACTERS)
+            if kind == "Number" and not _is_number(text):
+                raise SqsError("InvalidParameterValue", f"Can't cast the value of message (user) attribute '{name}' "
+                                                        "to a number.")
             stored[name] = {"DataType": data_type, "StringValue": text}
             length = len(text.encode())
         size += len(name.encode()) + len(data_type.encode()) + length
@@ -356,17 +414,13 @@ def md5_of_text(text: str) -> str:
 
 
 def select_attributes(stored: dict, wanted) -> dict:
-    """The message attributes a receive asked for: All, .*, names, or prefixes ending in .*"""
+    """The message attributes a receive asked for: All, * or .*, names, or prefixes ending in .*"""
     if not wanted or not stored:
         return {}
-    chosen = {}
-    for name, value in stored.items():
-        for pattern in wanted:
-            if pattern in ("All", ".*") or pattern == name or (
-                    pattern.endswith(".*") and name.startswith(pattern[:-1])):
-                chosen[name] = value
-                break
-    return chosen
+    if any(pattern in ("All", "*", ".*") for pattern in wanted):
+        return dict(stored)
+    prefixes = tuple(pattern[:-2] for pattern in wanted if pattern.endswith(".*"))
+    return {name: value for name, value in stored.items() if name in wanted or name.startswith(prefixes)}
 
 
 def decode_base64(value, parameter: str) -> bytes:

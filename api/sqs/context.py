@@ -100,18 +100,6 @@ def text(params: dict, name: str, default=None):
     return value
 
 
-def integer(params: dict, name: str, low: int, high: int, default=None):
-    """An integer parameter: JSON numbers, or the query protocol's digit strings."""
-    value = params.get(name)
-    if value is None:
-        return default
-    if isinstance(value, str) and value.strip().lstrip("-").isascii() and value.strip().lstrip("-").isdigit():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise invalid(name, value, f"it must be an integer from {low} to {high}")
-    return value
-
-
 def string_list(params: dict, name: str) -> list:
     value = params.get(name) or []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -127,25 +115,22 @@ def string_map(params: dict, name: str) -> dict:
 
 
 def queue_of(ctx: Context, params: dict) -> str:
-    """The queue a QueueUrl names (any node's address: only the path counts)."""
+    """The queue a QueueUrl names: its path's name (any node's address: only the path counts),
+    or the name itself, which AWS takes there too."""
     url = text(params, "QueueUrl")
     if not url:
         raise missing("QueueUrl")
-    parts = urlsplit(url).path.strip("/").split("/")
-    if len(parts) != 2 or not parts[0].isdigit() or not parts[1]:
-        raise SqsError("InvalidAddress", f"{url!r} is not a queue URL (http://<node>/<account>/<queue>)")
-    if parts[0] != ctx.account or not attrs.QUEUE_NAME.fullmatch(parts[1].removesuffix(".fifo")):
-        raise SqsError("QueueDoesNotExist", f"{NO_QUEUE} ({url!r} names no queue of account {ctx.account})")
-    return parts[1]
-
-
-def checked_name(name: str, fifo: bool) -> str:
-    if not isinstance(name, str) or not attrs.QUEUE_NAME.fullmatch(name.removesuffix(".fifo")) or len(name) > 80:
-        raise invalid("QueueName", name, "a queue name is 1 to 80 letters, digits, '-' and '_' (and a FIFO "
-                                         "queue's ends with .fifo)")
-    if name.endswith(".fifo") != fifo:
-        raise invalid("QueueName", name, "a FIFO queue (FifoQueue=true) has a name ending with .fifo, and only "
-                                         "a FIFO queue has")
+    if "/" not in url:
+        name = url
+    else:
+        parts = urlsplit(url).path.strip("/").split("/")
+        if len(parts) != 2 or not parts[0].isascii() or not parts[0].isdigit() or not parts[1]:
+            raise SqsError("InvalidAddress", f"The address {url} is not valid for this endpoint.")
+        if parts[0] != ctx.account:
+            raise SqsError("QueueDoesNotExist", NO_QUEUE)
+        name = parts[1]
+    if not attrs.QUEUE_NAME.fullmatch(name.removesuffix(".fifo")):
+        raise SqsError("QueueDoesNotExist", NO_QUEUE)
     return name
 
 

@@ -1,8 +1,8 @@
 """The SQS actions on messages: send, receive, delete and change visibility, alone or in batches."""
 
 import base64
+import binascii
 import hashlib
-import re
 import time
 import uuid
 
@@ -11,22 +11,23 @@ import orjson
 from .. import commands
 from ..errors import ApiError
 from ..forwarding import client_of
-from ..keys import GROUP, SETTINGS
-from ..receipts import Opened, well_formed
+from ..keys import GROUP, GROUPS, SETTINGS
+from ..receipt_mode import MODE
+from ..receipts import RECEIPTS, Opened, well_formed
 from . import attributes as attrs
+from . import validation
 from .errors import SqsError, invalid, missing
-from .context import Context, from_native, integer, local_info, queue_of, string_list, write
+from .context import Context, from_native, local_info, queue_of, read, string_list, write
 
 
-MAX_BATCH = 10
+MAX_BATCH = validation.MAX_BATCH
 MAX_BATCH_BYTES = 1_048_576
-BATCH_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
 SYSTEM_ATTRIBUTES = ("SenderId", "SentTimestamp", "ApproximateReceiveCount", "ApproximateFirstReceiveTimestamp",
                      "AWSTraceHeader")
 FIFO_SYSTEM_ATTRIBUTES = ("SequenceNumber", "MessageDeduplicationId", "MessageGroupId")
 
 
-def _system_attributes(params: dict) -> tuple[dict, int]:
+def _system_attributes(params: dict) -> dict:
     given = params.get("MessageSystemAttributes") or {}
     if not isinstance(given, dict) or set(given) - {"AWSTraceHeader"}:
         raise invalid("MessageSystemAttributes", given, "the only message system attribute is AWSTraceHeader")
@@ -42,50 +43,53 @@ def _system_attributes(params: dict) -> tuple[dict, int]:
     return {"AWSTraceHeader": {"DataType": "String", "StringValue": trace}}, len(trace.encode())
 
 
-FIFO_ID = re.compile(r"[\x21-\x7e]{1,128}", re.ASCII)
+def _size_refusal(limit: int, in_batch: bool) -> SqsError:
+    # AWS's words differ between a send and a batch's entry
+    verb = "cannot be validated" if in_batch else "are invalid"
+    return SqsError("InvalidParameterValue", f"One or more parameters {verb}. Reason: Message must be shorter than "
+                                             f"{limit} bytes.")
 
 
-def _fifo_id(params: dict, name: str) -> str | None:
-    value = params.get(name)
-    if value is not None and (not isinstance(value, str) or not FIFO_ID.fullmatch(value)):
-        raise invalid(name, value, "it is 1 to 128 letters, digits and punctuation")
-    return value
-
-
-def _message(ctx: Context, params: dict, info: dict) -> tuple[dict, dict, int]:
+def _message(ctx: Context, params: dict, info: dict, in_batch: bool = False) -> tuple[dict, dict, int]:
     """(the raftq message, the SQS reply's fields, its size: body, attributes and
-    AWSTraceHeader) for one SendMessage or batch entry."""
+    AWSTraceHeader) for one SendMessage or batch entry, checked in AWS's order."""
     body = params.get("MessageBody")
     if body is None or body == "":
         raise missing("MessageBody")
     if not isinstance(body, str):
         raise invalid("MessageBody", body, "it must be a string")
-    attrs.check_text(body, "the message body")
-    fifo = attrs.is_fifo(info["config"])
-    group, dedup = _fifo_id(params, "MessageGroupId"), _fifo_id(params, "MessageDeduplicationId")
-    if not fifo and dedup is not None:
-        raise invalid("MessageDeduplicationId", dedup, "the request includes a parameter that is not valid for "
-                                                       "this queue type (standard)")
-    if fifo and group is None:
-        raise missing("MessageGroupId")
-    if fifo and params.get("DelaySeconds") is not None:
-        raise invalid("DelaySeconds", params["DelaySeconds"], "the request includes a parameter that is not valid "
-                                                              "for this queue type (FIFO: set the queue's DelaySeconds)")
     message_attributes, size = attrs.check_message_attributes(params.get("MessageAttributes"))
-    system, system_size = _system_attributes(params)
-    size += len(body.encode()) + system_size
+    size += len(body.encode())
     limit = min(attrs.kept_number(info["config"], "MaximumMessageSize"), ctx.app[SETTINGS].max_message_bytes)
     if size > limit:
-        raise invalid("MessageBody", "...", f"Message must be shorter than {limit} bytes (body, attributes and "
-                                            "AWSTraceHeader)")
-    delay = integer(params, "DelaySeconds", 0, 900, attrs.kept_number(info["config"], "DelaySeconds"))
+        raise _size_refusal(limit, in_batch)
+    attrs.check_body(body)
+    system, system_size = _system_attributes(params)
+    # the trace header is stored and delivered with the message: raftq counts it toward the size
+    # (AWS does not; docs/sqs.md)
+    size += system_size
+    if size > limit:
+        raise _size_refusal(limit, in_batch)
+    dedup = validation.fifo_id(params, "MessageDeduplicationId")
+    group = validation.fifo_id(params, "MessageGroupId")
+    fifo = attrs.is_fifo(info["config"])
+    if not fifo and dedup is not None:
+        raise invalid("MessageDeduplicationId", dedup, "The request include parameter that is not valid for this "
+                                                       "queue type.")
+    if fifo and params.get("DelaySeconds") not in (None, 0, "0"):
+        # a FIFO queue's delay is the queue's; an explicit 0 is taken
+        raise invalid("DelaySeconds", params["DelaySeconds"], "The request include parameter that is not valid for "
+                                                              "this queue type.")
+    delay = validation.integer(params, "DelaySeconds", attrs.kept_number(info["config"], "DelaySeconds"))
     message = {"body": body}
     if fifo:
         kept = info["config"]["sqs_attributes"]
+        if group is None:
+            raise missing("MessageGroupId")
         if dedup is None:
             if kept.get("ContentBasedDeduplication") != "true":
-                raise invalid("MessageDeduplicationId", "", "The queue should either have ContentBasedDeduplication "
-                                                            "enabled or MessageDeduplicationId provided explicitly")
+                raise SqsError("InvalidParameterValue", "The queue should either have ContentBasedDeduplication "
+                                                        "enabled or MessageDeduplicationId provided explicitly")
             dedup = hashlib.sha256(body.encode()).hexdigest()
         # raftq's idempotent id: a duplicate within the window stores nothing and
         # answers the first one's seq; its MessageId follows from the id, so it is the first's too
@@ -100,13 +104,15 @@ def _message(ctx: Context, params: dict, info: dict) -> tuple[dict, dict, int]:
         headers[attrs.HEADER_DEDUPLICATION] = dedup
     if group is not None and not fifo:
         headers[attrs.HEADER_GROUP] = group     # a standard queue's group orders nothing (SQS's fair queues)
-    reply = {"MessageId": message_id, "MD5OfMessageBody": attrs.md5_of_text(body)}
+    # the members in the order of AWS's model, which the query protocol's XML follows
+    reply = {"MD5OfMessageBody": attrs.md5_of_text(body)}
     if message_attributes:
         headers[attrs.HEADER_ATTRIBUTES] = orjson.dumps(message_attributes).decode()
         reply["MD5OfMessageAttributes"] = attrs.md5_of_attributes(message_attributes)
     if system:
         headers[attrs.HEADER_TRACE] = system["AWSTraceHeader"]["StringValue"]
         reply["MD5OfMessageSystemAttributes"] = attrs.md5_of_attributes(system)
+    reply["MessageId"] = message_id
     message["headers"] = headers
     if delay:
         message["delay_ms"] = delay * 1000
@@ -131,66 +137,63 @@ async def send_message(ctx: Context, params: dict) -> dict:
     return reply
 
 
-def _entries(params: dict) -> list:
-    entries = params.get("Entries")
-    if not entries:
-        raise SqsError("EmptyBatchRequest", "There should be at least one entry in the request.")
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise invalid("Entries", entries, "it must be a list of entries")
-    if len(entries) > MAX_BATCH:
-        raise SqsError("TooManyEntriesInBatchRequest", f"Maximum number of entries per request are {MAX_BATCH}. "
-                                                       f"You have sent {len(entries)}.")
-    ids = []
-    for entry in entries:
-        entry_id = entry.get("Id")
-        if not isinstance(entry_id, str) or not 1 <= len(entry_id) <= 80 or not set(entry_id) <= BATCH_ID_CHARS:
-            raise SqsError("InvalidBatchEntryId", "A batch entry id can only contain alphanumeric characters, "
-                                                  "hyphens and underscores. It can be at most 80 letters long.")
-        ids.append(entry_id)
-    if len(set(ids)) != len(ids):
-        raise SqsError("BatchEntryIdsNotDistinct", "Two or more batch entries in the request have the same Id.")
+def _loose_size(entry: dict) -> int:
+    """An entry's size as AWS sums a batch before it checks any entry: body, and each
+    attribute's name, type and value; and, as raftq counts it, its AWSTraceHeader."""
+    size = len(str(entry.get("MessageBody") or "").encode())
+    system = entry.get("MessageSystemAttributes")
+    trace = system.get("AWSTraceHeader") if isinstance(system, dict) else None
+    if isinstance(trace, dict):
+        size += len(str(trace.get("StringValue") or "").encode())
+    attributes = entry.get("MessageAttributes")
+    for name, value in (attributes.items() if isinstance(attributes, dict) else ()):
+        size += len(str(name).encode())
+        if isinstance(value, dict):
+            for field in ("DataType", "StringValue"):
+                size += len(str(value.get(field) or "").encode())
+            try:
+                size += len(base64.b64decode(value.get("BinaryValue") or b"", validate=True))
+            except (binascii.Error, ValueError, TypeError):
+                size += len(str(value.get("BinaryValue")).encode())
+    return size
+
+
+def _send_entries(params: dict, info: dict) -> list:
+    """SendMessageBatch's entries, refused whole as AWS refuses them: the batch's own checks,
+    on a FIFO queue an entry without the ids it needs, and more than 1 MiB in all."""
+    entries = validation.batch_entries("SendMessageBatch", params)
+    if attrs.is_fifo(info["config"]):
+        content_based = info["config"]["sqs_attributes"].get("ContentBasedDeduplication") == "true"
+        for entry in entries:
+            if not entry.get("MessageGroupId"):
+                raise SqsError("InvalidParameterValue", "The request must contain the parameter MessageGroupId.")
+            if not content_based and not entry.get("MessageDeduplicationId"):
+                raise SqsError("InvalidParameterValue", "The queue should either have ContentBasedDeduplication "
+                                                        "enabled or MessageDeduplicationId provided explicitly")
+    total = sum(_loose_size(entry) for entry in entries)
+    if total > MAX_BATCH_BYTES:
+        raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {MAX_BATCH_BYTES} bytes. "
+                                              f"You have sent {total} bytes.")
     return entries
 
 
-def _entry_bytes(entry: dict) -> int:
-    """What a batch entry that was refused on its own weighs toward the batch's cap: the strings
-    of its body, attributes and system attributes, whatever their shape."""
-    total, left = 0, [entry.get(field) for field in ("MessageBody", "MessageAttributes", "MessageSystemAttributes")]
-    while left:      # a loop, not recursion: the JSON may nest as deep as orjson takes
-        value = left.pop()
-        if isinstance(value, str):
-            total += len(value.encode())
-        elif isinstance(value, dict):
-            left.extend(value)
-            left.extend(value.values())
-        elif isinstance(value, list):
-            left.extend(value)
-    return total
-
-
 def _failed(entry_id: str, error: SqsError) -> dict:
-    return {"Id": entry_id, "SenderFault": error.sender_fault, "Code": error.code, "Message": error.message}
+    return {"Id": entry_id, "SenderFault": error.sender_fault, "Code": error.query_code, "Message": error.message}
 
 
 async def send_message_batch(ctx: Context, params: dict) -> dict:
     name = queue_of(ctx, params)
-    entries = _entries(params)
     info = await local_info(ctx, name)
-    messages, replies, failed, total = [], [], [], 0
+    entries = _send_entries(params, info)
+    messages, replies, failed = [], [], []
     for entry in entries:
         try:
-            message, reply, size = _message(ctx, entry, info)
+            message, reply, _ = _message(ctx, entry, info, in_batch=True)
         except SqsError as exc:
             failed.append(_failed(entry["Id"], exc))
-            total += _entry_bytes(entry)
             continue
-        total += size
         messages.append(message)
-        replies.append({"Id": entry["Id"], **reply})
-    if total > MAX_BATCH_BYTES:
-        raise SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than {MAX_BATCH_BYTES} bytes "
-                                              f"(bodies, attributes and AWSTraceHeaders). You have sent {total} "
-                                              "bytes.")
+        replies.append({"Id": entry["Id"], "MessageId": reply.pop("MessageId"), **reply})
     if messages:
         stored = (await write(ctx, _put(name, messages)))["messages"]
         if attrs.is_fifo(info["config"]):
@@ -214,18 +217,21 @@ def body_text(body) -> str:
     return text if attrs.is_xml_text(text) else base64.b64encode(text.encode()).decode()
 
 
-def rendered(name: str, message: dict, wanted_system: set, wanted_attributes: list, received_at: str) -> dict:
-    """One received message as ReceiveMessage answers it. Whatever its headers hold (a message
-    stored by an older release, whose native API let a client set x-sqs-* headers), this raises
-    nothing: the receive has leased it already."""
+def rendered(name: str, message: dict, wanted_system: set, wanted_attributes: list, received_at: str,
+             walls: dict) -> dict:
+    """One received message as ReceiveMessage answers it, its timestamps the wall times `walls`
+    maps their log times to. Whatever its headers hold (a message stored by an older release,
+    whose native API let a client set x-sqs-* headers), this raises nothing: the receive has
+    leased it already."""
     headers = message["headers"] or {}
     body = body_text(message["body"])
     message_id = headers.get(attrs.HEADER_ID) or str(uuid.uuid5(uuid.NAMESPACE_URL, f"raftq:{name}:{message['seq']}"))
     out = {"MessageId": message_id, "ReceiptHandle": message["receipt"], "MD5OfBody": attrs.md5_of_text(body),
            "Body": body}
-    system = {"SentTimestamp": str(message["put_at_ms"]), "ApproximateReceiveCount": str(message["deliveries"]),
+    first_received = message.get("first_received_at_ms")
+    system = {"SentTimestamp": str(walls[message["put_at_ms"]]), "ApproximateReceiveCount": str(message["deliveries"]),
               # None only for a message first received before raftq kept that time
-              "ApproximateFirstReceiveTimestamp": str(message.get("first_received_at_ms") or received_at)}
+              "ApproximateFirstReceiveTimestamp": str(walls[first_received] if first_received else received_at)}
     if attrs.HEADER_SENDER in headers:
         system["SenderId"] = headers[attrs.HEADER_SENDER]
     if attrs.HEADER_TRACE in headers:
@@ -249,15 +255,13 @@ def rendered(name: str, message: dict, wanted_system: set, wanted_attributes: li
 
 async def receive_message(ctx: Context, params: dict) -> dict:
     name = queue_of(ctx, params)
-    count = integer(params, "MaxNumberOfMessages", 1, 10, 1)
-    visibility = integer(params, "VisibilityTimeout", 0, 43_200)
-    wait = integer(params, "WaitTimeSeconds", 0, 20)
-    if wait is None:
-        wait = attrs.kept_number((await local_info(ctx, name))["config"], "ReceiveMessageWaitTimeSeconds")
+    info = await local_info(ctx, name)
+    count = validation.integer(params, "MaxNumberOfMessages", 1)
+    wait = validation.integer(params, "WaitTimeSeconds", attrs.kept_number(info["config"],
+                                                                           "ReceiveMessageWaitTimeSeconds"))
+    visibility = validation.integer(params, "VisibilityTimeout")
+    # names SQS does not know are ignored, as AWS ignores them
     wanted_system = set(string_list(params, "AttributeNames")) | set(string_list(params, "MessageSystemAttributeNames"))
-    unknown = wanted_system - set(SYSTEM_ATTRIBUTES) - set(FIFO_SYSTEM_ATTRIBUTES) - {"All"}
-    if unknown:
-        raise SqsError("InvalidAttributeName", f"Unknown Attribute {sorted(unknown)[0]}.")
     wanted_attributes = string_list(params, "MessageAttributeNames")
     command = {"op": "receive", "queue": name, "group": "default", "max": count,
                "lease_ms": None if visibility is None else max(1, visibility * 1000)}
@@ -272,16 +276,29 @@ async def receive_message(ctx: Context, params: dict) -> dict:
     received_at = str(int(time.time() * 1000))
     if not result["messages"]:
         return {}     # AWS leaves out an empty list
-    return {"Messages": [rendered(name, m, wanted_system, wanted_attributes, received_at)
+    walls = await _wall_times(ctx, result["messages"])
+    return {"Messages": [rendered(name, m, wanted_system, wanted_attributes, received_at, walls)
                          for m in result["messages"]]}
+
+
+async def _wall_times(ctx: Context, messages: list) -> dict:
+    """The wall time of each log time the messages' timestamps show (statemachine/wall.py): log
+    time lags the wall clock by every time the whole cluster was down, AWS's timestamps do not."""
+    times = sorted({t for m in messages for t in (m["put_at_ms"], m.get("first_received_at_ms")) if t})
+    walls, _ = await ctx.app[GROUPS].engines[ctx.request[GROUP]].read("wall_times", times)
+    return dict(zip(times, walls))
 
 
 def _receipt(handle) -> str:
     if not isinstance(handle, str) or not handle:
         raise missing("ReceiptHandle")
     if not well_formed(handle):
-        raise SqsError("ReceiptHandleIsInvalid", f"The input receipt handle {handle!r} is not a valid receipt handle.")
+        raise SqsError("ReceiptHandleIsInvalid", f"The input receipt handle '{handle}' is not a valid receipt handle.")
     return handle
+
+
+def _expired(handle: str) -> SqsError:
+    return invalid("ReceiptHandle", handle, "The receipt handle has expired.")
 
 
 async def _settle(ctx: Context, command: dict) -> list:
@@ -297,24 +314,41 @@ async def _settle(ctx: Context, command: dict) -> list:
         raise from_native(exc) from None
 
 
+def _stale_refused(info: dict) -> bool:
+    """Whether a receipt whose lease has ended is refused (a FIFO queue's, as AWS's) rather than
+    taken with nothing done (a standard queue's: SQS's rule, the message may have been received
+    again since)."""
+    return attrs.is_fifo(info["config"])
+
+
 async def delete_message(ctx: Context, params: dict) -> dict:
-    # A receipt whose lease has ended deletes nothing and is not an error: SQS's
-    # own rule (the message may have been received again since).
-    await _settle(ctx, {"op": "ack", "queue": queue_of(ctx, params), "receipts": [_receipt(params.get("ReceiptHandle"))]})
+    name = queue_of(ctx, params)
+    info = await local_info(ctx, name)
+    handle = _receipt(params.get("ReceiptHandle"))
+    if await _settle(ctx, {"op": "ack", "queue": name, "receipts": [handle]}) and _stale_refused(info):
+        raise _expired(handle)
     return {}
 
 
 async def delete_message_batch(ctx: Context, params: dict) -> dict:
     name = queue_of(ctx, params)
+    info = await local_info(ctx, name)
     good, failed = [], []
-    for entry in _entries(params):
+    for entry in validation.batch_entries("DeleteMessageBatch", params):
         try:
             good.append((entry["Id"], _receipt(entry.get("ReceiptHandle"))))
         except SqsError as exc:
             failed.append(_failed(entry["Id"], exc))
+    done = []
     if good:
-        await _settle(ctx, {"op": "ack", "queue": name, "receipts": [r for _, r in good]})
-    return {"Successful": [{"Id": i} for i, _ in good], "Failed": failed}
+        stale = set(await _settle(ctx, {"op": "ack", "queue": name, "receipts": [r for _, r in good]}))
+        refused = _stale_refused(info)
+        for entry_id, handle in good:
+            if refused and handle in stale:
+                failed.append(_failed(entry_id, _expired(handle)))
+            else:
+                done.append({"Id": entry_id})
+    return {"Successful": done, "Failed": failed}
 
 
 def _visibility_command(name: str, receipts: list, seconds: int) -> dict:
@@ -323,29 +357,46 @@ def _visibility_command(name: str, receipts: list, seconds: int) -> dict:
     return {"op": "extend", "queue": name, "receipts": receipts, "lease_ms": seconds * 1000}
 
 
-def _not_in_flight(handle: str) -> SqsError:
-    return SqsError("MessageNotInflight", f"The message of receipt handle {handle!r} is not in flight (its "
-                                          "visibility timeout ended, or it was deleted).")
+def _gone(handle: str) -> SqsError:
+    return invalid("ReceiptHandle", handle, "Message does not exist or is not available for visibility timeout change.")
+
+
+async def _visibility_refusal(ctx: Context, name: str, info: dict, handle: str) -> SqsError | None:
+    """AWS's answer to a visibility change whose receipt names no lease that holds: a message
+    gone (deleted, or moved) is refused; one still in the queue is not, on a standard queue (its
+    visibility timeout ended, and the change does nothing), and is expired, on a FIFO queue."""
+    inside = ctx.app[RECEIPTS].open(name, handle, unsealed_too=ctx.app[MODE].mixed)
+    if inside is None:
+        # its MAC does not hold: it names no message of this queue
+        return _gone(handle)
+    seq = int(inside.split(":")[2])
+    held = await read(ctx, "browse", name, "default", seq, 1)
+    if not any(message["seq"] == seq for message in held["messages"]):
+        return _gone(handle)
+    return _expired(handle) if _stale_refused(info) else None
 
 
 async def change_message_visibility(ctx: Context, params: dict) -> dict:
+    name = queue_of(ctx, params)
+    info = await local_info(ctx, name)
+    seconds = validation.integer(params, "VisibilityTimeout")
     handle = _receipt(params.get("ReceiptHandle"))
-    seconds = integer(params, "VisibilityTimeout", 0, 43_200)
-    if seconds is None:
-        raise missing("VisibilityTimeout")
-    if await _settle(ctx, _visibility_command(queue_of(ctx, params), [handle], seconds)):
-        raise _not_in_flight(handle)
+    if await _settle(ctx, _visibility_command(name, [handle], seconds)):
+        refusal = await _visibility_refusal(ctx, name, info, handle)
+        if refusal is not None:
+            raise refusal
     return {}
 
 
 async def change_message_visibility_batch(ctx: Context, params: dict) -> dict:
     name = queue_of(ctx, params)
+    info = await local_info(ctx, name)
     by_timeout: dict[int, list] = {}
     failed = []
-    for entry in _entries(params):
+    for entry in validation.batch_entries("ChangeMessageVisibilityBatch", params):
         try:
             handle = _receipt(entry.get("ReceiptHandle"))
-            seconds = integer(entry, "VisibilityTimeout", 0, 43_200)
+            seconds = validation.integer(entry, "VisibilityTimeout")
             if seconds is None:
                 raise missing("VisibilityTimeout")
         except SqsError as exc:
@@ -356,8 +407,9 @@ async def change_message_visibility_batch(ctx: Context, params: dict) -> dict:
     for seconds, batch in by_timeout.items():
         stale = set(await _settle(ctx, _visibility_command(name, [h for _, h in batch], seconds)))
         for entry_id, handle in batch:
-            if handle in stale:
-                failed.append(_failed(entry_id, _not_in_flight(handle)))
+            refusal = await _visibility_refusal(ctx, name, info, handle) if handle in stale else None
+            if refusal is not None:
+                failed.append(_failed(entry_id, refusal))
             else:
                 done.append({"Id": entry_id})
     return {"Successful": done, "Failed": failed}

@@ -9,8 +9,9 @@ import orjson
 from raftq.wire_format import is_name
 
 from . import attributes as attrs
-from .errors import SqsError, invalid
-from .context import Context, integer, read, required, write
+from . import validation
+from .errors import SqsError
+from .context import Context, read, required, write
 from .queue_actions import dead_letter_sources
 
 
@@ -19,13 +20,36 @@ KEPT_TASKS = 10
 REDRIVE_STEP = 1_000
 
 
+NO_SOURCE = ("ResourceNotFoundException", "The resource that you specified for the SourceArn parameter doesn't exist.")
+ARN_FORMAT = "You must use this format to specify the SourceArn: arn:<partition>:<service>:<region>:<account-id>:" \
+             "<resource-id>"
+
+
+def source_queue(params: dict, account: str) -> str:
+    """The queue a SourceArn names; an ARN of another account names no queue here."""
+    parsed = attrs.ARN.fullmatch(required(params, "SourceArn")) if isinstance(params["SourceArn"], str) else None
+    if parsed is None:
+        raise SqsError("InvalidParameterValue", ARN_FORMAT)
+    if parsed.group(2) != account:
+        raise SqsError(*NO_SOURCE)
+    return parsed.group(3)
+
+
+async def _source_info(ctx: Context, name: str) -> dict:
+    try:
+        return await read(ctx, "queue_info", name)
+    except SqsError as exc:
+        if exc.code == "QueueDoesNotExist":
+            raise SqsError(*NO_SOURCE) from None
+        raise
+
+
 async def _dead_letter_source(ctx: Context, params: dict) -> tuple[str, dict]:
-    source_arn = required(params, "SourceArn")
-    name = attrs.queue_from_arn(source_arn, ctx.account, "SourceArn")
-    info = await read(ctx, "queue_info", name)
+    name = source_queue(params, ctx.account)
+    info = await _source_info(ctx, name)
     if await dead_letter_sources(ctx, name):
         return name, info
-    raise invalid("SourceArn", source_arn, "Source queue must be configured as a Dead Letter Queue.")
+    raise SqsError("InvalidParameterValue", "Source queue must be configured as a Dead Letter Queue.")
 
 
 def _tasks(info: dict) -> list:
@@ -35,6 +59,8 @@ def _tasks(info: dict) -> list:
 async def start_message_move_task(ctx: Context, params: dict) -> dict:
     name, info = await _dead_letter_source(ctx, params)
     if params.get("DestinationArn") is not None:
+        if not isinstance(params["DestinationArn"], str) or not attrs.ARN.fullmatch(params["DestinationArn"]):
+            raise SqsError("InvalidParameterValue", ARN_FORMAT.replace("SourceArn", "DestinationArn"))
         raise SqsError("UnsupportedOperation", "raftq moves dead letters back to the queues they came from; "
                                                "a DestinationArn is not supported")
     if params.get("MaxNumberOfMessagesPerSecond") is not None:
@@ -66,10 +92,9 @@ async def start_message_move_task(ctx: Context, params: dict) -> dict:
 
 
 async def list_message_move_tasks(ctx: Context, params: dict) -> dict:
-    source_arn = required(params, "SourceArn")
-    name = attrs.queue_from_arn(source_arn, ctx.account, "SourceArn")
-    limit = integer(params, "MaxResults", 1, KEPT_TASKS, 1)
-    tasks = _tasks(await read(ctx, "queue_info", name))[:limit]
+    name = source_queue(params, ctx.account)
+    limit = validation.integer(params, "MaxResults", 1, high=KEPT_TASKS)
+    tasks = _tasks(await _source_info(ctx, name))[:limit]
     # a handle is only shown for a running task (SQS's rule); raftq's have all ended
     return {"Results": [{k: v for k, v in t.items() if k != "TaskHandle"} for t in tasks]}
 
@@ -81,7 +106,7 @@ def task_queue(handle) -> str:
     except (AttributeError, ValueError, UnicodeDecodeError):
         name = None
     if name is None or not is_name(name):
-        raise SqsError("ResourceNotFoundException", "no such message move task")
+        raise SqsError("InvalidParameterValue", "Value for parameter TaskHandle is invalid.")
     return name
 
 
@@ -93,6 +118,6 @@ async def cancel_message_move_task(ctx: Context, params: dict) -> dict:
     except SqsError:
         tasks = []
     if not any(t["TaskHandle"] == handle for t in tasks):
-        raise SqsError("ResourceNotFoundException", "no such message move task")
+        raise SqsError("ResourceNotFoundException", "Task does not exist.")
     raise SqsError("ResourceNotFoundException", "the task is not running: raftq runs a move to its end "
                                                 "within StartMessageMoveTask, so there is nothing to cancel")

@@ -16,7 +16,7 @@ from aiohttp import web
 from ..bounded import check_json
 from ..errors import ApiError
 from . import query
-from .errors import MODELED, SqsError
+from .errors import SqsError
 
 JSON_TYPE = "application/x-amz-json-1.0"
 TARGET_PREFIX = "AmazonSQS."
@@ -88,9 +88,8 @@ def render_error(call_protocol: str, error: SqsError, request_id: str) -> web.Re
     if error.status == 503:
         headers["Retry-After"] = "1"
     if call_protocol == "json":
-        kind = f"com.amazonaws.sqs#{error.code}" if error.code in MODELED else error.code
         headers["x-amzn-query-error"] = f"{error.query_code};{fault}"
-        return web.Response(body=orjson.dumps({"__type": kind, "message": error.message}), status=error.status,
-                            content_type=JSON_TYPE, headers=headers)
+        return web.Response(body=orjson.dumps({"__type": error.kind.json_type, "message": error.message}),
+                            status=error.status, content_type=JSON_TYPE, headers=headers)
     return web.Response(body=query.render_error(error, fault, request_id), status=error.status,
                         content_type="text/xml", headers=headers)

@@ -52,7 +52,7 @@ def parse(fields: list) -> tuple[str, dict]:
         node[parts[-1]] = value
     action = tree.pop("Action", None)
     if not isinstance(action, str) or not action:
-        raise SqsError("MissingParameter", "The request must contain the parameter Action.")
+        raise SqsError("UnknownOperationException", "The request names no Action.")
     for noise in ("Version", "X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-SignedHeaders",
                   "X-Amz-Signature"):
         tree.pop(noise, None)
@@ -97,8 +97,8 @@ def _members(tree: dict) -> dict:
 NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
-def escape(text: str) -> str:
-    return escape_markup(NOT_XML.sub("\ufffd", text))
+def escape(text: str, entities: dict | None = None) -> str:
+    return escape_markup(NOT_XML.sub("\ufffd", text), entities or {})
 
 
 def _entry_names(action: str) -> dict:
@@ -113,8 +113,8 @@ def _element(name: str, value, action: str) -> str:
             return "".join(f"<Attribute><Name>{escape(k)}</Name><Value>{_text(v)}</Value></Attribute>"
                            for k, v in value.items())
         if name == "MessageAttributes":
-            return "".join(f"<MessageAttribute><Name>{escape(k)}</Name><Value>{_fields(v, action)}</Value>"
-                           "</MessageAttribute>" for k, v in value.items())
+            return "".join(f"<MessageAttribute><Name>{escape(k)}</Name><Value>{_fields(_value_fields(v), action)}"
+                           "</Value></MessageAttribute>" for k, v in value.items())
         if name == "Tags":
             return "".join(f"<Tag><Key>{escape(k)}</Key><Value>{_text(v)}</Value></Tag>" for k, v in value.items())
         return f"<{name}>{_fields(value, action)}</{name}>"
@@ -124,14 +124,23 @@ def _element(name: str, value, action: str) -> str:
     return f"<{name}>{_text(value)}</{name}>"
 
 
+def _value_fields(value: dict) -> dict:
+    """A message attribute's value with its members in the order of AWS's model."""
+    return {k: value[k] for k in ("StringValue", "BinaryValue", "DataType") if k in value}
+
+
 def _fields(value: dict, action: str) -> str:
     return "".join(_element(k, v, action) for k, v in value.items() if v is not None)
+
+
+# AWS writes quotes and carriage returns as character references too
+ENTITIES = {'"': "&quot;", "\r": "&#xD;"}
 
 
 def _text(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    return escape(str(value))
+    return escape(str(value), ENTITIES)
 
 
 # The actions whose reply has no result element
@@ -146,7 +155,14 @@ def render(action: str, result: dict, request_id: str) -> bytes:
             f"</{action}Response>").encode()
 
 
+# The query protocol's older words for what the JSON protocol words anew
+LEGACY_MESSAGES = {"QueueDoesNotExist": "The specified queue does not exist for this wsdl version."}
+
+
 def render_error(error: SqsError, fault: str, request_id: str) -> bytes:
+    if error.code == "UnknownOperationException":
+        return b'<?xml version="1.0"?><UnknownOperationException/>'    # AWS's whole answer to a call of no action
+    message = LEGACY_MESSAGES.get(error.code, error.message)
     return (f'<?xml version="1.0"?><ErrorResponse xmlns="{NAMESPACE}"><Error><Type>{fault}</Type>'
-            f"<Code>{escape(error.query_code)}</Code><Message>{escape(error.message)}</Message><Detail/></Error>"
+            f"<Code>{_text(error.query_code)}</Code><Message>{_text(message)}</Message><Detail/></Error>"
             f"<RequestId>{request_id}</RequestId></ErrorResponse>").encode()

@@ -7,60 +7,65 @@ from .. import commands, gather, leader
 from ..errors import ApiError
 from ..keys import GROUP, GROUPS, SETTINGS
 from . import attributes as attrs
-from .errors import SqsError, invalid
-from .context import (NO_QUEUE, Context, checked_name, from_native, integer, now_s, queue_of, read, required,
-                      string_list, string_map, text, write)
+from . import validation
+from .errors import SqsError, invalid, missing
+from .context import (NO_QUEUE, Context, from_native, now_s, queue_of, read, required, string_list, string_map, text,
+                      write)
 
 
 MAX_LIST = 1_000
+MAX_TAGS = 50
 
 
-async def _check_dead_letter(ctx: Context, config: dict, source: str, fifo: bool) -> None:
+async def _check_dead_letter(ctx: Context, config: dict, given: dict, source: str, fifo: bool) -> None:
     target = config.get("dead_letter")
     if target is None:
         return
+    policy = given["RedrivePolicy"]
     try:
         info = await read(ctx, "queue_info", target)
     except SqsError as exc:
         if exc.code != "QueueDoesNotExist":
             raise
-        raise SqsError("InvalidParameterValue", "Value for parameter RedrivePolicy is invalid. Reason: Dead "
-                                                "letter target does not exist.") from None
+        raise attrs.invalid_redrive_policy(policy, "Dead letter target does not exist.") from None
     if attrs.is_fifo(info["config"]) != fifo:
-        raise SqsError("InvalidParameterValue", "Value for parameter RedrivePolicy is invalid. Reason: the "
-                                                "dead-letter queue of a FIFO queue must be a FIFO queue, and that "
-                                                "of a standard queue a standard queue.")
+        raise SqsError("InvalidParameterCombination", "Fifo queues cannot use non fifo dead letter queues" if fifo
+                       else "Standard queues cannot use fifo dead letter queues")
     allow = (info["config"].get("sqs_attributes") or {}).get("RedriveAllowPolicy")
     if not attrs.allows_source(allow, source, ctx.account):
-        raise SqsError("InvalidParameterValue", f"Value for parameter RedrivePolicy is invalid. Reason: the "
-                                                f"RedriveAllowPolicy of {target} does not allow {source}.")
+        raise attrs.invalid_redrive_policy(policy, f"The RedriveAllowPolicy of {target} does not allow {source}.")
 
 
-def _tags(params: dict, name: str) -> dict:
+def _tags(params: dict, name: str, queue: str) -> dict:
     tags = string_map(params, name)
-    if len(tags) > 50 or not all(1 <= len(k) <= 128 and len(v) <= 256 for k, v in tags.items()):
-        raise invalid(name, "...", "a queue has at most 50 tags, keys of 1 to 128 and values of at most 256 "
-                                   "characters")
+    if len(tags) > MAX_TAGS:
+        raise SqsError("InvalidParameterValue", f"Too many tags added for queue {queue}.")
+    for key, value in tags.items():
+        if not 1 <= len(key) <= 128:
+            raise SqsError("InvalidParameterValue", "Tag keys must be between 1 and 128 characters in length.")
+        if len(value) > 256:
+            raise SqsError("InvalidParameterValue", "Tag values must be between 0 and 256 characters in length.")
     return tags
 
 
-def _matches(info: dict, given: dict, ctx: Context) -> bool:
-    """Whether an existing queue already has every attribute `given` (CreateQueue's idempotency)."""
+def _differing(info: dict, given: dict, ctx: Context) -> str | None:
+    """The first attribute `given` that an existing queue does not have (CreateQueue's idempotency)."""
     shown = attrs.render_attributes(info, ["All"], ctx.signer.region, ctx.account)
     for name, value in given.items():
         if name == "FifoQueue":
-            if (value == "true") != attrs.is_fifo(info["config"]):
-                return False
+            same = (value.lower() == "true") == attrs.is_fifo(info["config"])
         elif name == "RedrivePolicy" and value:
             target, count = attrs.redrive_policy(value, ctx.account, info["name"])
-            if (info["config"]["dead_letter"], info["config"]["max_deliveries"]) != (target, count):
-                return False
+            same = (info["config"]["dead_letter"], info["config"]["max_deliveries"]) == (target, count)
         elif name in attrs.NUMERIC:
-            if str(int(value)) != shown.get(name):
-                return False
-        elif shown.get(name, "") != value:
-            return False
-    return True
+            same = str(int(value)) == shown.get(name, str(attrs.NUMERIC[name][2]))
+        elif name in attrs.ENCRYPTION:
+            same = True     # refused for a new queue; an existing one is unencrypted as asked
+        else:
+            same = shown.get(name, "") == value
+        if not same:
+            return name
+    return None
 
 
 def creation(ctx: Context, params: dict) -> tuple[str, dict, bool, dict]:
@@ -68,13 +73,12 @@ def creation(ctx: Context, params: dict) -> tuple[str, dict, bool, dict]:
     make; refused here when any is invalid, which the call's routing checks before it may place
     the name in a Raft group."""
     given = string_map(params, "Attributes")
-    if given.get("FifoQueue", "false") not in ("true", "false"):
-        raise SqsError("InvalidAttributeValue", "Invalid value for the parameter FifoQueue: it must be true or false")
-    fifo = given.get("FifoQueue") == "true"
-    name = checked_name(required(params, "QueueName"), fifo)
-    tags = _tags(params, "tags")
+    fifo = given.get("FifoQueue", "").lower() == "true"
+    name = validation.queue_name(required(params, "QueueName"), fifo)
     config, kept = attrs.config_changes(given, attrs.fifo_defaults() if fifo else {}, ctx.account, name,
                                         creating=True)
+    tags = _tags(params, "tags", name)
+    attrs.refuse_encryption(given)
     config.setdefault("ttl_ms", attrs.DEFAULT_RETENTION_S * 1000)
     config["sqs_attributes"] = kept
     if tags:
@@ -90,7 +94,7 @@ async def create_queue(ctx: Context, params: dict) -> dict:
     except SqsError as exc:
         if exc.code != "QueueDoesNotExist":
             raise
-        await _check_dead_letter(ctx, config, name, fifo)
+        await _check_dead_letter(ctx, config, given, name, fifo)
         try:
             await write(ctx, {"op": "create_queue", "queue": name, "config": config})
             return {"QueueUrl": ctx.queue_url(name)}
@@ -98,9 +102,10 @@ async def create_queue(ctx: Context, params: dict) -> dict:
             if exc.code != "QueueNameExists":
                 raise
         info = await read(ctx, "queue_info", name)    # created by another call meanwhile
-    if not _matches(info, given, ctx):
-        raise SqsError("QueueNameExists", f"A queue already exists with the same name ({name}) and a different "
-                                          "value for an attribute")
+    differing = _differing(info, given, ctx)
+    if differing is not None:
+        raise SqsError("QueueNameExists", "A queue already exists with the same name and a different value for "
+                                          f"attribute {differing}")
     return {"QueueUrl": ctx.queue_url(name)}
 
 
@@ -115,7 +120,7 @@ async def get_queue_url(ctx: Context, params: dict) -> dict:
 
 def _page(params: dict, names: list) -> tuple[list, str | None]:
     """One page of sorted `names` after NextToken, up to MaxResults (all up to 1000 without it)."""
-    limit = integer(params, "MaxResults", 1, MAX_LIST)
+    limit = validation.integer(params, "MaxResults")
     token = text(params, "NextToken")
     if token:
         try:
@@ -159,8 +164,8 @@ async def delete_queue(ctx: Context, params: dict) -> dict:
 
 async def get_queue_attributes(ctx: Context, params: dict) -> dict:
     info = await read(ctx, "queue_info", queue_of(ctx, params))
-    return {"Attributes": attrs.render_attributes(info, string_list(params, "AttributeNames"),
-                                                  ctx.signer.region, ctx.account)}
+    shown = attrs.render_attributes(info, string_list(params, "AttributeNames"), ctx.signer.region, ctx.account)
+    return {"Attributes": shown} if shown else {}    # AWS leaves out an empty map
 
 
 async def set_queue_attributes(ctx: Context, params: dict) -> dict:
@@ -168,7 +173,8 @@ async def set_queue_attributes(ctx: Context, params: dict) -> dict:
     given = string_map(params, "Attributes")
     info = await read(ctx, "queue_info", name)
     config, kept = attrs.config_changes(given, info["config"].get("sqs_attributes") or {}, ctx.account, name)
-    await _check_dead_letter(ctx, config, name, attrs.is_fifo(info["config"]))
+    await _check_dead_letter(ctx, config, given, name, attrs.is_fifo(info["config"]))
+    attrs.refuse_encryption(given)
     kept["LastModifiedTimestamp"] = now_s()
     await write(ctx, {"op": "patch_queue", "queue": name, "config": {**config, "sqs_attributes": kept}})
     return {}
@@ -195,19 +201,23 @@ async def purge_queue(ctx: Context, params: dict) -> dict:
 
 async def tag_queue(ctx: Context, params: dict) -> dict:
     name = queue_of(ctx, params)
-    given = _tags(params, "Tags")
     info = await read(ctx, "queue_info", name)
+    if not params.get("Tags"):
+        raise missing("Tags")
+    given = _tags(params, "Tags", name)
     tags = {**(info["config"].get("tags") or {}), **given}
-    if len(tags) > 50:
-        raise invalid("Tags", "...", "a queue has at most 50 tags")
+    if len(tags) > MAX_TAGS:
+        raise SqsError("InvalidParameterValue", f"Too many tags added for queue {name}.")
     await write(ctx, {"op": "patch_queue", "queue": name, "config": {"tags": tags}})
     return {}
 
 
 async def untag_queue(ctx: Context, params: dict) -> dict:
     name = queue_of(ctx, params)
-    keys = set(string_list(params, "TagKeys"))
     info = await read(ctx, "queue_info", name)
+    keys = set(string_list(params, "TagKeys"))
+    if not keys:
+        raise SqsError("InvalidParameterValue", "Tag keys must be between 1 and 128 characters in length.")
     tags = {k: v for k, v in (info["config"].get("tags") or {}).items() if k not in keys}
     await write(ctx, {"op": "patch_queue", "queue": name, "config": {"tags": tags or None}})
     return {}

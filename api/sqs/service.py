@@ -20,8 +20,8 @@ from .. import forwarding
 from ..errors import ApiError
 from ..keys import GROUP, GROUPS, SETTINGS
 from ..leader import Elsewhere, node_authorization, serving_group
-from . import sigv4
-from .actions import ACTIONS, Context, Target
+from . import sigv4, sts
+from .actions import ACTIONS, Context, Target, check_required
 from .context import from_native
 from .credentials import KEYS
 from .errors import SqsError
@@ -141,16 +141,21 @@ async def handle(request: web.Request) -> web.StreamResponse:
         body = await _body(request)
         signer = pending.verify(body)
         call = parse(request, body, request_id)
+        if signer.service == sts.SERVICE:
+            return web.Response(body=sts.answer(call.action, signer.key, request.app[SETTINGS].sqs.account,
+                                                request_id), content_type="text/xml",
+                                headers={"x-amzn-RequestId": request_id})
         if "queue" in request.match_info and "QueueUrl" not in call.params:
             # the query protocol may name the queue by the URL it posts to
             call.params["QueueUrl"] = request.path
         action = ACTIONS.get(call.action)
-        if action is None:
-            raise SqsError("InvalidAction", f"The action or operation requested is invalid: {call.action!r}. "
-                                            "Verify that the action is typed correctly.")
+        if action is None or (not action.on_queue_url and "queue" in request.match_info):
+            # a queue's URL takes only the actions on a queue, as AWS's do
+            raise SqsError("InvalidAction", f"The action {call.action} is not valid for this endpoint.")
         if action.admin and signer.key.role != "admin":
             raise SqsError("AccessDenied", f"{call.action} needs a key of role admin; "
                                            f"{signer.key.access_key} has role {signer.key.role}")
+        check_required(action, call.params)
         ctx = Context(request, signer)
         if action.target is not None:
             forwarded = await _to_group(request, body, action.target(ctx, call.params),

@@ -31,6 +31,8 @@ from .errors import SqsError
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 SERVICE = "sqs"
+# the services a credential scope may name: SQS's, and STS's for GetCallerIdentity (sts.py)
+SERVICES = (SERVICE, "sts")
 MAX_AGE_S = 15 * 60
 MAX_AHEAD_S = 5 * 60
 AUTHORIZATION = re.compile(
@@ -40,9 +42,10 @@ AUTHORIZATION = re.compile(
 
 @dataclass(frozen=True)
 class Signer:
-    """Who signed a request: the key and the region its credential scope names."""
+    """Who signed a request: the key, and the region and service its credential scope names."""
     key: SqsKey
     region: str
+    service: str = SERVICE
 
 
 def _encode(text: str) -> str:
@@ -72,9 +75,9 @@ def canonical_path(raw_path: str) -> str:
     return quote(path, safe="/~")
 
 
-def _signing_key(secret: str, day: str, region: str) -> bytes:
+def _signing_key(secret: str, day: str, region: str, service: str) -> bytes:
     key = ("AWS4" + secret).encode()
-    for part in (day, region, SERVICE, "aws4_request"):
+    for part in (day, region, service, "aws4_request"):
         key = hmac.new(key, part.encode(), hashlib.sha256).digest()
     return key
 
@@ -149,8 +152,9 @@ def check(key: SqsKey | None, method: str, raw_path: str, raw_query: str, header
     access_key, day, region, service, signed, signature = parsed.groups()
     if key is None or key.access_key != access_key:
         raise SqsError("InvalidClientTokenId", "the security token included in the request is invalid")
-    if service != SERVICE:
-        raise SqsError("SignatureDoesNotMatch", f"the credential scope names service {service!r}, not 'sqs'")
+    if service not in SERVICES:
+        raise SqsError("SignatureDoesNotMatch", f"the credential scope names service {service!r}, not 'sqs' (nor "
+                                                "'sts', for GetCallerIdentity)")
     signed_headers = signed.split(";")
     for name in REQUIRED_SIGNED + (JSON_REQUIRED_SIGNED if speaks_json else ()):
         if name not in signed_headers:
@@ -182,8 +186,8 @@ def check(key: SqsKey | None, method: str, raw_path: str, raw_query: str, header
         lines.append(f"{name}:{','.join(' '.join(v.split()) for v in values)}")
     head = "\n".join([method, canonical_path(raw_path), canonical_query(raw_query), "\n".join(lines) + "\n", signed])
     signed_hash = headers.get("X-Amz-Content-SHA256") if "x-amz-content-sha256" in signed_headers else None
-    pending = Pending(Signer(key, region), signature, _signing_key(key.secret_key, day, region), head, signed_hash,
-                      stamp, f"{day}/{region}/{SERVICE}/aws4_request")
+    pending = Pending(Signer(key, region, service), signature, _signing_key(key.secret_key, day, region, service),
+                      head, signed_hash, stamp, f"{day}/{region}/{service}/aws4_request")
     if signed_hash is not None and not pending.signed_before_body:
         raise mismatch()
     return pending

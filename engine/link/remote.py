@@ -196,6 +196,11 @@ class RemoteNode:
         copy live bodies forward (engine/relocation.py; api/features.py asks the nodes)."""
         await self._call("allow_relocation", allowed)
 
+    async def allow_wall_ticks(self, allowed: bool) -> None:
+        """Tell the engine whether every node applies a tick's wall clock: while it does, the
+        leader's ticks carry it (statemachine/wall.py; api/features.py asks the nodes)."""
+        await self._call("allow_wall_ticks", allowed)
+
     async def checkpoint(self) -> tuple[str, str]:
         token, digest = await self._call("checkpoint")
         return token, digest

@@ -30,6 +30,7 @@ prefer                 the group's order of preference for leadership  None (one
 checkpoint             —                                               [token, digest]
 checkpoint_digest      token                                           digest or None
 allow_relocation       whether every node applies ``relocate``         None (engine/relocation.py)
+allow_wall_ticks       whether every node applies a tick's wall clock  None (statemachine/wall.py)
 =====================  ==============================================  =======================
 
 ``settled`` reads wait, like writes, for this leader's barrier (``Node.settled``),
@@ -81,7 +82,7 @@ class EngineService:
         self._instant = {
             "status": lambda: node.status(), "members": node.members, "stats": node.stats,
             "checkpoint_digest": node.checkpoint_digest, "prefer": self._prefer,
-            "allow_relocation": node.relocator.allow,
+            "allow_relocation": node.relocator.allow, "allow_wall_ticks": node.allow_wall_ticks,
         }
 
     def start(self) -> None:
