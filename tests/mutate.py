@@ -330,8 +330,9 @@ MUTANTS = [
            '                    and self._feature not in (await features_of(self._app, voter["http_addr"]) or ()):',
            'if False:',
            ("tests/test_operations.py::test_with_four_groups_a_name_leaves_the_catalog_only_once_every_node_runs_the_release_that_fences",)),
-    Mutant("relocate-before-every-node-has-it", "no node writes relocate while a node runs an older release",
-           "api/features.py", "allowed = await self._relocate.everywhere()", "allowed = True",
+    Mutant("engine-feature-before-every-node-has-it", "no node writes relocate (or wall times in ticks) while "
+           "a node runs an older release", "api/features.py", "allowed = await self._feature.everywhere()",
+           "allowed = True",
            ("tests/test_operations.py::test_a_rolling_upgrade_keeps_serving_and_loses_nothing",)),
     Mutant("relocate-a-changed-reference", "a relocation moves only a message whose reference still names what "
            "the leader read: every body served is the one put",

@@ -301,11 +301,16 @@ def test_a_rolling_upgrade_keeps_serving_and_loses_nothing(tmp_path, monkeypatch
             cluster.start(node_id)
             wait_until(lambda: caught_up(cluster, node_id), 120, what=f"{node_id} back on the new release")
 
+        upgraded = set()
         for step, follower in enumerate(n for n in cluster.ids if n != old_leader):
             upgrade(follower)
-            # an upgraded node writes no command the old release lacks (relocate) while it runs
-            wait_until(lambda: f"relocation of live bodies: waiting for {old_leader} to run a release that knows it"
-                       in cluster.log_path(follower).read_text(), 30, what=f"{follower} to wait for {old_leader}")
+            upgraded.add(follower)
+            # an upgraded node writes no command the old release lacks (relocate) while one runs:
+            # it names the first node of the old release it finds, whichever that is
+            old_nodes = [n for n in cluster.ids if n not in upgraded]
+            wait_until(lambda: any(f"relocation of live bodies: waiting for {n} to run a release that knows it"
+                                   in cluster.log_path(follower).read_text() for n in old_nodes),
+                       30, what=f"{follower} to wait for one of {old_nodes}")
             with cluster.client() as client:        # mixed: it serves, and the replicas hold the same
                 client.put_batch("orders", [{"body": {"during": step, "n": i}} for i in range(50)])
             # `verify` hashes each replica's snapshot encoding, which names its release's version:
