@@ -951,6 +951,28 @@ def queues_it_may_make(cmd) -> list:
     return []
 
 
+# What issue 51 adds to the state machine (api/features.py): a release before it refuses these.
+PRIORITY_BACKOFF_PAUSE_REPLAY = "priority_backoff_pause_replay"
+ISSUE_51_CONFIG = ("backoff", "retention_ms", "retention_bytes")
+
+
+def feature_needed(cmd) -> str | None:
+    """The feature of the state machine every replica must know to apply the valid command `cmd`
+    alike, or None when any release since snapshot version 14 applies it."""
+    op = cmd["op"]
+    if op in ("seek_group", "patch_group"):
+        return PRIORITY_BACKOFF_PAUSE_REPLAY
+    if op == "add_group" and cmd.get("start", "earliest") not in v.GROUP_STARTS:
+        return PRIORITY_BACKOFF_PAUSE_REPLAY
+    if op in ("create_queue", "patch_queue") and any(field in (cmd.get("config") or {}) for field in ISSUE_51_CONFIG):
+        return PRIORITY_BACKOFF_PAUSE_REPLAY
+    if op in ("put", "stage", "tx"):
+        messages = cmd["messages"] if op != "tx" else [m for part in cmd.get("put", ()) for m in part["messages"]]
+        if any("priority" in message for message in messages):
+            return PRIORITY_BACKOFF_PAUSE_REPLAY
+    return None
+
+
 def check_command(cmd):
     """None when `cmd` is a well-formed command, else a bad_request result."""
     op = OPS.get(cmd.get("op")) if isinstance(cmd, dict) and isinstance(cmd.get("op"), str) else None
@@ -959,4 +981,5 @@ def check_command(cmd):
     return v.check_now(cmd) or v.check_raft_group(cmd) or v.check_catalog_index(cmd) or op.check(cmd)
 
 
-__all__ = ["StateMachine", "OPS", "check_command", "queues_it_may_make", "encode_entry", "decode_entry"]
+__all__ = ["StateMachine", "OPS", "check_command", "queues_it_may_make", "feature_needed", "encode_entry",
+           "decode_entry"]
