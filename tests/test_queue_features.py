@@ -1,15 +1,17 @@
 """Issue 51 through the doors of a real 3-node cluster: HTTP (raw, and through a follower), the
-Python clients and the streaming wire. Priorities, redelivery back-off, paused and rate-limited
+Python clients, the streaming wire and the command line. Priorities, redelivery back-off, paused and rate-limited
 groups, retention and replay (docs/api.md); the state machine's own rules are
 tests/test_statemachine_{priorities,backoff,pauses,retention}.py and the model test."""
 
 import asyncio
+import json
 import time
 import uuid
 
 import pytest
 
 from raftq.client import AsyncClient, Client, Consumer, Producer, RaftqError
+from tests.test_cli import as_json, raftq
 from tests.wire import call
 
 pytestmark = pytest.mark.integration
@@ -152,3 +154,29 @@ def test_a_bad_position_or_patch_is_refused_by_the_client_as_the_node_answers(cl
     with pytest.raises(RaftqError) as refused:
         client.limit_group_rate(q, "default", 0)
     assert refused.value.status == 400
+
+
+def test_the_command_line_puts_priorities_sets_policies_pauses_limits_and_seeks(cluster3, client):
+    q = qname()
+    created = as_json("queue", "create", q, "--backoff", "initial_ms=250,factor=3,max_ms=9000",
+                      "--retention-ms", "600000", cluster=cluster3)
+    assert created["config"]["backoff"] == {"initial_ms": 250, "factor": 3.0, "max_ms": 9_000, "jitter": 0.0}
+    assert created["config"]["retention_ms"] == 600_000
+    bad = raftq("queue", "patch", q, "--backoff", "fast", cluster=cluster3, check=False)
+    assert bad.returncode == 2 and "--backoff" in bad.stderr
+    client.put(q, "low")
+    raftq("put", q, '"high"', "--priority", "8", cluster=cluster3)
+    got = [json.loads(line) for line in raftq("receive", q, "--max", "5", cluster=cluster3).stdout.splitlines()]
+    assert [(m["body"], m["priority"]) for m in got] == [("high", 8), ("low", 0)]
+    client.ack(q, [m["receipt"] for m in got])
+    assert "replays 2" in raftq("group", "seek", q, "default", "earliest", cluster=cluster3).stdout
+    assert "paused until" in raftq("group", "pause", q, "default", "--for-ms", "600000", cluster=cluster3).stdout
+    listed = raftq("group", "list", q, cluster=cluster3).stdout
+    assert "paused" in listed.splitlines()[0] and "until" in listed
+    assert "rate limit 3/s" in raftq("group", "limit", q, "default", "3", cluster=cluster3).stdout
+    assert as_json("group", "add", q, "late", "--start", "seq:2", cluster=cluster3)["depth"] == 1
+    wrong = raftq("group", "seek", q, "default", "yesterday", cluster=cluster3, check=False)
+    assert wrong.returncode == 2 and "position" in wrong.stderr
+    shown = raftq("queue", "show", q, cluster=cluster3).stdout
+    assert "retained 0" in shown and "until" in shown and "3/s" in shown
+    assert as_json("group", "resume", q, "default", cluster=cluster3)["paused"] is False
