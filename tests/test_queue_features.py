@@ -1,5 +1,5 @@
 """Issue 51 through the doors of a real 3-node cluster: HTTP (raw, and through a follower), the
-Python clients, the streaming wire and the command line. Priorities, redelivery back-off, paused and rate-limited
+Python clients, the streaming wire, the command line and the web console. Priorities, redelivery back-off, paused and rate-limited
 groups, retention and replay (docs/api.md); the state machine's own rules are
 tests/test_statemachine_{priorities,backoff,pauses,retention}.py and the model test."""
 
@@ -12,6 +12,7 @@ import pytest
 
 from raftq.client import AsyncClient, Client, Consumer, Producer, RaftqError
 from tests.test_cli import as_json, raftq
+from tests.test_console import CHROMIUM, CHROMIUM_ARGS, RESULTS, WAIT_MS, browser_or_skip
 from tests.wire import call
 
 pytestmark = pytest.mark.integration
@@ -180,3 +181,64 @@ def test_the_command_line_puts_priorities_sets_policies_pauses_limits_and_seeks(
     shown = raftq("queue", "show", q, cluster=cluster3).stdout
     assert "retained 0" in shown and "until" in shown and "3/s" in shown
     assert as_json("group", "resume", q, "default", cluster=cluster3)["paused"] is False
+
+
+def test_the_console_shows_priorities_and_paused_groups_and_pauses_limits_and_seeks_them(cluster3, client):
+    sync_playwright = browser_or_skip()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    q = qname()
+    client.create_queue(q, retention_ms=600_000)
+    client.put_batch(q, [{"body": "plain"}, {"body": "urgent", "priority": 5}])
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            answers = ["7", "earliest"]                  # the rate limit's prompt, then the seek's
+            page.on("dialog", lambda dialog: dialog.accept(answers.pop(0)))
+            script_errors = []
+            page.on("pageerror", lambda error: script_errors.append(str(error)))
+            page.goto(cluster3.urls[0] + f"/ui#/queue/{q}")
+            page.fill("#token", cluster3.token)
+            page.click("#token-form button")
+            page.wait_for_function("() => document.querySelectorAll('#messages tr[data-seq]').length === 2",
+                                   timeout=WAIT_MS)
+            priorities = [page.inner_text(f'#messages tr[data-seq="{seq}"] td:nth-child(2)') for seq in (1, 2)]
+            assert priorities == ["0", "5"]
+            row = '#groups tr[data-group="default"]'
+            page.click(f"{row} button[data-pause-group]")
+            page.wait_for_selector(f"{row}.paused", timeout=WAIT_MS)
+            assert page.inner_text(f"{row} td.pause") == "paused"
+            assert client.group(q, "default")["paused"] is True
+            page.click(f"{row} button[data-rate-group]")
+            page.wait_for_function(f"() => document.querySelector('{row} td.rate')?.textContent === '7/s'",
+                                   timeout=WAIT_MS)
+            page.evaluate("location.hash = '#/'")
+            page.wait_for_function(f"""() => document.querySelector('#queues tr[data-queue="{q}"]')
+                                       ?.textContent.includes('default (paused)')""", timeout=WAIT_MS)
+            page.evaluate(f"location.hash = '#/queue/{q}'")
+            page.wait_for_selector(f"{row}.paused", timeout=WAIT_MS)
+            page.screenshot(path=str(RESULTS / "paused-group.png"), full_page=True)
+            page.click(f"{row} button[data-pause-group]")
+            page.wait_for_selector(f"{row}:not(.paused)", timeout=WAIT_MS)
+            got = client.receive(q, max=10)["messages"]
+            assert [m["body"] for m in got] == ["urgent", "plain"]
+            client.ack(q, [m["receipt"] for m in got])
+            page.wait_for_function("() => document.querySelectorAll('#messages tr[data-seq]').length === 0",
+                                   timeout=WAIT_MS)
+            page.click(f"{row} button[data-seek-group]")
+            page.wait_for_function("() => document.querySelectorAll('#messages tr[data-seq]').length === 2",
+                                   timeout=WAIT_MS)
+            page.fill("#patch-form input[name=backoff]", '{"initial_ms": 500, "factor": 3}')
+            page.click("#patch-form button[type=submit]")
+            page.wait_for_function(f"() => document.querySelector('#toast')?.textContent === 'patch queue {q} — done'",
+                                   timeout=WAIT_MS)
+            assert client.queue(q)["config"]["backoff"] == {"initial_ms": 500, "factor": 3.0, "max_ms": 60_000,
+                                                            "jitter": 0.0}
+            page.fill("#group-form input[name=group]", "late")
+            page.fill("#group-form input[name=start]", "seq:2")
+            page.click("#group-form button[type=submit]")
+            page.wait_for_selector('#groups tr[data-group="late"]', timeout=WAIT_MS)
+            assert page.inner_text('#groups tr[data-group="late"]').split()[:4] == ["late", "1", "0", "2"]
+            assert script_errors == []
+        finally:
+            browser.close()
