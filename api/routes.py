@@ -105,6 +105,7 @@ ROUTES = (
                  ("buffer", {"type": "string", "enum": ["allow"]})), leader=True),
     Route("GET", Q + "/messages", messages.browse, DATA, "Browse a group's messages without leasing",
           errors=(404,), query=(("group", schemas.NAME), ("from_seq", {"type": "integer", "minimum": 0}),
+                                ("from_time_ms", {"type": "integer", "minimum": 0}),
                                 ("limit", {"type": "integer", "minimum": 1, "maximum": 10_000}), CONSISTENCY),
           leader=True),
     Route("POST", Q + "/receive", messages.receive, DATA, "Lease ready messages (long poll)",

@@ -170,11 +170,14 @@ class _Calls:
                           queue=queue)
 
     def browse(self, queue: str, *, group: str = "default", from_seq: int = 0, limit: int = 100,
-               consistency: str = "leader"):
+               consistency: str = "leader", from_time_ms: int | None = None):
         """With consistency="any", the answer adds `applied_index`: the answering replica's
-        state is at least that far along the log."""
+        state is at least that far along the log. `from_time_ms`: only messages put at or after
+        that log time."""
+        since = "" if from_time_ms is None else f"&from_time_ms={from_time_ms}"
         return self._call("GET", f"/v1/queues/{_part(queue)}/messages?group={_part(group)}&from_seq={from_seq}"
-                                 f"&limit={limit}&consistency={consistency}", None, retry=True, queue=_leader_read(queue, consistency))
+                                 f"&limit={limit}&consistency={consistency}{since}", None, retry=True,
+                          queue=_leader_read(queue, consistency))
 
     def commit(self, queue: str, group: str, seq: int):
         return self._call("POST", f"/v1/queues/{_part(queue)}/groups/{_part(group)}/commit", {"seq": seq},

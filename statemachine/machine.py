@@ -743,11 +743,11 @@ class StateMachine:
             return error(NOT_FOUND, f"group {group!r} does not exist in queue {name!r}")
         return queue.group_stats(queue.groups[group])
 
-    def browse(self, name: str, group: str, from_seq: int, limit: int):
+    def browse(self, name: str, group: str, from_seq: int, limit: int, from_time_ms: int | None = None):
         queue = self.queues.get(name)
         if queue is None:
             return self._missing(name)
-        return queue.browse(group, from_seq, limit)
+        return queue.browse(group, from_seq, limit, from_time_ms)
 
     def wall_times(self, log_times: list) -> list:
         """The wall time of each moment of `log_times` (wall.py)."""

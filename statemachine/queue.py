@@ -643,10 +643,14 @@ class Queue:
                        for g in groups},
         }
 
-    def browse(self, group_name: str, from_seq: int, limit: int):
+    def browse(self, group_name: str, from_seq: int, limit: int, from_time_ms=None):
+        """The group's messages from `from_seq` on, and (`from_time_ms`) put at or after that log time."""
         group = self.groups.get(group_name)
         if group is None:
             return error(NOT_FOUND, f"group {group_name!r} does not exist in queue {self.name!r}")
+        if from_time_ms is not None:
+            first = self.rows.first_put_at_or_after(from_time_ms)
+            from_seq = max(from_seq, self.next_seq if first is None else first)
         out, rows, delayed = [], self.rows, group.delayed
         for seq in islice(group.held_from(from_seq), limit):
             out.append({"seq": seq, "body": rows.body(seq), "key": rows.keys.get(seq),
