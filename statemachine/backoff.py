@@ -26,10 +26,13 @@ MAX_EXPONENT = 1 << 16
 
 
 def full_policy(policy):
-    """A policy with every field, its numbers as the machine keeps them (None: no back-off)."""
+    """A policy with every field, its numbers as the machine keeps them (None: no back-off). Without
+    a max_ms the delay stops growing at a minute, or at initial_ms when that is longer."""
     if policy is None:
         return None
     full = {**POLICY_DEFAULTS, **policy}
+    if "max_ms" not in policy:
+        full["max_ms"] = max(POLICY_DEFAULTS["max_ms"], full["initial_ms"])
     full["factor"], full["jitter"] = float(full["factor"]), float(full["jitter"])
     return full
 

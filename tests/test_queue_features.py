@@ -1,5 +1,5 @@
 """Issue 51 through the doors of a real 3-node cluster: HTTP (raw, and through a follower), the
-Python clients, the streaming wire, the command line and the web console. Priorities, redelivery back-off, paused and rate-limited
+Python clients, the streaming wire, the command line, the web console and the SQS API. Priorities, redelivery back-off, paused and rate-limited
 groups, retention and replay (docs/api.md); the state machine's own rules are
 tests/test_statemachine_{priorities,backoff,pauses,retention}.py and the model test."""
 
@@ -12,6 +12,7 @@ import pytest
 
 from raftq.client import AsyncClient, Client, Consumer, Producer, RaftqError
 from tests.test_cli import as_json, raftq
+from tests.sqsutil import sqs_client, start_sqs_cluster
 from tests.test_console import CHROMIUM, CHROMIUM_ARGS, RESULTS, WAIT_MS, browser_or_skip
 from tests.wire import call
 
@@ -20,6 +21,14 @@ pytestmark = pytest.mark.integration
 
 def qname() -> str:
     return "qf-" + uuid.uuid4().hex[:10]
+
+
+@pytest.fixture(scope="module")
+def cluster3(tmp_path_factory):
+    """One 3-node cluster for every door, the SQS API's included."""
+    cluster = start_sqs_cluster(tmp_path_factory.mktemp("queue-features"))
+    yield cluster
+    cluster.close()
 
 
 @pytest.fixture(scope="module")
@@ -242,3 +251,20 @@ def test_the_console_shows_priorities_and_paused_groups_and_pauses_limits_and_se
             assert script_errors == []
         finally:
             browser.close()
+
+
+def test_over_sqs_a_back_off_policy_delays_a_message_whose_visibility_ends_and_visibility_0_is_at_once(cluster3,
+                                                                                                      client):
+    q = qname()
+    sqs = sqs_client(cluster3.urls[0])
+    url = sqs.create_queue(QueueName=q)["QueueUrl"]
+    client.patch_queue(q, backoff={"initial_ms": 600_000})
+    sqs.send_message(QueueUrl=url, MessageBody="job")
+    first = sqs.receive_message(QueueUrl=url, VisibilityTimeout=30)["Messages"][0]
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=0)
+    again = sqs.receive_message(QueueUrl=url, VisibilityTimeout=1, AttributeNames=["ApproximateReceiveCount"])
+    assert again["Messages"][0]["Attributes"]["ApproximateReceiveCount"] == "2"
+    time.sleep(1.5)                         # its visibility timeout ended: the policy's 10 minutes
+    assert "Messages" not in sqs.receive_message(QueueUrl=url)
+    delayed = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesDelayed"])
+    assert delayed["Attributes"]["ApproximateNumberOfMessagesDelayed"] == "1"

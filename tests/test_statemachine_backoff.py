@@ -119,6 +119,8 @@ def test_a_partial_policy_is_kept_whole_so_creating_the_queue_again_is_no_change
     assert created["config"]["backoff"] == {"initial_ms": 250, "factor": 2.0, "max_ms": 60_000, "jitter": 0.0}
     assert machine.ok("create_queue", queue="q", config={"backoff": {"initial_ms": 250, "factor": 2}})["created"] \
         is False
+    longer = machine.ok("create_queue", queue="slow", config={"backoff": {"initial_ms": 600_000}})
+    assert longer["config"]["backoff"]["max_ms"] == 600_000      # no maximum given: it does not shrink
 
 
 @pytest.mark.parametrize("policy", [

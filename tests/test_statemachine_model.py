@@ -93,12 +93,10 @@ def err(code, **details):
 def backoff_delay(policy, queue, group, seq, deliveries):
     """docs/api.md's back-off: min(max_ms, initial_ms * factor^(n-1)), less a jitter drawn from a
     hash of the queue, group, seq and n (the strategies use factors whose powers are exact)."""
-    if policy is None:
+    if policy is None:      # (a queue's policy, every field filled in: full_config)
         return 0
-    full = {"initial_ms": 1_000, "factor": 2.0, "max_ms": 60_000, "jitter": 0.0, **policy}
-    delay = min(full["max_ms"], full["initial_ms"] * full["factor"] ** (deliveries - 1))
-    delay = int(delay)
-    spread = int(delay * full["jitter"])
+    delay = int(min(policy["max_ms"], policy["initial_ms"] * policy["factor"] ** (deliveries - 1)))
+    spread = int(delay * policy["jitter"])
     draw = int.from_bytes(hashlib.blake2b(f"{queue}\0{group}\0{seq}\0{deliveries}".encode(),
                                           digest_size=8).digest(), "little")
     return delay - spread * draw // 2 ** 64
@@ -107,8 +105,10 @@ def backoff_delay(policy, queue, group, seq, deliveries):
 def full_config(config):
     """A queue's config as the machine answers it: defaults filled in, a back-off policy whole."""
     full = {**QUEUE_DEFAULTS, **config}
-    if full["backoff"] is not None:
-        full["backoff"] = {"initial_ms": 1_000, "factor": 2.0, "max_ms": 60_000, "jitter": 0.0, **full["backoff"]}
+    if full["backoff"] is not None:   # (max_ms: a minute, or initial_ms if longer)
+        initial = full["backoff"].get("initial_ms", 1_000)
+        full["backoff"] = {"initial_ms": 1_000, "factor": 2.0, "max_ms": max(60_000, initial), "jitter": 0.0,
+                           **full["backoff"]}
     return full
 
 
