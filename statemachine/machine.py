@@ -22,6 +22,10 @@ Adding an op is a handler, a validator and that row (then its HTTP route).
 - staged writes (``stage``, ``stage_commit``, ``stage_abort``,
   ``drop_producer``; ``staging.py``): rows parked invisibly, published by one
   commit per (producer, batch), never twice.
+- a group's pause and rate limit (``patch_group``, ``group.py``) and its
+  position (``seek_group``, and ``add_group``'s ``start``: ``retention.py``).
+  What a release adds here is written only once every node runs it
+  (``feature_needed``; api/features.py).
 
 Rules that keep replicas identical:
 

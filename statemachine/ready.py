@@ -204,10 +204,6 @@ class ReadySeqs:
             for found in ANY_READY.finditer(flags, start, stop):
                 yield base + found.start()
 
-    def priority(self, seq: int) -> int:
-        """The priority `seq` is ready at (it is ready)."""
-        return self.flags[seq - self.base] - 1
-
     # ---- snapshot: runs of consecutive ready seqs (version 9 on) ---------------------------------
     # A run's priorities are the rows' (rows.py): the snapshot holds where seqs are ready, and
     # a restore reads each one's priority from its row.

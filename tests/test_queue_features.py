@@ -1,6 +1,7 @@
 """Issue 51 through the doors of a real 3-node cluster: HTTP (raw, and through a follower), the
-Python clients, the streaming wire, the command line, the web console and the SQS API. Priorities, redelivery back-off, paused and rate-limited
-groups, retention and replay (docs/api.md); the state machine's own rules are
+Python clients, the streaming wire, the command line, the web console and the SQS API.
+Priorities, redelivery back-off, paused and rate-limited groups, retention and replay
+(docs/api.md); the state machine's own rules are
 tests/test_statemachine_{priorities,backoff,pauses,retention}.py and the model test."""
 
 import asyncio
@@ -239,8 +240,8 @@ def test_the_console_shows_priorities_and_paused_groups_and_pauses_limits_and_se
                                    timeout=WAIT_MS)
             page.fill("#patch-form input[name=backoff]", '{"initial_ms": 500, "factor": 3}')
             page.click("#patch-form button[type=submit]")
-            page.wait_for_function(f"() => document.querySelector('#toast')?.textContent === 'patch queue {q} — done'",
-                                   timeout=WAIT_MS)
+            page.wait_for_function(
+                f"() => document.querySelector('#toast')?.textContent === 'patch queue {q} — done'", timeout=WAIT_MS)
             assert client.queue(q)["config"]["backoff"] == {"initial_ms": 500, "factor": 3.0, "max_ms": 60_000,
                                                             "jitter": 0.0}
             page.fill("#group-form input[name=group]", "late")
