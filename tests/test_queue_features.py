@@ -6,6 +6,7 @@ tests/test_statemachine_{priorities,backoff,pauses,retention}.py and the model t
 
 import asyncio
 import json
+import re
 import time
 import uuid
 
@@ -115,6 +116,8 @@ def test_retained_messages_are_replayed_by_a_seek_and_a_group_made_at_a_position
         client.ack(q, [m["receipt"]])
     stats = client.queue(q)["stats"]
     assert (stats["depth"], stats["retained"]) == (0, 4)
+    scraped = re.search(rf'raftq_queue_retained{{queue="{q}"}} (\S+)', client.metrics())
+    assert scraped and float(scraped.group(1)) == 4
     moved = client.seek_group(q, "default", {"seq": seqs[1]})
     assert moved["replayed"] == 3
     assert [m["body"] for m in client.receive(q, max=10)["messages"]] == ["b", "c", "d"]
