@@ -207,3 +207,17 @@ def test_a_malformed_position_is_refused(m, to):
 
 def test_a_seek_of_a_missing_group_is_not_found(m):
     m.fails("not_found", "seek_group", queue="q", group="nope", to="earliest")
+
+
+def test_retained_messages_count_toward_the_clusters_stored_bytes_until_retention_lets_them_go(m):
+    m.put("q", msg(b"12345"), msg(b"1234"), max_stored_bytes=10)
+    consume_all(m)
+    assert m.stats("q")["retained_bytes"] == 9 and m.sm.stored_usage() == {"bytes": 9}   # on disk all the same
+    refused = m.fails("insufficient_storage", "put", queue="q", messages=[msg(b"12")], max_stored_bytes=10)
+    assert refused["stored_bytes"] == 9
+    m.ok("patch_queue", queue="q", config={"retention_bytes": 4})
+    m.tick(m.now + 1)
+    assert m.sm.stored_usage() == {"bytes": 4}
+    assert m.put("q", msg(b"12"), max_stored_bytes=10) == [3]
+    m.ok("delete_queue", queue="q")
+    assert m.sm.stored_usage() == {"bytes": 0}
