@@ -25,6 +25,7 @@ from . import buffering, caps, events, forwarding, openapi
 from .disk import DiskWatch
 from .codec import respond
 from .errors import ApiError, LeadLost, Rerouted, no_quorum
+from .features import ADMISSION, Admission
 from .groups import Groups
 from .keys import DISK, ENGINES, GROUPS, PLACEMENT
 from .leader import HTTP, NODE, SETTINGS, after_lead_lost
@@ -150,6 +151,7 @@ def make_app(engines: dict, placement: Placement, settings: Settings, buffer_dir
     app[RECEIPTS] = Receipts(settings.keys.receipts)
     app[MODE] = ReceiptMode(app)
     app[SQS_KEYS] = SqsKeys(app)
+    app[ADMISSION] = Admission(app)
     app[buffering.BUFFER] = buffer
     app[buffering.BUFFERED] = asyncio.Event()
 

@@ -73,7 +73,7 @@ async def _forward(app: web.Application, queue: str, messages: list) -> str | No
         result = exc.body()
     if "error" not in result:
         return None
-    if result["error"] in FINAL_CODES:
+    if result["error"] in FINAL_CODES and "feature" not in result:   # (a feature waits for an upgrade)
         return f"{result['error']}: {result.get('message', '')}"
     if result["error"] != "insufficient_storage":    # a disk alarm logs its own line, once
         log.warning("buffered put to %s refused (%s); will retry", queue, result["error"])
@@ -90,8 +90,9 @@ async def _post(app: web.Application, address: str, queue: str, messages: list) 
                                   allow_redirects=False, timeout=ClientTimeout(total=15)) as reply:
             if reply.status == 201:
                 return None
-            if reply.status in FINAL_STATUS:
-                return f"HTTP {reply.status}: {(await reply.text())[:300]}"
+            text = await reply.text()
+            if reply.status in FINAL_STATUS and '"feature"' not in text:   # (a feature waits for an upgrade)
+                return f"HTTP {reply.status}: {text[:300]}"
             if reply.status != 507:                  # a disk alarm logs its own line, once
                 log.warning("buffered put to %s answered %s; will retry", queue, reply.status)
     except (ClientError, asyncio.TimeoutError):

@@ -20,6 +20,7 @@ from raftq.statemachine.machine import OPS, queues_it_may_make
 
 from . import caps
 from .errors import ApiError, LeadLost, Rerouted, damaged, from_result, no_quorum
+from .features import ADMISSION
 from .keys import DISK, GROUP, GROUPS, SETTINGS
 from .receipt_mode import MODE
 
@@ -49,7 +50,8 @@ async def apply(app: web.Application, group: int, command: dict) -> Committed:
     """Check the node's caps, apply a validated command through the log of
     `group` (this node's engine of it); its result (refusals included) and its
     entry's index.  A command that may create a queue says which group it was
-    routed for, which the state machine checks (``wrong_group``).
+    routed for, which the state machine checks (``wrong_group``).  One that uses
+    what not every node's release knows is refused 409 (features.py).
 
     A write whose fate is unknown (lost leadership, no majority in time) is
     ApiError no_quorum: retried with the same ids, it is stored once. One that
@@ -59,6 +61,7 @@ async def apply(app: web.Application, group: int, command: dict) -> Committed:
     app[DISK].check(group, command)
     groups = app[GROUPS]
     node = groups.engines[group]
+    await app[ADMISSION].admit(command)
     if groups.count > 1 and OPS[command["op"]].creates_queues:
         command["raft_group"] = group
         command["catalog_index"] = groups.view_index(group, queues_it_may_make(command))

@@ -10,27 +10,38 @@ asking a node which it knows (``GET /health/live``'s ``features``).
   replica refuses (engine/relocation.py, allowed by a ``FeatureGate``);
 - ``wall_times``: a leader's ticks carry its wall clock (statemachine/wall.py), which an older
   replica ignores, so that it would lack the wall time of log time the others keep (engine/node.py,
-  allowed by a ``FeatureGate``).
+  allowed by a ``FeatureGate``);
+- ``priority_backoff_pause_replay``: issue 51's priorities, back-off policies, paused and
+  rate-limited groups, retention and group positions (``seek_group``, ``patch_group``,
+  ``add_group``'s start at a seq or a time), which an older replica refuses or would apply
+  unlike the others (``statemachine.feature_needed`` names the commands that use them).
 
 ``ClusterFeature`` asks every voter of group 0 (every node is one) for one of them; the name
-releaser and the feature gates wait on it.
+releaser and the feature gates wait on it. ``Admission`` refuses a request that uses
+issue 51's feature 409 ``conflict``, changing nothing, until every node runs it (a node that
+does not answer counts as not running it, and is asked again a second later).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from aiohttp import ClientError, ClientTimeout, web
 
 from raftq.engine.background import Background
 from raftq.engine.outcome import CommitError
+from raftq.statemachine.machine import PRIORITY_BACKOFF_PAUSE_REPLAY, feature_needed
 
+from .errors import ApiError
 from .keys import GROUPS, HTTP, SETTINGS
 
 log = logging.getLogger(__name__)
 
-FEATURES = ("name_release", "release_in_turn", "sealed_receipts", "sqs_keys", "relocate", "wall_times")
+FEATURES = ("name_release", "release_in_turn", "sealed_receipts", "sqs_keys", "relocate", "wall_times",
+            PRIORITY_BACKOFF_PAUSE_REPLAY)
+ASK_AGAIN_S = 1.0
 PEER_TIMEOUT = ClientTimeout(total=2)
 GATE_S = 5.0
 
@@ -56,6 +67,11 @@ class ClusterFeature:
         self._feature = feature
         self._who = who                                   # what waits for it, for the log
         self._every_node: frozenset | None = None         # the group-0 voters found to run it
+
+    def known_everywhere(self) -> bool:
+        """Whether every node this front knows of was found to run the feature (no question asked)."""
+        known = frozenset(self._app[GROUPS].catalog.view()["http"])
+        return self._every_node is not None and known <= self._every_node
 
     async def everywhere(self) -> bool:
         groups = self._app[GROUPS]
@@ -106,3 +122,45 @@ def feature_gates(app: web.Application) -> list[FeatureGate]:
     """The gates of what an engine may write only once every node applies it."""
     return [FeatureGate(app, "relocate", "relocation of live bodies", "allow_relocation"),
             FeatureGate(app, "wall_times", "the wall clock in ticks", "allow_wall_ticks")]
+class Admission:
+    """In each front: a request's command that uses issue 51's feature waits for every node to
+    run it. Asked at most once a second while a node does not, one question at a time however
+    many requests ask; once every node does, no command is looked at."""
+
+    def __init__(self, app: web.Application):
+        self._feature = ClusterFeature(app, PRIORITY_BACKOFF_PAUSE_REPLAY, "issue 51's writes")
+        self._missing_until = 0.0
+        self._asking: asyncio.Future | None = None
+
+    async def _everywhere(self) -> bool:
+        if time.monotonic() < self._missing_until:
+            return False
+        if self._asking is None:
+            self._asking = asyncio.ensure_future(self._ask())
+            self._asking.add_done_callback(self._asked)
+        return await asyncio.shield(self._asking)
+
+    async def _ask(self) -> bool:
+        if await self._feature.everywhere():
+            return True
+        self._missing_until = time.monotonic() + ASK_AGAIN_S
+        return False
+
+    def _asked(self, _) -> None:
+        self._asking = None
+
+    async def admit(self, command: dict) -> None:
+        """ApiError 409 conflict, before anything is written, unless every node runs a release
+        that knows what the valid `command` needs of the state machine."""
+        if self._feature.known_everywhere():
+            return
+        feature = feature_needed(command)
+        if feature is not None and not await self._everywhere():
+            raise ApiError("conflict", f"this {command['op']} uses what not every node's release knows yet "
+                                       f"({feature}: priorities, back-off, paused or limited groups, retention, "
+                                       "a group's position; GET /health/live lists each node's features): "
+                                       "finish the upgrade first (docs/operations.md, \"Upgrading\")",
+                           feature=feature)
+
+
+ADMISSION = web.AppKey("admission", Admission)

@@ -206,6 +206,9 @@ async def browse(request: web.Request) -> web.Response:
     group_name(group)
     from_seq = _query_int(request, "from_seq", 0, 0, 1 << 62)
     limit = _query_int(request, "limit", 100, 1, 10_000)
+    if "from_time_ms" in request.query:
+        from_time_ms = _query_int(request, "from_time_ms", 0, 0, 1 << 62)
+        return await read(request, "browse", name, group, from_seq, limit, from_time_ms)
     return await read(request, "browse", name, group, from_seq, limit)
 
 

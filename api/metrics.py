@@ -31,7 +31,9 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 QUEUE_GAUGES = (("depth", "depth", "Messages stored"),
                 ("in_flight", "in_flight", "Leases held across the queue's groups"),
                 ("delayed", "delayed", "Deliveries waiting for their time"),
-                ("bytes", "stored_bytes", "Bytes of message bodies stored"))
+                ("bytes", "stored_bytes", "Bytes of message bodies stored"),
+                ("retained", "retained", "Messages every group is done with, kept for a replay (retention)"),
+                ("retained_bytes", "retained_bytes", "Bytes of the retained messages"))
 QUEUE_COUNTERS = (("put_total", "put", "Messages put"),
                   ("acked_total", "acked", "Messages acked"),
                   ("redelivered_total", "redelivered", "Messages delivered again"),

@@ -4,8 +4,10 @@ They describe what the handlers and statemachine/validation.py accept; the
 limits come from the same constants.
 """
 
-from raftq.statemachine.validation import (MAX_BATCH, MAX_DURATION_MS, MAX_ORDERING_KEY, MAX_RECEIVE, MAX_WAIT_MS,
-                                     QUEUE_DEFAULTS)
+from raftq.statemachine.backoff import MAX_FACTOR
+from raftq.statemachine.ready import PRIORITIES
+from raftq.statemachine.validation import (MAX_BATCH, MAX_DURATION_MS, MAX_LOG_TIME_MS, MAX_ORDERING_KEY,
+                                           MAX_RATE_LIMIT, MAX_RECEIVE, MAX_WAIT_MS, QUEUE_DEFAULTS)
 from raftq.wire_format import NAME_PATTERN
 
 NAME = {"type": "string", "pattern": f"^{NAME_PATTERN}$"}
@@ -23,6 +25,7 @@ MESSAGE = {
         "ttl_ms": OPTIONAL_DURATION,
         "delay_ms": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_DURATION_MS},
         "ordering_key": {"type": ["string", "null"], "minLength": 1, "maxLength": MAX_ORDERING_KEY},
+        "priority": {"type": "integer", "minimum": 0, "maximum": PRIORITIES - 1},
     },
     "additionalProperties": False,
 }
@@ -44,6 +47,14 @@ QUEUE_CONFIG = {
         "max_bytes": OPTIONAL_DURATION,
         "overflow": {"type": "string", "enum": ["reject", "drop_oldest"]},
         "dedup_window_ms": DURATION,
+        "backoff": {"oneOf": [{"type": "object", "properties": {
+            "initial_ms": {"type": "integer", "minimum": 1, "maximum": MAX_DURATION_MS},
+            "factor": {"type": "number", "minimum": 1, "maximum": MAX_FACTOR},
+            "max_ms": {"type": "integer", "minimum": 1, "maximum": MAX_DURATION_MS},
+            "jitter": {"type": "number", "minimum": 0, "maximum": 1}}, "additionalProperties": False},
+            {"type": "null"}]},
+        "retention_ms": OPTIONAL_DURATION,
+        "retention_bytes": OPTIONAL_DURATION,
         "tags": {"oneOf": [{"type": "object", "maxProperties": 50,
                             "additionalProperties": {"type": "string", "maxLength": 256}}, {"type": "null"}]},
         "sqs_attributes": {"oneOf": [{"type": "object", "maxProperties": 32,
@@ -72,7 +83,23 @@ RECEIPTS = {
                    "lease_ms": OPTIONAL_DURATION},
     "required": ["receipts"],
 }
-GROUP = {"type": "object", "properties": {"start": {"type": "string", "enum": ["earliest", "latest"]}}}
+POSITION = {"oneOf": [
+    {"type": "string", "enum": ["earliest", "latest"]},
+    {"type": "object", "properties": {"seq": {"type": "integer", "minimum": 0}}, "required": ["seq"],
+     "additionalProperties": False},
+    {"type": "object", "properties": {"time_ms": {"type": "integer", "minimum": 0}}, "required": ["time_ms"],
+     "additionalProperties": False},
+]}
+GROUP = {"type": "object", "properties": {"start": POSITION}, "additionalProperties": False}
+SEEK = {"type": "object", "properties": {"to": POSITION}, "required": ["to"], "additionalProperties": False}
+PATCH_GROUP = {
+    "type": "object",
+    "properties": {"paused": {"type": "boolean"},
+                   "until_ms": {"type": "integer", "minimum": 0, "maximum": MAX_LOG_TIME_MS},
+                   "for_ms": {"type": "integer", "minimum": 1, "maximum": MAX_DURATION_MS},
+                   "rate_limit": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_RATE_LIMIT}},
+    "additionalProperties": False,
+}
 COMMIT = {"type": "object", "properties": {"seq": {"type": "integer", "minimum": 0}}, "required": ["seq"]}
 TX = {
     "type": "object",

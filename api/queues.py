@@ -72,8 +72,9 @@ async def show(request: web.Request) -> web.Response:
 
 async def add_group(request: web.Request) -> web.Response:
     body = await read_optional_body(request)
-    if not isinstance(body, dict):
-        raise ApiError("bad_request", "the body must be an object like {\"start\": \"earliest\"}")
+    if not isinstance(body, dict) or set(body) - {"start"}:
+        raise ApiError("bad_request", "the body must be an object like {\"start\": \"earliest\"} (or latest, "
+                                      "{\"seq\": n}, {\"time_ms\": t})")
     command = {"op": "add_group", "queue": queue_name(request), "group": group_name(request.match_info["group"]),
                "start": body.get("start", "earliest")}
     validate(command)
@@ -91,6 +92,36 @@ async def list_groups(request: web.Request) -> web.Response:
 
 async def show_group(request: web.Request) -> web.Response:
     return await read(request, "group_info", queue_name(request), group_name(request.match_info["group"]))
+
+
+async def _group_write(request: web.Request, command: dict) -> web.Response:
+    validate(command)
+    elsewhere = await route_to_leader(request)
+    if elsewhere is not None:
+        return elsewhere
+    return respond(request, (await write(request, command)).result)
+
+
+async def seek_group(request: web.Request) -> web.Response:
+    """Move a group to a position: it replays the stored messages from there (retention)."""
+    body = await read_body(request)
+    if not isinstance(body, dict) or set(body) != {"to"}:
+        raise ApiError("bad_request", "the body must be an object like {\"to\": \"earliest\"} (or latest, "
+                                      "{\"seq\": n}, {\"time_ms\": t})")
+    return await _group_write(request, {"op": "seek_group", "queue": queue_name(request),
+                                        "group": group_name(request.match_info["group"]), "to": body["to"]})
+
+
+PATCH_GROUP_FIELDS = {"paused", "until_ms", "for_ms", "rate_limit"}
+
+
+async def patch_group(request: web.Request) -> web.Response:
+    """Pause (until a log time, for a while, or until resumed) or resume a group, or limit its rate."""
+    body = await read_body(request)
+    if not isinstance(body, dict) or set(body) - PATCH_GROUP_FIELDS:
+        raise ApiError("bad_request", f"the body is an object of {', '.join(sorted(PATCH_GROUP_FIELDS))}")
+    return await _group_write(request, {"op": "patch_group", "queue": queue_name(request),
+                                        "group": group_name(request.match_info["group"]), **body})
 
 
 @leader_only

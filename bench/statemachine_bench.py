@@ -31,6 +31,18 @@ And timers among 10 000 queues, each holding one lease: the leader's
 `next_timer` read and a tick that one lease falls due in, the two questions
 the engine's loop asks (statemachine/due.py).
 
+And issue 51's workloads (priorities, redelivery back-off), at their depths:
+- consume, 1 M:   receive+ack at a depth of 1 M messages of one priority, and
+                  of 1 M messages of priorities 0-9 mixed at random (the refill
+                  too): a receive takes the highest first (statemachine/ready.py);
+- nack, 100 k:    receive 100, nack the 100 without a delay, a tick every 10
+                  rounds; without a back-off policy (they are ready again at
+                  once) and with one (1 ms doubling to 1 s: each nack computes a
+                  delay and parks the message in the group's delayed set).
+A tree whose state machine knows neither (an older REF of --against) has no
+figure for the mixed priorities or the back-off: the comparison then sets the
+working tree's mixed priorities against that tree's one priority.
+
     .venv/bin/python bench/statemachine_bench.py
     .venv/bin/python bench/statemachine_bench.py --against main [REF ...]
 
@@ -47,6 +59,7 @@ import argparse
 import gc
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -71,12 +84,15 @@ LEASE_MS = 3_600_000
 
 
 class Bench:
-    def __init__(self):
+    def __init__(self, config=None, priorities: bool = False):
         self.sm = StateMachine()
         self.now = 1_000_000
         self.index = 0
         self.elapsed = 0.0
-        self.timed(self.entry({"op": "create_queue", "queue": QUEUE, "config": {"lease_ms": LEASE_MS}}))
+        # mixed priorities: each message's drawn from a fixed sequence, the same in every tree
+        self.priorities = random.Random(51) if priorities else None
+        self.timed(self.entry({"op": "create_queue", "queue": QUEUE,
+                               "config": {"lease_ms": LEASE_MS, **(config or {})}}))
 
     def entry(self, *commands) -> bytes:
         self.now += 1
@@ -97,9 +113,11 @@ class Bench:
         return results
 
     # ---- commands --------------------------------------------------------------------
-    @staticmethod
-    def put():
-        return {"op": "put", "queue": QUEUE, "messages": [{"body": BODY}] * BATCH}
+    def put(self):
+        if self.priorities is None:
+            return {"op": "put", "queue": QUEUE, "messages": [{"body": BODY}] * BATCH}
+        draw = self.priorities.randrange
+        return {"op": "put", "queue": QUEUE, "messages": [{"body": BODY, "priority": draw(10)} for _ in range(BATCH)]}
 
     @staticmethod
     def receive(n=BATCH):
@@ -145,6 +163,16 @@ class Bench:
             self.timed(self.entry(self.settle("ack", receipts)))
         return rounds * BATCH / self.elapsed
 
+    def run_nack(self, depth: int, rounds: int) -> float:
+        self.elapsed = 0.0
+        for i in range(rounds):
+            self.fill(depth)
+            [got] = self.timed(self.entry(self.receive()))
+            self.timed(self.entry(self.settle("nack", [m["receipt"] for m in got["messages"]])))
+            if i % 10 == 9:
+                self.timed(self.entry({"op": "tick"}))
+        return rounds * BATCH / self.elapsed
+
     def run_mixed(self, depth: int, rounds: int) -> float:
         self.elapsed = 0.0
         for i in range(rounds):
@@ -165,6 +193,42 @@ def measure_depth(depth: int, repeats: int = REPEATS) -> dict:
     runs = {"put": bench.run_put, "receive_ack": bench.run_receive_ack, "mixed": bench.run_mixed}
     best = {name: max(run(depth, ROUNDS[name]) for _ in range(repeats)) for name, run in runs.items()}
     return {**best, "bench": bench}
+
+
+# ---- issue 51: priorities and back-off -----------------------------------------------------------
+FEATURE_DEPTHS = {"consume": 1_000_000, "nack": 100_000}
+FEATURE_ROUNDS = {"consume": 300, "nack": 300}
+BACKOFF = {"initial_ms": 1, "factor": 2, "max_ms": 1_000}
+FEATURE_FIGURES = ["consume_one_priority_1m", "consume_mixed_priorities_1m", "nack_without_backoff_100k",
+                   "nack_with_backoff_100k"]
+
+
+def knows_issue_51() -> bool:
+    """Whether this tree's state machine takes priorities and back-off policies."""
+    answer = StateMachine().apply({"op": "put", "queue": QUEUE, "messages": [{"body": b"", "priority": 1}],
+                                   "now_ms": 1})
+    return not is_error(answer)
+
+
+def measure_features(repeats: int = REPEATS) -> dict:
+    """Messages/s of issue 51's workloads (best of `repeats`); None where the tree lacks the feature."""
+    known = knows_issue_51()
+    figures = {}
+    for name, options, workload in (
+            ("consume_one_priority_1m", {}, "consume"),
+            ("consume_mixed_priorities_1m", {"priorities": True}, "consume"),
+            ("nack_without_backoff_100k", {}, "nack"),
+            ("nack_with_backoff_100k", {"config": {"backoff": BACKOFF}}, "nack")):
+        if options and not known:
+            figures[name] = None
+            continue
+        bench = Bench(**options)
+        bench.fill(FEATURE_DEPTHS[workload])
+        gc.collect()
+        run = bench.run_receive_ack if workload == "consume" else bench.run_nack
+        figures[name] = max(run(FEATURE_DEPTHS[workload], FEATURE_ROUNDS[workload]) for _ in range(repeats))
+        del bench
+    return figures
 
 
 def measure_snapshot(bench: Bench) -> dict:
@@ -294,6 +358,8 @@ def run_child(args: list) -> None:
         del figures["bench"]
     elif kind == "timers":
         figures = measure_timers()
+    elif kind == "features":
+        figures = measure_features(repeats=COMPARE_REPEATS)
     elif kind == "memory":
         figures = memory_of_puts(arg)
     elif kind == "staged":
@@ -338,15 +404,19 @@ def compare(refs: list, rounds: int) -> None:
                     for name, workload, d in COMPARE_FIGURES:
                         if d == depth:
                             figures[labels[i]][name] = max(figures[labels[i]].get(name, 0), got[workload])
+            for i in list(range(len(trees)))[turn % len(trees):] + list(range(len(trees)))[:turn % len(trees)]:
+                for name, value in child(trees[i], "features", "-").items():
+                    best = figures[labels[i]].get(name)
+                    figures[labels[i]][name] = value if best is None or (value or 0) > best else best
             print(f"round {turn + 1}/{rounds} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr,
                   flush=True)
         for label, tree in zip(labels, trees):
             figures[label].update(measure_memory(tree))
             figures[label].update(child(tree, "timers", "-"))
-    names = [name for name, _, _ in COMPARE_FIGURES] + MEMORY_FIGURES + TIMER_FIGURES
+    names = [name for name, _, _ in COMPARE_FIGURES] + FEATURE_FIGURES + MEMORY_FIGURES + TIMER_FIGURES
 
     def ratio(new, old):
-        return round(new / old, 3) if old else None
+        return round(new / old, 3) if new is not None and old else None
     steps = {f"{labels[i + 1]} / {labels[i]}": {n: ratio(figures[labels[i + 1]][n], figures[labels[i]][n])
                                                 for n in names}
              for i in range(len(labels) - 1)}
@@ -356,12 +426,24 @@ def compare(refs: list, rounds: int) -> None:
     width = max(12, *(len(label) for label in labels)) + 2
     print(f"{'figure':<34}" + "".join(f"{label[:width - 2]:>{width}}" for label in labels)
           + "".join(f"{'step ' + str(i + 1):>9}" for i in range(len(steps))) + f"{'last/first':>12}")
+    def cell(value, width: int, form: str) -> str:
+        return f"{'-':>{width}}" if value is None else f"{value:>{width}{form}}"
     for n in names:
-        print(f"{n:<34}" + "".join(f"{figures[label][n]:>{width},.{4 if n in TIMER_FIGURES else 1}f}"
-                                   for label in labels)
-              + "".join(f"{step[n]:>9.3f}" for step in steps.values()) + f"{overall[n]:>12.3f}")
+        form = ",.4f" if n in TIMER_FIGURES else ",.1f"
+        print(f"{n:<34}" + "".join(cell(figures[label][n], width, form) for label in labels)
+              + "".join(cell(step[n], 9, ".3f") for step in steps.values()) + cell(overall[n], 12, ".3f"))
     for i, key in enumerate(steps):
         print(f"step {i + 1}: {key}")
+    # priorities against a tree without them: its one priority is what the mixed ones replace
+    base = figures[labels[0]]
+    if base.get("consume_mixed_priorities_1m") is None:
+        overall["consume_mixed_priorities_1m_vs_one_priority_of_first"] = ratio(
+            figures[labels[-1]]["consume_mixed_priorities_1m"], base["consume_one_priority_1m"])
+        overall["nack_with_backoff_100k_vs_without_of_first"] = ratio(
+            figures[labels[-1]]["nack_with_backoff_100k"], base["nack_without_backoff_100k"])
+        print(f"working tree's mixed priorities / {labels[0]}'s one priority, consume at 1 M: "
+              f"{overall['consume_mixed_priorities_1m_vs_one_priority_of_first']:.3f}; nacks with back-off / "
+              f"{labels[0]}'s without: {overall['nack_with_backoff_100k_vs_without_of_first']:.3f}")
     print(f"total bench time {time.perf_counter() - started:.0f} s")
     print(json.dumps({"trees": labels, "figures": figures, "ratio_steps": steps,
                       "ratio_last_vs_first": overall, "lower_is_better": sorted(LOWER_IS_BETTER)}))
@@ -378,6 +460,7 @@ def main() -> None:
     snap = measure_snapshot(results[DEPTHS[-1]].pop("bench"))
     memory = measure_memory(TREE)
     timers = measure_timers()
+    features = measure_features()
 
     names = {"put": "put", "receive_ack": "receive+ack", "mixed": "mixed"}
     print(f"state machine apply throughput, messages/s (batches of {BATCH} x {len(BODY)} B, via apply_entry)")
@@ -392,6 +475,10 @@ def main() -> None:
           f"{memory['staged_rss_bytes_per_msg']:.0f} B staged and committed")
     print(f"timers among {TIMER_QUEUES:,} queues holding leases: next_timer "
           f"{timers['next_timer_10k_queues_s'] * 1e3:.3f} ms, a tick with one due {timers['tick_10k_queues_s'] * 1e3:.3f} ms")
+    print(f"receive+ack at 1,000,000 deep: {features['consume_one_priority_1m']:,.0f} msgs/s of one priority, "
+          f"{features['consume_mixed_priorities_1m']:,.0f} of ten mixed; receive+nack at 100,000 deep: "
+          f"{features['nack_without_backoff_100k']:,.0f} msgs/s without back-off, "
+          f"{features['nack_with_backoff_100k']:,.0f} with")
     print(f"total bench time {time.perf_counter() - started:.0f} s")
     print(json.dumps({
         "put_msgs_per_s": round(results[1_000]["put"]),
@@ -411,6 +498,7 @@ def main() -> None:
         "staged_rss_bytes_per_msg_1m": round(memory["staged_rss_bytes_per_msg"], 1),
         "next_timer_10k_queues_s": round(timers["next_timer_10k_queues_s"], 6),
         "tick_10k_queues_s": round(timers["tick_10k_queues_s"], 6),
+        **{name: round(value) for name, value in features.items()},
     }))
 
 

@@ -31,8 +31,18 @@ Properties (each gets a verdict; the run is valid only if all hold):
   to that group again by a receive invoked after the ack's answer.
 - per_producer_order: one producer's successive puts to a queue get growing
   seqs, and in a group their first deliveries (deliveries == 1) come in put
-  order: a later message is not handed out for the first time strictly before
-  an earlier one, still never delivered, was.
+  order, priorities aside: a later message of the same or a lower priority
+  (a put's `priority`, 0 when it gives none) is not handed out for the first
+  time strictly before an earlier one, still never delivered, was. A later
+  message of a higher priority may go first: that is what priorities are for.
+- backoff_respected: in a queue with a back-off policy (the setup's
+  `backoff`, without jitter: the workload's), the (n+1)-th delivery of a
+  message in a group comes no sooner than the policy's delay after the n-th
+  could have ended (its lease's end, lease_ms after its receive was invoked,
+  or a nack of it): its receive completes at least min(max_ms, initial_ms ×
+  factor^(n−1)) after that. Log time never runs faster than real time, and
+  the delay runs on log time from the delivery's end, so a redelivery sooner
+  in real time is a delay cut short.
 - idempotent_once: a put id maps to one seq, however often it was retried.
 - replicas_agree: after healing, POST /v1/cluster/verify and
   `raftq cluster verify` both find every replica at one digest.
@@ -402,10 +412,11 @@ class Checker:
                        f"{len(bad)} deliveries after a successful ack", bad[:EXAMPLES])
 
     def per_producer_order(self) -> Verdict:
-        producer_of = {}
+        producer_of, priority_of = {}, {}
         sequences: dict[tuple, list[tuple[float, str, int]]] = defaultdict(list)
         for o in self.puts:
             producer_of[(o.value["queue"], o.value["id"])] = o.value["producer"]
+            priority_of[(o.value["queue"], o.value["id"])] = o.value.get("priority", 0)
             if o.ok:
                 sequences[(o.value["producer"], o.value["queue"])].append((o.invoke_t, o.value["id"],
                                                                            o.result["seq"]))
@@ -423,18 +434,46 @@ class Checker:
                 firsts[(producer, d.queue, d.group)].append(d)
         for (producer, queue, group), ds in firsts.items():
             ds.sort(key=lambda d: d.seq, reverse=True)
-            later: Delivery | None = None  # the higher-seq first delivery that completed earliest
+            # per priority, the higher-seq first delivery that completed earliest
+            earliest: dict[int, Delivery] = {}
             for d in ds:
+                priority = priority_of[(d.queue, d.id)]
+                later = min((e for p, e in earliest.items() if p <= priority), key=lambda e: e.op.complete_t,
+                            default=None)
                 if later is not None and d.op.invoke_t > later.op.complete_t:
                     bad.append({"producer": producer, "queue": queue, "group": group,
-                                "why": "a later message was first handed out before an earlier one",
-                                "earlier": self._describe(d) | {"seq": d.seq},
-                                "later": self._describe(later) | {"seq": later.seq}})
-                if later is None or d.op.complete_t < later.op.complete_t:
-                    later = d
+                                "why": "a later message, of no higher priority, was first handed out before "
+                                       "an earlier one",
+                                "earlier": self._describe(d) | {"seq": d.seq, "priority": priority},
+                                "later": self._describe(later) | {"seq": later.seq,
+                                                                  "priority": priority_of[(later.queue, later.id)]}})
+                if priority not in earliest or d.op.complete_t < earliest[priority].op.complete_t:
+                    earliest[priority] = d
         return Verdict("per_producer_order", not bad, len(bad),
                        f"{sum(len(p) for p in sequences.values())} acked puts in {len(sequences)} "
                        f"producer/queue streams, {len(bad)} out of order", bad[:EXAMPLES])
+
+    def backoff_respected(self) -> Verdict:
+        policies = self.setup.get("backoff") or {}
+        bad, judged = [], 0
+        for (queue, group, seq), ds in self.by_message.items():
+            policy = policies.get(queue)
+            if policy is None:
+                continue
+            by_count = {d.deliveries: d for d in ds}
+            for n, d in sorted(by_count.items()):
+                after = by_count.get(n + 1)
+                if after is None:
+                    continue
+                judged += 1
+                delay_ms = min(policy["max_ms"], policy["initial_ms"] * policy["factor"] ** (n - 1))
+                earliest = self._lease_end_lower_bound(d) + (delay_ms - CLOCK_RESOLUTION_MS) / 1000
+                if after.op.complete_t < earliest:
+                    bad.append({"queue": queue, "group": group, "seq": seq, "delivery": n, "delay_ms": delay_ms,
+                                "ended_no_sooner_than": self._lease_end_lower_bound(d),
+                                "next": self._describe(after)})
+        return Verdict("backoff_respected", not bad, len(bad),
+                       f"{judged} redeliveries after a back-off, {len(bad)} too soon", bad[:EXAMPLES])
 
     def idempotent_once(self) -> Verdict:
         seqs: dict[tuple, set[int]] = defaultdict(set)
@@ -869,7 +908,8 @@ class Checker:
         bodies, changed_bodies = self.bodies_as_put()
         resumed, resume_times = self.writes_resume()
         verdicts = [lost_verdict, double, self.ack_needs_live_lease(), self.acks_durable(),
-                    self.per_producer_order(), self.idempotent_once(), stale_reads, self.replicas_agree(),
+                    self.per_producer_order(), self.backoff_respected(), self.idempotent_once(), stale_reads,
+                    self.replicas_agree(),
                     self.log_time_not_ahead(), self.log_time_not_behind_at_birth(), self.log_never_shrinks(),
                     self.nodes_never_fail(), rebalanced, self.backlog_intact(), self.queue_in_one_group(),
                     bodies, resumed]

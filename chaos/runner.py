@@ -61,8 +61,8 @@ from chaos.history import History
 from chaos.nemesis import DISK_KINDS, KINDS, Clocks, Nemesis, Network, plan, wait_settled
 from chaos.power import PowerCutCluster
 from chaos.toxiproxy import ToxiproxyServer, start_toxiproxy
-from chaos.workload import (PROBE_QUEUE_PREFIX, Endpoints, Monitor, Prober, Workload, churn_queues, drain,
-                            placement, verify)
+from chaos.workload import (BACKOFF, PROBE_QUEUE_PREFIX, Endpoints, Monitor, Prober, Workload, churn_queues,
+                            drain, placement, verify)
 from raftq.client import Client
 from raftq.engine.config import Link
 from raftq.engine.placement import for_cluster
@@ -177,11 +177,13 @@ def wire_proxies(server: ToxiproxyServer, cluster: LocalCluster) -> tuple[Networ
     return Network(server.client, raft, http), Endpoints(client_urls, direct, cluster.token)
 
 
-def create_queues(urls: list[str], queues: dict[str, list[str]], lease_ms: int, token: str | None) -> None:
-    """Create the queues in order (each goes to the Raft group holding fewest) and their groups."""
+def create_queues(urls: list[str], queues: dict[str, list[str]], lease_ms: int, token: str | None,
+                  backoff: dict | None = None) -> None:
+    """Create the queues in order (each goes to the Raft group holding fewest), with the back-off
+    policy `backoff`, and their groups."""
     with Client(urls, retry_for=30, token=token) as client:
         for queue, groups in queues.items():
-            client.create_queue(queue, lease_ms=lease_ms)
+            client.create_queue(queue, lease_ms=lease_ms, backoff=backoff)
             for group in groups:
                 if group != "default":
                     client.add_group(queue, group, start="earliest")
@@ -319,13 +321,16 @@ def _campaign(options: Options, seed: int, cluster: ChaosCluster, network: Netwo
         cluster.start()
         if not wait_settled(cluster, options.groups, 60):
             raise RuntimeError(f"not every Raft group elected a leader; see the node logs in {cluster.root}")
-        create_queues(urls, queues, options.lease_ms, cluster.token)
+        create_queues(urls, {q: queues[q] for q in work}, options.lease_ms, cluster.token, BACKOFF)
+        create_queues(urls, {q: queues[q] for q in probes}, options.lease_ms, cluster.token)
     workload = Workload(history, endpoints, {q: queues[q] for q in work},
                         seed=seed, lease_ms=options.lease_ms, producers=options.producers,
                         consumers_per_group=options.consumers_per_group,
                         eager_first_put=options.load_at_birth, churn=churn_queues(options.groups))
+    # the work queues back off as BACKOFF says; made by their first puts (load at birth), they do not
+    backoff = {} if options.load_at_birth else {queue: BACKOFF for queue in work}
     history.event("setup", seed=seed, nodes=options.nodes, raft_groups=options.groups,
-                  replicas=cluster.cfg.replicas_per_group, queues=queues, lease_ms=options.lease_ms,
+                  replicas=cluster.cfg.replicas_per_group, queues=queues, lease_ms=options.lease_ms, backoff=backoff,
                   producers=workload.producer_names, kinds=list(options.kinds),
                   faketime=cluster.clocks.available, load_at_birth=options.load_at_birth, bad_disks=disks.bad,
                   wall_ms_at_t0=round(time.time() * 1000 - history.now() * 1000))

@@ -13,14 +13,16 @@ the log, docs/api.md), a redirect not followed, or a refused connection
 answers it when a write's fate is unknown) or another 5xx is `info`. Puts
 and receives record the bodies put and served, which the checker compares.
 
-- Producers put one message at a time with an idempotency id, retrying the
-  same id on other nodes until acknowledged (a 507 too: room comes back), and now and then re-send an
-  acknowledged one on purpose (it must come back as a duplicate). Started
+- Producers put one message at a time with an idempotency id and a priority
+  (mostly the default, some higher), retrying the same id on other nodes
+  until acknowledged (a 507 too: room comes back), and now and then re-send
+  an acknowledged one on purpose (it must come back as a duplicate). Started
   with the nodes (`eager_first_put`), a producer retries without backing off
   until its first put is acknowledged, so the first puts of a brand-new
   cluster reach its first leader the moment it can take them.
-- Consumers long-poll, then ack most messages, nack some and drop a few
-  (their lease runs out and they are delivered again).
+- Consumers long-poll, then ack most messages, nack some (without a delay:
+  the work queues' back-off policy, BACKOFF, decides when they come back) and
+  drop a few (their lease runs out, and they back off too).
 - Readers read queue stats and browse pages at `consistency=leader` and
   `strong`, for the stale-read check (each read's `last_seq`).
 - The prober measures failover (puts from every node at once until one is
@@ -75,6 +77,10 @@ READER_PACE_S = 0.05
 READ_LEVELS = ("leader", "strong")
 # Certainly not done, though a 5xx: a disk with no room refused it before the log (docs/api.md).
 REFUSED_FOR_ROOM = 507
+# The work queues' redelivery back-off (docs/api.md): without jitter, so that the checker's
+# backoff_respected knows each delay exactly; short, so that redeliveries still happen within a run.
+BACKOFF = {"initial_ms": 100, "factor": 2, "max_ms": 800, "jitter": 0}
+PRIORITIES = (0, 0, 0, 0, 1, 5, 9)    # what a producer draws a message's priority from
 
 
 class Refused(OSError):
@@ -198,8 +204,11 @@ def put_path(queue: str) -> str:
     return f"/v1/queues/{queue}/messages"
 
 
-def put_body(mid: str, producer: str, n: int) -> dict:
-    return {"messages": [{"body": {"id": mid, "p": producer, "n": n}, "id": mid}]}
+def put_body(mid: str, producer: str, n: int, priority: int = 0) -> dict:
+    message = {"body": {"id": mid, "p": producer, "n": n}, "id": mid}
+    if priority:
+        message["priority"] = priority
+    return {"messages": [message]}
 
 
 def put_result(payload) -> dict:
@@ -302,23 +311,25 @@ class Workload:
             while not self._stop.is_set():
                 n += 1
                 mid, queue = f"{name}-{n}", rng.choice(list(self.queues))
-                node, acked = self._put(caller, name, queue, mid, n, node, eager)
+                priority = rng.choice(PRIORITIES)
+                node, acked = self._put(caller, name, queue, mid, n, node, eager, priority)
                 eager = eager and not acked
                 if acked and rng.random() < DUPLICATE_CHANCE:
-                    node, _ = self._put(caller, name, queue, mid, n, node)
+                    node, _ = self._put(caller, name, queue, mid, n, node, priority=priority)
                 self._stop.wait(PRODUCER_PACE_S)
         finally:
             caller.close()
 
-    def _put(self, caller, name, queue, mid, n, node, eager: bool = False) -> tuple[str, bool]:
+    def _put(self, caller, name, queue, mid, n, node, eager: bool = False, priority: int = 0) -> tuple[str, bool]:
         deadline = time.monotonic() + PUT_RETRY_FOR_S
         others = itertools.cycle(self.endpoints.ids)
         backoff = 0.05
+        body = put_body(mid, name, n, priority)
+        value = {"queue": queue, "id": mid, "producer": name, "priority": priority,
+                 "body": body["messages"][0]["body"]}
         while True:
-            body = put_body(mid, name, n)
-            outcome, error = attempt(self.history, caller, name, "put", {"queue": queue, "id": mid, "producer": name,
-                                                                         "body": body["messages"][0]["body"]},
-                                     node, "POST", put_path(queue), body, result=put_result)
+            outcome, error = attempt(self.history, caller, name, "put", value, node, "POST", put_path(queue), body,
+                                     result=put_result)
             if outcome == "ok":
                 return node, True
             if "status" in error and 400 <= error["status"] < 500:
@@ -570,8 +581,9 @@ def _group_empty(caller: Caller, node: str, queue: str, group: str) -> bool:
         return False
     if reply.status != 200:
         return False
-    stats = reply.body["stats"]["groups"][group]
-    return stats["depth"] == 0 and stats["in_flight"] == 0
+    stats = reply.body["stats"]
+    # (a message backing off is neither ready nor in flight: delayed, in the queue's count)
+    return stats["groups"][group]["depth"] == 0 and stats["groups"][group]["in_flight"] == 0 and stats["delayed"] == 0
 
 
 def churn_queues(raft_groups: int) -> list[str]:

@@ -113,11 +113,12 @@ class Relocator(Background):
             logger.exception("relocation: planning failed; no bodies move until the next snapshot")
 
     def _worth_planning(self, up_to: int, live: list[int]) -> bool:
-        """Whether the live entries this compaction keeps take more than twice what the stored and
-        staged messages count (their bodies, keys and headers) and the slack: else a plan, which
+        """Whether the live entries this compaction keeps take more than twice what the stored (held
+        or retained) and staged messages count (their bodies, keys and headers) and the slack: else a plan, which
         walks every stored message, could free little."""
         machine, stored_bytes = self._node.machine, self._node.consensus.stored_bytes
-        counted = sum(queue.rows.bytes for queue in machine.queues.values()) + machine.staging.staged_bytes
+        counted = sum(queue.rows.bytes + queue.rows.retained_bytes for queue in machine.queues.values()) \
+            + machine.staging.staged_bytes
         kept = sum(stored_bytes(index) or 0 for index in live if index <= up_to)
         return kept > 2 * counted + self.slack_bytes
 

@@ -79,16 +79,16 @@ class _Calls:
         return message if self._route.cbor else with_body_b64(message)
 
     def put(self, queue: str, body=None, *, key=None, id=None, headers=None, ttl_ms=None,
-            delay_ms=None, durability: str | None = None):
+            delay_ms=None, priority=None, durability: str | None = None):
         message = {"body": body}
         for field, value in (("key", key), ("id", id), ("headers", headers), ("ttl_ms", ttl_ms),
-                             ("delay_ms", delay_ms)):
+                             ("delay_ms", delay_ms), ("priority", priority)):
             if value is not None:
                 message[field] = value
         return self.put_batch(queue, [message], durability=durability)
 
     def put_batch(self, queue: str, messages: list, *, durability: str | None = None):
-        """All or nothing; each message a body or a dict with body/key/id/headers/ttl_ms/delay_ms."""
+        """All or nothing; each message a body or a dict with body/key/id/headers/ttl_ms/delay_ms/priority."""
         query = f"?durability={durability}" if durability else ""
         return self._call("POST", f"/v1/queues/{_part(queue)}/messages{query}",
                           {"messages": [_wire_message(m) for m in messages]}, retry=True, queue=queue)
@@ -135,8 +135,34 @@ class _Calls:
         return self._call("GET", f"/v1/queues/{_part(queue)}?consistency={consistency}", None, retry=True,
                           queue=_leader_read(queue, consistency))
 
-    def add_group(self, queue: str, group: str, *, start: str = "earliest"):
+    def add_group(self, queue: str, group: str, *, start: str | dict = "earliest"):
+        """`start`: "earliest", "latest", {"seq": n} or {"time_ms": t} (docs/api.md)."""
         return self._call("PUT", f"/v1/queues/{_part(queue)}/groups/{_part(group)}", {"start": start}, retry=True,
+                          queue=queue)
+
+    def seek_group(self, queue: str, group: str, to: str | dict):
+        """Move the group to `to` ("earliest", "latest", {"seq": n}, {"time_ms": t}): it replays the
+        stored messages from there, retained ones too."""
+        return self._call("POST", f"/v1/queues/{_part(queue)}/groups/{_part(group)}/seek", {"to": to},
+                          retry=True, queue=queue)
+
+    def pause_group(self, queue: str, group: str, *, for_ms: int | None = None, until_ms: int | None = None):
+        """Hand the group nothing, for `for_ms`, until log time `until_ms`, or (neither) until resumed."""
+        body = {"paused": True}
+        for field, value in (("for_ms", for_ms), ("until_ms", until_ms)):
+            if value is not None:
+                body[field] = value
+        return self._patch_group(queue, group, body)
+
+    def resume_group(self, queue: str, group: str):
+        return self._patch_group(queue, group, {"paused": False})
+
+    def limit_group_rate(self, queue: str, group: str, rate_limit: int | None):
+        """At most `rate_limit` deliveries a second to the group (None: no limit)."""
+        return self._patch_group(queue, group, {"rate_limit": rate_limit})
+
+    def _patch_group(self, queue: str, group: str, body: dict):
+        return self._call("PATCH", f"/v1/queues/{_part(queue)}/groups/{_part(group)}", body, retry=True,
                           queue=queue)
 
     def delete_group(self, queue: str, group: str):
@@ -144,11 +170,14 @@ class _Calls:
                           queue=queue)
 
     def browse(self, queue: str, *, group: str = "default", from_seq: int = 0, limit: int = 100,
-               consistency: str = "leader"):
+               consistency: str = "leader", from_time_ms: int | None = None):
         """With consistency="any", the answer adds `applied_index`: the answering replica's
-        state is at least that far along the log."""
+        state is at least that far along the log. `from_time_ms`: only messages put at or after
+        that log time."""
+        since = "" if from_time_ms is None else f"&from_time_ms={from_time_ms}"
         return self._call("GET", f"/v1/queues/{_part(queue)}/messages?group={_part(group)}&from_seq={from_seq}"
-                                 f"&limit={limit}&consistency={consistency}", None, retry=True, queue=_leader_read(queue, consistency))
+                                 f"&limit={limit}&consistency={consistency}{since}", None, retry=True,
+                          queue=_leader_read(queue, consistency))
 
     def commit(self, queue: str, group: str, seq: int):
         return self._call("POST", f"/v1/queues/{_part(queue)}/groups/{_part(group)}/commit", {"seq": seq},

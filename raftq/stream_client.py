@@ -212,7 +212,7 @@ class Producer:
 
     async def send(self, queue: str, body: Any, *, key: str | None = None, id: str | None = None,
                    headers: dict | None = None, ttl_ms: int | None = None,
-                   delay_ms: int | None = None) -> asyncio.Future:
+                   delay_ms: int | None = None, priority: int | None = None) -> asyncio.Future:
         """Wait for room in the window; returns a future of the message's confirm
         ({"seq", "duplicate", "replaced_seq", "durability"}) or its RaftqError
         (DurabilityNotReached when `all` was asked and not reached in time)."""
@@ -222,7 +222,8 @@ class Producer:
         await self._slots.acquire()
         cid = next(self._cids)
         message = {"cid": cid, "body": body, "id": id or f"{self._id_prefix}{cid:012x}"}
-        for name, value in (("key", key), ("headers", headers), ("ttl_ms", ttl_ms), ("delay_ms", delay_ms)):
+        for name, value in (("key", key), ("headers", headers), ("ttl_ms", ttl_ms), ("delay_ms", delay_ms),
+                            ("priority", priority)):
             if value is not None:
                 message[name] = value
         future = asyncio.get_running_loop().create_future()
@@ -372,12 +373,14 @@ class Message:
     headers: dict | None
     deliveries: int
     put_at_ms: int
+    priority: int = 0
     _settle: Callable[[str, "Message", dict], None] = field(repr=False, default=None)
 
     def ack(self) -> None:
         self._settle("ack", self, {})
 
     def nack(self, delay_ms: int | None = None) -> None:
+        """Give it back: ready again after `delay_ms`, or (None) as the queue's back-off policy says."""
         self._settle("nack", self, {} if delay_ms is None else {"delay_ms": delay_ms})
 
 
@@ -504,7 +507,8 @@ class Consumer:
         if op == "deliver" and frame.get("sub") == self._sub:
             for m in frame["messages"]:
                 self._inbox.put_nowait(Message(m["seq"], m["receipt"], m["body"], m.get("key"), m.get("headers"),
-                                               m["deliveries"], m["put_at_ms"], self._settle_from_message))
+                                               m["deliveries"], m["put_at_ms"], m.get("priority", 0),
+                                               self._settle_from_message))
         elif op == "subscribed" and frame.get("sub") == self._sub:
             self._subscribed = True
         elif op == "settled":

@@ -22,6 +22,10 @@ Adding an op is a handler, a validator and that row (then its HTTP route).
 - staged writes (``stage``, ``stage_commit``, ``stage_abort``,
   ``drop_producer``; ``staging.py``): rows parked invisibly, published by one
   commit per (producer, batch), never twice.
+- a group's pause and rate limit (``patch_group``, ``group.py``) and its
+  position (``seek_group``, and ``add_group``'s ``start``: ``retention.py``).
+  What a release adds here is written only once every node runs it
+  (``feature_needed``; api/features.py).
 
 Rules that keep replicas identical:
 
@@ -92,7 +96,10 @@ from . import validation as v
 from .validation import full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 16
+SNAPSHOT_VERSION = 17
+# Version 16 is version 17 without messages' priorities, retained messages, and groups'
+# pauses and rate limits (issue 51): it restores with every message of priority 0, none
+# retained, no group paused or limited.
 # Version 15 is version 16 without the wall time of log time (wall.py): it restores with none
 # recorded, each moment shown as its log time until a leader's tick records one.
 # Version 14 is version 15 without the SQS keys group 0 keeps (credentials.py): it restores
@@ -117,7 +124,7 @@ SNAPSHOT_VERSION = 16
 # each message's first delivery and without ordering keys,
 # version 5 also without staged writes, version 4 also without redrive:
 # a node upgraded in place restores any of them.
-READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)
+READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17)
 # Making a queue costs more than a put into one (its default group holds
 # three sorted containers): 10 000 in one entry held the apply past the
 # election timeout (issue 21). 500 cost about as much as the widest put of
@@ -293,7 +300,7 @@ class StateMachine:
         queue = self._touch(name)
         if queue is None:
             return self._missing(name)
-        config = {**queue.config, **cmd["config"]}
+        config = full_config({**queue.config, **cmd["config"]})
         problem = self._check_dead_letter(name, config, cmd)
         if problem:
             return problem
@@ -304,7 +311,7 @@ class StateMachine:
         queue = self.queues.pop(cmd["queue"], None)
         if queue is None:
             return self._missing(cmd["queue"])
-        self.stored.bytes -= queue.rows.bytes
+        self.stored.bytes -= queue.rows.bytes + queue.rows.retained_bytes
         self.due.forget(cmd["queue"])
         if self.group_count > 1:
             self.release.note_deleted(cmd["queue"])
@@ -367,6 +374,18 @@ class StateMachine:
         if queue is None:
             return self._missing(cmd["queue"])
         return queue.commit(cmd["group"], cmd["seq"])
+
+    def _seek_group(self, cmd):
+        queue = self._touch(cmd["queue"])
+        if queue is None:
+            return self._missing(cmd["queue"])
+        return queue.seek(cmd["group"], cmd["to"], self.clock)
+
+    def _patch_group(self, cmd):
+        queue = self._touch(cmd["queue"])
+        if queue is None:
+            return self._missing(cmd["queue"])
+        return queue.patch_group(cmd["group"], cmd, self.clock)
 
     def _tx(self, cmd):
         """Acks and puts across queues, all or nothing: every check before any change."""
@@ -543,7 +562,7 @@ class StateMachine:
                 # stored there, and a restored replica (whose key index is rebuilt
                 # from the messages) would replace a different one than the leader.
                 moved = [{"body": rows.body(seq), "key": rows.keys.get(seq), "headers": headers,
-                          "ordering_key": queue.ordering.get(seq)}]
+                          "ordering_key": queue.ordering.get(seq), "priority": rows.priority_of(seq)}]
                 if target.config["overflow"] == "reject" and target.check_capacity(moved):
                     return
                 target.put(moved, self.clock)
@@ -728,11 +747,11 @@ class StateMachine:
             return error(NOT_FOUND, f"group {group!r} does not exist in queue {name!r}")
         return queue.group_stats(queue.groups[group])
 
-    def browse(self, name: str, group: str, from_seq: int, limit: int):
+    def browse(self, name: str, group: str, from_seq: int, limit: int, from_time_ms: int | None = None):
         queue = self.queues.get(name)
         if queue is None:
             return self._missing(name)
-        return queue.browse(group, from_seq, limit)
+        return queue.browse(group, from_seq, limit, from_time_ms)
 
     def wall_times(self, log_times: list) -> list:
         """The wall time of each moment of `log_times` (wall.py)."""
@@ -757,7 +776,7 @@ class StateMachine:
     def ready_count(self, name: str, group: str) -> int:
         """What a receive could hand out now (waiting long polls are woken by it)."""
         queue = self.queues.get(name)
-        return queue.deliverable(queue.groups[group]) if queue and group in queue.groups else 0
+        return queue.deliverable(queue.groups[group], self.clock) if queue and group in queue.groups else 0
 
     def next_timer(self):
         """The earliest log time at which a tick would change something, or None. (It brings
@@ -869,6 +888,8 @@ OPS: dict[str, Op] = {
     "add_group": Op(StateMachine._add_group, v.check_add_group),
     "delete_group": Op(StateMachine._delete_group, v.check_group),
     "commit": Op(StateMachine._commit, v.check_commit),
+    "seek_group": Op(StateMachine._seek_group, v.check_seek_group),
+    "patch_group": Op(StateMachine._patch_group, v.check_patch_group),
     # staged writes
     "stage": Op(StateMachine._stage, v.check_stage, creates_queues=True),
     "stage_commit": Op(StateMachine._stage_commit, v.check_stage_commit, creates_queues=True),
@@ -934,6 +955,28 @@ def queues_it_may_make(cmd) -> list:
     return []
 
 
+# What issue 51 adds to the state machine (api/features.py): a release before it refuses these.
+PRIORITY_BACKOFF_PAUSE_REPLAY = "priority_backoff_pause_replay"
+ISSUE_51_CONFIG = ("backoff", "retention_ms", "retention_bytes")
+
+
+def feature_needed(cmd) -> str | None:
+    """The feature of the state machine every replica must know to apply the valid command `cmd`
+    alike, or None when any release since snapshot version 14 applies it."""
+    op = cmd["op"]
+    if op in ("seek_group", "patch_group"):
+        return PRIORITY_BACKOFF_PAUSE_REPLAY
+    if op == "add_group" and cmd.get("start", "earliest") not in v.GROUP_STARTS:
+        return PRIORITY_BACKOFF_PAUSE_REPLAY
+    if op in ("create_queue", "patch_queue") and any(field in (cmd.get("config") or {}) for field in ISSUE_51_CONFIG):
+        return PRIORITY_BACKOFF_PAUSE_REPLAY
+    if op in ("put", "stage", "tx"):
+        messages = cmd["messages"] if op != "tx" else [m for part in cmd.get("put", ()) for m in part["messages"]]
+        if any("priority" in message for message in messages):
+            return PRIORITY_BACKOFF_PAUSE_REPLAY
+    return None
+
+
 def check_command(cmd):
     """None when `cmd` is a well-formed command, else a bad_request result."""
     op = OPS.get(cmd.get("op")) if isinstance(cmd, dict) and isinstance(cmd.get("op"), str) else None
@@ -942,4 +985,5 @@ def check_command(cmd):
     return v.check_now(cmd) or v.check_raft_group(cmd) or v.check_catalog_index(cmd) or op.check(cmd)
 
 
-__all__ = ["StateMachine", "OPS", "check_command", "queues_it_may_make", "encode_entry", "decode_entry"]
+__all__ = ["StateMachine", "OPS", "check_command", "queues_it_may_make", "feature_needed", "encode_entry",
+           "decode_entry"]

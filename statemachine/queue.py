@@ -10,15 +10,24 @@ with it, and is removed when that reaches zero, when it expires, or when
 overflow drops it.
 
 Nothing here reads a clock: every method takes the log time ``clock`` from
-the state machine, and timers (delays, leases, retries, TTLs, dedup windows)
-fire in ``advance`` when log time passes them.  A delivery that ends without
-an ack once ``max_deliveries`` is reached parks the message in its group and
-lands in ``outbox``; the state machine moves it to the dead-letter queue,
-which lives outside this queue.
+the state machine, and timers (delays, leases, retries, TTLs, dedup windows,
+the ends of pauses, retention) fire in ``advance`` when log time passes them.
+A delivery that ends without an ack once ``max_deliveries`` is reached parks
+the message in its group and lands in ``outbox``; the state machine moves it
+to the dead-letter queue, which lives outside this queue.  One that ends
+without its own delay waits as the queue's ``backoff`` policy says
+(``backoff.py``).
+
+A receive hands out the highest priority first, in seq order within a
+priority (``ready.py``); a message with an ordering key never goes before an
+earlier one of its key, whatever their priorities (``_keyed_picks``).  A
+queue with retention keeps what every group is done with, and a group can be
+moved to any stored seq and replay from there (``retention.py``).
 """
 
 import re
 from collections import deque
+from heapq import heappop, heappush
 from itertools import chain, islice
 
 import cbor2
@@ -26,8 +35,11 @@ from sortedcontainers import SortedList
 
 from raftq.wire_format import is_name
 
+from . import retention
+from .backoff import redelivery_delay
 from .dedup import DedupWindow
 from .group import Group
+from .retention import MAX_EARLIEST_GROUP_MESSAGES
 from .results import CONFLICT, LIMIT_REACHED, NOT_FOUND, QUEUE_FULL, error
 from .bodies import BodyRef
 from .rows import Rows, Tally
@@ -40,11 +52,6 @@ PARKED_RETRY_MS = 1_000
 # waits (a few ms on the apply thread): messages of other keys further back
 # are handed out once the keys ahead move (docs/api.md).
 MAX_STEPPED_OVER = 10_000
-# A group that starts at the earliest message counts itself into every stored
-# message in one entry: about 0.5 us a message, so 200 000 cost what the widest
-# put costs (bench/widest_entry.py) and no more can be applied between two
-# heartbeats without risking an election (issue 21).
-MAX_EARLIEST_GROUP_MESSAGES = 200_000
 
 
 # Stored headers are a tuple of (name, value) pairs: about half a small
@@ -138,14 +145,16 @@ class Queue:
     # ---- timers -------------------------------------------------------
     def advance(self, clock: int) -> None:
         """Fire every timer due at log time `clock`."""
+        priority_of = self.rows.priority_of
         for group in self.groups.values():
+            group.advance(clock)
             while group.delayed_times and group.delayed_times[0][0] <= clock:
                 _, seq = group.delayed_times.pop(0)
                 del group.delayed[seq]
-                group.ready.add(seq)
+                group.ready.add(seq, priority_of(seq))
             for seq in group.expired_leases(clock):
-                group.end_lease(seq)
-                self._end_delivery(group, seq, 0, clock)
+                ended_at = group.end_lease(seq)
+                self._end_delivery(group, seq, None, ended_at, clock)
         while self.expiries and self.expiries[0][0] <= clock:
             self._remove(self.expiries[0][1])
             self.counters["expired_total"] += 1
@@ -153,16 +162,11 @@ class Queue:
         self.dedup.expire(clock, window)
         while self.redrive_order and self.redrive_order[0][0] + window <= clock:
             del self.redrives[self.redrive_order.popleft()[1]]
-
-    def may_have_timers(self) -> bool:
-        """False when no timer can be pending: leases, delays and expiries all
-        belong to stored messages, and only remembered ids outlive them."""
-        return bool(self.rows or self.dedup or self.redrive_order)
+        if self.rows.retained:
+            retention.trim(self, clock)
 
     def next_timer(self):
         """The earliest log time at which `advance` has work, or None."""
-        if not self.may_have_timers():
-            return None
         times = [t for t in map(Group.next_timer, self.groups.values()) if t is not None]
         if self.expiries:
             times.append(self.expiries[0][0])
@@ -170,6 +174,10 @@ class Queue:
             times.append(self.dedup.oldest_put + self.config["dedup_window_ms"])
         if self.redrive_order:
             times.append(self.redrive_order[0][0] + self.config["dedup_window_ms"])
+        if self.rows.retained:
+            retained = retention.due(self)
+            if retained is not None:
+                times.append(retained)
         return min(times, default=None)
 
     # ---- put ------------------------------------------------------------
@@ -253,7 +261,7 @@ class Queue:
             ttl = m.get("ttl_ms")
             seq = self.insert(m["body"], key, m.get("headers"), clock,
                               clock + ttl if ttl else expires_at, m.get("delay_ms") or 0, message_size(m),
-                              m.get("ordering_key"))
+                              m.get("ordering_key"), m.get("priority", 0))
             results.append({"seq": seq, "duplicate": False, "replaced_seq": replaced})
         self.drop_overflow()
         return results
@@ -265,13 +273,14 @@ class Queue:
             self.dedup.forget_beyond(max_bytes)
 
     def insert(self, body, key, headers, clock: int, expires_at, delay_ms: int, size: int,
-               ordering_key=None) -> int:
+               ordering_key=None, priority: int = 0) -> int:
         """Append one message of `size` bytes (message_size) at the tail, visible to every current group."""
         seq = self.next_seq
         self.next_seq = seq + 1
         if ordering_key is not None:
             self.ordering[seq] = ordering_key
-        self.rows.append(seq, body, key, stored_headers(headers), clock, expires_at, size, len(self.groups))
+        self.rows.append(seq, body, key, stored_headers(headers), clock, expires_at, size, len(self.groups),
+                         priority)
         if key is not None:
             self.keys[key] = seq
         if expires_at is not None:
@@ -284,16 +293,24 @@ class Queue:
                 group.delay(seq, visible_at)
         else:
             for group in self.groups.values():
-                group.ready.add(seq)
+                group.ready.add(seq, priority)
         self.counters["put_total"] += 1
         return seq
 
     def drop_overflow(self) -> None:
-        """drop_oldest: evict from the head until the queue fits (reject never evicts)."""
+        """Make the queue fit its limits after a put: retained messages (which count toward them
+        too) go first, oldest first; then drop_oldest evicts from the head (reject never evicts
+        what a group holds)."""
+        limit_count, limit_bytes = self.config["max_length"], self.config["max_bytes"]
+        if limit_count is None and limit_bytes is None:
+            return
+        rows = self.rows
+        while rows.retained and (
+                (limit_count is not None and len(rows) + rows.retained > limit_count)
+                or (limit_bytes is not None and rows.bytes + rows.retained_bytes > limit_bytes)):
+            self._unstore(rows.oldest_retained())
         if self.config["overflow"] != "drop_oldest":
             return
-        limit_count, limit_bytes = self.config["max_length"], self.config["max_bytes"]
-        rows = self.rows
         while rows and (
                 (limit_count is not None and len(rows) > limit_count)
                 or (limit_bytes is not None and rows.bytes > limit_bytes)):
@@ -305,24 +322,36 @@ class Queue:
         group = self.groups.get(group_name)
         if group is None:
             return error(NOT_FOUND, f"group {group_name!r} does not exist in queue {self.name!r}")
+        allowance = group.allowance(clock)
+        if allowance is not None:            # paused (0), or a rate limit
+            if not allowance:
+                return {"messages": []}
+            count = min(count, allowance)
         deadline = clock + (lease_ms or self.config["lease_ms"])
         limit = self.config["max_deliveries"]
         out = []
         ready = group.ready
         prefix = receipt_prefix(self.incarnation, group_name)
         waiting = self._ordering_waits(group) if self.ordering else None
+        # With ordering keys and several priorities, priority chooses among the messages free to go
+        picks = self._keyed_picks(group, waiting) if self.ordering and ready.levels is not None else None
         rows = self.rows
         stepped = 0     # ready messages stepped over: an earlier one of their ordering key is not ready
         seq = 0
         while ready and len(out) < count:
-            if waiting:
+            if picks is not None:
+                seq = next(picks, None)
+                if seq is None:
+                    break
+                ready.remove(seq)
+            elif waiting:
                 seq, steps = self._next_not_waiting(ready, seq, waiting, MAX_STEPPED_OVER - stepped)
                 stepped += steps
                 if seq is None:
                     break
                 ready.remove(seq)
             else:
-                seq = ready.pop_lowest()
+                seq = ready.pop_next()
             if limit is not None and group.deliveries.get(seq, 0) >= limit:
                 # max_deliveries was lowered below what this message has had
                 self._park(group, seq)
@@ -332,29 +361,82 @@ class Queue:
             deliveries = group.lease(seq, token, deadline, clock)
             if deliveries > 1:
                 self.counters["redelivered_total"] += 1
-            body, key, headers, put_at = rows.deliver(seq)
+            body, key, headers, put_at, priority = rows.deliver(seq)
             out.append({"seq": seq, "receipt": f"{prefix}{seq}:{token}",
                         "body": body, "key": key, "headers": given_headers(headers),
                         "deliveries": deliveries, "put_at_ms": put_at,
                         "first_received_at_ms": group.first_leased.get(seq),
-                        "ordering_key": self.ordering.get(seq) if self.ordering else None})
+                        "ordering_key": self.ordering.get(seq) if self.ordering else None,
+                        "priority": priority})
+        if out and group.pace is not None:
+            group.pace.spend(len(out), clock)
         return {"messages": out}
 
-    def deliverable(self, group: Group, limit: int = 1_000) -> int:
+    def deliverable(self, group: Group, clock: int, limit: int = 1_000) -> int:
         """How many ready messages a receive could hand out now (up to `limit`
-        when ordering keys wait): a message whose key waits is not one, or a
-        long poll would be woken to receive nothing, again and again."""
+        when ordering keys wait): a message whose key waits is not one, nor is
+        any while the group is paused or spent its rate, or a long poll would
+        be woken to receive nothing, again and again."""
+        allowance = group.allowance(clock)
+        if allowance == 0:
+            return 0
         waiting = self._ordering_waits(group) if self.ordering else None
         if not waiting:
-            return len(group.ready)
-        found, seq, budget = 0, 0, MAX_STEPPED_OVER
-        while found < limit:
-            seq, steps = self._next_not_waiting(group.ready, seq, waiting, budget)
-            budget -= steps
-            if seq is None:
-                break
-            found += 1
-        return found
+            found = len(group.ready)
+        else:
+            found, seq, budget = 0, 0, MAX_STEPPED_OVER
+            while found < limit:
+                seq, steps = self._next_not_waiting(group.ready, seq, waiting, budget)
+                budget -= steps
+                if seq is None:
+                    break
+                found += 1
+        return found if allowance is None else min(found, allowance)
+
+    def _keyed_picks(self, group: Group, waiting: dict):
+        """The ready seqs a receive hands out, in turn, where ordering keys meet priorities: the
+        highest priority first, then the lowest seq, among the messages free to go -- those
+        without a key, and each key's lowest ready one unless an earlier one of its key waits
+        (in flight, delayed, parked). Once a key's message is taken, its next ready one is free.
+        It looks at the ready seqs in seq order only as far as it must: until the best message
+        found has the highest priority ready (none further on can go first), and at most
+        MAX_STEPPED_OVER of them. The caller removes each seq it is given from the ready set."""
+        ready, ordering, priority_of = group.ready, self.ordering, self.rows.priority_of
+        free = []                # heap of (-priority, seq, key): the messages free to go
+        behind = {}              # key (free to go) -> its later ready seqs, in order
+        keyed_free = set()       # the keys with a message in `free`
+        looked, budget, exhausted = 0, MAX_STEPPED_OVER, False
+        while True:
+            if not exhausted and not (free and -free[0][0] >= ready.top()):
+                for seq in ready.irange(minimum=looked + 1):
+                    looked = seq
+                    budget -= 1
+                    key = ordering.get(seq)
+                    if key is None:
+                        heappush(free, (-priority_of(seq), seq, None))
+                    elif key in keyed_free:
+                        behind[key].append(seq)
+                    elif seq <= waiting.get(key, seq):
+                        behind[key] = deque()
+                        keyed_free.add(key)
+                        heappush(free, (-priority_of(seq), seq, key))
+                    if (free and -free[0][0] >= ready.top()) or not budget:
+                        break
+                else:
+                    exhausted = True
+                exhausted = exhausted or not budget
+            if not free:
+                return
+            _, seq, key = heappop(free)
+            yield seq
+            if key is not None:
+                keyed_free.discard(key)
+                later = behind.pop(key)
+                if later and later[0] <= waiting.get(key, later[0]):
+                    after = later.popleft()
+                    behind[key] = later
+                    keyed_free.add(key)
+                    heappush(free, (-priority_of(after), after, key))
 
     def _next_not_waiting(self, ready, after: int, waiting: dict, budget: int):
         """(the first ready seq above `after` whose ordering key does not wait,
@@ -409,21 +491,27 @@ class Queue:
                 self.counters["acked_total"] += 1
             elif op == "nack":
                 group.end_lease(seq)
-                self._end_delivery(group, seq, duration or 0, clock)
+                self._end_delivery(group, seq, duration, clock, clock)
             else:
                 group.extend_lease(seq, clock + (duration or self.config["lease_ms"]))
         past = {"ack": "acked", "nack": "nacked", "extend": "extended"}[op]
         return {past: done, "stale": stale}
 
-    def _end_delivery(self, group: Group, seq: int, delay_ms: int, clock: int) -> None:
-        """A delivery ended without an ack: requeue it, or dead-letter it when spent."""
+    def _end_delivery(self, group: Group, seq: int, delay_ms, ended_at: int, clock: int) -> None:
+        """A delivery that ended at log time `ended_at` without an ack: requeue it after `delay_ms`
+        (None: as the queue's back-off policy says), or dead-letter it when spent."""
         limit = self.config["max_deliveries"]
-        if limit is not None and group.deliveries.get(seq, 0) >= limit:
+        deliveries = group.deliveries.get(seq, 0)
+        if limit is not None and deliveries >= limit:
             self._park(group, seq)
-        elif delay_ms:
-            group.delay(seq, clock + delay_ms)
+            return
+        if delay_ms is None:
+            delay_ms = redelivery_delay(self.config["backoff"], self.name, group.name, seq, deliveries)
+        ready_at = ended_at + delay_ms
+        if ready_at > clock:
+            group.delay(seq, ready_at)
         else:
-            group.ready.add(seq)
+            group.ready.add(seq, self.rows.priority_of(seq))
 
     def _park(self, group: Group, seq: int) -> None:
         group.parked[seq] = "max_deliveries"
@@ -437,8 +525,11 @@ class Queue:
         """
         if not group.forget(seq):
             return
-        if not self.rows.release(seq, received):
-            self._unstore(seq)    # pending counts the groups holding it: none is left to forget it
+        if not self.rows.release(seq, received):   # pending counts the groups holding it: none is left
+            if retention.keeps(self.config):
+                retention.keep(self, seq)
+            else:
+                self._unstore(seq)
 
     def commit(self, group_name: str, upto: int):
         group = self.groups.get(group_name)
@@ -458,6 +549,7 @@ class Queue:
             group.forget(seq)
 
     def _unstore(self, seq: int) -> None:
+        """Remove the stored message (held by no group, or retained) from the rows and the indexes."""
         key, expires_at = self.rows.remove(seq)
         if key is not None and self.keys.get(key) == seq:
             del self.keys[key]
@@ -475,21 +567,43 @@ class Queue:
         if max_groups is not None and len(self.groups) >= max_groups:
             return error(LIMIT_REACHED, f"queue {self.name!r} has {len(self.groups)} groups "
                                         f"(limit {max_groups}, the node option --max-groups-per-queue)")
-        if start == "earliest" and len(self.rows) > MAX_EARLIEST_GROUP_MESSAGES:
-            return error(CONFLICT, f"queue {self.name!r} holds {len(self.rows)} messages; a group can start "
-                                   f"at the earliest one while it holds at most {MAX_EARLIEST_GROUP_MESSAGES}: "
-                                   "start it at the latest, or add it once consumers have caught up")
+        first = retention.first_seq_at(self, start)
+        joining = 0 if first is None else self.rows.stored_count_from(first)
+        if joining > MAX_EARLIEST_GROUP_MESSAGES:
+            return error(CONFLICT, f"queue {self.name!r} holds {joining} messages from where the group would "
+                                   f"start; a group can start at a stored message while at most "
+                                   f"{MAX_EARLIEST_GROUP_MESSAGES} follow it: start it at the latest, or add it "
+                                   "once consumers have caught up")
         group = Group(name)
-        if start == "earliest":
-            shows_at = self.rows.shows_at
-            for seq in self.rows.add_pending_everywhere():
-                visible_at = shows_at.get(seq) if shows_at else None
-                if visible_at is not None and visible_at > clock:
-                    group.delay(seq, visible_at)
-                else:
-                    group.ready.add(seq)
+        if first is not None:
+            retention.join(self, group, self.rows.stored_from(first), clock)
         self.groups[name] = group
         return {"created": True, **self.group_stats(group)}
+
+    def seek(self, name: str, to, clock: int):
+        """Move group `name` to the position `to`: it finishes (acks) what it holds before it, and
+        holds every stored message from it on, retained ones too, ready as if new."""
+        group = self.groups.get(name)
+        if group is None:
+            return error(NOT_FOUND, f"group {name!r} does not exist in queue {self.name!r}")
+        return retention.seek(self, group, to, clock)
+
+    def patch_group(self, name: str, cmd: dict, clock: int):
+        """Pause or resume group `name`, or set its rate limit."""
+        group = self.groups.get(name)
+        if group is None:
+            return error(NOT_FOUND, f"group {name!r} does not exist in queue {self.name!r}")
+        if "paused" in cmd:
+            if cmd["paused"]:
+                until = cmd.get("until_ms")
+                if "for_ms" in cmd:
+                    until = clock + cmd["for_ms"]
+                group.pause(until, clock)
+            else:
+                group.resume()
+        if "rate_limit" in cmd:
+            group.limit_rate(cmd["rate_limit"], clock)
+        return self.group_stats(group)
 
     def delete_group(self, name: str):
         group = self.groups.get(name)
@@ -511,13 +625,15 @@ class Queue:
 
     def group_stats(self, group: Group) -> dict:
         return {"name": group.name, "depth": len(group.ready), "in_flight": len(group.leases),
-                "cursor": self.cursor(group)}
+                "cursor": self.cursor(group), **group.settings()}
 
     def stats(self) -> dict:
         groups = self.groups.values()
         return {
             "depth": len(self.rows),
             "bytes": self.rows.bytes,
+            "retained": self.rows.retained,
+            "retained_bytes": self.rows.retained_bytes,
             "in_flight": sum(len(g.leases) for g in groups),
             "delayed": sum(len(g.delayed) for g in groups),
             "first_seq": self.rows.first_seq(),
@@ -527,15 +643,20 @@ class Queue:
                        for g in groups},
         }
 
-    def browse(self, group_name: str, from_seq: int, limit: int):
+    def browse(self, group_name: str, from_seq: int, limit: int, from_time_ms=None):
+        """The group's messages from `from_seq` on, and (`from_time_ms`) put at or after that log time."""
         group = self.groups.get(group_name)
         if group is None:
             return error(NOT_FOUND, f"group {group_name!r} does not exist in queue {self.name!r}")
-        out, rows = [], self.rows
+        if from_time_ms is not None:
+            first = self.rows.first_put_at_or_after(from_time_ms)
+            from_seq = max(from_seq, self.next_seq if first is None else first)
+        out, rows, delayed = [], self.rows, group.delayed
         for seq in islice(group.held_from(from_seq), limit):
             out.append({"seq": seq, "body": rows.body(seq), "key": rows.keys.get(seq),
                         "headers": given_headers(rows.headers.get(seq)),
-                        "deliveries": group.deliveries.get(seq, 0), "put_at_ms": rows.put_time(seq)})
+                        "deliveries": group.deliveries.get(seq, 0), "put_at_ms": rows.put_time(seq),
+                        "priority": rows.priority_of(seq), "next_ready_at_ms": delayed.get(seq)})
         return {"messages": out, "last_seq": self.next_seq - 1}
 
     # ---- snapshot -------------------------------------------------------------
@@ -565,10 +686,11 @@ class Queue:
         queue.counters = {**dict.fromkeys(COUNTERS, 0), **dict(zip(COUNTERS, counters))}
         rows = queue.rows = (Rows.from_state(messages, next_seq, version) if version >= 9
                              else Rows.from_message_columns(messages, next_seq))
-        queue.keys = {key: seq for seq, key in rows.keys.items()}      # in seq order: the newest wins
+        # in seq order: the newest held version wins (a retained one is no version to replace)
+        queue.keys = {key: seq for seq, key in rows.keys.items() if not rows.is_retained(seq)}
         queue.expiries = SortedList(rows.expiries())
         queue.dedup = DedupWindow.from_state(dedup) if version >= 8 else DedupWindow.from_ids(dedup)
-        queue.groups = {g[0]: Group.from_state(g, version) for g in groups}
+        queue.groups = {g[0]: Group.from_state(g, version, rows.ready_flags) for g in groups}
         queue.outbox = deque((g, s) for g, s in outbox)
         queue.redrives = {rid: (result, at) for rid, result, at in redrives}
         queue.redrive_order = deque((at, rid) for rid, _, at in redrives)

@@ -55,7 +55,7 @@ def redrive(machine, cmd) -> dict:
             machine._advance(target)
         headers = {k: v for k, v in held_headers if k not in DEAD_LETTER_HEADERS} or None
         back = [{"body": rows.body(seq), "key": rows.keys.get(seq), "headers": headers,
-                 "ordering_key": dlq.ordering.get(seq)}]
+                 "ordering_key": dlq.ordering.get(seq), "priority": rows.priority_of(seq)}]
         if target is None or target.check_capacity(back):
             blocked.add(source)
             continue

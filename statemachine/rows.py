@@ -28,7 +28,18 @@ many rows as messages, and cutting costs O(1) per removed message.
 Every queue's rows also count their bytes into one ``Tally`` of their
 machine: the bytes the machine stores, which a put is checked against
 (``--max-stored-bytes``) without a walk over every queue.
+
+A message's priority (0 to 9, ready.py) is one more byte column.  A queue
+with retention (queue.py) keeps a message every group is done with as a
+*retained* row: pending 0 like a tombstone, but its received byte is
+RETAINED and it keeps its put time, size and body reference, so that a
+group moved back (a seek) replays it.  Retained rows are counted apart
+(``retained``, ``retained_bytes``): ``count`` and ``bytes`` are what the
+groups still hold; the machine's ``Tally`` counts both, as a retained
+message takes its room on disk.
 """
+
+import re
 
 from array import array
 from itertools import compress, repeat
@@ -38,6 +49,11 @@ from .columns import LittleEndian, OffsetColumn, from_little_endian, runs_of, ta
 
 NO_EXPIRY = 0          # an expiry is put time + a TTL > 0, so never 0
 TRIM_MIN = 4_096       # dead rows ahead of the head worth a cut (a memmove of the columns)
+RECEIVED, RETAINED = 1, 2   # a row's received byte: some group received it; every group is done, kept
+RETAINED_FLAG = bytes((RETAINED,))
+# A priority's flag in a group's ready set is the priority + 1 (ready.py)
+READY_FLAGS = bytes(range(1, 257)[:255]) + b"\x00"
+NONZERO = re.compile(rb"[^\x00]")
 
 
 def _from_runs(column, runs: list) -> None:
@@ -65,8 +81,9 @@ class Tally:
 
 
 class Rows:
-    __slots__ = ("base", "head", "count", "bytes", "tally", "bodies", "ref_index", "ref_offset", "ref_length",
-                 "ref_kind", "put_at", "expires_at", "sizes", "pending", "received", "keys", "headers", "shows_at")
+    __slots__ = ("base", "head", "count", "bytes", "tally", "retained", "retained_bytes", "retained_from", "bodies",
+                 "ref_index", "ref_offset", "ref_length", "ref_kind", "put_at", "expires_at", "sizes", "pending",
+                 "received", "priority", "keys", "headers", "shows_at")
 
     def __init__(self, base: int = 1, tally: Tally | None = None):
         self.base = base          # the seq of row 0
@@ -74,6 +91,9 @@ class Rows:
         self.count = 0            # live rows
         self.bytes = 0            # their sizes, summed
         self.tally = Tally() if tally is None else tally    # where they count with other queues' rows
+        self.retained = 0         # retained rows (no group holds them; kept for a replay)
+        self.retained_bytes = 0   # their sizes, summed
+        self.retained_from = 0    # no retained row lies before this row
         self.bodies = {}                # seq -> body, of a message whose body has no reference
         self.ref_index = OffsetColumn() # the body's BodyRef: its entry's log index (0: no reference),
         self.ref_offset = array("I")    # where in the entry (an entry is at most 17 MiB),
@@ -83,7 +103,9 @@ class Rows:
         self.expires_at = OffsetColumn()    # NO_EXPIRY, or the log time the message expires
         self.sizes = array("I")         # bytes toward max_bytes (message_size); the API caps a message far below 4 GiB
         self.pending = array("I")       # groups not done with it; 0: a tombstone
-        self.received = bytearray()     # 1 once some group received it (keyed replacement spares it)
+        self.received = bytearray()     # RECEIVED once some group received it (keyed replacement spares
+                                        # it), RETAINED once every group is done with it and it is kept
+        self.priority = bytearray()     # 0 (the default) to 9: which a receive hands out first
         self.keys = {}                  # seq -> key, of a message put with one
         self.headers = {}               # seq -> headers as a tuple of (name, value) pairs (untracked)
         self.shows_at = {}              # seq -> log time a message put with a delay shows
@@ -92,9 +114,10 @@ class Rows:
         return self.count
 
     # ---- one message --------------------------------------------------------------------
-    def append(self, seq: int, body, key, headers, put_at: int, expires_at, size: int, pending: int) -> None:
+    def append(self, seq: int, body, key, headers, put_at: int, expires_at, size: int, pending: int,
+               priority: int = 0) -> None:
         """Store a message at the tail; `seq` is the queue's next one and `headers` a tuple of pairs or None."""
-        if not self.count:
+        if not (self.count or self.retained):
             self.clear(seq)
         if isinstance(body, BodyRef):
             self.ref_index.append(body.index)
@@ -109,6 +132,7 @@ class Rows:
         self.sizes.append(size)
         self.pending.append(pending)
         self.received.append(0)
+        self.priority.append(priority)
         if key is not None:
             self.keys[seq] = key
         if headers is not None:
@@ -134,21 +158,30 @@ class Rows:
         return self.sizes[seq - self.base]
 
     def was_received(self, seq: int) -> bool:
-        return self.received[seq - self.base] == 1
+        return self.received[seq - self.base] == RECEIVED
+
+    def priority_of(self, seq: int) -> int:
+        return self.priority[seq - self.base]
+
+    def ready_flags(self, seq: int, length: int) -> bytes:
+        """The flags of `length` seqs from `seq` in a group's ready set: each one's priority + 1."""
+        row = seq - self.base
+        return self.priority[row:row + length].translate(READY_FLAGS)
 
     def deliver(self, seq: int) -> tuple:
-        """Mark the message received; (body, key, stored headers, put time): what a receive hands out,
-        in one call (a receive's per-message cost is mostly calls)."""
+        """Mark the message received; (body, key, stored headers, put time, priority): what a receive
+        hands out, in one call (a receive's per-message cost is mostly calls)."""
         row = seq - self.base
-        self.received[row] = 1
+        self.received[row] = RECEIVED
         return (self._body(row), self.keys.get(seq) if self.keys else None,
-                self.headers.get(seq) if self.headers else None, self.put_at[row])
+                self.headers.get(seq) if self.headers else None, self.put_at[row], self.priority[row])
 
     def relocate(self, seq: int, old: BodyRef, new: BodyRef) -> bool:
-        """Point the stored message `seq` at `new` if its body is the reference `old`, exactly;
-        whether it did (a relocation, machine.py's ``_relocate``)."""
+        """Point the stored message `seq` (held by a group, or retained) at `new` if its body is the
+        reference `old`, exactly; whether it did (a relocation, machine.py's ``_relocate``)."""
         row = seq - self.base
-        if not (self.head <= row < len(self.pending) and self.pending[row] and self.ref_index[row] == old.index
+        if not (self.head <= row < len(self.pending) and (self.pending[row] or self.received[row] == RETAINED)
+                and self.ref_index[row] == old.index
                 and self.ref_offset[row] == old.offset and self.ref_length[row] == old.length
                 and self.ref_kind[row] == old.kind):
             return False
@@ -163,19 +196,105 @@ class Rows:
         if pending:
             self.pending[row] = pending
             if received:
-                self.received[row] = 1
+                self.received[row] = RECEIVED
         return pending
 
-    def add_pending_everywhere(self) -> list:
-        """A new group holds every stored message: count it in each; their seqs, in order."""
-        pending = self.pending
-        live = []
-        for row in range(self.head, len(pending)):
-            if pending[row]:
-                pending[row] += 1
-                live.append(row)
-        base = self.base
-        return [base + row for row in live]
+    # ---- retained rows ----------------------------------------------------------------------
+    def retain(self, seq: int) -> tuple:
+        """Keep the message every group is done with for a replay: no group holds it, and it has
+        no expiry (retention decides when it goes). Its (key, expires_at), for the queue's indexes."""
+        row = seq - self.base
+        expires_at = self.expires_at[row]
+        size = self.sizes[row]
+        self.pending[row] = 0
+        self.received[row] = RETAINED
+        self.expires_at[row] = 0
+        self.count -= 1
+        self.bytes -= size
+        self.retained += 1
+        self.retained_bytes += size
+        if row < self.retained_from:
+            self.retained_from = row
+        return self.keys.get(seq) if self.keys else None, None if expires_at == NO_EXPIRY else expires_at
+
+    def revive(self, seq: int) -> None:
+        """A retained message is held by one group again (a seek, a group that starts before it)."""
+        row = seq - self.base
+        size = self.sizes[row]
+        self.pending[row] = 1
+        self.received[row] = RECEIVED
+        self.retained -= 1
+        self.retained_bytes -= size
+        self.count += 1
+        self.bytes += size
+
+    def is_retained(self, seq: int) -> bool:
+        row = seq - self.base
+        return 0 <= row < len(self.received) and self.received[row] == RETAINED
+
+    def oldest_retained(self):
+        """The lowest seq of a retained row, or None."""
+        if not self.retained:
+            return None
+        row = self.received.find(RETAINED_FLAG, max(self.head, self.retained_from))
+        self.retained_from = row          # (found at C speed from where the last search ended)
+        return self.base + row
+
+    def stored_from(self, seq: int) -> list:
+        """The seqs of the stored rows (held by a group, or retained) from `seq` on, in order, found
+        at C speed among the tombstones: a replay's cost is what it replays."""
+        row = max(self.head, seq - self.base)
+        if not (self.count or self.retained) or row >= len(self.pending):
+            return []
+        live = set()
+        with memoryview(self.pending) as pending, pending[row:].cast("B") as raw:
+            width = self.pending.itemsize
+            for found in NONZERO.finditer(raw):
+                live.add(found.start() // width)
+        rows = live
+        if self.retained:
+            find, at = self.received.find, row
+            at = find(RETAINED_FLAG, at)
+            while at != -1:
+                rows.add(at - row)
+                at = find(RETAINED_FLAG, at + 1)
+        first = self.base + row
+        return [first + at for at in sorted(rows)]
+
+    def first_put_at_or_after(self, time_ms: int):
+        """The lowest stored seq put at or after log time `time_ms`, or None. Stored put times grow
+        with seq (log time never goes back), so a binary search, whose probes step over
+        tombstones to the next stored row."""
+        pending, received, put_at, end = self.pending, self.received, self.put_at, len(self.pending)
+
+        def next_stored(row: int) -> int:
+            while row < end and not pending[row] and received[row] != RETAINED:
+                row += 1
+            return row
+        # stored rows before `low` were put before time_ms; stored rows from `high` on, at or after it
+        low, high = self.head, end
+        while low < high:
+            mid = (low + high) // 2
+            probe = next_stored(mid)
+            if probe >= high:
+                high = mid                   # nothing stored in [mid, high)
+            elif put_at[probe] >= time_ms:
+                high = probe
+            else:
+                low = probe + 1
+        row = next_stored(low)
+        return self.base + row if row < end and (self.count or self.retained) else None
+
+    def stored_count_from(self, seq: int) -> int:
+        """How many stored rows (held by a group, or retained) there are from `seq` on, counted at
+        C speed among the tombstones."""
+        row = max(self.head, seq - self.base)
+        if row == self.head:
+            return self.count + self.retained
+        if row >= len(self.pending):
+            return 0
+        tail = len(self.pending) - row
+        return tail - self.pending[row:].count(0) + self.received[row:].count(RETAINED)
 
     def remove(self, seq: int) -> tuple:
         """Leave a tombstone; cut the dead rows ahead of the head when they are many.
@@ -183,9 +302,14 @@ class Rows:
         row = seq - self.base
         expires_at = self.expires_at[row]
         key = self.keys.pop(seq, None) if self.keys else None
-        self.count -= 1
-        self.bytes -= self.sizes[row]
-        self.tally.bytes -= self.sizes[row]
+        size = self.sizes[row]
+        if self.received[row] == RETAINED:
+            self.retained -= 1
+            self.retained_bytes -= size
+        else:
+            self.count -= 1
+            self.bytes -= size
+        self.tally.bytes -= size
         # A tombstone holds zeros whatever the message held: a replica restored
         # from an older snapshot (whose gaps become zeros) must snapshot alike.
         if self.bodies:
@@ -193,44 +317,46 @@ class Rows:
         put_at, expiry, index = self.put_at, self.expires_at, self.ref_index
         # (each offset column's 0 written in place: every ack takes this path)
         put_at.held[row], expiry.held[row], index.held[row] = put_at.zero, expiry.zero, index.zero
-        self.sizes[row] = self.pending[row] = self.received[row] = 0
+        self.sizes[row] = self.pending[row] = self.received[row] = self.priority[row] = 0
         self.ref_offset[row] = self.ref_length[row] = self.ref_kind[row] = 0
         if self.headers:
             self.headers.pop(seq, None)
         if self.shows_at:
             self.shows_at.pop(seq, None)
-        if not self.count:
+        if not (self.count or self.retained):
             self.clear(self.base + len(self.pending))
         elif row == self.head:
             self._step_head()
         return key, None if expires_at == NO_EXPIRY else expires_at
 
     def _step_head(self) -> None:
-        pending, head = self.pending, self.head
-        while not pending[head]:
+        pending, received, head = self.pending, self.received, self.head
+        while not pending[head] and received[head] != RETAINED:
             head += 1
         self.head = head
         if head >= TRIM_MIN and 2 * head >= len(pending):
             for column in self._columns():
                 del column[:head]
             self.base += head
+            self.retained_from = max(0, self.retained_from - head)
             self.head = 0
 
     def clear(self, base: int) -> None:
-        """No live row: start again, empty, at `base`."""
-        self.tally.bytes -= self.bytes
+        """No stored row: start again, empty, at `base`."""
+        self.tally.bytes -= self.bytes + self.retained_bytes
         self.base, self.head, self.count, self.bytes = base, 0, 0, 0
+        self.retained = self.retained_bytes = self.retained_from = 0
         for column in self._columns():
             del column[:]
 
     def _columns(self) -> tuple:
         return (self.ref_index, self.ref_offset, self.ref_length, self.ref_kind,
-                self.put_at, self.expires_at, self.sizes, self.pending, self.received)
+                self.put_at, self.expires_at, self.sizes, self.pending, self.received, self.priority)
 
     def count_into(self, tally: Tally) -> None:
         """Count these rows' bytes into `tally` from now on (a restored queue joins its machine's)."""
         self.tally = tally
-        tally.bytes += self.bytes
+        tally.bytes += self.bytes + self.retained_bytes
 
     def _append_no_reference(self) -> None:
         self.ref_index.append(0)
@@ -240,10 +366,11 @@ class Rows:
 
     # ---- in order --------------------------------------------------------------------------
     def first_seq(self):
-        return self.base + self.head if self.count else None
+        """The lowest stored seq (held by a group, or retained), or None."""
+        return self.base + self.head if self.count or self.retained else None
 
     def seqs(self) -> list:
-        """Every stored seq, in order."""
+        """Every seq a group holds, in order (retained ones aside)."""
         head, base = self.head, self.base
         return list(compress(range(base + head, base + len(self.pending)), self.pending[head:]))
 
@@ -275,7 +402,7 @@ class Rows:
     def references_into(self, indexes: set, found: list) -> None:
         """Append (seq, reference) of the stored messages whose reference names one of `indexes` to `found`."""
         column = self.ref_index
-        if column.base is None or not self.count:
+        if column.base is None or not (self.count or self.retained):
             return
         zero, base, head = column.zero, column.base, self.head
         wanted = {index - base for index in indexes}                    # as the column holds them
@@ -298,7 +425,8 @@ class Rows:
     # the references' columns (their offsets as 4-byte little-endian values,
     # which restore as one copy; the rest as runs) and holds the bodies
     # without a reference as [rows after the head, bodies] instead of the
-    # list of every row's body.
+    # list of every row's body.  Version 17 adds the priorities (runs: a put's messages mostly
+    # share one), and a retained row is one whose received value is RETAINED.
     def to_state(self) -> list:
         head, first = self.head, self.base + self.head
         unreferenced = sorted(self.bodies)
@@ -309,7 +437,7 @@ class Rows:
                 [list(self.headers), list(map(dict, self.headers.values()))],
                 [list(self.shows_at), list(self.shows_at.values())],
                 self.ref_index.runs(head), LittleEndian(self.ref_offset, head),
-                runs_of(self.ref_length, head), runs_of(self.ref_kind, head)]
+                runs_of(self.ref_length, head), runs_of(self.ref_kind, head), runs_of(self.priority, head)]
 
     @classmethod
     def from_state(cls, state: list, next_seq: int, version: int) -> "Rows":
@@ -321,7 +449,7 @@ class Rows:
         _from_runs(rows.pending, pending)
         _from_runs(rows.received, received)
         if version >= 10:
-            ref_index, ref_offset, ref_length, ref_kind = state[10:]
+            ref_index, ref_offset, ref_length, ref_kind = state[10:14]
             _from_runs(rows.ref_index, ref_index)
             from_little_endian(rows.ref_offset, ref_offset)
             _from_runs(rows.ref_length, ref_length)
@@ -331,12 +459,19 @@ class Rows:
             rows.bodies = {base + row: body for row, body in enumerate(bodies) if rows.pending[row]}
             for _ in range(len(rows.pending)):
                 rows._append_no_reference()
+        if version >= 17:
+            _from_runs(rows.priority, state[14])
+        else:
+            rows.priority = bytearray(len(rows.pending))
         rows.keys = dict(zip(*keys))
         rows.headers = {seq: tuple(pairs.items()) for seq, pairs in zip(*headers)}
         rows.shows_at = dict(zip(*shows_at))
         rows.count = len(rows.pending) - rows.pending.count(0)
-        rows.bytes = sum(rows.sizes)        # a tombstone's size is 0
-        if not rows.count:
+        rows.retained = rows.received.count(RETAINED)
+        if rows.retained:
+            rows.retained_bytes = sum(compress(rows.sizes, map(RETAINED.__eq__, rows.received)))
+        rows.bytes = sum(rows.sizes) - rows.retained_bytes       # a tombstone's size is 0
+        if not (rows.count or rows.retained):
             rows.clear(next_seq)
         return rows
 
@@ -364,3 +499,4 @@ class Rows:
         for column in (self.put_at, self.expires_at, self.sizes, self.pending):
             column.append(0)
         self.received.append(0)
+        self.priority.append(0)

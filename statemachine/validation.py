@@ -11,6 +11,8 @@ table (``machine.OPS``) names each command's validator, and
 
 from raftq.wire_format import NAME_PATTERN, is_name
 
+from .backoff import MAX_FACTOR, full_policy
+from .ready import PRIORITIES
 from .results import BAD_REQUEST, error
 
 MAX_BATCH = 10_000
@@ -19,6 +21,7 @@ MAX_WAIT_MS = 30_000
 # Durations are bounded so that `now + duration` stays an exact small integer
 # in every encoding the log and the snapshots use (about 31 years).
 MAX_DURATION_MS = 1 << 40
+MAX_LOG_TIME_MS = 1 << 53        # a log time (about the epoch's milliseconds), exact as a double too
 
 QUEUE_DEFAULTS = {
     "lease_ms": 30_000,
@@ -29,6 +32,11 @@ QUEUE_DEFAULTS = {
     "max_bytes": None,
     "overflow": "reject",
     "dedup_window_ms": 300_000,
+    # Redelivery back-off (backoff.py): {"initial_ms", "factor", "max_ms", "jitter"}, or None
+    "backoff": None,
+    # Keeping what every group is done with, for a replay (retention.py)
+    "retention_ms": None,
+    "retention_bytes": None,
     # Labels a queue carries for its owner (the SQS API's TagQueue), and the
     # SQS queue attributes that raftq keeps but does not act on in the state
     # machine (docs/sqs.md): both plain string maps, replaced whole by a patch.
@@ -39,6 +47,7 @@ QUEUE_DEFAULTS = {
 STRING_MAPS = {"tags": (50, 128, 256), "sqs_attributes": (32, 64, 32_768)}   # entries, key, value chars
 OVERFLOW_POLICIES = ("reject", "drop_oldest")
 GROUP_STARTS = ("earliest", "latest")
+MAX_RATE_LIMIT = 1_000_000       # deliveries a second a group may be limited to
 
 
 def is_int(value) -> bool:
@@ -69,8 +78,10 @@ def check_queue_config(config):
     for field, value in config.items():
         if field == "lease_ms":
             problem = check_duration(value, field, minimum=1)
-        elif field in ("max_deliveries", "max_length", "max_bytes", "ttl_ms"):
+        elif field in ("max_deliveries", "max_length", "max_bytes", "ttl_ms", "retention_ms", "retention_bytes"):
             problem = check_duration(value, field, minimum=1, optional=True)
+        elif field == "backoff":
+            problem = check_backoff(value)
         elif field == "dedup_window_ms":
             problem = check_duration(value, field)
         elif field == "dead_letter":
@@ -96,9 +107,41 @@ def check_string_map(value, what: str, max_entries: int, max_key: int, max_value
     return None
 
 
+BACKOFF_FIELDS = ("initial_ms", "factor", "max_ms", "jitter")
+
+
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def check_backoff(policy):
+    """A back-off policy (backoff.py), every field optional, or None."""
+    if policy is None:
+        return None
+    if not isinstance(policy, dict) or set(policy) - set(BACKOFF_FIELDS):
+        return error(BAD_REQUEST, f"backoff must be null or an object of {', '.join(BACKOFF_FIELDS)}")
+    for field in ("initial_ms", "max_ms"):
+        if field in policy:
+            problem = check_duration(policy[field], f"backoff.{field}", minimum=1)
+            if problem:
+                return problem
+    factor, jitter = policy.get("factor", 2), policy.get("jitter", 0)
+    if not is_number(factor) or not 1 <= factor <= MAX_FACTOR:
+        return error(BAD_REQUEST, f"backoff.factor must be a number from 1 to {MAX_FACTOR}")
+    if not is_number(jitter) or not 0 <= jitter <= 1:
+        return error(BAD_REQUEST, "backoff.jitter must be a number from 0 to 1 (the share of a delay drawn off)")
+    full = full_policy(policy)
+    if full["max_ms"] < full["initial_ms"]:
+        return error(BAD_REQUEST, "backoff.max_ms must be at least backoff.initial_ms")
+    return None
+
+
 def full_config(partial: dict) -> dict:
-    """Defaults overlaid with the given fields, in one canonical key order."""
-    return {field: partial.get(field, default) for field, default in QUEUE_DEFAULTS.items()}
+    """Defaults overlaid with the given fields, in one canonical key order; a back-off policy
+    with every field."""
+    config = {field: partial.get(field, default) for field, default in QUEUE_DEFAULTS.items()}
+    config["backoff"] = full_policy(config["backoff"])
+    return config
 
 
 def is_plain(value, depth: int = 0) -> bool:
@@ -114,7 +157,7 @@ def is_plain(value, depth: int = 0) -> bool:
     return False
 
 
-MESSAGE_FIELDS = frozenset({"body", "key", "id", "headers", "ttl_ms", "delay_ms", "ordering_key"})
+MESSAGE_FIELDS = frozenset({"body", "key", "id", "headers", "ttl_ms", "delay_ms", "ordering_key", "priority"})
 MAX_ORDERING_KEY = 128
 
 
@@ -148,6 +191,8 @@ def check_message(message, index: int):
             problem = check_duration(value, f"message {index}: {field}", minimum=1 if field == "ttl_ms" else 0)
             if problem:
                 return problem
+    if "priority" in message and (not is_int(message["priority"]) or not 0 <= message["priority"] < PRIORITIES):
+        return error(BAD_REQUEST, f"message {index}: priority must be an integer from 0 to {PRIORITIES - 1}")
     return None
 
 
@@ -231,11 +276,59 @@ def check_group(cmd):
     return check_name(cmd.get("queue"), "queue name") or check_name(cmd.get("group"), "group name")
 
 
+def check_position(position, what: str):
+    """Where a group starts, or is moved to: earliest, latest, {"seq": n} or {"time_ms": t}."""
+    if position in GROUP_STARTS:
+        return None
+    if isinstance(position, dict) and len(position) == 1:
+        (field, value), = position.items()
+        if field == "seq" and is_int(value) and value >= 0:
+            return None
+        if field == "time_ms" and is_int(value) and value >= 0:
+            return None
+    return error(BAD_REQUEST, f"{what} must be 'earliest', 'latest', {{\"seq\": n}} or {{\"time_ms\": t}} "
+                              "(n and t non-negative integers)")
+
+
 def check_add_group(cmd):
-    problem = check_group(cmd) or _check_limit(cmd.get("max_groups"), "max_groups")
-    if not problem and cmd.get("start", "earliest") not in GROUP_STARTS:
-        return error(BAD_REQUEST, "start must be 'earliest' or 'latest'")
-    return problem
+    return (check_group(cmd) or _check_limit(cmd.get("max_groups"), "max_groups")
+            or check_position(cmd.get("start", "earliest"), "start"))
+
+
+def check_seek_group(cmd):
+    return check_group(cmd) or check_position(cmd.get("to"), "to")
+
+
+PATCH_GROUP_FIELDS = frozenset({"paused", "until_ms", "for_ms", "rate_limit"})
+
+
+def check_patch_group(cmd):
+    """patch_group: pause (until a log time, for a while, or until resumed), resume, rate limit."""
+    problem = check_group(cmd)
+    if problem:
+        return problem
+    fields = PATCH_GROUP_FIELDS.intersection(cmd)
+    if not {"paused", "rate_limit"} & fields:
+        return error(BAD_REQUEST, "a group's patch sets paused, rate_limit or both")
+    paused = cmd.get("paused")
+    if "paused" in cmd and not isinstance(paused, bool):
+        return error(BAD_REQUEST, "paused must be true or false")
+    timed = fields & {"until_ms", "for_ms"}
+    if timed and paused is not True:
+        return error(BAD_REQUEST, "until_ms and for_ms go with paused: true")
+    if len(timed) > 1:
+        return error(BAD_REQUEST, "a pause ends at until_ms or after for_ms, not both")
+    if "for_ms" in cmd:
+        problem = check_duration(cmd["for_ms"], "for_ms", minimum=1)
+        if problem:
+            return problem
+    if "until_ms" in cmd and not (is_int(cmd["until_ms"]) and 0 <= cmd["until_ms"] <= MAX_LOG_TIME_MS):
+        return error(BAD_REQUEST, "until_ms must be a log time: an integer number of milliseconds")
+    rate = cmd.get("rate_limit")
+    if rate is not None and (not is_int(rate) or not 1 <= rate <= MAX_RATE_LIMIT):
+        return error(BAD_REQUEST, f"rate_limit must be null or an integer from 1 to {MAX_RATE_LIMIT} "
+                                  "(deliveries a second)")
+    return None
 
 
 def check_commit(cmd):

@@ -15,10 +15,15 @@ count of releases (statemachine/release.py), which an older one lacks;
 version 14 adds the catalog's last release of each group taken in turn
 (statemachine/catalog.py); version 15 the SQS keys group 0 keeps
 (statemachine/credentials.py), which a reader takes when present; version 16
-the wall time of log time (statemachine/wall.py), likewise.
+the wall time of log time (statemachine/wall.py), likewise; version 17 adds
+each row's priority (a column of the rows, after the references'), retained
+rows (a received value of 2) and each group's pause and rate limit (after its
+first deliveries' times).
 A snapshot with references has no older layout: only one of a machine
-that applied its entries without their log indexes is rewritten.
-Written here from the version-14 layout, not with the machine's own code, so
+that applied its entries without their log indexes is rewritten; nor has
+one with a priority, a retained message, a back-off policy or retention in a
+queue's config, or a paused or limited group before version 17.
+Written here from the version-17 layout, not with the machine's own code, so
 that a reader that misreads either layout fails the tests. The group's fields
 (its id, the group count, the catalog), which version 8 lacks, and the
 names leaving the catalog, which version 12 lacks, and the last releases,
@@ -29,12 +34,21 @@ restores as group 0 of 1 all the same.
 
 import cbor2
 
+RETAINED = 2
+FEATURES_OF_17 = ("backoff", "retention_ms", "retention_bytes")
+
+
+class NoOlderLayout(ValueError):
+    """The state holds something the older version cannot say."""
+
 
 def downgraded(snapshot: bytes, version: int) -> dict:
     """The decoded snapshot, marked `version`, its messages in that version's layout."""
     state = cbor2.loads(snapshot)
     state["version"] = version
     for queue in state["queues"]:
+        if version < 17:
+            without_issue_51(queue)
         if version < 9:
             queue[6] = message_lists(queue[6])
             for group in queue[8]:
@@ -44,13 +58,29 @@ def downgraded(snapshot: bytes, version: int) -> dict:
     return state
 
 
+def without_issue_51(queue: list) -> None:
+    """A queue's state without the priorities column and the groups' pauses (version 16's)."""
+    config, rows, groups = queue[1], queue[6], queue[8]
+    if any(config.get(field) is not None for field in FEATURES_OF_17):
+        raise NoOlderLayout(f"queue {queue[0]!r} has {FEATURES_OF_17} in its config")
+    priorities, received = rows.pop(14), rows[6]
+    if any(priorities[0]) or RETAINED in received[0]:
+        raise NoOlderLayout(f"queue {queue[0]!r} holds a message with a priority, or a retained one")
+    for group in groups:
+        paused, resume_at, pace = group.pop(7)
+        if paused or pace is not None:
+            raise NoOlderLayout(f"group {group[0]!r} of queue {queue[0]!r} is paused or limited")
+    for field in FEATURES_OF_17:
+        config.pop(field, None)
+
+
 def ready_list(runs: list) -> list:
     """A group's ready seqs, in order, from version 9's [first seqs, lengths] runs of consecutive ones."""
     return [seq for start, length in zip(*runs) for seq in range(start, start + length)]
 
 
 def rows_without_references(rows_state: list) -> list:
-    """Version 9's rows from version 14's: every row's body in one list, no reference columns."""
+    """Version 9's rows from version 14's (or a later one's): every row's body in one list, no reference columns."""
     base, (rows, unreferenced), *columns = rows_state
     ref_index = numbers(columns[8])
     assert not any(ref_index), "a snapshot with body references has no older layout"

@@ -19,11 +19,11 @@ WALL_MS_AT_T0 = 49_000   # the wall clock when the synthetic history starts
 class Run:
     """Builds a history with a hand-driven clock."""
 
-    def __init__(self, groups=("default",)):
+    def __init__(self, groups=("default",), backoff=None):
         self.t = 0.0
         self.h = History(clock=lambda: self.t)
         self.h.event("setup", queues={"q": list(groups)}, producers=["p1", "p2"], lease_ms=LEASE_MS,
-                     seed=7, nodes=3, wall_ms_at_t0=WALL_MS_AT_T0)
+                     seed=7, nodes=3, wall_ms_at_t0=WALL_MS_AT_T0, backoff={"q": backoff} if backoff else {})
         self.receipts = 0
 
     def op(self, process, f, value, start, end, type="ok", result=None, error=None, node="n1"):
@@ -33,10 +33,12 @@ class Run:
             self.t = end
             self.h.complete(op, type, result, error)
 
-    def put(self, mid, seq, start, end=None, type="ok", producer="p1", error=None, body=None, queue="q"):
+    def put(self, mid, seq, start, end=None, type="ok", producer="p1", error=None, body=None, queue="q",
+            priority=None):
         """A put of message `mid`; with a `body`, the body it put is recorded, as the workload does."""
         end = start + 0.01 if end is None else end
-        value = {"queue": queue, "id": mid, "producer": producer, **({"body": body} if body is not None else {})}
+        value = {"queue": queue, "id": mid, "producer": producer, **({"body": body} if body is not None else {}),
+                 **({} if priority is None else {"priority": priority})}
         self.op(producer, "put", value, start, end, type, {"seq": seq, "duplicate": False} if type == "ok" else None,
                 error)
 
@@ -247,6 +249,52 @@ def test_first_deliveries_follow_put_order(earlier_first_at, deliveries, expect)
     run.receive([("b", 2, 1)], 0.1, 0.2, process="c2")
     run.receive([("a", 1, deliveries)], earlier_first_at, earlier_first_at + 0.1)
     assert verdicts(run.report())["per_producer_order"].violations == expect
+
+
+@pytest.mark.parametrize("earlier, later, expect", [
+    (0, 5, 0),      # the later message has a higher priority: it may go first
+    (5, 5, 1),      # the same priority: put order
+    (5, 0, 1),      # a lower one: put order all the more
+    (None, None, 1),   # puts without a priority are all 0
+])
+def test_a_later_message_goes_first_only_with_a_higher_priority(earlier, later, expect):
+    run = Run()
+    run.put("a", 1, 0.0, priority=earlier)
+    run.put("b", 2, 0.05, priority=later)
+    run.receive([("b", 2, 1)], 0.1, 0.2, process="c2")
+    run.receive([("a", 1, 1)], 1.0, 1.1)
+    assert verdicts(run.report())["per_producer_order"].violations == expect
+
+
+BACKOFF = {"initial_ms": 100, "factor": 2, "max_ms": 800, "jitter": 0}
+
+
+@pytest.mark.parametrize("nacked, second_done_at, expect", [
+    (True, 0.45, 0),     # nacked at 0.3: back 100 ms later at the soonest
+    (True, 0.38, 1),     # too soon after the nack
+    (False, 1.31, 0),    # the lease (invoked at 0.2, 1 s) ended, then 100 ms
+    (False, 1.25, 1),    # too soon after the lease's end
+])
+def test_a_redelivery_comes_no_sooner_than_the_back_off_after_the_delivery_ended(nacked, second_done_at, expect):
+    run = Run(backoff=BACKOFF)
+    run.put("a", 1, 0.0)
+    [r1] = run.receive([("a", 1, 1)], 0.2)
+    if nacked:
+        run.settle("nack", [r1], 0.3)
+    run.receive([("a", 1, 2)], second_done_at - 0.01, second_done_at, process="c2")
+    assert verdicts(run.report())["backoff_respected"].violations == expect
+
+
+def test_the_back_off_grows_with_each_delivery_and_a_queue_without_a_policy_is_not_judged():
+    for backoff, expect in ((BACKOFF, 1), (None, 0)):
+        run = Run(backoff=backoff)
+        run.put("a", 1, 0.0)
+        [r1] = run.receive([("a", 1, 1)], 0.2)
+        run.settle("nack", [r1], 0.3)
+        [r2] = run.receive([("a", 1, 2)], 0.45)      # 100 ms after the first nack: fine
+        run.settle("nack", [r2], 0.5)
+        run.receive([("a", 1, 3)], 0.6)               # 100 ms after the second: 200 were due
+        assert verdicts(run.report())["backoff_respected"].violations == expect
 
 
 def test_idempotent_retries_store_one_copy():

@@ -384,7 +384,7 @@ def test_with_four_groups_a_name_leaves_the_catalog_only_once_every_node_runs_th
             wait_until(lambda: caught_up(cluster, node_id), 120, what=f"{node_id} on the new release")
         def waits_for_n3() -> int:
             return sum(cluster.log_path(node_id).read_text().count(
-                "name releaser: waiting for n3 to run a release that knows it") for node_id in ("n1", "n2"))
+                "waiting for node n3 to run a release that knows release_in_turn") for node_id in ("n1", "n2"))
 
         def placed(name: str):             # as group 0's leader has it
             return call("GET", f"{cluster.urls[0]}/v1/cluster/routing?queue={name}").body["queues"][name]
@@ -403,5 +403,60 @@ def test_with_four_groups_a_name_leaves_the_catalog_only_once_every_node_runs_th
             wait_until(lambda: placed("passing") is None, 60, what="passing's name released")
             assert client.verify()["agree"]
             assert client.queue("staying")["stats"]["depth"] == 1
+    finally:
+        cluster.close()
+
+
+# The last revision before issue 51 (priorities, back-off, paused groups, retention and replay).
+QUEUE_FEATURES_FROM = "645935c"
+
+
+def test_what_issue_51_adds_is_refused_until_every_node_runs_it_then_served(tmp_path, monkeypatch):
+    """A release before issue 51 refuses a priority, a back-off policy, a group's pause or seek,
+    which the newer replicas would apply: while one node runs it, a newer leader's front refuses
+    them 409 (writing nothing); once the last node is upgraded they are served and the replicas
+    agree."""
+    old_tree = exported(QUEUE_FEATURES_FROM, tmp_path / "old-tree")
+    monkeypatch.chdir(tmp_path)
+    old_env = {**os.environ, "PYTHONPATH": str(old_tree)}
+    new_env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cluster = LocalCluster.create(tmp_path / "cluster", 3, env=old_env)
+    register(cluster)
+    try:
+        cluster.start()
+        assert cluster.wait_for_leader(60) is not None and cluster.wait_all_ready(60)
+        with cluster.client() as client:
+            client.create_queue("jobs")
+            client.put("jobs", "before")
+        cluster.env = new_env
+        for node_id in ("n1", "n2"):
+            wait_until(lambda: caught_up(cluster, node_id), 60, what=f"{node_id} to be caught up")
+            cluster.stop(node_id)
+            cluster.start(node_id)
+            wait_until(lambda: caught_up(cluster, node_id), 120, what=f"{node_id} on the new release")
+        with cluster.client() as client:
+            if cluster.wait_for_leader(30) != "n1":
+                assert client.transfer_leadership("n1")["moved"]
+        leader = cluster.url("n1")
+        refused = [call("POST", f"{leader}/v1/queues/jobs/messages", {"body": "urgent", "priority": 9}),
+                   call("PATCH", f"{leader}/v1/queues/jobs", {"backoff": {"initial_ms": 100}}),
+                   call("PATCH", f"{leader}/v1/queues/jobs/groups/default", {"paused": True}),
+                   call("POST", f"{leader}/v1/queues/jobs/groups/default/seek", {"to": "earliest"})]
+        for reply in refused:
+            assert (reply.status, reply.body["error"], reply.body.get("feature")) == \
+                (409, "conflict", "priority_backoff_pause_replay"), reply
+        with cluster.client() as client:
+            assert client.queue("jobs")["stats"]["put_total"] == 1
+            assert client.queue("jobs")["config"]["backoff"] is None
+        wait_until(lambda: caught_up(cluster, "n3"), 60, what="n3 to be caught up")
+        cluster.stop("n3")
+        cluster.start("n3")
+        wait_until(lambda: caught_up(cluster, "n3"), 120, what="n3 on the new release")
+        with cluster.client() as client:
+            wait_until(lambda: call("POST", f"{cluster.url(cluster.wait_for_leader(30))}/v1/queues/jobs/messages",
+                                    {"body": "urgent", "priority": 9}).status == 201, 30,
+                       what="a priority served once every node runs the release")
+            assert [m["body"] for m in client.receive("jobs", max=5)["messages"]] == ["urgent", "before"]
+            assert client.verify()["agree"]
     finally:
         cluster.close()

@@ -26,7 +26,7 @@ from raftq.api.sqs import (attributes as sqs_attributes, message_actions as sqs_
 from raftq.engine.committer import MAX_ENTRY_BYTES
 from raftq.engine.raft import wire as raft_wire
 from raftq.cli import parser
-from raftq.statemachine import check_command, credentials, machine, queue, staging, validation
+from raftq.statemachine import backoff, check_command, credentials, machine, queue, ready, staging, validation
 import raftq.wire_format
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "security.md"
@@ -155,6 +155,9 @@ INPUT_BOUNDS = {
     "new queues made by one log entry": lambda: [machine.MAX_NEW_QUEUES_PER_ENTRY],
     "stored messages of a queue a group may start": lambda: [queue.MAX_EARLIEST_GROUP_MESSAGES],
     "a message's `ordering_key`": lambda: [validation.MAX_ORDERING_KEY],
+    "a message's `priority`": lambda: [0, ready.PRIORITIES - 1],
+    "a back-off policy's `factor`": lambda: [1, backoff.MAX_FACTOR, 0, 1],
+    "a group's `rate_limit`": lambda: [validation.MAX_RATE_LIMIT],
     "a queue's `tags`": lambda: _string_map_bounds("tags"),
     "a queue's `sqs_attributes`": lambda: _string_map_bounds("sqs_attributes"),
     "SQS: entries of a batch": lambda: [sqs_messages.MAX_BATCH, (sqs_messages.MAX_BATCH_BYTES, "size")],

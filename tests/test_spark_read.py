@@ -93,7 +93,8 @@ def test_batch_read_honours_offsets_and_fills_every_column(spark, cluster3):
     assert latest.count() == 0
     # Reading never consumes: the queue still holds everything for its group.
     with cluster3.client() as client:
-        assert client.queue(queue)["stats"]["groups"]["default"] == {"depth": 4, "in_flight": 0, "cursor": 1}
+        assert client.queue(queue)["stats"]["groups"]["default"] == {
+            "depth": 4, "in_flight": 0, "cursor": 1, "paused": False, "resume_at_ms": None, "rate_limit": None}
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -106,6 +107,8 @@ def test_batch_read_honours_offsets_and_fills_every_column(spark, cluster3):
     ({"replicaReads": "maybe"}, "option replicaReads: 'maybe' is not true or false"),
     ({"url": "n1:8001"}, "option url: 'n1:8001' is not an http:// or https:// address"),
     ({"startingOffset": "earliest"}, "option startingoffset: not an option of raftq readers"),
+    ({"startingOffsets": '{"time_ms": -1}'}, "option startingOffsets"),
+    ({"endingOffsets": '{"time_ms": 5}'}, "option endingOffsets"),
 ])
 def test_bad_options_fail_at_load_with_a_message_naming_the_option(spark, cluster3, extra, message):
     queue = name("opts")
@@ -256,3 +259,25 @@ def test_a_batch_read_of_queues_in_every_raft_group_of_four_gives_exact_rows(spa
         df = spark.read.format("raftq").options(**options(cluster, queue, partitionSize=200)).load()
         row = df.selectExpr("count(*) AS n", "count(DISTINCT seq) AS d").first()
         assert (row.n, row.d) == (500 * count, 500 * count), (queue, groups[queue])
+
+
+def test_a_read_starts_at_a_log_time_and_a_stream_from_then_replays_retained_messages(spark, cluster3, tmp_path):
+    """startingOffsets {"time_ms": T}: a batch read starts at the group's first message put at or
+    after log time T; a stream's new group is made there, so it replays what the queue retained."""
+    queue = name("since")
+    with cluster3.client() as client:
+        client.create_queue(queue, retention_ms=3_600_000)
+        client.put_batch(queue, [{"body": {"n": n}} for n in range(3)])
+        time.sleep(0.05)
+        later = [m["seq"] for m in client.put_batch(queue, [{"body": {"n": n}} for n in range(3, 5)])["messages"]]
+        since = client.browse(queue, from_seq=later[0], limit=1)["messages"][0]["put_at_ms"]
+    batch = spark.read.format("raftq").options(**options(cluster3, queue, startingOffsets=f'{{"time_ms": {since}}}'))
+    assert sorted(r.seq for r in batch.load().collect()) == later
+    with cluster3.client() as client:                      # consumed: kept only by retention now
+        client.ack(queue, [m["receipt"] for m in client.receive(queue, max=10)["messages"]])
+        assert client.queue(queue)["stats"]["retained"] == 5
+    out = str(tmp_path / "out")
+    counts = run_available_now(spark, cluster3, queue, "replay", str(tmp_path / "checkpoint"), out,
+                               startingOffsets=f'{{"time_ms": {since}}}')
+    assert sum(counts) == 2
+    assert sorted(r.seq for r in spark.read.parquet(out).collect()) == later

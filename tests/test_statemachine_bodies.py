@@ -321,3 +321,19 @@ def test_a_malformed_relocation_is_refused_whole():
                                                           "now_ms": START}]), 9)
         assert result["error"] == "bad_request", (queues, stages)
         assert log.machine.snapshot() == before
+
+
+def test_a_retained_message_moves_and_a_replay_serves_the_copy():
+    log = Log()
+    log.append({"op": "create_queue", "queue": "q", "config": {"retention_ms": 60_000}})
+    log.append({"op": "put", "queue": "q", "messages": [{"body": b"kept" * 10}, {"body": "x" * 3_000}]})
+    [received] = log.append({"op": "receive", "queue": "q", "group": "default", "max": 2})
+    log.append({"op": "ack", "queue": "q", "receipts": [m["receipt"] for m in received["messages"]]})
+    assert log.machine.queues["q"].rows.retained == 2 and log.machine.live_entry_indexes() == [2]
+    assert log.relocate(queues=[("q", [log.move([1], ref_of(log, 1))])])["moved"] == 1
+    assert ref_of(log, 1).index == 5 and log.machine.live_entry_indexes() == [2, 5]
+    assert log.relocate(queues=[("q", [log.move([2], ref_of(log, 2))])])["moved"] == 1
+    assert log.machine.live_entry_indexes() == [5, 6], "the put's entry serves nothing any more"
+    log.append({"op": "seek_group", "queue": "q", "group": "default", "to": "earliest"})
+    [again] = log.append({"op": "receive", "queue": "q", "group": "default", "max": 2})
+    assert [log.body(m["body"]) for m in again["messages"]] == [b"kept" * 10, "x" * 3_000]

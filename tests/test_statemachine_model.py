@@ -8,6 +8,18 @@ the batch fit?") is answered by looking at everything.  It knows nothing of the 
 two agree after every step of a random command sequence, the indexes are
 right.
 
+Issue 51's rules, as docs/api.md states them: a receive hands out the highest
+priority first, in seq order within a priority, and never a message of an
+ordering key before an earlier one of its key (the model picks, one message
+at a time, the best of those free to go, looking at all of them); a delivery
+that ends without an ack and without its own delay waits as the queue's
+back-off policy says, counted from the lease's end or the nack, at log time;
+a paused group is handed nothing; a group's rate limit is a bucket of one
+second's deliveries refilled at its rate in log time; a queue with retention
+keeps what every group is done with until it is put longer ago than
+retention_ms, past retention_bytes, or needed for room; a seek or a group's
+start replays every stored message (held or retained) from its position.
+
 Where docs/api.md leaves an order or a moment open, the model follows what the
 machine documents:
 - timers fire lazily, when a command names the queue (its own, or as the
@@ -28,6 +40,7 @@ model's own lease, and the model judges every receipt through that map.
 """
 
 import copy
+import hashlib
 import os
 import random
 import subprocess
@@ -44,7 +57,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from raftq.statemachine import StateMachine, decode_entry, encode_entry, is_error
 from raftq.statemachine.bodies import BodyRef, read_body
 from raftq.statemachine.validation import QUEUE_DEFAULTS
-from tests.older_snapshots import downgraded, message_lists
+from tests.older_snapshots import NoOlderLayout, downgraded, message_lists, numbers
 
 QUEUES = ["a", "b", "dl"]
 GROUPS = ["default", "g1", "g2"]
@@ -75,6 +88,32 @@ def message_size(msg) -> int:
 
 def err(code, **details):
     return {"error": code, **details}
+
+
+def backoff_delay(policy, queue, group, seq, deliveries):
+    """docs/api.md's back-off: min(max_ms, initial_ms * factor^(n-1)), less a jitter drawn from a
+    hash of the queue, group, seq and n (the strategies use factors whose powers are exact)."""
+    if policy is None:      # (a queue's policy, every field filled in: full_config)
+        return 0
+    delay = int(min(policy["max_ms"], policy["initial_ms"] * policy["factor"] ** (deliveries - 1)))
+    spread = int(delay * policy["jitter"])
+    draw = int.from_bytes(hashlib.blake2b(f"{queue}\0{group}\0{seq}\0{deliveries}".encode(),
+                                          digest_size=8).digest(), "little")
+    return delay - spread * draw // 2 ** 64
+
+
+def full_config(config):
+    """A queue's config as the machine answers it: defaults filled in, a back-off policy whole."""
+    full = {**QUEUE_DEFAULTS, **config}
+    if full["backoff"] is not None:   # (max_ms: a minute, or initial_ms if longer)
+        initial = full["backoff"].get("initial_ms", 1_000)
+        full["backoff"] = {"initial_ms": 1_000, "factor": 2.0, "max_ms": max(60_000, initial), "jitter": 0.0,
+                           **full["backoff"]}
+    return full
+
+
+def fresh_settings():
+    return {"paused": False, "resume_at": None, "rate": None}
 
 
 def staged_size(messages) -> int:
@@ -110,6 +149,7 @@ class Model:
         return {
             "uid": uid, "name": name, "config": dict(config), "next_seq": 1,
             "messages": [], "groups": {"default": {}}, "dedup": [], "outbox": [], "redrives": [],
+            "retained": [], "settings": {"default": fresh_settings()},
             "counters": {c: 0 for c in ("put_total", "acked_total", "redelivered_total",
                                         "dead_lettered_total", "expired_total", "dropped_total",
                                         "replaced_total", "redriven_total")},
@@ -124,39 +164,57 @@ class Model:
 
     def remove(self, q, seq):
         q["messages"] = [m for m in q["messages"] if m["seq"] != seq]
+        q["retained"] = [m for m in q["retained"] if m["seq"] != seq]
         for entries in q["groups"].values():
             entries.pop(seq, None)
+
+    @staticmethod
+    def retains(q):
+        return q["config"]["retention_ms"] is not None or q["config"]["retention_bytes"] is not None
 
     def finish(self, q, group, seq, received=True):
         entries = q["groups"][group]
         if seq not in entries:
             return
         del entries[seq]
+        m = self.find(q, seq)
         if received:
-            self.find(q, seq)["received"] = True
+            m["received"] = True
         if not any(seq in e for e in q["groups"].values()):
-            self.remove(q, seq)
+            if self.retains(q):           # kept for a replay, without its TTL
+                q["messages"].remove(m)
+                m["expires_at"] = None
+                q["retained"] = sorted(q["retained"] + [m], key=lambda r: r["seq"])
+            else:
+                self.remove(q, seq)
 
-    def end_delivery(self, q, group, seq, delay):
+    def end_delivery(self, q, group, seq, delay, ended_at):
+        """A delivery ended at `ended_at` without an ack; `delay` None: the back-off's."""
         entry = q["groups"][group][seq]
         limit = q["config"]["max_deliveries"]
         if limit is not None and entry["deliveries"] >= limit:
             entry["state"] = "parked"
             q["outbox"].append((group, seq))
-        elif delay:
-            entry["state"], entry["until"] = "delayed", self.clock + delay
+            return
+        if delay is None:
+            delay = backoff_delay(q["config"]["backoff"], q["name"], group, seq, entry["deliveries"])
+        if ended_at + delay > self.clock:
+            entry["state"], entry["until"] = "delayed", ended_at + delay
         else:
             entry["state"] = "ready"
 
     def fire(self, q):
         for name, entries in q["groups"].items():
+            settings = q["settings"][name]
+            if settings["resume_at"] is not None and settings["resume_at"] <= self.clock:
+                settings.update(paused=False, resume_at=None)
             for entry in entries.values():
                 if entry["state"] == "delayed" and entry["until"] <= self.clock:
                     entry["state"] = "ready"
             due = sorted((e["deadline"], seq) for seq, e in entries.items()
                          if e["state"] == "leased" and e["deadline"] <= self.clock)
-            for _, seq in due:
-                self.end_delivery(q, name, seq, 0)
+            for deadline, seq in due:
+                self.end_delivery(q, name, seq, None, deadline)
         for m in list(q["messages"]):
             if m["expires_at"] is not None and m["expires_at"] <= self.clock:
                 self.remove(q, m["seq"])
@@ -164,6 +222,11 @@ class Model:
         window = q["config"]["dedup_window_ms"]
         q["dedup"] = [d for d in q["dedup"] if d[2] + window > self.clock]
         q["redrives"] = [r for r in q["redrives"] if r[2] + window > self.clock]
+        keep_ms, keep_bytes = q["config"]["retention_ms"], q["config"]["retention_bytes"]
+        while q["retained"] and (not self.retains(q)
+                                 or (keep_bytes is not None and sum(m["size"] for m in q["retained"]) > keep_bytes)
+                                 or (keep_ms is not None and q["retained"][0]["put_at"] + keep_ms <= self.clock)):
+            q["retained"].pop(0)
 
     def touch(self, name):
         q = self.queues.get(name)
@@ -188,7 +251,8 @@ class Model:
                 headers.update({"x-raftq-from-queue": q["name"], "x-raftq-from-group": group,
                                 "x-raftq-deliveries": str(entry["deliveries"]),
                                 "x-raftq-reason": "max_deliveries"})
-                moved = [{"body": m["body"], "key": m["key"], "headers": headers, "ordering_key": m["ordering_key"]}]
+                moved = [{"body": m["body"], "key": m["key"], "headers": headers, "ordering_key": m["ordering_key"],
+                          "priority": m["priority"]}]
                 if target["config"]["overflow"] == "reject" and self.too_full(target, moved):
                     return
                 self.store(target, moved)
@@ -219,7 +283,7 @@ class Model:
             delay = msg.get("delay_ms") or 0
             q["messages"].append({
                 "seq": seq, "body": msg["body"], "key": key, "headers": msg.get("headers"),
-                "ordering_key": msg.get("ordering_key"),
+                "ordering_key": msg.get("ordering_key"), "priority": msg.get("priority", 0),
                 "put_at": self.clock, "visible_at": self.clock + delay,
                 "expires_at": self.clock + ttl if ttl else None, "size": message_size(msg),
                 "received": False})
@@ -230,9 +294,20 @@ class Model:
             if mid is not None:
                 q["dedup"].append((mid, seq, self.clock))
             results.append({"seq": seq, "duplicate": False, "replaced_seq": replaced})
-        if drop and q["config"]["overflow"] == "drop_oldest":
-            self.drop_overflow(q)
+        if drop:
+            self.make_room(q)
         return results
+
+    def make_room(self, q):
+        """Retained messages count toward the limits and go first, oldest first; then drop_oldest."""
+        cfg = q["config"]
+        while q["retained"] and (
+                (cfg["max_length"] is not None and len(q["messages"]) + len(q["retained"]) > cfg["max_length"])
+                or (cfg["max_bytes"] is not None
+                    and sum(m["size"] for m in q["messages"] + q["retained"]) > cfg["max_bytes"])):
+            q["retained"].pop(0)
+        if cfg["overflow"] == "drop_oldest":
+            self.drop_overflow(q)
 
     @staticmethod
     def over(q):
@@ -267,7 +342,8 @@ class Model:
         return sum(m["size"] for m in q["messages"])
 
     def stored(self):
-        return sum(map(self.size, self.queues.values()))
+        """The bytes every queue stores, retained messages too: they take their room on disk."""
+        return sum(self.size(q) + sum(m["size"] for m in q["retained"]) for q in self.queues.values())
 
     def no_bytes(self, batches, cmd):
         """Whether the puts would grow the bytes stored past the cap the command carries: each
@@ -303,16 +379,21 @@ class Model:
 
     def group_stats(self, q, group):
         entries = q["groups"][group].values()
+        settings = q["settings"][group]
         return {"name": group, "depth": sum(e["state"] == "ready" for e in entries),
-                "in_flight": sum(e["state"] == "leased" for e in entries), "cursor": self.cursor(q, group)}
+                "in_flight": sum(e["state"] == "leased" for e in entries), "cursor": self.cursor(q, group),
+                "paused": settings["paused"], "resume_at_ms": settings["resume_at"],
+                "rate_limit": settings["rate"] and settings["rate"]["limit"]}
 
     def stats(self, q):
         groups = {g: self.group_stats(q, g) for g in q["groups"]}
+        stored = sorted(m["seq"] for m in q["messages"] + q["retained"])
         return {
             "depth": len(q["messages"]), "bytes": sum(m["size"] for m in q["messages"]),
+            "retained": len(q["retained"]), "retained_bytes": sum(m["size"] for m in q["retained"]),
             "in_flight": sum(s["in_flight"] for s in groups.values()),
             "delayed": sum(e["state"] == "delayed" for g in q["groups"].values() for e in g.values()),
-            "first_seq": q["messages"][0]["seq"] if q["messages"] else None,
+            "first_seq": stored[0] if stored else None,
             "last_seq": q["next_seq"] - 1 if q["next_seq"] > 1 else None,
             **q["counters"],
             "groups": {g: {k: v for k, v in s.items() if k != "name"} for g, s in groups.items()},
@@ -337,10 +418,16 @@ class Model:
                 "staged_bytes": sum(s["bytes"] for s in stages), "stages": stages}
 
     def timers(self):
-        """When each pending lease end, delay, TTL, idempotency id and stage falls due."""
+        """When each pending lease end, delay, TTL, idempotency id, stage, end of a pause and retained
+        message falls due."""
         due = [e["deadline"] if e["state"] == "leased" else e["until"]
                for q in self.queues.values() for g in q["groups"].values() for e in g.values()
                if e["state"] in ("leased", "delayed")]
+        due += [s["resume_at"] for q in self.queues.values() for s in q["settings"].values()
+                if s["resume_at"] is not None]
+        for q in self.queues.values():
+            if q["retained"] and q["config"]["retention_ms"] is not None:
+                due.append(q["retained"][0]["put_at"] + q["config"]["retention_ms"])
         due += [m["expires_at"] for q in self.queues.values() for m in q["messages"] if m["expires_at"]]
         due += [s["expires_at"] for s in self.stages.values()]
         due += [r["expires_at"] for r in self.producers.values() if r["expires_at"] is not None]
@@ -349,7 +436,47 @@ class Model:
 
     def browse(self, q, group):
         entries = q["groups"][group]
-        return [(seq, self.find(q, seq)["body"], entries[seq]["deliveries"]) for seq in sorted(entries)]
+        return [(seq, self.find(q, seq)["body"], entries[seq]["deliveries"], self.find(q, seq)["priority"],
+                 entries[seq]["until"] if entries[seq]["state"] == "delayed" else None) for seq in sorted(entries)]
+
+    # ---- groups: pauses, rate limits, positions (issue 51) -------------------------------------
+    def allowance(self, q, group):
+        """How many messages a receive may hand out now (None: no limit)."""
+        settings = q["settings"][group]
+        if settings["paused"]:
+            return 0
+        rate = settings["rate"]
+        if rate is None:
+            return None
+        return min(rate["limit"] * 1000, rate["tokens"] + (self.clock - rate["refilled_at"]) * rate["limit"]) // 1000
+
+    def start_seq(self, q, start):
+        """The first seq a group at `start` holds now, or None."""
+        stored = sorted(q["messages"] + q["retained"], key=lambda m: m["seq"])
+        if start == "latest":
+            return None
+        if start == "earliest":
+            return stored[0]["seq"] if stored else None
+        if "seq" in start:
+            return start["seq"] if start["seq"] < q["next_seq"] else None
+        later = [m["seq"] for m in stored if m["put_at"] >= start["time_ms"]]
+        return later[0] if later else None
+
+    def join(self, q, group, first):
+        """The group holds every stored message from `first` on that it does not hold, as new."""
+        entries, joined = q["groups"][group], 0
+        for m in sorted(q["messages"] + q["retained"], key=lambda m: m["seq"]):
+            if m["seq"] < first or m["seq"] in entries:
+                continue
+            if m in q["retained"]:
+                q["retained"].remove(m)
+                m["received"] = True
+                q["messages"] = sorted(q["messages"] + [m], key=lambda r: r["seq"])
+            waiting = m["visible_at"] > self.clock
+            entries[m["seq"]] = {"state": "delayed" if waiting else "ready", "until": m["visible_at"],
+                                 "deliveries": 0}
+            joined += 1
+        return joined
 
     # ---- commands ------------------------------------------------------------------------
     def apply(self, cmd):
@@ -359,7 +486,7 @@ class Model:
         return getattr(self, "op_" + cmd["op"])(cmd)
 
     def op_create_queue(self, cmd):
-        config = {**QUEUE_DEFAULTS, **cmd["config"]}
+        config = full_config(cmd["config"])
         if config["dead_letter"] == cmd["queue"]:
             return err("bad_request")
         q = self.queues.get(cmd["queue"])
@@ -374,7 +501,7 @@ class Model:
         q = self.touch(cmd["queue"])
         if q is None:
             return err("not_found")
-        config = {**q["config"], **cmd["config"]}
+        config = full_config({**q["config"], **cmd["config"]})
         if config["dead_letter"] == q["name"]:
             return err("bad_request")
         q["config"] = config
@@ -416,7 +543,7 @@ class Model:
 
     def deliverable(self, q, group) -> bool:
         """Whether a receive could hand out a message now."""
-        if group not in q["groups"]:
+        if group not in q["groups"] or self.allowance(q, group) == 0:
             return False
         held = self.ordering_waits(q, group)
         return any(e["state"] == "ready" and seq <= held.get(self.find(q, seq)["ordering_key"], seq)
@@ -430,14 +557,25 @@ class Model:
         if group not in q["groups"]:
             return err("not_found")
         entries = q["groups"][group]
+        count = cmd["max"]
+        allowance = self.allowance(q, group)
+        if allowance is not None:
+            count = min(count, allowance)
         limit = q["config"]["max_deliveries"]
         out = []
         held = self.ordering_waits(q, group)
-        for seq in sorted(s for s, e in entries.items() if e["state"] == "ready"):
-            if len(out) == cmd["max"]:
+        pool = sorted(s for s, e in entries.items() if e["state"] == "ready")
+
+        def free(seq):
+            key = self.find(q, seq)["ordering_key"]
+            return key is None or (seq <= held.get(key, seq) and not any(
+                other < seq and self.find(q, other)["ordering_key"] == key for other in pool))
+        while len(out) < count:
+            candidates = [seq for seq in pool if free(seq)]
+            if not candidates:
                 break
-            if seq > held.get(self.find(q, seq)["ordering_key"], seq):
-                continue
+            seq = max(candidates, key=lambda s: (self.find(q, s)["priority"], -s))
+            pool.remove(seq)
             entry = entries[seq]
             if limit is not None and entry["deliveries"] >= limit:
                 entry["state"] = "parked"
@@ -456,7 +594,12 @@ class Model:
             out.append({"seq": seq, "receipt": (q["uid"], group, seq, self.leases), "body": m["body"],
                         "key": m["key"], "headers": m["headers"], "deliveries": entry["deliveries"],
                         "put_at_ms": m["put_at"], "first_received_at_ms": entry.get("first_received_at"),
-                        "ordering_key": m["ordering_key"]})
+                        "ordering_key": m["ordering_key"], "priority": m["priority"]})
+        rate = q["settings"][group]["rate"]
+        if out and rate is not None:
+            rate["tokens"] = min(rate["limit"] * 1000, rate["tokens"] + (self.clock - rate["refilled_at"])
+                                 * rate["limit"]) - 1000 * len(out)
+            rate["refilled_at"] = self.clock
         self.dead_letter(q)
         return {"messages": out}
 
@@ -477,7 +620,7 @@ class Model:
                 self.finish(q, group, seq)
                 q["counters"]["acked_total"] += 1
             elif cmd["op"] == "nack":
-                self.end_delivery(q, group, seq, cmd.get("delay_ms") or 0)
+                self.end_delivery(q, group, seq, cmd.get("delay_ms"), self.clock)
             else:
                 entry["deadline"] = max(entry["deadline"],
                                         self.clock + (cmd.get("lease_ms") or q["config"]["lease_ms"]))
@@ -498,13 +641,48 @@ class Model:
         cap = cmd.get("max_groups")
         if cap is not None and len(q["groups"]) >= cap:
             return err("limit_reached")
-        entries = q["groups"][group] = {}
-        if cmd.get("start", "earliest") == "earliest":
-            for m in q["messages"]:
-                waiting = m["visible_at"] > self.clock
-                entries[m["seq"]] = {"state": "delayed" if waiting else "ready", "until": m["visible_at"],
-                                     "deliveries": 0}
+        q["groups"][group] = {}
+        q["settings"][group] = fresh_settings()
+        first = self.start_seq(q, cmd.get("start", "earliest"))
+        if first is not None:
+            self.join(q, group, first)
         return {"created": True, **self.group_stats(q, group)}
+
+    def op_seek_group(self, cmd):
+        q = self.touch(cmd["queue"])
+        if q is None or cmd["group"] not in q["groups"]:
+            return err("not_found")
+        group, entries = cmd["group"], q["groups"][cmd["group"]]
+        first = self.start_seq(q, cmd["to"])
+        first = q["next_seq"] if first is None else first
+        below = [seq for seq in entries if seq < first]
+        for seq in below:
+            self.finish(q, group, seq)
+        q["counters"]["acked_total"] += len(below)
+        kept = [seq for seq in entries if seq >= first]
+        for seq in kept:
+            del entries[seq]                 # held again as new
+        replayed = self.join(q, group, first) - len(kept)
+        return {**self.group_stats(q, group), "acked": len(below), "replayed": replayed}
+
+    def op_patch_group(self, cmd):
+        q = self.touch(cmd["queue"])
+        if q is None or cmd["group"] not in q["groups"]:
+            return err("not_found")
+        settings = q["settings"][cmd["group"]]
+        if "paused" in cmd:
+            until = self.clock + cmd["for_ms"] if "for_ms" in cmd else cmd.get("until_ms")
+            if cmd["paused"] and (until is None or until > self.clock):
+                settings.update(paused=True, resume_at=until)
+            else:
+                settings.update(paused=False, resume_at=None)
+        if "rate_limit" in cmd:
+            limit, rate = cmd["rate_limit"], settings["rate"]
+            if limit is None:
+                settings["rate"] = None
+            elif rate is None or rate["limit"] != limit:
+                settings["rate"] = {"limit": limit, "tokens": limit * 1000, "refilled_at": self.clock}
+        return self.group_stats(q, cmd["group"])
 
     def op_delete_group(self, cmd):
         q = self.touch(cmd["queue"])
@@ -516,6 +694,7 @@ class Model:
             self.finish(q, cmd["group"], seq, received=False)
         q["outbox"] = [(g, s) for g, s in q["outbox"] if g != cmd["group"]]
         del q["groups"][cmd["group"]]
+        del q["settings"][cmd["group"]]
         return {"deleted": True}
 
     def op_commit(self, cmd):
@@ -586,7 +765,8 @@ class Model:
                 self.fire(target)
             headers = {k: v for k, v in m["headers"].items() if k not in (
                 "x-raftq-from-queue", "x-raftq-from-group", "x-raftq-deliveries", "x-raftq-reason")} or None
-            back = [{"body": m["body"], "key": m["key"], "headers": headers, "ordering_key": m["ordering_key"]}]
+            back = [{"body": m["body"], "key": m["key"], "headers": headers, "ordering_key": m["ordering_key"],
+                     "priority": m["priority"]}]
             if target is None or self.too_full(target, back):
                 blocked.add(source)
                 continue
@@ -737,7 +917,7 @@ def messages(draw):
             ("headers", st.dictionaries(st.sampled_from(["h", "x-raftq-reason"]), st.text(max_size=2),
                                         max_size=2), 5),
             ("ttl_ms", ms(1, 3_000), 6), ("delay_ms", ms(0, 1_000), 5),
-            ("ordering_key", st.sampled_from(["o1", "o2"]), 2)):
+            ("ordering_key", st.sampled_from(["o1", "o2"]), 2), ("priority", st.sampled_from([0, 1, 5, 9]), 2)):
         if draw(st.integers(1, odds)) == 1:
             msg[field] = draw(values)
     return msg
@@ -746,6 +926,18 @@ def messages(draw):
 batches = st.lists(messages(), min_size=1, max_size=6)
 PRODUCERS = ["p1", "p2"]
 TOKENS = ["t1", "t2", "t3", "t4"]
+
+@st.composite
+def backoff_policies(draw):
+    """Policies whose powers are exact in doubles (factors 1, 1.5, 2, 3), so that the model's plain
+    arithmetic and the machine's agree to the millisecond."""
+    policy = draw(st.fixed_dictionaries({}, optional={
+        "initial_ms": ms(1, 1_000), "factor": st.sampled_from([1, 1.5, 2, 3]), "jitter": st.sampled_from([0, 0.5, 1])}))
+    initial = policy.get("initial_ms", 1_000)
+    if draw(st.booleans()):
+        policy["max_ms"] = draw(st.integers(initial, initial * 8))
+    return policy
+
 
 config_fields = {
     "lease_ms": ms(1, 1_500),
@@ -756,13 +948,20 @@ config_fields = {
     "max_bytes": st.one_of(st.none(), st.integers(1, 60)),
     "overflow": st.sampled_from(["reject", "drop_oldest"]),
     "dedup_window_ms": ms(0, 4_000),
+    "backoff": st.one_of(st.none(), backoff_policies()),
+    "retention_ms": st.one_of(st.none(), ms(50, 5_000)),
+    "retention_bytes": st.one_of(st.none(), st.integers(1, 60)),
 }
 configs = st.fixed_dictionaries({}, optional=config_fields)
+# Where a group starts or is moved to: seqs and log times around what the queues hold.
+positions = st.one_of(st.sampled_from(["earliest", "latest"]), st.builds(lambda n: {"seq": n}, st.integers(0, 40)),
+                      st.builds(lambda t: {"time_ms": START + t}, ms(0, 20_000)))
 # Queues start usable (limits come later, by patch), so that the sequences
 # spend their steps on messages rather than on refusals.
 first_configs = st.fixed_dictionaries({"lease_ms": ms(200, 1_500)}, optional={
     "max_deliveries": st.integers(1, 3), "dead_letter": st.sampled_from(["dl", "b"]),
-    "ttl_ms": ms(1_000, 8_000), "dedup_window_ms": ms(0, 4_000), "max_length": st.integers(3, 8)})
+    "ttl_ms": ms(1_000, 8_000), "dedup_window_ms": ms(0, 4_000), "max_length": st.integers(3, 8),
+    "backoff": backoff_policies(), "retention_ms": ms(500, 5_000), "retention_bytes": st.integers(5, 80)})
 # The dead-letter queue often starts small: moves must wait for room.
 first_dl_configs = st.fixed_dictionaries({"lease_ms": ms(200, 1_500)}, optional={
     "max_length": st.integers(1, 3), "max_bytes": st.integers(5, 40),
@@ -851,7 +1050,7 @@ class QueuesComparison(RuleBasedStateMachine):
     @rule(op=st.sampled_from(["create_queue", "patch_queue", "patch_queue", "delete_queue",
                               "add_group", "add_group", "delete_group"]),
           queue=st.sampled_from(QUEUES), group=some_group, config=configs,
-          start=st.sampled_from(["earliest", "latest"]), max_groups=st.sampled_from([None, None, 1, 2, 3]))
+          start=positions, max_groups=st.sampled_from([None, None, 1, 2, 3]))
     def admin(self, op, queue, group, config, start, max_groups):
         if op in ("create_queue", "patch_queue"):
             self.run(op, queue=queue, config=config)
@@ -869,13 +1068,36 @@ class QueuesComparison(RuleBasedStateMachine):
         """Limits change under live traffic: leases held, deliveries counted, messages parked."""
         self.run("patch_queue", queue=queue, config=config)
 
-    @rule(queue=st.sampled_from(QUEUES), group=st.sampled_from(GROUPS[1:]),
-          start=st.sampled_from(["earliest", "latest"]))
+    @rule(queue=st.sampled_from(QUEUES), group=st.sampled_from(GROUPS[1:]), start=positions)
     def fanout_churn(self, queue, group, start):
         """Groups come and go while messages are stored, leased and parked."""
         q = self.model.queues.get(queue)
         op = "delete_group" if q is not None and group in q["groups"] else "add_group"
         self.run(op, queue=queue, group=group, **({"start": start} if op == "add_group" else {}))
+
+    @rule(queue=st.sampled_from(QUEUES), group=some_group, to=positions)
+    def seek(self, queue, group, to):
+        """A group moved back to replay, or forward past what it holds."""
+        self.run("seek_group", queue=queue, group=group, to=to)
+
+    @rule(queue=st.sampled_from(QUEUES), group=some_group, paused=st.sampled_from([True, True, False]),
+          until=st.one_of(st.none(), st.builds(lambda d: {"for_ms": d}, ms(1, 3_000)),
+                          st.builds(lambda d: {"until_ms": START + d}, ms(0, 20_000))))
+    def pause(self, queue, group, paused, until):
+        """A group paused for a while, until a log time or until resumed; or resumed."""
+        self.run("patch_group", queue=queue, group=group, paused=paused, **(until or {} if paused else {}))
+
+    @rule(queue=st.sampled_from(QUEUES), group=some_group, rate_limit=st.sampled_from([None, 1, 2, 5, 20]))
+    def limit_rate(self, queue, group, rate_limit):
+        self.run("patch_group", queue=queue, group=group, rate_limit=rate_limit)
+
+    @rule(queue=st.sampled_from(["a", "b"]), group=some_group, to=positions)
+    def consume_then_replay(self, queue, group, to):
+        """Consumers ack what they get (kept if the queue retains), then the group goes back."""
+        for msg in self.run("receive", queue=queue, group=group, max=4).get("messages", []):
+            self.run("ack", queue=queue, receipts=[msg["receipt"]])
+        self.run("seek_group", queue=queue, group=group, to=to)
+        self.run("receive", queue=queue, group=group, max=4)
 
     # ---- messages ------------------------------------------------------------------------
     @rule(queue=st.sampled_from(QUEUES), batch=batches, auto_create=st.sampled_from([True, True, True, False]))
@@ -1055,13 +1277,18 @@ class QueuesComparison(RuleBasedStateMachine):
         self.run(op, **fields, raft_group=routed_for)
         assert self.sm.snapshot() == before
 
-    @rule()
-    def restart_from_a_version_8_snapshot(self):
-        """The snapshot rewritten in version 8's layout (each queue's messages as lists of their fields,
-        as the objects held them) restores to the same state, which goes on alike."""
+    @rule(version=st.sampled_from([8, 16]))
+    def restart_from_an_older_snapshot(self, version):
+        """The snapshot rewritten in an older version's layout (version 8: each queue's messages as lists
+        of their fields, as the objects held them; 16: before priorities, retention and paused groups)
+        restores to the same state, which goes on alike, whenever that layout can hold the state."""
         data = self.sm.snapshot()
+        try:
+            older = downgraded(data, version)
+        except NoOlderLayout:
+            return
         self.sm = StateMachine()
-        self.sm.restore(cbor2.dumps(downgraded(data, 8)))
+        self.sm.restore(cbor2.dumps(older))
         assert self.sm.snapshot() == data
 
     @rule(cmd=st.sampled_from([
@@ -1099,7 +1326,16 @@ class QueuesComparison(RuleBasedStateMachine):
             held = [(m["seq"], m["body"], m["key"], m["headers"], m["put_at"], m["visible_at"], m["expires_at"],
                      m["size"], sum(m["seq"] in entries for entries in q["groups"].values()), m["received"])
                     for m in q["messages"]]
-            assert list(zip(*message_lists(queue.rows.to_state()))) == held, name
+            rows = queue.rows.to_state()
+            assert list(zip(*message_lists(rows))) == held, name
+            # and each row's priority, and the retained rows: (seq, priority, put time, size)
+            first, priorities, received = rows[0], numbers(rows[14]), numbers(rows[6])
+            put_at, sizes = numbers(rows[2]), numbers(rows[4])
+            assert [(first + row, priorities[row]) for row, groups in enumerate(numbers(rows[5])) if groups] == \
+                [(m["seq"], m["priority"]) for m in q["messages"]], name
+            retained = [(first + row, priorities[row], put_at[row], sizes[row])
+                        for row, value in enumerate(received) if value == 2]
+            assert retained == [(m["seq"], m["priority"], m["put_at"], m["size"]) for m in q["retained"]], name
 
     @invariant()
     def the_stored_bytes_are_the_queues(self):
@@ -1128,7 +1364,7 @@ class QueuesComparison(RuleBasedStateMachine):
         for name, q in self.model.queues.items():
             info = self.sm.queue_info(name)
             assert info["config"] == q["config"]
-            assert info["stats"] == self.model.stats(q), name
+            assert info["stats"] == self.model.stats(q), (name, info["stats"], self.model.stats(q))
             assert self.sm.list_groups(name)["groups"] == [self.model.group_stats(q, g) for g in q["groups"]]
             for group in GROUPS:
                 assert self.sm.has_ready(name, group) == self.model.deliverable(q, group)
@@ -1136,7 +1372,8 @@ class QueuesComparison(RuleBasedStateMachine):
                 page = self.sm.browse(name, group, 0, 1_000)
                 assert page["last_seq"] == q["next_seq"] - 1
                 held = self.model.browse(q, group)
-                assert [(m["seq"], m["body"], m["deliveries"]) for m in page["messages"]] == held
+                assert [(m["seq"], m["body"], m["deliveries"], m["priority"], m["next_ready_at_ms"])
+                        for m in page["messages"]] == held
                 if held:   # a page from the middle
                     page = self.sm.browse(name, group, held[len(held) // 2][0], 2)["messages"]
                     assert [m["seq"] for m in page] == [h[0] for h in held[len(held) // 2:][:2]]
@@ -1171,9 +1408,9 @@ def random_log(seed: int, length: int) -> list:
         leader's relocator reads them (engine/relocation.py); now and then a move whose reference
         is not quite the message's (a byte further on, another kind, the next entry), which must
         move nothing. Written into the log with other commands, some before it: by then a message
-        may have been acked, moved or replaced."""
+        may have been acked, moved or replaced. Retained messages move too: a seek replays them."""
         held = [("queue", name, seq, queue.rows.body(seq)) for name, queue in sm.queues.items()
-                for seq in queue.rows.seqs() if isinstance(queue.rows.body(seq), BodyRef)]
+                for seq in queue.rows.stored_from(0) if isinstance(queue.rows.body(seq), BodyRef)]
         held += [("stage", *staged) for staged in sm.staging.references()]
         queues, stages = {}, []
         for kind, *holder, ref in rng.sample(held, min(len(held), rng.randint(1, 4))):
@@ -1193,7 +1430,8 @@ def random_log(seed: int, length: int) -> list:
     def message():
         msg = {"body": rng.choice([b"x" * rng.randint(0, 30), "text", {"n": rng.randint(0, 9)}])}
         for field, value in (("key", rng.choice(KEYS)), ("id", rng.choice(IDS)), ("headers", {"h": "v"}),
-                             ("ttl_ms", rng.randint(1, 4_000)), ("delay_ms", rng.randint(0, 800))):
+                             ("ttl_ms", rng.randint(1, 4_000)), ("delay_ms", rng.randint(0, 800)),
+                             ("priority", rng.randint(0, 9)), ("ordering_key", rng.choice(["o1", "o2"]))):
             if rng.random() < 0.25:
                 msg[field] = value
         return msg
@@ -1203,8 +1441,8 @@ def random_log(seed: int, length: int) -> list:
         if receipts and rng.random() < 0.8:   # receipts of one queue, acked there
             queue = rng.choice(receipts)[0]
         some = [r for q, r in receipts if q == queue][-rng.randint(1, 3):] or ["nonsense"]
-        choice = rng.randrange(18)
-        if choice >= 16:
+        choice = rng.randrange(21)
+        if choice >= 19:
             return relocation()
         if choice < 3:
             return {"op": "put", "queue": queue, "messages": [message() for _ in range(rng.randint(1, 5))]}
@@ -1224,7 +1462,22 @@ def random_log(seed: int, length: int) -> list:
             return {"op": "patch_queue", "queue": queue,
                     "config": {"max_deliveries": rng.choice([None, 1, 2]), "dead_letter": rng.choice([None, "dl"]),
                                "max_length": rng.choice([None, 5, 50]), "ttl_ms": rng.choice([None, 3_000]),
-                               "overflow": rng.choice(["reject", "drop_oldest"])}}
+                               "overflow": rng.choice(["reject", "drop_oldest"]),
+                               "backoff": rng.choice([None, {"initial_ms": rng.randint(1, 500),
+                                                             "factor": rng.choice([1, 1.7, 2.3]),
+                                                             "jitter": rng.random()}]),
+                               "retention_ms": rng.choice([None, rng.randint(1, 5_000)]),
+                               "retention_bytes": rng.choice([None, rng.randint(1, 200)])}}
+        if choice == 16:
+            return {"op": "seek_group", "queue": queue, "group": group,
+                    "to": rng.choice(["earliest", "latest", {"seq": rng.randint(0, 40)},
+                                      {"time_ms": now + rng.randint(-5_000, 1_000)}])}
+        if choice == 17:
+            return {"op": "patch_group", "queue": queue, "group": group, "paused": rng.random() < 0.7,
+                    **rng.choice([{}, {"rate_limit": rng.choice([None, 1, 3, 50])}])}
+        if choice == 18:
+            return {"op": "patch_group", "queue": queue, "group": group, "paused": True,
+                    "for_ms": rng.randint(1, 2_000)}
         if choice == 10:
             return {"op": "commit", "queue": queue, "group": group, "seq": rng.randint(0, 40)}
         if choice == 11:

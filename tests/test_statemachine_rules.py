@@ -15,6 +15,7 @@ from raftq.statemachine.wall import MAX_EPOCHS, TOLERANCE_MS
 from tests.older_snapshots import downgraded, message_lists
 
 T0 = 1_000_000
+NOT_PAUSED = {"paused": False, "resume_at_ms": None, "rate_limit": None}   # a group's settings by default
 
 
 class Machine:
@@ -81,8 +82,8 @@ def test_create_queue_fills_defaults_and_answers_created(m):
     assert result["created"] is True
     assert result["config"] == {"lease_ms": 5_000, "max_deliveries": None, "dead_letter": None,
                                 "ttl_ms": None, "max_length": None, "max_bytes": None,
-                                "overflow": "reject", "dedup_window_ms": 300_000,
-                                "tags": None, "sqs_attributes": None}
+                                "overflow": "reject", "dedup_window_ms": 300_000, "backoff": None,
+                                "retention_ms": None, "retention_bytes": None, "tags": None, "sqs_attributes": None}
 
 
 def test_create_queue_again_with_same_config_is_not_a_change(m):
@@ -276,7 +277,7 @@ def test_receive_hands_out_in_seq_order_with_the_message_fields(m):
     first = out[0]
     assert {k: v for k, v in first.items() if k != "receipt"} == {
         "seq": 1, "body": "a", "key": "k", "headers": {"h": "1"}, "deliveries": 1, "put_at_ms": T0,
-        "first_received_at_ms": T0 + 5, "ordering_key": None}
+        "first_received_at_ms": T0 + 5, "ordering_key": None, "priority": 0}
     assert isinstance(first["receipt"], str)
     second = m.receive("q", 5)
     assert [(r["seq"], r["body"], r["key"], r["headers"]) for r in second] == [(2, b"\x00raw", None, None)]
@@ -288,7 +289,7 @@ def test_a_lease_hides_the_message_from_the_rest_of_the_group(m):
     assert len(m.receive("q")) == 1
     assert m.receive("q") == []
     assert m.stats("q")["in_flight"] == 1
-    assert m.stats("q")["groups"]["default"] == {"depth": 0, "in_flight": 1, "cursor": 1}
+    assert m.stats("q")["groups"]["default"] == {"depth": 0, "in_flight": 1, "cursor": 1, **NOT_PAUSED}
 
 
 def test_receive_from_a_missing_group_is_not_found(m):
@@ -1039,7 +1040,7 @@ def test_group_at_earliest_sees_stored_messages_and_latest_only_later_ones(m):
     m.put("q", msg(), msg())
     m.ack("q", m.receive("q", 1)[0]["receipt"])
     assert m.ok("add_group", queue="q", group="early", start="earliest") == {
-        "created": True, "name": "early", "depth": 1, "in_flight": 0, "cursor": 2}
+        "created": True, "name": "early", "depth": 1, "in_flight": 0, "cursor": 2, **NOT_PAUSED}
     assert m.ok("add_group", queue="q", group="late", start="latest")["created"] is True
     m.put("q", msg())
     assert m.seqs("q", group="early") == [2, 3]
@@ -1089,7 +1090,7 @@ def test_adding_an_existing_group_changes_nothing(m):
     m.put("q", msg())
     m.receive("q")
     assert m.ok("add_group", queue="q", group="default", start="latest") == {
-        "created": False, "name": "default", "depth": 0, "in_flight": 1, "cursor": 1}
+        "created": False, "name": "default", "depth": 0, "in_flight": 1, "cursor": 1, **NOT_PAUSED}
 
 
 def test_fanout_removes_a_message_only_when_every_group_acked_it(m):
@@ -1143,7 +1144,8 @@ def test_the_last_group_cannot_be_deleted(m):
 def test_group_stats(m):
     m.put("q", msg(), msg(), msg(delay_ms=10))
     m.receive("q", 1)
-    assert m.sm.list_groups("q") == {"groups": [{"name": "default", "depth": 1, "in_flight": 1, "cursor": 1}]}
+    assert m.sm.list_groups("q") == {"groups": [{"name": "default", "depth": 1, "in_flight": 1, "cursor": 1,
+                                                 **NOT_PAUSED}]}
     stats = m.stats("q")
     assert (stats["depth"], stats["in_flight"], stats["delayed"], stats["first_seq"], stats["last_seq"]) == (
         3, 1, 1, 1, 3)
@@ -1345,7 +1347,7 @@ def test_every_command_of_the_table_has_a_validator_and_no_read_has_one():
         "redrive", "add_group", "delete_group", "commit", "stage", "stage_commit", "stage_abort",
         "drop_producer", "tick", "set_member", "remove_member", "checkpoint", "assign", "record_members",
         "replica_move", "replica_moved", "node_leaving", "release_names", "retire_names", "names_released",
-        "sqs_key_add", "sqs_key_remove", "relocate"}
+        "sqs_key_add", "sqs_key_remove", "relocate", "seek_group", "patch_group"}
     assert all(op.check is not None for op in OPS.values() if not op.read)
     assert all(op.check is None for op in OPS.values() if op.read)
 

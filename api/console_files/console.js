@@ -12,8 +12,23 @@
 const CONFIG_FIELDS = [
   ["lease_ms", "int"], ["max_deliveries", "optional int"], ["dead_letter", "optional name"],
   ["ttl_ms", "optional int"], ["max_length", "optional int"], ["max_bytes", "optional int"],
-  ["overflow", "overflow"], ["dedup_window_ms", "int"],
+  ["overflow", "overflow"], ["dedup_window_ms", "int"], ["backoff", "optional json"],
+  ["retention_ms", "optional int"], ["retention_bytes", "optional int"],
 ];
+// A group's position, as the CLI writes it: earliest, latest, seq:N or time:MS (docs/api.md)
+function parsePosition(text) {
+  text = text.trim();
+  if (text === "earliest" || text === "latest") return text;
+  const [kind, value] = text.split(":", 2);
+  if ((kind === "seq" || kind === "time") && /^[0-9]+$/.test(value || "")) {
+    return kind === "seq" ? {seq: Number(value)} : {time_ms: Number(value)};
+  }
+  throw new Error(`a position is earliest, latest, seq:N or time:MS, not "${text}"`);
+}
+function pausedText(g) {
+  if (!g.paused) return "";
+  return g.resume_at_ms === null ? "paused" : `paused until ${new Date(g.resume_at_ms).toLocaleTimeString()}`;
+}
 const HISTORY_POINTS = 120;
 const HOP_AFTER_FAILURES = 3;
 
@@ -331,7 +346,7 @@ function renderOverview() {
       <td><canvas class="spark" data-chart="depth" width="140" height="30"></canvas></td>
       <td><canvas class="spark" data-chart="put" width="110" height="30"></canvas></td>
       <td><canvas class="spark" data-chart="ack" width="110" height="30"></canvas></td>
-      <td>${Object.keys(st.groups).map(escapeHtml).join(", ")}</td></tr>`;
+      <td>${Object.entries(st.groups).map(([g, s]) => escapeHtml(g) + (s.paused ? " (paused)" : "")).join(", ")}</td></tr>`;
   });
   $("#queues tbody").innerHTML = rows.join("") || `<tr><td colspan="11" class="muted">no queues yet</td></tr>`;
   for (const row of document.querySelectorAll("#queues tbody tr[data-queue]")) {
@@ -360,6 +375,7 @@ function renderQueue(name) {
   const st = info.stats;
   $("#queue-stats").innerHTML = [
     ["depth", st.depth], ["in flight", st.in_flight], ["delayed", st.delayed], ["bytes", st.bytes],
+    ["retained", st.retained], ["retained bytes", st.retained_bytes],
     ["seqs", `${show(st.first_seq)}…${show(st.last_seq)}`], ["put", st.put_total], ["acked", st.acked_total],
     ["redelivered", st.redelivered_total], ["dead-lettered", st.dead_lettered_total],
     ["redriven", st.redriven_total], ["expired", st.expired_total], ["dropped", st.dropped_total],
@@ -369,9 +385,15 @@ function renderQueue(name) {
   spark($("#chart-put"), r.put, "#1f8a4c");
   spark($("#chart-ack"), r.ack, "#b7791f");
   if (!state.patchDirty) fillConfig($("#patch-form"), info.config);
-  $("#groups tbody").innerHTML = Object.entries(st.groups).map(([group, g]) => `<tr data-group="${escapeHtml(group)}">
+  $("#groups tbody").innerHTML = Object.entries(st.groups).map(([group, g]) => `<tr data-group="${escapeHtml(group)}"
+      class="${g.paused ? "paused" : ""}">
       <td>${escapeHtml(group)}</td><td class="num">${g.depth}</td><td class="num">${g.in_flight}</td>
-      <td class="num">${g.cursor}</td><td><button data-delete-group="${escapeHtml(group)}">delete</button></td></tr>`).join("");
+      <td class="num">${g.cursor}</td><td class="pause">${escapeHtml(pausedText(g))}</td>
+      <td class="num rate">${g.rate_limit === null ? "" : g.rate_limit + "/s"}</td>
+      <td><button data-pause-group="${escapeHtml(group)}" data-paused="${g.paused}">${g.paused ? "resume" : "pause"}</button>
+      <button data-rate-group="${escapeHtml(group)}">rate…</button>
+      <button data-seek-group="${escapeHtml(group)}">seek…</button>
+      <button data-delete-group="${escapeHtml(group)}">delete</button></td></tr>`).join("");
   const groupSelect = $("#browse-form select[name=group]");
   const groups = Object.keys(st.groups);
   if ([...groupSelect.options].map((o) => o.value).join() !== groups.join()) {
@@ -420,15 +442,16 @@ async function refreshMessages() {
     const page = await api("GET", `/v1/queues/${encodeURIComponent(where.queue)}/messages?${query}`);
     state.sawDeadLetters = page.messages.some((m) => m.headers && m.headers["x-raftq-from-queue"]);
     $("#messages tbody").innerHTML = page.messages.map((m) => `<tr data-seq="${m.seq}">
-        <td class="num">${m.seq}</td><td>${show(m.key)}</td><td class="num">${m.deliveries}</td>
-        <td>${new Date(m.put_at_ms).toLocaleTimeString()}</td>
+        <td class="num">${m.seq}</td><td class="num">${m.priority}</td><td>${show(m.key)}</td>
+        <td class="num">${m.deliveries}</td><td>${new Date(m.put_at_ms).toLocaleTimeString()}</td>
+        <td>${m.next_ready_at_ms === null ? "" : new Date(m.next_ready_at_ms).toLocaleTimeString()}</td>
         <td>${Object.entries(m.headers || {}).map(([k, v]) =>
           `<code class="header ${k.startsWith("x-raftq-") ? "raftq" : ""}">${escapeHtml(k)}: ${escapeHtml(v)}</code>`).join("")}</td>
         <td class="body" title="${escapeHtml(preview(m))}">${escapeHtml(preview(m))}</td></tr>`).join("")
-      || `<tr><td colspan="6" class="muted">no stored messages for this group</td></tr>`;
+      || `<tr><td colspan="8" class="muted">no stored messages for this group</td></tr>`;
     if (state.sawDeadLetters) $("#dead-letters").hidden = false;
   } catch (err) {
-    $("#messages tbody").innerHTML = `<tr><td colspan="6" class="bad">${escapeHtml(err.message)}</td></tr>`;
+    $("#messages tbody").innerHTML = `<tr><td colspan="8" class="bad">${escapeHtml(err.message)}</td></tr>`;
   }
   state.browseTimer = setTimeout(refreshMessages, 2000);
 }
@@ -439,7 +462,8 @@ function buildConfigFields(form) {
   $(".config-fields", form).innerHTML = CONFIG_FIELDS.map(([field, kind]) => {
     const input = kind === "overflow"
       ? `<select name="${field}"><option value=""></option><option>reject</option><option>drop_oldest</option></select>`
-      : `<input name="${field}" ${kind.includes("int") ? 'inputmode="numeric"' : ""} placeholder="${kind.startsWith("optional") ? "none" : "default"}">`;
+      : `<input name="${field}" ${kind.includes("int") ? 'inputmode="numeric"' : ""} placeholder="${escapeHtml(
+          kind === "optional json" ? 'none, or {"initial_ms": 1000, "factor": 2}' : kind.startsWith("optional") ? "none" : "default")}">`;
     return `<label>${field}${input}</label>`;
   }).join("");
 }
@@ -447,7 +471,8 @@ function buildConfigFields(form) {
 function fillConfig(form, config) {
   for (const [field] of CONFIG_FIELDS) {
     const value = config[field];
-    form.elements[field].value = value === null || value === undefined ? "" : value;
+    form.elements[field].value = value === null || value === undefined ? ""
+      : typeof value === "object" ? JSON.stringify(value) : value;
   }
 }
 
@@ -459,7 +484,7 @@ function readConfig(form, {blankMeansNull}) {
       if (blankMeansNull && kind.startsWith("optional")) config[field] = null;
       continue;
     }
-    config[field] = kind.includes("int") ? Number(raw) : raw;
+    config[field] = kind.includes("int") ? Number(raw) : kind.includes("json") ? JSON.parse(raw) : raw;
   }
   return config;
 }
@@ -487,8 +512,15 @@ function wire() {
     event.preventDefault();
     const name = route().queue;
     const info = queueInfo(name);
-    const wanted = readConfig(event.target, {blankMeansNull: true});
-    const changed = Object.fromEntries(Object.entries(wanted).filter(([k, v]) => !info || info.config[k] !== v));
+    let wanted;
+    try {
+      wanted = readConfig(event.target, {blankMeansNull: true});
+    } catch (err) {
+      toast(`patch queue ${name}: ${err.message}`, true);
+      return;
+    }
+    const changed = Object.fromEntries(Object.entries(wanted).filter(
+      ([k, v]) => !info || JSON.stringify(info.config[k]) !== JSON.stringify(v)));
     if (await act(`patch queue ${name}`, () => api("PATCH", `/v1/queues/${encodeURIComponent(name)}`, changed))) {
       state.patchDirty = false;
     }
@@ -496,14 +528,44 @@ function wire() {
   $("#group-form").addEventListener("submit", async (event) => {
     event.preventDefault();
     const form = event.target, name = route().queue, group = form.group.value.trim();
+    let start;
+    try {
+      start = parsePosition(form.start.value);
+    } catch (err) {
+      toast(`add group ${group}: ${err.message}`, true);
+      return;
+    }
     if (await act(`add group ${group}`, () => api("PUT", `/v1/queues/${encodeURIComponent(name)}/groups/${encodeURIComponent(group)}`,
-                                                  {start: form.start.value}))) form.reset();
+                                                  {start}))) form.reset();
   });
   $("#groups").addEventListener("click", async (event) => {
-    const group = event.target.dataset.deleteGroup;
-    if (!group) return;
-    const name = route().queue;
-    await act(`delete group ${group}`, () => api("DELETE", `/v1/queues/${encodeURIComponent(name)}/groups/${encodeURIComponent(group)}`));
+    const data = event.target.dataset, name = route().queue;
+    const path = (group) => `/v1/queues/${encodeURIComponent(name)}/groups/${encodeURIComponent(group)}`;
+    if (data.deleteGroup) {
+      await act(`delete group ${data.deleteGroup}`, () => api("DELETE", path(data.deleteGroup)));
+    } else if (data.pauseGroup) {
+      const pause = data.paused !== "true";
+      await act(`${pause ? "pause" : "resume"} group ${data.pauseGroup}`,
+                () => api("PATCH", path(data.pauseGroup), {paused: pause}));
+    } else if (data.rateGroup) {
+      const answer = prompt(`Deliveries a second to group ${data.rateGroup} (blank: no limit)`, "");
+      if (answer === null) return;
+      const rate = answer.trim() === "" ? null : Number(answer);
+      await act(`rate limit of group ${data.rateGroup}`, () => api("PATCH", path(data.rateGroup), {rate_limit: rate}));
+    } else if (data.seekGroup) {
+      const answer = prompt(`Move group ${data.seekGroup} to (earliest, latest, seq:N, time:MS); it replays the ` +
+                            "stored messages from there", "earliest");
+      if (answer === null) return;
+      let to;
+      try {
+        to = parsePosition(answer);
+      } catch (err) {
+        toast(`seek group ${data.seekGroup}: ${err.message}`, true);
+        return;
+      }
+      const moved = await act(`seek group ${data.seekGroup}`, () => api("POST", path(data.seekGroup) + "/seek", {to}));
+      if (moved) refreshMessages();
+    }
   });
   $("#redrive-form").addEventListener("submit", async (event) => {
     event.preventDefault();

@@ -352,8 +352,8 @@ async def delete_message_batch(ctx: Context, params: dict) -> dict:
 
 
 def _visibility_command(name: str, receipts: list, seconds: int) -> dict:
-    if seconds == 0:
-        return {"op": "nack", "queue": name, "receipts": receipts}
+    if seconds == 0:   # visible at once, as on AWS: a delay of its own, whatever the queue's back-off
+        return {"op": "nack", "queue": name, "receipts": receipts, "delay_ms": 0}
     return {"op": "extend", "queue": name, "receipts": receipts, "lease_ms": seconds * 1000}
 
 

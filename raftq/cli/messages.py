@@ -74,7 +74,8 @@ def cmd_put(args) -> int:
     except BodyError as exc:
         print(f"raftq put: {exc}", file=sys.stderr)
         return 2
-    for field, value in (("key", args.key), ("id", args.id), ("ttl_ms", args.ttl_ms), ("delay_ms", args.delay_ms)):
+    for field, value in (("key", args.key), ("id", args.id), ("ttl_ms", args.ttl_ms), ("delay_ms", args.delay_ms),
+                         ("priority", args.priority)):
         if value is not None:
             message[field] = value
     if args.header:
@@ -157,7 +158,7 @@ def cmd_subscribe(args) -> int:
             if not args.no_ack:
                 message.ack()
             fields = {name: getattr(message, name) for name in
-                      ("seq", "receipt", "body", "key", "headers", "deliveries", "put_at_ms")}
+                      ("seq", "receipt", "body", "key", "headers", "deliveries", "put_at_ms", "priority")}
             emit(args, with_body_b64(fields), show_messages([fields], receipts=args.no_ack))
             seen += 1
         consumer.flush()
@@ -178,6 +179,7 @@ def add_parsers(sub, common) -> None:
     put.add_argument("--header", action="append", type=header, metavar="NAME=VALUE")
     put.add_argument("--ttl-ms", type=int)
     put.add_argument("--delay-ms", type=int)
+    put.add_argument("--priority", type=int, help="0 (the default, the lowest) to 9: higher is received first")
     put.add_argument("--durability", choices=("quorum", "all", "leader"))
     put.set_defaults(run=cmd_put)
 
@@ -190,7 +192,8 @@ def add_parsers(sub, common) -> None:
     receive.set_defaults(run=cmd_receive)
 
     for name, what in (("ack", "done with received messages"),
-                       ("nack", "give received messages back (ready again, after --delay-ms)"),
+                       ("nack", "give received messages back (ready again after --delay-ms, or as the "
+                                "queue's back-off says)"),
                        ("extend", "push received messages' leases out")):
         p = sub.add_parser(name, parents=[common], help=what)
         p.add_argument("queue")

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+from datetime import datetime
 
 from .connect import emit, table, target
 
@@ -16,7 +17,54 @@ CONFIG_FLAGS = {
     "--max-bytes": ("max_bytes", "optional int"),
     "--overflow": ("overflow", str),
     "--dedup-window-ms": ("dedup_window_ms", int),
+    "--backoff": ("backoff", "backoff"),
+    "--retention-ms": ("retention_ms", "optional int"),
+    "--retention-bytes": ("retention_bytes", "optional int"),
 }
+BACKOFF_FIELDS = {"initial_ms": int, "factor": float, "max_ms": int, "jitter": float}
+
+
+def backoff_spec(text: str):
+    """--backoff: 'none', or NAME=VALUE,... of initial_ms, factor, max_ms, jitter (docs/api.md)."""
+    if text.lower() in ("none", "null"):
+        return None
+    policy = {}
+    for part in text.split(","):
+        name, sep, value = part.strip().partition("=")
+        if not sep or name not in BACKOFF_FIELDS:
+            raise argparse.ArgumentTypeError(f"--backoff is 'none' or NAME=VALUE,... of {', '.join(BACKOFF_FIELDS)}, "
+                                             f"not {text!r}")
+        try:
+            policy[name] = BACKOFF_FIELDS[name](value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--backoff: {name}={value!r} is not a number") from None
+    return policy
+
+
+def position(text: str):
+    """A group's position: earliest, latest, seq:N, time:MS or time:<ISO 8601 time> (log time
+    starts at the wall clock, so a wall-clock time names about the messages put then)."""
+    if text in ("earliest", "latest"):
+        return text
+    kind, sep, value = text.partition(":")
+    try:
+        if sep and kind == "seq":
+            return {"seq": int(value)}
+        if sep and kind == "time":
+            if value.isdigit():
+                return {"time_ms": int(value)}
+            return {"time_ms": int(datetime.fromisoformat(value).timestamp() * 1000)}
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"a position is earliest, latest, seq:N, time:MS or time:2026-12-01T10:00:00Z, "
+                                     f"not {text!r}")
+
+
+def settings_of(group: dict) -> tuple[str, str]:
+    """A group's pause and rate limit, as a table shows them."""
+    paused = ("until resumed" if group["resume_at_ms"] is None else f"until {group['resume_at_ms']}") \
+        if group["paused"] else "no"
+    return paused, "-" if group["rate_limit"] is None else f"{group['rate_limit']}/s"
 
 
 def _optional(kind):
@@ -54,11 +102,12 @@ def describe_queue(info: dict) -> str:
     lines = [f"queue {info['name']}",
              "  config: " + ", ".join(f"{k}={v}" for k, v in config.items()),
              "  depth {depth}  in_flight {in_flight}  delayed {delayed}  bytes {bytes}  "
-             "seqs {first_seq}..{last_seq}".format(**stats),
+             "retained {retained} ({retained_bytes} bytes)  seqs {first_seq}..{last_seq}".format(**stats),
              "  totals: " + ", ".join(f"{k.removesuffix('_total')} {v}" for k, v in stats.items()
                                       if k.endswith("_total")),
-             table(("  group", "depth", "in_flight", "cursor"),
-                   [("  " + g, s["depth"], s["in_flight"], s["cursor"]) for g, s in stats["groups"].items()])]
+             table(("  group", "depth", "in_flight", "cursor", "paused", "rate"),
+                   [("  " + g, s["depth"], s["in_flight"], s["cursor"], *settings_of(s))
+                    for g, s in stats["groups"].items()])]
     return "\n".join(lines)
 
 
@@ -87,18 +136,37 @@ def cmd_queue(args) -> int:
     return 0
 
 
+def describe_group(g: dict) -> str:
+    paused, rate = settings_of(g)
+    return (f"group {g['name']}: depth {g['depth']}  in_flight {g['in_flight']}  cursor {g['cursor']}  "
+            f"paused {paused}  rate limit {rate}")
+
+
 def cmd_group(args) -> int:
     with target(args).client() as client:
         if args.action == "list":
             view = client.groups(args.queue)
-            emit(args, view, table(("group", "depth", "in_flight", "cursor"),
-                                   [(g["name"], g["depth"], g["in_flight"], g["cursor"]) for g in view["groups"]]))
+            emit(args, view, table(("group", "depth", "in_flight", "cursor", "paused", "rate"),
+                                   [(g["name"], g["depth"], g["in_flight"], g["cursor"], *settings_of(g))
+                                    for g in view["groups"]]))
         elif args.action == "show":
             g = client.group(args.queue, args.group)
-            emit(args, g, f"group {g['name']}: depth {g['depth']}  in_flight {g['in_flight']}  cursor {g['cursor']}")
+            emit(args, g, describe_group(g))
         elif args.action == "add":
             g = client.add_group(args.queue, args.group, start=args.start)
             emit(args, g, f"group {g['name']} of {args.queue}: depth {g['depth']}  cursor {g['cursor']}")
+        elif args.action == "seek":
+            g = client.seek_group(args.queue, args.group, args.to)
+            emit(args, g, f"group {g['name']} of {args.queue}: replays {g['replayed']}, acked {g['acked']} before "
+                          f"it; depth {g['depth']}  cursor {g['cursor']}")
+        elif args.action in ("pause", "resume", "limit"):
+            if args.action == "pause":
+                g = client.pause_group(args.queue, args.group, for_ms=args.for_ms, until_ms=args.until_ms)
+            elif args.action == "resume":
+                g = client.resume_group(args.queue, args.group)
+            else:
+                g = client.limit_group_rate(args.queue, args.group, args.rate)
+            emit(args, g, describe_group(g))
         else:
             client.delete_group(args.queue, args.group)
             emit(args, {"deleted": args.group}, f"deleted group {args.group} of {args.queue}")
@@ -127,9 +195,13 @@ def add_parsers(sub, common) -> None:
         p.add_argument("queue")
         p.add_argument("--config", help="the config as a JSON object (flags override its fields)")
         for flag, (field, kind) in CONFIG_FLAGS.items():
-            parse = _optional(int if kind == "optional int" else str) if isinstance(kind, str) else kind
+            parse = backoff_spec if kind == "backoff" else \
+                _optional(int if kind == "optional int" else str) if isinstance(kind, str) else kind
             p.add_argument(flag, dest=field, type=parse, default=UNSET,
-                           choices=("reject", "drop_oldest") if field == "overflow" else None)
+                           choices=("reject", "drop_oldest") if field == "overflow" else None,
+                           **({"metavar": "none|initial_ms=MS,factor=F,max_ms=MS,jitter=J",
+                               "help": "redelivery back-off of a lease that ends or a nack without a delay"}
+                              if field == "backoff" else {}))
     delete = actions.add_parser("delete", parents=[common], help="delete a queue and its messages")
     delete.add_argument("queue")
     queue.set_defaults(run=cmd_queue)
@@ -138,13 +210,27 @@ def add_parsers(sub, common) -> None:
     gactions = group.add_subparsers(dest="action", required=True)
     glist = gactions.add_parser("list", parents=[common])
     glist.add_argument("queue")
-    for name in ("show", "add", "delete"):
-        p = gactions.add_parser(name, parents=[common])
+    for name, what in (("show", "one group's depth, cursor, pause and rate limit"),
+                       ("add", "add a group"), ("delete", "delete a group"),
+                       ("seek", "move a group to a position: it replays the stored messages from there"),
+                       ("pause", "hand the group nothing (until resumed, --for-ms, or --until-ms)"),
+                       ("resume", "end a group's pause"),
+                       ("limit", "at most RATE deliveries a second to the group ('none' lifts it)")):
+        p = gactions.add_parser(name, parents=[common], help=what)
         p.add_argument("queue")
         p.add_argument("group")
         if name == "add":
-            p.add_argument("--start", choices=("earliest", "latest"), default="earliest",
-                           help="see every stored message (earliest) or only later ones")
+            p.add_argument("--start", type=position, default="earliest",
+                           help="earliest (every stored message, retained ones too), latest (only later ones), "
+                                "seq:N or time:MS / time:ISO-8601")
+        elif name == "seek":
+            p.add_argument("to", type=position, help="earliest, latest, seq:N, time:MS or time:ISO-8601")
+        elif name == "pause":
+            until = p.add_mutually_exclusive_group()
+            until.add_argument("--for-ms", type=int, help="resume by itself after this long")
+            until.add_argument("--until-ms", type=int, help="resume by itself at this log time")
+        elif name == "limit":
+            p.add_argument("rate", type=_optional(int), help="deliveries a second, or none")
     group.set_defaults(run=cmd_group)
 
     redrive = sub.add_parser("redrive", parents=[common],

@@ -47,7 +47,7 @@ class ReadOptions:
     connection: Connection
     queue: str
     group: str
-    starting: dict | str            # "earliest" | "latest" | {"seq": N}
+    starting: dict | str            # "earliest" | "latest" | {"seq": N} | {"time_ms": T}
     ending: dict | str              # "latest" | {"seq": N}
     partition_size: int
     fetch_size: int
@@ -102,8 +102,9 @@ def _name(options: dict, option: str, default=None) -> str:
     return value
 
 
-def offset_spec(options: dict, option: str, allowed: tuple, default: str):
-    """'earliest' / 'latest' or {"seq": N} (N >= 1: the first seq to read, or the end's exclusive bound)."""
+def offset_spec(options: dict, option: str, allowed: tuple, default: str, *, timed: bool = False):
+    """'earliest' / 'latest' or {"seq": N} (N >= 1: the first seq to read, or the end's exclusive bound);
+    `timed`: also {"time_ms": T}, the first message put at or after log time T."""
     raw = options.get(option.lower(), default).strip()
     if raw in allowed:
         return raw
@@ -111,11 +112,14 @@ def offset_spec(options: dict, option: str, allowed: tuple, default: str):
         parsed = json.loads(raw)
     except ValueError:
         parsed = None
-    if (isinstance(parsed, dict) and set(parsed) == {"seq"} and isinstance(parsed["seq"], int)
-            and not isinstance(parsed["seq"], bool) and parsed["seq"] >= 1):
-        return {"seq": parsed["seq"]}
-    raise OptionError(f"option {option}: {raw!r} is not {', '.join(repr(a) for a in allowed)} "
-                      'or {"seq": N} with N >= 1')
+    fields = ("seq", "time_ms") if timed else ("seq",)
+    if isinstance(parsed, dict) and len(parsed) == 1:
+        (field, value), = parsed.items()
+        if field in fields and isinstance(value, int) and not isinstance(value, bool) \
+                and value >= (1 if field == "seq" else 0):
+            return {field: value}
+    forms = 'or {"seq": N} with N >= 1' + (' or {"time_ms": T} (a log time, ms)' if timed else "")
+    raise OptionError(f"option {option}: {raw!r} is not {', '.join(repr(a) for a in allowed)} {forms}")
 
 
 def connection(options: dict) -> Connection:
@@ -144,7 +148,7 @@ def read_options(options: dict, *, streaming: bool | None) -> ReadOptions:
         connection=connection(options),
         queue=_name(options, "queue", options.get("path")),
         group=_name(options, "group", "default"),
-        starting=offset_spec(options, "startingOffsets", ("earliest", "latest"), "earliest"),
+        starting=offset_spec(options, "startingOffsets", ("earliest", "latest"), "earliest", timed=True),
         ending=offset_spec(options, "endingOffsets", ("latest",), "latest"),
         partition_size=_int(options, "partitionSize", 50_000, 1, 1 << 31),
         fetch_size=_int(options, "fetchSize", MAX_PAGE, 1, MAX_PAGE),

@@ -5,7 +5,10 @@ the consumer group's cursor — the group is created at ``startingOffsets``
 (earliest/latest) if it does not exist, like Kafka's auto.offset.reset —
 so a replay of the first batch after a crash resolves the same start: the
 cursor moves only through ``commit``, which Spark calls only for batches it
-has durably processed.  An explicit ``{"seq": N}`` start is used as given.
+has durably processed.  An explicit ``{"seq": N}`` start is used as given;
+``{"time_ms": T}`` is a position too (a group created there holds every stored
+message put at or after log time T, retained ones included: docs/api.md), and
+a batch read starts at the first message of the group put then or after.
 """
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
@@ -30,14 +33,25 @@ class BatchReader(DataSourceReader):
         stats, index = committed_view(opts)
         if opts.group not in stats["groups"]:
             raise OptionError(f"option group: queue {opts.queue!r} has no group {opts.group!r}")
-        start = {"earliest": stats["groups"][opts.group]["cursor"], "latest": _next_seq(stats)}.get(
-            opts.starting) if isinstance(opts.starting, str) else opts.starting["seq"]
         # Never past what is committed: a later end would read whatever is there at read time.
         end = _next_seq(stats) if opts.ending == "latest" else min(opts.ending["seq"], _next_seq(stats))
+        if isinstance(opts.starting, str):
+            start = {"earliest": stats["groups"][opts.group]["cursor"], "latest": _next_seq(stats)}[opts.starting]
+        elif "time_ms" in opts.starting:
+            start = min(end, _first_seq_put_at(opts, opts.starting["time_ms"], end))
+        else:
+            start = opts.starting["seq"]
         return split(opts, start, end, index)
 
     def read(self, partition):
         return read_range(partition)
+
+
+def _first_seq_put_at(opts: ReadOptions, time_ms: int, end: int) -> int:
+    """The seq of the group's first message put at or after log time `time_ms` (`end` if none)."""
+    with opts.connection.client() as client:
+        page = client.browse(opts.queue, group=opts.group, from_time_ms=time_ms, limit=1)["messages"]
+    return page[0]["seq"] if page else end
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -50,7 +64,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         if self.start is None:
-            if isinstance(self.opts.starting, dict):
+            if isinstance(self.opts.starting, dict) and "seq" in self.opts.starting:
                 self.start = dict(self.opts.starting)
             else:
                 with self.opts.connection.client() as client:
