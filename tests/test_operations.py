@@ -384,7 +384,7 @@ def test_with_four_groups_a_name_leaves_the_catalog_only_once_every_node_runs_th
             wait_until(lambda: caught_up(cluster, node_id), 120, what=f"{node_id} on the new release")
         def waits_for_n3() -> int:
             return sum(cluster.log_path(node_id).read_text().count(
-                "waiting for node n3 to run a release that knows release_in_turn") for node_id in ("n1", "n2"))
+                "name releaser: waiting for n3 to run a release that knows it") for node_id in ("n1", "n2"))
 
         def placed(name: str):             # as group 0's leader has it
             return call("GET", f"{cluster.urls[0]}/v1/cluster/routing?queue={name}").body["queues"][name]
