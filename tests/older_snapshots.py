@@ -18,7 +18,10 @@ version 14 adds the catalog's last release of each group taken in turn
 the wall time of log time (statemachine/wall.py), likewise; version 17 adds
 each row's priority (a column of the rows, after the references'), retained
 rows (a received value of 2) and each group's pause and rate limit (after its
-first deliveries' times).
+first deliveries' times); version 18 keeps
+principals (statemachine/principals.py) in place of the SQS keys and the
+queues' owners (statemachine/quotas.py), which a reader of version 17 takes
+as principals of the keys' roles and none owned.
 A snapshot with references has no older layout: only one of a machine
 that applied its entries without their log indexes is rewritten; nor has
 one with a priority, a retained message, a back-off policy or retention in a
