@@ -11,6 +11,7 @@ from aiohttp import web
 from .. import commands
 from ..errors import ApiError
 from ..keys import GROUP, GROUPS, SETTINGS
+from ..principals import PRINCIPAL, may_touch
 from . import attributes as attrs
 from .errors import SqsError, invalid, missing
 from .sigv4 import Signer
@@ -37,6 +38,10 @@ class Context:
 
     def arn(self, name: str) -> str:
         return attrs.arn(self.signer.region, self.account, name)
+
+    def may_see(self, name: str) -> bool:
+        """Whether the call's principal has an action on queue `name`: what its lists show."""
+        return may_touch(self.request.get(PRINCIPAL), name)
 
 
 # ---- calls into raftq, their refusals as SQS errors ---------------------------------------------
