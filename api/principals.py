@@ -108,6 +108,7 @@ class Principals(Background):
         self.version = -1
         self._read_at = float("-inf")
         self._reading: asyncio.Task | None = None
+        self._changed: asyncio.Future | None = None      # resolved, and replaced, at every change
         # a principal was made through /v1/principals: every node runs a release that knows them
         self.in_use = False
         self.denied = Counter("raftq_auth_denied", "Requests refused 403: a principal's rules did not allow the "
@@ -192,6 +193,15 @@ class Principals(Background):
         self._by_hash, self._by_name, self.kept_keys, self._seals = by_hash, by_name, keys, seals
         self.in_use = any(kept["role"] is None for kept in listing["principals"])
         self.version = listing["version"]
+        if self._changed is not None:
+            changed, self._changed = self._changed, None
+            changed.set_result(None)
+
+    async def next_change(self) -> None:
+        """Return once the principals this front takes changed."""
+        if self._changed is None:
+            self._changed = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._changed)
 
     async def _run(self) -> None:
         while True:
@@ -216,16 +226,16 @@ def forbidden(principal: Principal, action: str, queue: str | None) -> ApiError:
 
 def denial(app: web.Application, request: web.Request | None, principal: Principal, action: str,
            queues) -> tuple[str, str | None] | None:
-    """The first (action, queue) of `queues` (none: the action itself) `principal` may not do,
-    counted and kept as a refusal; None when it may do them all."""
-    for queue in queues or (None,):
+    """The first (action, queue) of `queues` (a queue None: the action on some queue, or a cluster
+    action) `principal` may not do, counted and kept as a refusal; None when it may do them all."""
+    for queue in queues:
         if not principal.allows(action, queue):
             app[PRINCIPALS].refused(request, principal, action, queue)
             return action, queue
     return None
 
 
-def authorize(request: web.Request, action: str, queues=()) -> None:
+def authorize(request: web.Request, action: str, queues) -> None:
     """403 forbidden unless the request's principal may `action` on every one of `queues` (a node
     without tokens, --insecure-no-auth, has no principals: everything is allowed)."""
     principal = request.get(PRINCIPAL)

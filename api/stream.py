@@ -224,6 +224,7 @@ class Session:
         reader = asyncio.create_task(self._read())
         leaving = asyncio.create_task(self.leaving.wait())
         revoked = asyncio.create_task(self.revoked.wait())
+        watcher = asyncio.create_task(self._watch_principal())
         await asyncio.wait({reader, leaving, revoked, writer, watchdog}, return_when=asyncio.FIRST_COMPLETED)
         if self.revoked.is_set() and not self.ws.closed:
             self.outbox.put_last(cbor2.dumps(self._revocation()))
@@ -232,6 +233,7 @@ class Session:
         reader.cancel()
         leaving.cancel()
         revoked.cancel()
+        watcher.cancel()
         for task in list(self.tasks):
             task.cancel()
         self.outbox.put_last(None)
@@ -365,6 +367,16 @@ class Session:
         if current is None:
             raise Revoked()
         return current
+
+    async def _watch_principal(self) -> None:
+        """Close the connection as soon as its principal is revoked, frames or not."""
+        while self.opened_by is not None and self.opened_by.kept:
+            await self.app[PRINCIPALS].next_change()
+            try:
+                self.principal()
+            except Revoked:
+                self.revoked.set()
+                return
 
     def _revocation(self) -> dict:
         return {"op": "error", "error": "unauthorized", "status": 401,

@@ -42,7 +42,7 @@ def authorize(request: web.Request, action: str, queues) -> None:
                 raise SqsError("AccessDenied", f"principal {principal.name!r} has no action on queue {queue!r} "
                                                f"({action})")
         return
-    refused = denial(request.app, request, principal, needs, queues)
+    refused = denial(request.app, request, principal, needs, queues or [None])
     if refused is not None:
         where = f" on queue {refused[1]!r}" if refused[1] is not None else " on any queue"
         raise SqsError("AccessDenied", f"principal {principal.name!r} may not {needs}{where} ({action} needs it)")
