@@ -129,7 +129,7 @@ def test_health_is_open_and_reveals_no_data(node):
     ready = call("GET", node.urls[0] + "/health/ready", headers={"Authorization": ""})
     assert ready.status == 200 and set(ready.body) == {
         "id", "role", "leader", "term", "commit_index", "applied_index", "last_log_index", "fsync_policy", "pid",
-        "ready"}
+        "ready", "disk"}
 
 
 def run_node(cfg_path, data_dir, *extra) -> subprocess.CompletedProcess:
