@@ -7,6 +7,10 @@ changes need no restart; each quota holds, and with several Raft groups counts t
 """
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -251,6 +255,38 @@ def test_cluster_tokens_stay_the_bootstrap_admin_and_names_are_theirs(cluster):
     metrics = {"Authorization": f"Bearer {cluster.cfg.tokens.metrics}"}
     assert call("GET", leader + "/v1/cluster", headers=metrics).status == 200
     refused(call("GET", leader + "/v1/queues", headers=metrics), "put|receive|browse|admin|redrive|producers", None)
+
+
+def raftq(cluster, *args, token: str | None = None) -> subprocess.CompletedProcess:
+    """The CLI as an operator runs it, with `token` (the admin's by default)."""
+    env = {**{k: v for k, v in os.environ.items() if k not in ("RAFTQ_URL", "RAFTQ_TOKEN")},
+           "RAFTQ_URL": ",".join(cluster.urls), "RAFTQ_TOKEN": token or cluster.cfg.tokens.admin}
+    return subprocess.run([sys.executable, "-m", "raftq", *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_the_cli_makes_shows_uses_and_revokes_a_principal(cluster):
+    """raftq principal add prints the token once as a shell line; the principal puts under its rule
+    and no further; list, audit and whoami show it (never its token); remove revokes it."""
+    made = raftq(cluster, "principal", "add", "cli-writer", "--allow", "put:cli-*", "--quota", "queues=3")
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip().removeprefix("export RAFTQ_TOKEN=")
+    assert made.stdout.startswith("export RAFTQ_TOKEN=") and len(token) >= 32, made.stdout
+    assert raftq(cluster, "put", "cli-jobs", '{"n": 1}', token=token).returncode == 0
+    other = raftq(cluster, "put", "billing", '{"n": 1}', token=token)
+    assert other.returncode != 0 and "forbidden" in other.stderr + other.stdout and "billing" in other.stderr + other.stdout
+    me = json.loads(raftq(cluster, "principal", "whoami", "--json", token=token).stdout)
+    assert (me["name"], me["rules"], me["quotas"]) == ("cli-writer", [{"actions": ["put"], "queues": ["cli-*"]}],
+                                                       {"queues": 3})
+    listed = raftq(cluster, "principal", "list")
+    assert "cli-writer" in listed.stdout and "put:cli-*" in listed.stdout and token not in listed.stdout
+    bad = raftq(cluster, "principal", "add", "cli-bad", "--allow", "fly:cli-*")
+    assert bad.returncode != 0 and "actions must be" in bad.stderr + bad.stdout
+    assert raftq(cluster, "principal", "remove", "cli-writer").returncode == 0
+    for url in cluster.urls:
+        wait_until(lambda: call("GET", url + "/v1/whoami", headers=bearer(token)).status == 401, 10,
+                   f"{url} to refuse the revoked token")
+    audit = raftq(cluster, "principal", "audit")
+    assert "cli-writer" in audit.stdout and "removed" in audit.stdout and token not in audit.stdout
 
 
 # ---- quotas -------------------------------------------------------------------------------------
