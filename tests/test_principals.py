@@ -305,7 +305,7 @@ def test_a_principal_owns_at_most_its_queues_quota(cluster):
 
 def test_a_principals_queues_store_at_most_its_stored_bytes_quota(cluster):
     tenant = make(cluster, "tenant-b", [{"actions": ["put", "receive"], "queues": ["tb-*"]}],
-                  quotas={"stored_bytes": 10_000})
+                  quotas={"stored_bytes": 10_000}, sqs=True)
     who, leader = bearer(tenant["token"]), cluster.url(cluster.wait_for_leader(30))
     stored = 0
     for _ in range(20):      # twice the quota: a quota ignored fails here rather than fill the disk
@@ -315,6 +315,10 @@ def test_a_principals_queues_store_at_most_its_stored_bytes_quota(cluster):
         stored += 1
     assert (reply.status, reply.body["quota"]) == (429, "stored_bytes") and 8 <= stored <= 10, (stored, reply)
     assert put(leader, "tb-other", who, "x" * 1000).status == 429          # every queue of it counts
+    sqs = sqs_client(leader, SqsKey(tenant["sqs"]["access_key"], tenant["sqs"]["secret_key"], None), attempts=1)
+    with pytest.raises(ClientError) as throttled:       # the SQS door: AWS's throttling error, naming the quota
+        sqs.send_message(QueueUrl=sqs.get_queue_url(QueueName="tb-fill")["QueueUrl"], MessageBody="x" * 1000)
+    assert throttled.value.response["Error"]["Code"] == "RequestThrottled" and "stored_bytes" in str(throttled.value)
     taken = call("POST", leader + "/v1/queues/tb-fill/receive", {"max": 5}, headers=who).body["messages"]
     call("POST", leader + "/v1/queues/tb-fill/ack", {"receipts": [m["receipt"] for m in taken]}, headers=who)
     assert put(leader, "tb-fill", who, "x" * 1000).status == 201

@@ -53,7 +53,10 @@ NATIVE = {"not_found": ("QueueDoesNotExist", NO_QUEUE), "queue_full": ("OverLimi
           "damaged": ("ServiceUnavailable", None), "timeout": ("ServiceUnavailable", None),
           # a full disk or the cluster's byte cap (507): AWS's throttling error, which SDKs back off on and
           # retry a few times, then raise with its message (which names the node and its free bytes)
-          "insufficient_storage": ("RequestThrottled", None)}
+          "insufficient_storage": ("RequestThrottled", None),
+          # a principal's quota (docs/security.md, "Principals"), and a queue its rules do not name
+          # that only the state knew (a stage commit's): as the SQS door's own refusals
+          "quota_exceeded": ("RequestThrottled", None), "forbidden": ("AccessDenied", None)}
 
 
 def from_native(exc: ApiError) -> SqsError:
