@@ -1,8 +1,9 @@
 """Commands and queries through a Raft group's log, for a request already routed there (leader.py).
 
 A write is validated before it goes anywhere, checked against the node's
-caps, stamped with what its principal's quotas need (principals.py), applied through the log of the request's group (``request[GROUP]``)
-and answered once committed; its failures are HTTP errors (an unknown
+caps, stamped with what its principal's quotas need (principals.py), applied
+through the log of the request's group (``request[GROUP]``) and answered once
+committed; its failures are HTTP errors (an unknown
 outcome is 503 ``no_quorum``: retried with the same ids, it is stored once).
 A read is answered at the consistency the request asks for: ``leader``
 (confirmed by a majority once the leader's barrier is applied), ``strong``

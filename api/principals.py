@@ -249,8 +249,8 @@ def authorize(request: web.Request, action: str, queues) -> None:
 def may_touch(principal: Principal | None, queue: str) -> bool:
     """Whether any queue action of the principal's rules names `queue`: what lists show it (no
     principal: a node without tokens shows everything)."""
-    return principal is None or any(principal.allows(action, queue) for rule in principal.rules for action in rule["actions"]
-               if action not in CLUSTER_ACTIONS)
+    return principal is None or any(principal.allows(action, queue) for rule in principal.rules
+                                    for action in rule["actions"] if action not in CLUSTER_ACTIONS)
 
 
 # ---- what commands carry ---------------------------------------------------------------------------

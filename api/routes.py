@@ -152,8 +152,8 @@ ROUTES = (
           errors=(404, 409, 429, 507), body=schemas.TX, body_required=True, leader=True),
     Route("GET", "/v1/stream", stream.stream, (PUT, RECEIVE), "The streaming wire: a WebSocket of CBOR frames "
           "(docs/stream.md)", ok=(101,)),
-    Route("GET", "/v1/producers", staging.list_all, PRODUCERS, "Producers with staged writes (Spark connector), of every "
-          "Raft group or of `group`", query=(CONSISTENCY, ("group", {"type": "integer", "minimum": 0})), leader=True),
+    Route("GET", "/v1/producers", staging.list_all, PRODUCERS, "Producers with staged writes (Spark connector), of "
+          "every Raft group or of `group`", query=(CONSISTENCY, ("group", {"type": "integer", "minimum": 0})), leader=True),
     Route("GET", P, staging.show, PRODUCERS, "One producer's stages and last committed batch", errors=(404,),
           leader=True),
     Route("DELETE", P, staging.delete, PRODUCERS, "Forget a producer's stages", ok=(204,), errors=(404,),

@@ -4,8 +4,8 @@ rules of actions on queue-name patterns and quotas (docs/security.md, "Principal
 A rule is ``--allow ACTIONS[:PATTERNS]``: comma-separated actions (put, receive, browse, admin,
 redrive, producers, metrics, cluster) on comma-separated queue-name patterns ("orders-*", "*");
 the cluster actions need none. The cluster checks rules and quotas (a client-only install has
-no state machine to check them with) and says what is wrong. ``add`` and ``change --new-token`` print the token as the shell
-line the clients read it from (``eval "$(raftq principal add ...)"``): it is in that output and
+no state machine to check them with) and says what is wrong. ``add`` and ``change --new-token``
+print the token as the shell line the clients read it from (``eval "$(raftq principal add ...)"``): it is in that output and
 nowhere else. They return once every node takes the new credential.
 """
 
