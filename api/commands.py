@@ -23,7 +23,7 @@ from . import caps
 from .errors import ApiError, LeadLost, Rerouted, damaged, from_result, no_quorum
 from .features import ADMISSION
 from .keys import DISK, GROUP, GROUPS, SETTINGS
-from .principals import PRINCIPAL, QUOTA_CODES, Principal, acting, charge, long_poll_cap, quota_refusal
+from .principals import PRINCIPAL, QUOTA_CODES, RATE_REFUSAL_HELD_S, Principal, acting, charge, long_poll_cap, quota_refusal
 from .receipt_mode import MODE
 
 CONSISTENCY_LEVELS = ("leader", "strong", "any")
@@ -128,6 +128,8 @@ async def _committed(app: web.Application, node, call, wait_s: float, *,
             return await call
     except CommitError as exc:
         if exc.code in QUOTA_CODES and refusal is not None:
+            if exc.code == "rate_limited":
+                await asyncio.sleep(RATE_REFUSAL_HELD_S)
             raise refusal(exc.code) from None
         if exc.code == "too_many_waiters":
             cap = app[SETTINGS].limits.max_long_polls

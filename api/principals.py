@@ -63,6 +63,11 @@ PRINCIPALS = web.AppKey("principals", object)
 PRINCIPAL = "raftq_principal"         # a request's key: who it is (the auth middleware, the SQS door)
 POLL_S = 0.2
 MIN_REFRESH_GAP_S = 0.2
+# A put refused for its principal's put_rate is answered this much later (with Retry-After 0: the
+# wait is served): a flood's connections then send a request a second each, and the front, which
+# serves its connections in turn, spends its time on the other tenants' requests. A client within
+# its rate never waits; one past it would wait as long for Retry-After anyway.
+RATE_REFUSAL_HELD_S = 1.0
 DENIALS_KEPT = 200
 # What a store or a write is charged: the messages it brings into the log.
 CHARGED = {"put": lambda c: len(c["messages"]), "tx": lambda c: sum(len(p["messages"]) for p in c.get("put", [])),
@@ -298,7 +303,7 @@ def quota_refusal(principal: Principal | None, code: str, group: int, app: web.A
         rate = principal.quotas.get("put_rate") if principal is not None else None
         return ApiError("quota_exceeded", f"principal {name!r} puts more than its put_rate quota of {rate} messages "
                                           "a second: retry later", principal=name, quota="put_rate", limit=rate,
-                        headers={"Retry-After": "1"})
+                        headers={"Retry-After": "0"})
     limit = principal.quotas.get("long_polls") if principal is not None else None
     held = share(limit, app[GROUPS].count, group) if limit is not None else None
     return ApiError("quota_exceeded", f"principal {name!r} has {held} receives waiting already (its long_polls quota "

@@ -1,6 +1,6 @@
 """One tenant attacks, the others work: a principal's quotas keep the others' throughput (issue 52).
 
-    .venv/bin/python -m bench.tenant_attack [--seconds 8] [--workers 8]
+    .venv/bin/python -m bench.tenant_attack [--seconds 8] [--workers 8] [--attacks flood,fill,hog]
 
 A 3-node cluster of this tree with two principals: ``victim`` (put, receive on ``v-*``, no
 quotas) and ``attacker`` (put, receive, admin on ``a-*``) held to put_rate 200, stored_bytes
@@ -163,7 +163,7 @@ async def run(args) -> dict:
                 alone = await victim(session, url, victim_who, args.seconds, args.workers)
                 figures["undisturbed_ops_s"] = round(alone, 1)
                 log(f"undisturbed   victim {alone:8.1f} ops/s")
-                for kind in ("flood", "fill", "hog"):
+                for kind in args.attacks.split(","):
                     stop, answers = asyncio.Event(), collections.Counter()
                     attacking = asyncio.create_task(attack(session, url, attacker_who, kind, stop, answers))
                     await asyncio.sleep(1.0)
@@ -190,6 +190,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--attacks", default="flood,fill,hog", help="which attacks, comma-separated")
     print(json.dumps(asyncio.run(run(parser.parse_args()))))
 
 

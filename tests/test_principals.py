@@ -328,16 +328,18 @@ def test_a_principal_puts_at_most_its_put_rate(cluster):
     rate = 5
     tenant = make(cluster, "tenant-r", [{"actions": ["put"], "queues": ["tr-*"]}], quotas={"put_rate": rate})
     who, leader = bearer(tenant["token"]), cluster.url(cluster.wait_for_leader(30))
-    started, taken, over = time.monotonic(), 0, None
-    for _ in range(40):
+    started, taken, over, held = time.monotonic(), 0, None, None
+    for _ in range(14):
+        sent = time.monotonic()
         reply = put(leader, "tr-1", who)
         if reply.status == 201:
             taken += 1
         else:
-            over = reply
+            over, held = reply, time.monotonic() - sent
     elapsed = time.monotonic() - started
     assert over is not None and (over.status, over.body["quota"]) == (429, "put_rate"), over
-    assert over.headers["Retry-After"]
+    # a refusal is answered a second late, the wait served (a flood's refusals cost it, not the node)
+    assert held >= 1.0 and over.headers["Retry-After"] == "0", (held, over.headers)
     assert taken <= rate + rate * elapsed + 1, (taken, elapsed)         # a second's burst, then the rate
     assert depth(cluster, "tr-1") == taken
 
