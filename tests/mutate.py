@@ -834,6 +834,13 @@ MUTANTS = [
            "api/principals.py", "    return [principal.name, share(limit, app[GROUPS].count, group)]",
            "    return [principal.name, limit]",
            (T_PRN + "test_with_several_groups_quotas_count_the_clusters_not_each_groups",)),
+    Mutant("put-rate-ignored", "a principal puts at most its put_rate",
+           "api/principals.py", "    if rate is None or count is None:\n        return None",
+           "    if True:\n        return None",
+           (T_PRN + "test_a_principal_puts_at_most_its_put_rate",)),
+    Mutant("put-rate-refusal-answered-at-once", "a put past put_rate is answered a second late, so a flood costs "
+           "its sender the time", "api/commands.py", "                await asyncio.sleep(RATE_REFUSAL_HELD_S)\n",
+           "                pass\n", (T_PRN + "test_a_principal_puts_at_most_its_put_rate",)),
     Mutant("stored-bytes-quota-ignored", "a principal's queues store at most its stored_bytes quota",
            "statemachine/machine.py",
            "return self._room_for_bytes(batches, cmd) or self.quotas.room_for_bytes(self, batches, cmd)",
