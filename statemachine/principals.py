@@ -200,7 +200,7 @@ class Principals:
 
     @classmethod
     def from_state(cls, state: dict | None, credentials: dict | None = None) -> "Principals":
-        """From a snapshot's state; one of version 15 has `credentials` instead (its SQS keys of a
+        """From a snapshot's state; one of versions 15 to 17 has `credentials` instead (its SQS keys of a
         role), each restored as the principal ``sqs_key_add`` makes of it now."""
         kept = cls()
         if state is not None:

@@ -49,6 +49,8 @@ def downgraded(snapshot: bytes, version: int) -> dict:
     """The decoded snapshot, marked `version`, its messages in that version's layout."""
     state = cbor2.loads(snapshot)
     state["version"] = version
+    if version < 18:
+        without_principals(state)
     for queue in state["queues"]:
         if version < 17:
             without_issue_51(queue)
@@ -59,6 +61,17 @@ def downgraded(snapshot: bytes, version: int) -> dict:
         elif version < 10:
             queue[6] = rows_without_references(queue[6])
     return state
+
+
+def without_principals(state: dict) -> None:
+    """Version 17's state: the SQS keys group 0 keeps (none, as a state without principals has), no
+    queue owned, no quotas carried (version 18's principals and quotas, statemachine/quotas.py)."""
+    principals, quotas = state.pop("principals"), state.pop("quotas")
+    if principals["principals"] or principals["audit"] or principals["version"]:
+        raise NoOlderLayout("the state keeps principals, or their changes")
+    if quotas["queues"] or quotas["names"] or quotas["carried"]:
+        raise NoOlderLayout("the state holds a principal's queues or quotas")
+    state["credentials"] = {"sqs_keys": []}
 
 
 def without_issue_51(queue: list) -> None:

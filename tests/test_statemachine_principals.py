@@ -118,7 +118,7 @@ def test_only_group_0_keeps_principals_and_the_cluster_keeps_a_bounded_number():
     assert len(sm.read("principal_events", 10_000)["events"]) == AUDIT_KEPT
 
 
-def test_principals_survive_a_snapshot_and_the_sqs_keys_of_version_16_restore_as_principals():
+def test_principals_survive_a_snapshot_and_the_sqs_keys_of_version_17_restore_as_principals():
     sm = StateMachine(0, 4)
     run(sm, "principal_add", name="svc", token_hash=HASH_A, rules=PUT_ORDERS, quotas={"stored_bytes": 10},
         sqs_key={"access_key": ADMIN_KEY, "sealed": b"s"})
@@ -128,17 +128,17 @@ def test_principals_survive_a_snapshot_and_the_sqs_keys_of_version_16_restore_as
     assert restored.snapshot() == sm.snapshot()
     assert restored.read("list_principals") == sm.read("list_principals")
     assert run(restored, "principal_add", name="two", token_hash=HASH_A, rules=PUT_ORDERS)["error"] == "conflict"
-    version_16 = cbor2.loads(sm.snapshot())
-    version_16["version"] = 16
-    del version_16["principals"], version_16["quotas"]
-    version_16["credentials"] = {"sqs_keys": [[DATA_KEY, "data", b"sealed"], [ADMIN_KEY, "admin", b"s"]]}
-    restored.restore(cbor2.dumps(version_16))
+    version_17 = cbor2.loads(sm.snapshot())
+    version_17["version"] = 17
+    del version_17["principals"], version_17["quotas"]
+    version_17["credentials"] = {"sqs_keys": [[DATA_KEY, "data", b"sealed"], [ADMIN_KEY, "admin", b"s"]]}
+    restored.restore(cbor2.dumps(version_17))
     assert {name: (p["role"], p["sqs_keys"]) for name, p in listed(restored).items()} == {
         DATA_KEY: ("data", {DATA_KEY: b"sealed"}), ADMIN_KEY: ("admin", {ADMIN_KEY: b"s"})}
     assert run(restored, "sqs_key_remove", access_key=ADMIN_KEY) == {"removed": True}
-    del version_16["credentials"], version_16["wall_times"]
-    version_16["version"] = 14
-    restored.restore(cbor2.dumps(version_16))
+    del version_17["credentials"], version_17["wall_times"]
+    version_17["version"] = 14
+    restored.restore(cbor2.dumps(version_17))
     assert listed(restored) == {}
 
 
