@@ -102,6 +102,11 @@ def test_put_on_orders_puts_to_orders_eu_and_nothing_else_at_every_door(cluster)
     refused(call("POST", leader + "/v1/queues/orders-eu/receive", {}, headers=who), "receive", "orders-eu")
     refused(call("GET", leader + "/v1/queues/orders-eu/messages", headers=who), "browse", "orders-eu")
     refused(call("PUT", leader + "/v1/queues/orders-new", {}, headers=who), "admin", "orders-new")
+    refused(call("PATCH", leader + "/v1/queues/orders-eu", {"retention_ms": 1000}, headers=who), "admin", "orders-eu")
+    refused(call("PATCH", leader + "/v1/queues/orders-eu/groups/default", {"paused": True}, headers=who),
+            "receive", "orders-eu")
+    refused(call("POST", leader + "/v1/queues/orders-eu/groups/default/seek", {"to": "earliest"}, headers=who),
+            "receive", "orders-eu")
     refused(call("GET", leader + "/v1/cluster", headers=who), "metrics", None)
     refused(call("GET", leader + "/v1/events", headers=who), "metrics", None)
     refused(call("GET", leader + "/metrics", headers=who), "metrics", None)
