@@ -73,15 +73,16 @@ class Principals:
         if key is not None:
             if key["access_key"] in principal["sqs_keys"] and principal["sqs_keys"][key["access_key"]] == key["sealed"]:
                 key = None                       # the same key again: a retried change
-            elif len(principal["sqs_keys"]) >= MAX_SQS_KEYS_PER_PRINCIPAL:
-                return error(LIMIT_REACHED, f"principal {name!r} holds {MAX_SQS_KEYS_PER_PRINCIPAL} SQS keys: "
-                                            "remove one first")
         token_hash = cmd.get("token_hash")
         problem = (self._room(0, 1 if key else 0)
                    or self._fresh(token_hash if token_hash != principal["token_hash"] else None,
                                   {key["access_key"]: key["sealed"]} if key else {}))
         if problem:
             return problem
+        # after _fresh: a key that is another's is a conflict whatever this principal holds
+        if key and len(principal["sqs_keys"]) >= MAX_SQS_KEYS_PER_PRINCIPAL:
+            return error(LIMIT_REACHED, f"principal {name!r} holds {MAX_SQS_KEYS_PER_PRINCIPAL} SQS keys: "
+                                        "remove one first")
         changed = {}
         if "rules" in cmd:
             changed["rules"] = normalized(cmd["rules"])
