@@ -199,9 +199,9 @@ def test_console_says_which_token_it_needs_and_when_one_was_rejected(fresh_clust
         try:
             page = browser.new_page()
             page.goto(cluster.url("n1") + "/ui")
-            connection_says(page, "admin token", "is needed")
-            for token, words in (("not-a-token", ("was rejected", "admin token")),
-                                 (cluster.cfg.tokens.data, ("may not see the cluster", "admin token")),
+            connection_says(page, "the metrics action", "is needed")
+            for token, words in (("not-a-token", ("was rejected", "the metrics action")),
+                                 (cluster.cfg.tokens.data, ("may not see the cluster", "the metrics action")),
                                  (cluster.token, ("live · leader n1",))):
                 page.fill("#token", token)
                 page.click("#token-form button")
