@@ -1,13 +1,13 @@
 """The aiohttp application: routes, auth, the error contract, metrics.
 
 Handlers are thin: parse and validate, build a command, submit it through the
-node, render the result.  The routes and the role each needs are routes.ROUTES.  Every failure leaves as {"error", "message"} with
+node, render the result.  The routes and the action each needs are routes.ROUTES; who
+calls, and what they may do, principals.py.  Every failure leaves as {"error", "message"} with
 its status (errors.py), including aiohttp's own (unknown route, body too
 large) and bugs (500, logged).
 """
 
 import asyncio
-import hmac
 import logging
 import ssl
 from dataclasses import dataclass, field
@@ -16,6 +16,7 @@ from pathlib import Path
 from aiohttp import ClientSession, TCPConnector, web
 
 from raftq.engine.config import ClusterKeys, Sqs, Tokens
+from raftq.statemachine.rules import CLUSTER_ACTIONS
 from raftq.engine.link.receipts import Receipts
 from raftq.engine.outcome import CommitError
 from raftq.engine.placement import Placement
@@ -31,10 +32,10 @@ from .keys import DISK, ENGINES, GROUPS, PLACEMENT
 from .leader import HTTP, NODE, SETTINGS, after_lead_lost
 from .limits import Limits
 from .metrics import Metrics
+from .principals import PRINCIPAL, PRINCIPALS, Principals, forbidden
 from .receipt_mode import MODE, ReceiptMode
 from .receipts import RECEIPTS
-from .routes import ACCEPTED, DATA, ROUTES, SIGV4
-from .sqs.credentials import KEYS as SQS_KEYS, SqsKeys
+from .routes import AUTHENTICATED, ROUTES, SIGV4
 
 log = logging.getLogger(__name__)
 
@@ -96,32 +97,33 @@ def _internal(request: web.Request) -> web.Response:
     return respond(request, {"error": "internal", "message": "the node hit a bug; see its log"}, status=500)
 
 
-def _auth_middleware(tokens: Tokens):
-    roles = {(r.method, r.template): r.role for r in ROUTES}
-    expected = {role: f"Bearer {getattr(tokens, role)}".encode()
-                for role in ("admin", "data", "metrics") if getattr(tokens, role)}
-
-    def holder(given: bytes) -> str | None:
-        found = None
-        for role, token in expected.items():   # every comparison runs: no timing hint
-            if hmac.compare_digest(given, token):
-                found = role
-        return found
+def _auth_middleware(principals: Principals):
+    routes = {(r.method, r.template): r for r in ROUTES}
 
     @web.middleware
     async def auth(request: web.Request, handler):
         resource = request.match_info.route.resource
         method = "GET" if request.method == "HEAD" else request.method
         # an unknown route is answered 404 only to a caller with a token
-        need = roles.get((method, resource.canonical), DATA) if resource is not None else DATA
-        if need is not None and need != SIGV4:   # the SQS endpoint checks its own signatures
-            # surrogateescape: aiohttp decodes non-UTF-8 header bytes that way
-            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
-            role = holder(given)
-            if role is None:
-                raise ApiError("unauthorized", "a valid 'Authorization: Bearer <token>' header is required")
-            if role not in ACCEPTED[need]:
-                raise ApiError("forbidden", f"this route needs the {need} role; the token is {role}'s")
+        route = routes.get((method, resource.canonical)) if resource is not None else None
+        actions = route.actions if route is not None else (AUTHENTICATED,)
+        if actions == (None,) or actions == (SIGV4,):   # open, or the SQS endpoint, which checks its signatures
+            return await handler(request)
+        # surrogateescape: aiohttp decodes non-UTF-8 header bytes that way
+        given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+        principal = await principals.authenticate(given)
+        if principal is None:
+            principals.refused(request, None, "|".join(actions), None)
+            raise ApiError("unauthorized", "a valid 'Authorization: Bearer <token>' header is required")
+        request[PRINCIPAL] = principal
+        if actions != (AUTHENTICATED,):
+            # the path's queue, else (a cluster action, or a route that names its queues in its
+            # body or lists them) the action on some queue; the handler checks the rest
+            queue = request.match_info.get("queue")
+            if not any(principal.allows(action, None if action in CLUSTER_ACTIONS else queue) for action in actions):
+                action = "|".join(actions)
+                principals.refused(request, principal, action, queue)
+                raise forbidden(principal, action, queue)
         return await handler(request)
     return auth
 
@@ -137,20 +139,20 @@ def make_app(engines: dict, placement: Placement, settings: Settings, buffer_dir
     disk = DiskWatch(groups, settings.scheme, settings.disk_free_limit, logs=first_front)
     metrics = Metrics(engines, buffer, disk, settings.limits.max_stored_bytes,
                       None if groups.count == 1 else caps.catalog_names_limit(settings.limits, groups.count))
-    middlewares = [metrics.middleware(), _error_middleware()]
+    app = web.Application(client_max_size=settings.limits.max_request_bytes)
+    app[SETTINGS] = settings
+    app[GROUPS] = groups
+    app[PRINCIPALS] = principals = Principals(app, metrics.registry)
+    app.middlewares.extend([metrics.middleware(), _error_middleware()])
     if settings.tokens.any():
-        middlewares.append(_auth_middleware(settings.tokens))
-    app = web.Application(middlewares=middlewares, client_max_size=settings.limits.max_request_bytes)
+        app.middlewares.append(_auth_middleware(principals))
     app[ENGINES] = engines
     app[PLACEMENT] = placement
     app[NODE] = node
-    app[GROUPS] = groups
-    app[SETTINGS] = settings
     app[DISK] = disk
 
     app[RECEIPTS] = Receipts(settings.keys.receipts)
     app[MODE] = ReceiptMode(app)
-    app[SQS_KEYS] = SqsKeys(app)
     app[ADMISSION] = Admission(app)
     app[buffering.BUFFER] = buffer
     app[buffering.BUFFERED] = asyncio.Event()
@@ -164,11 +166,11 @@ def make_app(engines: dict, placement: Placement, settings: Settings, buffer_dir
         forwarding.sessions(app, ssl_context)
         replay = asyncio.create_task(buffering.replay(app))
         app[MODE].start()
-        app[SQS_KEYS].start()
+        principals.start()
         disk.start_with(app[HTTP])
         yield
         disk.stop()
-        app[SQS_KEYS].stop()
+        principals.stop()
         app[MODE].stop()
         replay.cancel()
         await forwarding.close(app)

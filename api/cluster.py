@@ -16,6 +16,7 @@ from .gather import group_param, per_group
 from .keys import DISK, GROUPS, HTTP, NODE, SETTINGS
 from .leader import route_to_leader
 from .features import FEATURES
+from .principals import PRINCIPAL, may_touch
 from .routing import checked_name
 from .routing import leader_only
 
@@ -419,7 +420,8 @@ async def routing(request: web.Request) -> web.Response:
 
     Assignments never change, so a client may keep them; a leader is as this
     node last heard it (a group it has no engine of: as one of its members
-    heard it), so a client refreshes on a 307 or a lost connection.
+    heard it), so a client refreshes on a 307 or a lost connection. The queues listed are those the
+    caller's principal has an action on.
     """
     groups = request.app[GROUPS]
     if "queue" in request.query:
@@ -441,6 +443,7 @@ async def routing(request: web.Request) -> web.Response:
     answers = await per_group(request, here, leader=False)
     # with one group there is no catalog: every queue is group 0's
     queues = {} if groups.count == 1 else (await groups.catalog.read("list_catalog")).result["groups"]
+    queues = {name: group for name, group in queues.items() if may_touch(request.get(PRINCIPAL), name)}
     recorded = groups.recorded()
     return respond(request, {"group_count": groups.count,
                              "groups": [answers[g]["groups"][0] for g in range(groups.count)],
@@ -459,7 +462,9 @@ async def _confirmed_groups(request: web.Request, names: list[str]) -> web.Respo
     if elsewhere is not None:
         return elsewhere
     found, index = await settled_read(request.app, 0, "catalog_lookup", names)
-    return respond(request, {"group_count": groups.count, "queues": found["groups"], "catalog_index": index})
+    return respond(request, {"group_count": groups.count, "catalog_index": index,
+                             "queues": {name: group for name, group in found["groups"].items()
+                                        if may_touch(request.get(PRINCIPAL), name)}})
 
 
 async def rebalance(request: web.Request) -> web.Response:

@@ -1,8 +1,9 @@
 """Commands and queries through a Raft group's log, for a request already routed there (leader.py).
 
 A write is validated before it goes anywhere, checked against the node's
-caps, applied through the log of the request's group (``request[GROUP]``)
-and answered once committed; its failures are HTTP errors (an unknown
+caps, stamped with what its principal's quotas need (principals.py), applied
+through the log of the request's group (``request[GROUP]``) and answered once
+committed; its failures are HTTP errors (an unknown
 outcome is 503 ``no_quorum``: retried with the same ids, it is stored once).
 A read is answered at the consistency the request asks for: ``leader``
 (confirmed by a majority once the leader's barrier is applied), ``strong``
@@ -22,6 +23,7 @@ from . import caps
 from .errors import ApiError, LeadLost, Rerouted, damaged, from_result, no_quorum
 from .features import ADMISSION
 from .keys import DISK, GROUP, GROUPS, SETTINGS
+from .principals import PRINCIPAL, QUOTA_CODES, RATE_REFUSAL_HELD_S, Principal, acting, charge, long_poll_cap, quota_refusal
 from .receipt_mode import MODE
 
 CONSISTENCY_LEVELS = ("leader", "strong", "any")
@@ -40,14 +42,14 @@ async def write(request: web.Request, command: dict) -> Committed:
     """Validate, apply through the log of the request's group; the command's successful result
     and its entry's index."""
     validate(command)
-    committed = await apply(request.app, request[GROUP], command)
+    committed = await apply(request.app, request[GROUP], command, request.get(PRINCIPAL))
     if "error" in committed.result:
         raise from_result(committed.result)
     return committed
 
 
-async def apply(app: web.Application, group: int, command: dict) -> Committed:
-    """Check the node's caps, apply a validated command through the log of
+async def apply(app: web.Application, group: int, command: dict, principal: Principal | None = None) -> Committed:
+    """Check the node's caps, apply a validated command of `principal` through the log of
     `group` (this node's engine of it); its result (refusals included) and its
     entry's index.  A command that may create a queue says which group it was
     routed for, which the state machine checks (``wrong_group``).  One that uses
@@ -66,21 +68,25 @@ async def apply(app: web.Application, group: int, command: dict) -> Committed:
         command["raft_group"] = group
         command["catalog_index"] = groups.view_index(group, queues_it_may_make(command))
     caps.prepare(app[SETTINGS].limits, command, groups.count)
-    committed = await _committed(app, node, node.apply(command), 0.0)
+    acting(app, principal, command)
+    call = node.apply(command, charge(app, principal, group, command))
+    committed = await _committed(app, node, call, 0.0, refusal=lambda code: quota_refusal(principal, code, group, app))
     await _check_placement(app, group, committed.result)
     return committed
 
 
 async def receive_waiting(app: web.Application, group: int, command: dict, wait_s: float, *,
-                          client: str | None, last_try: bool = True, encoded: bool = False) -> Committed | None:
+                          client: str | None, last_try: bool = True, encoded: bool = False,
+                          principal: Principal | None = None) -> Committed | None:
     """A validated receive that waits up to `wait_s` for a message (None at
     the end of the wait unless `last_try`); 429 when this node has too many
-    receives waiting, or `client` (the caller's address) its share of them.
-    `encoded`: the messages as the engine encoded them (``RemoteNode.receive``)."""
+    receives waiting, or `client` (the caller's address) its share of them, or `principal` its
+    long_polls quota. `encoded`: the messages as the engine encoded them (``RemoteNode.receive``)."""
     node = app[GROUPS].engines[group]
     call = node.receive(command, wait_s, sealed=not app[MODE].mixed, last_try=last_try, encoded=encoded,
-                        client=client)
-    committed = await _committed(app, node, call, wait_s, unknown_served_again=True)
+                        client=client, principal_cap=long_poll_cap(app, principal, group))
+    committed = await _committed(app, node, call, wait_s, unknown_served_again=True,
+                                 refusal=lambda code: quota_refusal(principal, code, group, app))
     if committed is not None:
         await _check_placement(app, group, committed.result)
     return committed
@@ -111,8 +117,9 @@ async def take_checkpoint(app: web.Application, group: int) -> tuple[str, str]:
 
 
 async def _committed(app: web.Application, node, call, wait_s: float, *,
-                     unknown_served_again: bool = False):
-    """The outcome of a call into the log of `node` (an engine), its failures as HTTP errors.
+                     unknown_served_again: bool = False, refusal=None):
+    """The outcome of a call into the log of `node` (an engine), its failures as HTTP errors
+    (`refusal`: the error of a principal's quota the engine holds, from its code).
     `unknown_served_again`: a call whose outcome the lost lead made unknown may be served again
     (a receive: if it was written, the messages it leased come back when their leases end, as
     for a client that lost the answer; a checkpoint: one more mark in the log)."""
@@ -120,6 +127,10 @@ async def _committed(app: web.Application, node, call, wait_s: float, *,
         async with asyncio.timeout(wait_s + app[SETTINGS].write_timeout_s):
             return await call
     except CommitError as exc:
+        if exc.code in QUOTA_CODES and refusal is not None:
+            if exc.code == "rate_limited":
+                await asyncio.sleep(RATE_REFUSAL_HELD_S)
+            raise refusal(exc.code) from None
         if exc.code == "too_many_waiters":
             cap = app[SETTINGS].limits.max_long_polls
             raise ApiError("too_many_waiters", f"{cap} receives are already waiting on this node "

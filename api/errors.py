@@ -16,6 +16,7 @@ STATUS = {
     "queue_full": 429,
     "too_many_waiters": 429,
     "limit_reached": 429,
+    "quota_exceeded": 429,
     "not_leader": 307,
     "internal": 500,
     "no_quorum": 503,
@@ -80,7 +81,8 @@ def no_quorum(message: str) -> ApiError:
 
 
 # the refusals of the state machine that may pass once the cluster's state changes, and when to ask again
-RETRY_AFTER = {"limit_reached": {"Retry-After": "60"}, "insufficient_storage": {"Retry-After": "5"}}
+RETRY_AFTER = {"limit_reached": {"Retry-After": "60"}, "insufficient_storage": {"Retry-After": "5"},
+               "quota_exceeded": {"Retry-After": "60"}}
 
 
 def from_result(result: dict) -> ApiError:

@@ -8,6 +8,13 @@ console keeps its picture while the leader changes.
 
 Elections are observed here, not in the log: every node keeps the last
 changes of term and leader its engine reported, with its own wall-clock time.
+
+It needs the ``metrics`` action (reading the cluster's state); the queues in it
+are those its principal may ``browse``, and a principal that may change the
+cluster (``cluster``) also gets the last credential changes (``audit``) and
+the requests this node refused (``refusals``). Each event is made for the
+principal as this node knows it then: one revoked (or given a new token) ends
+its stream. A stream counts toward its principal's connections quota.
 """
 
 import asyncio
@@ -17,11 +24,16 @@ import time
 import orjson
 from aiohttp import web
 
+from raftq.statemachine.rules import BROWSE, CLUSTER, METRICS
+
 from .cluster import view as cluster_view
 from .codec import json_safe
 from .errors import ApiError
 from .leader import ENGINES, NODE
 from .messages import QUERY_INT
+from .principals import PRINCIPAL, PRINCIPALS, held_connection
+
+AUDIT_SHOWN = 20
 
 ELECTIONS = web.AppKey("elections", collections.deque)
 STOPPING = web.AppKey("events_stopping", asyncio.Event)
@@ -63,16 +75,29 @@ async def stream(request: web.Request) -> web.StreamResponse:
     if not QUERY_INT.fullmatch(raw) or not low <= int(raw) <= high:   # isdigit() takes '²
         raise ApiError("bad_request", f"interval_ms must be an integer from {low} to {high}")
     interval = int(raw) / 1000
+    async with held_connection(request.app, request.get(PRINCIPAL)):
+        return await _stream(request, interval)
+
+
+async def _stream(request: web.Request, interval: float) -> web.StreamResponse:
     node, stopping = request.app[NODE], request.app[STOPPING]
+    principals, opened_by = request.app[PRINCIPALS], request.get(PRINCIPAL)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            "X-Accel-Buffering": "no"})
     await response.prepare(request)
     while not stopping.is_set():
         started = time.monotonic()
+        principal = opened_by and principals.current(opened_by)
+        if opened_by is not None and (principal is None or not principal.allows(METRICS)):
+            break                    # revoked, or no longer allowed: the console asks for a token again
         queues, applied_index = await snapshot_queues(request.app[ENGINES])
         snapshot = {"node": node.id, "at_ms": int(time.time() * 1000), "applied_index": applied_index,
-                    "cluster": await cluster_view(request), "queues": queues,
+                    "cluster": await cluster_view(request),
+                    "queues": [q for q in queues if principal is None or principal.allows(BROWSE, q["name"])],
                     "elections": list(request.app[ELECTIONS])}
+        if principal is None or principal.allows(CLUSTER):
+            snapshot["audit"] = (await node.read("principal_events", AUDIT_SHOWN)).result["events"]
+            snapshot["refusals"] = list(principals.denials)[-AUDIT_SHOWN:]
         try:
             await response.write(b"event: snapshot\ndata: " + orjson.dumps(json_safe(snapshot)) + b"\n\n")
         except (ConnectionResetError, RuntimeError):   # the console went away

@@ -14,7 +14,9 @@ asking a node which it knows (``GET /health/live``'s ``features``).
 - ``priority_backoff_pause_replay``: issue 51's priorities, back-off policies, paused and
   rate-limited groups, retention and group positions (``seek_group``, ``patch_group``,
   ``add_group``'s start at a seq or a time), which an older replica refuses or would apply
-  unlike the others (``statemachine.feature_needed`` names the commands that use them).
+  unlike the others (``statemachine.feature_needed`` names the commands that use them);
+- ``principals``: principals kept in group 0's log, and the names and quotas a principal's
+  commands carry, which an older replica would apply without them (api/principals.py).
 
 ``ClusterFeature`` asks every voter of group 0 (every node is one) for one of them; the name
 releaser and the feature gates wait on it. ``Admission`` refuses a request that uses
@@ -40,7 +42,7 @@ from .keys import GROUPS, HTTP, SETTINGS
 log = logging.getLogger(__name__)
 
 FEATURES = ("name_release", "release_in_turn", "sealed_receipts", "sqs_keys", "relocate", "wall_times",
-            PRIORITY_BACKOFF_PAUSE_REPLAY)
+            PRIORITY_BACKOFF_PAUSE_REPLAY, "principals")
 ASK_AGAIN_S = 1.0
 PEER_TIMEOUT = ClientTimeout(total=2)
 GATE_S = 5.0

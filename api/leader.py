@@ -30,6 +30,7 @@ from .errors import ApiError, LeadLost, from_result, no_quorum
 from .forwarding import forward
 from .groups import one_group
 from .keys import ENGINES, GROUP, GROUPS, HTTP, NODE, SETTINGS  # noqa: F401  (the handlers import them from here)
+from .principals import PRINCIPAL, Principal
 
 
 # Longer than an election takes (its timeout is 0.3-0.6 s, then a vote;
@@ -112,7 +113,8 @@ async def route_to_leader(request: web.Request, queues: list[str] | None = None,
         if group is None:
             group = await serving_group(request.app, _path_queues(request) if queues is None else queues,
                                         creating=creating, leader=leader,
-                                        authorization=request.headers.get("Authorization"))
+                                        authorization=request.headers.get("Authorization"),
+                                        principal=request.get(PRINCIPAL))
         else:
             await serve_here(request.app, group, leader=leader)
         request[GROUP] = group
@@ -129,13 +131,14 @@ async def route_to_leader(request: web.Request, queues: list[str] | None = None,
 
 
 async def serving_group(app: web.Application, queues: list[str], *, creating: bool = False,
-                        leader: bool = True, authorization: str | None = None) -> int:
+                        leader: bool = True, authorization: str | None = None,
+                        principal: Principal | None = None) -> int:
     """The one Raft group of `queues` (group 0 for none), when this node's engine of it leads
     with a quorum (or, not `leader`, when it merely has one); else Elsewhere. A name the
     local catalog lacks is asked of group 0's leader (with the caller's `authorization`: the
     local replica may only lag), and if that one has not got it either, assigned through it
-    when `creating` (with the others, to one group), else 404. 409 cross_group when they span
-    groups; 503 no_quorum when no leader is known."""
+    when `creating` (with the others, to one group: `principal`'s, within its queues quota),
+    else 404. 409 cross_group when they span groups; 503 no_quorum when no leader is known."""
     groups = app[GROUPS]
     group = 0
     if groups.count > 1 and queues:
@@ -148,7 +151,7 @@ async def serving_group(app: web.Application, queues: list[str], *, creating: bo
                 if any(held is None for held in found.values()):
                     raise
             else:
-                found = await _catalog_answer(app, queues, creating)
+                found = await _catalog_answer(app, queues, creating, principal)
         group = one_group(found)
     await serve_here(app, group, leader=leader)
     return group
@@ -190,13 +193,14 @@ async def _ask_catalog(app: web.Application, address: str, queues: list[str], au
     return {name: answer.get(name) for name in queues}
 
 
-async def _catalog_answer(app: web.Application, queues: list[str], creating: bool) -> dict:
-    """On group 0's leader: each queue's group, assigned now (together) if `creating`; 404 for
-    a queue the catalog has never heard of otherwise."""
+async def _catalog_answer(app: web.Application, queues: list[str], creating: bool,
+                          principal: Principal | None) -> dict:
+    """On group 0's leader: each queue's group, assigned now (together, as `principal`'s) if
+    `creating`; 404 for a queue the catalog has never heard of otherwise."""
     groups = app[GROUPS]
     if creating:
         limit = caps.catalog_names_limit(app[SETTINGS].limits, groups.count)
-        result, index = await apply(app, 0, {"op": "assign", "queues": queues, "max_names": limit})
+        result, index = await apply(app, 0, {"op": "assign", "queues": queues, "max_names": limit}, principal)
         if "error" in result:
             raise from_result(result)
     else:

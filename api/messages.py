@@ -5,6 +5,7 @@ import re
 from aiohttp import web
 
 from raftq.statemachine.queue import message_size
+from raftq.statemachine.rules import PUT, RECEIVE
 from raftq.statemachine.validation import MAX_RECEIVE, MAX_WAIT_MS, check_message, is_int
 
 from .buffering import buffer_put, with_ids
@@ -14,6 +15,7 @@ from .forwarding import client_of
 from .commands import receive_waiting, validate, write
 from .keys import GROUP, GROUPS, NODE, SETTINGS
 from .leader import read, route_to_leader
+from .principals import PRINCIPAL, authorize
 from .receipts import Opened, well_formed
 from .routing import queue_name, group_name
 from .sqs.attributes import HEADER_PREFIX
@@ -80,8 +82,10 @@ async def put(request: web.Request) -> web.Response:
     except ApiError as exc:
         # Buffered only when no leader can take the write; a refusal (400, 429) is final.
         # The body is read here if no leader was found before it was; a command that was
-        # offered to the log keeps its ids, so a replay of it stores nothing twice.
-        if not (may_buffer and exc.code == "no_quorum"):
+        # offered to the log keeps its ids, so a replay of it stores nothing twice. The node
+        # replays it as its own: a principal with quotas is never buffered, or they would not hold.
+        principal = request.get(PRINCIPAL)
+        if not (may_buffer and exc.code == "no_quorum") or (principal is not None and principal.quotas):
             raise
         put_command = put_command or await command()
         validate(put_command)
@@ -137,7 +141,7 @@ async def receive(request: web.Request) -> web.Response:
     if elsewhere is not None:
         return elsewhere
     result = (await receive_waiting(request.app, request[GROUP], command, wait_ms / 1000,
-                                    client=client_of(request))).result
+                                    client=client_of(request), principal=request.get(PRINCIPAL))).result
     if "error" in result:
         raise from_result(result)
     return respond(request, result)
@@ -240,6 +244,8 @@ async def transaction(request: web.Request) -> web.Response:
     command = {"op": "tx", "ack": body.get("ack", []), "put": puts, "auto_create": auto_create}
     validate(command)
     refuse_invalid_receipts([r for part in command["ack"] for r in part["receipts"]])
+    authorize(request, RECEIVE, [part["queue"] for part in command["ack"]])
+    authorize(request, PUT, [part["queue"] for part in puts])
     # Served by the one group of every queue it names (409 cross_group otherwise).
     elsewhere = await route_to_leader(request, [part["queue"] for part in command["ack"] + puts],
                                       creating=auto_create)

@@ -33,10 +33,10 @@ def _sqs_responses(route) -> dict:
 
 
 def _responses(route) -> dict:
-    if route.role == "sigv4":
+    if route.action == "sigv4":
         return _sqs_responses(route)
     statuses = set(route.errors) | {400}
-    if route.role is not None:
+    if route.action is not None:
         statuses |= {401, 403}
     if route.body is not None:
         statuses |= {408, 413}
@@ -55,8 +55,8 @@ def _responses(route) -> dict:
 
 def _operation(route) -> dict:
     op = {"summary": route.summary, "operationId": f"{route.method.lower()}{_camel(route.template)}",
-          "x-raftq-role": route.role or "open",
-          "security": [] if route.role is None else [{"sigv4" if route.role == "sigv4" else "bearer": []}],
+          "x-raftq-action": "|".join(route.actions) if route.action is not None else "open",
+          "security": [] if route.action is None else [{"sigv4" if route.action == "sigv4" else "bearer": []}],
           "responses": _responses(route)}
     params = [{"name": name, "in": "path", "required": True, "schema": PATH_PARAMS[name]}
               for name in re.findall(r"{(\w+)}", route.template)]
@@ -86,11 +86,12 @@ def document(routes, *, limits: dict) -> dict:
         "paths": paths,
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
-                                           "description": "the token of the role the route names "
-                                                          "(x-raftq-role); admin's is taken everywhere"},
+                                           "description": "a token whose principal may do the action the "
+                                                          "route names (x-raftq-action: one of them) on its "
+                                                          "queue; cluster.toml's admin token may do all"},
                                 "sigv4": {"type": "apiKey", "in": "header", "name": "Authorization",
-                                          "description": "AWS Signature Version 4 by a key of [sqs] in "
-                                                         "cluster.toml (docs/sqs.md)"}},
+                                          "description": "AWS Signature Version 4 by an SQS key: of [sqs] in "
+                                                         "cluster.toml, or a principal's (docs/sqs.md)"}},
             "schemas": {"Error": ERROR, "SqsError": SQS_ERROR},
         },
     }

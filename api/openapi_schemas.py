@@ -5,10 +5,12 @@ limits come from the same constants.
 """
 
 from raftq.statemachine.backoff import MAX_FACTOR
+from raftq.statemachine.principals import QUOTAS
 from raftq.statemachine.ready import PRIORITIES
+from raftq.statemachine.rules import ACTIONS, MAX_PATTERNS, MAX_RULES
 from raftq.statemachine.validation import (MAX_BATCH, MAX_DURATION_MS, MAX_LOG_TIME_MS, MAX_ORDERING_KEY,
-                                           MAX_RATE_LIMIT, MAX_RECEIVE, MAX_WAIT_MS, QUEUE_DEFAULTS)
-from raftq.wire_format import NAME_PATTERN
+                                           MAX_QUOTA, MAX_RATE_LIMIT, MAX_RECEIVE, MAX_WAIT_MS, QUEUE_DEFAULTS)
+from raftq.wire_format import NAME_PATTERN, PATTERN_PATTERN
 
 NAME = {"type": "string", "pattern": f"^{NAME_PATTERN}$"}
 DURATION = {"type": "integer", "minimum": 0, "maximum": MAX_DURATION_MS}
@@ -138,6 +140,18 @@ REDRIVE = {"type": "object", "properties": {"from_queue": NAME,
                                             "max": {"type": "integer", "minimum": 1, "maximum": MAX_BATCH},
                                             "id": {"type": "string", "minLength": 1, "maxLength": 1024}},
            "additionalProperties": False}
+RULES = {"type": "array", "maxItems": MAX_RULES, "items": {
+    "type": "object", "required": ["actions"], "additionalProperties": False, "properties": {
+        "actions": {"type": "array", "minItems": 1, "items": {"type": "string", "enum": list(ACTIONS)}},
+        "queues": {"type": "array", "minItems": 1, "maxItems": MAX_PATTERNS,
+                   "items": {"type": "string", "pattern": f"^{PATTERN_PATTERN}$"}}}}}
+QUOTA_MAP = {"type": "object", "additionalProperties": False,
+             "properties": {q: {"type": "integer", "minimum": 0, "maximum": MAX_QUOTA} for q in QUOTAS}}
+NEW_PRINCIPAL = {"type": "object", "required": ["name", "rules"], "additionalProperties": False, "properties": {
+    "name": NAME, "rules": RULES, "quotas": QUOTA_MAP, "sqs": {"type": "boolean"}}}
+PRINCIPAL_CHANGE = {"type": "object", "additionalProperties": False, "minProperties": 1, "properties": {
+    "rules": RULES, "quotas": QUOTA_MAP, "new_token": {"type": "boolean", "enum": [True]},
+    "new_sqs_key": {"type": "boolean", "enum": [True]}}}
 ANY_OBJECT = {"type": "object"}   # checked field by field by its handler
 ERROR = {
     "type": "object",

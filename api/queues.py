@@ -2,12 +2,15 @@
 
 from aiohttp import web
 
+from raftq.statemachine.rules import ADMIN, REDRIVE
+
 from .codec import read_body, read_optional_body, respond
 from .errors import ApiError
 from .gather import group_param, per_group
-from .commands import read_here, validate, write
-from .keys import GROUPS
+from .commands import consistency, read_here, validate, write
+from .keys import GROUP, GROUPS
 from .leader import read, route_to_leader
+from .principals import PRINCIPAL, authorize, may_touch
 from .routing import group_name, leader_only, queue_name
 
 
@@ -21,6 +24,7 @@ async def _route_config(request: web.Request, config, *, new_queue: bool) -> web
             return elsewhere
     dead_letter = config.get("dead_letter") if isinstance(config, dict) else None
     names = [queue_name(request)] + ([dead_letter] if isinstance(dead_letter, str) else [])
+    authorize(request, ADMIN, names[1:])     # the queue's own was the route's
     return await route_to_leader(request, names, creating=True)
 
 
@@ -53,16 +57,25 @@ async def delete(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-async def list_all(request: web.Request) -> web.Response:
-    """The queues of one group (``?group=``), or of every group, gathered (gather.py)."""
+async def list_all(request: web.Request) -> web.StreamResponse:
+    """The queues of one group (``?group=``), or of every group, gathered (gather.py): those the
+    caller's principal has an action on."""
     group = group_param(request)
+    principal = request.get(PRINCIPAL)
     if group is not None or request.app[GROUPS].count == 1:
-        return await read(request, "list_queues", group=group or 0)
+        elsewhere = await route_to_leader(request, group=group or 0, leader=consistency(request) != "any")
+        if elsewhere is not None:
+            return elsewhere
+        result, applied_index = await read_here(request, request[GROUP], "list_queues")
+        headers = {} if applied_index is None else {"X-Raftq-Applied-Index": str(applied_index)}
+        return respond(request, {"queues": [q for q in result["queues"] if may_touch(principal, q["name"])]},
+                       headers=headers)
 
     async def here(group: int) -> dict:
         return (await read_here(request, group, "list_queues"))[0]
     answers = await per_group(request, here)
-    return respond(request, {"queues": sorted((queue for answer in answers.values() for queue in answer["queues"]),
+    return respond(request, {"queues": sorted((queue for answer in answers.values() for queue in answer["queues"]
+                                               if may_touch(principal, queue["name"])),
                                               key=lambda queue: queue["name"])})
 
 
@@ -141,6 +154,7 @@ async def redrive(request: web.Request) -> web.Response:
     command = {"op": "redrive", "queue": queue_name(request),
                **{k: v for k, v in body.items() if v is not None}}
     validate(command)
+    authorize(request, REDRIVE, [command["from_queue"]] if "from_queue" in command else [])
     elsewhere = await route_to_leader(request)
     if elsewhere is not None:
         return elsewhere

@@ -5,12 +5,16 @@ the command and answer.  All of them are served by the leader of the Raft
 group of the queue written to (issue 24): a stage names its queue; a
 commit, an abort or a producer's page names it with `queue` (in the body, or
 the query for GET and DELETE), which a cluster of one group does not need;
-the list of producers gathers every group's.
+the list of producers gathers every group's. Each needs the ``producers`` action on the queue
+it names (a stage and a commit also ``put``; a commit's stages' queues, which only the state
+knows, are held to the principal's ``put`` patterns by the state machine).
 """
 
 import functools
 
 from aiohttp import web
+
+from raftq.statemachine.rules import PRODUCERS, PUT
 
 from .codec import read_body, respond
 from .errors import ApiError
@@ -19,6 +23,7 @@ from .commands import consistency, leader_read, read_here, validate, write
 from .keys import GROUP, GROUPS, NODE
 from .leader import route_to_leader
 from .messages import _messages as parse_messages
+from .principals import authorize
 from .routing import checked_name
 
 
@@ -39,13 +44,17 @@ async def _object(request: web.Request, fields: set, required: set) -> dict:
     return body
 
 
-async def _route(request: web.Request, queue, *, creating: bool = False) -> web.StreamResponse | None:
+async def _route(request: web.Request, queue, *, creating: bool = False, writes: bool = False
+                 ) -> web.StreamResponse | None:
     """Route to the leader of `queue`'s group (`creating`: as route_to_leader's); with one
-    group, `queue` may be None."""
+    group, `queue` may be None. The caller needs producers on it (`writes`: and put)."""
     if queue is None and request.app[GROUPS].count > 1:
         raise ApiError("bad_request", "this cluster has several Raft groups: name the queue the producer "
                                       "writes to (queue)")
     names = [] if queue is None else [checked_name(queue, "queue")]
+    authorize(request, PRODUCERS, names)
+    if writes:
+        authorize(request, PUT, names)
     return await route_to_leader(request, names, creating=creating)
 
 
@@ -59,7 +68,7 @@ async def stage(request: web.Request) -> web.Response:
     if body.get("ttl_ms") is not None:
         command["ttl_ms"] = body["ttl_ms"]
     validate(command)
-    elsewhere = await _route(request, body["queue"], creating=request.app[NODE].auto_create)
+    elsewhere = await _route(request, body["queue"], creating=request.app[NODE].auto_create, writes=True)
     if elsewhere is not None:
         return elsewhere
     return respond(request, (await write(request, command)).result, status=201)
@@ -72,7 +81,7 @@ async def commit(request: web.Request) -> web.Response:
     if body.get("retain_ms") is not None:
         command["retain_ms"] = body["retain_ms"]
     validate(command)
-    elsewhere = await _route(request, body.get("queue"), creating=request.app[NODE].auto_create)
+    elsewhere = await _route(request, body.get("queue"), creating=request.app[NODE].auto_create, writes=True)
     if elsewhere is not None:
         return elsewhere
     committed = await write(request, command)

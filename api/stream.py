@@ -40,6 +40,14 @@ pushed instead of polled.
 - A subscription holds at most `prefetch` messages leased to this
   connection and not yet settled; an ack or nack of one (stale or not) or the
   end of its lease gives its credit back.
+- Every frame is checked against the connection's principal as the node knows
+  it at that moment (api/principals.py): a publish needs ``put`` on its queue, a
+  subscribe, ack, nack or extend ``receive``, and a subscription asks again
+  before each lease. A principal revoked (or whose token was replaced) while
+  its connection is open gets an ``unauthorized`` error frame and the
+  connection is closed; one whose rules no longer allow a frame gets a 403
+  for it. The connection counts toward the principal's connections quota,
+  its subscriptions toward its long polls.
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ from aiohttp import WSMsgType, web
 
 from raftq.engine.outcome import Committed
 from raftq.statemachine import check_command
+from raftq.statemachine.rules import PUT, RECEIVE
 from raftq.statemachine.validation import MAX_RECEIVE, is_int
 
 from .bounded import check_cbor
@@ -62,6 +71,7 @@ from .commands import apply, leader_read, receive_waiting
 from .keys import GROUPS, NODE, SETTINGS
 from .leader import Elsewhere, serve_here, serving_group
 from .messages import DURABILITY, checked_message, reach_durability
+from .principals import PRINCIPAL, PRINCIPALS, Principal, denial, forbidden, held_connection
 from .receipts import Opened
 from .routing import checked_name
 
@@ -78,6 +88,7 @@ MAX_PREFETCH = 10_000
 CLOSE_NOT_LEADER = 4307
 CLOSE_PROTOCOL_ERROR = 4400
 CLOSE_POLICY = 1008
+CLOSE_REVOKED = 4401
 CLOSE_TIMEOUT_S = 5.0   # a client that reads nothing cannot hold a closing connection longer
 SETTLE_OPS = {"ack": "acked", "nack": "nacked", "extend": "extended"}
 ANSWERS = {"confirm", "settled", "subscribed", "unsubscribed"}   # a frame served: the bad ones' run ends
@@ -91,14 +102,19 @@ def _leader_url(request: web.Request) -> str | None:
 
 
 async def stream(request: web.Request) -> web.WebSocketResponse:
-    ws = web.WebSocketResponse(max_msg_size=MAX_FRAME_BYTES, heartbeat=20, compress=False)
-    await ws.prepare(request)
-    session = Session(request, ws)
-    try:
-        await session.run()
-    finally:
-        await session.close()
-    return ws
+    async with held_connection(request.app, request.get(PRINCIPAL)):   # 429 before the upgrade
+        ws = web.WebSocketResponse(max_msg_size=MAX_FRAME_BYTES, heartbeat=20, compress=False)
+        await ws.prepare(request)
+        session = Session(request, ws)
+        try:
+            await session.run()
+        finally:
+            await session.close()
+        return ws
+
+
+class Revoked(Exception):
+    """The connection's principal is no longer one this node takes."""
 
 
 class LeadershipLost(Exception):
@@ -186,9 +202,11 @@ class Session:
         self.subscriptions: dict[object, Subscription] = {}
         self.receipts: dict[str, Subscription] = {}   # unsettled deliveries of this connection
         self.leaving = asyncio.Event()
+        self.revoked = asyncio.Event()
         # Each frame is served by its queue's group: one group losing its leader is that group's
         # frames' concern (refused, the client resends them), not the whole connection's.
         self.routes_by_group = self.app[GROUPS].count > 1 and request.query.get("route") == "group"
+        self.opened_by: Principal | None = request.get(PRINCIPAL)   # None: a node without tokens
 
     # ---- the connection ------------------------------------------------------------------------
     async def run(self) -> None:
@@ -205,11 +223,17 @@ class Session:
         watchdog = asyncio.create_task(self._watch_writes())
         reader = asyncio.create_task(self._read())
         leaving = asyncio.create_task(self.leaving.wait())
-        await asyncio.wait({reader, leaving, writer, watchdog}, return_when=asyncio.FIRST_COMPLETED)
-        if self.leaving.is_set() and not self.ws.closed:
+        revoked = asyncio.create_task(self.revoked.wait())
+        watcher = asyncio.create_task(self._watch_principal())
+        await asyncio.wait({reader, leaving, revoked, writer, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+        if self.revoked.is_set() and not self.ws.closed:
+            self.outbox.put_last(cbor2.dumps(self._revocation()))
+        elif self.leaving.is_set() and not self.ws.closed:
             self.outbox.put_last(cbor2.dumps({"op": "redirect", "leader_url": _leader_url(self.request)}))
         reader.cancel()
         leaving.cancel()
+        revoked.cancel()
+        watcher.cancel()
         for task in list(self.tasks):
             task.cancel()
         self.outbox.put_last(None)
@@ -219,7 +243,8 @@ class Session:
         writer.cancel()
         watchdog.cancel()
         await asyncio.gather(writer, watchdog, return_exceptions=True)
-        await self._close(CLOSE_NOT_LEADER if self.leaving.is_set() else 1000)
+        await self._close(CLOSE_REVOKED if self.revoked.is_set() else CLOSE_NOT_LEADER if self.leaving.is_set()
+                          else 1000)
 
     async def close(self) -> None:
         for task in list(self.tasks):
@@ -298,7 +323,11 @@ class Session:
                 return
             # Sending an answer waits for room in the outbox, so the next
             # frame is not read before the client has read enough.
-            await self._dispatch(frame, len(msg.data))
+            try:
+                await self._dispatch(frame, len(msg.data))
+            except Revoked:
+                self.revoked.set()
+                return
             if self.bad_frames_in_a_row >= MAX_BAD_FRAMES_IN_A_ROW:
                 await self._end(CLOSE_POLICY, f"{MAX_BAD_FRAMES_IN_A_ROW} malformed frames in a row")
                 return
@@ -324,11 +353,50 @@ class Session:
         self.tasks.discard(task)
         if not task.cancelled() and isinstance(task.exception(), LeadershipLost):
             self.leaving.set()
+        elif not task.cancelled() and isinstance(task.exception(), Revoked):
+            self.revoked.set()
         elif not task.cancelled() and task.exception() is not None:
             log.error("stream task failed", exc_info=task.exception())
 
+    # ---- who sends the frames ---------------------------------------------------------------------------
+    def principal(self) -> Principal | None:
+        """The connection's principal as this node knows it now; Revoked when it no longer takes it."""
+        if self.opened_by is None:
+            return None
+        current = self.app[PRINCIPALS].current(self.opened_by)
+        if current is None:
+            raise Revoked()
+        return current
+
+    async def _watch_principal(self) -> None:
+        """Close the connection as soon as its principal is revoked, frames or not."""
+        while self.opened_by is not None and self.opened_by.kept:
+            await self.app[PRINCIPALS].next_change()
+            try:
+                self.principal()
+            except Revoked:
+                self.revoked.set()
+                return
+
+    def _revocation(self) -> dict:
+        return {"op": "error", "error": "unauthorized", "status": 401,
+                "message": f"principal {self.opened_by.name!r} was revoked or given a new token: "
+                           "connect again with a valid one"}
+
+    def authorize(self, action: str, queue: str) -> Principal | None:
+        """The current principal, when it may `action` on `queue`; else Revoked or 403 forbidden."""
+        principal = self.principal()
+        if principal is not None and denial(self.app, self.request, principal, action, [queue]) is not None:
+            raise forbidden(principal, action, queue)
+        return principal
+
     # ---- frames ------------------------------------------------------------------------------------------
     async def _dispatch(self, frame, size: int) -> None:
+        try:
+            self.principal()
+        except Revoked:
+            self.revoked.set()
+            return
         op = frame.get("op") if isinstance(frame, dict) else None
         if op == "publish" or op in SETTLE_OPS:
             await self.in_flight.take(size)
@@ -354,7 +422,8 @@ class Session:
             return 0
         try:
             return await serving_group(self.app, [queue], creating=creating,
-                                       authorization=self.request.headers.get("Authorization"))
+                                       authorization=self.request.headers.get("Authorization"),
+                                       principal=self.principal())
         except Elsewhere as there:
             raise self._not_leader(there, queue) from None
 
@@ -369,8 +438,8 @@ class Session:
         unknown outcome: the client resends the frame, with the same ids, and is sent on to the new
         leader), so the frames of the groups this node still leads go on; otherwise LeadershipLost."""
         if self.routes_by_group:
-            return await apply(self.app, group, command)
-        return await self._leading(group, apply(self.app, group, command))
+            return await apply(self.app, group, command, self.principal())
+        return await self._leading(group, apply(self.app, group, command, self.principal()))
 
     async def _receive(self, group: int, command: dict) -> Committed | None:
         """A receive waiting up to IDLE_RECHECK_S; None when nothing came meanwhile. A receive
@@ -380,7 +449,8 @@ class Session:
         go on, ApiError not_leader naming the group's new leader (no_quorum while none is known)."""
         try:
             committed = await receive_waiting(self.app, group, command, IDLE_RECHECK_S, last_try=False,
-                                              encoded=True, client=self.request.remote)
+                                              encoded=True, client=self.request.remote,
+                                              principal=self.authorize(RECEIVE, command["queue"]))
         except ApiError as exc:
             if exc.code != "no_quorum" or self._leads(group):
                 raise
@@ -425,6 +495,7 @@ class Session:
                 raise ApiError("bad_request", "durability must be quorum, all or leader")
             if not cids or not all(is_int(c) for c in cids):
                 raise ApiError("bad_request", "messages must be a non-empty list of maps, each with an integer cid")
+            self.authorize(PUT, queue)
         except ApiError as exc:
             await self.send({"op": "confirm", "queue": frame.get("queue"), "results": [],
                              "refused": [_refusal(c, exc) for c in cids if is_int(c)]}
@@ -482,6 +553,7 @@ class Session:
             problem = check_command({**command, "now_ms": 0})
             if problem:
                 raise from_result(problem)
+            self.authorize(RECEIVE, queue)
             group = await self._group(queue)
             opened = Opened(self.app)
             result = (await self._apply(group, {**command, "receipts": opened.open(queue, receipts)})).result
@@ -528,6 +600,7 @@ class Session:
             lease_ms = frame.get("lease_ms")
             if lease_ms is not None and (not is_int(lease_ms) or not 1 <= lease_ms <= 1 << 40):
                 raise ApiError("bad_request", "lease_ms must be a positive integer")
+            self.authorize(RECEIVE, queue)
             group_of_queue = await self._group(queue)
             info = await leader_read(self.app, group_of_queue, "queue_info", queue)
             if "error" in info:
@@ -588,7 +661,7 @@ class Subscription:
         led elsewhere now: the client subscribes there), else wait before it tries again."""
         await self.session.send({"op": "error", "sub": self.id, "error": exc.code, "status": exc.status,
                                  "message": exc.message, **exc.details})
-        if exc.code == "not_leader":
+        if exc.code in ("not_leader", "forbidden"):    # led elsewhere now, or no longer allowed
             self._end()
             return True
         await asyncio.sleep(IDLE_RECHECK_S)

@@ -355,12 +355,14 @@ KEYS_ITERATIONS = 200_000
 class ClusterKeys:
     """Keys every node derives alike from the cluster secret, one per purpose, so that what
     one node makes another checks: a receipt's MAC (engine/link/receipts.py), the seal of an SQS
-    secret kept in group 0's log (api/sqs/credentials.py), and the client address a node
-    forwards a call for (api/forwarding.py). A cluster without a secret (--insecure-no-secret)
+    secret kept in group 0's log (api/sqs/credentials.py), the client address a node
+    forwards a call for (api/forwarding.py), and the hash of a principal's token kept in group
+    0's log (api/principals.py). A cluster without a secret (--insecure-no-secret)
     derives them from nothing: anyone can compute them."""
     receipts: bytes
     sqs_secrets: bytes
     forwarding: bytes
+    principal_tokens: bytes
 
     @classmethod
     def derive(cls, secret: str | None) -> "ClusterKeys":
@@ -373,4 +375,5 @@ class ClusterKeys:
 
         def key(purpose: bytes) -> bytes:
             return HKDF(algorithm=hashes.SHA256(), length=32, salt=KEYS_SALT, info=purpose).derive(stretched)
-        return cls(receipts=key(b"receipts"), sqs_secrets=key(b"sqs secrets"), forwarding=key(b"forwarding"))
+        return cls(receipts=key(b"receipts"), sqs_secrets=key(b"sqs secrets"), forwarding=key(b"forwarding"),
+                   principal_tokens=key(b"principal tokens"))

@@ -5,8 +5,8 @@ group may have a ready message. After an apply the engine's loop looks at the gr
 ready message wakes one waiter, oldest first, and a woken receiver *claims*
 it until it says it is done (``woken_done``), so that one put does not make
 hundreds of waiters write empty receives. The waits are capped per
-node and per client address (CommitError ``too_many_waiters``,
-``too_many_client_waiters``).
+node, per client address and per principal (CommitError ``too_many_waiters``,
+``too_many_client_waiters``, ``too_many_principal_waiters``).
 
 A put takes one waiter of each of its queue's groups along (``ride_queue``
 names its queue, ``put_queued`` notes it, ``ride`` acts when group commit
@@ -62,6 +62,7 @@ class LongPolls:
         self._puts_queued: dict[str, int] = {}   # queue -> the term its last put queued was stamped in
         self.receives_with_a_put = 0
         self._waiting_by_client: collections.Counter[str] = collections.Counter()
+        self._waiting_by_principal: collections.Counter[str] = collections.Counter()
         # per group, when each woken receiver not done yet was woken
         self._claims: dict[tuple[str, str], list[float]] = {}
         self._wake_scheduled = False
@@ -80,7 +81,8 @@ class LongPolls:
             self._loop.call_soon(self._wake_waiters)
 
     async def receive(self, command: dict, wait_s: float, max_waiters: int, *, last_try: bool = True,
-                      client: str | None = None, max_per_client: int = 0) -> Committed | None:
+                      client: str | None = None, max_per_client: int = 0,
+                      principal_cap: list | None = None) -> Committed | None:
         """A receive command that waits up to `wait_s` for something to lease.
 
         Waiting costs no log entry: the receive is written once something may
@@ -88,7 +90,9 @@ class LongPolls:
         `last_try` — once more at the end if nothing was (an HTTP receive
         answers with its result); without it the end of the wait is None.
         CommitError too_many_waiters when `max_waiters` wait on this node
-        already, too_many_client_waiters when `max_per_client` of `client` do.
+        already, too_many_client_waiters when `max_per_client` of `client` do,
+        too_many_principal_waiters when `principal_cap` ([principal, limit]) says its principal
+        holds its limit.
         """
         queue, group = command["queue"], command["group"]
         deadline = time.monotonic() + wait_s
@@ -100,7 +104,7 @@ class LongPolls:
                     if woken:
                         self.woken_done(queue, group)
                     outcome = await self.wait_ready(command, deadline - time.monotonic(), max_waiters,
-                                                    client, max_per_client)
+                                                    client, max_per_client, principal_cap)
                     woken = outcome not in ("ready", "timeout")
                     if outcome == "timeout" and not last_try:
                         return None
@@ -127,7 +131,8 @@ class LongPolls:
         return await self._submit(dict(command))
 
     async def wait_ready(self, command: dict, timeout: float, max_waiters: int,
-                         client: str | None = None, max_per_client: int = 0) -> str | asyncio.Future:
+                         client: str | None = None, max_per_client: int = 0,
+                         principal_cap: list | None = None) -> str | asyncio.Future:
         """Wait until the receive `command`'s group may have a ready message for this caller.
 
         "woken" when an apply woke this caller, or the receive's future when a
@@ -139,7 +144,8 @@ class LongPolls:
         `timeout`.  CommitError too_many_waiters when `max_waiters` wait already;
         too_many_client_waiters when `client` (the front's name for who asks:
         its address) has `max_per_client` waiting already, so that no one
-        client takes every slot.
+        client takes every slot; too_many_principal_waiters when `principal_cap`'s principal has
+        its limit waiting already, so that no one tenant does.
         """
         queue, group = command["queue"], command["group"]
         key = (queue, group)
@@ -150,6 +156,9 @@ class LongPolls:
         self._groups_waiting.setdefault(queue, set()).add(group)
         if client is not None:
             self._waiting_by_client[client] += 1
+        principal, principal_limit = principal_cap or (None, 0)
+        if principal is not None:
+            self._waiting_by_principal[principal] += 1
         try:
             if self._machine.read("has_ready", queue, group) or "error" in self._machine.read("group_info", queue, group):
                 return "ready"
@@ -157,6 +166,8 @@ class LongPolls:
                 raise CommitError("too_many_waiters")
             if client is not None and self._waiting_by_client[client] > max_per_client:
                 raise CommitError("too_many_client_waiters")
+            if principal is not None and self._waiting_by_principal[principal] > principal_limit:
+                raise CommitError("too_many_principal_waiters")
             riding = await asyncio.wait_for(waiter.woken, timeout)
             return "woken" if riding is None else riding
         except asyncio.TimeoutError:
@@ -171,6 +182,10 @@ class LongPolls:
                 self._waiting_by_client[client] -= 1
                 if not self._waiting_by_client[client]:
                     del self._waiting_by_client[client]
+            if principal is not None:
+                self._waiting_by_principal[principal] -= 1
+                if not self._waiting_by_principal[principal]:
+                    del self._waiting_by_principal[principal]
 
     def woken_done(self, queue: str, group: str) -> None:
         claims = self._claims.get((queue, group))

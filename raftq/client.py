@@ -284,6 +284,36 @@ class _Calls:
     def remove_sqs_key(self, access_key: str):
         return self._call("DELETE", f"/v1/sqs/keys/{_part(access_key)}", None, retry=True)
 
+    def principals(self, *, consistency: str = "leader"):
+        """Every principal the cluster keeps: rules, quotas, SQS access keys; never a secret."""
+        return self._call("GET", f"/v1/principals?consistency={consistency}", None, retry=True)
+
+    def principal(self, name: str, *, consistency: str = "leader"):
+        return self._call("GET", f"/v1/principals/{_part(name)}?consistency={consistency}", None, retry=True)
+
+    def add_principal(self, name: str, rules: list, *, quotas: dict | None = None, sqs: bool = False):
+        """A new principal: its token (and SQS key) are in this answer only. Not retried: a retry
+        would find it made, and its token gone."""
+        body = {"name": name, "rules": rules, **({"quotas": quotas} if quotas else {}), **({"sqs": True} if sqs else {})}
+        return self._call("POST", "/v1/principals", body, retry=False)
+
+    def change_principal(self, name: str, *, rules: list | None = None, quotas: dict | None = None,
+                         new_token: bool = False, new_sqs_key: bool = False):
+        """Replace its rules or quotas; a new token or SQS key is in this answer only (not retried)."""
+        body = {**({"rules": rules} if rules is not None else {}), **({"quotas": quotas} if quotas is not None else {}),
+                **({"new_token": True} if new_token else {}), **({"new_sqs_key": True} if new_sqs_key else {})}
+        return self._call("PATCH", f"/v1/principals/{_part(name)}", body, retry=not (new_token or new_sqs_key))
+
+    def remove_principal(self, name: str):
+        return self._call("DELETE", f"/v1/principals/{_part(name)}", None, retry=True)
+
+    def audit(self, *, limit: int = 100):
+        """The last credential changes, and the requests the answering node refused."""
+        return self._call("GET", f"/v1/audit?limit={limit}", None, retry=True)
+
+    def whoami(self):
+        return self._call("GET", "/v1/whoami", None, retry=True)
+
     def live(self):
         return self._call("GET", "/health/live", None, retry=False)
 

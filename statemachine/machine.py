@@ -61,8 +61,10 @@ entry, so that applying one entry stays far below the election timeout.
 Raft groups (issue 24): a cluster runs ``group_count`` groups, each with its
 own machine, which knows its ``group_id``.  Group 0's machine also holds the
 catalog, queue name -> group (``catalog.py``: ``assign``, and the reads
-``catalog_lookup``, ``list_catalog`` and ``catalog_usage``), the SQS API's keys
-(``credentials.py``: ``sqs_key_add``, ``sqs_key_remove``, the read ``sqs_keys``) and each other group's members
+``catalog_lookup``, ``list_catalog`` and ``catalog_usage``), the principals
+(``principals.py``: ``principal_add``, ``principal_update``, ``principal_remove``, and the
+SQS keys of a role, ``sqs_key_add``, ``sqs_key_remove``; the reads ``list_principals``,
+``principals_version`` and ``principal_events``) and each other group's members
 (``record_members``, ``replica_move``, ``replica_moved``, ``node_leaving``; the read
 ``group_members``).  With more than one group, every command
 whose op may create a queue (the ``creates_queues`` column of ``OPS``; a
@@ -70,6 +72,14 @@ queue config may name a dead-letter queue, which a later move creates) must
 carry ``raft_group`` equal to the machine's own id, else it is refused
 ``wrong_group`` whole, on every replica alike: a front that routed by a stale
 or wrong view can never create one queue in two groups.
+
+Principals (issue 52): a command of a principal carries its name and quotas
+(``quotas.py``): the queue it creates is its own, and the queues it would own
+and the bytes its queues would store are held to its quotas (``quota_exceeded``,
+nothing changed). What only the state names, a redrive's sources and a stage
+commit's stages, is held to the patterns the command carries
+(``allowed_queues``): a redrive moves only the dead letters of the sources it
+may, a stage commit into a queue it may not put to is refused ``forbidden``.
 """
 
 import gc
@@ -81,22 +91,27 @@ import cbor2
 
 from .bodies import CARRIES_BODIES, BodyFinder, BodyRef
 from .catalog import Catalog, Members
-from .credentials import Credentials
+from .principals import Principals
+from .quotas import Quotas
 from .columns import encode_column
 from .due import DueIndex
 from .queue import Queue
 from .rows import Tally
 from .redrive import redrive
 from .release import NameRelease
-from .results import (BAD_REQUEST, CONFLICT, INSUFFICIENT_STORAGE, INTERNAL, LIMIT_REACHED, NOT_FOUND,
-                      STALE_RECEIPT, WRONG_GROUP, error)
+from .results import (BAD_REQUEST, CONFLICT, FORBIDDEN, INSUFFICIENT_STORAGE, INTERNAL, LIMIT_REACHED,
+                      NOT_FOUND, STALE_RECEIPT, WRONG_GROUP, error)
+from .rules import any_pattern_matches
 from .staging import DEFAULT_STAGE_TTL_MS, MAX_BATCH_STEP, Staging
 from .wall import WallTimes
 from . import validation as v
 from .validation import full_config
 
 SNAPSHOT_FORMAT = "raftq-statemachine"
-SNAPSHOT_VERSION = 17
+SNAPSHOT_VERSION = 18
+# Version 17 is version 18 with the SQS keys group 0 keeps as they were before principals
+# (``credentials``: each restores as the principal of its role that sqs_key_add makes now),
+# and without the queues' owners and the quotas commands carried (quotas.py): none owned.
 # Version 16 is version 17 without messages' priorities, retained messages, and groups'
 # pauses and rate limits (issue 51): it restores with every message of priority 0, none
 # retained, no group paused or limited.
@@ -124,7 +139,7 @@ SNAPSHOT_VERSION = 17
 # each message's first delivery and without ordering keys,
 # version 5 also without staged writes, version 4 also without redrive:
 # a node upgraded in place restores any of them.
-READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17)
+READABLE_SNAPSHOT_VERSIONS = (4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18)
 # Making a queue costs more than a put into one (its default group holds
 # three sorted containers): 10 000 in one entry held the apply past the
 # election timeout (issue 21). 500 cost about as much as the widest put of
@@ -149,7 +164,8 @@ class StateMachine:
         self.group_count = group_count
         self.catalog = Catalog(group_count)   # only group 0's is ever filled
         self.recorded_members = Members(group_count)   # group 0's alone, like the catalog
-        self.credentials = Credentials()      # group 0's alone, like the catalog
+        self.principals = Principals()        # group 0's alone, like the catalog
+        self.quotas = Quotas()                # who owns each queue (and catalog name), quotas carried
         self.release = NameRelease(group_id)  # the names of queues deleted here leaving the catalog
         self.clock = 0
         self.wall = WallTimes()               # the wall time of log time, for what is shown (wall.py)
@@ -161,6 +177,7 @@ class StateMachine:
         self.staging = Staging()
         self.queues_left_in_entry = MAX_NEW_QUEUES_PER_ENTRY   # (not state: reset by each entry)
         self.entry_index: int | None = None   # the log index of the entry being applied, when known
+        self.acting: str | None = None        # the principal of the command being applied (not state)
 
     # ---- applying the log -----------------------------------------------------
     def apply_entry(self, entry: bytes, index: int | None = None) -> list:
@@ -195,10 +212,14 @@ class StateMachine:
             finder.refer(cmd)
         if cmd["now_ms"] > self.clock:
             self.clock = cmd["now_ms"]
+        self.acting = cmd.get("principal")
         try:
-            return OPS[cmd["op"]].handler(self, cmd)
+            result = OPS[cmd["op"]].handler(self, cmd)
         except Exception as exc:  # a bug: same state + same command fail alike on every replica
             return error(INTERNAL, f"{type(exc).__name__}: {exc}")
+        if "error" not in result:
+            self.quotas.note(cmd)
+        return result
 
     def _check_owner(self, cmd):
         """None unless the command may create a queue and is not stamped for this group."""
@@ -222,7 +243,9 @@ class StateMachine:
         queue.advance(self.clock)
         self.due.note(queue)
 
-    def _new_queue(self, name: str, config: dict) -> Queue:
+    def _new_queue(self, name: str, config: dict, owner: str | None = None) -> Queue:
+        """A new queue of `owner` (by default the command's principal)."""
+        self.quotas.queues.own(name, owner or self.acting)
         self.release.note_created(name)
         self.incarnations += 1
         self.queues_left_in_entry -= 1
@@ -248,6 +271,10 @@ class StateMachine:
         if len(new) > self.queues_left_in_entry:
             return error(LIMIT_REACHED, f"this would create {len(new)} queues in one log entry, which creates "
                                         f"at most {MAX_NEW_QUEUES_PER_ENTRY}: create them in smaller requests")
+        if self.group_count == 1:   # with several, group 0's catalog counts a principal's names (_assign)
+            problem = self.quotas.room_for_queues(self.quotas.queues, len(new), cmd)
+            if problem:
+                return problem
         cap = cmd.get("max_queues")
         if cap is not None and len(self.queues) + len(new) > cap:
             holder = "this cluster" if self.group_count == 1 else f"Raft group {self.group_id}"
@@ -312,6 +339,7 @@ class StateMachine:
         if queue is None:
             return self._missing(cmd["queue"])
         self.stored.bytes -= queue.rows.bytes + queue.rows.retained_bytes
+        self.quotas.queues.forget(cmd["queue"])
         self.due.forget(cmd["queue"])
         if self.group_count > 1:
             self.release.note_deleted(cmd["queue"])
@@ -440,7 +468,7 @@ class StateMachine:
             problem = queue.check_capacity(messages)
             if problem:
                 return problem
-        return self._room_for_bytes(batches, cmd)
+        return self._room_for_bytes(batches, cmd) or self.quotas.room_for_bytes(self, batches, cmd)
 
     def _room_for_bytes(self, batches: dict, cmd):
         """None unless the puts would grow the bytes this group's queues store past the cap the
@@ -490,6 +518,11 @@ class StateMachine:
         batches, problem = self.staging.check_commit(producer, parts)
         if problem:
             return problem
+        allowed = cmd.get("allowed_queues")
+        for name in batches if allowed is not None else ():
+            if not any_pattern_matches(allowed, name):
+                return error(FORBIDDEN, f"principal {self.acting!r} may not put to queue {name!r}, which a stage "
+                                        "of this commit writes to: nothing was published", action="put", queue=name)
         for name in batches:
             self._touch(name)
         problem = self._check_room(batches, cmd.get("auto_create", True), cmd)
@@ -550,7 +583,8 @@ class StateMachine:
             if target_name is not None:
                 target = self.queues.get(target_name)
                 if target is None:
-                    target = self._new_queue(target_name, full_config({}))
+                    target = self._new_queue(target_name, full_config({}),
+                                             owner=self.quotas.queues.owners.get(queue.name))
                 self._advance(target)
                 headers = {**dict(rows.headers.get(seq, ())),
                            "x-raftq-from-queue": queue.name,
@@ -601,7 +635,19 @@ class StateMachine:
 
     # ---- the catalog (catalog.py), group 0's alone --------------------------------------------
     def _assign(self, cmd):
-        return self._in_catalog() or self.catalog.assign(cmd["queues"], cmd.get("max_names"))
+        """Place the names; those new to the catalog are the principal's, held to its queues quota."""
+        refusal = self._in_catalog()
+        if refusal:
+            return refusal
+        new = [name for name in dict.fromkeys(cmd["queues"]) if name not in self.catalog.assigned]
+        problem = self.quotas.room_for_queues(self.quotas.names, len(new), cmd)
+        if problem:
+            return problem
+        result = self.catalog.assign(cmd["queues"], cmd.get("max_names"))
+        if "error" not in result:
+            for name in new:
+                self.quotas.names.own(name, self.acting)
+        return result
 
     def _record_members(self, cmd):
         return self._in_catalog() or self.recorded_members.record(cmd["groups"])
@@ -622,7 +668,10 @@ class StateMachine:
             return refusal
         if "fence" in cmd and self.entry_index is None:
             return error(BAD_REQUEST, "a release taken in turn is applied from the log, at its index")
-        return self.catalog.release(cmd["group"], cmd["names"], cmd.get("fence"), self.entry_index)
+        result = self.catalog.release(cmd["group"], cmd["names"], cmd.get("fence"), self.entry_index)
+        for name in result.get("released", ()):
+            self.quotas.names.forget(name)
+        return result
 
     # ---- names leaving the catalog (release.py), in every group -------------------------------
     def _retire_names(self, cmd):
@@ -660,15 +709,30 @@ class StateMachine:
         held = self._names_held()
         return {"names": [name for name in names if name not in held]}
 
-    # ---- credentials (credentials.py), group 0's alone ----------------------------------------
+    # ---- principals (principals.py), group 0's alone -------------------------------------------
+    def _principal_add(self, cmd):
+        return self._in_catalog() or self.principals.add(cmd)
+
+    def _principal_update(self, cmd):
+        return self._in_catalog() or self.principals.update(cmd)
+
+    def _principal_remove(self, cmd):
+        return self._in_catalog() or self.principals.remove(cmd)
+
     def _sqs_key_add(self, cmd):
-        return self._in_catalog() or self.credentials.add_sqs_key(cmd["access_key"], cmd["role"], cmd["sealed"])
+        return self._in_catalog() or self.principals.add_sqs_key(cmd)
 
     def _sqs_key_remove(self, cmd):
-        return self._in_catalog() or self.credentials.remove_sqs_key(cmd["access_key"])
+        return self._in_catalog() or self.principals.remove_sqs_key(cmd)
 
-    def sqs_keys(self) -> dict:
-        return self.credentials.list_sqs_keys()
+    def list_principals(self) -> dict:
+        return self.principals.listing()
+
+    def principals_version(self) -> int:
+        return self.principals.version
+
+    def principal_events(self, limit: int) -> dict:
+        return self.principals.events(limit)
 
     def _in_catalog(self) -> dict | None:
         if self.group_id != 0:
@@ -802,7 +866,8 @@ class StateMachine:
             "catalog_releases": self.catalog.releases,
             "catalog_last_release": self.catalog.last_release_state(),
             "group_members": self.recorded_members.to_state(),
-            "credentials": self.credentials.to_state(),
+            "principals": self.principals.to_state(),
+            "quotas": self.quotas.to_state(),
             "name_release": self.release.to_state(),
             "clock": self.clock,
             "wall_times": self.wall.to_state(),
@@ -822,7 +887,8 @@ class StateMachine:
         self.catalog.releases = state.get("catalog_releases", 0)
         self.catalog.restore_last_release(state.get("catalog_last_release", []))
         self.recorded_members = Members.from_state(self.group_count, state.get("group_members"))
-        self.credentials = Credentials.from_state(state.get("credentials"))
+        self.principals = Principals.from_state(state.get("principals"), state.get("credentials"))
+        self.quotas = Quotas.from_state(state.get("quotas"))
         self.release = NameRelease.from_state(self.group_id, state.get("name_release"))
         self.clock = state["clock"]
         self.wall = WallTimes.from_state(state.get("wall_times"))
@@ -902,7 +968,10 @@ OPS: dict[str, Op] = {
     "replica_moved": Op(StateMachine._replica_moved, v.check_replica_moved),
     "node_leaving": Op(StateMachine._node_leaving, v.check_node_leaving),
     "release_names": Op(StateMachine._release_names, v.check_release_names),
-    # credentials (group 0)
+    # principals (group 0)
+    "principal_add": Op(StateMachine._principal_add, v.check_principal_add),
+    "principal_update": Op(StateMachine._principal_update, v.check_principal_update),
+    "principal_remove": Op(StateMachine._principal_remove, v.check_principal_remove),
     "sqs_key_add": Op(StateMachine._sqs_key_add, v.check_sqs_key_add),
     "sqs_key_remove": Op(StateMachine._sqs_key_remove, v.check_sqs_key_remove),
     # names leaving the catalog, in every group
@@ -936,7 +1005,9 @@ OPS: dict[str, Op] = {
     "names_retiring": _read(StateMachine.names_retiring),
     "names_absent": _read(StateMachine.names_absent),
     "catalog_names_in": _read(StateMachine.catalog_names_in),
-    "sqs_keys": _read(StateMachine.sqs_keys),
+    "list_principals": _read(StateMachine.list_principals),
+    "principals_version": _read(StateMachine.principals_version),
+    "principal_events": _read(StateMachine.principal_events),
 }
 
 
@@ -982,7 +1053,8 @@ def check_command(cmd):
     op = OPS.get(cmd.get("op")) if isinstance(cmd, dict) and isinstance(cmd.get("op"), str) else None
     if op is None or op.read:
         return error(BAD_REQUEST, "unknown command")
-    return v.check_now(cmd) or v.check_raft_group(cmd) or v.check_catalog_index(cmd) or op.check(cmd)
+    return (v.check_now(cmd) or v.check_raft_group(cmd) or v.check_catalog_index(cmd) or v.check_acting_principal(cmd)
+            or op.check(cmd))
 
 
 __all__ = ["StateMachine", "OPS", "check_command", "queues_it_may_make", "feature_needed", "encode_entry",

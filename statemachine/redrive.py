@@ -17,12 +17,16 @@ Rules (docs/api.md):
 - a source queue that no longer exists, or is full (``overflow: reject``),
   keeps its dead letters where they are; later dead letters of the same source
   wait with them, so a source receives its dead letters in their order;
+- a redrive of a principal moves only the dead letters of the sources it may
+  redrive to (``allowed_queues``, its patterns: rules.py); the others stay where
+  they are, as if ``from_queue`` had left them out;
 - a redrive with an ``id`` is answered once: the same id again within the
   dead-letter queue's ``dedup_window_ms`` moves nothing and answers the first
   result with ``"duplicate": true`` (clients retry with the same id after a
   timeout or failover).
 """
 
+from .rules import any_pattern_matches
 
 FROM_QUEUE = "x-raftq-from-queue"
 DEAD_LETTER_HEADERS = frozenset({FROM_QUEUE, "x-raftq-from-group", "x-raftq-deliveries", "x-raftq-reason"})
@@ -37,6 +41,7 @@ def redrive(machine, cmd) -> dict:
     if request_id is not None and request_id in dlq.redrives:
         return {**dlq.redrives[request_id][0], "duplicate": True}
     wanted, limit = cmd.get("from_queue"), cmd.get("max") or DEFAULT_MAX
+    allowed = cmd.get("allowed_queues")
     moved, to = 0, {}
     blocked = set()        # sources that are gone or full: their later dead letters wait too
     # Only the message at hand leaves the dead-letter queue, so a copy of its seqs stays true.
@@ -46,7 +51,8 @@ def redrive(machine, cmd) -> dict:
             break
         held_headers = rows.headers.get(seq, ())
         source = dict(held_headers).get(FROM_QUEUE)
-        if source is None or source == dlq.name or source in blocked or wanted not in (None, source):
+        if source is None or source == dlq.name or source in blocked or wanted not in (None, source) \
+                or (allowed is not None and not any_pattern_matches(allowed, source)):
             continue
         if any(seq in group.leases for group in dlq.groups.values()):
             continue

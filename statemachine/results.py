@@ -15,12 +15,17 @@ LIMIT_REACHED = "limit_reached"
 INTERNAL = "internal"
 # Issue 47: a put past the cluster's --max-stored-bytes (and, at the fronts, a node's disk below its watermark).
 INSUFFICIENT_STORAGE = "insufficient_storage"
+# Issue 52: a queue the command's principal may not touch (the patterns it carries), and a
+# principal's quota that the command would pass (quotas.py).
+FORBIDDEN = "forbidden"
+QUOTA_EXCEEDED = "quota_exceeded"
 # Issue 24: a command for a queue another Raft group owns, and a request whose queues span groups.
 WRONG_GROUP = "wrong_group"
 CROSS_GROUP = "cross_group"
 
 ERROR_CODES = frozenset({BAD_REQUEST, NOT_FOUND, CONFLICT, STALE_RECEIPT, QUEUE_FULL, TOO_LARGE,
-                         LIMIT_REACHED, INTERNAL, WRONG_GROUP, CROSS_GROUP, INSUFFICIENT_STORAGE})
+                         LIMIT_REACHED, INTERNAL, WRONG_GROUP, CROSS_GROUP, INSUFFICIENT_STORAGE, FORBIDDEN,
+                         QUOTA_EXCEEDED})
 
 
 def error(code: str, message: str, **details) -> dict:

@@ -9,11 +9,13 @@ table (``machine.OPS``) names each command's validator, and
 ``check_command`` runs it.
 """
 
-from raftq.wire_format import NAME_PATTERN, is_name
+from raftq.wire_format import NAME_PATTERN, is_name, is_pattern
 
 from .backoff import MAX_FACTOR, full_policy
 from .ready import PRIORITIES
+from .principals import QUOTAS
 from .results import BAD_REQUEST, error
+from .rules import MAX_PATTERNS, MAX_RULES, check_rules
 
 MAX_BATCH = 10_000
 MAX_RECEIVE = 1_000
@@ -665,10 +667,99 @@ def check_sqs_key_add(cmd):
         return problem
     if cmd.get("role") not in SQS_ROLES:
         return error(BAD_REQUEST, "role must be admin or data")
-    sealed = cmd.get("sealed")
+    return _check_sealed(cmd.get("sealed"))
+
+
+def _check_sealed(sealed):
     if not isinstance(sealed, bytes) or not 0 < len(sealed) <= MAX_SEALED_SECRET_BYTES:
         return error(BAD_REQUEST, f"sealed must be 1 to {MAX_SEALED_SECRET_BYTES} bytes")
     return None
+
+
+# ---- principals (principals.py, quotas.py, rules.py) ------------------------------------------
+TOKEN_HASH_BYTES = 32
+MAX_QUOTA = 1 << 62
+MAX_BY_CHARS = 256
+
+
+def check_quotas(quotas, what: str = "quotas"):
+    if not isinstance(quotas, dict) or not set(quotas) <= set(QUOTAS) \
+            or not all(is_int(v) and 0 <= v <= MAX_QUOTA for v in quotas.values()):
+        return error(BAD_REQUEST, f"{what} must map some of {', '.join(QUOTAS)} to integers from 0 to {MAX_QUOTA}")
+    return None
+
+
+def check_acting_principal(cmd):
+    """What a command of a principal carries (every op may): its name and its quotas, as the
+    front read them, and the queues it may touch that only the state names (``allowed_queues``:
+    a redrive's sources, a stage commit's stages)."""
+    principal = cmd.get("principal")
+    if principal is not None and not is_name(principal):
+        return error(BAD_REQUEST, f"principal must match {NAME_PATTERN}")
+    if cmd.get("quotas") is not None:
+        problem = check_quotas(cmd["quotas"])
+        if problem:
+            return problem
+    allowed = cmd.get("allowed_queues")
+    if allowed is not None and (not isinstance(allowed, list) or len(allowed) > MAX_RULES * MAX_PATTERNS
+                                or not all(is_pattern(p) for p in allowed)):
+        return error(BAD_REQUEST, "allowed_queues must be a list of queue-name patterns")
+    return None
+
+
+def _check_by(cmd):
+    by = cmd.get("by")
+    if by is not None and (not isinstance(by, str) or not 1 <= len(by) <= MAX_BY_CHARS):
+        return error(BAD_REQUEST, f"by must be a string of 1 to {MAX_BY_CHARS} characters")
+    return None
+
+
+def _check_token_hash(value):
+    if value is not None and (not isinstance(value, bytes) or len(value) != TOKEN_HASH_BYTES):
+        return error(BAD_REQUEST, f"token_hash must be {TOKEN_HASH_BYTES} bytes")
+    return None
+
+
+def _check_sealed_key(key):
+    if key is None:
+        return None
+    if not isinstance(key, dict) or set(key) != {"access_key", "sealed"}:
+        return error(BAD_REQUEST, "sqs_key must be an object with access_key and sealed")
+    return check_sqs_key_remove(key) or _check_sealed(key["sealed"])
+
+
+def check_principal_remove(cmd):
+    """principal_remove: the principal's name, and who removes it."""
+    return check_name(cmd.get("name"), "principal name") or _check_by(cmd)
+
+
+def check_principal_add(cmd):
+    """principal_add: a name, rules, quotas, and credentials as the front made them: a token's
+    hash and an SQS key's sealed secret, at least one of them."""
+    problem = (check_principal_remove(cmd) or check_rules(cmd.get("rules"))
+               or check_quotas(cmd.get("quotas", {})) or _check_token_hash(cmd.get("token_hash"))
+               or _check_sealed_key(cmd.get("sqs_key")))
+    if problem:
+        return problem
+    if cmd.get("token_hash") is None and cmd.get("sqs_key") is None:
+        return error(BAD_REQUEST, "a principal needs a token or an SQS key")
+    return None
+
+
+def check_principal_update(cmd):
+    """principal_update: a name and at least one of rules, quotas, a new token's hash, an SQS key."""
+    problem = check_principal_remove(cmd)
+    if problem:
+        return problem
+    if not {"rules", "quotas", "token_hash", "sqs_key"} & set(cmd):
+        return error(BAD_REQUEST, "a change names rules, quotas, token_hash or sqs_key")
+    if "token_hash" in cmd and cmd["token_hash"] is None:
+        return error(BAD_REQUEST, f"token_hash must be {TOKEN_HASH_BYTES} bytes")
+    if "sqs_key" in cmd and cmd["sqs_key"] is None:
+        return error(BAD_REQUEST, "sqs_key must be an object with access_key and sealed")
+    return ((check_rules(cmd["rules"]) if "rules" in cmd else None)
+            or (check_quotas(cmd["quotas"]) if "quotas" in cmd else None)
+            or _check_token_hash(cmd.get("token_hash")) or _check_sealed_key(cmd.get("sqs_key")))
 
 
 def check_node_leaving(cmd):

@@ -61,6 +61,7 @@ T_SSG = "tests/test_security_staging.py::"
 T_SEC = "tests/test_security_sqs.py::"
 T_ALM = "tests/test_disk_alarm.py::"
 T_CHK = "tests/test_chaos_checker.py::"
+T_PRN = "tests/test_principals.py::"
 RULES = ("tests/test_statemachine_rules.py", "tests/test_statemachine_model.py")
 T_MODEL = "tests/test_statemachine_model.py"
 T_PRI = "tests/test_statemachine_priorities.py::"
@@ -92,8 +93,8 @@ MUTANTS = [
            "                    raise\n                return await handler(request)\n",
            (T_API + "test_reads_and_receives_in_flight_as_the_lead_moves_are_sent_where_it_went",)),
     Mutant("receive-of-unknown-outcome-answered-503", "a receive whose outcome the lost lead made unknown is served again",
-           "api/commands.py", "committed = await _committed(app, node, call, wait_s, unknown_served_again=True)",
-           "committed = await _committed(app, node, call, wait_s)",
+           "api/commands.py", "committed = await _committed(app, node, call, wait_s, unknown_served_again=True,",
+           "committed = await _committed(app, node, call, wait_s,",
            (T_API + "test_receives_the_lead_lost_mid_round_are_served_again_not_left_unknown",)),
     Mutant("verify-lead-lost-is-a-bug", "a verify whose checkpoint the lost lead left unwritten is served again",
            "api/cluster.py", "token, digest = await take_checkpoint(request.app, group)",
@@ -326,8 +327,8 @@ MUTANTS = [
            "ages = [1 << 62 if held is not None or True else 0",
            ("tests/test_routing.py::test_a_front_whose_catalog_lags_is_refused_by_the_fence_and_sends_the_put_where_the_queue_is_now",)),
     Mutant("fenced-request-not-routed-again", "a request a group refuses by its fence is routed again, not refused",
-           "api/commands.py", "    committed = await _committed(app, node, node.apply(command), 0.0)\n    await _check_placement(",
-           "    committed = await _committed(app, node, node.apply(command), 0.0)\n    0 and _check_placement(",
+           "api/commands.py", "quota_refusal(principal, code, group, app))\n    await _check_placement(",
+           "quota_refusal(principal, code, group, app))\n    0 and _check_placement(",
            ("tests/test_routing.py::test_a_front_whose_catalog_lags_is_refused_by_the_fence_and_sends_the_put_where_the_queue_is_now",
             "tests/test_routing.py::test_queues_deleted_and_made_again_under_puts_through_every_front_never_live_in_two_groups")),
     Mutant("release-before-every-node-has-it", "no node writes the name release's commands while a node runs an older release",
@@ -774,8 +775,8 @@ MUTANTS = [
            "api/sqs/sigv4.py", 'JSON_REQUIRED_SIGNED = ("x-amz-target",)', "JSON_REQUIRED_SIGNED = ()",
            (T_SEC + "test_the_action_the_host_and_a_date_ahead_must_be_signed_as_aws_wants",)),
     Mutant("sqs-body-read-before-auth", "an SQS call's headers are checked before its body is read",
-           "api/sqs/service.py", "        _refuse_too_large(request)\n        keys = request.app[KEYS]",
-           "        _refuse_too_large(request)\n        await _body(request)\n        keys = request.app[KEYS]",
+           "api/sqs/service.py", "        _refuse_too_large(request)\n        principals = request.app[PRINCIPALS]",
+           "        _refuse_too_large(request)\n        await _body(request)\n        principals = request.app[PRINCIPALS]",
            (T_SEC + "test_a_call_that_fails_its_headers_is_refused_before_its_body_is_read",)),
     Mutant("receipt-guessable", "a receipt without its MAC names no lease once every node seals receipts",
            "engine/link/receipts.py", "if unsealed_too and PLAIN.fullmatch(given):", "if PLAIN.fullmatch(given):",
@@ -810,6 +811,41 @@ MUTANTS = [
            "engine/node.py", "self._base = applied + 1 if applied > 0 else wall_ms()",
            "self._base = applied if applied > 0 else wall_ms()",
            ("tests/test_log_clock.py",)),
+    # ---- principals: who may do what, revoked and held to quotas (issue 52) --------------------------
+    Mutant("rule-checked-only-at-stream-upgrade", "the streaming wire checks every frame's queue, not only the upgrade",
+           "api/stream.py",
+           "        if principal is not None and denial(self.app, self.request, principal, action, [queue]) is not None:",
+           "        if False:",
+           (T_PRN + "test_put_on_orders_puts_to_orders_eu_and_nothing_else_at_every_door",)),
+    Mutant("transaction-second-queue-unchecked", "a transaction's every queue is checked, and a refusal writes nothing",
+           "api/messages.py", "authorize(request, PUT, [part[\"queue\"] for part in puts])",
+           "authorize(request, PUT, [part[\"queue\"] for part in puts][:1])",
+           (T_PRN + "test_put_on_orders_puts_to_orders_eu_and_nothing_else_at_every_door",)),
+    Mutant("dead-letter-target-unchecked", "a queue's dead-letter target needs admin on it too",
+           "api/queues.py", "    authorize(request, ADMIN, names[1:])", "    authorize(request, ADMIN, [])",
+           (T_PRN + "test_a_dead_letter_target_and_a_redrive_source_are_checked_too",)),
+    Mutant("revoked-principal-accepted", "a revoked principal is refused by every node within a second",
+           "api/principals.py",
+           "        self._by_hash, self._by_name, self.kept_keys, self._seals = by_hash, by_name, keys, seals",
+           "        self._by_hash, self._by_name, self.kept_keys, self._seals = "
+           "{**self._by_hash, **by_hash}, {**self._by_name, **by_name}, {**self.kept_keys, **keys}, seals",
+           (T_PRN + "test_a_revoked_principal_is_refused_by_every_node_within_a_second",)),
+    Mutant("quota-counted-per-node", "a principal's long polls are counted for the cluster, not by each group's leader",
+           "api/principals.py", "    return [principal.name, share(limit, app[GROUPS].count, group)]",
+           "    return [principal.name, limit]",
+           (T_PRN + "test_with_several_groups_quotas_count_the_clusters_not_each_groups",)),
+    Mutant("put-rate-ignored", "a principal puts at most its put_rate",
+           "api/principals.py", "    if rate is None or count is None:\n        return None",
+           "    if True:\n        return None",
+           (T_PRN + "test_a_principal_puts_at_most_its_put_rate",)),
+    Mutant("put-rate-refusal-answered-at-once", "a put past put_rate is answered a second late, so a flood costs "
+           "its sender the time", "api/commands.py", "                await asyncio.sleep(RATE_REFUSAL_HELD_S)\n",
+           "                pass\n", (T_PRN + "test_a_principal_puts_at_most_its_put_rate",)),
+    Mutant("stored-bytes-quota-ignored", "a principal's queues store at most its stored_bytes quota",
+           "statemachine/machine.py",
+           "return self._room_for_bytes(batches, cmd) or self.quotas.room_for_bytes(self, batches, cmd)",
+           "return self._room_for_bytes(batches, cmd)",
+           (T_PRN + "test_a_principals_queues_store_at_most_its_stored_bytes_quota",)),
 ]
 
 

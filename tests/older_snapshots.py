@@ -18,7 +18,10 @@ version 14 adds the catalog's last release of each group taken in turn
 the wall time of log time (statemachine/wall.py), likewise; version 17 adds
 each row's priority (a column of the rows, after the references'), retained
 rows (a received value of 2) and each group's pause and rate limit (after its
-first deliveries' times).
+first deliveries' times); version 18 keeps
+principals (statemachine/principals.py) in place of the SQS keys and the
+queues' owners (statemachine/quotas.py), which a reader of version 17 takes
+as principals of the keys' roles and none owned.
 A snapshot with references has no older layout: only one of a machine
 that applied its entries without their log indexes is rewritten; nor has
 one with a priority, a retained message, a back-off policy or retention in a
@@ -46,6 +49,8 @@ def downgraded(snapshot: bytes, version: int) -> dict:
     """The decoded snapshot, marked `version`, its messages in that version's layout."""
     state = cbor2.loads(snapshot)
     state["version"] = version
+    if version < 18:
+        without_principals(state)
     for queue in state["queues"]:
         if version < 17:
             without_issue_51(queue)
@@ -56,6 +61,17 @@ def downgraded(snapshot: bytes, version: int) -> dict:
         elif version < 10:
             queue[6] = rows_without_references(queue[6])
     return state
+
+
+def without_principals(state: dict) -> None:
+    """Version 17's state: the SQS keys group 0 keeps (none, as a state without principals has), no
+    queue owned, no quotas carried (version 18's principals and quotas, statemachine/quotas.py)."""
+    principals, quotas = state.pop("principals"), state.pop("quotas")
+    if principals["principals"] or principals["audit"] or principals["version"]:
+        raise NoOlderLayout("the state keeps principals, or their changes")
+    if quotas["queues"] or quotas["names"] or quotas["carried"]:
+        raise NoOlderLayout("the state holds a principal's queues or quotas")
+    state["credentials"] = {"sqs_keys": []}
 
 
 def without_issue_51(queue: list) -> None:

@@ -722,7 +722,7 @@ def trace_header_only(request: Call, expected: dict):
 def no_queue_policies(request: Call, expected: dict):
     if request.action == "AddPermission" and expected["status"] == 200:
         return error(400, "AWS.SimpleQueueService.UnsupportedOperation", _json_type(request, SQS + "UnsupportedOperation"),
-                     re.compile("raftq grants access by the role of each key .*"))
+                     re.compile("raftq grants access by the rules of each key.s principal .*"))
     return None
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_for_settled_leaders
+from tests.waiting import wait_until
 from tests.wire import call
 
 pytestmark = pytest.mark.integration
@@ -198,9 +199,9 @@ def test_console_says_which_token_it_needs_and_when_one_was_rejected(fresh_clust
         try:
             page = browser.new_page()
             page.goto(cluster.url("n1") + "/ui")
-            connection_says(page, "admin token", "is needed")
-            for token, words in (("not-a-token", ("was rejected", "admin token")),
-                                 (cluster.cfg.tokens.data, ("may not see the cluster", "admin token")),
+            connection_says(page, "the metrics action", "is needed")
+            for token, words in (("not-a-token", ("was rejected", "the metrics action")),
+                                 (cluster.cfg.tokens.data, ("may not see the cluster", "the metrics action")),
                                  (cluster.token, ("live · leader n1",))):
                 page.fill("#token", token)
                 page.click("#token-form button")
@@ -234,5 +235,46 @@ def test_with_four_groups_the_console_shows_the_groups_their_leaders_and_the_cat
             summary_says(page, "catalog: 2 of 20 queue names")
             RESULTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(RESULTS / "groups.png"))
+        finally:
+            browser.close()
+
+
+def test_the_principals_page_makes_a_principal_shows_its_token_once_and_revokes_it(fresh_cluster):
+    """An operator makes a principal with a rule and a quota on the console's principals page, is
+    shown its token once (which the cluster then takes), sees the change among the credential
+    changes, and revokes it: every node refuses the token."""
+    sync_playwright = browser_or_skip()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    cluster = fresh_cluster(1)
+    url = cluster.url(cluster.wait_for_leader(30))
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.on("dialog", lambda dialog: dialog.accept())
+            page.goto(url + "/ui")
+            page.fill("#token", cluster.token)
+            page.click("#token-form button")
+            page.goto(url + "/ui#/principals")
+            page.click("#create-principal summary")
+            page.fill("#principal-form [name=name]", "console-writer")
+            page.fill("#principal-form [name=rules]", "put,browse:shop-*")
+            page.fill("#principal-form [name=quota-queues]", "5")
+            page.click("#principal-form button")
+            page.wait_for_selector("#new-credentials:not([hidden])", timeout=WAIT_MS)
+            shown = page.text_content("#new-credentials-text")
+            token = shown.split("export RAFTQ_TOKEN=", 1)[1].split()[0]
+            me = call("GET", url + "/v1/whoami", headers={"Authorization": f"Bearer {token}"})
+            assert (me.status, me.body["name"], me.body["quotas"]) == (200, "console-writer", {"queues": 5}), me
+            row = page.wait_for_selector("tr[data-principal=console-writer]", timeout=WAIT_MS)
+            assert "put,browse:shop-*" in row.text_content() and token not in row.text_content()
+            page.wait_for_function("() => document.querySelector('#audit').textContent.includes('console-writer')",
+                                   timeout=WAIT_MS)
+            page.screenshot(path=str(RESULTS / "principals.png"), full_page=True)
+            page.click("button[data-revoke=console-writer]")
+            page.wait_for_function("() => !document.querySelector('tr[data-principal=console-writer]')",
+                                   timeout=WAIT_MS)
+            wait_until(lambda: call("GET", url + "/v1/whoami", headers={"Authorization": f"Bearer {token}"}).status
+                       == 401, 10, "the node to refuse the revoked token")
         finally:
             browser.close()

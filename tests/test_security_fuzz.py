@@ -43,11 +43,11 @@ def test_the_document_is_openapi_3_1_open_to_all_and_names_every_route_once(node
     assert served == {(r.method, r.template) for r in ROUTES}
     for route in ROUTES:
         op = doc["paths"][route.template][route.method.lower()]
-        assert op["x-raftq-role"] == (route.role or "open")
+        assert op["x-raftq-action"] == ("|".join(route.actions) if route.action else "open")
         assert "500" not in op["responses"]
         for status, response in op["responses"].items():
             # the SQS endpoint answers SQS's errors, in the caller's protocol (docs/sqs.md)
-            content, error = (("application/x-amz-json-1.0", "SqsError") if route.role == "sigv4"
+            content, error = (("application/x-amz-json-1.0", "SqsError") if route.action == "sigv4"
                               else ("application/json", "Error"))
             if int(status) >= 400:
                 assert response["content"][content]["schema"] == {"$ref": f"#/components/schemas/{error}"}

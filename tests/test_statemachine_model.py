@@ -1277,10 +1277,11 @@ class QueuesComparison(RuleBasedStateMachine):
         self.run(op, **fields, raft_group=routed_for)
         assert self.sm.snapshot() == before
 
-    @rule(version=st.sampled_from([8, 16]))
+    @rule(version=st.sampled_from([8, 16, 17]))
     def restart_from_an_older_snapshot(self, version):
         """The snapshot rewritten in an older version's layout (version 8: each queue's messages as lists
-        of their fields, as the objects held them; 16: before priorities, retention and paused groups)
+        of their fields, as the objects held them; 16: before priorities, retention and paused groups;
+        17: before principals, with the SQS keys group 0 kept)
         restores to the same state, which goes on alike, whenever that layout can hold the state."""
         data = self.sm.snapshot()
         try:

@@ -1347,7 +1347,8 @@ def test_every_command_of_the_table_has_a_validator_and_no_read_has_one():
         "redrive", "add_group", "delete_group", "commit", "stage", "stage_commit", "stage_abort",
         "drop_producer", "tick", "set_member", "remove_member", "checkpoint", "assign", "record_members",
         "replica_move", "replica_moved", "node_leaving", "release_names", "retire_names", "names_released",
-        "sqs_key_add", "sqs_key_remove", "relocate", "seek_group", "patch_group"}
+        "sqs_key_add", "sqs_key_remove", "relocate", "seek_group", "patch_group", "principal_add",
+        "principal_update", "principal_remove"}
     assert all(op.check is not None for op in OPS.values() if not op.read)
     assert all(op.check is None for op in OPS.values() if op.read)
 
@@ -1372,7 +1373,7 @@ def test_read_answers_each_read_of_the_table_as_its_method_does(m):
             "catalog_lookup": (["q"],),
             "list_catalog": (), "catalog_usage": (), "group_members": (), "names_deleted": (10,),
             "names_retiring": (["q"],), "names_absent": (["q", "gone"],), "catalog_names_in": (0,),
-            "sqs_keys": (), "wall_times": ([T0],)}
+            "wall_times": ([T0],), "list_principals": (), "principals_version": (), "principal_events": (10,)}
     assert set(args) == {name for name, op in OPS.items() if op.read}
     for name, call in args.items():
         assert m.sm.read(name, *call) == getattr(m.sm, name)(*call), name

@@ -15,6 +15,7 @@ const CONFIG_FIELDS = [
   ["overflow", "overflow"], ["dedup_window_ms", "int"], ["backoff", "optional json"],
   ["retention_ms", "optional int"], ["retention_bytes", "optional int"],
 ];
+const QUOTAS = ["queues", "stored_bytes", "put_rate", "connections", "long_polls"];
 // A group's position, as the CLI writes it: earliest, latest, seq:N or time:MS (docs/api.md)
 function parsePosition(text) {
   text = text.trim();
@@ -41,6 +42,7 @@ const state = {
   patchDirty: false,
   shownQueue: null,
   browseTimer: null,
+  principalsTimer: null,
   sawDeadLetters: false,      // the browsed messages carry x-raftq-from-queue
 };
 
@@ -104,10 +106,21 @@ function setConnection(text, kind) {
 
 // Which token is wanted, and whether the one given was refused or there was none.
 function tokenProblem(status) {
-  const wanted = "the admin token ([auth] admin in cluster.toml)";
+  const wanted = "a token that may read the cluster (the metrics action: [auth] admin or metrics in cluster.toml, " +
+                 "or a principal's)";
   if (status === 403) return "this token may not see the cluster: it needs " + wanted;
-  if (state.token) return "this token was rejected: give " + wanted;
+  if (state.token) return "this token was rejected (or revoked): give " + wanted;
   return wanted + " is needed: enter it above";
+}
+
+// Who the token is, shown beside the connection.
+async function whoami() {
+  try {
+    const me = await api("GET", "/v1/whoami");
+    $("#whoami").textContent = `as ${me.name}`;
+  } catch (err) {
+    $("#whoami").textContent = "";
+  }
 }
 
 async function follow() {
@@ -267,6 +280,7 @@ function last(values) {
 // ---- pages ------------------------------------------------------------------------------
 
 function route() {
+  if (location.hash === "#/principals") return {page: "principals"};
   const match = location.hash.match(/^#\/queue\/(.+)$/);
   return match ? {page: "queue", queue: decodeURIComponent(match[1])} : {page: "overview"};
 }
@@ -275,9 +289,58 @@ function render() {
   const where = route();
   $("#overview-page").hidden = where.page !== "overview";
   $("#queue-page").hidden = where.page !== "queue";
+  $("#principals-page").hidden = where.page !== "principals";
   if (!state.snapshot) return;
   if (where.page === "overview") renderOverview();
+  else if (where.page === "principals") renderAudit();
   else renderQueue(where.queue);
+}
+
+// ---- principals -------------------------------------------------------------------------
+
+function rulesText(rules) {
+  return rules.map((r) => `${r.actions.join(",")}:${r.queues.join(",")}`).join("; ");
+}
+
+async function refreshPrincipals() {
+  clearTimeout(state.principalsTimer);
+  if (route().page !== "principals") return;
+  try {
+    const listing = await api("GET", "/v1/principals");
+    $("#principals-problem").hidden = true;
+    $("#principals tbody").innerHTML = listing.principals.map((p) => `<tr data-principal="${escapeHtml(p.name)}">
+        <td><b>${escapeHtml(p.name)}</b>${p.role ? ` <span class="muted">(SQS key of role ${escapeHtml(p.role)})</span>` : ""}</td>
+        <td>${escapeHtml(rulesText(p.rules))}</td>
+        <td>${escapeHtml(Object.entries(p.quotas).map(([k, v]) => `${k}=${v}`).join(" ")) || "–"}</td>
+        <td>${p.token ? "yes" : "–"}</td><td>${p.sqs_keys.map(escapeHtml).join(" ") || "–"}</td>
+        <td><button class="danger" data-revoke="${escapeHtml(p.name)}">revoke</button></td></tr>`).join("")
+      || `<tr><td colspan="6" class="muted">none yet: only cluster.toml's tokens</td></tr>`;
+  } catch (err) {
+    $("#principals-problem").textContent = err.message;
+    $("#principals-problem").hidden = false;
+  }
+  state.principalsTimer = setTimeout(refreshPrincipals, 2000);
+}
+
+function renderAudit() {
+  const s = state.snapshot;
+  $("#audit").innerHTML = (s.audit || []).slice().reverse().map((e) =>
+    `<li>${new Date(e.at_ms).toLocaleTimeString()} · <b>${escapeHtml(e.principal)}</b> ${escapeHtml(e.change)}` +
+    (e.by ? ` by ${escapeHtml(e.by)}` : "") + (e.rules ? ` · ${escapeHtml(rulesText(e.rules))}` : "") + "</li>").join("")
+    || "<li class=muted>none (or this token may not see them: they need the cluster action)</li>";
+  $("#refusals").innerHTML = (s.refusals || []).slice().reverse().map((r) =>
+    `<li>${new Date(r.at_ms).toLocaleTimeString()} · <b>${escapeHtml(r.principal)}</b> may not ${escapeHtml(r.action)}` +
+    (r.queue ? ` on ${escapeHtml(r.queue)}` : "") + (r.client ? ` · from ${escapeHtml(r.client)}` : "") + "</li>").join("")
+    || "<li class=muted>none</li>";
+}
+
+function readRules(text) {
+  return text.split("\n").map((line) => line.trim()).filter(Boolean).map((line) => {
+    const [actions, patterns] = line.split(":");
+    const rule = {actions: actions.split(",").map((a) => a.trim()).filter(Boolean)};
+    if (patterns) rule.queues = patterns.split(",").map((p) => p.trim()).filter(Boolean);
+    return rule;
+  });
 }
 
 // With several Raft groups (issue 24): how many, how many each node leads, and how full the
@@ -489,15 +552,47 @@ function readConfig(form, {blankMeansNull}) {
   return config;
 }
 
+function wirePrincipals() {
+  $(".quota-fields", $("#principal-form")).innerHTML = QUOTAS.map((q) =>
+    `<label>${q}<input name="quota-${q}" inputmode="numeric" placeholder="no limit"></label>`).join("");
+  $("#principal-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const form = event.target;
+    const quotas = {};
+    for (const q of QUOTAS) if (form.elements[`quota-${q}`].value.trim()) quotas[q] = Number(form.elements[`quota-${q}`].value);
+    const body = {name: form.elements.name.value.trim(), rules: readRules(form.elements.rules.value), quotas,
+                  sqs: form.elements.sqs.checked};
+    const made = await act(`make principal ${body.name}`, () => api("POST", "/v1/principals", body));
+    if (made) {
+      const lines = [`export RAFTQ_TOKEN=${made.token}`];
+      if (made.sqs) lines.push(`export AWS_ACCESS_KEY_ID=${made.sqs.access_key}`,
+                               `export AWS_SECRET_ACCESS_KEY=${made.sqs.secret_key}`);
+      $("#new-credentials-text").textContent = lines.join("\n");
+      $("#new-credentials").hidden = false;
+      form.reset();
+      refreshPrincipals();
+    }
+  });
+  $("#principals").addEventListener("click", async (event) => {
+    const name = event.target.dataset.revoke;
+    if (!name || !confirm(`Revoke principal ${name}? Every node refuses it within a second.`)) return;
+    if (await act(`revoke principal ${name}`, () => api("DELETE", `/v1/principals/${encodeURIComponent(name)}`))) {
+      refreshPrincipals();
+    }
+  });
+}
+
 function wire() {
   buildConfigFields($("#create-form"));
   buildConfigFields($("#patch-form"));
+  wirePrincipals();
   $("#token").value = state.token;
   $("#token-form").addEventListener("submit", (event) => {
     event.preventDefault();
     state.token = $("#token").value.trim();
     sessionStorage.setItem("raftq-token", state.token);
     toast("token kept for this browser tab");
+    whoami();
   });
   $("#create-form").addEventListener("submit", async (event) => {
     event.preventDefault();
@@ -593,10 +688,17 @@ function wire() {
     const result = await act(`transfer leadership to ${to}`, () => api("POST", "/v1/cluster/leader", {to}));
     if (result && !result.moved) toast(`leadership did not move (leader: ${result.leader || "none"})`, true);
   });
-  window.addEventListener("hashchange", () => { state.shownQueue = null; render(); });
+  window.addEventListener("hashchange", () => {
+    state.shownQueue = null;
+    $("#new-credentials").hidden = true;
+    render();
+    refreshPrincipals();
+  });
 }
 
 arrive();
 wire();
 render();
+whoami();
+refreshPrincipals();
 follow();

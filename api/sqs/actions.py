@@ -41,7 +41,7 @@ GRANTABLE = frozenset({"*", "ChangeMessageVisibility", "DeleteMessage", "GetQueu
 
 
 async def add_permission(ctx: Context, params: dict) -> dict:
-    """AWS's checks, then a refusal: access is each key's role, not queue policies."""
+    """AWS's checks, then a refusal: access is each key's principal's rules, not queue policies."""
     await local_info(ctx, queue_of(ctx, params))
     accounts = string_list(params, "AWSAccountIds")
     actions = string_list(params, "Actions")
@@ -56,8 +56,8 @@ async def add_permission(ctx: Context, params: dict) -> dict:
         if action not in GRANTABLE:
             raise SqsError("InvalidParameterValue", f"Value SQS:{action} for parameter ActionName is invalid. "
                                                     "Reason: Only the queue owner is allowed to invoke this action.")
-    raise SqsError("UnsupportedOperation", "raftq grants access by the role of each key in cluster.toml "
-                                           "([[sqs.keys]] role = admin or data), not by queue policies: "
+    raise SqsError("UnsupportedOperation", "raftq grants access by the rules of each key's principal (a "
+                                           "role's, or its own: docs/sqs.md), not by queue policies: "
                                            "AddPermission changes nothing and is refused")
 
 
@@ -132,7 +132,6 @@ class Action:
     # the queues that choose the group serving the call; None: served by the node that takes the
     # call (it gathers over the groups, or names no queue)
     target: Callable[[Context, dict], Target] | None = _named_by_url
-    admin: bool = False       # needs a key of role admin
     on_queue_url: bool = True  # may be posted to a queue's URL (AWS takes only the actions on a queue there)
     required: tuple = ()
 
@@ -141,15 +140,15 @@ QUEUE = ("QueueUrl",)
 # each action's required members (AWS's model), checked before anything else as AWS checks them;
 # a required list or map is the action's to check (the query protocol cannot tell empty from absent)
 ACTIONS = {
-    "CreateQueue": Action(create_queue, _created, admin=True, on_queue_url=False, required=("QueueName",)),
-    "DeleteQueue": Action(delete_queue, admin=True, required=QUEUE),
+    "CreateQueue": Action(create_queue, _created, on_queue_url=False, required=("QueueName",)),
+    "DeleteQueue": Action(delete_queue, required=QUEUE),
     "GetQueueUrl": Action(get_queue_url, _named, required=("QueueName",)),
     "ListQueues": Action(list_queues, None, on_queue_url=False),
     "GetQueueAttributes": Action(get_queue_attributes, required=QUEUE),
-    "SetQueueAttributes": Action(set_queue_attributes, _configured, admin=True, required=QUEUE),
-    "PurgeQueue": Action(purge_queue, admin=True, required=QUEUE),
-    "TagQueue": Action(tag_queue, admin=True, required=QUEUE),
-    "UntagQueue": Action(untag_queue, admin=True, required=QUEUE),
+    "SetQueueAttributes": Action(set_queue_attributes, _configured, required=QUEUE),
+    "PurgeQueue": Action(purge_queue, required=QUEUE),
+    "TagQueue": Action(tag_queue, required=QUEUE),
+    "UntagQueue": Action(untag_queue, required=QUEUE),
     "ListQueueTags": Action(list_queue_tags, required=QUEUE),
     # a dead-letter queue's sources live in its group (a redrive policy across groups is refused)
     "ListDeadLetterSourceQueues": Action(list_dead_letter_source_queues, required=QUEUE),
@@ -161,12 +160,12 @@ ACTIONS = {
     "ChangeMessageVisibility": Action(change_message_visibility,
                                       required=("QueueUrl", "ReceiptHandle", "VisibilityTimeout")),
     "ChangeMessageVisibilityBatch": Action(change_message_visibility_batch, required=QUEUE),
-    "AddPermission": Action(add_permission, admin=True, required=("QueueUrl", "Label")),
-    "RemovePermission": Action(remove_permission, admin=True, required=("QueueUrl", "Label")),
-    "StartMessageMoveTask": Action(start_message_move_task, _named_by_source_arn, admin=True,
+    "AddPermission": Action(add_permission, required=("QueueUrl", "Label")),
+    "RemovePermission": Action(remove_permission, required=("QueueUrl", "Label")),
+    "StartMessageMoveTask": Action(start_message_move_task, _named_by_source_arn,
                                    required=("SourceArn",)),
     "ListMessageMoveTasks": Action(list_message_move_tasks, _named_by_source_arn, required=("SourceArn",)),
-    "CancelMessageMoveTask": Action(cancel_message_move_task, _named_by_task, admin=True, required=("TaskHandle",)),
+    "CancelMessageMoveTask": Action(cancel_message_move_task, _named_by_task, required=("TaskHandle",)),
 }
 
 

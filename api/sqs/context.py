@@ -11,6 +11,7 @@ from aiohttp import web
 from .. import commands
 from ..errors import ApiError
 from ..keys import GROUP, GROUPS, SETTINGS
+from ..principals import PRINCIPAL, may_touch
 from . import attributes as attrs
 from .errors import SqsError, invalid, missing
 from .sigv4 import Signer
@@ -38,6 +39,10 @@ class Context:
     def arn(self, name: str) -> str:
         return attrs.arn(self.signer.region, self.account, name)
 
+    def may_see(self, name: str) -> bool:
+        """Whether the call's principal has an action on queue `name`: what its lists show."""
+        return may_touch(self.request.get(PRINCIPAL), name)
+
 
 # ---- calls into raftq, their refusals as SQS errors ---------------------------------------------
 
@@ -48,7 +53,10 @@ NATIVE = {"not_found": ("QueueDoesNotExist", NO_QUEUE), "queue_full": ("OverLimi
           "damaged": ("ServiceUnavailable", None), "timeout": ("ServiceUnavailable", None),
           # a full disk or the cluster's byte cap (507): AWS's throttling error, which SDKs back off on and
           # retry a few times, then raise with its message (which names the node and its free bytes)
-          "insufficient_storage": ("RequestThrottled", None)}
+          "insufficient_storage": ("RequestThrottled", None),
+          # a principal's quota (docs/security.md, "Principals"), and a queue its rules do not name
+          # that only the state knew (a stage commit's): as the SQS door's own refusals
+          "quota_exceeded": ("RequestThrottled", None), "forbidden": ("AccessDenied", None)}
 
 
 def from_native(exc: ApiError) -> SqsError:

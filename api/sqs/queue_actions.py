@@ -149,7 +149,8 @@ async def list_queues(ctx: Context, params: dict) -> dict:
         answers = await gather.per_group(ctx.request, here, leader=True, there=there)
     except ApiError as exc:
         raise from_native(exc) from None
-    names = sorted(q["name"] for answer in answers.values() for q in answer["queues"] if q["name"].startswith(prefix))
+    names = sorted(q["name"] for answer in answers.values() for q in answer["queues"]
+                   if q["name"].startswith(prefix) and ctx.may_see(q["name"]))
     page, token = _page(params, names)
     result = {"QueueUrls": [ctx.queue_url(n) for n in page]} if page else {}    # AWS leaves out an empty list
     if token:
@@ -242,7 +243,7 @@ async def dead_letter_sources(ctx: Context, name: str) -> list:
 async def list_dead_letter_source_queues(ctx: Context, params: dict) -> dict:
     name = queue_of(ctx, params)
     await read(ctx, "queue_info", name)
-    page, token = _page(params, await dead_letter_sources(ctx, name))
+    page, token = _page(params, [source for source in await dead_letter_sources(ctx, name) if ctx.may_see(source)])
     result = {"queueUrls": [ctx.queue_url(n) for n in page]}
     if token:
         result["NextToken"] = token

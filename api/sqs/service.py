@@ -1,7 +1,8 @@
 """The SQS endpoint of a front: ``POST /`` and the queue URLs' paths.
 
 A call's SigV4 signature is checked as far as its headers go before its body
-is read (bounded like every body), then the rest of it, its protocol parsed, its key's role checked against the action; then the queues
+is read (bounded like every body), then the rest of it, its protocol parsed, and the action
+its key's principal may do on each queue the call names (permissions.py); then the queues
 it names choose its Raft group (``serving_group``, as for the native API), a
 node whose engine of that group does not lead forwards the signed request, as
 it came, to the group's leader (the SDKs do not follow a 307 on POST) and
@@ -20,11 +21,12 @@ from .. import forwarding
 from ..errors import ApiError
 from ..keys import GROUP, GROUPS, SETTINGS
 from ..leader import Elsewhere, node_authorization, serving_group
+from ..principals import PRINCIPAL, PRINCIPALS
 from . import sigv4, sts
 from .actions import ACTIONS, Context, Target, check_required
 from .context import from_native
-from .credentials import KEYS
 from .errors import SqsError
+from .permissions import authorize
 from .protocol import new_request_id, parse, render, render_error, speaks_json
 
 log = logging.getLogger(__name__)
@@ -87,7 +89,7 @@ async def _to_group(request: web.Request, body: bytes, target: Target, waits: bo
         if target.existing:
             await serving_group(request.app, list(target.existing), authorization=authorization)
         request[GROUP] = await serving_group(request.app, target.queues, creating=target.creating,
-                                             authorization=authorization)
+                                             authorization=authorization, principal=request[PRINCIPAL])
     except Elsewhere as there:
         forwards = request.headers.get(FORWARDED, "0")
         forwards = int(forwards) if forwards.isascii() and forwards.isdigit() else MAX_FORWARDS
@@ -132,14 +134,16 @@ async def handle(request: web.Request) -> web.StreamResponse:
         # the key, the signed headers, the host and the date (and the whole signature when it
         # signs its payload's hash).
         _refuse_too_large(request)
-        keys = request.app[KEYS]
+        principals = request.app[PRINCIPALS]
         access_key = sigv4.access_key_of(request.headers)
-        pending = sigv4.check(await keys.find(access_key) if access_key else None, request.method,
+        found = await principals.sqs_key(access_key) if access_key else None
+        pending = sigv4.check(found[0] if found else None, request.method,
                               request.rel_url.raw_path, request.rel_url.raw_query_string, request.headers,
-                              time.time(), any_keys=keys.any(), hosts=signed_hosts(request.app),
+                              time.time(), any_keys=principals.any_sqs_keys(), hosts=signed_hosts(request.app),
                               speaks_json=protocol == "json")
         body = await _body(request)
         signer = pending.verify(body)
+        request[PRINCIPAL] = found[1]
         call = parse(request, body, request_id)
         if signer.service == sts.SERVICE:
             return web.Response(body=sts.answer(call.action, signer.key, request.app[SETTINGS].sqs.account,
@@ -152,14 +156,12 @@ async def handle(request: web.Request) -> web.StreamResponse:
         if action is None or (not action.on_queue_url and "queue" in request.match_info):
             # a queue's URL takes only the actions on a queue, as AWS's do
             raise SqsError("InvalidAction", f"The action {call.action} is not valid for this endpoint.")
-        if action.admin and signer.key.role != "admin":
-            raise SqsError("AccessDenied", f"{call.action} needs a key of role admin; "
-                                           f"{signer.key.access_key} has role {signer.key.role}")
         check_required(action, call.params)
         ctx = Context(request, signer)
-        if action.target is not None:
-            forwarded = await _to_group(request, body, action.target(ctx, call.params),
-                                        waits=call.action in WAITING_ACTIONS)
+        target = action.target(ctx, call.params) if action.target is not None else None
+        authorize(request, call.action, target.queues if target is not None else ())
+        if target is not None:
+            forwarded = await _to_group(request, body, target, waits=call.action in WAITING_ACTIONS)
             if forwarded is not None:
                 return forwarded
         result = await action.handler(ctx, call.params)

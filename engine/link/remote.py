@@ -139,12 +139,13 @@ class RemoteNode:
         return None if node_id is None else self._view["http"].get(node_id)
 
     # ---- the log and the state machine ---------------------------------------------------
-    async def apply(self, command: dict) -> Committed:
+    async def apply(self, command: dict, charge: list | None = None) -> Committed:
         """The command applied through the engine's log (``Node.submit``, one
-        round trip): its result and its entry's index, or CommitError."""
+        round trip): its result and its entry's index, or CommitError. `charge`: the
+        [principal, messages, rate per second] its put costs (``engine.quotas.PutRates``)."""
         # encoded here, so the engine only splices in its log time (and reads no put to find
         # its queue)
-        return Committed(*await self._call("submit", cbor2.dumps(command), ride_queue(command)))
+        return Committed(*await self._call("submit", cbor2.dumps(command), ride_queue(command), charge))
 
     async def read(self, query: str, *args, settled: bool = False) -> Read:
         """A query of the state machine; `settled` waits first for this leader's barrier."""
@@ -152,12 +153,14 @@ class RemoteNode:
         return Read(result, applied)
 
     async def receive(self, command: dict, wait_s: float, *, sealed: bool, last_try: bool = True,
-                      encoded: bool = False, client: str | None = None) -> Committed | None:
+                      encoded: bool = False, client: str | None = None,
+                      principal_cap: list | None = None) -> Committed | None:
         """A receive that waits up to `wait_s` for a message (``LongPolls.receive``);
         `sealed`: its receipts with their MAC (engine/link/receipts.py);
         `encoded`: its messages as {"receipts": [...], "encoded": CBOR array};
-        `client`: who waits (its address), held to its share of the node's waits."""
-        answer = await self._call("receive", command, wait_s, last_try, encoded, client, sealed)
+        `client`: who waits (its address), held to its share of the node's waits;
+        `principal_cap`: [principal, the waits it may hold on this engine]."""
+        answer = await self._call("receive", command, wait_s, last_try, encoded, client, sealed, principal_cap)
         return None if answer is None else Committed(*answer)
 
     async def replicated_everywhere(self, index: int, timeout: float) -> list[str]:
@@ -207,3 +210,12 @@ class RemoteNode:
 
     async def checkpoint_digest(self, token: str) -> str | None:
         return await self._call("checkpoint_digest", token)
+
+    # ---- connections of principals (engine.quotas.Holds) --------------------------------------
+    async def hold(self, principal: str, limit: int) -> bool:
+        """Count one more connection of `principal` on this node, unless it holds `limit`."""
+        return await self._call("hold", principal, limit)
+
+    def release(self, principal: str) -> None:
+        if not self.closed.is_set():
+            self._out.send([0, "release", [principal]])

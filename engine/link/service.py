@@ -10,13 +10,15 @@ engine is reachable from a front:
 call                   args                                            answer
 =====================  ==============================================  =======================
 submit                 command, CBOR-encoded (bytes); the queue whose  [result, log index]
-                       waiting receives it takes along, or None
-                       (``engine.long_poll.ride_queue``)
+                       waiting receives it takes along, or None       (CommitError rate_limited:
+                       (``engine.long_poll.ride_queue``); a put's      the principal put its
+                       charge, [principal, messages, rate] or None    rate's worth, ``PutRates``)
 read                   query, args, settled                            [result, applied index]
 receive                receive command, wait_s, last_try, encoded,     [result, log index] or None;
                        client (who waits: its address), sealed         ``encoded``: a result's messages
                        (receipts with their MAC, engine/link/          as {"receipts", "encoded": CBOR}
-                       receipts.py)
+                       receipts.py), principal_cap ([principal,
+                       the waits it may hold here] or None)
 cancel                 call id of a receive                            (none: call id 0)
 replicated_everywhere  log index, timeout_s                            ids still lagging
 status / members       —                                               consensus status / voters
@@ -31,6 +33,8 @@ checkpoint             —                                               [token,
 checkpoint_digest      token                                           digest or None
 allow_relocation       whether every node applies ``relocate``         None (engine/relocation.py)
 allow_wall_ticks       whether every node applies a tick's wall clock  None (statemachine/wall.py)
+hold                   principal, limit (its connections on the node)  whether it was counted
+release                principal                                       None
 =====================  ==============================================  =======================
 
 ``settled`` reads wait, like writes, for this leader's barrier (``Node.settled``),
@@ -42,12 +46,14 @@ one process.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import socket
 
 import cbor2
 
 from ..outcome import CommitError
+from ..quotas import Holds, PutRates
 from .frames import FrameWriter, LinkClosed, read_frame
 from .receipts import Receipts
 from ..node import Node
@@ -71,6 +77,8 @@ class EngineService:
         self.max_long_polls = max_long_polls
         self.max_long_polls_per_client = max_long_polls_per_client
         self._fronts: set[FrameWriter] = set()
+        self.put_rates = PutRates()
+        self.holds = Holds()
         self._view: dict | None = None
         self._view_task: asyncio.Task | None = None
         self._calls = {
@@ -101,6 +109,7 @@ class EngineService:
         out = FrameWriter(writer)
         self._fronts.add(out)
         waits: dict[int, asyncio.Task] = {}
+        held = collections.Counter()      # this front's connections counted in self.holds
         out.send([0, "view", self._current_view()])
         try:
             while True:
@@ -109,6 +118,10 @@ class EngineService:
                         task = waits.pop(args[0], None)
                         if task:
                             task.cancel()
+                    elif method == "hold":
+                        out.send([call_id, None, self.holds.hold(held, *args)])
+                    elif method == "release":
+                        self.holds.release(held, *args)
                     elif method in self._instant:
                         self._answer_now(out, call_id, method, args)
                     else:
@@ -119,6 +132,7 @@ class EngineService:
         except LinkClosed:
             pass
         finally:
+            self.holds.release_all(held)
             self._fronts.discard(out)
             for task in waits.values():
                 task.cancel()
@@ -155,7 +169,9 @@ class EngineService:
     async def _rebalance(self) -> bool | None:
         return None if self.balancer is None else await self.balancer.balance_now()
 
-    async def _submit(self, encoded: bytes, ride: str | None = None) -> list:
+    async def _submit(self, encoded: bytes, ride: str | None = None, charge: list | None = None) -> list:
+        if charge is not None and self.put_rates.take(*charge) is not None:
+            raise CommitError("rate_limited")
         committed = await self.node.submit_encoded(encoded, ride)
         return [committed.result, committed.index]
 
@@ -166,9 +182,10 @@ class EngineService:
         return list(await self.node.applied_read(query, *args))
 
     async def _receive(self, command: dict, wait_s: float, last_try: bool, encoded: bool,
-                       client: str | None, sealed: bool) -> list | None:
+                       client: str | None, sealed: bool, principal_cap: list | None = None) -> list | None:
         committed = await self.node.long_polls.receive(command, wait_s, self.max_long_polls, last_try=last_try,
-                                            client=client, max_per_client=self.max_long_polls_per_client)
+                                                       client=client, max_per_client=self.max_long_polls_per_client,
+                                                       principal_cap=principal_cap)
         if committed is None:
             return None
         result = committed.result

@@ -3,10 +3,10 @@
 One module per responsibility: run.py (node, up, down), up.py (what `raftq up`
 does and prints), down.py (`raftq down` and `up --detach`), cluster.py (status, membership, leadership, health,
 metrics), queues.py (queues, groups, redrive), messages.py (put ... tx),
-top.py (live view), bench.py (load generator), sqs.py (SQS keys); connect.py finds the cluster
-(and says where it looked when it found none) and prints; suggest.py turns a
-mistyped command into the one most likely meant.  Every client command
-takes --json, --url (repeatable), --token, --ca, before or after its name.
+top.py (live view), bench.py (load generator), sqs.py (SQS keys), principals.py (principals:
+credentials with rules and quotas); connect.py finds the cluster (and says where it looked when
+it found none) and prints; suggest.py turns a mistyped command into the one most likely meant.
+Every client command takes --json, --url (repeatable), --token, --ca, before or after its name.
 """
 
 import argparse
@@ -14,7 +14,7 @@ import sys
 from importlib import metadata
 
 from ..client import RaftqError
-from . import bench, cluster, messages, queues, run, sqs, top
+from . import bench, cluster, messages, principals, queues, run, sqs, top
 from .connect import target, where_it_looked
 from .suggest import Parser, UsageError, report
 
@@ -58,6 +58,7 @@ def parser() -> argparse.ArgumentParser:
     top.add_parser(sub, common)
     bench.add_parser(sub, common)
     sqs.add_parsers(sub, common)
+    principals.add_parsers(sub, common)
     return top_level
 
 

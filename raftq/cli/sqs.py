@@ -46,7 +46,8 @@ def cmd_sqs_key(args) -> int:
             emit(args, {**key, "endpoint": where.urls[0]}, export_lines(key, where.urls[0]))
         elif args.action == "list":
             view = client.sqs_keys()
-            rows = [(k["access_key"], k["role"], k["kept_by"]) for k in view["keys"]]
+            rows = [(k["access_key"], k["role"] or f"principal {k['principal']}'s rules", k["kept_by"])
+                    for k in view["keys"]]
             emit(args, view, table(("access key", "role", "kept by"), rows) if rows else
                  "(no SQS keys: every SQS call is refused; raftq sqs key add --role admin makes one)")
         else:
