@@ -26,7 +26,7 @@ from raftq.api.sqs import (attributes as sqs_attributes, message_actions as sqs_
 from raftq.engine.committer import MAX_ENTRY_BYTES
 from raftq.engine.raft import wire as raft_wire
 from raftq.cli import parser
-from raftq.statemachine import backoff, check_command, credentials, machine, queue, ready, staging, validation
+from raftq.statemachine import backoff, check_command, machine, principals, queue, ready, staging, validation
 import raftq.wire_format
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "security.md"
@@ -166,7 +166,7 @@ INPUT_BOUNDS = {
                                                          sqs_query.MAX_NAME_PARTS, sqs_query.MAX_NAME_CHARS],
     "SQS: values of a JSON-protocol body": lambda: [sqs_protocol.MAX_JSON_VALUES],
     "SQS: one message's `AWSTraceHeader`": None,     # tests/test_security_sqs.py proves it
-    "SQS: keys the cluster keeps": lambda: [credentials.MAX_SQS_KEYS],
+    "SQS: keys the cluster keeps": lambda: [principals.MAX_SQS_KEYS],
 }
 
 
