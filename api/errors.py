@@ -21,6 +21,7 @@ STATUS = {
     "internal": 500,
     "no_quorum": 503,
     "damaged": 503,
+    "release_unknown": 503,
     "buffer_full": 507,
     # a disk below its watermark or out of space, or the cluster's --max-stored-bytes reached: nothing
     # was stored, and retrying at once stores nothing either (api/disk.py)

@@ -69,6 +69,8 @@ class ClusterFeature:
         self._feature = feature
         self._who = who                                   # what waits for it, for the log
         self._every_node: frozenset | None = None         # the group-0 voters found to run it
+        # the node the last question found silent (its release unknown), not one found to lack it
+        self.unanswered: str | None = None
 
     def known_everywhere(self) -> bool:
         """Whether every node this front knows of was found to run the feature (no question asked)."""
@@ -81,9 +83,14 @@ class ClusterFeature:
         if self._every_node is not None and known <= self._every_node:
             return True
         voters = await groups.catalog.members()
+        self.unanswered = None
         for voter in voters:
-            if voter["id"] != groups.catalog.id \
-                    and self._feature not in (await features_of(self._app, voter["http_addr"]) or ()):
+            if voter["id"] == groups.catalog.id:
+                continue
+            features = await features_of(self._app, voter["http_addr"])
+            if features is None:
+                self.unanswered = voter["id"]
+            if self._feature not in (features or ()):
                 log.info("%s: waiting for %s to run a release that knows it", self._who, voter["id"])
                 return False
         # a node known but no voter (one removed) does not apply the groups' logs
@@ -158,6 +165,12 @@ class Admission:
             return
         feature = feature_needed(command)
         if feature is not None and not await self._everywhere():
+            if self._feature.unanswered is not None:
+                # a node not up yet (a cluster's birth) or down: its release is unknown, not old
+                raise ApiError("release_unknown", f"this {command['op']} uses {feature}, and node "
+                                                  f"{self._feature.unanswered} has not said whether its release "
+                                                  "knows it (GET /health/live): retry once it answers",
+                               headers={"Retry-After": "1"}, feature=feature)
             raise ApiError("conflict", f"this {command['op']} uses what not every node's release knows yet "
                                        f"({feature}: priorities, back-off, paused or limited groups, retention, "
                                        "a group's position; GET /health/live lists each node's features): "

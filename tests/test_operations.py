@@ -460,3 +460,27 @@ def test_what_issue_51_adds_is_refused_until_every_node_runs_it_then_served(tmp_
             assert client.verify()["agree"]
     finally:
         cluster.close()
+
+
+def test_a_node_not_yet_heard_from_makes_issue_51_writes_a_retry_not_an_upgrade_refusal(tmp_path, monkeypatch):
+    """At a cluster's birth a node that has not yet answered which release it runs is not known to
+    run an older one: a priority is answered 503 release_unknown with Retry-After (a client
+    retries it), not 409 "finish the upgrade", and served once the node answers."""
+    monkeypatch.chdir(tmp_path)
+    cluster = LocalCluster.create(tmp_path / "cluster", 3)
+    register(cluster)
+    try:
+        cluster.start()
+        cluster.kill("n3")
+        leader = cluster.url(cluster.wait_for_leader(60, among=["n1", "n2"]))
+        reply = call("POST", f"{leader}/v1/queues/jobs/messages", {"body": "urgent", "priority": 9})
+        assert (reply.status, reply.body["error"], reply.body.get("feature")) == \
+            (503, "release_unknown", "priority_backoff_pause_replay"), reply
+        assert reply.headers["Retry-After"] == "1" and "n3" in reply.body["message"], reply
+        assert call("GET", f"{leader}/v1/queues/jobs").status == 404        # nothing was written
+        cluster.start("n3")
+        wait_until(lambda: call("POST", f"{cluster.url(cluster.wait_for_leader(30))}/v1/queues/jobs/messages",
+                                {"body": "urgent", "priority": 9}).status == 201, 60,
+                   what="the priority served once n3 answers")
+    finally:
+        cluster.close()
