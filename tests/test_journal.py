@@ -902,3 +902,30 @@ def test_a_rewritten_segment_is_synced_before_it_replaces_the_old_one(tmp_path, 
         renamed = events.index(("replace", temporary))
         assert ("fsync", temporary) in events[:renamed]
         assert ("fsync", str(tmp_path)) in events[renamed:]
+
+
+OLD_RELEASE_FOLLOWER = """
+import sys
+from engine.storage.journal import DurableJournal
+j = DurableJournal(sys.argv[1])
+for idx in range(1, 6):
+    j.add(b"entry %d" % idx, idx, 3)       # a follower's appends: it never voted, so no meta
+j._destroy()
+"""
+
+
+def test_a_journal_of_the_release_before_sync_marks_that_never_voted_opens_from_term_0(tmp_path):
+    """7c4791e wrote meta.rec at a node's first vote or term change only: a follower of a group that
+    never voted has entries and no meta. It opens (as that release did, from term 0, no vote) with
+    its entries whole; meta gone from a journal of this release is still refused (above)."""
+    from tests.test_operations import exported
+    tree = exported("7c4791e", tmp_path / "tree")
+    journal_dir = tmp_path / "journal"
+    subprocess.run([sys.executable, "-c", OLD_RELEASE_FOLLOWER, str(journal_dir)], env={"PYTHONPATH": str(tree)},
+                   cwd=tree, check=True, capture_output=True, timeout=120)
+    assert not (journal_dir / "meta.rec").exists()
+    j = DurableJournal(journal_dir)
+    assert (j.getCurrentTerm(), j.getVotedForNodeId()) == (0, None)
+    assert [j[i][0] for i in range(len(j))] == [b"entry %d" % idx for idx in range(1, 6)]
+    j._destroy()
+    assert (journal_dir / "meta.rec").exists() and (journal_dir / "meta.copy.rec").exists()

@@ -302,6 +302,15 @@ class DurableJournal(Journal):
                 logger.error("journal %s: one copy of its meta is damaged (%s); the other is whole and used, "
                              "and both are written again at the next change", self._dir, "; ".join(problems))
             return max(copies, key=lambda meta: meta.get("seq", 0))
+        if not any("damaged" in problem for problem in problems) and self._holds_entries() \
+                and not self._holds_sync_marks():
+            # Written by a release before sync marks and two meta copies (7c4791e and its kind),
+            # which wrote meta.rec at its first vote or term change only: a follower of a group
+            # that never voted has none. It cast no vote to forget, so it starts as that release
+            # did, from term 0; pysyncobj takes the leader's term at its first append.
+            logger.warning("journal %s: written by an older release that kept no meta for it (it never voted); "
+                           "starting from term 0 with no vote, as that release did", self._dir)
+            return {}
         if any("damaged" in problem for problem in problems) or self._holds_entries():
             raise records.DamagedFile(
                 f"journal {self._dir}: its meta is gone ({'; '.join(problems)}), so this node's Raft term and "
@@ -314,6 +323,14 @@ class DurableJournal(Journal):
         """Whether any segment holds a record, or entries were kept: a journal with a history."""
         return (self._dir / KEPT_NAME).exists() or any(
             os.path.getsize(self._dir / _segment_name(seq)) > SEGMENT_HEADER.size for seq in self._existing_segments())
+
+    def _holds_sync_marks(self) -> bool:
+        """Whether any segment holds a sync mark: this release's journals, which write meta from
+        their first moment and a mark at every append after a sync, do."""
+        for seq in self._existing_segments():
+            if _SYNC_MARK_BYTES_FOUND.search((self._dir / _segment_name(seq)).read_bytes()):
+                return True
+        return False
 
     def _existing_segments(self) -> list[int]:
         seqs = []
