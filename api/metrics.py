@@ -120,6 +120,12 @@ class NodeCollector:
         yield CounterMetricFamily("raftq_quorum_step_downs", "Times this node stopped leading because no majority "
                                   "answered it within the election timeout (CheckQuorum)",
                                   value=status["quorum_step_downs"])
+        yield CounterMetricFamily("raftq_raft_late_ticks", "Raft ticks that ran 0.1 s or more after they were due, "
+                                  "every Raft group's on this node: a leader's late heartbeat costs it its lease, a "
+                                  "later one an election (the engine's log says where the time went)",
+                                  value=stats["late_ticks"])
+        yield CounterMetricFamily("raftq_raft_late_ticks_seconds", "How late those ticks ran, in all",
+                                  value=stats["late_ticks_seconds"])
         yield CounterMetricFamily("raftq_entries_applied", "Log entries applied by this node",
                                   value=stats["entries_applied"])
         yield GaugeMetricFamily("raftq_buffer_pending_bytes", "Bytes of buffered puts not forwarded yet",

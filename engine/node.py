@@ -511,9 +511,11 @@ class Node:
 
     def stats(self) -> dict:
         damaged, repaired = self.consensus.damage_counts()
+        late_ticks, late_seconds = self.consensus.late_ticks()
         scrubber = self.scrubber
         return {"times_became_leader": self.times_became_leader, "entries_applied": self.entries_applied,
                 "damaged_records": damaged, "repaired_records": repaired,
+                "late_ticks": late_ticks, "late_ticks_seconds": late_seconds,
                 "scrub_passes": scrubber.passes if scrubber else 0,
                 "scrubbed_bytes": scrubber.checked_bytes if scrubber else 0,
                 "long_polls_waiting": self.long_polls.waiting(),

@@ -10,6 +10,8 @@ from tests import stopping
 
 # Every cluster a test started, so that a failed test's report ends with what its nodes logged.
 STARTED_CLUSTERS = weakref.WeakSet()
+LOG_SEARCHED_BYTES = 8 << 20    # of each log, read back for its warnings
+LOG_WARNINGS = 30
 LOG_TAIL_BYTES = 6_000
 
 
@@ -112,8 +114,9 @@ def pytest_unconfigure(config):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """A failed test's report holds the tail of each running node's log: a flake in CI is
-    explained by its elections and errors, which are gone once the run ends."""
+    """A failed test's report holds each running node's last warnings and the tail of its log:
+    a flake in CI is explained by its elections and errors, which are gone once the run ends
+    (and which a burst of routine lines would push out of the tail alone)."""
     report = (yield).get_result()
     if report.failed and report.when == "call":
         for cluster in list(STARTED_CLUSTERS):
@@ -121,6 +124,10 @@ def pytest_runtest_makereport(item, call):
                 if proc.poll() is None:
                     with open(cluster.log_path(node_id), "rb") as log:
                         log.seek(0, 2)
-                        log.seek(max(0, log.tell() - LOG_TAIL_BYTES))
-                        tail = log.read().decode(errors="replace")
+                        log.seek(max(0, log.tell() - LOG_SEARCHED_BYTES))
+                        lines = log.read().decode(errors="replace").splitlines(keepends=True)
+                    warnings = [line for line in lines if '"level":"warning"' in line or '"level":"error"' in line]
+                    tail = "".join(lines)[-LOG_TAIL_BYTES:]
+                    report.sections.append((f"{cluster.root.name} {node_id}'s log, its last warnings and errors",
+                                            "".join(warnings[-LOG_WARNINGS:])))
                     report.sections.append((f"{cluster.root.name} {node_id}'s log, its tail", tail))

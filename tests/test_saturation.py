@@ -28,7 +28,9 @@ import pytest
 
 from raftq.statemachine.machine import MAX_NEW_QUEUES_PER_ENTRY
 from tests.conftest import start_cluster
+from tests.test_api import metric_values
 from tests.waiting import wait_until
+from tests.wire import call
 
 # The first test on `loaded` (the leader's snapshot) also sets it up: a minute or two.
 pytestmark = [pytest.mark.integration, pytest.mark.saturation, pytest.mark.timeout(900)]
@@ -244,13 +246,23 @@ async def run_bursts(cluster, bursts, *, seconds: float = 0.0, snapshot_by: list
     return tally
 
 
+def late_ticks(cluster) -> dict:
+    """Each node's Raft ticks that ran late so far, and how late in all (s): /metrics."""
+    def of(nid):
+        values = metric_values(call("GET", cluster.url(nid) + "/metrics").raw.decode())
+        return values["raftq_raft_late_ticks_total"], round(values["raftq_raft_late_ticks_seconds_total"], 2)
+    return {nid: of(nid) for nid in cluster.ids}
+
+
 def assert_no_election_and_no_503(cluster, drive) -> Tally:
     """The terms, the 503s and (if driven) whether the snapshot happened, in one
-    assertion: a failure shows all three."""
-    before = terms(cluster)
+    assertion: a failure shows all three, and how late each node's ticks ran
+    (the nodes' logs, printed below it, say where the time went)."""
+    before, late_before = terms(cluster), late_ticks(cluster)
     tally = asyncio.run(drive())
     after = wait_until(lambda: answered_terms(cluster), 60, "every node answering")
-    assert (after, tally.count(503), tally.snapshot_missed) == (before, 0, False), f"answers: {tally}"
+    assert (after, tally.count(503), tally.snapshot_missed) == (before, 0, False), \
+        f"answers: {tally}; late ticks (count, s) before: {late_before}, after: {late_ticks(cluster)}"
     return tally
 
 

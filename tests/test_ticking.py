@@ -6,8 +6,11 @@ subscribed.
 """
 
 import asyncio
+import logging
 import os
+import re
 import socket
+import time
 
 import pytest
 from pysyncobj.poller import POLL_EVENT_TYPE, PollPoller
@@ -254,3 +257,33 @@ def test_no_tick_runs_once_stopped_and_the_loop_forgets_the_sockets(ticks, pairs
     t.turns()
     assert t.ticks == ticked and t.events == []
     assert os.read(ours.fileno(), 10) == b"x"    # unread: nothing polled it
+
+
+def hold_the_loop(t, seconds, *, on_cpu: bool):
+    """A callback on `t`'s loop that keeps it from ticking for `seconds`: spinning (the engine's own
+    work) or asleep in a system call (as a slow disk would)."""
+    def hold():
+        if on_cpu:
+            until = time.thread_time() + seconds
+            while time.thread_time() < until:
+                pass
+        else:
+            time.sleep(seconds)
+    t.loop.call_soon(hold)
+
+
+@pytest.mark.parametrize("on_cpu", [True, False], ids=["on-the-cpu", "off-the-cpu"])
+def test_a_tick_held_past_its_time_is_counted_and_logged_with_where_the_time_went(ticks, caplog, on_cpu):
+    t = ticks(until_due=0.02)
+    t.watch()
+    t.ticker.soon()
+    t.until(lambda: t.ticks >= 2)
+    assert t.ticker.late.count == 0           # ticks on time count nothing
+    hold_the_loop(t, 0.4, on_cpu=on_cpu)
+    with caplog.at_level(logging.WARNING, logger="raftq.engine.raft.ticking"):
+        t.turns(0.1)
+    assert t.ticker.late.count == 1 and t.ticker.late.seconds > 0.3
+    [line] = [r.getMessage() for r in caplog.records if "ran late" in r.getMessage()]
+    on, off = (int(ms) for ms in re.search(r"on the CPU (\d+) ms .* off it (\d+) ms", line).groups())
+    # spinning, the thread may also wait for a core on a busy machine; asleep, it spends no CPU
+    assert (on >= 300) if on_cpu else (off >= 300 and on < 100), line

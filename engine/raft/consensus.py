@@ -540,6 +540,11 @@ class Consensus:
         """About how many bytes a scrub pass reads: the journal's and the carried entries'."""
         return self._journal.stats()["bytes"] + self._snapshot_entries.carried_bytes()
 
+    def late_ticks(self) -> tuple[int, float]:
+        """(ticks that ran late, seconds late in all) since this node started (engine.raft.ticking)."""
+        late = self._node.late_ticks()
+        return late.count, late.seconds
+
     def damage_counts(self) -> tuple[int, int]:
         """(damaged records found, records repaired) since this node started."""
         return self._repairs.damaged, self._repairs.repaired

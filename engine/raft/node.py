@@ -142,7 +142,7 @@ from .wire import DialingTransport
 from .read_index import ReadConfirmations
 from .repair import ENTRY_COPY, FETCH_ENTRY, EntryRepair
 from .sealer import Sealer
-from .ticking import LoopTicker, WatchedPoller
+from .ticking import LateTicks, LoopTicker, WatchedPoller
 
 logger = logging.getLogger(__name__)
 
@@ -487,6 +487,9 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         self._ticker = LoopTicker(loop, self.tick, self.until_due)
         self._poller.watch(loop, self._ticker.ready)
         self._ticker.soon()
+
+    def late_ticks(self) -> LateTicks:
+        return self._ticker.late if self._ticker is not None else LateTicks()
 
     def tick(self) -> bool:
         """One tick; whether its last poll read something the next tick must act on."""

@@ -27,7 +27,12 @@ loop runs the ticks itself (``autoTick=False``):
 A tick holds the loop for what it does (an apply slice is at most
 ``engine.raft.node.APPLY_BUDGET_S``), and a turn of the loop answering a
 front delays a heartbeat by its length: what the loop runs between ticks
-must stay short, as the apply slices do.
+must stay short, as the apply slices do. A tick that runs ``LATE_S`` or more
+after it was due is counted (``LateTicks``, /metrics) and logged with what
+the loop's thread did meanwhile: on the CPU (the engine's own work held the
+loop) or off it (it waited for a core or for the disk). A late heartbeat
+costs a leader its lease, and a later one an election; the log line says
+which of the two to look at.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from typing import Callable
 
 from pysyncobj.poller import POLL_EVENT_TYPE, Poller
@@ -43,6 +49,10 @@ from pysyncobj.poller import POLL_EVENT_TYPE, Poller
 logger = logging.getLogger(__name__)
 
 READABLE = POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.ERROR
+# A tick this late leaves a gap between heartbeats (every 0.09 s) about as long as the leader lease (0.2 s).
+LATE_S = 0.1
+# At most one log line about late ticks this often: they come in bursts.
+LATE_LOG_INTERVAL_S = 10.0
 
 
 class WatchedPoller(Poller):
@@ -126,6 +136,35 @@ class WatchedPoller(Poller):
                 loop.remove_writer(descr)
 
 
+class LateTicks:
+    """Ticks that ran ``LATE_S`` or more after they were due: how many, how late in all, and a
+    log line now and then naming the worst since the last one."""
+
+    def __init__(self):
+        self.count = 0
+        self.seconds = 0.0
+        self._unlogged = 0
+        self._worst: tuple[float, float, float] | None = None   # (late, since set, on the CPU since set)
+        self._logged_at = -LATE_LOG_INTERVAL_S
+
+    def note(self, late_s: float, since_set_s: float, on_cpu_s: float) -> None:
+        self.count += 1
+        self.seconds += late_s
+        self._unlogged += 1
+        if self._worst is None or late_s > self._worst[0]:
+            self._worst = (late_s, since_set_s, on_cpu_s)
+        now = time.monotonic()
+        if now - self._logged_at < LATE_LOG_INTERVAL_S:
+            return
+        late_s, since_set_s, on_cpu_s = self._worst
+        logger.warning("%d Raft tick(s) ran late since the last such line, the worst %.0f ms after it was due: "
+                       "in the %.0f ms since it was set, the loop's thread was on the CPU %.0f ms (the engine's "
+                       "own work) and off it %.0f ms (waiting for a core or for the disk, or idle)",
+                       self._unlogged, late_s * 1000, since_set_s * 1000, on_cpu_s * 1000,
+                       (since_set_s - on_cpu_s) * 1000)
+        self._logged_at, self._unlogged, self._worst = now, 0, None
+
+
 class LoopTicker:
     """Runs ``tick()`` on the loop: soon after ``soon()`` (a proposal, a task),
     at ``ready()`` (a socket), at once again after a tick that says it read
@@ -139,6 +178,9 @@ class LoopTicker:
         self._timer: asyncio.TimerHandle | None = None
         self._stopped = False
         self._read_in_tick = False
+        self.late = LateTicks()
+        # when the next tick is due (loop time), when that was decided and the loop thread's CPU time then
+        self._due: tuple[float, float, float] | None = None
 
     def ready(self) -> None:
         """A watched socket is ready: tick now. The tick's poll reads every
@@ -163,6 +205,7 @@ class LoopTicker:
         self._pending = False
         if self._stopped:
             return
+        self._check_lateness()
         read = False
         try:
             read = self._tick()
@@ -178,10 +221,20 @@ class LoopTicker:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        now = self._loop.time()
+        self._due = (now + max(delay, 0.0), now, time.thread_time())
         if delay <= 0:
             self.soon()
         else:
             self._timer = self._loop.call_later(delay, self._run)
+
+    def _check_lateness(self) -> None:
+        if self._due is None:
+            return
+        due, set_at, cpu_at_set = self._due
+        now = self._loop.time()
+        if now - due >= LATE_S:
+            self.late.note(now - due, now - set_at, time.thread_time() - cpu_at_set)
 
     def _next_turn(self) -> None:
         self._read_in_tick = False
