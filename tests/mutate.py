@@ -62,6 +62,7 @@ T_SEC = "tests/test_security_sqs.py::"
 T_ALM = "tests/test_disk_alarm.py::"
 T_CHK = "tests/test_chaos_checker.py::"
 T_PRN = "tests/test_principals.py::"
+T_SPP = "tests/test_spark_principal.py::"
 RULES = ("tests/test_statemachine_rules.py", "tests/test_statemachine_model.py")
 T_MODEL = "tests/test_statemachine_model.py"
 T_PRI = "tests/test_statemachine_priorities.py::"
@@ -848,6 +849,16 @@ MUTANTS = [
            "return self._room_for_bytes(batches, cmd) or self.quotas.room_for_bytes(self, batches, cmd)",
            "return self._room_for_bytes(batches, cmd)",
            (T_PRN + "test_a_principals_queues_store_at_most_its_stored_bytes_quota",)),
+    Mutant("spark-denial-asked-of-every-replica", "a denial is final: the Spark connector's replica read does "
+           "not move on from a node that refused it", "raftq/spark/ranges.py",
+           "                if exc.code in REFUSED:\n                    raise\n",
+           "                pass\n",
+           (T_SPP + "test_a_page_the_principal_may_not_browse_is_refused_once_not_asked_of_every_replica",)),
+    Mutant("spark-writer-must-browse", "a principal with producers and put on a queue writes to it through the "
+           "Spark sink, without browse", "raftq/spark/source.py",
+           "            if not (exc.code == \"forbidden\" and exc.body.get(\"action\") == \"browse\"):\n",
+           "            if True:\n",
+           (T_SPP + "test_without_auto_create_a_writer_without_browse_is_checked_as_far_as_it_may_see",)),
 ]
 
 

@@ -33,6 +33,8 @@ from .schema import READ_SCHEMA
 ARROW_SCHEMA = to_arrow_schema(READ_SCHEMA, timezone="UTC")
 # A stale replica is asked again this many rounds before the leader serves the page.
 REPLICA_ROUNDS = 3
+# A token the cluster does not take (401), or a principal's rules that do not allow the read (403).
+REFUSED = frozenset({"unauthorized", "forbidden"})
 
 
 @dataclass
@@ -176,7 +178,12 @@ class _PageReader:
                 page = replica.browse(p.queue, group=p.group, from_seq=cursor, limit=limit, consistency="any")
                 if page["applied_index"] >= p.min_index:
                     return page["messages"]
-            except (OSError, RaftqError):
+            except RaftqError as exc:
+                # A refused credential is refused by every node alike: asking the
+                # others would only repeat the denial (and count it again each time).
+                if exc.code in REFUSED:
+                    raise
+            except OSError:
                 pass     # down, restarting, or too far behind to know the queue yet
             self.current = (self.current + 1) % len(self.replicas)
         return self.leader.browse(p.queue, group=p.group, from_seq=cursor, limit=limit)["messages"]

@@ -10,23 +10,47 @@ from .schema import READ_SCHEMA, check_write_schema
 from .writer import BatchWriter, StreamWriter
 
 
-def _check_queue(opts, *, must_exist: bool, producer: str | None = None) -> None:
-    """Reach the cluster now, so that a wrong url, token or queue fails at .load()/.start().
+def _refused_token(exc: RaftqError) -> OptionError:
+    return OptionError(f"option token: the cluster refused it ({exc.message})")
 
-    A writer's queue may be missing if the cluster creates queues on a put;
-    the producer's record says whether it does."""
+
+def _check_readable(opts) -> None:
+    """Reach the cluster now, so that a wrong url, token or queue fails at .load()."""
     with opts.connection.client() as client:
         try:
             client.queue(opts.queue)
-            return
         except RaftqError as exc:
             if exc.code == "unauthorized":
-                raise OptionError(f"option token: the cluster refused it ({exc.message})") from None
-            if exc.code != "not_found":
+                raise _refused_token(exc) from None
+            if exc.code == "not_found":
+                raise OptionError(f"option queue: queue {opts.queue!r} does not exist") from None
+            raise
+
+
+def _check_writable(opts, producer: str) -> None:
+    """Reach the cluster now, so that a wrong url, token or queue fails at .save()/.start(),
+    before any row is staged.
+
+    Asked through the producer's page, which needs the `producers` action on the
+    queue, as every stage does: a principal that may write there need not also
+    browse it (a stage also needs `put`; that denial comes from the first stage).
+    The page says whether a put creates a missing queue; only a cluster that
+    does not is asked whether the queue exists."""
+    with opts.connection.client() as client:
+        try:
+            if client.producer(producer, queue=opts.queue)["auto_create"]:
+                return
+            client.queue(opts.queue)
+        except RaftqError as exc:
+            if exc.code == "unauthorized":
+                raise _refused_token(exc) from None
+            if exc.code == "not_found":
+                raise OptionError(f"option queue: queue {opts.queue!r} does not exist and the cluster "
+                                  "does not create queues on a put") from None
+            # Without browse the queue's existence is not ours to see: a missing one
+            # fails the first stage with its 404 instead.
+            if not (exc.code == "forbidden" and exc.body.get("action") == "browse"):
                 raise
-        if must_exist or not client.producer(producer, queue=opts.queue)["auto_create"]:
-            raise OptionError(f"option queue: queue {opts.queue!r} does not exist"
-                              + ("" if must_exist else " and the cluster does not create queues on a put"))
 
 
 class RaftqDataSource(DataSource):
@@ -36,7 +60,7 @@ class RaftqDataSource(DataSource):
 
     def schema(self):
         # Runs on the driver at .load(): the place where bad options fail early.
-        _check_queue(read_options(self.options, streaming=None), must_exist=True)
+        _check_readable(read_options(self.options, streaming=None))
         return READ_SCHEMA
 
     def reader(self, schema):
@@ -52,11 +76,11 @@ class RaftqDataSource(DataSource):
             raise OptionError("option producerId: only for streaming writes; a batch write "
                               "commits under a one-off producer id of its own")
         writer = BatchWriter(opts)
-        _check_queue(opts, must_exist=False, producer=writer.producer)
+        _check_writable(opts, writer.producer)
         return writer
 
     def streamWriter(self, schema, overwrite: bool):
         check_write_schema(schema)
         opts = write_options(self.options, streaming=True)
-        _check_queue(opts, must_exist=False, producer=opts.producer)
+        _check_writable(opts, opts.producer)
         return StreamWriter(opts)
