@@ -7,6 +7,7 @@ import weakref
 import pytest
 
 from tests import stopping
+from tests.sparkutil import stop_spark_jvm
 
 # Every cluster a test started, so that a failed test's report ends with what its nodes logged.
 STARTED_CLUSTERS = weakref.WeakSet()
@@ -109,6 +110,7 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
+    stop_spark_jvm()
     stopping.kill_what_is_left()
 
 

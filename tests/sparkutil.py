@@ -8,6 +8,7 @@ broken setup.
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -47,6 +48,28 @@ def start_session(master: str = "local[2]", app: str = "raftq-tests"):
             .config("spark.driver.memory", "1g")
             .config("spark.sql.streaming.stopTimeout", "30s")
             .getOrCreate())
+
+
+def stop_spark_jvm() -> None:
+    """Stop the JVM the Spark tests' sessions ran in, by its PID, if one was started.
+
+    ``SparkSession.stop`` leaves pyspark's gateway JVM running, for the next
+    session of the process to reuse; the Spark test modules share it, and the
+    run stops it once at its end."""
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark import SparkContext
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    gateway.shutdown()
+    gateway.proc.terminate()
+    try:
+        gateway.proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        gateway.proc.kill()
+        gateway.proc.wait()
+    SparkContext._gateway = SparkContext._jvm = None
 
 
 def options(cluster, queue, **extra) -> dict:
