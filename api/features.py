@@ -131,17 +131,20 @@ def feature_gates(app: web.Application) -> list[FeatureGate]:
     """The gates of what an engine may write only once every node applies it."""
     return [FeatureGate(app, "relocate", "relocation of live bodies", "allow_relocation"),
             FeatureGate(app, "wall_times", "the wall clock in ticks", "allow_wall_ticks")]
-class Admission:
-    """In each front: a request's command that uses issue 51's feature waits for every node to
-    run it. Asked at most once a second while a node does not, one question at a time however
-    many requests ask; once every node does, no command is looked at."""
 
-    def __init__(self, app: web.Application):
-        self._feature = ClusterFeature(app, PRIORITY_BACKOFF_PAUSE_REPLAY, "issue 51's writes")
+
+class AskedFeature:
+    """A ``ClusterFeature`` that requests wait on: asked at most once a second while a node lacks
+    it, one question at a time however many requests ask; once every node has it, asked no more."""
+
+    def __init__(self, app: web.Application, feature: str, who: str):
+        self.feature = ClusterFeature(app, feature, who)
         self._missing_until = 0.0
         self._asking: asyncio.Future | None = None
 
-    async def _everywhere(self) -> bool:
+    async def everywhere(self) -> bool:
+        if self.feature.known_everywhere():
+            return True
         if time.monotonic() < self._missing_until:
             return False
         if self._asking is None:
@@ -150,7 +153,7 @@ class Admission:
         return await asyncio.shield(self._asking)
 
     async def _ask(self) -> bool:
-        if await self._feature.everywhere():
+        if await self.feature.everywhere():
             return True
         self._missing_until = time.monotonic() + ASK_AGAIN_S
         return False
@@ -158,13 +161,22 @@ class Admission:
     def _asked(self, _) -> None:
         self._asking = None
 
+
+class Admission:
+    """In each front: a request's command that uses issue 51's feature waits for every node to
+    run it; once every node does, no command is looked at."""
+
+    def __init__(self, app: web.Application):
+        self._asked = AskedFeature(app, PRIORITY_BACKOFF_PAUSE_REPLAY, "issue 51's writes")
+        self._feature = self._asked.feature
+
     async def admit(self, command: dict) -> None:
         """ApiError 409 conflict, before anything is written, unless every node runs a release
         that knows what the valid `command` needs of the state machine."""
         if self._feature.known_everywhere():
             return
         feature = feature_needed(command)
-        if feature is not None and not await self._everywhere():
+        if feature is not None and not await self._asked.everywhere():
             if self._feature.unanswered is not None:
                 # a node not up yet (a cluster's birth) or down: its release is unknown, not old
                 raise ApiError("release_unknown", f"this {command['op']} uses {feature}, and node "

@@ -658,7 +658,7 @@ MUTANTS = [
            (T_RET + "test_retained_messages_count_toward_the_clusters_stored_bytes_until_retention_lets_them_go",
             T_MODEL)),
     Mutant("issue-51-before-every-node-has-it", "no front writes what issue 51 adds while a node runs an older release",
-           "api/features.py", "if feature is not None and not await self._everywhere():", "if False:",
+           "api/features.py", "if feature is not None and not await self._asked.everywhere():", "if False:",
            ("tests/test_operations.py::test_what_issue_51_adds_is_refused_until_every_node_runs_it_then_served",)),
     # ---- the package (docs/architecture.md) ---------------------------------------------------------
     Mutant("statemachine-imports-upward", "each room imports only the rooms below it",
