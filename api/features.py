@@ -16,7 +16,10 @@ asking a node which it knows (``GET /health/live``'s ``features``).
   ``add_group``'s start at a seq or a time), which an older replica refuses or would apply
   unlike the others (``statemachine.feature_needed`` names the commands that use them);
 - ``principals``: principals kept in group 0's log, and the names and quotas a principal's
-  commands carry, which an older replica would apply without them (api/principals.py).
+  commands carry, which an older replica would apply without them (api/principals.py);
+- ``cluster_connections``: a principal's connections counted by group 0's leader for the
+  cluster (api/connections.py), whose route and engine calls an older leader lacks: until
+  every node runs it, each counts its own connections as before.
 
 ``ClusterFeature`` asks every voter of group 0 (every node is one) for one of them; the name
 releaser and the feature gates wait on it. ``Admission`` refuses a request that uses
@@ -42,7 +45,7 @@ from .keys import GROUPS, HTTP, SETTINGS
 log = logging.getLogger(__name__)
 
 FEATURES = ("name_release", "release_in_turn", "sealed_receipts", "sqs_keys", "relocate", "wall_times",
-            PRIORITY_BACKOFF_PAUSE_REPLAY, "principals")
+            PRIORITY_BACKOFF_PAUSE_REPLAY, "principals", "cluster_connections")
 ASK_AGAIN_S = 1.0
 PEER_TIMEOUT = ClientTimeout(total=2)
 GATE_S = 5.0

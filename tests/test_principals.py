@@ -20,6 +20,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from raftq.engine.config import SqsKey
+from raftq.engine.quotas import CONNECTION_LEASE_S
 from tests.sqsutil import sqs_client
 from tests.waiting import wait_until
 from tests.wire import call
@@ -369,6 +370,65 @@ def test_a_principal_holds_at_most_its_connections_quota(cluster):
                     await asyncio.sleep(0.1)
             return False
     assert asyncio.run(connections())
+
+
+def test_connections_are_counted_for_the_cluster_and_a_killed_nodes_leave_within_a_lease(fresh_cluster):
+    """Group 0's leader counts a principal's connections on every node: two on two nodes are held,
+    a third on the third node is 429; closing one lets a new one in; a node killed with one open
+    stops renewing its lease, and its connection leaves the count within the lease (timed)."""
+    cluster = fresh_cluster(3)
+    tenant = make(cluster, "tenant-cc", [{"actions": ["put"], "queues": ["cc-*"]}], quotas={"connections": 2})
+    leader = cluster.wait_for_leader(30)
+    first, second = [node for node in cluster.ids if node != leader]
+    token = tenant["token"]
+
+    async def connect(session, node: str, wait: float = 10.0):
+        """A connection to `node`, waiting out a 503 (group 0's leader relearning after its
+        election); None on a 429."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                return await session.ws_connect(cluster.url(node) + "/v1/stream", headers=bearer(token))
+            except aiohttp.WSServerHandshakeError as exc:
+                if exc.status == 429:
+                    return None
+                assert exc.status == 503 and time.monotonic() < deadline, exc
+                await asyncio.sleep(0.2)
+
+    async def connections():
+        async with aiohttp.ClientSession() as session:
+            on_first = await connect(session, first)
+            on_second = await connect(session, second)
+            assert on_first is not None and on_second is not None
+            assert await connect(session, leader) is None
+            over = call("GET", cluster.url(leader) + "/v1/stream", headers=bearer(token))
+            assert (over.status, over.body["quota"], over.body["limit"]) == (429, "connections", 2), over
+            assert "on this node" not in over.body["message"], over
+            await on_first.close()
+            on_leader = None
+            for _ in range(50):                # released once the first node's handler ended
+                on_leader = await connect(session, leader)
+                if on_leader is not None:
+                    break
+                await asyncio.sleep(0.1)
+            assert on_leader is not None
+            assert await connect(session, first) is None
+
+            cluster.kill(second)               # its connection is never closed: its lease expires
+            killed = time.monotonic()
+            again = None
+            while again is None and time.monotonic() - killed < CONNECTION_LEASE_S + 5:
+                again = await connect(session, first)
+                if again is None:
+                    await asyncio.sleep(0.1)
+            released = time.monotonic() - killed
+            print(f"a killed node's connection was released {released:.1f} s after the kill "
+                  f"(lease {CONNECTION_LEASE_S} s)")
+            assert again is not None and released <= CONNECTION_LEASE_S + 1.0, released
+            assert await connect(session, first) is None             # and the quota holds again
+            await again.close()
+            await on_leader.close()
+    asyncio.run(connections())
 
 
 def test_a_principal_holds_at_most_its_long_polls_quota(cluster):
