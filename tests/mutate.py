@@ -845,6 +845,9 @@ MUTANTS = [
     Mutant("connections-counted-per-node", "a principal's connections are counted for the cluster, not per node",
            "api/connections.py", "    if await cluster.for_the_cluster():", "    if False:",
            (T_PRN + "test_connections_are_counted_for_the_cluster_and_a_killed_nodes_leave_within_a_lease",)),
+    Mutant("new-group-0-leader-admits-at-once", "a new group-0 leader takes no new connection before it has "
+           "relearned the open ones", "engine/quotas.py", "        if now < self._open_at:", "        if False:",
+           (T_PRN + "test_a_new_group_0_leader_relearns_the_open_connections_before_it_takes_a_new_one",)),
     Mutant("put-rate-ignored", "a principal puts at most its put_rate",
            "api/principals.py", "    if rate is None or count is None:\n        return None",
            "    if True:\n        return None",
