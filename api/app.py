@@ -25,6 +25,7 @@ from raftq.engine.storage.put_buffer import PutBuffer
 from . import buffering, caps, events, forwarding, openapi
 from .disk import DiskWatch
 from .codec import respond
+from .connections import CONNECTIONS, ClusterConnections
 from .errors import ApiError, LeadLost, Rerouted, no_quorum
 from .features import ADMISSION, Admission
 from .groups import Groups
@@ -154,6 +155,7 @@ def make_app(engines: dict, placement: Placement, settings: Settings, buffer_dir
     app[RECEIPTS] = Receipts(settings.keys.receipts)
     app[MODE] = ReceiptMode(app)
     app[ADMISSION] = Admission(app)
+    app[CONNECTIONS] = cluster_connections = ClusterConnections(app)
     app[buffering.BUFFER] = buffer
     app[buffering.BUFFERED] = asyncio.Event()
 
@@ -167,9 +169,11 @@ def make_app(engines: dict, placement: Placement, settings: Settings, buffer_dir
         replay = asyncio.create_task(buffering.replay(app))
         app[MODE].start()
         principals.start()
+        cluster_connections.start()
         disk.start_with(app[HTTP])
         yield
         disk.stop()
+        cluster_connections.stop()
         principals.stop()
         app[MODE].stop()
         replay.cancel()

@@ -28,10 +28,11 @@ from raftq.statemachine.rules import BROWSE, CLUSTER, METRICS
 
 from .cluster import view as cluster_view
 from .codec import json_safe
+from .connections import held_connection
 from .errors import ApiError
 from .leader import ENGINES, NODE
 from .messages import QUERY_INT
-from .principals import PRINCIPAL, PRINCIPALS, held_connection
+from .principals import PRINCIPAL, PRINCIPALS
 
 AUDIT_SHOWN = 20
 

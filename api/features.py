@@ -16,7 +16,10 @@ asking a node which it knows (``GET /health/live``'s ``features``).
   ``add_group``'s start at a seq or a time), which an older replica refuses or would apply
   unlike the others (``statemachine.feature_needed`` names the commands that use them);
 - ``principals``: principals kept in group 0's log, and the names and quotas a principal's
-  commands carry, which an older replica would apply without them (api/principals.py).
+  commands carry, which an older replica would apply without them (api/principals.py);
+- ``cluster_connections``: a principal's connections counted by group 0's leader for the
+  cluster (api/connections.py), whose route and engine calls an older leader lacks: until
+  every node runs it, each counts its own connections as before.
 
 ``ClusterFeature`` asks every voter of group 0 (every node is one) for one of them; the name
 releaser and the feature gates wait on it. ``Admission`` refuses a request that uses
@@ -42,7 +45,7 @@ from .keys import GROUPS, HTTP, SETTINGS
 log = logging.getLogger(__name__)
 
 FEATURES = ("name_release", "release_in_turn", "sealed_receipts", "sqs_keys", "relocate", "wall_times",
-            PRIORITY_BACKOFF_PAUSE_REPLAY, "principals")
+            PRIORITY_BACKOFF_PAUSE_REPLAY, "principals", "cluster_connections")
 ASK_AGAIN_S = 1.0
 PEER_TIMEOUT = ClientTimeout(total=2)
 GATE_S = 5.0
@@ -131,17 +134,20 @@ def feature_gates(app: web.Application) -> list[FeatureGate]:
     """The gates of what an engine may write only once every node applies it."""
     return [FeatureGate(app, "relocate", "relocation of live bodies", "allow_relocation"),
             FeatureGate(app, "wall_times", "the wall clock in ticks", "allow_wall_ticks")]
-class Admission:
-    """In each front: a request's command that uses issue 51's feature waits for every node to
-    run it. Asked at most once a second while a node does not, one question at a time however
-    many requests ask; once every node does, no command is looked at."""
 
-    def __init__(self, app: web.Application):
-        self._feature = ClusterFeature(app, PRIORITY_BACKOFF_PAUSE_REPLAY, "issue 51's writes")
+
+class AskedFeature:
+    """A ``ClusterFeature`` that requests wait on: asked at most once a second while a node lacks
+    it, one question at a time however many requests ask; once every node has it, asked no more."""
+
+    def __init__(self, app: web.Application, feature: str, who: str):
+        self.feature = ClusterFeature(app, feature, who)
         self._missing_until = 0.0
         self._asking: asyncio.Future | None = None
 
-    async def _everywhere(self) -> bool:
+    async def everywhere(self) -> bool:
+        if self.feature.known_everywhere():
+            return True
         if time.monotonic() < self._missing_until:
             return False
         if self._asking is None:
@@ -150,7 +156,7 @@ class Admission:
         return await asyncio.shield(self._asking)
 
     async def _ask(self) -> bool:
-        if await self._feature.everywhere():
+        if await self.feature.everywhere():
             return True
         self._missing_until = time.monotonic() + ASK_AGAIN_S
         return False
@@ -158,13 +164,22 @@ class Admission:
     def _asked(self, _) -> None:
         self._asking = None
 
+
+class Admission:
+    """In each front: a request's command that uses issue 51's feature waits for every node to
+    run it; once every node does, no command is looked at."""
+
+    def __init__(self, app: web.Application):
+        self._asked = AskedFeature(app, PRIORITY_BACKOFF_PAUSE_REPLAY, "issue 51's writes")
+        self._feature = self._asked.feature
+
     async def admit(self, command: dict) -> None:
         """ApiError 409 conflict, before anything is written, unless every node runs a release
         that knows what the valid `command` needs of the state machine."""
         if self._feature.known_everywhere():
             return
         feature = feature_needed(command)
-        if feature is not None and not await self._everywhere():
+        if feature is not None and not await self._asked.everywhere():
             if self._feature.unanswered is not None:
                 # a node not up yet (a cluster's birth) or down: its release is unknown, not old
                 raise ApiError("release_unknown", f"this {command['op']} uses {feature}, and node "

@@ -1,5 +1,6 @@
 """A front's own admin calls to another Raft group's leader, wherever it runs: what the
-replica mover and the name releaser do in groups whose leader is on another node."""
+replica mover and the name releaser do in groups whose leader is on another node, and the
+connections' leases on group 0's leader (api/connections.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ class NotYet(Exception):
 
 
 async def call_group_leader(app: web.Application, method: str, path: str, body: dict | None = None, *,
-                            group: int = 0) -> dict | None:
+                            group: int = 0, timeout: ClientTimeout = REQUEST_TIMEOUT) -> dict | None:
     """An admin request to the leader of `group`, through the front of one of its recorded
     members that answers (which forwards it; not a target's, whose engine knows no leader
     until it is added), following the redirects of fronts that know a later leader.
@@ -36,21 +37,22 @@ async def call_group_leader(app: web.Application, method: str, path: str, body: 
         if address is None:
             continue
         try:
-            return await _follow(app, method, f"{app[SETTINGS].scheme}://{address}{path}", body)
+            return await _follow(app, method, f"{app[SETTINGS].scheme}://{address}{path}", body, timeout)
         except (NotYet, ClientError, TimeoutError) as exc:
             log.info("%s %s through %s: %s", method, path, node_id, exc)
             refusals.append(f"{node_id}: {exc}")
     raise NotYet(f"{method} {path}: no member of group {group} served it ({'; '.join(refusals) or 'none known'})")
 
 
-async def _follow(app: web.Application, method: str, url: str, body: dict | None) -> dict | None:
+async def _follow(app: web.Application, method: str, url: str, body: dict | None,
+                  timeout: ClientTimeout) -> dict | None:
     headers = {"Accept": "application/json", "X-Raftq-Forward": "1"}
     token = app[SETTINGS].tokens.admin
     if token:
         headers["Authorization"] = f"Bearer {token}"
     for _ in range(MAX_REDIRECTS):
         async with app[HTTP].request(method, url, json=body, headers=headers, allow_redirects=False,
-                                     timeout=REQUEST_TIMEOUT) as reply:
+                                     timeout=timeout) as reply:
             if reply.status == 307 and "Location" in reply.headers:
                 url = reply.headers["Location"]
                 continue

@@ -134,6 +134,20 @@ RETIRING = {
     "additionalProperties": False,
 }
 LEADER = {"type": "object", "properties": {"to": NAME}, "additionalProperties": False}
+_LEASE = {"principal": NAME, "lease": {"type": "string", "pattern": "^[0-9a-f]{32}$"}}
+CONNECTION_LEASES = {
+    "type": "object",
+    "properties": {
+        "hold": {"type": "object", "properties": {**_LEASE, "limit": {"type": "integer", "minimum": 0}},
+                 "required": ["principal", "lease", "limit"], "additionalProperties": False},
+        "renew": {"type": "array", "maxItems": 100_000,
+                  "items": {"type": "array", "prefixItems": [_LEASE["principal"], _LEASE["lease"]],
+                            "items": False, "minItems": 2}},
+        "release": {"type": "object", "properties": _LEASE, "required": ["principal", "lease"],
+                    "additionalProperties": False},
+    },
+    "additionalProperties": False,
+}
 SQS_KEY = {"type": "object", "properties": {"role": {"type": "string", "enum": ["admin", "data"]}},
            "required": ["role"], "additionalProperties": False}
 REDRIVE = {"type": "object", "properties": {"from_queue": NAME,

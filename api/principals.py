@@ -26,8 +26,8 @@ each queue a request names beyond its path (a transaction's, a redrive's source,
 target, a stage's queue), each frame of the streaming wire, each SQS action.
 
 What a principal's commands carry for the state machine's quotas (``acting``), its puts' rate
-(``charge``), its long polls (``long_poll_cap``) and its connections (``held_connection``)
-are here too. A command carries its principal only once a principal was made through
+(``charge``) and its long polls (``long_poll_cap``) are here too (its connections:
+api/connections.py). A command carries its principal only once a principal was made through
 ``/v1/principals`` (``Principals.in_use``), which every node had to run a release that knows
 principals for (``FEATURE``): an older replica would apply such a command without its quotas.
 """
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import hashlib
 import hmac
 import logging
@@ -313,23 +312,3 @@ def quota_refusal(principal: Principal | None, code: str, group: int, app: web.A
 
 
 QUOTA_CODES = frozenset({"rate_limited", "too_many_principal_waiters"})
-
-
-@contextlib.asynccontextmanager
-async def held_connection(app: web.Application, principal: Principal | None):
-    """A long-lived connection of `principal` (the streaming wire, an event stream), counted on
-    this node while it lasts; 429 quota_exceeded when it holds its connections quota already."""
-    limit = None if principal is None else principal.quotas.get("connections")
-    if limit is None:
-        yield
-        return
-    node = app[GROUPS].catalog
-    if not await node.hold(principal.name, limit):
-        raise ApiError("quota_exceeded", f"principal {principal.name!r} holds {limit} connections on this node "
-                                         "already (its connections quota): close one first",
-                       principal=principal.name, quota="connections", limit=limit, headers={"Retry-After": "1"})
-    try:
-        yield
-    finally:
-        node.release(principal.name)
-

@@ -22,8 +22,8 @@ from typing import Callable
 from raftq.statemachine.rules import (ADMIN, BROWSE, CLUSTER, METRICS, PRODUCERS, PUT, QUEUE_ACTIONS, RECEIVE,
                                       REDRIVE)
 
-from . import (catalog_release, cluster, console, disk, events, messages, openapi_schemas as schemas, principal_routes,
-               queues, staging, stream)
+from . import (catalog_release, cluster, connections, console, disk, events, messages, openapi_schemas as schemas,
+               principal_routes, queues, staging, stream)
 from .sqs import credentials as sqs_credentials, service as sqs
 
 OPEN = None
@@ -97,6 +97,10 @@ ROUTES = (
           "Which of `names` a replica of `group` holds retiring, and its fence (node to node: what group 0's "
           "leader checks a release against)", errors=(307, 404, 503), body=schemas.RETIRING,
           body_required=True, query=(("group", {"type": "integer", "minimum": 0}),)),
+    Route("POST", connections.PATH, connections.leases, CLUSTER,
+          "Hold, renew or release leases of principals' connections on group 0's leader, which counts each "
+          "principal's connections for the cluster (node to node)", body=schemas.CONNECTION_LEASES,
+          body_required=True, leader=True),
     Route("GET", "/v1/cluster/routing", cluster.routing, ANY_QUEUE,
           "Where each queue is served: every Raft group's members and leader, and queue -> group",
           errors=(404,), query=(("group", {"type": "integer", "minimum": 0}),)),

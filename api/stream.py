@@ -68,10 +68,11 @@ from raftq.statemachine.validation import MAX_RECEIVE, is_int
 from .bounded import check_cbor
 from .errors import ApiError, from_result
 from .commands import apply, leader_read, receive_waiting
+from .connections import held_connection
 from .keys import GROUPS, NODE, SETTINGS
 from .leader import Elsewhere, serve_here, serving_group
 from .messages import DURABILITY, checked_message, reach_durability
-from .principals import PRINCIPAL, PRINCIPALS, Principal, denial, forbidden, held_connection
+from .principals import PRINCIPAL, PRINCIPALS, Principal, denial, forbidden
 from .receipts import Opened
 from .routing import checked_name
 

@@ -657,8 +657,13 @@ MUTANTS = [
            "        self.retained_bytes += size\n        self.tally.bytes -= size\n",
            (T_RET + "test_retained_messages_count_toward_the_clusters_stored_bytes_until_retention_lets_them_go",
             T_MODEL)),
+    Mutant("connections-leased-before-every-node-can", "connections are counted per node, as before, while a node "
+           "runs a release that knows no connections' leases", "api/connections.py",
+           "            return await self._feature.everywhere()", "            return True",
+           ("tests/test_operations.py::"
+            "test_connections_are_counted_per_node_until_every_node_counts_them_for_the_cluster",)),
     Mutant("issue-51-before-every-node-has-it", "no front writes what issue 51 adds while a node runs an older release",
-           "api/features.py", "if feature is not None and not await self._everywhere():", "if False:",
+           "api/features.py", "if feature is not None and not await self._asked.everywhere():", "if False:",
            ("tests/test_operations.py::test_what_issue_51_adds_is_refused_until_every_node_runs_it_then_served",)),
     # ---- the package (docs/architecture.md) ---------------------------------------------------------
     Mutant("statemachine-imports-upward", "each room imports only the rooms below it",
@@ -837,6 +842,12 @@ MUTANTS = [
            "api/principals.py", "    return [principal.name, share(limit, app[GROUPS].count, group)]",
            "    return [principal.name, limit]",
            (T_PRN + "test_with_several_groups_quotas_count_the_clusters_not_each_groups",)),
+    Mutant("connections-counted-per-node", "a principal's connections are counted for the cluster, not per node",
+           "api/connections.py", "    if await cluster.for_the_cluster():", "    if False:",
+           (T_PRN + "test_connections_are_counted_for_the_cluster_and_a_killed_nodes_leave_within_a_lease",)),
+    Mutant("new-group-0-leader-admits-at-once", "a new group-0 leader takes no new connection before it has "
+           "relearned the open ones", "engine/quotas.py", "        if now < self._open_at:", "        if False:",
+           (T_PRN + "test_a_new_group_0_leader_relearns_the_open_connections_before_it_takes_a_new_one",)),
     Mutant("put-rate-ignored", "a principal puts at most its put_rate",
            "api/principals.py", "    if rate is None or count is None:\n        return None",
            "    if True:\n        return None",

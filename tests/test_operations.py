@@ -2,6 +2,7 @@
 restore, a node that lost its data rejoining, installing for deploy/'s systemd unit,
 a rolling upgrade (issue 27, item 8)."""
 
+import asyncio
 import os
 import re
 import shutil
@@ -13,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from raftq.api import removal
@@ -458,6 +460,72 @@ def test_what_issue_51_adds_is_refused_until_every_node_runs_it_then_served(tmp_
                        what="a priority served once every node runs the release")
             assert [m["body"] for m in client.receive("jobs", max=5)["messages"]] == ["urgent", "before"]
             assert client.verify()["agree"]
+    finally:
+        cluster.close()
+
+
+# The last revision that counted a principal's connections on each node, not for the cluster.
+PER_NODE_CONNECTIONS_FROM = "5059152"
+
+
+def test_connections_are_counted_per_node_until_every_node_counts_them_for_the_cluster(tmp_path, monkeypatch):
+    """An older group-0 leader knows no connections' leases: while it runs, the upgraded nodes
+    count a principal's connections each on its own, as it does (none refused 503 for a route it
+    lacks); once the last node is upgraded, they are counted for the cluster."""
+    old_tree = exported(PER_NODE_CONNECTIONS_FROM, tmp_path / "old-tree")
+    monkeypatch.chdir(tmp_path)
+    old_env = {**os.environ, "PYTHONPATH": str(old_tree)}
+    new_env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cluster = LocalCluster.create(tmp_path / "cluster", 3, env=old_env)
+    register(cluster)
+    admin = {"Authorization": f"Bearer {cluster.cfg.tokens.admin}"}
+    try:
+        cluster.start()
+        assert cluster.wait_for_leader(60) is not None and cluster.wait_all_ready(60)
+        made = call("POST", cluster.url(cluster.wait_for_leader(30)) + "/v1/principals",
+                    {"name": "tenant", "rules": [{"actions": ["put"], "queues": ["t-*"]}],
+                     "quotas": {"connections": 1}}, headers=admin, follow=True)
+        assert made.status == 201, made
+        tenant = {"Authorization": f"Bearer {made.body['token']}"}
+        cluster.env = new_env
+        for node_id in ("n1", "n2"):
+            wait_until(lambda: caught_up(cluster, node_id), 60, what=f"{node_id} to be caught up")
+            cluster.stop(node_id)
+            cluster.start(node_id)
+            wait_until(lambda: caught_up(cluster, node_id), 120, what=f"{node_id} on the new release")
+        with cluster.client() as client:
+            if cluster.wait_for_leader(30) != "n3":
+                assert client.transfer_leadership("n3")["moved"]
+
+        async def per_node():
+            async with aiohttp.ClientSession() as session:
+                held = [await session.ws_connect(cluster.url(node) + "/v1/stream", headers=tenant)
+                        for node in ("n1", "n2")]
+                over = call("GET", cluster.url("n1") + "/v1/stream", headers=tenant)
+                assert (over.status, over.body["quota"]) == (429, "connections"), over
+                assert "on this node" in over.body["message"], over
+                for connection in held:
+                    await connection.close()
+        asyncio.run(per_node())
+
+        wait_until(lambda: caught_up(cluster, "n3"), 60, what="n3 to be caught up")
+        cluster.stop("n3")
+        cluster.start("n3")
+        wait_until(lambda: caught_up(cluster, "n3"), 120, what="n3 on the new release")
+
+        async def for_the_cluster() -> bool:
+            async with aiohttp.ClientSession() as session:
+                try:
+                    first = await session.ws_connect(cluster.url("n1") + "/v1/stream", headers=tenant)
+                except aiohttp.WSServerHandshakeError:
+                    return False       # a new group-0 leader relearning, or the last probe's lease
+                try:
+                    over = call("GET", cluster.url("n2") + "/v1/stream", headers=tenant)
+                    return over.status == 429 and "on this node" not in over.body["message"]
+                finally:
+                    await first.close()
+        wait_until(lambda: asyncio.run(for_the_cluster()), 60,
+                   what="connections counted for the cluster once every node runs the release")
     finally:
         cluster.close()
 

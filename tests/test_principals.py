@@ -20,6 +20,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from raftq.engine.config import SqsKey
+from raftq.engine.quotas import CONNECTION_LEASE_S
 from tests.sqsutil import sqs_client
 from tests.waiting import wait_until
 from tests.wire import call
@@ -369,6 +370,103 @@ def test_a_principal_holds_at_most_its_connections_quota(cluster):
                     await asyncio.sleep(0.1)
             return False
     assert asyncio.run(connections())
+
+
+async def open_stream(session, url: str, token: str, wait: float = 10.0):
+    """A /v1/stream connection, waiting out 503s (group 0's leader relearning after its election)
+    for up to `wait` seconds; None when it is refused 429."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return await session.ws_connect(url + "/v1/stream", headers=bearer(token))
+        except aiohttp.WSServerHandshakeError as exc:
+            if exc.status == 429:
+                return None
+            assert exc.status == 503 and time.monotonic() < deadline, exc
+            await asyncio.sleep(0.1)
+
+
+def test_connections_are_counted_for_the_cluster_and_a_killed_nodes_leave_within_a_lease(fresh_cluster):
+    """Group 0's leader counts a principal's connections on every node: two on two nodes are held,
+    a third on the third node is 429; closing one lets a new one in; a node killed with one open
+    stops renewing its lease, and its connection leaves the count within the lease (timed)."""
+    cluster = fresh_cluster(3)
+    tenant = make(cluster, "tenant-cc", [{"actions": ["put"], "queues": ["cc-*"]}], quotas={"connections": 2})
+    leader = cluster.wait_for_leader(30)
+    first, second = [node for node in cluster.ids if node != leader]
+
+    def connect(session, node: str):
+        return open_stream(session, cluster.url(node), tenant["token"])
+
+    async def connections():
+        async with aiohttp.ClientSession() as session:
+            on_first = await connect(session, first)
+            on_second = await connect(session, second)
+            assert on_first is not None and on_second is not None
+            assert await connect(session, leader) is None
+            over = call("GET", cluster.url(leader) + "/v1/stream", headers=bearer(tenant["token"]))
+            assert (over.status, over.body["quota"], over.body["limit"]) == (429, "connections", 2), over
+            assert "on this node" not in over.body["message"], over
+            await on_first.close()
+            on_leader = None
+            for _ in range(50):                # released once the first node's handler ended
+                on_leader = await connect(session, leader)
+                if on_leader is not None:
+                    break
+                await asyncio.sleep(0.1)
+            assert on_leader is not None
+            assert await connect(session, first) is None
+
+            cluster.kill(second)               # its connection is never closed: its lease expires
+            killed = time.monotonic()
+            again = None
+            while again is None and time.monotonic() - killed < CONNECTION_LEASE_S + 5:
+                again = await connect(session, first)
+                if again is None:
+                    await asyncio.sleep(0.1)
+            released = time.monotonic() - killed
+            print(f"a killed node's connection was released {released:.1f} s after the kill "
+                  f"(lease {CONNECTION_LEASE_S} s)")
+            assert again is not None and released <= CONNECTION_LEASE_S + 1.0, released
+            assert await connect(session, first) is None             # and the quota holds again
+            await again.close()
+            await on_leader.close()
+    asyncio.run(connections())
+
+
+def test_a_new_group_0_leader_relearns_the_open_connections_before_it_takes_a_new_one(fresh_cluster):
+    """Group 0's lead moves while a connection is open: the new leader knows none, and takes no
+    new connection (503, Retry-After) until a lease has passed since its election, by when the
+    open one was renewed to it and counts (timed). The open one is an event stream: a
+    streaming-wire connection is closed when its group's lead moves."""
+    cluster = fresh_cluster(3)
+    tenant = make(cluster, "tenant-cr", [{"actions": ["put"], "queues": ["cr-*"]}, {"actions": ["metrics"]}],
+                  quotas={"connections": 2})
+    old = cluster.wait_for_leader(30)
+    new, other = [node for node in cluster.ids if node != old]
+
+    async def connections():
+        async with aiohttp.ClientSession() as session:
+            deadline = time.monotonic() + 10
+            while True:                # group 0's leader may still relearn after the cluster's first election
+                before = await session.get(cluster.url(other) + "/v1/events", headers=bearer(tenant["token"]))
+                if before.status != 503 or time.monotonic() > deadline:
+                    break
+                before.close()
+                await asyncio.sleep(0.1)
+            assert before.status == 200, before.status
+            with cluster.client() as client:
+                assert client.transfer_leadership(new)["moved"]
+            moved = time.monotonic()
+            after = await open_stream(session, cluster.url(other), tenant["token"], wait=CONNECTION_LEASE_S + 5)
+            waited = time.monotonic() - moved
+            print(f"a new group-0 leader took a new connection {waited:.1f} s after the lead moved "
+                  f"(lease {CONNECTION_LEASE_S} s)")
+            assert after is not None and waited >= CONNECTION_LEASE_S - 1.0, waited
+            assert await open_stream(session, cluster.url(old), tenant["token"]) is None   # the open one counts
+            await after.close()
+            before.close()
+    asyncio.run(connections())
 
 
 def test_a_principal_holds_at_most_its_long_polls_quota(cluster):

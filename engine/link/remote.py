@@ -23,6 +23,7 @@ import cbor2
 
 from ..long_poll import ride_queue
 from ..outcome import Committed, CommitError
+from ..quotas import CONNECTION_LEASE_S  # noqa: F401  (the fronts renew their connections' leases by it)
 from .frames import FrameWriter, LinkClosed, read_frame
 
 logger = logging.getLogger(__name__)
@@ -219,3 +220,16 @@ class RemoteNode:
     def release(self, principal: str) -> None:
         if not self.closed.is_set():
             self._out.send([0, "release", [principal]])
+
+    # ---- connections of principals in the cluster, on group 0's leader (engine.quotas.ConnectionLeases)
+    async def lease_hold(self, principal: str, lease: str, limit: int) -> bool | float:
+        """Hold `lease` for one more connection of `principal` unless it holds `limit` in the
+        cluster: True, False, or the seconds a new leader still relearns the open ones.
+        CommitError not_leader unless this engine leads group 0 with a quorum."""
+        return await self._call("lease_hold", principal, lease, limit)
+
+    async def lease_renew(self, leases: list) -> None:
+        await self._call("lease_renew", leases)
+
+    async def lease_release(self, principal: str, lease: str) -> None:
+        await self._call("lease_release", principal, lease)

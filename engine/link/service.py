@@ -35,6 +35,11 @@ allow_relocation       whether every node applies ``relocate``         None (eng
 allow_wall_ticks       whether every node applies a tick's wall clock  None (statemachine/wall.py)
 hold                   principal, limit (its connections on the node)  whether it was counted
 release                principal                                       None
+lease_hold             principal, lease id, limit (its connections in  True, False (it holds
+                       the cluster; group 0's leader alone answers)    `limit`), or the seconds
+                                                                       a new leader still relearns
+lease_renew            [[principal, lease id], ...]                    None
+lease_release          principal, lease id                             None
 =====================  ==============================================  =======================
 
 ``settled`` reads wait, like writes, for this leader's barrier (``Node.settled``),
@@ -53,7 +58,7 @@ import socket
 import cbor2
 
 from ..outcome import CommitError
-from ..quotas import Holds, PutRates
+from ..quotas import CONNECTION_LEASE_S, ConnectionLeases, Holds, PutRates
 from .frames import FrameWriter, LinkClosed, read_frame
 from .receipts import Receipts
 from ..node import Node
@@ -79,6 +84,7 @@ class EngineService:
         self._fronts: set[FrameWriter] = set()
         self.put_rates = PutRates()
         self.holds = Holds()
+        self.leases = ConnectionLeases(CONNECTION_LEASE_S)
         self._view: dict | None = None
         self._view_task: asyncio.Task | None = None
         self._calls = {
@@ -86,6 +92,8 @@ class EngineService:
             "replicated_everywhere": node.replicated_everywhere, "add_node": node.add_node,
             "remove_node": node.remove_node, "transfer_leadership": node.transfer_leadership,
             "checkpoint": self._checkpoint, "rebalance": self._rebalance,
+            "lease_hold": self._leading(self.leases.hold), "lease_renew": self._leading(self.leases.renew),
+            "lease_release": self._leading(self.leases.release),
         }
         self._instant = {
             "status": lambda: node.status(), "members": node.members, "stats": node.stats,
@@ -95,6 +103,7 @@ class EngineService:
 
     def start(self) -> None:
         self.node.watch_view(self._push_view)
+        self.node.watch_view(self._lead_changed)
         self._view_task = asyncio.create_task(self._recheck_view())
 
     def stop(self) -> None:
@@ -161,6 +170,21 @@ class EngineService:
             value, error = None, "internal"
         if call_id:
             out.send([call_id, error, value])
+
+    def _lead_changed(self) -> None:
+        role, _, term, _, _ = self.node.consensus.route()
+        if role == "leader":
+            self.leases.took(term)    # a new leader relearns the connections from its election on
+
+    def _leading(self, call):
+        """`call` with the term this engine leads with a quorum: the table of connections is
+        group 0's leader's alone, and a leader cut off from the majority may have a successor."""
+        async def leading(*args):
+            role, _, term, quorum_ok, cut_off = self.node.consensus.route()
+            if role != "leader" or not quorum_ok or cut_off:
+                raise CommitError("not_leader")
+            return call(term, *args)
+        return leading
 
     def _prefer(self, preference: list) -> None:
         if self.balancer is not None:
