@@ -11,6 +11,8 @@ victim's client's; what the two still share here is the machine's cores and its 
 
 - flood: 32 loops putting batches of 10 messages into a-flood as fast as the node answers,
   a 429 (put_rate) taken as a cue to send again at once: what refused requests cost;
+- paced (not run unless named): the flood's 200 messages a second within the put_rate, never
+  refused: beside the flood in one run, what the flood costs beyond what it is let put;
 - fill: 16 loops putting 64 KiB bodies into a-fill (its queues soon store their quota),
   waiting the Retry-After of a 429 as the clients do; a-fill stays full, so from the second
   rep on the fill is a tenant at its stored_bytes quota retrying;
@@ -55,6 +57,9 @@ ATTACKER_QUOTAS = {"put_rate": 200, "stored_bytes": 4 << 20, "long_polls": 8, "c
 # Before the victim is measured beside an attack, the attack runs this long: its loops reach
 # their steady state (a flood's first second passes its bucket; its refusals begin).
 ATTACK_SETTLE_S = 1.0
+# The `paced` attack puts what the flood is let put, its put_rate, and no more: 4 loops of
+# 10-message puts, each every 0.2 s.
+PACED_LOOPS, PACED_EVERY_S = 4, 4 * 10 / ATTACKER_QUOTAS["put_rate"]
 SERVER_ROLES = ("followers", "leader_engines", "leader_fronts", "leader_other")
 
 
@@ -102,6 +107,16 @@ async def attack(session, url: str, who: dict, kind: str, answers: collections.C
                 answers[reply.status] += 1
                 await reply.read()
 
+    async def paced():
+        due = time.monotonic()
+        while True:
+            async with session.post(url + "/v1/queues/a-flood/messages", json={"messages": [{"body": "f"}] * 10},
+                                    headers=who) as reply:
+                answers[reply.status] += 1
+                await reply.read()
+            due += PACED_EVERY_S
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+
     async def fill():
         body = "z" * (64 << 10)
         while True:
@@ -123,7 +138,7 @@ async def attack(session, url: str, who: dict, kind: str, answers: collections.C
             except asyncio.TimeoutError:
                 answers["held"] += 1
 
-    loops, count = {"flood": (flood, 32), "fill": (fill, 16), "hog": (hog, 200)}[kind]
+    loops, count = {"flood": (flood, 32), "paced": (paced, PACED_LOOPS), "fill": (fill, 16), "hog": (hog, 200)}[kind]
     await asyncio.gather(*(loops() for _ in range(count)))
 
 
