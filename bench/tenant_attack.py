@@ -60,6 +60,8 @@ ATTACK_SETTLE_S = 1.0
 # The `paced` attack puts what the flood is let put, its put_rate, and no more: 4 loops of
 # 10-message puts, each every 0.2 s.
 PACED_LOOPS, PACED_EVERY_S = 4, 4 * 10 / ATTACKER_QUOTAS["put_rate"]
+# Where the attacker's process finds its principal's token.
+TOKEN_VARIABLE = "TENANT_ATTACK_TOKEN"
 SERVER_ROLES = ("followers", "leader_engines", "leader_fronts", "leader_other")
 
 
@@ -167,8 +169,9 @@ class Attacker:
 
     async def start(self) -> None:
         self.process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bench.tenant_attack", "--attacker", self.kind, "--url", self.url,
-            "--token", self.token, cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+            sys.executable, "-m", "bench.tenant_attack", "--attacker", self.kind, "--url", self.url, cwd=ROOT,
+            env={**os.environ, TOKEN_VARIABLE: self.token},      # not in its command line, which ps shows
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
         line = await self.process.stdout.readline()
         if line.strip() != b"ready":
             await self.process.wait()
@@ -338,10 +341,9 @@ def main() -> None:
     parser.add_argument("--attacks", default="flood,fill,hog", help="which attacks, comma-separated")
     parser.add_argument("--attacker", help=argparse.SUPPRESS)     # the attacker's own process: its attack
     parser.add_argument("--url", help=argparse.SUPPRESS)
-    parser.add_argument("--token", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.attacker:
-        asyncio.run(attacker_process(args.attacker, args.url, args.token))
+        asyncio.run(attacker_process(args.attacker, args.url, os.environ[TOKEN_VARIABLE]))
         return
     print(json.dumps(asyncio.run(run(args))))
 
