@@ -318,6 +318,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         self.compaction_min_bytes = compaction_min_bytes
         self.declines_leadership = False   # see decline_leadership
         self.taken: tuple | None = None     # the command the leader took off its queue last (item 14)
+        self.leader_ticks = 0     # ticks run while leading
         journal.before_rewrite = self._flush_replies
         self._ticker: LoopTicker | None = None     # set by run_on
         super().__init__(self_node, other_nodes, conf,
@@ -754,6 +755,8 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
 
     def _onTick(self, timeToWait=0.0):
         self._acks_apply_until = None
+        if self._SyncObj__raftState == LEADER:
+            self.leader_ticks += 1
         with self._journal.deferred():
             # pysyncobj polls at the end of its tick and acts on what it read in
             # the next one; a tick on the loop runs because a socket is ready, so
