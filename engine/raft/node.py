@@ -485,7 +485,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
     def run_on(self, loop) -> None:
         """Tick on `loop` from now on (engine.raft.ticking); the first tick loads
         the snapshot and replays the log."""
-        self._ticker = LoopTicker(loop, self.tick, self.until_due)
+        self._ticker = LoopTicker(loop, self.tick, self.until_due, self.read)
         self._poller.watch(loop, self._ticker.ready)
         self._ticker.soon()
 
@@ -495,6 +495,18 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
     def tick(self) -> bool:
         """One tick; whether its last poll read something the next tick must act on."""
         self._onTick(0.0)
+        return self._poller.news
+
+    def read(self) -> bool:
+        """Read what the sockets hold and act on it without a tick: a follower writes,
+        syncs and answers the appends, a leader counts the answers, commits and applies. Whether
+        a tick must follow: the read brought news (anything but those), or nothing was read
+        before the first tick loaded the snapshot, or the transport is not ready."""
+        if self._SyncObj__needLoadDumpFile or not self._SyncObj__transport.ready:
+            return True
+        self._acks_apply_until = None
+        with self._answering():
+            self._poller.poll(0)
         return self._poller.news
 
     def until_due(self) -> float:
@@ -757,7 +769,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         self._acks_apply_until = None
         if self._SyncObj__raftState == LEADER:
             self.leader_ticks += 1
-        with self._journal.deferred():
+        with self._answering():
             # pysyncobj polls at the end of its tick and acts on what it read in
             # the next one; a tick on the loop runs because a socket is ready, so
             # it reads first and acts on it now (after the first tick, which loads
@@ -775,7 +787,6 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
                 self._hold_off_election()
             self._ask_before_standing()
             super()._onTick(self._until_due(timeToWait))
-        self._send_replies()
 
     def _until_due(self, longest: float) -> float:
         # How long this tick may poll: until the next heartbeat (leader) or
