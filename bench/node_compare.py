@@ -10,7 +10,10 @@ load on a shared machine falls on both; figures are medians over the
 repetitions, and each ratio is this tree's figure over the baseline's
 (throughput above 1 and latency below 1 favour this tree):
 
-- lone put: one producer, one message per request, acked: p50 and p99;
+- lone put: one producer, one message per request, acked: p50 and p99, the
+  server CPU per put (every process of every node), and the leader's ticks
+  per put (its `raftq_raft_leader_ticks_total`: heartbeats included; a
+  revision without that metric has no figure);
 - 64 concurrent single-message puts (64 connections): messages/s;
 - batched puts: 4 producers, 100 messages per request: messages/s;
 - receive + ack: 8 consumers, 100 per receive: messages/s;
@@ -29,6 +32,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -41,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.measure import cpu_seconds, group_pids, percentile, process_name  # noqa: E402
 from bench.put_bench import failover_once, put_load, read_load, receive_ack_load  # noqa: E402
+from raftq.client import Client  # noqa: E402
 from raftq.local import LocalCluster  # noqa: E402
 
 # The last commit before a node was split into an engine and fronts.
@@ -53,6 +58,14 @@ def log(message: str) -> None:
 
 def cluster_cpu(cluster: LocalCluster) -> float:
     return cpu_seconds(group_pids([p for p in map(cluster.pid, cluster.ids) if p is not None]))
+
+
+def leader_ticks(cluster: LocalCluster) -> float | None:
+    """The leader's count of the ticks it ran while leading, None where its release has none."""
+    leader = cluster.wait_for_leader(30)
+    with Client(cluster.url(leader), token=cluster.token, retry_for=0, timeout=30) as client:
+        found = re.search(r"^raftq_raft_leader_ticks_total (\S+)$", client.metrics(), re.MULTILINE)
+    return None if found is None else float(found.group(1))
 
 
 async def idle_cpu(clusters: dict[str, LocalCluster], seconds: float) -> dict[str, float]:
@@ -80,15 +93,21 @@ async def leader_split(cluster: LocalCluster, queue: str, seconds: float) -> dic
 
 async def one_round(cluster: LocalCluster, tag: str, seconds: float) -> dict:
     urls, token = cluster.urls, cluster.token
+    ticks, cpu = leader_ticks(cluster), cluster_cpu(cluster)
     _, lone = await put_load(urls, token, f"lone-{tag}", 1, 1, seconds)
+    cpu, ticks_after = cluster_cpu(cluster) - cpu, leader_ticks(cluster)
     single, _ = await put_load(urls, token, f"single-{tag}", 64, 1, seconds)
     batched, _ = await put_load(urls, token, f"batched-{tag}", 4, 100, seconds)
     drained = await receive_ack_load(urls, token, f"batched-{tag}", 8, seconds)
     _, lone_reads = await read_load(urls, token, f"batched-{tag}", 1, seconds)
     reads, _ = await read_load(urls, token, f"batched-{tag}", 16, seconds)
-    return {"lone_put_p50_ms": percentile(lone, 50) * 1000, "lone_put_p99_ms": percentile(lone, 99) * 1000,
-            "single_64_msgs_per_s": single, "batched_msgs_per_s": batched, "receive_ack_msgs_per_s": drained,
-            "lone_read_p50_ms": percentile(lone_reads, 50) * 1000, "reads_16_per_s": reads}
+    figures = {"lone_put_p50_ms": percentile(lone, 50) * 1000, "lone_put_p99_ms": percentile(lone, 99) * 1000,
+               "lone_put_server_cpu_ms": cpu * 1000 / len(lone),
+               "single_64_msgs_per_s": single, "batched_msgs_per_s": batched, "receive_ack_msgs_per_s": drained,
+               "lone_read_p50_ms": percentile(lone_reads, 50) * 1000, "reads_16_per_s": reads}
+    if ticks is not None and ticks_after is not None:
+        figures["lone_put_leader_ticks"] = (ticks_after - ticks) / len(lone)
+    return figures
 
 
 async def run(args) -> dict:
@@ -140,7 +159,7 @@ async def run(args) -> dict:
             figures[f"{name}_failover_median_s"] = round(statistics.median(failovers[name]), 3)
         figures[f"{name}_idle_cpu_s_per_10s"] = round(idle[name], 3)
     for key in [*rounds["current"][0], "failover_median_s", "idle_cpu_s_per_10s"]:
-        if f"current_{key}" not in figures:
+        if f"current_{key}" not in figures or f"baseline_{key}" not in figures:
             continue
         base = figures[f"baseline_{key}"]
         figures[f"{key}_ratio"] = round(figures[f"current_{key}"] / base, 3) if base else None

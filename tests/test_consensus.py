@@ -30,6 +30,7 @@ from pysyncobj.poller import createPoller
 from pysyncobj.tcp_connection import CONNECTION_STATE
 
 from raftq.engine.config import Peer
+from raftq.engine.raft import node as raft_node
 from raftq.engine.raft.consensus import Consensus
 from raftq.engine.raft.sealer import Sealer
 from raftq.engine.raft.wire import FRAME, Connection
@@ -308,6 +309,99 @@ def test_a_lone_voter_commits_a_write_as_it_syncs_it_not_at_a_later_tick(cluster
     assert status["commit_index"] == status["applied_index"] == status["last_log_index"]
 
 
+def _quiet_leader_ticks(node):
+    """Tick ``node`` again only when something must be applied, or a minute from now: nothing but
+    a read wakes it otherwise (the timer pending now runs first)."""
+    ticker = node.node._node._ticker
+    due = ticker._until_due
+    ticker._until_due = lambda: due() and 60.0
+    time.sleep(0.12)    # a heartbeat: less than a majority's silence that would refuse proposals
+
+
+def _caught_up(c, leader):
+    status = leader.status()
+    return all(peer["match_index"] == status["last_log_index"] for peer in status["peers"].values())
+
+
+def test_a_lone_put_commits_without_a_tick_of_its_leader(cluster):
+    """Item 17: the leader appends, sends and syncs a proposal as it comes, and counts the
+    answers, commits and applies as it reads them; the followers write, sync and answer as they
+    read. pysyncobj took a proposal off its queue only in a tick, and read the answers in others."""
+    c = cluster().start_all()
+    leader = c.leader()
+    commit(c, b"first")
+    wait_until(lambda: _caught_up(c, leader), what="the followers to hold everything")
+    _quiet_leader_ticks(leader)
+    before = leader.status()["leader_ticks"]
+    for i in range(20):
+        assert propose_wait(leader, b"lone-%d" % i) == [(i + 2, None)]
+    assert leader.status()["leader_ticks"] - before <= 1
+    c.converged()
+
+
+def test_a_follower_behind_is_caught_up_by_the_ticks_and_sent_no_put_before(cluster):
+    """A follower that was away is behind: the puts the leader sends as they come are not for
+    it (it would refuse each, and its catch-up would start again from the last) but the
+    ticks' sends, which catch it up while puts flow."""
+    c = cluster().start_all()
+    leader = c.leader()
+    away = next(node_id for node_id, node in c.nodes.items() if node is not leader)
+    commit(c, b"before")
+    wait_until(lambda: _caught_up(c, leader), what="the followers to hold everything")
+    c.stop(away)
+    for i in range(100):
+        [(_, error)] = propose_wait(leader, b"while-away-%d" % i)
+        assert error is None, error
+    c.start(away)
+    stop = threading.Event()
+    written = []
+
+    def writer():
+        while not stop.is_set():
+            [(_, error)] = propose_wait(leader, b"flowing-%d" % len(written))
+            assert error is None, error
+            written.append(1)
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        wait_until(lambda: c.nodes[away].status()["applied_index"] >= 102, 30, what="the follower to catch up")
+        time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert written
+    c.converged()
+    assert leader.node._node.appends_refused <= 2
+
+
+def test_only_entries_of_the_leaders_term_commit_by_counting(cluster):
+    """Raft commits by counting only entries of the leader's own term (an older one held by a
+    majority may still be replaced, Raft's Figure 8); the answers a leader counts as they
+    arrive (item 5) commit them with the first entry of its term."""
+    c = cluster()
+    node = c.start("n1", run=False)
+
+    def check():
+        raft = node.node._node
+        first, _ = raft._journal.index_and_term(-1)     # the log's start, committed
+        for index in (first + 1, first + 2):
+            raft._journal.add(raft.command_of(b"old-%d" % index), index, 1)
+        raft._SyncObj__raftCurrentTerm = 2
+        raft._SyncObj__raftState = raft_node.LEADER
+        others = raft._SyncObj__otherNodes
+        raft._SyncObj__raftMatchIndex = {other: first + 2 for other in others}
+        raft._commit_acknowledged()
+        held_by_all = raft._SyncObj__raftCommitIndex
+        raft._journal.add(raft.command_of(b"new"), first + 3, 2)
+        raft._SyncObj__raftMatchIndex = {other: first + 3 for other in others}
+        raft._commit_acknowledged()
+        raft._SyncObj__raftState = raft_node.FOLLOWER
+        return first, held_by_all, raft._SyncObj__raftCommitIndex
+    first, held_by_all, committed = node.call(check)
+    node.run()     # so that it closes at once
+    assert held_by_all < first + 1 and committed == first + 3
+
+
 def test_refusals_before_the_log(cluster):
     c = cluster(max_entry_bytes=1000).start_all()
     leader = c.leader()
@@ -328,22 +422,23 @@ def test_an_entry_prepared_for_another_term_never_enters_the_log(cluster):
     assert all(m.entries == [b"current"] for m in c.machines.values())
 
 
-def test_a_command_queued_before_losing_the_lead_is_not_forwarded_to_the_new_leader(cluster):
-    """pysyncobj hands a queued command to the new leader once this node has
-    lost the lead; raftq must refuse it, as its log time belongs to the old term."""
+def test_a_command_proposed_as_the_lead_is_lost_is_not_forwarded_to_the_new_leader(cluster):
+    """A command proposed for a term this node has lost the lead of, before it
+    has heard so, is never applied: pysyncobj would hand it to the new leader
+    (its log time belongs to the old term); the old leader's log takes it in
+    the old term, which the new leader's log replaces."""
     c = cluster().start_all()
     old = c.leader()
     old_term = old.term()
     holding, release = threading.Event(), threading.Event()
     calls = []
 
-    def queue_then_hold_the_loop():
-        # queued in a tick after pysyncobj took this tick's commands: taken at the next one
-        old.propose(b"queued-while-leading", lambda result, error: calls.append(error), term=old_term)
+    def hold_the_loop_then_propose():
         holding.set()
         release.wait(20)
+        old.propose(b"proposed-while-deposed", lambda result, error: calls.append(error), term=old_term)
 
-    old.loop.call_soon_threadsafe(old.node._run_on_tick, queue_then_hold_the_loop)   # not waiting for the loop
+    old.loop.call_soon_threadsafe(old.node._run_on_tick, hold_the_loop_then_propose)   # not waiting for the loop
     try:
         assert holding.wait(5)
         others = [n for n in c.nodes.values() if n is not old]
@@ -356,7 +451,7 @@ def test_a_command_queued_before_losing_the_lead_is_not_forwarded_to_the_new_lea
     commit(c, b"after")
     wait_until(lambda: calls, what="the queued command's answer")
     c.converged()
-    assert calls in (["not_leader"], ["leader_changed"])
+    assert calls in (["not_leader"], ["leader_changed"], ["no_quorum"])
     assert all(m.entries == [b"after"] for m in c.machines.values())
 
 

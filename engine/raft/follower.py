@@ -29,6 +29,7 @@ uses pysyncobj's name-mangled ``_SyncObj__*`` internals.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 from . import pysyncobj_pin  # noqa: F401  -- the release these overrides were written for
@@ -49,6 +50,14 @@ class FollowerSide:
         self._replies: list[tuple[object, dict]] = []
         self._answering_sent_at = None   # of the append whose answers are being queued
         super().__init__(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def _answering(self):
+        """The appends written inside share one sync, at its end; the answers they earned go out
+        after it (a tick's, a read's)."""
+        with self._journal.deferred():
+            yield
+        self._send_replies()
 
     def _flush_replies(self) -> None:
         self._journal.sync()

@@ -109,6 +109,21 @@ subclasses it and closes these gaps (docs/guarantees.md, "What pysyncobj
    indexed the empty batch, and the tick failed with the heartbeats of
    every follower after it), and what reads only the first entry's index
    reads no command.
+17. A put's own path. pysyncobj takes a proposal off its queue in a tick and
+   reads each answer in another: a lone put cost its leader's engine about
+   four ticks (docs/benchmarks.md). In the steady state -- this node leads
+   the proposal's term, no command waits in the queue, no membership change
+   is unapplied, and a majority holds everything before the entry -- the
+   proposal is appended, sent to each follower that holds everything
+   before it, and synced in the turn of the loop that proposes it
+   (``_append_at_once``); a follower that is behind, or is being sent a
+   snapshot, gets it from the ticks' sends, which catch it up. A socket
+   that is ready is read without a tick (``read``): a follower writes,
+   syncs and answers the appends in it, a leader counts the answers,
+   commits (entries of its own term only, itself once synced) and applies.
+   A tick follows only a read that brought news. Ticks remain for
+   heartbeats, elections, PreVote, CheckQuorum, compaction and catch-up;
+   ``leader_ticks`` counts those a leader runs.
 """
 
 from __future__ import annotations
@@ -255,13 +270,23 @@ class TermCheckedQueue(FastQueue):
     def __init__(self, node: "RaftNode", max_size: int):
         super().__init__(max_size)
         self._node = node
+        # Commands queued and not yet handed out: while there are any, a proposal queues behind
+        # them rather than entering the log at once (RaftNode._append_at_once), keeping their order.
+        self.waiting = 0
+
+    def put_nowait(self, value):
+        super().put_nowait(value)
+        self.waiting += 1
 
     def get_nowait(self):
         while True:
             command, callback = super().get_nowait()
+            self.waiting -= 1
             ticket = getattr(callback, "__self__", None)
             if not isinstance(ticket, Ticket) or self._node.leads(ticket.term):
                 self._node.taken = (command, callback)   # what the leader is about to append
+                if command[:1] == MEMBERSHIP_BYTE:
+                    self._node.membership_at = (self._node._journal.last_index() or 0) + 1
                 return command, callback
             ticket.resolve(None, "not_leader")
 
@@ -318,6 +343,11 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         self.compaction_min_bytes = compaction_min_bytes
         self.declines_leadership = False   # see decline_leadership
         self.taken: tuple | None = None     # the command the leader took off its queue last (item 14)
+        # Where the last membership change this leader took off its queue went into the log: until
+        # it is applied, proposals take the tick's way (item 17), whose sends reach every voter.
+        self.membership_at = 0
+        self.leader_ticks = 0     # ticks run while leading (item 17: none on a lone put's path)
+        self.appends_refused = 0  # answers to this leader's appends that the follower could not take
         journal.before_rewrite = self._flush_replies
         self._ticker: LoopTicker | None = None     # set by run_on
         super().__init__(self_node, other_nodes, conf,
@@ -440,9 +470,50 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
     # -- what the facade steers ----------------------------------------------
 
     def propose(self, entry: bytes, callback) -> None:
-        """Queue ``entry`` for the log as a call of ``_raftq_apply``;
-        ``callback(result, fail_reason)`` runs in a tick."""
-        self._applyCommand(self._call_of(entry), callback, REGULAR_COMMAND)
+        """Put ``entry`` in the log as a call of ``_raftq_apply``: at once in the steady state
+        (item 17), else queued for the next tick; ``callback(result, fail_reason)`` runs once it
+        is committed and applied (or refused)."""
+        call = self._call_of(entry)
+        if not self._append_at_once(bytes([REGULAR_COMMAND]) + call, callback):
+            self._applyCommand(call, callback, REGULAR_COMMAND)
+
+    def _append_at_once(self, command: bytes, callback) -> bool:
+        """Item 17: append ``command``, send it to the followers that hold everything before it
+        and sync, in this turn of the loop, if this node leads the proposal's term in the steady
+        state; whether it did. pysyncobj would wait for the next tick to take the command off its
+        queue. A follower that is behind, or is being sent a snapshot (its next index is then
+        below the log's), is left to the tick's sends and their catch-up; so is the whole
+        proposal when fewer than a majority hold everything, or while commands wait in the queue
+        (they go first) or a membership change is not applied yet."""
+        ticket = callback.__self__
+        others = self._SyncObj__otherNodes
+        log = self._journal
+        if (not others or not self.leads(ticket.term) or self._SyncObj__commandsQueue.waiting
+                or self.membership_at > self._SyncObj__raftLastApplied):
+            return False
+        last, last_term = log.index_and_term(-1)
+        index = last + 1
+        next_indexes, connected = self._SyncObj__raftNextIndex, self._SyncObj__connectedNodes
+        # a next index is only a guess until the follower has answered this leader (match above 0)
+        match = self._SyncObj__raftMatchIndex
+        holding = [node for node in others
+                   if node in connected and next_indexes[node] == index and match[node] > 0]
+        if len(holding) + 1 <= (len(others) + 1) / 2:
+            return False
+        transport = self._SyncObj__transport
+        with log.deferred():    # the leader syncs as its followers write: it counts itself after
+            try:
+                log.add(command, index, ticket.term)
+            except InsufficientStorage:
+                return False    # the tick refuses it (item 14)
+            self._SyncObj__commandsWaitingCommit[index].append((ticket.term, callback))
+            for node in holding:
+                transport.send(node, {"type": "append_entries", "term": ticket.term,
+                                      "commit_index": self._SyncObj__raftCommitIndex,
+                                      "prevLogIdx": last, "prevLogTerm": last_term,
+                                      "entries": [(command, index, ticket.term)]})
+                next_indexes[node] = index + 1
+        return True
 
     def command_of(self, entry: bytes) -> bytes:
         """The log command that proposed ``entry``, byte for byte (pysyncobj puts the command's
@@ -484,7 +555,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
     def run_on(self, loop) -> None:
         """Tick on `loop` from now on (engine.raft.ticking); the first tick loads
         the snapshot and replays the log."""
-        self._ticker = LoopTicker(loop, self.tick, self.until_due)
+        self._ticker = LoopTicker(loop, self.tick, self.until_due, self.read)
         self._poller.watch(loop, self._ticker.ready)
         self._ticker.soon()
 
@@ -494,6 +565,18 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
     def tick(self) -> bool:
         """One tick; whether its last poll read something the next tick must act on."""
         self._onTick(0.0)
+        return self._poller.news
+
+    def read(self) -> bool:
+        """Read what the sockets hold and act on it without a tick (item 17): a follower writes,
+        syncs and answers the appends, a leader counts the answers, commits and applies. Whether
+        a tick must follow: the read brought news (anything but those), or nothing was read
+        before the first tick loaded the snapshot, or the transport is not ready."""
+        if self._SyncObj__needLoadDumpFile or not self._SyncObj__transport.ready:
+            return True
+        self._acks_apply_until = None
+        with self._answering():
+            self._poller.poll(0)
         return self._poller.news
 
     def until_due(self) -> float:
@@ -754,7 +837,9 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
 
     def _onTick(self, timeToWait=0.0):
         self._acks_apply_until = None
-        with self._journal.deferred():
+        if self._SyncObj__raftState == LEADER:
+            self.leader_ticks += 1
+        with self._answering():
             # pysyncobj polls at the end of its tick and acts on what it read in
             # the next one; a tick on the loop runs because a socket is ready, so
             # it reads first and acts on it now (after the first tick, which loads
@@ -772,7 +857,6 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
                 self._hold_off_election()
             self._ask_before_standing()
             super()._onTick(self._until_due(timeToWait))
-        self._send_replies()
 
     def _until_due(self, longest: float) -> float:
         # How long this tick may poll: until the next heartbeat (leader) or
@@ -901,6 +985,8 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
                     self.reads.answered(node, message.get("sent_at"))
                     if message["success"]:
                         self._commit_acknowledged()
+                    else:
+                        self.appends_refused += 1
                     self._resolve_reads()
             after = (self._SyncObj__raftState, self._SyncObj__raftCurrentTerm, self._SyncObj__raftLeader)
             self._poller.heard(message["type"] in ROUTINE[before[0]] and after == before

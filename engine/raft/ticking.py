@@ -12,17 +12,20 @@ loop runs the ticks itself (``autoTick=False``):
   on the loop (``add_reader``/``add_writer``): a socket that becomes ready
   runs a tick, whose poll (never blocking: timeout 0) hands the events to
   pysyncobj exactly as its own thread's poll would.
-- ``LoopTicker`` runs a tick then, or soon after a proposal or a task, and
-  otherwise when the node's next heartbeat or election deadline falls
-  (``RaftNode.until_due``), so an idle node wakes for heartbeats only. A
-  tick reads what is ready first and acts on it; pysyncobj polls once more
-  at its end, and what that poll read -- a vote to cast, a leadership
-  handed over, a new term -- is acted on by the next tick, which runs at
-  once: as pysyncobj's thread ticks again as soon as its poll returns.
-  Unless that poll read only routine messages (``WatchedPoller.heard``): a
-  heartbeat a follower answered in the tick that read it, the answers a
-  leader counted as it read them. A leader's heartbeat round used to cost
-  two ticks, the second with nothing to do.
+- ``LoopTicker`` reads a socket that is ready without a tick
+  (``RaftNode.read``: a poll that never waits, whose messages -- appends
+  and their answers -- are handled as they are read), and runs a tick
+  only if the read brought news, soon after a task or a proposal that
+  waits in pysyncobj's queue, and otherwise when the node's next heartbeat
+  or election deadline falls (``RaftNode.until_due``), so an idle node
+  wakes for heartbeats only and a lone put costs no tick. A tick reads
+  what is ready first and acts on it; pysyncobj polls once more at its
+  end, and what that poll read -- a vote to cast, a leadership handed
+  over, a new term -- is acted on by the next tick, which runs at once:
+  as pysyncobj's thread ticks again as soon as its poll returns. Unless
+  that poll (or a read) brought only routine messages
+  (``WatchedPoller.heard``): an append a follower answered as it read it,
+  the answers a leader counted as it read them.
 
 A tick holds the loop for what it does (an apply slice is at most
 ``engine.raft.node.APPLY_BUDGET_S``), and a turn of the loop answering a
@@ -167,27 +170,42 @@ class LateTicks:
 
 class LoopTicker:
     """Runs ``tick()`` on the loop: soon after ``soon()`` (a proposal, a task),
-    at ``ready()`` (a socket), at once again after a tick that says it read
-    something (returns True), else ``until_due()`` seconds after the last tick."""
+    at once again after a tick that says it read something (returns True),
+    else ``until_due()`` seconds after the last tick. At ``ready()`` (a socket)
+    it runs ``read()``, and a tick only if that says one must follow (returns
+    True) or one is due."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, tick: Callable[[], bool], until_due: Callable[[], float]):
+    def __init__(self, loop: asyncio.AbstractEventLoop, tick: Callable[[], bool], until_due: Callable[[], float],
+                 read: Callable[[], bool]):
         self._loop = loop
         self._tick = tick
         self._until_due = until_due
+        self._read = read
         self._pending = False
         self._timer: asyncio.TimerHandle | None = None
         self._stopped = False
-        self._read_in_tick = False
+        self._read_in_turn = False
         self.late = LateTicks()
         # when the next tick is due (loop time), when that was decided and the loop thread's CPU time then
         self._due: tuple[float, float, float] | None = None
 
     def ready(self) -> None:
-        """A watched socket is ready: tick now. The tick's poll reads every
+        """A watched socket is ready: read now. The read's poll reads every
         socket that is ready, so the others the loop's selector reported in
         the same turn (it reports a socket for as long as it holds data) are
-        ignored; anything newer is reported again at the next turn."""
-        if not self._read_in_tick:
+        ignored; anything newer is reported again at the next turn. The
+        steady state's messages (an append, its answer) are all done in the
+        read: a tick, with its heartbeats, deadlines and queue, would add
+        nothing but its cost to a put's path."""
+        if self._read_in_turn or self._stopped:
+            return
+        self._mark_turn()
+        tick = True
+        try:
+            tick = self._read()
+        except Exception:
+            logger.exception("a Raft read failed")
+        if tick or self._until_due() <= 0:
             self._run()
 
     def soon(self) -> None:
@@ -214,9 +232,7 @@ class LoopTicker:
             logger.exception("a Raft tick failed")
         if self._stopped:
             return
-        if not self._read_in_tick:
-            self._read_in_tick = True
-            self._loop.call_soon(self._next_turn)   # runs after this turn's callbacks
+        self._mark_turn()
         delay = 0.0 if read else self._until_due()
         if self._timer is not None:
             self._timer.cancel()
@@ -236,5 +252,10 @@ class LoopTicker:
         if now - due >= LATE_S:
             self.late.note(now - due, now - set_at, time.thread_time() - cpu_at_set)
 
+    def _mark_turn(self) -> None:
+        if not self._read_in_turn:
+            self._read_in_turn = True
+            self._loop.call_soon(self._next_turn)   # runs after this turn's callbacks
+
     def _next_turn(self) -> None:
-        self._read_in_tick = False
+        self._read_in_turn = False
