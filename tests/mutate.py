@@ -755,6 +755,12 @@ MUTANTS = [
            "engine/raft/node.py", "        if loaded is not None and self._SyncObj__raftLastApplied != loaded[1]:",
            "        if False:",
            (T_CST + "test_a_follower_with_no_room_for_a_snapshot_it_loaded_stops_rather_than_apply_on_unlike_its_log",)),
+    Mutant("own-damaged-snapshot-starts-empty", "a node whose own snapshot is damaged at start takes the leader's, "
+           "and votes once it holds its log again",
+           "engine/raft/node.py", "        if self._damaged_snapshot is not None and not clearJournal:",
+           "        if False:",
+           (T_CST + "test_a_node_whose_own_snapshot_is_damaged_takes_the_leaders_and_votes_only_once_it_regained",
+            T_CST + "test_the_only_replica_with_a_damaged_snapshot_stops_rather_than_serve_an_empty_state")),
     Mutant("failed-snapshot-retried-every-tick", "a failed snapshot (a full disk) is taken again seconds later, not at every tick",
            "engine/raft/node.py", "                return\n            if self.compactable_bytes()",
            "                pass\n            if self.compactable_bytes()",

@@ -799,7 +799,7 @@ class Consensus:
         try:
             header, state, entries = snapshot_file.read(filename)
         except ValueError:
-            logger.critical("snapshot %s is damaged; not loaded", filename)
+            logger.error("snapshot %s is damaged; not loaded", filename)
             raise
         try:
             self._restore(state)

@@ -205,6 +205,9 @@ LOST_LEADER_JITTER_S = 0.01
 # heard may have changed, which the next tick reports.
 ROUTINE = {FOLLOWER: frozenset({"append_entries"}), CANDIDATE: frozenset(), LEADER: frozenset({"next_node_idx"})}
 REGULAR_COMMAND = _syncobj._COMMAND_TYPE.REGULAR
+NO_OP = bytes([_syncobj._COMMAND_TYPE.NO_OP])
+# What a node's own snapshot that failed its checks at start is renamed with.
+DAMAGED_SUFFIX = ".damaged"
 MEMBERSHIP_COMMAND = _syncobj._COMMAND_TYPE.MEMBERSHIP
 MEMBERSHIP_BYTE = bytes([MEMBERSHIP_COMMAND])
 
@@ -336,6 +339,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         # The last entry of the snapshot loaded last (set by the snapshot
         # reader): how a follower knows that a leader's snapshot loaded.
         self.loaded_snapshot: tuple | None = None
+        self._damaged_snapshot: str | None = None     # this node's own, found so as it was loaded
         # CheckQuorum (item 12): when this node last stepped down for want of a
         # majority, until it follows a leader or leads again; and how often.
         self.quorum_lost_at: float | None = None
@@ -394,7 +398,11 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
 
     def _SyncObj__loadDumpFile(self, clearJournal):
         # pysyncobj's sets the snapshot's membership; the log's changes after it come on top
+        self._damaged_snapshot = None
         SyncObj._SyncObj__loadDumpFile(self, clearJournal)
+        if self._damaged_snapshot is not None and not clearJournal:
+            self._start_without_own_snapshot(self._damaged_snapshot)
+            return
         loaded = self.loaded_snapshot
         if loaded is not None and self._SyncObj__raftLastApplied != loaded[1]:
             # pysyncobj restored the snapshot's state, then could not put its entries in the journal
@@ -430,10 +438,37 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         return SyncObj._SyncObj__doApplyCommand(self, command)
 
     def _load_snapshot(self, filename: str):
-        """The snapshot reader (``conf.deserializer``), noting what it loaded."""
-        loaded = self._read_snapshot(filename)
+        """The snapshot reader (``conf.deserializer``), noting what it loaded, or that the file
+        failed its checks (pysyncobj logs the error and goes on without the state)."""
+        try:
+            loaded = self._read_snapshot(filename)
+        except ValueError:
+            self._damaged_snapshot = filename
+            raise
         self.loaded_snapshot = loaded[0]
         return loaded
+
+    def _start_without_own_snapshot(self, path: str) -> None:
+        """This node's own snapshot failed its checks as it started (a damaged disk). pysyncobj
+        would go on with an empty state and a log that follows the lost one: it applied nothing
+        more, yet acknowledged appends, voted, and could lead and serve that empty state. The log
+        is given up whole instead (item 15: no vote until it holds its last index again) and
+        the node starts as a new one, whose log the leader replaces with its own snapshot."""
+        if not self._SyncObj__otherNodes:
+            reason = (f"snapshot {path} is damaged and this group has no other replica to take its "
+                      "state from: restore the data directory from a backup")
+            records.fatal(reason)
+            raise RuntimeError(reason)
+        journal = self._journal
+        os.replace(path, path + DAMAGED_SUFFIX)       # kept for whoever looks into the disk, never loaded
+        journal.give_up_everything()
+        journal.add(NO_OP, 1, 0)                      # a new node's log, as pysyncobj starts one
+        journal.setRaftCommitIndex(1)
+        self._SyncObj__raftLastApplied = self._SyncObj__raftCommitIndex = 1
+        logger.error("the snapshot was moved to %s%s and the whole log given up; the leader sends its "
+                     "snapshot, and until the log holds index %d again this node neither votes nor stands "
+                     "for election (docs/operations.md, \"A damaged disk\")", path, DAMAGED_SUFFIX,
+                     journal.regain_index)
 
     # -- what the facade reads ------------------------------------------------
 

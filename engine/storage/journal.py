@@ -661,6 +661,17 @@ class DurableJournal(Journal):
     def directory(self) -> Path:
         return self._dir
 
+    def give_up_everything(self) -> None:
+        """The snapshot this log's entries follow failed its checks: none of them can be applied
+        without the state it held, nor can the kept entries be used. Drop them all and, as for
+        damage found in the log, neither vote nor stand for election until the log holds again
+        the highest index it held (the leader sends its snapshot, then what follows)."""
+        regain = max(self._last or 0, self.regain_index or 0)
+        self.regain_index = regain or None      # in every meta written from here on
+        self.retain(())
+        self.clear()
+        self._write_meta(durable_now=True)
+
     def forget_regain(self) -> None:
         """Vote again without the entries given up to damage: no other replica holds them (a
         group of one replica)."""
