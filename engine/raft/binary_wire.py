@@ -102,11 +102,15 @@ def encode(message: dict, key: bytes | None) -> bytes:
     flags = 0 if sent_at is None else HAS_SENT_AT
     if message["type"] == "append_entries":
         entries = message["entries"]
-        body = b"".join(ENTRY_HEADER.pack(index, term, len(command)) + command for command, index, term in entries)
-        return b"".join((PREFIX.pack(APPEND, len(key)), key,
-                         APPEND_HEADER.pack(flags, message["term"], message["prevLogIdx"], message["prevLogTerm"],
-                                            message["commit_index"], 0.0 if sent_at is None else sent_at, len(entries), len(body)),
-                         body))
+        length = sum(ENTRY_HEADER.size + len(command) for command, _, _ in entries)
+        parts = [PREFIX.pack(APPEND, len(key)), key,
+                 APPEND_HEADER.pack(flags, message["term"], message["prevLogIdx"], message["prevLogTerm"],
+                                    message["commit_index"], 0.0 if sent_at is None else sent_at, len(entries),
+                                    length)]
+        for command, index, term in entries:
+            parts.append(ENTRY_HEADER.pack(index, term, len(command)))
+            parts.append(command)     # joined once: a batch's entries are copied once, as a pickle copies them
+        return b"".join(parts)
     flags |= (SUCCESS if message["success"] else 0) | (RESET if message["reset"] else 0)
     return b"".join((PREFIX.pack(ANSWER, len(key)), key,
                      ANSWER_HEADER.pack(flags, message["term"], message["next_node_idx"], 0.0 if sent_at is None else sent_at)))
