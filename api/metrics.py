@@ -129,6 +129,12 @@ class NodeCollector:
         yield CounterMetricFamily("raftq_raft_leader_ticks", "pysyncobj ticks group 0's engine ran while leading "
                                   "(heartbeats, catch-up, elections' aftermath; none on a lone put's path)",
                                   value=status["leader_ticks"])
+        sent = CounterMetricFamily("raftq_raft_appends_sent", "Appends (heartbeats included) group 0's engine sent, "
+                                   "by wire: binary to a peer that announced it, pickled to one of an older release",
+                                   labels=["wire"])
+        for wire, count in status["appends_sent"].items():
+            sent.add_metric([wire], count)
+        yield sent
         yield CounterMetricFamily("raftq_entries_applied", "Log entries applied by this node",
                                   value=stats["entries_applied"])
         yield GaugeMetricFamily("raftq_buffer_pending_bytes", "Bytes of buffered puts not forwarded yet",

@@ -697,7 +697,7 @@ def test_a_damaged_snapshot_from_the_leader_leaves_the_followers_own_in_place(tm
 def test_follower_truncates_only_on_a_real_conflict(tmp_path):
     with follower_facing_a_fake_leader(tmp_path) as (follower, machine, leader, entry):
         reply = leader.append(1, (1, 0), [entry(i, 1) for i in range(2, 7)], commit=1)
-        assert reply == {"type": "next_node_idx", "next_node_idx": 7, "reset": False, "success": True}
+        assert reply == {"type": "next_node_idx", "term": 1, "next_node_idx": 7, "reset": False, "success": True}
         # An older, shorter batch overlapping what the follower holds: nothing
         # is deleted, and the reply names the leader's entries, not index 6.
         reply = leader.append(1, (1, 0), [entry(i, 1) for i in range(2, 4)], commit=1)
@@ -1642,6 +1642,10 @@ def test_a_follower_syncs_its_journal_before_any_acknowledgement(cluster, tmp_pa
             commit(c, b"s%d" % i)
         wait_until(lambda: leader.status()["peers"][child_peer.id]["match_index"] ==
                    leader.status()["last_log_index"], what="the child to acknowledge everything")
+        # what was watched is the binary wire: the child announced it, and the appends went so
+        transport = leader.node._node._SyncObj__transport
+        to_child = next(conn for node, conn in transport._connections.items() if node.id == child_peer.raft_addr)
+        assert to_child.peer_binary and leader.status()["appends_sent"]["binary"] >= 30
         proc.stdin.close()
         assert proc.wait(timeout=60) == 0
     finally:

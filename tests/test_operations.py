@@ -552,3 +552,84 @@ def test_a_node_not_yet_heard_from_makes_issue_51_writes_a_retry_not_an_upgrade_
                    what="the priority served once n3 answers")
     finally:
         cluster.close()
+
+
+# The last revision whose nodes sent appends and their answers only as pickles (engine/raft/binary_wire.py).
+PICKLED_APPENDS_FROM = "478c791"
+
+
+def appends_sent(cluster, node_id: str) -> dict[str, float]:
+    """What group 0's engine on `node_id` sent of its appends, by wire."""
+    with Client(cluster.url(node_id), token=cluster.token, cafile=cluster.cafile, retry_for=0,
+                timeout=30) as client:
+        found = re.findall(r'^raftq_raft_appends_sent_total\{wire="(\w+)"\} (\S+)$', client.metrics(), re.MULTILINE)
+    return {wire: float(count) for wire, count in found}
+
+
+def test_a_rolling_upgrade_to_the_binary_wire_keeps_replicating_with_writes_flowing(tmp_path, monkeypatch):
+    """Node by node from the release that pickled every append, with a writer putting throughout:
+    an upgraded leader sends pickles to the nodes not yet upgraded and binary appends to the
+    others, none of the acknowledged puts is lost, and once every node runs the binary wire the
+    leader sends no more pickled appends."""
+    old_tree = exported(PICKLED_APPENDS_FROM, tmp_path / "old-tree")
+    monkeypatch.chdir(tmp_path)
+    old_env = {**os.environ, "PYTHONPATH": str(old_tree)}
+    new_env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cluster = LocalCluster.create(tmp_path / "cluster", 3, env=old_env)
+    register(cluster)
+    acked: list[int] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        with cluster.client() as client:
+            n = 0
+            while not stop.is_set():
+                try:
+                    client.put("flow", {"n": n})
+                except RaftqError:
+                    time.sleep(0.05)      # a node going down under the writer: this one is put again
+                    continue
+                acked.append(n)
+                n += 1
+                time.sleep(0.01)
+
+    try:
+        cluster.start()
+        assert cluster.wait_for_leader(60) is not None and cluster.wait_all_ready(60)
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        wait_until(lambda: len(acked) >= 20, 60, what="writes flowing on the old release")
+        assert appends_sent(cluster, cluster.wait_for_leader(30)) == {}    # the old release counts none
+        cluster.env = new_env
+        mixed = None
+        for node_id in sorted(cluster.ids, key=lambda n: n == cluster.wait_for_leader(30)):   # the leader last
+            wait_until(lambda: caught_up(cluster, node_id), 60, what=f"{node_id} to be caught up")
+            cluster.stop(node_id)
+            cluster.start(node_id)
+            wait_until(lambda: caught_up(cluster, node_id), 120, what=f"{node_id} on the new release")
+            before = len(acked)
+            wait_until(lambda: len(acked) >= before + 20, 60, what=f"writes flowing after {node_id}")
+            if mixed is None:
+                # one node upgraded: made leader, it speaks pickles to the two old nodes
+                with cluster.client() as client:
+                    assert client.transfer_leadership(node_id)["moved"]
+                wait_until(lambda: cluster.wait_for_leader(30) == node_id, 30, what=f"{node_id} to lead")
+                first = appends_sent(cluster, node_id)
+                wait_until(lambda: len(acked) >= before + 40, 60, what=f"writes flowing with {node_id} leading")
+                mixed = appends_sent(cluster, node_id)
+                assert mixed["pickled"] > first["pickled"] and mixed["binary"] == first["binary"] == 0, mixed
+        leader = cluster.wait_for_leader(30)
+        first = appends_sent(cluster, leader)
+        before = len(acked)
+        wait_until(lambda: len(acked) >= before + 40, 60, what="writes flowing on the new release")
+        last = appends_sent(cluster, leader)
+        assert last["binary"] > first["binary"] and last["pickled"] == first["pickled"], (first, last)
+        stop.set()
+        writer.join(60)
+        with cluster.client() as client:
+            stored = {m["body"]["n"] for m in client.browse("flow", limit=10_000)["messages"]}
+            assert client.verify()["agree"]
+        assert set(acked) <= stored, sorted(set(acked) - stored)[:20]
+    finally:
+        stop.set()
+        cluster.close()

@@ -337,6 +337,7 @@ class Consensus:
             "cut_off": self._cut_off(),
             "quorum_step_downs": node.quorum_step_downs,
             "leader_ticks": node.leader_ticks,
+            "appends_sent": node.appends_sent(),
             "pre_votes": {"asked": node.pre_votes_asked, "won": node.pre_votes_won},
             "peers": peers,
             "fsync_policy": self._fsync_policy,

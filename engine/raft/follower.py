@@ -70,7 +70,9 @@ class FollowerSide:
             transport.send(node, message)
 
     def _reply(self, node, next_idx: int, success: bool, reset: bool) -> None:
-        reply = {"type": "next_node_idx", "next_node_idx": next_idx, "reset": reset, "success": success}
+        # the term is what the binary answer's header carries (engine.raft.binary_wire); pysyncobj reads none
+        reply = {"type": "next_node_idx", "term": self._SyncObj__raftCurrentTerm, "next_node_idx": next_idx,
+                 "reset": reset, "success": success}
         if self._answering_sent_at is not None:
             reply["sent_at"] = self._answering_sent_at   # confirms the leader's reads (engine.raft.read_index)
         self._replies.append((node, reply))

@@ -493,6 +493,10 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
             return {}, {}
         return dict(self._SyncObj__raftMatchIndex), dict(self._SyncObj__raftNextIndex)
 
+    def appends_sent(self) -> dict[str, int]:
+        """Appends sent to the followers in each form, binary or pickled (``engine.raft.wire``)."""
+        return dict(self._SyncObj__transport.appends_sent)
+
     def applying_index(self) -> int:
         """Inside ``apply_entry``: the log index of the entry being applied
         (pysyncobj counts an entry applied only once apply has returned)."""

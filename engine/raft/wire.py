@@ -20,6 +20,17 @@ travels and who may connect (the classes below say how and why):
   flood of them writes a few lines, not one each; and a burst of them waits
   in a long backlog and is accepted in batches (``Server``), so a peer's
   reconnect is not dropped behind it.
+- Protocol versions: once a connection has named its peer, each side sends
+  ``{"type": "raftq_wire", "versions": [...]}`` (``announce``), the wire
+  versions it speaks. Appends and their answers go to a peer in the binary
+  form of ``engine.raft.binary_wire`` only once it announced version 2 on
+  that connection, as pickles otherwise; a binary frame from a peer that did
+  not announce it, or a malformed one, closes the connection like any bad
+  frame. A release before this one never announces (it ignores the
+  announcement, an unknown message type to pysyncobj), so a cluster mid
+  rolling upgrade keeps replicating in pickles between old and new nodes.
+  Each connection is announced afresh: a reconnect forgets what its peer
+  spoke, which may have been another release.
 - Groups: a node's Raft groups share its one Raft port. Group 0's
   connections are exactly the wire above, so nodes of a release without
   groups and of this one still talk; a connection to another group starts
@@ -45,6 +56,7 @@ import socket
 import struct
 from typing import Callable
 
+from . import binary_wire
 from . import pysyncobj_pin  # noqa: F401  -- the release these overrides were written for
 from pysyncobj import pickle as _pickle
 from pysyncobj.dns_resolver import globalDnsResolver
@@ -79,6 +91,10 @@ PREAMBLE_PREFIX = b"RAFTQ-GROUP "
 PREAMBLE_MAX_BYTES = 24
 # How many handed-over sockets one read of the supervisor's Unix socket may carry.
 HANDOFF_BATCH = 64
+# What a node says it speaks once a connection has named its peer (see "Protocol versions").
+ANNOUNCE = "raftq_wire"
+PICKLED_WIRE = 1
+WIRE_VERSIONS = (PICKLED_WIRE, binary_wire.BINARY_WIRE)
 # A warning a stranger on the Raft port can cause is logged at most once per
 # this interval per kind; the next line says how many were left out.
 STRANGER_WARNING_INTERVAL_S = 5.0
@@ -198,11 +214,13 @@ class Connection(TcpConnection):
     max_frame = max_frame_bytes(2 * 1024 * 1024)
     accepted_at = 0.0
     unanswered_since: float | None = None   # the first append sent since the last read
+    peer_binary = False     # the peer announced binary_wire.BINARY_WIRE on this connection
 
     def __init__(self, *args, **kwargs):
-        # Built directly (not adopted by a DialingTransport): a buffer of its own.
+        # Built directly (not adopted by a DialingTransport): a buffer and counts of its own.
         super().__init__(*args, **kwargs)
         self.read_chunk = memoryview(bytearray(READ_CHUNK))
+        self.appends_sent = new_appends_sent()
 
     def _TcpConnection__processRead(self):
         if not self._room_to_read():
@@ -227,6 +245,7 @@ class Connection(TcpConnection):
 
     def disconnect(self):
         self.unanswered_since = None
+        self.peer_binary = False
         super().disconnect()
 
     def _room_to_read(self) -> bool:
@@ -243,17 +262,34 @@ class Connection(TcpConnection):
         return len(buffer) < FRAME.size + declared
 
     def send(self, message):
-        if self.unanswered_since is None and isinstance(message, dict) and message.get("type") == "append_entries":
+        append = isinstance(message, dict) and message.get("type") == "append_entries"
+        if append and self.unanswered_since is None:
             self.unanswered_since = monotonic()
-        if self.sendRandKey:
-            message = (self.sendRandKey, message)
-        data = _pickle.dumps(message)
+        if self.peer_binary and binary_wire.encodable(message):
+            data = binary_wire.encode(message, self.sendRandKey)
+            if append:
+                self.appends_sent["binary"] += 1
+        else:
+            if append:
+                self.appends_sent["pickled"] += 1
+            if self.sendRandKey:
+                message = (self.sendRandKey, message)
+            data = _pickle.dumps(message)
         if self.encryptor:
             data = self.encryptor.encrypt_at_time(data, int(monotonic()))
         self._TcpConnection__writeBuffer += FRAME.pack(len(data)) + data
         self._TcpConnection__trySendBuffer()
 
     def _TcpConnection__processParseMessage(self):
+        # A peer's announcement is taken here, never handed on: the next message is.
+        while True:
+            message = self._parse_one()
+            if not (isinstance(message, dict) and message.get("type") == ANNOUNCE):
+                return message
+            versions = message.get("versions")
+            self.peer_binary = isinstance(versions, (list, tuple)) and binary_wire.BINARY_WIRE in versions
+
+    def _parse_one(self):
         buffer = self._TcpConnection__readBuffer
         if len(buffer) < FRAME.size:
             return None
@@ -280,6 +316,13 @@ class Connection(TcpConnection):
                 raise ValueError("the sender's timestamps went backwards")
             data = self.encryptor.decrypt(data)
             self.recvLastTimestamp = stamp
+        if data[:1] and data[0] in binary_wire.KINDS:
+            if not self.peer_binary:
+                raise ValueError("a binary frame from a peer that did not announce the binary wire")
+            key, message = binary_wire.decode(data)
+            if key != (self.recvRandKey or None):
+                raise ValueError("a binary frame sealed for another connection")
+            return message
         message = _pickle.loads(data)
         if self.recvRandKey:
             key, message = message
@@ -390,6 +433,8 @@ class DialingTransport(TCPTransport):
         self._handoff = handoff
         self._max_frame = max_frame
         self._read_chunk = memoryview(bytearray(READ_CHUNK))
+        # appends sent to all peers, in each form (status, metrics)
+        self.appends_sent = new_appends_sent()
         super().__init__(syncObj, selfNode, otherNodes)
 
     # pysyncobj builds its TcpConnection objects inline, here and in its TCP
@@ -404,6 +449,7 @@ class DialingTransport(TCPTransport):
         conn.__class__ = Connection
         conn.max_frame = self._max_frame
         conn.read_chunk = self._read_chunk
+        conn.appends_sent = self.appends_sent
         conn.accepted_at = monotonic()
 
     def _createServer(self):
@@ -438,7 +484,15 @@ class DialingTransport(TCPTransport):
                 conn.disconnect()
                 self._unknownConnections.discard(conn)
                 return
+        naming = conn in self._unknownConnections
         super()._onIncomingMessageReceived(conn, message)
+        if naming and conn not in self._unknownConnections and conn.state == CONNECTION_STATE.CONNECTED:
+            announce(conn)      # the peer is named: it is told what this node speaks
+
+    def _sendSelfAddress(self, conn):
+        super()._sendSelfAddress(conn)
+        if not self._selfIsReadonlyNode:
+            announce(conn)
 
     def send(self, node, message):
         self.on_send(message)
@@ -476,6 +530,15 @@ class DialingTransport(TCPTransport):
             # connect() emptied the buffer; the preamble leaves before the key exchange
             conn._TcpConnection__writeBuffer = self._preamble
         return connecting
+
+
+def new_appends_sent() -> dict[str, int]:
+    return {"binary": 0, "pickled": 0}
+
+
+def announce(conn) -> None:
+    """Tell the peer of ``conn`` which wire versions this node speaks (see "Protocol versions")."""
+    conn.send({"type": ANNOUNCE, "versions": list(WIRE_VERSIONS)})
 
 
 def remote_address(conn) -> str:
