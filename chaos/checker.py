@@ -70,7 +70,8 @@ Properties (each gets a verdict; the run is valid only if all hold):
   truncated applied entries. One exception, which raftq promises instead
   (docs/guarantees.md, "Storage faults"): a node that found damage at
   start-up gives up the damaged entry and those after it up to the highest
-  index it shows it held durably, and says so (its log line, `GIVE_UP`),
+  index it shows it held durably (its own snapshot damaged: from entry 1),
+  and says so (its log line, `GIVE_UP`),
   and neither votes nor stands until its log holds that index again; its
   log may then end anywhere from the entry before the damage on, below any
   floor up to that index, from the moment it said so.
@@ -132,7 +133,8 @@ EXAMPLES = 5
 FAILOVER_MARKS = ("kill", "isolate")  # what the headline failover figures cover
 REFUSALS = (307, 503)
 TRUNCATION_MARKERS = ("truncates applied entries", "truncating already-applied")
-# What a node logs when it gives up entries to damage found at start-up (engine/storage/journal.py):
+# What a node logs when it gives up entries to damage found at start-up (engine/storage/journal.py;
+# engine/raft/node.py when it is its own snapshot):
 # the entries, and the index it must hold again before it votes
 GIVE_UP = re.compile(r"This node gives up entries (\d+) to (\d+) and takes them again from the leader")
 STALE_READER = "stale-read"  # the process names of reads sent to an isolated leader

@@ -465,10 +465,10 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         journal.add(NO_OP, 1, 0)                      # a new node's log, as pysyncobj starts one
         journal.setRaftCommitIndex(1)
         self._SyncObj__raftLastApplied = self._SyncObj__raftCommitIndex = 1
-        logger.error("the snapshot was moved to %s%s and the whole log given up; the leader sends its "
-                     "snapshot, and until the log holds index %d again this node neither votes nor stands "
-                     "for election (docs/operations.md, \"A damaged disk\")", path, DAMAGED_SUFFIX,
-                     journal.regain_index)
+        logger.error("snapshot %s was moved to %s%s. This node gives up entries 1 to %d and takes them again "
+                     "from the leader (its snapshot, then the log); until its log holds index %d again it "
+                     "neither votes nor stands for election (docs/operations.md, \"A damaged or full disk\")",
+                     path, path, DAMAGED_SUFFIX, journal.regain_index, journal.regain_index)
 
     # -- what the facade reads ------------------------------------------------
 
