@@ -40,7 +40,7 @@ from pysyncobj.serializer import Serializer
 
 from ..lifetime import die_with
 from ..storage.damage import DamagedRecord
-from ..storage.records import DamagedFile
+from ..storage.records import DamagedFile, InsufficientStorage
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +115,11 @@ class ForkedSnapshots(Serializer):
             logger.error("writing a snapshot stopped at a damaged record: %s", damage)
             os.write(told, f"{damage.index}\n{damage.where}".encode())
             status = DAMAGED_EXIT
+        except InsufficientStorage as exc:
+            # a full disk is the operator's to fix, not a broken invariant: the log is kept, the
+            # snapshot is taken again later (engine.raft.node SNAPSHOT_RETRY_S)
+            logger.error("no room on the disk for a snapshot (%s); the log is kept and a snapshot is "
+                         "taken again later", exc)
         except BaseException:
             logger.critical("writing a snapshot failed", exc_info=True)
         finally:
