@@ -731,6 +731,26 @@ def test_follower_truncates_only_on_a_real_conflict(tmp_path):
         log._destroy()
 
 
+def test_an_append_of_an_older_term_changes_nothing_on_the_follower(tmp_path):
+    """Raft §5.1: a follower that knows a newer term ignores an append of an
+    older one. A deposed leader's append still in flight must neither truncate
+    nor extend the log the new term's leader wrote, nor be answered as if it
+    were the leader's."""
+    with follower_facing_a_fake_leader(tmp_path) as (follower, machine, leader, entry):
+        reply = leader.append(2, (1, 0), [entry(i, 2) for i in range(2, 5)], commit=1)
+        assert (reply["next_node_idx"], reply["success"]) == (5, True)
+        # The old term's leader: its entry 2 conflicts with the follower's.
+        # Sent, not appended: an ignored append gets no answer to wait for.
+        leader.send({"type": "append_entries", "term": 1, "commit_index": 2,
+                     "prevLogIdx": 1, "prevLogTerm": 0, "entries": [entry(2, 1, b"stale")]})
+        reply = leader.append(2, (4, 2), [], commit=4)
+        assert (reply["term"], reply["next_node_idx"], reply["success"]) == (2, 5, True)
+        status = follower.status()
+        assert (status["term"], status["last_log_index"]) == (2, 4)
+        wait_until(lambda: follower.status()["applied_index"] == 4, what="apply up to 4")
+        assert machine.entries == [b"e2", b"e3", b"e4"]
+
+
 def test_unpatched_pysyncobj_drops_acknowledged_entries(tmp_path):
     """The same drive against plain pysyncobj 0.3.17 shows the bug the test above guards."""
     f_addr, l_addr = follower_and_leader_addrs()
