@@ -126,6 +126,9 @@ class NodeCollector:
                                   value=stats["late_ticks"])
         yield CounterMetricFamily("raftq_raft_late_ticks_seconds", "How late those ticks ran, in all",
                                   value=stats["late_ticks_seconds"])
+        yield CounterMetricFamily("raftq_raft_ticks", "pysyncobj ticks group 0's engine ran (heartbeats, election "
+                                  "deadlines, catch-up; none on a lone put's path, as leader or follower)",
+                                  value=status["ticks"])
         yield CounterMetricFamily("raftq_raft_leader_ticks", "pysyncobj ticks group 0's engine ran while leading "
                                   "(heartbeats, catch-up, elections' aftermath; none on a lone put's path)",
                                   value=status["leader_ticks"])

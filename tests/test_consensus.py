@@ -339,6 +339,47 @@ def test_a_lone_put_commits_without_a_tick_of_its_leader(cluster):
     c.converged()
 
 
+def test_a_follower_applies_what_an_append_committed_without_a_tick(cluster):
+    """Item 17, a follower's side: each lone put's append carries the commit of the put before
+    it, and the follower applies that in the read that answered the append. A tick only for
+    the apply cost a follower more than the apply, once per put."""
+    c = cluster().start_all()
+    leader = c.leader()
+    commit(c, b"first")
+    wait_until(lambda: _caught_up(c, leader), what="the followers to hold everything")
+    followers = [node for node in c.nodes.values() if node is not leader]
+    for node in followers:
+        _quiet_leader_ticks(node)       # a follower's tick now only for what must be applied
+    before = {id(node): node.status()["ticks"] for node in followers}
+    for i in range(20):
+        assert propose_wait(leader, b"lone-%d" % i) == [(i + 2, None)]
+    wait_until(lambda: all(node.status()["applied_index"] >= 20 for node in followers),
+               what="the followers to apply what the later appends committed")
+    for node in followers:
+        assert node.status()["ticks"] - before[id(node)] <= 1
+    c.converged()
+
+
+def test_a_follower_that_hears_its_leader_and_every_peer_ticks_at_its_election_deadline(cluster):
+    """An idle follower reads its leader's heartbeats without a tick (item 17), and with every
+    peer connected it has no connection to retry: its ticks fall at its election deadline,
+    which each heartbeat pushes on, not every MAX_POLL_S. One peer gone, it ticks every
+    MAX_POLL_S again, to dial it."""
+    c = cluster(election_timeout=(2.0, 2.5)).start_all()
+    leader = c.leader()
+    commit(c, b"first")
+    wait_until(lambda: _caught_up(c, leader), what="the followers to hold everything")
+    follower, other = [node_id for node_id, node in c.nodes.items() if node is not leader]
+    node = c.nodes[follower]
+    before = node.status()["ticks"]
+    time.sleep(3.0)
+    assert node.status()["ticks"] - before <= 3        # MAX_POLL_S apart: 30
+    c.stop(other)
+    before = node.status()["ticks"]
+    time.sleep(1.0)
+    assert node.status()["ticks"] - before >= 5
+
+
 def test_a_follower_behind_is_caught_up_by_the_ticks_and_sent_no_put_before(cluster):
     """A follower that was away is behind: the puts the leader sends as they come are not for
     it (it would refuse each, and its catch-up would start again from the last) but the

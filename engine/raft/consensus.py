@@ -336,6 +336,7 @@ class Consensus:
             "quorum_ok": self._quorum_ok(now),
             "cut_off": self._cut_off(),
             "quorum_step_downs": node.quorum_step_downs,
+            "ticks": node.ticks,
             "leader_ticks": node.leader_ticks,
             "appends_sent": node.appends_sent(),
             "pre_votes": {"asked": node.pre_votes_asked, "won": node.pre_votes_won},

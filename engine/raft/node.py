@@ -43,9 +43,12 @@ subclasses it and closes these gaps (docs/guarantees.md, "What pysyncobj
    callback is wrapped (an exception in one would otherwise make pysyncobj
    apply the entry again).
 7. Idle wake-ups. The next tick falls at the next heartbeat (leader) or
-   election deadline (follower), at most ``MAX_POLL_S`` away, or as soon as
+   election deadline (follower), at most ``MAX_POLL_S`` away while a
+   connection is to be retried or no leader is heard, or as soon as
    a socket is ready or a proposal or task arrives, rather than every few
-   milliseconds: an idle node wakes for heartbeats only. A tick whose last
+   milliseconds: an idle node wakes for heartbeats only, and a follower that
+   hears its leader and every peer reads the heartbeats without a tick and
+   ticks at its election deadline. A tick whose last
    poll read only routine messages (``ROUTINE``) is not followed by another
    at once: a misjudged message costs at most that wait, never an outcome.
 8. Late ticks. A follower whose own tick came late (a long apply, a busy
@@ -121,9 +124,10 @@ subclasses it and closes these gaps (docs/guarantees.md, "What pysyncobj
    that is ready is read without a tick (``read``): a follower writes,
    syncs and answers the appends in it, a leader counts the answers,
    commits (entries of its own term only, itself once synced) and applies.
-   A tick follows only a read that brought news. Ticks remain for
+   A tick follows only a read that brought news. A follower applies what an
+   append committed in the read that answered it. Ticks remain for
    heartbeats, elections, PreVote, CheckQuorum, compaction and catch-up;
-   ``leader_ticks`` counts those a leader runs.
+   ``ticks`` counts them, ``leader_ticks`` those a leader runs.
 """
 
 from __future__ import annotations
@@ -184,6 +188,10 @@ ROLE_NAMES = {FOLLOWER: "follower", CANDIDATE: "candidate", LEADER: "leader"}
 # ticket deadlines).
 MIN_POLL_S = 0.002
 MAX_POLL_S = 0.1
+# A follower that hears its leader and holds a connection to every peer has no
+# retry to make: it ticks at its election deadline (0.3-0.6 s away, pushed on by
+# every heartbeat), which comes before this.
+QUIET_POLL_S = 1.0
 # How long after a failed snapshot the next one is taken unless one is asked for.
 SNAPSHOT_RETRY_S = 5.0
 # The longest a tick applies committed entries before it sends heartbeats and
@@ -350,6 +358,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         # Where the last membership change this leader took off its queue went into the log: until
         # it is applied, proposals take the tick's way (item 17), whose sends reach every voter.
         self.membership_at = 0
+        self.ticks = 0            # every tick (item 17: a follower's none on a lone put's path)
         self.leader_ticks = 0     # ticks run while leading (item 17: none on a lone put's path)
         self.appends_refused = 0  # answers to this leader's appends that the follower could not take
         journal.before_rewrite = self._flush_replies
@@ -616,11 +625,20 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         self._acks_apply_until = None
         with self._answering():
             self._poller.poll(0)
+        # What the appends committed is applied here, after their answers went out, in one
+        # slice of APPLY_BUDGET_S: a tick only for this would cost a follower more than the
+        # apply itself, once per put. A backlog beyond the slice is left to the ticks.
+        if self._SyncObj__raftState != LEADER and self.apply_waits_for is None:
+            self._SyncObj__applyLogEntries()
         return self._poller.news
 
     def until_due(self) -> float:
         """Seconds until the next tick must run if nothing wakes the node sooner."""
-        return self._until_due(MAX_POLL_S)
+        return self._until_due(QUIET_POLL_S if self._quiet() else MAX_POLL_S)
+
+    def _quiet(self) -> bool:
+        return (self._SyncObj__raftState == FOLLOWER and self._SyncObj__raftLeader is not None
+                and self._SyncObj__otherNodes <= self._SyncObj__connectedNodes)
 
     def wake(self) -> None:
         """Tick at the loop's next turn."""
@@ -876,6 +894,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
 
     def _onTick(self, timeToWait=0.0):
         self._acks_apply_until = None
+        self.ticks += 1
         if self._SyncObj__raftState == LEADER:
             self.leader_ticks += 1
         with self._answering():
