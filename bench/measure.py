@@ -39,6 +39,11 @@ def cpu_seconds(pids: list[int]) -> float:
 
 def cpu_by_process(pids: list[int]) -> dict[int, float]:
     """`cpu_seconds` of each of the processes still running."""
+    return {pid: user + system for pid, (user, system) in user_system_by_process(pids).items()}
+
+
+def user_system_by_process(pids: list[int]) -> dict[int, tuple[float, float]]:
+    """(user, system) CPU seconds of each of the processes still running, their reaped children's included."""
     used = {}
     for pid in pids:
         try:
@@ -47,7 +52,8 @@ def cpu_by_process(pids: list[int]) -> dict[int, float]:
         except OSError:
             continue
         # fields[0] is field 3 of stat(5): utime, stime, cutime, cstime are fields 14-17
-        used[pid] = sum(int(x) for x in fields[11:15]) / CLOCK_TICKS
+        user, system, children_user, children_system = (int(x) / CLOCK_TICKS for x in fields[11:15])
+        used[pid] = (user + children_user, system + children_system)
     return used
 
 

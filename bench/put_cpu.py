@@ -1,0 +1,99 @@
+"""Where a lone put's server CPU goes, process by process, and what each process costs idle.
+
+    .venv/bin/python -m bench.put_cpu [--seconds 10] [--idle-seconds 10] [--nodes 3]
+
+A fresh local cluster of this tree; one producer puts one message per
+request and waits for its answer (as `bench.node_compare`'s lone put) for
+`--seconds`; then nothing is asked for `--idle-seconds`. For each process
+of each node (the supervisor, each Raft group's engine, each front), by
+its role (the group's leader or a follower): user and system CPU
+microseconds per put, and CPU seconds per 10 s idle. What a change to a
+put's path (issue 50) must move is read here; `bench.node_compare` says
+whether it moved against another revision.
+
+The last line is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.measure import group_pids, machine, percentile, process_name, user_system_by_process  # noqa: E402
+from bench.put_bench import put_load  # noqa: E402
+from raftq.local import LocalCluster  # noqa: E402
+
+
+def roles(cluster: LocalCluster, leader: str) -> dict[int, str]:
+    """Each process of each node by what it is: "leader engine", "follower n2 front-0", ..."""
+    named = {}
+    for node_id in cluster.ids:
+        role = "leader" if node_id == leader else f"follower {node_id}"
+        for pid in group_pids([cluster.pid(node_id)]):
+            name = (process_name(pid) or "gone").removeprefix("raftq-")
+            named[pid] = f"{role} {'supervisor' if name == 'node' else name}"
+    return named
+
+
+def spent(before: dict, after: dict, named: dict[int, str]) -> dict[str, tuple[float, float]]:
+    return {named[pid]: (after[pid][0] - before[pid][0], after[pid][1] - before[pid][1])
+            for pid in named if pid in before and pid in after}
+
+
+async def run(args) -> dict:
+    with tempfile.TemporaryDirectory(prefix="raftq-put-cpu-") as tmp:
+        os.chdir(tmp)    # `python -m raftq` puts the working directory first on sys.path
+        cluster = LocalCluster.create(Path(tmp) / "cluster", args.nodes,
+                                      env={**os.environ, "PYTHONPATH": str(ROOT)})
+        cluster.start()
+        try:
+            leader = cluster.wait_for_leader(60)
+            if leader is None or not cluster.wait_all_ready(60):
+                raise SystemExit(f"the cluster did not come up; see {cluster.root}")
+            await put_load(cluster.urls, cluster.token, "warm-up", 1, 1, 2.0)
+            named = roles(cluster, leader)
+            before = user_system_by_process(list(named))
+            _, latencies = await put_load(cluster.urls, cluster.token, "lone", 1, 1, args.seconds)
+            after = user_system_by_process(list(named))
+            loaded = spent(before, after, named)
+            await asyncio.sleep(2.0)     # the last puts' followers' applies, the next heartbeats
+            before = user_system_by_process(list(named))
+            await asyncio.sleep(args.idle_seconds)
+            idle = spent(before, user_system_by_process(list(named)), named)
+        finally:
+            cluster.close()
+    puts = len(latencies)
+    per_put = {name: {"user_us": round(user * 1e6 / puts), "system_us": round(system * 1e6 / puts)}
+               for name, (user, system) in sorted(loaded.items())}
+    idle_per_10s = {name: round((user + system) * 10 / args.idle_seconds, 3) for name, (user, system) in sorted(idle.items())}
+    return {"machine": machine(), "nodes": args.nodes, "puts": puts,
+            "p50_ms": round(percentile(latencies, 50) * 1000, 3), "p99_ms": round(percentile(latencies, 99) * 1000, 3),
+            "server_cpu_us_per_put": sum(f["user_us"] + f["system_us"] for f in per_put.values()),
+            "per_put": per_put, "idle_cpu_s_per_10s": round(sum(idle_per_10s.values()), 3), "idle": idle_per_10s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of the lone puts")
+    parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--nodes", type=int, choices=(1, 3, 5), default=3)
+    figures = asyncio.run(run(parser.parse_args()))
+    print(f"{figures['puts']} lone puts: p50 {figures['p50_ms']} ms, p99 {figures['p99_ms']} ms, "
+          f"server CPU {figures['server_cpu_us_per_put']} µs per put")
+    print(f"{'process':<34} {'user µs/put':>12} {'system µs/put':>14} {'idle CPU-s/10 s':>16}")
+    for name, cost in figures["per_put"].items():
+        print(f"{name:<34} {cost['user_us']:>12} {cost['system_us']:>14} {figures['idle'].get(name, 0):>16}")
+    print(f"idle, every process: {figures['idle_cpu_s_per_10s']} CPU-s per 10 s")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
