@@ -45,7 +45,6 @@ from dataclasses import asdict, dataclass
 from aiohttp import ClientError, ClientTimeout, web
 
 from raftq.engine.background import Background
-from raftq.engine.outcome import CommitError
 
 from .codec import respond
 from .errors import ApiError
@@ -58,7 +57,6 @@ SAMPLE_S = 0.25
 PEER_POLL_S = 1.0
 PEER_TIMEOUT = ClientTimeout(total=0.7)
 PEER_FORGOTTEN_S = 5.0
-ENGINE_TIMEOUT_S = 1.0
 # The alarm ends once the free bytes are this share of the reserve above the watermark, so that a
 # disk hovering at it does not switch writes on and off with every compaction.
 CLEAR_MARGIN_DIVISOR = 16
@@ -185,23 +183,17 @@ class DiskWatch(Background):
 
     async def _ask_around(self) -> None:
         while True:
-            await asyncio.gather(self._read_snapshot_sizes(), *(
+            self._read_snapshot_sizes()
+            await asyncio.gather(*(
                 self._ask(node_id, address) for node_id, address in self._node.view()["http"].items()
                 if node_id != self._node.id))
             await asyncio.sleep(PEER_POLL_S)
 
-    async def _read_snapshot_sizes(self) -> None:
-        engines = dict(self._groups.engines)
-        for group in list(self._snapshot_bytes):
-            if group not in engines:        # a replica moved away
-                del self._snapshot_bytes[group]
-        for group, engine in engines.items():
-            try:
-                async with asyncio.timeout(ENGINE_TIMEOUT_S):
-                    snapshot = (await engine.status()).get("snapshot") or {}
-            except (CommitError, asyncio.TimeoutError):
-                continue                    # busy or stopping: the last size stands
-            self._snapshot_bytes[group] = snapshot.get("bytes") or 0
+    def _read_snapshot_sizes(self) -> None:
+        # As each engine last pushed its view (a change within VIEW_RECHECK_S); a group no longer
+        # held drops out, and one whose engine is away (restarting) keeps its last size.
+        self._snapshot_bytes = {group: engine.view().get("snapshot_bytes", self._snapshot_bytes.get(group, 0))
+                                for group, engine in dict(self._groups.engines).items()}
 
     async def _ask(self, node_id: str, address: str) -> None:
         url = f"{self._scheme}://{address}/health/disk"

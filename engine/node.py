@@ -494,12 +494,14 @@ class Node:
         whether this node is cut off from a majority, every member's HTTP
         address, and (group 0's, with several groups) each other group's
         recorded members (``engine.members``) and how many times the
-        catalog released names (a front's cached placements may be stale)."""
+        catalog released names (a front's cached placements may be stale);
+        and the size of this node's snapshot of the group, which its disk
+        alarm's watermark counts (``api.disk``)."""
         role, leader, term, quorum_ok, cut_off = self.consensus.route()
         addresses = {spec.id: spec.http for spec in self.cluster.nodes}
         addresses.update({node_id: m["http_addr"] for node_id, m in self.machine.members.items()})
         view = {"id": self.id, "role": role, "leader_id": leader, "term": term, "quorum_ok": quorum_ok,
-                "cut_off": cut_off, "http": addresses}
+                "cut_off": cut_off, "http": addresses, "snapshot_bytes": self.consensus.snapshot_bytes()}
         if self.group == 0 and self.cluster.groups > 1:
             view["group_members"] = self.machine.group_members()
             view["catalog_releases"] = self.machine.catalog.releases

@@ -614,6 +614,9 @@ MUTANTS = [
            ("tests/test_damaged_reads.py::test_a_letter_flipped_in_the_leaders_journal_is_served_intact_repaired_and_writes_go_on",
             "tests/test_repair.py::test_a_leader_sends_a_lagging_follower_what_precedes_a_damaged_entry_repairs_it_and_hands_over")),
     # ---- issue 47: a full disk is a clear, bounded state ------------------------------------------
+    Mutant("snapshot-left-out-of-the-watermark", "a node's disk watermark counts its current snapshot",
+           "engine/node.py", ', "snapshot_bytes": self.consensus.snapshot_bytes()}', "}",
+           (T_ALM + "test_the_watermark_counts_the_snapshot_each_engine_reports",)),
     Mutant("writes-accepted-in-disk-alarm", "a node below its watermark stops the writes to its groups (507)",
            "api/disk.py", "            if state is not None and state.alarm:", "            if False:",
            (T_ALM + "test_a_follower_below_its_watermark_stops_its_groups_writes_at_every_door_and_nothing_is_stored",

@@ -329,3 +329,27 @@ def test_the_clusters_stored_bytes_cap_holds_exactly_under_concurrent_puts(fresh
         client.ack("capped", [client.receive("capped", max=1)["messages"][0]["receipt"]])
     assert call("POST", f"{url}/v1/queues/capped/messages", {"body": body, "id": f"m{refused:02d}"}).status == 201
     assert call("POST", f"{url}/v1/queues/capped/messages", {"body": "x" * (size // 2 + 1)}).status == 507
+
+
+def test_the_watermark_counts_the_snapshot_each_engine_reports(tmp_path):
+    """A snapshot is written beside the one it replaces before that one goes: a node's watermark
+    is its reserve plus its current snapshot's size, which its engine reports in the view it
+    pushes to the fronts (it used to be asked for its whole status every second)."""
+    with on_small_disks(tmp_path / "snapshots", free_limit=4 << 20) as cluster:
+        leader = cluster.wait_for_leader(30)
+        url = cluster.url(leader)
+        body = "x" * (100 << 10)
+        for _ in range(150):    # 15 MiB of log: a stopping engine compacts above 8-12 MiB (the
+            # snapshot is small: the bodies stay in the log entries that carried them)
+            assert put(url, "snapshotted", body).status == 201
+        follower = next(node_id for node_id in cluster.ids if node_id != leader)
+        cluster.stop(follower)
+        cluster.start(follower)
+        assert cluster.wait_all_ready(60)
+
+        def watermark_and_snapshot():
+            snapshot = metrics_of(cluster, follower)["raftq_snapshot_size_bytes"]
+            watermark = call("GET", cluster.url(follower) + "/health/disk").body["watermark_bytes"]
+            return watermark, snapshot
+        wait_until(lambda: (lambda w, s: s > 0 and w == (4 << 20) + s)(*watermark_and_snapshot()), 30,
+                   "the follower's watermark to count its snapshot")

@@ -569,6 +569,10 @@ class Consensus:
         """The current term, cheaply (status() builds the whole picture)."""
         return self._node.raftCurrentTerm
 
+    def snapshot_bytes(self) -> int:
+        """The size of this node's current snapshot (0: none yet), cheaply."""
+        return self._snapshot_info["bytes"] or 0
+
     def is_leader(self) -> bool:
         return self._node.is_leader()
 
