@@ -5,10 +5,12 @@ A caller is a principal: one of cluster.toml's bootstrap tokens (``admin``, ``da
 ``metrics``, acting as their role's rules: statemachine/rules.py), one of its ``[sqs]`` keys
 (its role's), or a principal group 0 keeps (statemachine/principals.py), by its bearer token or
 its SQS key. ``Principals`` holds what this front takes: the bootstrap ones, and the kept ones
-as its replica of group 0 has applied them, whose version it reads every POLL_S and all of
-them again when it changed (and, at most every MIN_REFRESH_GAP_S, when a call brings a token
-or key it does not know), so that a principal made, changed or removed anywhere takes effect on
-every node within a second, without a restart.
+as its replica of group 0 has applied them: read all again whenever their version changes in
+the view group 0's engine pushes (at once after it applied a change), at least every
+BACKSTOP_S, and, at most every MIN_REFRESH_GAP_S, when a call brings a token or key it does not
+know, so that a principal made, changed or removed anywhere takes effect on every node within a
+second, without a restart (it was a poll of the version every 0.2 s: most of what an idle front
+did besides its disk alarm).
 
 A kept principal's token is known here only by its hash: HMAC-SHA256 under a key derived from
 the cluster secret (``ClusterKeys.principal_tokens``). A token is 256 random bits, so no
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -60,7 +63,7 @@ log = logging.getLogger(__name__)
 FEATURE = "principals"       # api/features.py
 PRINCIPALS = web.AppKey("principals", object)
 PRINCIPAL = "raftq_principal"         # a request's key: who it is (the auth middleware, the SQS door)
-POLL_S = 0.2
+BACKSTOP_S = 5.0
 MIN_REFRESH_GAP_S = 0.2
 # A put refused for its principal's put_rate is answered this much later (with Retry-After 0: the
 # wait is served): a flood's connections then send a request a second each, and the front, which
@@ -208,9 +211,15 @@ class Principals(Background):
         await asyncio.shield(self._changed)
 
     async def _run(self) -> None:
+        catalog = self._app[GROUPS].catalog
         while True:
-            await self.refresh()
-            await asyncio.sleep(POLL_S)
+            if catalog.view().get("principals_version") != self.version:
+                await self.refresh()
+                if catalog.view().get("principals_version") != self.version:
+                    await asyncio.sleep(MIN_REFRESH_GAP_S)   # not read (the engine busy or away): again soon
+                    continue
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(catalog.next_view(), BACKSTOP_S)
 
     # ---- refusals ---------------------------------------------------------------------------------
     def refused(self, request: web.Request | None, principal: Principal | None, action: str,

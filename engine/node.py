@@ -179,6 +179,7 @@ class Node:
         # were submitted in: future -> that term.
         self._settle_waiters: dict[asyncio.Future, int] = {}
         self._view_watchers: list = []
+        self._principals_version_seen = 0
 
     # ---- life cycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -222,6 +223,10 @@ class Node:
             elif isinstance(result, dict) and result.get("released"):
                 # the fronts drop the placements they cached now, not at the view's next recheck
                 self._loop.call_soon(self._view_changed)
+        if self.group == 0 and self.machine.principals_version() != self._principals_version_seen:
+            # the fronts read the principals again now (a revocation), not at the view's next recheck
+            self._principals_version_seen = self.machine.principals_version()
+            self._loop.call_soon(self._view_changed)
         self.long_polls.entry_applied()
         return index, results
 
@@ -495,6 +500,7 @@ class Node:
         address, and (group 0's, with several groups) each other group's
         recorded members (``engine.members``) and how many times the
         catalog released names (a front's cached placements may be stale);
+        group 0's, the version of the principals it keeps (``api.principals``);
         and the size of this node's snapshot of the group, which its disk
         alarm's watermark counts (``api.disk``)."""
         role, leader, term, quorum_ok, cut_off = self.consensus.route()
@@ -502,6 +508,8 @@ class Node:
         addresses.update({node_id: m["http_addr"] for node_id, m in self.machine.members.items()})
         view = {"id": self.id, "role": role, "leader_id": leader, "term": term, "quorum_ok": quorum_ok,
                 "cut_off": cut_off, "http": addresses, "snapshot_bytes": self.consensus.snapshot_bytes()}
+        if self.group == 0:
+            view["principals_version"] = self.machine.principals_version()
         if self.group == 0 and self.cluster.groups > 1:
             view["group_members"] = self.machine.group_members()
             view["catalog_releases"] = self.machine.catalog.releases
