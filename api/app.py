@@ -181,6 +181,10 @@ def make_app(engines: dict, placement: Placement, settings: Settings, buffer_dir
         await app[HTTP].close()
         app[buffering.BUFFER].close()
     app.cleanup_ctx.append(background)
+
+    async def release_held(app: web.Application):
+        disk.release_held()      # held GET /health/disk answers, which shutdown would otherwise wait for
+    app.on_shutdown.append(release_held)
     events.install(app)
 
     document = openapi.document(ROUTES, limits=settings.limits.as_dict())

@@ -1,9 +1,14 @@
 """A full disk as a clear, bounded state (issue 47): the disk alarm, as RabbitMQ's.
 
 Every front watches the free space of its node's data directory (``statvfs``,
-every ``SAMPLE_S``) and, by ``GET /health/disk``, that of every other node
-(every ``PEER_POLL_S``). A node whose free bytes fall below its *watermark* is
-in disk alarm until they rise a margin above it again:
+every ``SAMPLE_S``) and, by ``GET /health/disk``, that of every other node. It
+asks each other node to hold its answer until that node's alarm differs from
+the one last heard, or ``HOLD_S`` has passed (``?alarm=...&wait_ms=...``): an
+alarm reaches the other fronts as the node samples it, and an idle cluster
+sends one request per pair of nodes every ``HOLD_S``, not one a second. A
+node that does not hold (an older release) is asked every ``PEER_POLL_S``.
+A node whose free bytes fall below its *watermark* is in disk alarm until
+they rise a margin above it again:
 
     watermark = --disk-free-limit (default RESERVE_PER_GROUP for each Raft group the node holds)
                 + the size of each of those groups' current snapshot
@@ -37,6 +42,7 @@ The first front logs one line each time its node enters or leaves the alarm.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -55,8 +61,12 @@ log = logging.getLogger(__name__)
 RESERVE_PER_GROUP = 128 << 20
 SAMPLE_S = 0.25
 PEER_POLL_S = 1.0
-PEER_TIMEOUT = ClientTimeout(total=0.7)
-PEER_FORGOTTEN_S = 5.0
+HOLD_S = 4.0
+MAX_HOLD_MS = 10_000           # the longest hold a request may ask for
+PEER_TIMEOUT = ClientTimeout(total=HOLD_S + 0.7)
+# Longer than a held answer takes, with room for a busy machine: a peer that answers every HOLD_S
+# is never forgotten between two answers.
+PEER_FORGOTTEN_S = HOLD_S + 2.0
 # The alarm ends once the free bytes are this share of the reserve above the watermark, so that a
 # disk hovering at it does not switch writes on and off with every compaction.
 CLEAR_MARGIN_DIVISOR = 16
@@ -97,6 +107,11 @@ class DiskWatch(Background):
         self._logs = logs
         self._snapshot_bytes: dict[int, int] = {}     # group -> its snapshot's size here
         self._peers: dict[str, tuple[DiskState, float]] = {}   # node id -> (state, when it answered)
+        self._askers: dict[str, tuple[str, asyncio.Task]] = {}   # node id -> (its address, the task asking it)
+        # Set when this node's alarm changes (then replaced), or when the front stops: what held
+        # answers wait for.
+        self._alarm_changed = asyncio.Event()
+        self._releasing = False
         self.own = DiskState(0, 0, 0, False)
         self.sample()
 
@@ -115,6 +130,9 @@ class DiskWatch(Background):
         was = self.own.alarm
         alarm = free < watermark + (reserve // CLEAR_MARGIN_DIVISOR if was else 0)
         self.own = DiskState(free, capacity, watermark, alarm)
+        if alarm != was:
+            self._alarm_changed.set()
+            self._alarm_changed = asyncio.Event()
         if alarm != was and self._logs:
             if alarm:
                 log.warning("disk alarm: %d bytes free on %s, below the watermark of %d (a reserve of %d and the "
@@ -128,6 +146,19 @@ class DiskWatch(Background):
     @property
     def node_id(self) -> str:
         return self._node.id
+
+    async def answer_after(self, alarm_seen: bool, seconds: float) -> None:
+        """Return once this node's alarm is not `alarm_seen`, after `seconds` at most (a held
+        ``GET /health/disk``), or at once while the front stops."""
+        if self.own.alarm != alarm_seen or self._releasing:
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._alarm_changed.wait(), seconds)
+
+    def release_held(self) -> None:
+        """Answer every held request now, and hold none from now on: the front is stopping."""
+        self._releasing = True
+        self._alarm_changed.set()
 
     # ---- every node ---------------------------------------------------------------------
     def state_of(self, node_id: str) -> DiskState | None:
@@ -182,12 +213,28 @@ class DiskWatch(Background):
             self.sample()
 
     async def _ask_around(self) -> None:
-        while True:
-            self._read_snapshot_sizes()
-            await asyncio.gather(*(
-                self._ask(node_id, address) for node_id, address in self._node.view()["http"].items()
-                if node_id != self._node.id))
-            await asyncio.sleep(PEER_POLL_S)
+        # One task per other node, each asking on as its answers come; this loop follows the
+        # membership and the snapshot sizes.
+        try:
+            while True:
+                self._read_snapshot_sizes()
+                self._follow_members()
+                await asyncio.sleep(PEER_POLL_S)
+        finally:
+            for _, task in self._askers.values():
+                task.cancel()
+
+    def _follow_members(self) -> None:
+        wanted = {node_id: address for node_id, address in self._node.view()["http"].items()
+                  if node_id != self._node.id}
+        for node_id, (address, task) in list(self._askers.items()):
+            if wanted.get(node_id) != address:
+                task.cancel()
+                del self._askers[node_id]
+                self._peers.pop(node_id, None)
+        for node_id, address in wanted.items():
+            if node_id not in self._askers:
+                self._askers[node_id] = (address, asyncio.create_task(self._keep_asking(node_id, address)))
 
     def _read_snapshot_sizes(self) -> None:
         # As each engine last pushed its view (a change within VIEW_RECHECK_S); a group no longer
@@ -195,16 +242,30 @@ class DiskWatch(Background):
         self._snapshot_bytes = {group: engine.view().get("snapshot_bytes", self._snapshot_bytes.get(group, 0))
                                 for group, engine in dict(self._groups.engines).items()}
 
-    async def _ask(self, node_id: str, address: str) -> None:
+    async def _keep_asking(self, node_id: str, address: str) -> None:
         url = f"{self._scheme}://{address}/health/disk"
+        while True:
+            asked_at = time.monotonic()
+            seen = self._peers.get(node_id)
+            known = seen[0].alarm if seen is not None and asked_at - seen[1] <= PEER_FORGOTTEN_S else None
+            state = await self._ask(url, known)
+            if state is not None:
+                self._peers[node_id] = (state, time.monotonic())
+            if state is None or state.alarm == known:
+                # down, or an answer that was not held (an older release, or a first answer that
+                # agreed): at most one request a PEER_POLL_S
+                await asyncio.sleep(max(0.0, asked_at + PEER_POLL_S - time.monotonic()))
+
+    async def _ask(self, url: str, known: bool | None) -> DiskState | None:
+        """The node's state, held by it until its alarm is not `known` (None: at once)."""
+        query = {} if known is None else {"alarm": "true" if known else "false", "wait_ms": str(int(HOLD_S * 1000))}
         try:
-            async with self._http.get(url, timeout=PEER_TIMEOUT) as reply:
+            async with self._http.get(url, params=query, timeout=PEER_TIMEOUT) as reply:
                 answer = await reply.json() if reply.status == 200 else None
-            state = DiskState(*(int(answer[field]) for field in ("free_bytes", "capacity_bytes", "watermark_bytes")),
-                              alarm=answer["alarm"] is True)
+            return DiskState(*(int(answer[field]) for field in ("free_bytes", "capacity_bytes", "watermark_bytes")),
+                             alarm=answer["alarm"] is True)
         except (ClientError, asyncio.TimeoutError, ValueError, TypeError, KeyError):
-            return                          # down, or an older release: it ages out
-        self._peers[node_id] = (state, time.monotonic())
+            return None                     # down, or an older release: it ages out
 
 
 def _in_alarm(node_id: str, state: DiskState, refused: str) -> ApiError:
@@ -217,6 +278,24 @@ def _in_alarm(node_id: str, state: DiskState, refused: str) -> ApiError:
 
 
 async def health(request: web.Request) -> web.Response:
-    """GET /health/disk: this node's free space, its watermark, and whether it is in disk alarm."""
+    """GET /health/disk: this node's free space, its watermark, and whether it is in disk alarm;
+    with ``?alarm=true|false&wait_ms=N``, once the alarm is not the one given, or after N ms (at
+    most MAX_HOLD_MS)."""
     disk = request.app[DISK]
+    held = _held_for(request.query)
+    if held is not None:
+        await disk.answer_after(*held)
     return respond(request, {"id": disk.node_id, **disk.own.as_dict()})
+
+
+def _held_for(query) -> tuple[bool, float] | None:
+    if "alarm" not in query and "wait_ms" not in query:
+        return None
+    alarm, wait_ms = query.get("alarm"), query.get("wait_ms", "")
+    if alarm not in ("true", "false"):
+        raise ApiError("bad_request", "alarm must be true or false: the alarm the asker last heard, which a "
+                       "held answer waits to change")
+    if not (wait_ms.isascii() and wait_ms.isdigit() and 0 < int(wait_ms) <= MAX_HOLD_MS):
+        raise ApiError("bad_request", f"wait_ms must be a whole number of milliseconds from 1 to {MAX_HOLD_MS}: "
+                       "how long the answer may be held while the alarm stays as given")
+    return alarm == "true", int(wait_ms) / 1000

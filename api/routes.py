@@ -72,7 +72,10 @@ ROUTES = (
     Route("GET", "/health/ready", cluster.ready, OPEN, "This node follows a leader with a quorum",
           errors=(503,), query=(("groups", {"type": "string", "enum": ["true"]}),)),
     Route("GET", "/health/disk", disk.health, OPEN, "This node's free disk space, its watermark, and whether it is "
-          "in disk alarm (writes to the Raft groups it holds refused, 507)"),
+          "in disk alarm (writes to the Raft groups it holds refused, 507); with `alarm` and `wait_ms`, held until "
+          "the alarm is not `alarm`, for `wait_ms` at most (how the nodes ask each other)", errors=(400,),
+          query=(("alarm", {"type": "string", "enum": ["true", "false"]}),
+                 ("wait_ms", {"type": "integer", "minimum": 1, "maximum": disk.MAX_HOLD_MS}))),
     Route("GET", "/v1/openapi.json", None, OPEN, "This document"),
     Route("GET", "/metrics", None, METRICS, "Prometheus metrics"),
     Route("GET", "/v1/cluster", cluster.show, METRICS, "Members and their replication state"),

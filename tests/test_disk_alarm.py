@@ -16,6 +16,7 @@ import json
 import os
 import re
 import threading
+import time
 
 import pytest
 from botocore.exceptions import ClientError
@@ -248,6 +249,57 @@ def test_every_disk_full_then_space_back_writes_resume_without_a_restart(small_d
                          "writes to resume once space is back")
     assert depth(url, "after") == (before or 0) + 1 and resumed.body["messages"][0]["duplicate"] is False
     assert {node_id: cluster.pid(node_id) for node_id in cluster.ids} == pids
+
+
+def test_a_held_disk_answer_comes_as_the_alarm_changes_and_not_before(small_disks):
+    """`GET /health/disk?alarm=...&wait_ms=...` (how the nodes ask each other): held while the
+    alarm is as the asker last heard it, answered as it changes; bad parameters are a 400."""
+    cluster = small_disks
+    leader = cluster.wait_for_leader(30)
+    full = next(node_id for node_id in cluster.ids if node_id != leader)
+    url = cluster.url(full) + "/health/disk"
+
+    started = time.monotonic()
+    calm = call("GET", url + "?alarm=false&wait_ms=1500")
+    assert calm.status == 200 and calm.body["alarm"] is False and time.monotonic() - started >= 1.5
+    started = time.monotonic()
+    differs = call("GET", url + "?alarm=true&wait_ms=10000")        # not as the asker heard: at once
+    assert differs.status == 200 and differs.body["alarm"] is False and time.monotonic() - started < 10
+
+    held = {}
+    asker = threading.Thread(target=lambda: held.update(
+        reply=call("GET", url + "?alarm=false&wait_ms=10000"), at=time.monotonic()))
+    asked = time.monotonic()
+    asker.start()
+    time.sleep(0.5)
+    with ballast(cluster, full):
+        asker.join()
+        assert held["reply"].status == 200 and held["reply"].body["alarm"] is True
+        assert held["at"] - asked < 5          # answered by the change, not at the end of its 10 s
+    for query in ("alarm=maybe&wait_ms=100", "alarm=false", "wait_ms=100", "alarm=false&wait_ms=0",
+                  "alarm=false&wait_ms=10001", "alarm=false&wait_ms=1.5", "alarm=false&wait_ms=%C2%B2"):
+        refused = call("GET", f"{url}?{query}")
+        assert refused.status == 400 and refused.body["error"] == "bad_request", (query, refused)
+
+
+def test_idle_nodes_ask_each_other_about_their_disks_once_a_hold_not_once_a_second(small_disks):
+    """Each front holds one request to every other node, answered when that node's alarm changes
+    or after HOLD_S: a node of an idle 3-node cluster serves about 2 / HOLD_S of them a second,
+    where polling each second served 2."""
+    from raftq.api.disk import HOLD_S
+
+    cluster = small_disks
+    node_id = cluster.ids[0]
+
+    def served() -> float:
+        return sum(value for name, value in metrics_of(cluster, node_id).items()
+                   if name.startswith("raftq_http_requests_total{") and 'route="/health/disk"' in name)
+
+    window = 3 * HOLD_S
+    before = served()
+    time.sleep(window)
+    # each of the two others: one answer per hold, one more where a hold spans the window's edge
+    assert served() - before <= 2 * (window / HOLD_S + 1) < 2 * window
 
 
 def test_with_several_groups_only_the_groups_a_node_in_alarm_holds_stop(tmp_path):
