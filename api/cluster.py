@@ -182,14 +182,16 @@ async def _keeps_quorum(request: web.Request, engine, voters_after: list[str]) -
     """Refuse (409) a change of `engine`'s group after which its live voters would be no
     majority, unless ?force=true.
 
-    Live: this leader, and each peer it heard from within LIVE_CONTACT_MS. A
+    Live: this leader, and each peer it heard from within LIVE_CONTACT_MS (and the quiet
+    group's slack, engine.raft.quiet). A
     node being added counts as not live yet: it has not caught up.
     """
     if request.query.get("force") == "true":
         return
-    peers = (await engine.status())["peers"]
+    status = await engine.status()
+    peers, live_ms = status["peers"], LIVE_CONTACT_MS + status.get("contact_slack_ms", 0)
     live = [v for v in voters_after if v == engine.id or (
-        peers.get(v, {}).get("last_contact_ms") is not None and peers[v]["last_contact_ms"] < LIVE_CONTACT_MS)]
+        peers.get(v, {}).get("last_contact_ms") is not None and peers[v]["last_contact_ms"] < live_ms)]
     if len(live) <= len(voters_after) / 2:
         raise ApiError("conflict", f"after this change {len(live)} of {len(voters_after)} voters would be live "
                                    f"({', '.join(live)}): no majority, so no leader. Bring nodes back first, "

@@ -39,7 +39,8 @@ def preferred_successor(preference: Sequence[str], status: dict, election_timeou
 
     `status` is the node's ``Consensus.status()``. Only a leader hands over,
     and only to a member ahead of itself in `preference`: the first that the
-    leader heard from within the election timeout. That member takes it if
+    leader heard from within the election timeout (longer in a quiet group:
+    ``contact_slack_ms``). That member takes it if
     its log is within CLOSE_ENTRIES of the commit index (the hand-over holds
     writes back until it has the rest). One further behind (replaying, or
     being sent a snapshot) is waited for, not passed over: a member after it
@@ -51,7 +52,8 @@ def preferred_successor(preference: Sequence[str], status: dict, election_timeou
         if member == status["self_id"]:
             return None
         peer = status["peers"].get(member)
-        if peer is None or peer["last_contact_ms"] is None or peer["last_contact_ms"] > election_timeout_s * 1000:
+        window_ms = election_timeout_s * 1000 + status.get("contact_slack_ms", 0)
+        if peer is None or peer["last_contact_ms"] is None or peer["last_contact_ms"] > window_ms:
             continue
         return member if peer["match_index"] >= status["commit_index"] - CLOSE_ENTRIES else None
     return None

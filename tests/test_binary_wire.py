@@ -31,6 +31,8 @@ def appends(draw):
                "prevLogTerm": prev_term, "entries": entries}
     if draw(st.booleans()):
         message["sent_at"] = draw(sent_at)
+    if draw(st.booleans()):
+        message["quiet_s"] = draw(sent_at)      # a quiet leader's promise (engine.raft.quiet)
     return message
 
 
@@ -189,6 +191,15 @@ def test_an_announcement_without_the_binary_wire_keeps_appends_pickled(pair):
     pair.send_payload(pickle.dumps({"type": ANNOUNCE, "versions": [1]}))
     pair.conn.send(dict(APPEND))
     assert pickle.loads(pair.sent_payloads()[0])["type"] == "append_entries"
+
+
+def test_an_announcement_names_the_quiet_wire_apart_from_the_binary_one(pair):
+    pair.send_payload(pickle.dumps({"type": ANNOUNCE, "versions": [1, 2]}))
+    assert pair.conn.peer_binary and not pair.conn.peer_quiet
+    pair.send_payload(pickle.dumps({"type": ANNOUNCE, "versions": [1, 2, 3]}))
+    assert pair.conn.peer_binary and pair.conn.peer_quiet
+    pair.conn.disconnect()
+    assert not pair.conn.peer_quiet
 
 
 def test_binary_frames_are_taken_from_a_peer_that_announced_them(pair):

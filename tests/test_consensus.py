@@ -32,6 +32,7 @@ from pysyncobj.tcp_connection import CONNECTION_STATE
 from raftq.engine.config import Peer
 from raftq.engine.raft import node as raft_node
 from raftq.engine.raft.consensus import Consensus
+from raftq.engine.raft.quiet import QUIET_AFTER_S
 from raftq.engine.raft.sealer import Sealer
 from raftq.engine.raft.wire import FRAME, Connection
 from raftq.engine.storage import snapshot_file
@@ -378,6 +379,78 @@ def test_a_follower_that_hears_its_leader_and_every_peer_ticks_at_its_election_d
     before = node.status()["ticks"]
     time.sleep(1.0)
     assert node.status()["ticks"] - before >= 5
+
+
+def _appends_sent(node) -> int:
+    return sum(node.status()["appends_sent"].values())
+
+
+def test_an_idle_group_goes_quiet_keeps_its_leader_and_a_put_ends_the_quiet(cluster):
+    """Item 18 (engine.raft.quiet): a leader with nothing to replicate heartbeats once a
+    QUIET_HEARTBEAT_S, farther apart than its followers' election timeouts (0.6-1.2 s), and
+    nobody stands: each heartbeat promised the next. Both sides count each other heard for
+    that long. A put ends the quiet at once: the heartbeats come every 0.09 s again."""
+    c = cluster().start_all()
+    leader = c.leader()
+    commit(c, b"first")
+    wait_until(lambda: leader.status()["quiet"], 10, what="the idle group to go quiet")
+    followers = [node for node in c.nodes.values() if node is not leader]
+    term, sent = leader.status()["term"], _appends_sent(leader)
+    asked = [node.status()["pre_votes"]["asked"] for node in followers]
+    for _ in range(20):           # across three heartbeats: the lease holds between them too
+        status = leader.status()
+        assert status["quorum_ok"] and status["contact_slack_ms"] == 1000 and status["quiet"]
+        time.sleep(0.15)
+    status = leader.status()
+    assert status["role"] == "leader" and status["term"] == term
+    assert _appends_sent(leader) - sent <= 2 * (3 + 2)        # 0.09 s apart: 66
+    # the followers waited for each promised heartbeat: none stood, nor even asked a pre-vote
+    assert [node.status()["pre_votes"]["asked"] for node in followers] == asked
+    for node in followers:
+        assert node.status()["term"] == term and node.status()["quorum_ok"]
+        assert node.status()["contact_slack_ms"] == 1000
+    [(_, error)] = propose_wait(leader, b"wakes it")
+    assert error is None and not leader.status()["quiet"]
+    sent = _appends_sent(leader)
+    time.sleep(1.0)
+    assert _appends_sent(leader) - sent >= 2 * 5             # quiet on: 2 at most
+    assert all(node.status()["contact_slack_ms"] == 0 for node in followers)
+
+
+def test_a_quiet_leader_that_goes_silent_is_replaced(cluster):
+    """A promise is bounded: a quiet leader whose loop stops (its connections stay open, as in a
+    partition) is replaced by a follower once the promise and an election timeout have passed."""
+    c = cluster().start_all()
+    leader = c.leader()
+    commit(c, b"first")
+    wait_until(lambda: leader.status()["quiet"], 10, what="the idle group to go quiet")
+    term = leader.status()["term"]
+    followers = [node for node in c.nodes.values() if node is not leader]
+    leader.loop.call_soon_threadsafe(time.sleep, 6.0)
+
+    def new_leader():
+        return next((node for node in followers if node.status()["role"] == "leader"
+                     and node.status()["term"] > term), None)
+    wait_until(new_leader, 20, what="a follower to take over from the silent quiet leader")
+
+
+def test_a_leader_goes_quiet_only_while_every_voter_announced_the_quiet_wire(cluster):
+    """A node of a release before quiet groups does not know to wait for a promise: while one is a
+    voter the leader keeps heartbeating every 0.09 s."""
+    c = cluster()
+    for peer in c.peers[:2]:
+        c.start(peer.id)
+    leader = c.leader()
+    older = c.start(c.peers[2].id, run=False)
+    older.call(lambda: setattr(older.node._node._SyncObj__transport, "versions", (1, 2)))
+    older.run()
+    commit(c, b"first")
+    wait_until(lambda: _caught_up(c, leader), what="every follower to hold everything")
+    time.sleep(QUIET_AFTER_S + 1.5)
+    assert not leader.status()["quiet"]
+    sent = _appends_sent(leader)
+    time.sleep(1.0)
+    assert _appends_sent(leader) - sent >= 2 * 5
 
 
 def test_a_follower_behind_is_caught_up_by_the_ticks_and_sent_no_put_before(cluster):

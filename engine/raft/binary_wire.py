@@ -13,7 +13,9 @@ connection's random key (pysyncobj's guard against replaying a message on
 another connection), then a fixed header:
 
 - append: ``<flags u8><term u64><prev index u64><prev term u64><commit index
-  u64><sent_at f64><entry count u32><entries' length u32>``, then each entry
+  u64><sent_at f64><entry count u32><entries' length u32>``, then, if the
+  flags say ``QUIET``, a quiet leader's promise ``<quiet_s f64>`` (sent only
+  to a peer that announced ``engine.raft.wire.QUIET_WIRE``), then each entry
   as ``<index u64><term u64><length u32><command>``, the command's bytes as
   the journal holds them;
 - answer: ``<flags u8><term u64><next index u64><sent_at f64>``.
@@ -40,17 +42,20 @@ PREFIX = struct.Struct("<BB")                    # kind, key length (0 or KEY_BY
 APPEND_HEADER = struct.Struct("<BQQQQdII")
 ENTRY_HEADER = struct.Struct("<QQI")
 ANSWER_HEADER = struct.Struct("<BQQd")
+QUIET_FIELD = struct.Struct("<d")
 
 HAS_SENT_AT = 1
 SUCCESS = 2
 RESET = 4
+QUIET = 8                      # an append: the quiet promise follows the header
 
 NO_TIME = struct.pack("<d", 0.0)
 
 U64 = 1 << 64
 U32 = 1 << 32
-APPEND_KEYS = frozenset({"type", "term", "commit_index", "prevLogIdx", "prevLogTerm", "entries", "sent_at"})
-APPEND_REQUIRED = APPEND_KEYS - {"sent_at"}
+APPEND_KEYS = frozenset({"type", "term", "commit_index", "prevLogIdx", "prevLogTerm", "entries", "sent_at",
+                         "quiet_s"})
+APPEND_REQUIRED = APPEND_KEYS - {"sent_at", "quiet_s"}
 ANSWER_KEYS = frozenset({"type", "term", "next_node_idx", "reset", "success", "sent_at"})
 ANSWER_REQUIRED = ANSWER_KEYS - {"sent_at"}
 
@@ -75,6 +80,8 @@ def encodable(message) -> bool:
         if not all(_u64(message[k]) for k in ("term", "commit_index", "prevLogIdx", "prevLogTerm")):
             return False
         if "sent_at" in message and not _float(message["sent_at"]):
+            return False
+        if "quiet_s" in message and not _float(message["quiet_s"]):
             return False
         entries = message["entries"]
         if type(entries) is not list or len(entries) >= U32:
@@ -103,10 +110,14 @@ def encode(message: dict, key: bytes | None) -> bytes:
     if message["type"] == "append_entries":
         entries = message["entries"]
         length = sum(ENTRY_HEADER.size + len(command) for command, _, _ in entries)
+        quiet_s = message.get("quiet_s")
+        flags |= 0 if quiet_s is None else QUIET
         parts = [PREFIX.pack(APPEND, len(key)), key,
                  APPEND_HEADER.pack(flags, message["term"], message["prevLogIdx"], message["prevLogTerm"],
                                     message["commit_index"], 0.0 if sent_at is None else sent_at, len(entries),
                                     length)]
+        if quiet_s is not None:
+            parts.append(QUIET_FIELD.pack(quiet_s))
         for command, index, term in entries:
             parts.append(ENTRY_HEADER.pack(index, term, len(command)))
             parts.append(command)     # joined once: a batch's entries are copied once, as a pickle copies them
@@ -139,9 +150,15 @@ def _decode_append(view: memoryview, offset: int) -> dict:
     if len(view) < offset + APPEND_HEADER.size:
         raise ValueError("an append cut in its header")
     flags, term, prev_idx, prev_term, commit, sent_at, count, length = APPEND_HEADER.unpack_from(view, offset)
-    if flags & ~HAS_SENT_AT:
+    if flags & ~(HAS_SENT_AT | QUIET):
         raise ValueError(f"an append with unknown flags {flags:#x}")
     offset += APPEND_HEADER.size
+    quiet_s = None
+    if flags & QUIET:
+        if len(view) - offset < QUIET_FIELD.size:
+            raise ValueError("an append cut in its quiet promise")
+        quiet_s, = QUIET_FIELD.unpack_from(view, offset)
+        offset += QUIET_FIELD.size
     if len(view) - offset != length:
         raise ValueError(f"an append declaring {length} bytes of entries carries {len(view) - offset}")
     if prev_term > term:
@@ -167,6 +184,8 @@ def _decode_append(view: memoryview, offset: int) -> dict:
     message = {"type": "append_entries", "term": term, "commit_index": commit,
                "prevLogIdx": prev_idx, "prevLogTerm": prev_term, "entries": entries}
     _put_sent_at(message, flags, sent_at)
+    if quiet_s is not None:
+        message["quiet_s"] = quiet_s
     return message
 
 

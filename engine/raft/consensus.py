@@ -341,6 +341,10 @@ class Consensus:
             "appends_sent": node.appends_sent(),
             "pre_votes": {"asked": node.pre_votes_asked, "won": node.pre_votes_won},
             "peers": peers,
+            # a quiet group (engine.raft.quiet): heartbeats and their answers this much further apart,
+            # which whoever judges a peer by its last_contact_ms allows for
+            "quiet": node.is_quiet(),
+            "contact_slack_ms": round(node.contact_slack() * 1000),
             "fsync_policy": self._fsync_policy,
             "log_entries": journal["entries"],
             "log_size": journal["bytes"],
@@ -846,14 +850,16 @@ class Consensus:
         state = node.role()
         if state == LEADER:
             others = node.others()
-            recent = sum(1 for n in others if now - node.last_heard.get(n.id, 0.0) < self._leader_lease)
+            lease = self._leader_lease + node.contact_slack()      # a quiet group's answers come further apart
+            recent = sum(1 for n in others if now - node.last_heard.get(n.id, 0.0) < lease)
             return recent + 1 > (len(others) + 1) / 2
         leader = node.leader()
         if state == FOLLOWER and leader is not None:
             # A leader whose connection dropped (killed, restarted) is gone for
             # routing at once: requests are held for the election rather than
             # sent to an address that refuses them until the timeout.
-            return now - node.leader_contact < self._election_timeout and node.isNodeConnected(leader)
+            return (now - node.leader_contact < self._election_timeout + node.contact_slack()
+                    and node.isNodeConnected(leader))
         return False
 
     def _cut_off(self) -> bool:

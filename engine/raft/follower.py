@@ -38,6 +38,7 @@ from pysyncobj.syncobj import _RAFT_STATE
 
 from ..storage import snapshot_file
 from ..storage.damage import DamagedRecord
+from .quiet import promised_gap
 from ..storage.records import InsufficientStorage
 
 logger = logging.getLogger(__name__)
@@ -83,8 +84,11 @@ class FollowerSide:
         term = message["term"]
         if term > self._SyncObj__raftCurrentTerm:
             self._SyncObj__transferInProgress = False
+        # a quiet leader's next message may come this much later than a heartbeat (engine.raft.quiet)
+        self.leader_quiet_s = promised_gap(message)
         if not self._SyncObj__transferInProgress:
-            self._SyncObj__raftElectionDeadline = monotonic() + self._SyncObj__generateRaftTimeout()
+            self._SyncObj__raftElectionDeadline = (monotonic() + self.leader_quiet_s
+                                                   + self._SyncObj__generateRaftTimeout())
         if self._SyncObj__raftLeader != node:
             self._SyncObj__onLeaderChanged()
         self._SyncObj__raftLeader = node

@@ -128,6 +128,12 @@ subclasses it and closes these gaps (docs/guarantees.md, "What pysyncobj
    append committed in the read that answered it. Ticks remain for
    heartbeats, elections, PreVote, CheckQuorum, compaction and catch-up;
    ``ticks`` counts them, ``leader_ticks`` those a leader runs.
+18. Quiet groups (``engine.raft.quiet``). A leader with nothing to
+   replicate for a while heartbeats once a ``QUIET_HEARTBEAT_S``, each
+   heartbeat promising the next within that long; its followers wait that
+   much longer before they stand, and both sides count each other heard
+   that much longer (``contact_slack``). Anything sent without the promise
+   ends the quiet, and the next heartbeat falls within the usual period.
 """
 
 from __future__ import annotations
@@ -156,6 +162,7 @@ from ..storage import records
 from ..storage.records import InsufficientStorage
 from .follower import FollowerSide
 from .prevote import PRE_VOTE, PRE_VOTE_ANSWER, PreVote
+from .quiet import QUIET_AFTER_S, QUIET_HEARTBEAT_S
 from .snapshots import ForkedSnapshots
 from .wire import DialingTransport
 from .read_index import ReadConfirmations
@@ -341,6 +348,14 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         # majority by (engine.raft.consensus, quorum_ok) and PreVote a live leader.
         self.last_heard: dict[str, float] = {}
         self.leader_contact = 0.0
+        # Item 18: a follower's leader's promise (the last append's), and a leader's: the gap its
+        # appends sent last promised (0.0: the usual period), when it last sent one, and since
+        # when (and at which last index) it has had nothing to replicate.
+        self.leader_quiet_s = 0.0
+        self._promised_s = 0.0
+        self._quiet_sent_at = float("-inf")
+        self._steady_index: int | None = None
+        self._steady_since = 0.0
         # The facade counts a peer heard (a majority, a live leader) if it was
         # within this long: a peer heard again sooner changes nothing it judges.
         self._heard_within = heard_within
@@ -637,7 +652,12 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         return self._until_due(QUIET_POLL_S if self._quiet() else MAX_POLL_S)
 
     def _quiet(self) -> bool:
-        return (self._SyncObj__raftState == FOLLOWER and self._SyncObj__raftLeader is not None
+        # no connection to retry, no ticket to time out: a follower that hears its leader and
+        # every peer, or a quiet leader (every voter connected, nothing proposed)
+        state = self._SyncObj__raftState
+        if state == LEADER:
+            return self._promised_s > 0.0
+        return (state == FOLLOWER and self._SyncObj__raftLeader is not None
                 and self._SyncObj__otherNodes <= self._SyncObj__connectedNodes)
 
     def wake(self) -> None:
@@ -690,7 +710,13 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         # with the heartbeats of every follower after it).
         started = monotonic()
         conf = self._SyncObj__conf
-        self._SyncObj__newAppendEntriesTime = started + conf.appendEntriesPeriod
+        quiet = self._steady(started)
+        if quiet:
+            self._promised_s, self._quiet_sent_at = QUIET_HEARTBEAT_S, started
+            self._SyncObj__newAppendEntriesTime = started + QUIET_HEARTBEAT_S
+        else:
+            self._end_quiet(started)
+            self._SyncObj__newAppendEntriesTime = started + conf.appendEntriesPeriod
         transport, next_indexes = self._SyncObj__transport, self._SyncObj__raftNextIndex
         for node in self._SyncObj__otherNodes | self._SyncObj__readonlyNodes:
             if node not in self._SyncObj__connectedNodes:
@@ -701,6 +727,8 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
             while next_index <= self._SyncObj__getCurrentLogIndex() or send_single or sending_snapshot:
                 message = {"type": "append_entries", "term": self._SyncObj__raftCurrentTerm,
                            "commit_index": self._SyncObj__raftCommitIndex}
+                if quiet:
+                    message["quiet_s"] = QUIET_HEARTBEAT_S
                 blocked = False
                 if next_index > self._journal.index_and_term(0)[0]:
                     message["prevLogIdx"], message["prevLogTerm"] = self._SyncObj__getPrevLogIndexTerm(next_index)
@@ -762,10 +790,58 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
     def _stamp(self, message) -> None:
         """The transport calls this with every message it sends."""
         if isinstance(message, dict) and message.get("type") == "append_entries":
-            message["sent_at"] = monotonic()
+            now = message["sent_at"] = monotonic()
+            if "quiet_s" not in message:
+                self._end_quiet(now)
+
+    # -- quiet groups (item 18) ------------------------------------------------
+
+    def _steady(self, now: float) -> bool:
+        """Whether this leader has had nothing to replicate for QUIET_AFTER_S: every voter
+        connected, announcing the quiet wire and holding the whole log, all of it committed and
+        applied, nothing queued, no read waiting and no membership change unapplied."""
+        last = self._SyncObj__getCurrentLogIndex()
+        others, match = self._SyncObj__otherNodes, self._SyncObj__raftMatchIndex
+        transport = self._SyncObj__transport
+        steady = (self._SyncObj__raftState == LEADER and bool(others) and not self._SyncObj__readonlyNodes
+                  and self._SyncObj__raftCommitIndex == last == self._SyncObj__raftLastApplied
+                  and not self._SyncObj__commandsQueue.waiting and not self.reads.waiting()
+                  and self.membership_at <= last and self.apply_waits_for is None
+                  and all(match.get(node) == last and transport.hears_quiet(node) for node in others))
+        if not steady or last != self._steady_index:
+            self._steady_index = last if steady else None
+            self._steady_since = now
+            return False
+        return now - self._steady_since >= QUIET_AFTER_S
+
+    def _end_quiet(self, now: float) -> None:
+        """Something went out without the quiet promise: the followers wait the usual timeout
+        again, so the next heartbeat goes out within the usual period."""
+        if not self._promised_s:
+            return
+        self._promised_s = 0.0
+        self._steady_index = None
+        period = self._SyncObj__conf.appendEntriesPeriod
+        if self._SyncObj__newAppendEntriesTime > now + period:
+            self._SyncObj__newAppendEntriesTime = now + period
+            if self._ticker is not None:
+                self._ticker.due_within(period)
+
+    def contact_slack(self) -> float:
+        """How much longer than usual a peer may go unheard while the group is quiet: a leader's
+        heartbeats then come QUIET_HEARTBEAT_S apart, and so do its followers' answers."""
+        if self._SyncObj__raftState == LEADER:
+            recent = monotonic() - self._quiet_sent_at < QUIET_HEARTBEAT_S + self._SyncObj__conf.raftMaxTimeout
+            return QUIET_HEARTBEAT_S if recent else 0.0
+        return self.leader_quiet_s
+
+    def is_quiet(self) -> bool:
+        """A leader whose heartbeats go quiet (item 18)."""
+        return self._SyncObj__raftState == LEADER and self._promised_s > 0.0
 
     def _SyncObj__onBecomeLeader(self):
         self.quorum_lost_at = None
+        self._promised_s, self._quiet_sent_at, self._steady_index = 0.0, float("-inf"), None
         for ticket in self.reads.begin_leading(monotonic()):
             ticket.resolve(None, "leader_changed")
         try:
@@ -981,7 +1057,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         within the longest election timeout: after that long without them, the
         others may have elected another leader."""
         others = self._SyncObj__otherNodes
-        since = monotonic() - self._SyncObj__conf.raftMaxTimeout
+        since = monotonic() - self._SyncObj__conf.raftMaxTimeout - self.contact_slack()
         answered = self._SyncObj__lastResponseTime
         return sum(1 for node in others if answered.get(node, 0.0) > since) + 1 > (len(others) + 1) / 2
 
@@ -1048,7 +1124,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
                     self._resolve_reads()
             after = (self._SyncObj__raftState, self._SyncObj__raftCurrentTerm, self._SyncObj__raftLeader)
             self._poller.heard(message["type"] in ROUTINE[before[0]] and after == before
-                               and silent_for < self._heard_within)
+                               and silent_for < self._heard_within + self.contact_slack())
         except Exception:
             kind = message.get("type") if isinstance(message, dict) else type(message).__name__
             logger.critical("failed to handle a %r message from %s", kind, node, exc_info=True)

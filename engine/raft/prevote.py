@@ -83,7 +83,7 @@ class PreVote:
     def _has_live_leader(self) -> bool:
         leader = self._SyncObj__raftLeader
         return (leader is not None and self.isNodeConnected(leader)
-                and monotonic() - self.leader_contact < self._SyncObj__conf.raftMinTimeout)
+                and monotonic() - self.leader_contact < self._SyncObj__conf.raftMinTimeout + self.contact_slack())
 
     def _on_pre_vote(self, node, message) -> None:
         term = self._SyncObj__raftCurrentTerm

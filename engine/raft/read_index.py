@@ -56,6 +56,10 @@ class ReadConfirmations:
     def ask(self, asked_at: float, read_index: int, ticket) -> None:
         self._pending.append((asked_at, read_index, ticket))
 
+    def waiting(self) -> bool:
+        """Whether a read waits for its confirmation."""
+        return bool(self._pending)
+
     def round_sent(self, now: float) -> None:
         self._last_round_at = now
 

@@ -214,6 +214,20 @@ class LoopTicker:
             self._pending = True
             self._loop.call_soon(self._run)
 
+    def due_within(self, delay: float) -> None:
+        """Tick within `delay` seconds at the latest (a heartbeat now due sooner than the timer
+        set after the last tick), however long ``until_due`` said then."""
+        if self._stopped or self._pending:
+            return
+        due = self._loop.time() + delay
+        if self._timer is not None and self._timer.when() <= due:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_later(delay, self._run)
+        if self._due is not None:
+            self._due = (due, self._loop.time(), time.thread_time())
+
     def stop(self) -> None:
         self._stopped = True
         if self._timer is not None:

@@ -30,7 +30,9 @@ travels and who may connect (the classes below say how and why):
   announcement, an unknown message type to pysyncobj), so a cluster mid
   rolling upgrade keeps replicating in pickles between old and new nodes.
   Each connection is announced afresh: a reconnect forgets what its peer
-  spoke, which may have been another release.
+  spoke, which may have been another release. Version 3 (``QUIET_WIRE``)
+  says the node honours a quiet heartbeat's promise (``quiet_s``, item 18 of
+  ``engine.raft.node``): a leader goes quiet only while every voter said so.
 - Groups: a node's Raft groups share its one Raft port. Group 0's
   connections are exactly the wire above, so nodes of a release without
   groups and of this one still talk; a connection to another group starts
@@ -94,7 +96,8 @@ HANDOFF_BATCH = 64
 # What a node says it speaks once a connection has named its peer (see "Protocol versions").
 ANNOUNCE = "raftq_wire"
 PICKLED_WIRE = 1
-WIRE_VERSIONS = (PICKLED_WIRE, binary_wire.BINARY_WIRE)
+QUIET_WIRE = 3
+WIRE_VERSIONS = (PICKLED_WIRE, binary_wire.BINARY_WIRE, QUIET_WIRE)
 # A warning a stranger on the Raft port can cause is logged at most once per
 # this interval per kind; the next line says how many were left out.
 STRANGER_WARNING_INTERVAL_S = 5.0
@@ -215,6 +218,7 @@ class Connection(TcpConnection):
     accepted_at = 0.0
     unanswered_since: float | None = None   # the first append sent since the last read
     peer_binary = False     # the peer announced binary_wire.BINARY_WIRE on this connection
+    peer_quiet = False      # the peer announced QUIET_WIRE on this connection
 
     def __init__(self, *args, **kwargs):
         # Built directly (not adopted by a DialingTransport): a buffer and counts of its own.
@@ -245,7 +249,7 @@ class Connection(TcpConnection):
 
     def disconnect(self):
         self.unanswered_since = None
-        self.peer_binary = False
+        self.peer_binary = self.peer_quiet = False
         super().disconnect()
 
     def _room_to_read(self) -> bool:
@@ -287,7 +291,9 @@ class Connection(TcpConnection):
             if not (isinstance(message, dict) and message.get("type") == ANNOUNCE):
                 return message
             versions = message.get("versions")
-            self.peer_binary = isinstance(versions, (list, tuple)) and binary_wire.BINARY_WIRE in versions
+            versions = versions if isinstance(versions, (list, tuple)) else ()
+            self.peer_binary = binary_wire.BINARY_WIRE in versions
+            self.peer_quiet = QUIET_WIRE in versions
 
     def _parse_one(self):
         buffer = self._TcpConnection__readBuffer
@@ -435,7 +441,14 @@ class DialingTransport(TCPTransport):
         self._read_chunk = memoryview(bytearray(READ_CHUNK))
         # appends sent to all peers, in each form (status, metrics)
         self.appends_sent = new_appends_sent()
+        # what this node announces on each connection (a test plays an older release with fewer)
+        self.versions = WIRE_VERSIONS
         super().__init__(syncObj, selfNode, otherNodes)
+
+    def hears_quiet(self, node) -> bool:
+        """Whether ``node``'s connection is up and its peer announced ``QUIET_WIRE`` on it."""
+        conn = self._connections.get(node)
+        return conn is not None and conn.state == CONNECTION_STATE.CONNECTED and getattr(conn, "peer_quiet", False)
 
     # pysyncobj builds its TcpConnection objects inline, here and in its TCP
     # server; each becomes a Connection (same state, raftq's framing) before
@@ -487,12 +500,12 @@ class DialingTransport(TCPTransport):
         naming = conn in self._unknownConnections
         super()._onIncomingMessageReceived(conn, message)
         if naming and conn not in self._unknownConnections and conn.state == CONNECTION_STATE.CONNECTED:
-            announce(conn)      # the peer is named: it is told what this node speaks
+            announce(conn, self.versions)      # the peer is named: it is told what this node speaks
 
     def _sendSelfAddress(self, conn):
         super()._sendSelfAddress(conn)
         if not self._selfIsReadonlyNode:
-            announce(conn)
+            announce(conn, self.versions)
 
     def send(self, node, message):
         self.on_send(message)
@@ -536,9 +549,9 @@ def new_appends_sent() -> dict[str, int]:
     return {"binary": 0, "pickled": 0}
 
 
-def announce(conn) -> None:
+def announce(conn, versions) -> None:
     """Tell the peer of ``conn`` which wire versions this node speaks (see "Protocol versions")."""
-    conn.send({"type": ANNOUNCE, "versions": list(WIRE_VERSIONS)})
+    conn.send({"type": ANNOUNCE, "versions": list(versions)})
 
 
 def remote_address(conn) -> str:
