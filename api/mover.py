@@ -107,7 +107,7 @@ class ReplicaMover(Background):
 
     async def step(self) -> None:
         catalog = self._app[GROUPS].catalog
-        if catalog.view()["role"] != "leader":
+        if catalog.view()["role"] != "leader" or not await self._work_in_sight():
             return
         # settled: a leader new to its term may not yet have applied every committed move,
         # while the voters it reads below are already its log's
@@ -115,9 +115,10 @@ class ReplicaMover(Background):
         if not recorded["members"]:
             return
         voters = {voter["id"]: voter for voter in await catalog.members()}
-        peers = (await catalog.status())["peers"]
-        live = {catalog.id} | {node_id for node_id, peer in peers.items()
-                               if peer["last_contact_ms"] is not None and peer["last_contact_ms"] <= LIVE_CONTACT_MS}
+        status = await catalog.status()
+        live_ms = LIVE_CONTACT_MS + status.get("contact_slack_ms", 0)     # a quiet group's answers come further apart
+        live = {catalog.id} | {node_id for node_id, peer in status["peers"].items()
+                               if peer["last_contact_ms"] is not None and peer["last_contact_ms"] <= live_ms}
         members = {int(group): list(held) for group, held in recorded["members"].items()}
         if recorded["move"] is not None:
             await self._carry_out(tuple(recorded["move"]), members, voters, live)
@@ -136,6 +137,21 @@ class ReplicaMover(Background):
             if node_id in voters:
                 await call_group_leader(self._app, "DELETE", f"/v1/cluster/nodes/{node_id}")
                 log.info("%s left group 0, its replicas moved away", node_id)
+
+    async def _work_in_sight(self) -> bool:
+        """Whether the record as group 0's engine last pushed it shows a move to make or carry on,
+        or a node leaving. Each step's own read is confirmed by a majority (a round of appends);
+        asked every STEP_S of a cluster with nothing to move, it kept group 0 from going quiet
+        (engine.raft.quiet)."""
+        groups = self._app[GROUPS]
+        recorded = groups.recorded()
+        if recorded is None:
+            return False
+        if recorded["move"] is not None or recorded["leaving"]:
+            return True
+        members = {int(group): list(held) for group, held in recorded["members"].items()}
+        voters = sorted(voter["id"] for voter in await groups.catalog.members())
+        return next_move(voters, [[]] + [members[group] for group in sorted(members)]) is not None
 
     async def _carry_out(self, move: tuple, members: dict, voters: dict, live: set) -> None:
         group, source, target = move
