@@ -289,7 +289,9 @@ def test_idle_nodes_ask_each_other_about_their_disks_once_a_hold_not_once_a_seco
     from raftq.api.disk import HOLD_S
 
     cluster = small_disks
-    node_id = cluster.ids[0]
+    # the leader: the tests before filled only followers' disks, and a change of a node's alarm
+    # answers the holds on it early
+    node_id = cluster.wait_for_leader(30)
 
     def served() -> float:
         return sum(value for name, value in metrics_of(cluster, node_id).items()
@@ -298,8 +300,9 @@ def test_idle_nodes_ask_each_other_about_their_disks_once_a_hold_not_once_a_seco
     window = 3 * HOLD_S
     before = served()
     time.sleep(window)
-    # each of the two others: one answer per hold, one more where a hold spans the window's edge
-    assert served() - before <= 2 * (window / HOLD_S + 1) < 2 * window
+    # each of the two others: one answer per hold, and one or two more at the window's edges;
+    # asked each second, 2 * window
+    assert served() - before <= 2 * (window / HOLD_S + 2) < 2 * window
 
 
 def test_with_several_groups_only_the_groups_a_node_in_alarm_holds_stop(tmp_path):
@@ -309,7 +312,12 @@ def test_with_several_groups_only_the_groups_a_node_in_alarm_holds_stop(tmp_path
         url = cluster.urls[0]
         for queue in ("first", "second"):        # the catalog places new names in its emptiest group
             assert call("PUT", f"{url}/v1/queues/{queue}", {}, follow=True).status == 201
-        routing = call("GET", f"{url}/v1/cluster/routing").body
+        # a node's routing lists the catalog as its replica of group 0 has applied it: one that
+        # follows there learns a placement another node's front made with the next append
+        def listing_both():
+            body = call("GET", f"{url}/v1/cluster/routing").body
+            return body if {"first", "second"} <= set(body["queues"]) else None
+        routing = wait_until(listing_both, 15, "the routing to list both queues")
         in_group = {group: next(q for q, g in routing["queues"].items() if g == group) for group in (0, 1)}
         outside = next(node_id for node_id in cluster.ids if node_id not in routing["groups"][1]["members"])
         with ballast(cluster, outside):
