@@ -294,7 +294,7 @@ async def remove_node(request: web.Request) -> web.Response:
             return web.Response(status=204)
         raise ApiError("not_found", f"node {node_id!r} is not a member")
     if group == 0 and request.app[GROUPS].count > 1:
-        leaving = await _leaving(request, engine, node_id, [v["id"] for v in voters])
+        leaving = await _leaving(request, node_id, [v["id"] for v in voters])
         if leaving is not None:
             return leaving
     await _keeps_quorum(request, engine, [v["id"] for v in voters if v["id"] != node_id])
@@ -309,13 +309,14 @@ async def remove_node(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-async def _leaving(request: web.Request, catalog, node_id: str, voters: list[str]) -> web.Response | None:
+async def _leaving(request: web.Request, node_id: str, voters: list[str]) -> web.Response | None:
     """On group 0's leader of a cluster of several groups: None when `node_id` holds no replica
     of another group (it leaves group 0 now); else it is marked leaving (202), or refused 409
     when fewer nodes than a group's replicas would remain."""
     # settled: read by a leader new to its term, the record could miss a committed move onto
-    # the node, which would then leave group 0 still holding that replica
-    recorded = (await catalog.read("group_members", settled=True)).result
+    # the node, which would then leave group 0 still holding that replica. A lead lost meanwhile
+    # (a balancing hand-over) serves the removal again where the lead went.
+    recorded = (await settled_read(request.app, 0, "group_members")).result
     move = recorded["move"] or []
     held = sum(node_id in members for members in recorded["members"].values()) + (node_id in move[1:])
     if not held:
