@@ -442,7 +442,7 @@ def test_a_leader_goes_quiet_only_while_every_voter_announced_the_quiet_wire(clu
         c.start(peer.id)
     leader = c.leader()
     older = c.start(c.peers[2].id, run=False)
-    older.call(lambda: setattr(older.node._node._SyncObj__transport, "versions", (1, 2)))
+    older.call(lambda: setattr(older.node._node.transport, "versions", (1, 2)))
     older.run()
     commit(c, b"first")
     wait_until(lambda: _caught_up(c, leader), what="every follower to hold everything")
@@ -500,17 +500,17 @@ def test_only_entries_of_the_leaders_term_commit_by_counting(cluster):
         first, _ = raft._journal.index_and_term(-1)     # the log's start, committed
         for index in (first + 1, first + 2):
             raft._journal.add(raft.command_of(b"old-%d" % index), index, 1)
-        raft._SyncObj__raftCurrentTerm = 2
-        raft._SyncObj__raftState = raft_node.LEADER
-        others = raft._SyncObj__otherNodes
-        raft._SyncObj__raftMatchIndex = {other: first + 2 for other in others}
+        raft.set_current_term(2, None)
+        raft.raft_state = raft_node.LEADER
+        others = raft.other_nodes
+        raft.match_indexes = {other: first + 2 for other in others}
         raft._commit_acknowledged()
-        held_by_all = raft._SyncObj__raftCommitIndex
+        held_by_all = raft.commit_index
         raft._journal.add(raft.command_of(b"new"), first + 3, 2)
-        raft._SyncObj__raftMatchIndex = {other: first + 3 for other in others}
+        raft.match_indexes = {other: first + 3 for other in others}
         raft._commit_acknowledged()
-        raft._SyncObj__raftState = raft_node.FOLLOWER
-        return first, held_by_all, raft._SyncObj__raftCommitIndex
+        raft.raft_state = raft_node.FOLLOWER
+        return first, held_by_all, raft.commit_index
     first, held_by_all, committed = node.call(check)
     node.run()     # so that it closes at once
     assert held_by_all < first + 1 and committed == first + 3
@@ -895,7 +895,7 @@ def test_followers_that_lose_their_leaders_connection_elect_without_waiting_for_
     for i in range(5):
         commit(c, b"before-%d" % i)
     for node in c.nodes.values():
-        conf = node._node._SyncObj__conf
+        conf = node._node.conf
         conf.raftMinTimeout, conf.raftMaxTimeout = 30.0, 40.0   # from the next heartbeat on
     commit(c, b"the timeout is long now")
     leader_term = leader.status()["term"]
@@ -931,8 +931,8 @@ def test_a_vote_request_goes_out_over_a_long_idle_link_between_followers(cluster
         return disconnect
 
     for node in c.nodes.values():
-        for peer, conn in list(node._node._SyncObj__transport._connections.items()):
-            conn._TcpConnection__timeout = 0.3
+        for peer, conn in list(node._node.transport._connections.items()):
+            conn.timeout = 0.3
             if node is not leader and peer.id != leader_addr:
                 conn.disconnect = watched(conn, peer.id)
     time.sleep(1.0)
@@ -1777,7 +1777,7 @@ def test_a_follower_syncs_its_journal_before_any_acknowledgement(cluster, tmp_pa
         wait_until(lambda: leader.status()["peers"][child_peer.id]["match_index"] ==
                    leader.status()["last_log_index"], what="the child to acknowledge everything")
         # what was watched is the binary wire: the child announced it, and the appends went so
-        transport = leader.node._node._SyncObj__transport
+        transport = leader.node._node.transport
         to_child = next(conn for node, conn in transport._connections.items() if node.id == child_peer.raft_addr)
         assert to_child.peer_binary and leader.status()["appends_sent"]["binary"] >= 30
         proc.stdin.close()

@@ -24,7 +24,7 @@ snapshot a leader sent it over its log (docs/guarantees.md, "What pysyncobj
   leader's reads (``engine.raft.read_index``).
 
 ``FollowerSide`` is mixed into ``engine.raft.node.RaftNode``; like it, it
-uses pysyncobj's name-mangled ``_SyncObj__*`` internals.
+reads and writes pysyncobj's state by the names ``engine.raft.internals`` gives it.
 """
 
 from __future__ import annotations
@@ -66,13 +66,13 @@ class FollowerSide:
 
     def _send_replies(self) -> None:
         replies, self._replies = self._replies, []
-        transport = self._SyncObj__transport
+        transport = self.transport
         for node, message in replies:
             transport.send(node, message)
 
     def _reply(self, node, next_idx: int, success: bool, reset: bool) -> None:
         # the term is what the binary answer's header carries (engine.raft.binary_wire); pysyncobj reads none
-        reply = {"type": "next_node_idx", "term": self._SyncObj__raftCurrentTerm, "next_node_idx": next_idx,
+        reply = {"type": "next_node_idx", "term": self.raftCurrentTerm, "next_node_idx": next_idx,
                  "reset": reset, "success": success}
         if self._answering_sent_at is not None:
             reply["sent_at"] = self._answering_sent_at   # confirms the leader's reads (engine.raft.read_index)
@@ -82,20 +82,20 @@ class FollowerSide:
     def _on_append_entries(self, node, message):
         # pysyncobj 0.3.17's prologue: follow this leader and its term
         term = message["term"]
-        if term > self._SyncObj__raftCurrentTerm:
-            self._SyncObj__transferInProgress = False
+        if term > self.raftCurrentTerm:
+            self.transfer_in_progress = False
         # a quiet leader's next message may come this much later than a heartbeat (engine.raft.quiet)
         self.leader_quiet_s = promised_gap(message)
-        if not self._SyncObj__transferInProgress:
-            self._SyncObj__raftElectionDeadline = (monotonic() + self.leader_quiet_s
-                                                   + self._SyncObj__generateRaftTimeout())
-        if self._SyncObj__raftLeader != node:
-            self._SyncObj__onLeaderChanged()
-        self._SyncObj__raftLeader = node
-        if term > self._SyncObj__raftCurrentTerm:
-            self._SyncObj__setCurrentTerm(term, None)
-        self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
-        leader_commit = self._SyncObj__leaderCommitIndex = message["commit_index"]
+        if not self.transfer_in_progress:
+            self.election_deadline = (monotonic() + self.leader_quiet_s
+                                                   + self.election_timeout())
+        if self.raft_leader != node:
+            self.on_leader_changed()
+        self.raft_leader = node
+        if term > self.raftCurrentTerm:
+            self.set_current_term(term, None)
+        self.set_state(_RAFT_STATE.FOLLOWER)
+        leader_commit = self.leader_commit_index = message["commit_index"]
         self.leader_contact = monotonic()
         self._answering_sent_at = message.get("sent_at")
 
@@ -110,10 +110,10 @@ class FollowerSide:
             if self.snapshots.setTransmissionData(message["serialized"]):
                 verified = self._install_snapshot(node)
 
-        if verified is not None and leader_commit > self._SyncObj__raftCommitIndex:
+        if verified is not None and leader_commit > self.commit_index:
             commit = min(leader_commit, verified)
-            if commit > self._SyncObj__raftCommitIndex:
-                self._SyncObj__raftCommitIndex = commit
+            if commit > self.commit_index:
+                self.commit_index = commit
                 self._journal.setRaftCommitIndex(commit)
 
     def _install_snapshot(self, node) -> int | None:
@@ -154,7 +154,7 @@ class FollowerSide:
         snapshots.abandon()
         snapshots.take_incoming()
         self.loaded_snapshot = None
-        self._SyncObj__loadDumpFile(clearJournal=True)
+        self.load_dump_file(clear_journal=True)
         loaded = self.loaded_snapshot
         # pysyncobj logs and swallows a failed load; acknowledging then
         # would vouch for the old log. Without a reply the leader finds the
@@ -187,11 +187,11 @@ class FollowerSide:
                 added.append(entry)
         except InsufficientStorage:
             pass     # the journal said so once; the leader sends the rest again
-        if self._SyncObj__conf.dynamicMembershipChange:
+        if self.conf.dynamicMembershipChange:
             for entry in added:
-                change = self._SyncObj__parseChangeClusterRequest(entry[0])
+                change = self.parse_change_cluster_request(entry[0])
                 if change is not None:
-                    self._SyncObj__doChangeCluster(change)
+                    self.do_change_cluster(change)
         # what this node holds of the leader's log: with no room for all of it, less than it was sent
         matched = prev_idx + same + len(added)
         self._reply(node, matched + 1, success=True, reset=False)
@@ -199,7 +199,7 @@ class FollowerSide:
 
     def _truncate_conflict(self, position: int) -> None:
         log = self._journal
-        if self._SyncObj__conf.dynamicMembershipChange:
+        if self.conf.dynamicMembershipChange:
             for cut in reversed(range(position, len(log))):
                 try:
                     command = log[cut][0]
@@ -207,11 +207,11 @@ class FollowerSide:
                     # cut anyway: no replica may hold it in its term, and the leader's entry replaces it
                     logger.error("%s; cut in a conflict without reading whether it changed the membership", damage)
                     continue
-                change = self._SyncObj__parseChangeClusterRequest(command)
+                change = self.parse_change_cluster_request(command)
                 if change is not None:
-                    self._SyncObj__doChangeCluster(change, reverse=True)
+                    self.do_change_cluster(change, reverse=True)
         first_dropped = log.index_and_term(position)[0]
-        if first_dropped <= self._SyncObj__raftLastApplied:
+        if first_dropped <= self.last_applied:
             logger.critical("conflict truncates applied entries from index %d (last applied %d)",
-                            first_dropped, self._SyncObj__raftLastApplied)
+                            first_dropped, self.last_applied)
         log.deleteEntriesFrom(position)

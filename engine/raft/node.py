@@ -108,7 +108,7 @@ subclasses it and closes these gaps (docs/guarantees.md, "What pysyncobj
    the Raft port) and written back in place. Meanwhile nothing stops: the
    applies wait at the damaged entry without spinning (``apply_waits_for``),
    a follower whose next entry the leader cannot read is sent what precedes
-   it and then heartbeats (``_SyncObj__sendAppendEntries``: pysyncobj's
+   it and then heartbeats (``send_append_entries``: pysyncobj's
    indexed the empty batch, and the tick failed with the heartbeats of
    every follower after it), and what reads only the first entry's index
    reads no command.
@@ -149,7 +149,7 @@ from typing import Callable
 
 from . import pysyncobj_pin  # noqa: F401  -- the release these overrides were written for
 import pysyncobj.syncobj as _syncobj
-from pysyncobj import SyncObj, replicated
+from pysyncobj import replicated
 from pysyncobj.config import FAIL_REASON
 from pysyncobj.fast_queue import FastQueue
 from pysyncobj.journal import Journal
@@ -161,6 +161,7 @@ from ..storage.journal import DurableJournal
 from ..storage import records
 from ..storage.records import InsufficientStorage
 from .follower import FollowerSide
+from .internals import SyncObjInternals
 from .prevote import PRE_VOTE, PRE_VOTE_ANSWER, PreVote
 from .quiet import QUIET_AFTER_S, QUIET_HEARTBEAT_S
 from .snapshots import ForkedSnapshots
@@ -309,15 +310,15 @@ class TermCheckedQueue(FastQueue):
             ticket.resolve(None, "not_leader")
 
 
-class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
+class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObjInternals):
     """SyncObj with raftq's follower fix, PreVote, repairs from peers, grouped fsyncs and one
     replicated method.
 
-    It and its mixins are the only owners of pysyncobj's name-mangled
-    ``_SyncObj__*`` attributes, pysyncobj 0.3.17 internals
-    (engine/raft/pysyncobj_pin.py); the facade (``engine.raft.consensus``)
-    reads and steers it through the methods under "what the facade reads"
-    and "what the facade steers".
+    It and its mixins read and steer pysyncobj's private state by the names
+    ``engine.raft.internals`` gives it (pysyncobj 0.3.17's, pinned by
+    engine/raft/pysyncobj_pin.py) and override the hooks named there; the
+    facade (``engine.raft.consensus``) reads and steers it through the
+    methods under "what the facade reads" and "what the facade steers".
 
     ``apply_entry(entry)`` applies a committed entry (in a tick);
     ``snapshot_written(last_index, seconds)`` runs once a snapshot is in place;
@@ -383,20 +384,16 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
                                                          max_frame=max_frame, group=group, handoff=handoff))
         # pysyncobj wakes its tick thread's poll through a pipe when a command
         # is queued; on the loop, a wake-up is a tick scheduled (wake).
-        pipe = self._SyncObj__pipeNotifier
-        self._poller.unsubscribe(pipe._PipeNotifier__pipeR)
-        os.close(pipe._PipeNotifier__pipeR)
-        os.close(pipe._PipeNotifier__pipeW)
-        self._SyncObj__pipeNotifier = types.SimpleNamespace(notify=self.wake)
+        self.replace_pipe_notifier(types.SimpleNamespace(notify=self.wake))
         # Replaced before the first tick, which reads it first.
-        self._SyncObj__commandsQueue = TermCheckedQueue(self, conf.commandsQueueSize)
+        self.commands_queue = TermCheckedQueue(self, conf.commandsQueueSize)
         self._read_snapshot = conf.deserializer
         self.snapshots = ForkedSnapshots(conf.fullDumpFile, conf.logCompactionBatchSize,
                                          write=conf.serializer, read=self._load_snapshot,
                                          on_written=snapshot_written, ship=ship_snapshot,
                                          on_damaged=snapshot_damaged)
-        self._SyncObj__serializer = self.snapshots
-        self._SyncObj__transport.on_send = self._stamp
+        self.snapshot_serializer = self.snapshots
+        self.transport.on_send = self._stamp
         self.apply_func_id = self._methodToID[self._getFuncName("_raftq_apply")]
         # Item 13: the membership changes in the log as it was opened, taken on once, before the
         # first tick can vote -- now, or once the first tick has loaded the snapshot they follow.
@@ -420,15 +417,15 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
 
     # -- membership at restart (item 13) ---------------------------------------
 
-    def _SyncObj__loadDumpFile(self, clearJournal):
+    def load_dump_file(self, clear_journal):
         # pysyncobj's sets the snapshot's membership; the log's changes after it come on top
         self._damaged_snapshot = None
-        SyncObj._SyncObj__loadDumpFile(self, clearJournal)
-        if self._damaged_snapshot is not None and not clearJournal:
+        super().load_dump_file(clear_journal)
+        if self._damaged_snapshot is not None and not clear_journal:
             self._start_without_own_snapshot(self._damaged_snapshot)
             return
         loaded = self.loaded_snapshot
-        if loaded is not None and self._SyncObj__raftLastApplied != loaded[1]:
+        if loaded is not None and self.last_applied != loaded[1]:
             # pysyncobj restored the snapshot's state, then could not put its entries in the journal
             # (no room on the disk) and swallowed the error: the state is the snapshot's, the log
             # and the applied index are not, and applying on would make a replica unlike the others.
@@ -443,23 +440,23 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         noted, self._logged_membership = self._logged_membership, []
         journal = self._journal
         for index in noted:
-            if index <= self._SyncObj__raftLastApplied:
+            if index <= self.last_applied:
                 continue
             command = journal.command(index)
-            change = self._SyncObj__parseChangeClusterRequest(command) if command is not None else None
+            change = self.parse_change_cluster_request(command) if command is not None else None
             if change is not None:
-                self._SyncObj__doChangeCluster(change)
-        if journal.regain_index is not None and not self._SyncObj__otherNodes:
+                self.do_change_cluster(change)
+        if journal.regain_index is not None and not self.other_nodes:
             # item 15 waits for a peer's copy: a group of one replica has none
             logger.critical("journal %s: this group's only replica gave up damaged entries up to index %d that "
                             "no other replica holds: they are lost (restore the data directory from a backup "
                             "to have them back); it serves what it kept", journal.directory, journal.regain_index)
             journal.forget_regain()
 
-    def _SyncObj__doApplyCommand(self, command):
+    def do_apply_command(self, command):
         if command[:1] == MEMBERSHIP_BYTE:
             return None     # the configuration changed when the entry was appended, or at open
-        return SyncObj._SyncObj__doApplyCommand(self, command)
+        return super().do_apply_command(command)
 
     def _load_snapshot(self, filename: str):
         """The snapshot reader (``conf.deserializer``), noting what it loaded, or that the file
@@ -478,7 +475,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         more, yet acknowledged appends, voted, and could lead and serve that empty state. The log
         is given up whole instead (item 15: no vote until it holds its last index again) and
         the node starts as a new one, whose log the leader replaces with its own snapshot."""
-        if not self._SyncObj__otherNodes:
+        if not self.other_nodes:
             reason = (f"snapshot {path} is damaged and this group has no other replica to take its "
                       "state from: restore the data directory from a backup")
             records.fatal(reason)
@@ -488,7 +485,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         journal.give_up_everything()
         journal.add(NO_OP, 1, 0)                      # a new node's log, as pysyncobj starts one
         journal.setRaftCommitIndex(1)
-        self._SyncObj__raftLastApplied = self._SyncObj__raftCommitIndex = 1
+        self.last_applied = self.commit_index = 1
         logger.error("snapshot %s was moved to %s%s. This node gives up entries 1 to %d and takes them again "
                      "from the leader (its snapshot, then the log); until its log holds index %d again it "
                      "neither votes nor stands for election (docs/operations.md, \"A damaged or full disk\")",
@@ -498,37 +495,37 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
 
     def role(self):
         """FOLLOWER, CANDIDATE or LEADER (``ROLE_NAMES`` names them)."""
-        return self._SyncObj__raftState
+        return self.raft_state
 
     def is_leader(self) -> bool:
-        return self._SyncObj__raftState == LEADER
+        return self.raft_state == LEADER
 
     def leader(self):
         """The leader this node knows of (a pysyncobj node), or None."""
-        return self._SyncObj__raftLeader
+        return self.raft_leader
 
     def others(self) -> list:
         """The other voters (pysyncobj nodes)."""
-        return list(self._SyncObj__otherNodes)
+        return list(self.other_nodes)
 
     def replication(self) -> tuple[dict, dict]:
         """A leader's match and next index per follower (empty on a follower)."""
-        if self._SyncObj__raftState != LEADER:
+        if self.raft_state != LEADER:
             return {}, {}
-        return dict(self._SyncObj__raftMatchIndex), dict(self._SyncObj__raftNextIndex)
+        return dict(self.match_indexes), dict(self.next_indexes)
 
     def appends_sent(self) -> dict[str, int]:
         """Appends sent to the followers in each form, binary or pickled (``engine.raft.wire``)."""
-        return dict(self._SyncObj__transport.appends_sent)
+        return dict(self.transport.appends_sent)
 
     def applying_index(self) -> int:
         """Inside ``apply_entry``: the log index of the entry being applied
         (pysyncobj counts an entry applied only once apply has returned)."""
-        return self._SyncObj__raftLastApplied + 1
+        return self.last_applied + 1
 
     def compaction_pending(self) -> bool:
         """A compaction was asked for and its snapshot is not taken yet."""
-        return self._SyncObj__forceLogCompaction
+        return self.compaction_forced
 
     # -- what the facade steers ----------------------------------------------
 
@@ -549,30 +546,30 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         proposal when fewer than a majority hold everything, or while commands wait in the queue
         (they go first) or a membership change is not applied yet."""
         ticket = callback.__self__
-        others = self._SyncObj__otherNodes
+        others = self.other_nodes
         log = self._journal
-        if (not others or not self.leads(ticket.term) or self._SyncObj__commandsQueue.waiting
-                or self.membership_at > self._SyncObj__raftLastApplied):
+        if (not others or not self.leads(ticket.term) or self.commands_queue.waiting
+                or self.membership_at > self.last_applied):
             return False
         last, last_term = log.index_and_term(-1)
         index = last + 1
-        next_indexes, connected = self._SyncObj__raftNextIndex, self._SyncObj__connectedNodes
+        next_indexes, connected = self.next_indexes, self.connected_nodes
         # a next index is only a guess until the follower has answered this leader (match above 0)
-        match = self._SyncObj__raftMatchIndex
+        match = self.match_indexes
         holding = [node for node in others
                    if node in connected and next_indexes[node] == index and match[node] > 0]
         if len(holding) + 1 <= (len(others) + 1) / 2:
             return False
-        transport = self._SyncObj__transport
+        transport = self.transport
         with log.deferred():    # the leader syncs as its followers write: it counts itself after
             try:
                 log.add(command, index, ticket.term)
             except InsufficientStorage:
                 return False    # the tick refuses it (item 14)
-            self._SyncObj__commandsWaitingCommit[index].append((ticket.term, callback))
+            self.waiting_commit[index].append((ticket.term, callback))
             for node in holding:
                 transport.send(node, {"type": "append_entries", "term": ticket.term,
-                                      "commit_index": self._SyncObj__raftCommitIndex,
+                                      "commit_index": self.commit_index,
                                       "prevLogIdx": last, "prevLogTerm": last_term,
                                       "entries": [(command, index, ticket.term)]})
                 next_indexes[node] = index + 1
@@ -593,8 +590,8 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
     def replace_snapshot(self) -> None:
         """Write a new snapshot at the next tick, even if nothing was applied since the last one
         (pysyncobj writes none then): the last one's file is damaged (in a tick)."""
-        self._SyncObj__lastSerializedEntry = None
-        self._SyncObj__forceLogCompaction = True
+        self.last_serialized_entry = None
+        self.compaction_forced = True
 
     def decline_leadership(self) -> None:
         """From now on ignore a leader's request to take over (``timeout_now``):
@@ -604,15 +601,15 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
 
     def hold_back(self, seconds: float) -> None:
         """Stand for no election for ``seconds`` (in a tick)."""
-        self._SyncObj__raftElectionDeadline = monotonic() + seconds
+        self.election_deadline = monotonic() + seconds
 
     def step_down(self, hold_back_s: float) -> None:
         """Stop leading, and stand for no election for ``hold_back_s``:
         without that, this node would win the next election itself (in a tick)."""
-        if self._SyncObj__raftState != LEADER:
+        if self.raft_state != LEADER:
             return
-        self._SyncObj__setState(FOLLOWER)
-        self._SyncObj__raftLeader = None
+        self.set_state(FOLLOWER)
+        self.raft_leader = None
         self.hold_back(hold_back_s)
 
     def run_on(self, loop) -> None:
@@ -635,7 +632,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         syncs and answers the appends, a leader counts the answers, commits and applies. Whether
         a tick must follow: the read brought news (anything but those), or nothing was read
         before the first tick loaded the snapshot, or the transport is not ready."""
-        if self._SyncObj__needLoadDumpFile or not self._SyncObj__transport.ready:
+        if self.snapshot_to_load or not self.transport.ready:
             return True
         self._acks_apply_until = None
         with self._answering():
@@ -643,8 +640,8 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         # What the appends committed is applied here, after their answers went out, in one
         # slice of APPLY_BUDGET_S: a tick only for this would cost a follower more than the
         # apply itself, once per put. A backlog beyond the slice is left to the ticks.
-        if self._SyncObj__raftState != LEADER and self.apply_waits_for is None:
-            self._SyncObj__applyLogEntries()
+        if self.raft_state != LEADER and self.apply_waits_for is None:
+            self.apply_log_entries()
         return self._poller.news
 
     def until_due(self) -> float:
@@ -654,11 +651,11 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
     def _quiet(self) -> bool:
         # no connection to retry, no ticket to time out: a follower that hears its leader and
         # every peer, or a quiet leader (every voter connected, nothing proposed)
-        state = self._SyncObj__raftState
+        state = self.raft_state
         if state == LEADER:
             return self._promised_s > 0.0
-        return (state == FOLLOWER and self._SyncObj__raftLeader is not None
-                and self._SyncObj__otherNodes <= self._SyncObj__connectedNodes)
+        return (state == FOLLOWER and self.raft_leader is not None
+                and self.other_nodes <= self.connected_nodes)
 
     def wake(self) -> None:
         """Tick at the loop's next turn."""
@@ -680,7 +677,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         return self._sealer
 
     def leads(self, term: int) -> bool:
-        return self._SyncObj__raftState == LEADER and self._SyncObj__raftCurrentTerm == term
+        return self.raft_state == LEADER and self.raftCurrentTerm == term
 
     # -- confirmed leader reads (item 10) ------------------------------------
 
@@ -690,59 +687,59 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         if not self.leads(ticket.term):
             ticket.resolve(None, "not_leader")
             return
-        self.reads.ask(asked_at, self._SyncObj__raftCommitIndex, ticket)
+        self.reads.ask(asked_at, self.commit_index, ticket)
         self._resolve_reads()
 
     def _resolve_reads(self) -> None:
-        if self._SyncObj__raftState != LEADER:
+        if self.raft_state != LEADER:
             return    # reads pending from a lost lead are answered by their tickets' end
-        voters = len(self._SyncObj__otherNodes) + 1
-        for ticket in self.reads.confirmed(voters, self._SyncObj__raftLastApplied):
+        voters = len(self.other_nodes) + 1
+        for ticket in self.reads.confirmed(voters, self.last_applied):
             ticket.resolve(None, None)
         if self.reads.wants_round(voters):
-            self._SyncObj__sendAppendEntries()
+            self.send_append_entries()
 
-    def _SyncObj__sendAppendEntries(self):
+    def send_append_entries(self):
         # pysyncobj's, less its chunked path (raftq's entries stay below the batch size: never
         # taken), sending only entries whose records verify (item 16): a follower whose next entry
         # this leader cannot read is sent what precedes it, then heartbeats, until the record is
         # repaired from another replica (pysyncobj indexed the empty batch and the tick failed,
         # with the heartbeats of every follower after it).
         started = monotonic()
-        conf = self._SyncObj__conf
+        conf = self.conf
         quiet = self._steady(started)
         if quiet:
             self._promised_s, self._quiet_sent_at = QUIET_HEARTBEAT_S, started
-            self._SyncObj__newAppendEntriesTime = started + QUIET_HEARTBEAT_S
+            self.next_heartbeat_at = started + QUIET_HEARTBEAT_S
         else:
             self._end_quiet(started)
-            self._SyncObj__newAppendEntriesTime = started + conf.appendEntriesPeriod
-        transport, next_indexes = self._SyncObj__transport, self._SyncObj__raftNextIndex
-        for node in self._SyncObj__otherNodes | self._SyncObj__readonlyNodes:
-            if node not in self._SyncObj__connectedNodes:
-                self._SyncObj__serializer.cancelTransmisstion(node)
+            self.next_heartbeat_at = started + conf.appendEntriesPeriod
+        transport, next_indexes = self.transport, self.next_indexes
+        for node in self.other_nodes | self.readonly_nodes:
+            if node not in self.connected_nodes:
+                self.snapshot_serializer.cancelTransmisstion(node)
                 continue
             send_single, sending_snapshot = True, False
             next_index = next_indexes[node]
-            while next_index <= self._SyncObj__getCurrentLogIndex() or send_single or sending_snapshot:
-                message = {"type": "append_entries", "term": self._SyncObj__raftCurrentTerm,
-                           "commit_index": self._SyncObj__raftCommitIndex}
+            while next_index <= self.last_log_index() or send_single or sending_snapshot:
+                message = {"type": "append_entries", "term": self.raftCurrentTerm,
+                           "commit_index": self.commit_index}
                 if quiet:
                     message["quiet_s"] = QUIET_HEARTBEAT_S
                 blocked = False
                 if next_index > self._journal.index_and_term(0)[0]:
-                    message["prevLogIdx"], message["prevLogTerm"] = self._SyncObj__getPrevLogIndexTerm(next_index)
+                    message["prevLogIdx"], message["prevLogTerm"] = self.prev_log_index_term(next_index)
                     entries = []
-                    if next_index <= self._SyncObj__getCurrentLogIndex():
-                        entries = self._SyncObj__getEntries(next_index, None, conf.appendEntriesBatchSizeBytes)
+                    if next_index <= self.last_log_index():
+                        entries = self.get_entries(next_index, None, conf.appendEntriesBatchSizeBytes)
                         if entries:
                             next_indexes[node] = entries[-1][1] + 1
                         blocked = len(entries) == 0
                     message["entries"] = entries
                 else:
-                    shipped = message["serialized"] = self._SyncObj__serializer.getTransmissionData(node)
+                    shipped = message["serialized"] = self.snapshot_serializer.getTransmissionData(node)
                 transport.send(node, message)
-                if node not in self._SyncObj__connectedNodes or blocked:
+                if node not in self.connected_nodes or blocked:
                     break
                 if "serialized" in message:
                     sending_snapshot = shipped is not None and not shipped[2]
@@ -758,33 +755,33 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
     # The journal holds few commands in memory (engine.storage.journal): what
     # asks only for an entry's index or term does not read its command.
 
-    def _SyncObj__getEntries(self, fromIDx, count=None, maxSizeBytes=None):
-        # pysyncobj's slices the whole tail of the log, then cuts it to maxSizeBytes
-        return self._journal.entries(fromIDx, count, maxSizeBytes) if fromIDx is not None else []
+    def get_entries(self, from_index, count=None, max_size_bytes=None):
+        # pysyncobj's slices the whole tail of the log, then cuts it to max_size_bytes
+        return self._journal.entries(from_index, count, max_size_bytes) if from_index is not None else []
 
-    def _SyncObj__getPrevLogIndexTerm(self, nextNodeIndex):
+    def prev_log_index_term(self, next_index):
         # pysyncobj's reads the entry before each append it sends, command and all, for its term
-        log, prev = self._journal, nextNodeIndex - 1
+        log, prev = self._journal, next_index - 1
         first, last = log.index_and_term(0)[0], log.last_index()
         if not first <= prev <= last:
             return None, None
         return prev, log.index_and_term(prev - first)[1]
 
-    def _SyncObj__deleteEntriesFrom(self, fromIDx):
+    def delete_entries_from(self, from_index):
         # pysyncobj's reads the first entry, command and all, for its index
-        position = fromIDx - self._journal.index_and_term(0)[0]
+        position = from_index - self._journal.index_and_term(0)[0]
         if position >= 0:
             self._journal.deleteEntriesFrom(position)
 
-    def _SyncObj__deleteEntriesTo(self, toIDx):
-        position = toIDx - self._journal.index_and_term(0)[0]
+    def delete_entries_to(self, to_index):
+        position = to_index - self._journal.index_and_term(0)[0]
         if position >= 0:
             self._journal.deleteEntriesTo(position)
 
-    def _SyncObj__getCurrentLogIndex(self):
+    def last_log_index(self):
         return self._journal.index_and_term(-1)[0]
 
-    def _SyncObj__getCurrentLogTerm(self):
+    def last_log_term(self):
         return self._journal.index_and_term(-1)[1]
 
     def _stamp(self, message) -> None:
@@ -800,12 +797,12 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         """Whether this leader has had nothing to replicate for QUIET_AFTER_S: every voter
         connected, announcing the quiet wire and holding the whole log, all of it committed and
         applied, nothing queued, no read waiting and no membership change unapplied."""
-        last = self._SyncObj__getCurrentLogIndex()
-        others, match = self._SyncObj__otherNodes, self._SyncObj__raftMatchIndex
-        transport = self._SyncObj__transport
-        steady = (self._SyncObj__raftState == LEADER and bool(others) and not self._SyncObj__readonlyNodes
-                  and self._SyncObj__raftCommitIndex == last == self._SyncObj__raftLastApplied
-                  and not self._SyncObj__commandsQueue.waiting and not self.reads.waiting()
+        last = self.last_log_index()
+        others, match = self.other_nodes, self.match_indexes
+        transport = self.transport
+        steady = (self.raft_state == LEADER and bool(others) and not self.readonly_nodes
+                  and self.commit_index == last == self.last_applied
+                  and not self.commands_queue.waiting and not self.reads.waiting()
                   and self.membership_at <= last and self.apply_waits_for is None
                   and all(match.get(node) == last and transport.hears_quiet(node) for node in others))
         if not steady or last != self._steady_index:
@@ -821,40 +818,40 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
             return
         self._promised_s = 0.0
         self._steady_index = None
-        period = self._SyncObj__conf.appendEntriesPeriod
-        if self._SyncObj__newAppendEntriesTime > now + period:
-            self._SyncObj__newAppendEntriesTime = now + period
+        period = self.conf.appendEntriesPeriod
+        if self.next_heartbeat_at > now + period:
+            self.next_heartbeat_at = now + period
             if self._ticker is not None:
                 self._ticker.due_within(period)
 
     def contact_slack(self) -> float:
         """How much longer than usual a peer may go unheard while the group is quiet: a leader's
         heartbeats then come QUIET_HEARTBEAT_S apart, and so do its followers' answers."""
-        if self._SyncObj__raftState == LEADER:
-            recent = monotonic() - self._quiet_sent_at < QUIET_HEARTBEAT_S + self._SyncObj__conf.raftMaxTimeout
+        if self.raft_state == LEADER:
+            recent = monotonic() - self._quiet_sent_at < QUIET_HEARTBEAT_S + self.conf.raftMaxTimeout
             return QUIET_HEARTBEAT_S if recent else 0.0
         return self.leader_quiet_s
 
     def is_quiet(self) -> bool:
         """A leader whose heartbeats go quiet (item 18)."""
-        return self._SyncObj__raftState == LEADER and self._promised_s > 0.0
+        return self.raft_state == LEADER and self._promised_s > 0.0
 
-    def _SyncObj__onBecomeLeader(self):
+    def on_become_leader(self):
         self.quorum_lost_at = None
         self._promised_s, self._quiet_sent_at, self._steady_index = 0.0, float("-inf"), None
         for ticket in self.reads.begin_leading(monotonic()):
             ticket.resolve(None, "leader_changed")
         try:
-            SyncObj._SyncObj__onBecomeLeader(self)
+            super().on_become_leader()
         except InsufficientStorage:
             # A leader commits nothing before its no-op; without room for it, another node may lead.
             logger.error("elected leader of term %d with no room on the disk for its first entry; stepping down",
-                         self._SyncObj__raftCurrentTerm)
-            self.step_down(hold_back_s=10 * self._SyncObj__conf.raftMaxTimeout)
+                         self.raftCurrentTerm)
+            self.step_down(hold_back_s=10 * self.conf.raftMaxTimeout)
 
     # -- snapshots ---------------------------------------------------------
 
-    def _SyncObj__tryLogCompaction(self):
+    def try_log_compaction(self):
         # pysyncobj counts entries only; group commit makes entries large (a
         # batch put of 1 000 messages is one), so a node holding a million
         # messages may have a thousand entries and never compact: its restart
@@ -868,11 +865,11 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         if not self.snapshots.busy():
             failed_at = self.snapshots.failed_at
             if (failed_at is not None and monotonic() - failed_at < SNAPSHOT_RETRY_S
-                    and not self._SyncObj__forceLogCompaction):
+                    and not self.compaction_forced):
                 return
             if self.compactable_bytes() > self.compaction_min_bytes:
-                self._SyncObj__forceLogCompaction = True
-        SyncObj._SyncObj__tryLogCompaction(self)
+                self.compaction_forced = True
+        super().try_log_compaction()
 
     def compactable_bytes(self) -> int:
         """Journal bytes before the last applied entry (a snapshot can only
@@ -881,11 +878,11 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         log = self._journal
         if not len(log):
             return 0
-        return log.bytes_before(max(0, self._SyncObj__raftLastApplied - log.index_and_term(0)[0]))
+        return log.bytes_before(max(0, self.last_applied - log.index_and_term(0)[0]))
 
     # -- apply ----------------------------------------------------------
 
-    def _SyncObj__applyLogEntries(self):
+    def apply_log_entries(self):
         # pysyncobj applies every committed entry before the tick goes on to
         # send heartbeats and read messages. A backlog (a restart replaying
         # its log, a follower catching up, a burst of large puts) then holds
@@ -901,18 +898,18 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         # leader's CPU while it answers the client. Followers learn the
         # commit index with the next append or heartbeat instead
         # (appendEntriesPeriod), as in most Raft implementations.
-        applied = self._SyncObj__raftLastApplied
-        committed = self._SyncObj__raftCommitIndex
+        applied = self.last_applied
+        committed = self.commit_index
         if committed <= applied:
             return False
-        waiting = self._SyncObj__commandsWaitingCommit
+        waiting = self.waiting_commit
         deadline = monotonic() + APPLY_BUDGET_S
         self.apply_waits_for = None
         try:
             for command, index, term in self._journal.iterate(applied + 1, committed - applied):
                 subscribers = waiting.pop(index, ())
-                result = self._SyncObj__doApplyCommand(command)
-                self._SyncObj__raftLastApplied = index
+                result = self.do_apply_command(command)
+                self.last_applied = index
                 for subscribed_term, callback in subscribers:
                     if subscribed_term == term:
                         callback(result, FAIL_REASON.SUCCESS)
@@ -936,25 +933,25 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         # itself: its appends are synced before its tick polls
         # (_checkCommandsToApply), and the sync here makes sure of it.
         # A lone voter (a group of one replica) is its own majority.
-        others = self._SyncObj__otherNodes
+        others = self.other_nodes
         log = self._journal
         if others:
-            match = self._SyncObj__raftMatchIndex
+            match = self.match_indexes
             # the highest index held by a majority, this node's log among them
             held = sorted((match[node] for node in others), reverse=True)[(len(others) + 1) // 2 - 1]
         else:
             held = log.last_index()
         index = min(held, log.last_index())
-        if index <= self._SyncObj__raftCommitIndex:
+        if index <= self.commit_index:
             return
         # Raft commits by counting only entries of the leader's own term;
         # terms never decrease along the log, so if this one is older, so
         # are all the entries before it.
-        if log.index_and_term(index - log.index_and_term(0)[0])[1] != self._SyncObj__raftCurrentTerm:
+        if log.index_and_term(index - log.index_and_term(0)[0])[1] != self.raftCurrentTerm:
             return
         log.sync()
-        caught_up = self._SyncObj__raftLastApplied == self._SyncObj__raftCommitIndex
-        self._SyncObj__raftCommitIndex = self._SyncObj__leaderCommitIndex = index
+        caught_up = self.last_applied == self.commit_index
+        self.commit_index = self.leader_commit_index = index
         log.setRaftCommitIndex(index)
         # One read may bring many acknowledgements, each committing a little
         # more: between two ticks, these applies share one APPLY_BUDGET_S,
@@ -964,14 +961,14 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
             if self._acks_apply_until is None:
                 self._acks_apply_until = now + APPLY_BUDGET_S
             if now < self._acks_apply_until:
-                self._SyncObj__applyLogEntries()
+                self.apply_log_entries()
 
     # -- grouped fsyncs --------------------------------------------------
 
     def _onTick(self, timeToWait=0.0):
         self._acks_apply_until = None
         self.ticks += 1
-        if self._SyncObj__raftState == LEADER:
+        if self.raft_state == LEADER:
             self.leader_ticks += 1
         with self._answering():
             # pysyncobj polls at the end of its tick and acts on what it read in
@@ -980,7 +977,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
             # the snapshot before anything is read: pysyncobj's order). A tick that
             # came late (a slow fsync, a busy machine) so reads its leader's
             # heartbeats before it judges the election deadline they extend.
-            if not self._SyncObj__needLoadDumpFile:
+            if not self.snapshot_to_load:
                 self._poller.poll(0)
             # A follower answers the appends it just read before it applies what
             # they committed: the leader waits for the answer, not for the apply.
@@ -997,15 +994,15 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         # election deadline (follower), not a fixed period. Messages, proposals
         # and tasks end the poll early through their sockets and the pipe.
         # Judged before the tick: a heartbeat or election due now goes out in it.
-        if self._SyncObj__raftLastApplied < self._SyncObj__raftCommitIndex and self.apply_waits_for is None:
+        if self.last_applied < self.commit_index and self.apply_waits_for is None:
             return 0.0     # committed entries wait to be applied
         now = monotonic()
-        conf = self._SyncObj__conf
-        if self._SyncObj__raftState == LEADER:
-            due = self._SyncObj__newAppendEntriesTime
+        conf = self.conf
+        if self.raft_state == LEADER:
+            due = self.next_heartbeat_at
             due = due if due > now else now + conf.appendEntriesPeriod
         else:
-            due = self._SyncObj__raftElectionDeadline
+            due = self.election_deadline
             due = due if due > now else now + conf.raftMinTimeout
         return min(max(due - now, MIN_POLL_S), longest)
 
@@ -1024,7 +1021,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         self._journal.sync()
         # A lone voter hears no acknowledgement, and pysyncobj would commit
         # its entries at the next tick: a heartbeat away (90 ms) on the loop.
-        if self._SyncObj__raftState == LEADER and not self._SyncObj__otherNodes:
+        if self.raft_state == LEADER and not self.other_nodes:
             self._commit_acknowledged()
 
     # -- a leader that hears from no majority (CheckQuorum) -------------------
@@ -1035,10 +1032,10 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         membership change it carried (pysyncobj makes it before the append) and refuse it."""
         command, callback = self.taken
         self.taken = None
-        change = self._SyncObj__parseChangeClusterRequest(command) \
-            if self._SyncObj__conf.dynamicMembershipChange else None
+        change = self.parse_change_cluster_request(command) \
+            if self.conf.dynamicMembershipChange else None
         if change is not None:
-            self._SyncObj__doChangeCluster(change, reverse=True)
+            self.do_change_cluster(change, reverse=True)
         ticket = getattr(callback, "__self__", None)
         if isinstance(ticket, Ticket):
             ticket.resolve(None, INSUFFICIENT_STORAGE)
@@ -1049,54 +1046,54 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
         """Stand for no election now (item 15): the deadline moves on when it passes."""
         now = monotonic()
         self._may_stand = False
-        if self._SyncObj__raftElectionDeadline < now:
-            self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+        if self.election_deadline < now:
+            self.election_deadline = now + self.election_timeout()
 
     def _heard_by_majority(self) -> bool:
         """Whether a majority (this leader counting itself) answered its appends
         within the longest election timeout: after that long without them, the
         others may have elected another leader."""
-        others = self._SyncObj__otherNodes
-        since = monotonic() - self._SyncObj__conf.raftMaxTimeout - self.contact_slack()
-        answered = self._SyncObj__lastResponseTime
+        others = self.other_nodes
+        since = monotonic() - self.conf.raftMaxTimeout - self.contact_slack()
+        answered = self.last_answered_at
         return sum(1 for node in others if answered.get(node, 0.0) > since) + 1 > (len(others) + 1) / 2
 
     def _check_quorum(self) -> None:
-        if self._SyncObj__raftState != LEADER or not self._SyncObj__otherNodes or self._heard_by_majority():
+        if self.raft_state != LEADER or not self.other_nodes or self._heard_by_majority():
             return
         # A late tick (a long apply, a busy machine) reads the answers waiting
         # in its sockets before it concludes that nobody answered.
-        if self._SyncObj__transport.ready:
+        if self.transport.ready:
             self._poller.poll(0)
-        if self._SyncObj__raftState != LEADER or self._heard_by_majority():
+        if self.raft_state != LEADER or self._heard_by_majority():
             return
         now = monotonic()
-        self._SyncObj__setState(FOLLOWER)
-        self._SyncObj__raftLeader = None
-        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+        self.set_state(FOLLOWER)
+        self.raft_leader = None
+        self.election_deadline = now + self.election_timeout()
         self.quorum_lost_at = now
         self.quorum_step_downs += 1
         logger.warning("stepping down as leader of term %d: no majority answered for %.2f s (CheckQuorum)",
-                       self._SyncObj__raftCurrentTerm, self._SyncObj__conf.raftMaxTimeout)
+                       self.raftCurrentTerm, self.conf.raftMaxTimeout)
 
     # -- a leader that goes away ----------------------------------------------
 
-    def _SyncObj__onNodeDisconnected(self, node):
-        SyncObj._SyncObj__onNodeDisconnected(self, node)
-        if self._SyncObj__raftState == FOLLOWER and node == self._SyncObj__raftLeader:
-            voters = sorted(n.id for n in self._SyncObj__otherNodes if n != node)
-            rank = sum(1 for voter in voters if voter < self._SyncObj__selfNode.id)
+    def on_node_disconnected(self, node):
+        super().on_node_disconnected(node)
+        if self.raft_state == FOLLOWER and node == self.raft_leader:
+            voters = sorted(n.id for n in self.other_nodes if n != node)
+            rank = sum(1 for voter in voters if voter < self.selfNode.id)
             soon = monotonic() + rank * LOST_LEADER_STAGGER_S + LOST_LEADER_JITTER_S * random.random()
-            if soon < self._SyncObj__raftElectionDeadline:
-                self._SyncObj__raftElectionDeadline = soon
+            if soon < self.election_deadline:
+                self.election_deadline = soon
 
     # -- messages ----------------------------------------------------------
 
-    def _SyncObj__onMessageReceived(self, node, message):
+    def on_message_received(self, node, message):
         now = monotonic()
         silent_for = now - self.last_heard.get(node.id, 0.0)
         self.last_heard[node.id] = now
-        before = (self._SyncObj__raftState, self._SyncObj__raftCurrentTerm, self._SyncObj__raftLeader)
+        before = (self.raft_state, self.raftCurrentTerm, self.raft_leader)
         try:
             if message["type"] == PRE_VOTE:
                 self._on_pre_vote(node, message)
@@ -1106,7 +1103,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
                 self._on_fetch_entry(node, message)
             elif message["type"] == ENTRY_COPY:
                 self._on_entry_copy(node, message)
-            elif message["type"] == "append_entries" and message["term"] >= self._SyncObj__raftCurrentTerm:
+            elif message["type"] == "append_entries" and message["term"] >= self.raftCurrentTerm:
                 self.quorum_lost_at = None     # following a leader: no longer cut off
                 self._on_append_entries(node, message)
             elif message["type"] == "timeout_now" and (self.declines_leadership or not self.may_vote()):
@@ -1114,15 +1111,15 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObj):
             elif message["type"] == "request_vote" and not self.may_vote():
                 pass     # no answer: this node's log lacks entries it may have acknowledged (item 15)
             else:
-                SyncObj._SyncObj__onMessageReceived(self, node, message)
-                if message["type"] == "next_node_idx" and self._SyncObj__raftState == LEADER:
+                super().on_message_received(node, message)
+                if message["type"] == "next_node_idx" and self.raft_state == LEADER:
                     self.reads.answered(node, message.get("sent_at"))
                     if message["success"]:
                         self._commit_acknowledged()
                     else:
                         self.appends_refused += 1
                     self._resolve_reads()
-            after = (self._SyncObj__raftState, self._SyncObj__raftCurrentTerm, self._SyncObj__raftLeader)
+            after = (self.raft_state, self.raftCurrentTerm, self.raft_leader)
             self._poller.heard(message["type"] in ROUTINE[before[0]] and after == before
                                and silent_for < self._heard_within + self.contact_slack())
         except Exception:

@@ -63,54 +63,54 @@ class PreVote:
         if self._may_stand:
             self._may_stand = False
             return
-        if (self._SyncObj__raftState == _RAFT_STATE.LEADER or self._SyncObj__selfNode is None
-                or self._SyncObj__transferInProgress or not self._SyncObj__otherNodes):
+        if (self.raft_state == _RAFT_STATE.LEADER or self.selfNode is None
+                or self.transfer_in_progress or not self.other_nodes):
             return
         now = monotonic()
-        if self._SyncObj__raftElectionDeadline >= now or not self._SyncObj__connectedToAnyone():
+        if self.election_deadline >= now or not self.connected_nodes:
             return
-        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
-        self._asking_for = self._SyncObj__raftCurrentTerm + 1
+        self.election_deadline = now + self.election_timeout()
+        self._asking_for = self.raftCurrentTerm + 1
         self._yeses = set()
         self.pre_votes_asked += 1
         ask = {"type": PRE_VOTE, "term": self._asking_for,
-               "last_log_index": self._SyncObj__getCurrentLogIndex(),
-               "last_log_term": self._SyncObj__getCurrentLogTerm()}
-        transport = self._SyncObj__transport
-        for node in self._SyncObj__otherNodes:
+               "last_log_index": self.last_log_index(),
+               "last_log_term": self.last_log_term()}
+        transport = self.transport
+        for node in self.other_nodes:
             transport.send(node, ask)
 
     def _has_live_leader(self) -> bool:
-        leader = self._SyncObj__raftLeader
+        leader = self.raft_leader
         return (leader is not None and self.isNodeConnected(leader)
-                and monotonic() - self.leader_contact < self._SyncObj__conf.raftMinTimeout + self.contact_slack())
+                and monotonic() - self.leader_contact < self.conf.raftMinTimeout + self.contact_slack())
 
     def _on_pre_vote(self, node, message) -> None:
-        term = self._SyncObj__raftCurrentTerm
-        mine = (self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex())
+        term = self.raftCurrentTerm
+        mine = (self.last_log_term(), self.last_log_index())
         yes = (message["term"] > term
                and self.may_vote()
-               and self._SyncObj__raftState != _RAFT_STATE.LEADER
+               and self.raft_state != _RAFT_STATE.LEADER
                and not self._has_live_leader()
                and (message["last_log_term"], message["last_log_index"]) >= mine)
-        self._SyncObj__transport.send(node, {"type": PRE_VOTE_ANSWER, "term": message["term"],
+        self.transport.send(node, {"type": PRE_VOTE_ANSWER, "term": message["term"],
                                              "current_term": term, "granted": yes})
 
     def _on_pre_vote_answer(self, node, message) -> None:
-        if self._SyncObj__raftState == _RAFT_STATE.LEADER:
+        if self.raft_state == _RAFT_STATE.LEADER:
             return
-        if message["current_term"] > self._SyncObj__raftCurrentTerm:
-            self._SyncObj__setCurrentTerm(message["current_term"], None)
-            self._SyncObj__setState(_RAFT_STATE.FOLLOWER)
-            self._SyncObj__raftLeader = None
+        if message["current_term"] > self.raftCurrentTerm:
+            self.set_current_term(message["current_term"], None)
+            self.set_state(_RAFT_STATE.FOLLOWER)
+            self.raft_leader = None
             self._asking_for = None
             return
         if (not message["granted"] or message["term"] != self._asking_for
-                or self._asking_for != self._SyncObj__raftCurrentTerm + 1):
+                or self._asking_for != self.raftCurrentTerm + 1):
             return
         self._yeses.add(node)
-        if len(self._yeses) + 1 > (len(self._SyncObj__otherNodes) + 1) / 2 and not self._has_live_leader():
+        if len(self._yeses) + 1 > (len(self.other_nodes) + 1) / 2 and not self._has_live_leader():
             self._asking_for = None
             self._may_stand = True
             self.pre_votes_won += 1
-            self._SyncObj__raftElectionDeadline = 0.0
+            self.election_deadline = 0.0

@@ -62,8 +62,8 @@ class EntryRepair:
     """The Raft port's side of repairs, mixed into ``engine.raft.node.RaftNode``: asks the other
     voters for an entry, and answers their asks with the node's ``_copy_for_peer(index, term)``
     -- (term or None, command) or None -- and hands a copy that came to its
-    ``_copy_arrived(index, term, command, node)``. Like it, it uses pysyncobj's name-mangled
-    ``_SyncObj__*`` internals."""
+    ``_copy_arrived(index, term, command, node)``. Like it, it reaches pysyncobj's state by
+    the names ``engine.raft.internals`` gives it."""
 
     _copy_for_peer: Callable
     _copy_arrived: Callable
@@ -72,9 +72,9 @@ class EntryRepair:
         """Ask every connected voter for its copy of entry `index`; how many were asked."""
         message = {"type": FETCH_ENTRY, "index": index, "term": term}
         asked = 0
-        for node in self._SyncObj__otherNodes:
+        for node in self.other_nodes:
             if self.isNodeConnected(node):
-                self._SyncObj__transport.send(node, message)
+                self.transport.send(node, message)
                 asked += 1
         return asked
 
@@ -84,7 +84,7 @@ class EntryRepair:
             return
         copy = self._copy_for_peer(index, term)
         copy_term, command = copy if copy is not None else (None, None)
-        self._SyncObj__transport.send(node, {"type": ENTRY_COPY, "index": index, "term": copy_term,
+        self.transport.send(node, {"type": ENTRY_COPY, "index": index, "term": copy_term,
                                              "command": command})
 
     def _on_entry_copy(self, node, message) -> None:

@@ -36,11 +36,11 @@ from typing import Callable
 
 from . import pysyncobj_pin  # noqa: F401  -- the release this override was written for
 from pysyncobj.config import SERIALIZER_STATE
-from pysyncobj.serializer import Serializer
 
 from ..lifetime import die_with
 from ..storage.damage import DamagedRecord
 from ..storage.records import DamagedFile, InsufficientStorage
+from .internals import SerializerInternals
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ SNAPSHOT_NICENESS = 10
 DAMAGED_EXIT = 3
 
 
-class ForkedSnapshots(Serializer):
+class ForkedSnapshots(SerializerInternals):
     """pysyncobj's Serializer for a file, with ``write(path, (last, prev, cluster))``
     run in a forked child; ``on_written(last_index, seconds)`` runs in the
     parent once the file is in place. A follower is sent ``ship(path)``, a
@@ -77,7 +77,7 @@ class ForkedSnapshots(Serializer):
         self._damage_pipe: int | None = None     # the running writer's report of a damaged record
 
     def busy(self) -> bool:
-        return self._Serializer__pid != 0
+        return self.fork_pid != 0
 
     def serialize(self, data, id):
         if self.busy():
@@ -92,8 +92,8 @@ class ForkedSnapshots(Serializer):
             self._write_in_child(parent, data[1:], told)
         os.close(told)
         self._damage_pipe = report
-        self._Serializer__currentID = id
-        self._Serializer__pid = pid
+        self.current_id = id
+        self.fork_pid = pid
         self._started = started
         self._last_index = last[1]
 
@@ -126,7 +126,7 @@ class ForkedSnapshots(Serializer):
             os._exit(status)
 
     def checkSerializing(self):
-        pid = self._Serializer__pid
+        pid = self.fork_pid
         if pid == 0:
             return SERIALIZER_STATE.NOT_SERIALIZING, None
         try:
@@ -134,23 +134,23 @@ class ForkedSnapshots(Serializer):
         except ChildProcessError:   # reaped elsewhere: its outcome is unknown
             done, status = pid, -1
         if done == 0:
-            return SERIALIZER_STATE.SERIALIZING, self._Serializer__currentID
-        self._Serializer__pid = 0
+            return SERIALIZER_STATE.SERIALIZING, self.current_id
+        self.fork_pid = 0
         report = self._read_damage_report()
         if status != -1 and os.WIFEXITED(status) and os.WEXITSTATUS(status) == DAMAGED_EXIT and report:
             index, where = report.split("\n", 1)
             self.failed_at = time.monotonic()
             self._on_damaged(DamagedRecord(int(index), where))
-            return SERIALIZER_STATE.FAILED, self._Serializer__currentID
+            return SERIALIZER_STATE.FAILED, self.current_id
         if status == -1 or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
             logger.error("the snapshot writer (pid %d) failed with status %#x; the log is kept", pid, status)
             self.failed_at = time.monotonic()
-            return SERIALIZER_STATE.FAILED, self._Serializer__currentID
+            return SERIALIZER_STATE.FAILED, self.current_id
         self.failed_at = None
         # transmissions of the previous file to followers start over with this one
-        self._Serializer__transmissions = {}
+        self.transmissions = {}
         self._on_written(self._last_index, time.monotonic() - self._started)
-        return SERIALIZER_STATE.SUCCESS, self._Serializer__currentID
+        return SERIALIZER_STATE.SUCCESS, self.current_id
 
     def _read_damage_report(self) -> str:
         report, self._damage_pipe = self._damage_pipe, None
@@ -166,7 +166,7 @@ class ForkedSnapshots(Serializer):
     def getTransmissionData(self, transmissionID):
         if self.busy():
             return None
-        transmissions = self._Serializer__transmissions
+        transmissions = self.transmissions
         if transmissionID not in transmissions:
             try:
                 transmissions[transmissionID] = {"file": self._ship(self._path), "transmitted": 0}
@@ -193,11 +193,11 @@ class ForkedSnapshots(Serializer):
     def setTransmissionData(self, data):
         # pysyncobj writes the chunks to a temporary file and renames it over
         # its file name when the last one arrives: here that name is incoming.
-        own, self._Serializer__fileName = self._Serializer__fileName, self.incoming
+        own, self.file_name = self.file_name, self.incoming
         try:
             return super().setTransmissionData(data)
         finally:
-            self._Serializer__fileName = own
+            self.file_name = own
 
     def take_incoming(self) -> None:
         os.replace(self.incoming, self._path)
@@ -209,12 +209,12 @@ class ForkedSnapshots(Serializer):
     def abandon(self) -> None:
         """Stop a child still writing (the node is stopping); its temporary
         file is left behind and overwritten by the next snapshot."""
-        pid = self._Serializer__pid
+        pid = self.fork_pid
         if pid > 0:
             try:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
-            self._Serializer__pid = 0
+            self.fork_pid = 0
             self._read_damage_report()

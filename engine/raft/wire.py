@@ -59,13 +59,13 @@ import struct
 from typing import Callable
 
 from . import binary_wire
+from .internals import ConnectionInternals, ServerInternals
 from . import pysyncobj_pin  # noqa: F401  -- the release these overrides were written for
 from pysyncobj import pickle as _pickle
 from pysyncobj.dns_resolver import globalDnsResolver
 from pysyncobj.monotonic import monotonic
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
-from pysyncobj.tcp_server import TcpServer
 from pysyncobj.transport import TCPTransport
 
 logger = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ def max_frame_bytes(max_entry_bytes: int) -> int:
     return 2 * (max_entry_bytes + 64 * 1024) + (1 << 20)
 
 
-class Connection(TcpConnection):
+class Connection(ConnectionInternals):
     """pysyncobj's TCP connection with raftq's framing: no zlib.
 
     pysyncobj deflates every message before encrypting it. ``zlib.compress``
@@ -226,12 +226,12 @@ class Connection(TcpConnection):
         self.read_chunk = memoryview(bytearray(READ_CHUNK))
         self.appends_sent = new_appends_sent()
 
-    def _TcpConnection__processRead(self):
+    def process_read(self):
         if not self._room_to_read():
             return False
         chunk = self.read_chunk
         try:
-            received = self._TcpConnection__socket.recv_into(chunk)
+            received = self.socket.recv_into(chunk)
         except OSError as exc:
             if exc.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
                 self.disconnect()
@@ -239,12 +239,12 @@ class Connection(TcpConnection):
         if not received:
             self.disconnect()
             return False
-        self._TcpConnection__readBuffer += chunk[:received]
+        self.read_buffer += chunk[:received]
         self.unanswered_since = None
         return True
 
-    def _TcpConnection__processConnectionTimeout(self):
-        if self.unanswered_since is not None and monotonic() - self.unanswered_since > self._TcpConnection__timeout:
+    def check_timeout(self):
+        if self.unanswered_since is not None and monotonic() - self.unanswered_since > self.timeout:
             self.disconnect()
 
     def disconnect(self):
@@ -254,7 +254,7 @@ class Connection(TcpConnection):
 
     def _room_to_read(self) -> bool:
         """False once the buffer holds a whole frame (parse it first) or declares too big a one."""
-        buffer = self._TcpConnection__readBuffer
+        buffer = self.read_buffer
         if len(buffer) < FRAME.size:
             return True
         declared = FRAME.unpack_from(buffer)[0]
@@ -281,10 +281,10 @@ class Connection(TcpConnection):
             data = _pickle.dumps(message)
         if self.encryptor:
             data = self.encryptor.encrypt_at_time(data, int(monotonic()))
-        self._TcpConnection__writeBuffer += FRAME.pack(len(data)) + data
-        self._TcpConnection__trySendBuffer()
+        self.write_buffer += FRAME.pack(len(data)) + data
+        self.try_send_buffer()
 
-    def _TcpConnection__processParseMessage(self):
+    def parse_message(self):
         # A peer's announcement is taken here, never handed on: the next message is.
         while True:
             message = self._parse_one()
@@ -296,7 +296,7 @@ class Connection(TcpConnection):
             self.peer_quiet = QUIET_WIRE in versions
 
     def _parse_one(self):
-        buffer = self._TcpConnection__readBuffer
+        buffer = self.read_buffer
         if len(buffer) < FRAME.size:
             return None
         declared = FRAME.unpack_from(buffer)[0]
@@ -312,7 +312,7 @@ class Connection(TcpConnection):
             # forged, replayed or garbled: drop the peer, as pysyncobj does
             self.disconnect()
             return None
-        self._TcpConnection__readBuffer = buffer[end:]
+        self.read_buffer = buffer[end:]
         return message
 
     def _open(self, data: bytes):
@@ -337,35 +337,35 @@ class Connection(TcpConnection):
         return message
 
 
-class Server(TcpServer):
+class Server(ServerInternals):
     """pysyncobj's TCP server, with a longer backlog and every waiting
     connection accepted at once (up to ACCEPTS_PER_TICK), not one per tick."""
 
     def bind(self):
         super().bind()
-        self._TcpServer__socket.listen(LISTEN_BACKLOG)
+        self.socket.listen(LISTEN_BACKLOG)
 
-    def _TcpServer__onNewConnection(self, descr, event):
+    def on_new_connection(self, descr, event):
         if event & POLL_EVENT_TYPE.ERROR:
             self.unbind()
             return
         for _ in range(ACCEPTS_PER_TICK):
             try:
-                sock, _ = self._TcpServer__socket.accept()
+                sock, _ = self.socket.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
                 if exc.errno not in (errno.ECONNABORTED, errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     self.unbind()
                 return
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._TcpServer__sendBufferSize)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._TcpServer__recvBufferSize)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_size)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.recv_buffer_size)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setblocking(False)
-            self._TcpServer__onNewConnectionCallback(TcpConnection(
-                poller=self._TcpServer__poller, socket=sock, timeout=self._TcpServer__connectionTimeout,
-                sendBufferSize=self._TcpServer__sendBufferSize, recvBufferSize=self._TcpServer__recvBufferSize,
-                keepalive=self._TcpServer__keepalive))
+            self.on_new_connection_callback(TcpConnection(
+                poller=self.poller, socket=sock, timeout=self.connection_timeout,
+                sendBufferSize=self.send_buffer_size, recvBufferSize=self.recv_buffer_size,
+                keepalive=self.keepalive))
 
 
 class HandedOverServer:
@@ -541,7 +541,7 @@ class DialingTransport(TCPTransport):
             connecting = conn.connect(globalDnsResolver().resolve(host), int(port))
         if connecting and self._preamble:
             # connect() emptied the buffer; the preamble leaves before the key exchange
-            conn._TcpConnection__writeBuffer = self._preamble
+            conn.write_buffer = self._preamble
         return connecting
 
 
@@ -556,6 +556,6 @@ def announce(conn, versions) -> None:
 
 def remote_address(conn) -> str:
     try:
-        return conn._TcpConnection__socket.getpeername()[0]
+        return conn.socket.getpeername()[0]
     except (OSError, AttributeError):
         return "?"
