@@ -163,7 +163,7 @@ from ..storage.records import InsufficientStorage
 from .follower import FollowerSide
 from .internals import SyncObjInternals
 from .prevote import PRE_VOTE, PRE_VOTE_ANSWER, PreVote
-from .quiet import QUIET_AFTER_S, QUIET_HEARTBEAT_S
+from .quiet import QuietLeader
 from .snapshots import ForkedSnapshots
 from .wire import DialingTransport
 from .read_index import ReadConfirmations
@@ -310,7 +310,7 @@ class TermCheckedQueue(FastQueue):
             ticket.resolve(None, "not_leader")
 
 
-class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObjInternals):
+class RaftNode(FollowerSide, PreVote, EntryRepair, QuietLeader, SyncObjInternals):
     """SyncObj with raftq's follower fix, PreVote, repairs from peers, grouped fsyncs and one
     replicated method.
 
@@ -349,14 +349,6 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObjInternals):
         # majority by (engine.raft.consensus, quorum_ok) and PreVote a live leader.
         self.last_heard: dict[str, float] = {}
         self.leader_contact = 0.0
-        # Item 18: a follower's leader's promise (the last append's), and a leader's: the gap its
-        # appends sent last promised (0.0: the usual period), when it last sent one, and since
-        # when (and at which last index) it has had nothing to replicate.
-        self.leader_quiet_s = 0.0
-        self._promised_s = 0.0
-        self._quiet_sent_at = float("-inf")
-        self._steady_index: int | None = None
-        self._steady_since = 0.0
         # The facade counts a peer heard (a majority, a live leader) if it was
         # within this long: a peer heard again sooner changes nothing it judges.
         self._heard_within = heard_within
@@ -653,7 +645,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObjInternals):
         # every peer, or a quiet leader (every voter connected, nothing proposed)
         state = self.raft_state
         if state == LEADER:
-            return self._promised_s > 0.0
+            return self.is_quiet()
         return (state == FOLLOWER and self.raft_leader is not None
                 and self.other_nodes <= self.connected_nodes)
 
@@ -707,13 +699,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObjInternals):
         # with the heartbeats of every follower after it).
         started = monotonic()
         conf = self.conf
-        quiet = self._steady(started)
-        if quiet:
-            self._promised_s, self._quiet_sent_at = QUIET_HEARTBEAT_S, started
-            self.next_heartbeat_at = started + QUIET_HEARTBEAT_S
-        else:
-            self._end_quiet(started)
-            self.next_heartbeat_at = started + conf.appendEntriesPeriod
+        promise = self._plan_heartbeats(started)
         transport, next_indexes = self.transport, self.next_indexes
         for node in self.other_nodes | self.readonly_nodes:
             if node not in self.connected_nodes:
@@ -724,8 +710,8 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObjInternals):
             while next_index <= self.last_log_index() or send_single or sending_snapshot:
                 message = {"type": "append_entries", "term": self.raftCurrentTerm,
                            "commit_index": self.commit_index}
-                if quiet:
-                    message["quiet_s"] = QUIET_HEARTBEAT_S
+                if promise:
+                    message["quiet_s"] = promise
                 blocked = False
                 if next_index > self._journal.index_and_term(0)[0]:
                     message["prevLogIdx"], message["prevLogTerm"] = self.prev_log_index_term(next_index)
@@ -791,54 +777,9 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, SyncObjInternals):
             if "quiet_s" not in message:
                 self._end_quiet(now)
 
-    # -- quiet groups (item 18) ------------------------------------------------
-
-    def _steady(self, now: float) -> bool:
-        """Whether this leader has had nothing to replicate for QUIET_AFTER_S: every voter
-        connected, announcing the quiet wire and holding the whole log, all of it committed and
-        applied, nothing queued, no read waiting and no membership change unapplied."""
-        last = self.last_log_index()
-        others, match = self.other_nodes, self.match_indexes
-        transport = self.transport
-        steady = (self.raft_state == LEADER and bool(others) and not self.readonly_nodes
-                  and self.commit_index == last == self.last_applied
-                  and not self.commands_queue.waiting and not self.reads.waiting()
-                  and self.membership_at <= last and self.apply_waits_for is None
-                  and all(match.get(node) == last and transport.hears_quiet(node) for node in others))
-        if not steady or last != self._steady_index:
-            self._steady_index = last if steady else None
-            self._steady_since = now
-            return False
-        return now - self._steady_since >= QUIET_AFTER_S
-
-    def _end_quiet(self, now: float) -> None:
-        """Something went out without the quiet promise: the followers wait the usual timeout
-        again, so the next heartbeat goes out within the usual period."""
-        if not self._promised_s:
-            return
-        self._promised_s = 0.0
-        self._steady_index = None
-        period = self.conf.appendEntriesPeriod
-        if self.next_heartbeat_at > now + period:
-            self.next_heartbeat_at = now + period
-            if self._ticker is not None:
-                self._ticker.due_within(period)
-
-    def contact_slack(self) -> float:
-        """How much longer than usual a peer may go unheard while the group is quiet: a leader's
-        heartbeats then come QUIET_HEARTBEAT_S apart, and so do its followers' answers."""
-        if self.raft_state == LEADER:
-            recent = monotonic() - self._quiet_sent_at < QUIET_HEARTBEAT_S + self.conf.raftMaxTimeout
-            return QUIET_HEARTBEAT_S if recent else 0.0
-        return self.leader_quiet_s
-
-    def is_quiet(self) -> bool:
-        """A leader whose heartbeats go quiet (item 18)."""
-        return self.raft_state == LEADER and self._promised_s > 0.0
-
     def on_become_leader(self):
         self.quorum_lost_at = None
-        self._promised_s, self._quiet_sent_at, self._steady_index = 0.0, float("-inf"), None
+        self._promise_nothing()
         for ticket in self.reads.begin_leading(monotonic()):
             ticket.resolve(None, "leader_changed")
         try:
