@@ -864,12 +864,12 @@ class Nemesis:
         details["free_bytes"] = self.disks.small.fill(fault.params["headroom_kib"] * 1024)
         self._wait_hold(started, fault)
 
-    def _seam(self, fid: int, fault: Fault, faults: dict[str, dict], details: dict) -> None:
+    def _seam(self, fid: int, fault: Fault, faults: dict[str, dict], details: dict) -> dict[str, int] | None:
         """Arm `faults` (node -> the seam's fault) for the hold, or until each with a count used
-        it up; the calls each hit go to details."""
+        it up: the calls each hit, or None if there was nothing to arm (the skip goes to details)."""
         if not faults:
             details.setdefault("skipped", "no bad disk holds a replica of the Raft group picked")
-            return
+            return None
         ids = {node: f"{fid}-{node}" for node in faults}
         started = time.monotonic()
         disk_faults.arm(self.disks.control, *[{**f, "id": ids[node]} for node, f in faults.items()])
@@ -878,26 +878,31 @@ class Nemesis:
                 for node, f in faults.items()):
             time.sleep(0.05)
         disk_faults.disarm(self.disks.control)
-        details["hits"] = {node: disk_faults.hits(self.disks.control, ids[node]) for node in faults}
+        return {node: disk_faults.hits(self.disks.control, ids[node]) for node in faults}
 
     def _fsync_eio(self, fid, fault, details):
         """One fsync or fdatasync of a Raft group's engine fails with EIO: it stops and is started again."""
         group, victims = self._group_of(fault, self._bad_disks(fault, details))
         details["group"] = group
-        self._seam(fid, fault, {node: {"kind": "sync_eio", "path": f"{self._engine_dir(node, group)}/", "count": 1}
-                                for node in victims}, details)
-        details["sync_failed"] = details.pop("hits")
+        failed = self._seam(fid, fault, {node: {"kind": "sync_eio", "path": f"{self._engine_dir(node, group)}/",
+                                                "count": 1} for node in victims}, details)
+        if failed is not None:
+            details["sync_failed"] = failed
 
     def _short_write(self, fid, fault, details):
         """The nodes' writes come up short (every file of theirs), for the hold."""
-        self._seam(fid, fault, {node: {"kind": "short_write", "path": f"{self.disks.root / node}/",
-                                       "count": SHORT_WRITES}
-                                for node in self._bad_disks(fault, details)}, details)
+        hits = self._seam(fid, fault, {node: {"kind": "short_write", "path": f"{self.disks.root / node}/",
+                                              "count": SHORT_WRITES}
+                                       for node in self._bad_disks(fault, details)}, details)
+        if hits is not None:
+            details["hits"] = hits
 
     def _misdirected_write(self, fid, fault, details):
         """A few writes to a Raft group's journal segments land over the record before them."""
         group, victims = self._group_of(fault, self._bad_disks(fault, details))
         details["group"] = group
-        self._seam(fid, fault, {node: {"kind": "misdirect", "path": f"{self._engine_dir(node, group)}/journal/seg-",
-                                       "count": fault.params["count"]}
-                                for node in victims}, details)
+        hits = self._seam(fid, fault, {node: {"kind": "misdirect", "path": f"{self._engine_dir(node, group)}/journal/seg-",
+                                              "count": fault.params["count"]}
+                                       for node in victims}, details)
+        if hits is not None:
+            details["hits"] = hits
