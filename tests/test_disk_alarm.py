@@ -71,7 +71,7 @@ def small_disks(tmp_path_factory):
 @contextlib.contextmanager
 def ballast(cluster, *node_ids, free: int | None = None):
     """Each node's disk filled to BELOW bytes under its watermark (or to `free` bytes free) while
-    the block runs."""
+    the block runs; after a block that ended well, each node out of alarm again."""
     files = []
     try:
         for node_id in node_ids:
@@ -86,6 +86,11 @@ def ballast(cluster, *node_ids, free: int | None = None):
     finally:
         for path in files:
             path.unlink()
+    # A node samples its disk once a second: the next test of the module, sharing the cluster,
+    # would otherwise find a node it never filled still in alarm.
+    for node_id in node_ids:
+        wait_until(lambda: call("GET", cluster.url(node_id) + "/health/disk").body["alarm"] is False, 15,
+                   f"{node_id}'s alarm to end")
 
 
 def put(url: str, queue: str, body="m"):
