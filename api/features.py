@@ -19,7 +19,9 @@ asking a node which it knows (``GET /health/live``'s ``features``).
   commands carry, which an older replica would apply without them (api/principals.py);
 - ``cluster_connections``: a principal's connections counted by group 0's leader for the
   cluster (api/connections.py), whose route and engine calls an older leader lacks: until
-  every node runs it, each counts its own connections as before.
+  every node runs it, each counts its own connections as before;
+- ``plain_entries``: log entries without pickle (engine/raft/node.py, item 19), which an older
+  replica would apply as nothing (allowed by a ``FeatureGate``).
 
 ``ClusterFeature`` asks every voter of group 0 (every node is one) for one of them; the name
 releaser and the feature gates wait on it. ``Admission`` refuses a request that uses
@@ -45,7 +47,7 @@ from .keys import GROUPS, HTTP, SETTINGS
 log = logging.getLogger(__name__)
 
 FEATURES = ("name_release", "release_in_turn", "sealed_receipts", "sqs_keys", "relocate", "wall_times",
-            PRIORITY_BACKOFF_PAUSE_REPLAY, "principals", "cluster_connections")
+            PRIORITY_BACKOFF_PAUSE_REPLAY, "principals", "cluster_connections", "plain_entries")
 ASK_AGAIN_S = 1.0
 PEER_TIMEOUT = ClientTimeout(total=2)
 GATE_S = 5.0
@@ -105,9 +107,9 @@ class ClusterFeature:
 
 class FeatureGate(Background):
     """In a node's first front: tells each of the node's engines (its call `tell`: relocation's
-    ``allow_relocation``, the wall clock's ``allow_wall_ticks``) whether every node runs a release
-    with `feature`, each engine started since (a replica moved here) as it comes, and tells them
-    again if a node of an older release joins."""
+    ``allow_relocation``, the wall clock's ``allow_wall_ticks``, the log's ``allow_plain_entries``)
+    whether every node runs a release with `feature`, each engine started since (a replica moved
+    here) as it comes, and tells them again if a node of an older release joins."""
 
     def __init__(self, app: web.Application, feature: str, who: str, tell: str):
         self._app = app
@@ -133,7 +135,8 @@ class FeatureGate(Background):
 def feature_gates(app: web.Application) -> list[FeatureGate]:
     """The gates of what an engine may write only once every node applies it."""
     return [FeatureGate(app, "relocate", "relocation of live bodies", "allow_relocation"),
-            FeatureGate(app, "wall_times", "the wall clock in ticks", "allow_wall_ticks")]
+            FeatureGate(app, "wall_times", "the wall clock in ticks", "allow_wall_ticks"),
+            FeatureGate(app, "plain_entries", "log entries without pickle", "allow_plain_entries")]
 
 
 class AskedFeature:

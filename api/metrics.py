@@ -138,6 +138,9 @@ class NodeCollector:
         for wire, count in status["appends_sent"].items():
             sent.add_metric([wire], count)
         yield sent
+        yield GaugeMetricFamily("raftq_raft_plain_entries", "1 while group 0's engine logs what it proposes without "
+                                "pickle: every node runs a release that applies such entries (api/features.py)",
+                                value=int(status["plain_entries"]))
         yield CounterMetricFamily("raftq_entries_applied", "Log entries applied by this node",
                                   value=stats["entries_applied"])
         yield GaugeMetricFamily("raftq_buffer_pending_bytes", "Bytes of buffered puts not forwarded yet",

@@ -199,6 +199,18 @@ MUTANTS = [
            "engine/raft/wire.py", """conn.state == CONNECTION_STATE.CONNECTED and getattr(conn, "peer_quiet", False)""",
            "conn.state == CONNECTION_STATE.CONNECTED",
            (T_CON + "test_a_leader_goes_quiet_only_while_every_voter_announced_the_quiet_wire",)),
+    Mutant("plain-entries-before-every-node-applies-them", "a leader logs entries without pickle only once every "
+           "node runs a release that applies them: an older replica would apply one as nothing",
+           "engine/raft/node.py", "        self.plain_entries = allowed\n", "        self.plain_entries = True\n",
+           ("tests/test_operations.py::test_a_rolling_upgrade_to_the_binary_wire_keeps_replicating_with_writes_flowing",)),
+    Mutant("plain-entry-applied-as-nothing", "an entry logged without pickle is applied as a pickled one is",
+           "engine/raft/node.py", "            return self._apply_entry(command[1:])\n", "            return None\n",
+           (T_CON + "test_a_leader_logs_entries_without_pickle_once_told_every_node_applies_them",)),
+    Mutant("repair-in-the-givers-form", "a record is repaired in its own form from a copy a replica rebuilt in "
+           "the other", "engine/raft/consensus.py",
+           "written = self._journal.repair(index, term, self._in_the_form_held(index, command))",
+           "written = self._journal.repair(index, term, command)",
+           ("tests/test_repair.py::test_a_pickled_record_is_repaired_from_replicas_that_carry_its_entry_and_propose_plain_ones",)),
     Mutant("older-term-committed-by-counting", "only entries of the leader's own term commit by counting",
            "engine/raft/node.py",
            "        if log.index_and_term(index - log.index_and_term(0)[0])[1] != self.raftCurrentTerm:\n",

@@ -453,6 +453,38 @@ def test_a_leader_goes_quiet_only_while_every_voter_announced_the_quiet_wire(clu
     assert _appends_sent(leader) - sent >= 2 * 5
 
 
+def logged_forms(node) -> dict[bytes, int]:
+    """Each entry in `node`'s journal, with the type byte of the command that carries it."""
+    def read():
+        journal = node.node._journal
+        commands = (journal.command(index) for index in range(1, (journal.last_index() or 0) + 1))
+        return {node.node._entry_of(command): command[0]
+                for command in commands if command is not None and command[:1] in raft_node.ENTRY_BYTES}
+    return node.call(read)
+
+
+def test_a_leader_logs_entries_without_pickle_once_told_every_node_applies_them(cluster):
+    """engine.raft.node, item 19: a proposal is logged as pysyncobj's pickled call until the
+    engine is told every node applies plain entries (api/features.py's gate), as its own bytes
+    after; every replica applies both forms alike, and replays both after a restart."""
+    c = cluster().start_all()
+    commit(c, b"before")
+    assert not c.leader().status()["plain_entries"]
+    for node in c.nodes.values():
+        node.allow_plain_entries(True)
+    assert c.leader().status()["plain_entries"]
+    commit(c, b"after")
+    c.converged()
+    for node_id, node in c.nodes.items():
+        assert logged_forms(node) == {b"before": raft_node.REGULAR_COMMAND, b"after": raft_node.PLAIN_ENTRY}, node_id
+    restarted = next(node_id for node_id, node in c.nodes.items() if node is not c.leader())
+    c.stop(restarted)
+    c.start(restarted)
+    commit(c, b"last")
+    c.converged()
+    assert c.machines[restarted].entries == [b"before", b"after", b"last"]
+
+
 def test_a_follower_behind_is_caught_up_by_the_ticks_and_sent_no_put_before(cluster):
     """A follower that was away is behind: the puts the leader sends as they come are not for
     it (it would refuse each, and its catch-up would start again from the last) but the

@@ -566,11 +566,25 @@ def appends_sent(cluster, node_id: str) -> dict[str, float]:
     return {wire: float(count) for wire, count in found}
 
 
+def plain_entries(cluster, node_id: str) -> float:
+    """Whether group 0's engine on `node_id` logs its proposals without pickle (engine/raft/node.py, item 19)."""
+    with Client(cluster.url(node_id), token=cluster.token, cafile=cluster.cafile, retry_for=0,
+                timeout=30) as client:
+        return float(re.search(r"^raftq_raft_plain_entries (\S+)$", client.metrics(), re.MULTILINE).group(1))
+
+
+def queue_on(cluster, node_id: str, queue: str) -> list:
+    """What the replica on `node_id` serves of `queue`, read from that node alone."""
+    with Client([cluster.url(node_id)], token=cluster.token, cafile=cluster.cafile) as client:
+        return [(m["seq"], m["body"]) for m in client.browse(queue, limit=10_000, consistency="any")["messages"]]
+
+
 def test_a_rolling_upgrade_to_the_binary_wire_keeps_replicating_with_writes_flowing(tmp_path, monkeypatch):
-    """Node by node from the release that pickled every append, with a writer putting throughout:
-    an upgraded leader sends pickles to the nodes not yet upgraded and binary appends to the
-    others, none of the acknowledged puts is lost, and once every node runs the binary wire the
-    leader sends no more pickled appends."""
+    """Node by node from the release that pickled every append and every entry, with a writer
+    putting throughout: an upgraded leader sends pickles to the nodes not yet upgraded and binary
+    appends to the others, and logs pickled calls, which the old replicas apply as it does; none
+    of the acknowledged puts is lost, and once every node runs this release the leader sends no
+    more pickled appends and logs its entries without pickle."""
     old_tree = exported(PICKLED_APPENDS_FROM, tmp_path / "old-tree")
     monkeypatch.chdir(tmp_path)
     old_env = {**os.environ, "PYTHONPATH": str(old_tree)}
@@ -618,7 +632,15 @@ def test_a_rolling_upgrade_to_the_binary_wire_keeps_replicating_with_writes_flow
                 wait_until(lambda: len(acked) >= before + 40, 60, what=f"writes flowing with {node_id} leading")
                 mixed = appends_sent(cluster, node_id)
                 assert mixed["pickled"] > first["pickled"] and mixed["binary"] == first["binary"] == 0, mixed
+                # what it logs while old voters run, they apply: each replica holds the same
+                assert plain_entries(cluster, node_id) == 0
+                with cluster.client() as client:
+                    client.put_batch("mixed", [{"body": n} for n in range(20)])
+                wait_until(lambda: all(caught_up(cluster, n) for n in cluster.ids), 60, what="every replica")
+                held = [queue_on(cluster, n, "mixed") for n in cluster.ids]
+                assert len(held[0]) == 20 and all(h == held[0] for h in held[1:]), held
         leader = cluster.wait_for_leader(30)
+        wait_until(lambda: plain_entries(cluster, leader) == 1, 30, what="the leader to log entries without pickle")
         first = appends_sent(cluster, leader)
         before = len(acked)
         wait_until(lambda: len(acked) >= before + 40, 60, what="writes flowing on the new release")

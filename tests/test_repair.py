@@ -153,3 +153,35 @@ def test_a_snapshot_whose_state_is_damaged_is_not_shipped_and_one_written_from_m
     assert c.machines[lost].entries == c.machines[leader_id].entries
     assert leader.damage_counts() == (1, 1)
     snapshot_file.check(path)
+
+
+def test_a_pickled_record_is_repaired_from_replicas_that_carry_its_entry_and_propose_plain_ones(cluster):
+    """engine.raft.node, item 19: a replica that holds only the entry (carried by its snapshot)
+    gives its copy in the form it proposes in now; the damaged record was logged in the other,
+    and is written back in that form, filling its place exactly."""
+    c = cluster(machine_class=Keeper, segment_bytes=2048, compaction_min_entries=NEVER,
+                compaction_min_seconds=NEVER).start_all()
+    expected = kept_and_compacted(c)                 # logged as pickled calls
+    leader_id = c.leader().status()["self_id"]
+    for lost in [i for i in c.nodes if i != leader_id]:     # the followers keep only snapshots' copies
+        c.stop(lost)
+        shutil.rmtree(c.root / lost)
+        commit(c, b"filler after %s" % lost.encode())
+        assert c.nodes[leader_id].force_snapshot()
+        c.start(lost)
+        c.converged()
+        assert b"keep 20" not in b"".join(p.read_bytes() for p in (c.root / lost / "journal").glob("seg-*.log"))
+    for node in c.nodes.values():
+        node.allow_plain_entries(True)
+    leader = c.nodes[leader_id]
+    segment = journal_file_holding(c, leader_id, b"keep 20")
+    flip(segment, b"keep 20")
+
+    scrubber = leader.call(lambda: Scrubber(leader.node, pass_hours=0.5 / 3600))
+    leader.call(scrubber.start)
+    try:
+        wait_until(lambda: leader.damage_counts() == (1, 1), 30, "the scrubber to find and repair the damage")
+    finally:
+        leader.call(scrubber.stop)
+    assert b"keep 20" in segment.read_bytes()
+    assert c.machines[leader_id].read_back() == expected

@@ -205,6 +205,11 @@ class RemoteNode:
         leader's ticks carry it (statemachine/wall.py; api/features.py asks the nodes)."""
         await self._call("allow_wall_ticks", allowed)
 
+    async def allow_plain_entries(self, allowed: bool) -> None:
+        """Tell the engine whether every node applies an entry logged without pickle: while it
+        does, its proposals are (engine/raft/node.py, item 19; api/features.py asks the nodes)."""
+        await self._call("allow_plain_entries", allowed)
+
     async def checkpoint(self) -> tuple[str, str]:
         token, digest = await self._call("checkpoint")
         return token, digest

@@ -33,6 +33,8 @@ checkpoint             —                                               [token,
 checkpoint_digest      token                                           digest or None
 allow_relocation       whether every node applies ``relocate``         None (engine/relocation.py)
 allow_wall_ticks       whether every node applies a tick's wall clock  None (statemachine/wall.py)
+allow_plain_entries    whether every node applies an entry logged      None (engine/raft/node.py,
+                       without pickle                                  item 19)
 hold                   principal, limit (its connections on the node)  whether it was counted
 release                principal                                       None
 lease_hold             principal, lease id, limit (its connections in  True, False (it holds
@@ -99,6 +101,7 @@ class EngineService:
             "status": lambda: node.status(), "members": node.members, "stats": node.stats,
             "checkpoint_digest": node.checkpoint_digest, "prefer": self._prefer,
             "allow_relocation": node.relocator.allow, "allow_wall_ticks": node.allow_wall_ticks,
+            "allow_plain_entries": node.consensus.allow_plain_entries,
         }
 
     def start(self) -> None:

@@ -107,9 +107,9 @@ from pysyncobj.node import TCPNode
 from ..config import Peer
 from ..storage import snapshot_file
 from ..storage.damage import DamagedRecord
-from ..storage.journal import DurableJournal
+from ..storage.journal import DurableJournal, encode_record
 from ..storage.records import DamagedFile
-from .node import FOLLOWER, LEADER, MEMBERSHIP_COMMAND, REGULAR_COMMAND, ROLE_NAMES, RaftNode, Ticket
+from .node import ENTRY_BYTES, FOLLOWER, LEADER, MEMBERSHIP_COMMAND, PLAIN_BYTE, ROLE_NAMES, RaftNode, Ticket
 from .repair import Repairs
 from .sealer import Sealer
 from .wire import max_frame_bytes
@@ -339,6 +339,7 @@ class Consensus:
             "ticks": node.ticks,
             "leader_ticks": node.leader_ticks,
             "appends_sent": node.appends_sent(),
+            "plain_entries": node.plain_entries,      # engine.raft.node, item 19: proposals logged without pickle
             "pre_votes": {"asked": node.pre_votes_asked, "won": node.pre_votes_won},
             "peers": peers,
             # a quiet group (engine.raft.quiet): heartbeats and their answers this much further apart,
@@ -435,7 +436,10 @@ class Consensus:
 
     @staticmethod
     def _entry_of(command: bytes) -> bytes:
-        # a regular command's type byte, then pickle of (the id of _raftq_apply, (entry,))
+        # engine.raft.node, item 19: the plain type byte and the entry, or a regular command's
+        # type byte and a pickle of (the id of _raftq_apply, (entry,))
+        if command[:1] == PLAIN_BYTE:
+            return command[1:]
         return pickle.loads(command[1:])[1][0]
 
     def _carried_entry(self, index: int) -> bytes:
@@ -513,14 +517,23 @@ class Consensus:
         self._repairs.arrived(index, term, command, self._id_of(node))
 
     def _write_back(self, index: int, term: int | None, command: bytes) -> bool:
-        if self._journal.holds(index):
-            written = self._journal.repair(index, term, command)
+        if command[:1] not in ENTRY_BYTES:
+            written = self._journal.holds(index) and self._journal.repair(index, term, command)
+        elif self._journal.holds(index):
+            written = self._journal.repair(index, term, self._in_the_form_held(index, command))
         else:
-            written = command[:1] == bytes([REGULAR_COMMAND]) and \
-                self._snapshot_entries.repair(index, self._entry_of(command))
+            written = self._snapshot_entries.repair(index, self._entry_of(command))
         if written:
             self._node.wake()      # applies held back by the damage go on
         return written
+
+    def _in_the_form_held(self, index: int, command: bytes) -> bytes:
+        """The copy of an entry in the form of the record it repairs here: a replica that held
+        only the entry rebuilt the command in the form it proposes in (engine.raft.node, item 19),
+        and a log written before every node applied plain entries holds pickled calls."""
+        if self._journal.stored_bytes(index) == len(encode_record(command, index, 1)):
+            return command
+        return self._node.command_of(self._entry_of(command), plain=command[:1] != PLAIN_BYTE)
 
     def _committed_here(self, index: int) -> bool:
         return index <= self._node.raftCommitIndex
@@ -583,6 +596,11 @@ class Consensus:
     def leader_id(self) -> str | None:
         leader = self._node.leader()
         return None if leader is None else self._id_of(leader)
+
+    def allow_plain_entries(self, allowed: bool) -> None:
+        """Whether every node runs a release that applies an entry logged without pickle
+        (engine.raft.node, item 19; api/features.py asks them): while it does, proposals are."""
+        self._node.allow_plain_entries(allowed)
 
     def learn_ids(self, ids: dict[str, str]) -> None:
         """Raft address -> node id of voters this node may know only by address: one another

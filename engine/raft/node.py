@@ -134,6 +134,15 @@ subclasses it and closes these gaps (docs/guarantees.md, "What pysyncobj
    much longer before they stand, and both sides count each other heard
    that much longer (``contact_slack``). Anything sent without the promise
    ends the quiet, and the next heartbeat falls within the usual period.
+19. Entries without pickle. pysyncobj logs a call of a replicated method
+   as a pickle of ``(method id, args)`` behind its REGULAR type byte, and
+   unpickles it to apply it, on every replica. Once every node runs a
+   release that applies them (``allow_plain_entries``, told by the front's
+   feature gate, api/features.py), a proposal is logged as the
+   ``PLAIN_ENTRY`` type byte and the entry's own bytes, and applied
+   without pysyncobj's call machinery (``do_apply_command``). Both forms are
+   read for as long as a log holds them (``entry_of``); a release before
+   this one would apply a plain entry as nothing, hence the gate.
 """
 
 from __future__ import annotations
@@ -221,7 +230,12 @@ LOST_LEADER_JITTER_S = 0.01
 # heard may have changed, which the next tick reports.
 ROUTINE = {FOLLOWER: frozenset({"append_entries"}), CANDIDATE: frozenset(), LEADER: frozenset({"next_node_idx"})}
 REGULAR_COMMAND = _syncobj._COMMAND_TYPE.REGULAR
+REGULAR_BYTE = bytes([REGULAR_COMMAND])
 NO_OP = bytes([_syncobj._COMMAND_TYPE.NO_OP])
+# Item 19: an entry logged as it is, after a type byte none of pysyncobj's command types use.
+PLAIN_ENTRY = 0x45
+PLAIN_BYTE = bytes([PLAIN_ENTRY])
+ENTRY_BYTES = frozenset({PLAIN_BYTE, REGULAR_BYTE})    # the type bytes of a command that carries an entry
 # What a node's own snapshot that failed its checks at start is renamed with.
 DAMAGED_SUFFIX = ".damaged"
 MEMBERSHIP_COMMAND = _syncobj._COMMAND_TYPE.MEMBERSHIP
@@ -387,6 +401,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, QuietLeader, SyncObjInternals
         self.snapshot_serializer = self.snapshots
         self.transport.on_send = self._stamp
         self.apply_func_id = self._methodToID[self._getFuncName("_raftq_apply")]
+        self.plain_entries = False    # item 19: until every node is known to apply them
         # Item 13: the membership changes in the log as it was opened, taken on once, before the
         # first tick can vote -- now, or once the first tick has loaded the snapshot they follow.
         self._logged_membership = journal.noted_at_open
@@ -446,7 +461,10 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, QuietLeader, SyncObjInternals
             journal.forget_regain()
 
     def do_apply_command(self, command):
-        if command[:1] == MEMBERSHIP_BYTE:
+        kind = command[:1]
+        if kind == PLAIN_BYTE:
+            return self._apply_entry(command[1:])
+        if kind == MEMBERSHIP_BYTE:
             return None     # the configuration changed when the entry was appended, or at open
         return super().do_apply_command(command)
 
@@ -522,12 +540,12 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, QuietLeader, SyncObjInternals
     # -- what the facade steers ----------------------------------------------
 
     def propose(self, entry: bytes, callback) -> None:
-        """Put ``entry`` in the log as a call of ``_raftq_apply``: at once in the steady state
-        (item 17), else queued for the next tick; ``callback(result, fail_reason)`` runs once it
-        is committed and applied (or refused)."""
-        call = self._call_of(entry)
-        if not self._append_at_once(bytes([REGULAR_COMMAND]) + call, callback):
-            self._applyCommand(call, callback, REGULAR_COMMAND)
+        """Put ``entry`` in the log (``command_of``): at once in the steady state (item 17), else
+        queued for the next tick; ``callback(result, fail_reason)`` runs once it is committed and
+        applied (or refused)."""
+        command = self.command_of(entry)
+        if not self._append_at_once(command, callback):
+            self._applyCommand(command, callback)
 
     def _append_at_once(self, command: bytes, callback) -> bool:
         """Item 17: append ``command``, send it to the followers that hold everything before it
@@ -567,13 +585,19 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, QuietLeader, SyncObjInternals
                 next_indexes[node] = index + 1
         return True
 
-    def command_of(self, entry: bytes) -> bytes:
-        """The log command that proposed ``entry``, byte for byte (pysyncobj puts the command's
-        type first): how a replica holding only the entry (carried by its snapshot) gives a copy."""
-        return bytes([REGULAR_COMMAND]) + self._call_of(entry)
+    def command_of(self, entry: bytes, *, plain: bool | None = None) -> bytes:
+        """The log command that proposes ``entry`` (pysyncobj puts the command's type first):
+        plain once every node applies that form (item 19), else a pickled call of
+        ``_raftq_apply``; `plain` asks for one form. A replica that holds only the entry (carried
+        by its snapshot) gives a copy in its own form, and the record it repairs may hold the
+        other (``engine.raft.consensus``)."""
+        if self.plain_entries if plain is None else plain:
+            return PLAIN_BYTE + entry
+        return REGULAR_BYTE + pickle.dumps((self.apply_func_id, (entry,)), protocol=5)
 
-    def _call_of(self, entry: bytes) -> bytes:
-        return pickle.dumps((self.apply_func_id, (entry,)), protocol=5)
+    def allow_plain_entries(self, allowed: bool) -> None:
+        """Whether every node runs a release that applies a plain entry (item 19)."""
+        self.plain_entries = allowed
 
     def may_vote(self) -> bool:
         """False while this node's log lacks entries it gave up to damage (item 15)."""
