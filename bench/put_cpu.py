@@ -1,15 +1,18 @@
 """Where a lone put's server CPU goes, process by process, and what each process costs idle.
 
-    .venv/bin/python -m bench.put_cpu [--seconds 10] [--idle-seconds 10] [--nodes 3]
+    .venv/bin/python -m bench.put_cpu [--seconds 10] [--idle-seconds 10] [--floor-seconds 5] [--nodes 3]
 
 A fresh local cluster of this tree; one producer puts one message per
 request and waits for its answer (as `bench.node_compare`'s lone put) for
 `--seconds`; then nothing is asked for `--idle-seconds`. For each process
 of each node (the supervisor, each Raft group's engine, each front), by
 its role (the group's leader or a follower): user and system CPU
-microseconds per put, and CPU seconds per 10 s idle. What a change to a
-put's path (issue 50) must move is read here; `bench.node_compare` says
-whether it moved against another revision.
+microseconds per put, and CPU seconds per 10 s idle. Then, for
+`--floor-seconds`, the same lone requests to a bare aiohttp server
+(`bench.http_floor`): the leader's front's CPU per put over that floor says
+how much of the front is raftq's own. What a change to a put's path (issue
+50) must move is read here; `bench.node_compare` says whether it moved
+against another revision.
 
 The last line is one JSON object with every figure.
 """
@@ -27,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import http_floor  # noqa: E402
 from bench.measure import group_pids, machine, percentile, process_name, user_system_by_process  # noqa: E402
 from bench.put_bench import put_load  # noqa: E402
 from raftq.local import LocalCluster  # noqa: E402
@@ -70,11 +74,16 @@ async def run(args) -> dict:
             idle = spent(before, user_system_by_process(list(named)), named)
         finally:
             cluster.close()
+    floor = await http_floor.measure(args.floor_seconds)
     puts = len(latencies)
     per_put = {name: {"user_us": round(user * 1e6 / puts), "system_us": round(system * 1e6 / puts)}
                for name, (user, system) in sorted(loaded.items())}
     idle_per_10s = {name: round((user + system) * 10 / args.idle_seconds, 3) for name, (user, system) in sorted(idle.items())}
-    return {"machine": machine(), "nodes": args.nodes, "puts": puts,
+    leader_fronts = sum(cost["user_us"] + cost["system_us"] for name, cost in per_put.items()
+                        if name.startswith("leader front-"))
+    return {"http_floor": floor,
+            "leader_front_vs_http_floor": round(leader_fronts / (floor["user_us"] + floor["system_us"]), 2),
+            "machine": machine(), "nodes": args.nodes, "puts": puts,
             "p50_ms": round(percentile(latencies, 50) * 1000, 3), "p99_ms": round(percentile(latencies, 99) * 1000, 3),
             "server_cpu_us_per_put": sum(f["user_us"] + f["system_us"] for f in per_put.values()),
             "per_put": per_put, "idle_cpu_s_per_10s": round(sum(idle_per_10s.values()), 3), "idle": idle_per_10s}
@@ -84,6 +93,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the lone puts")
     parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument("--floor-seconds", type=float, default=5.0, help="length of the bare aiohttp server's requests")
     parser.add_argument("--nodes", type=int, choices=(1, 3, 5), default=3)
     figures = asyncio.run(run(parser.parse_args()))
     print(f"{figures['puts']} lone puts: p50 {figures['p50_ms']} ms, p99 {figures['p99_ms']} ms, "
@@ -92,6 +102,9 @@ def main() -> None:
     for name, cost in figures["per_put"].items():
         print(f"{name:<34} {cost['user_us']:>12} {cost['system_us']:>14} {figures['idle'].get(name, 0):>16}")
     print(f"idle, every process: {figures['idle_cpu_s_per_10s']} CPU-s per 10 s")
+    floor = figures["http_floor"]
+    print(f"a bare aiohttp server: {floor['user_us']} µs user, {floor['system_us']} µs system per request; "
+          f"the leader's front {figures['leader_front_vs_http_floor']}× that per put")
     print(json.dumps(figures))
 
 
