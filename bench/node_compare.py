@@ -8,7 +8,11 @@ baseline from a detached git worktree (its code first on PYTHONPATH).  Every
 workload alternates between them, repetition by repetition, so that drifting
 load on a shared machine falls on both; figures are medians over the
 repetitions, and each ratio is this tree's figure over the baseline's
-(throughput above 1 and latency below 1 favour this tree):
+(throughput above 1 and latency below 1 favour this tree). Run against
+itself (`--baseline HEAD`) on the 2-core machine, one run of three reps gave
+ratios from 0.77 to 1.35 (docs/benchmarks.md, "Entries without pickle"):
+a change smaller than that needs more runs, or a figure that does not move
+with the machine's load.
 
 - lone put: one producer, one message per request, acked: p50 and p99, the
   server CPU per put (every process of every node), and the leader's ticks
