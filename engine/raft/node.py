@@ -141,7 +141,7 @@ subclasses it and closes these gaps (docs/guarantees.md, "What pysyncobj
    feature gate, api/features.py), a proposal is logged as the
    ``PLAIN_ENTRY`` type byte and the entry's own bytes, and applied
    without pysyncobj's call machinery (``do_apply_command``). Both forms are
-   read for as long as a log holds them (``entry_of``); a release before
+   read for as long as a log holds them (``Consensus._entry_of``); a release before
    this one would apply a plain entry as nothing, hence the gate.
 """
 
