@@ -72,7 +72,9 @@ async def group_states(app: web.Application) -> dict:
                 "applied_index": status.get("applied_index"),
                 # the group's voters as this replica's Raft sees them: its snapshot's and its log's
                 # membership, which every replica must agree on
-                "voters": sorted([status["self_id"], *status["peers"]]) if status else None}
+                "voters": sorted([status["self_id"], *status["peers"]]) if status else None,
+                # whether it logs what it proposes without pickle (engine/raft/node.py, item 19)
+                "plain_entries": status.get("plain_entries")}
     groups = sorted(app[GROUPS].engines)
     states = await asyncio.gather(*(state(group, app[GROUPS].engines[group]) for group in groups))
     return {str(group): state for group, state in zip(groups, states)}

@@ -3,6 +3,7 @@ supervisor per node, one engine process per group it is a member of, one
 Raft port whose connections name their group; placement of replicas and
 leader balancing (engine/placement.py, engine/balance.py)."""
 
+import asyncio
 import json
 import os
 import pickle
@@ -108,6 +109,38 @@ def test_every_group_elects_one_leader_and_every_front_holds_every_engine(groups
         client.put("still-one-group-of-queues", "hello")
         got = client.receive("still-one-group-of-queues", max=1)["messages"]
         assert [m["body"] for m in got] == ["hello"]
+
+
+def test_every_group_logs_plain_entries_and_its_replicas_apply_them_alike(groups4):
+    """engine/raft/node.py, item 19, with several Raft groups: each node's first front tells every
+    engine it holds, so every replica of every group logs without pickle; puts through HTTP and
+    the streaming wire to queues placed in every group are served, and every group's replicas
+    agree."""
+    from raftq.client import Producer
+
+    def all_plain():
+        views = group_views(groups4)
+        return len(views) == 3 and all(state.get("plain_entries") is True
+                                       for groups in views.values() for state in groups.values())
+    wait_until(all_plain, 30, "every engine of every node to log plain entries")
+    queues = [f"plain-{n}" for n in range(12)]
+    with groups4.client() as client:
+        for queue in queues:
+            client.put(queue, {"door": "http"})
+
+    async def stream():
+        async with Producer(groups4.urls, token=groups4.token) as producer:
+            for queue in queues:
+                await (await producer.send(queue, {"door": "stream"}))
+    asyncio.run(stream())
+    with groups4.client() as client:
+        placed = {group for queue, group in client.routing()["queues"].items() if queue in queues}
+        assert placed == {0, 1, 2, 3}, placed
+        for queue in queues:
+            got = client.receive(queue, max=2)["messages"]
+            assert sorted(m["body"]["door"] for m in got) == ["http", "stream"], queue
+        verdict = client.verify()
+        assert verdict["agree"] and len(verdict["groups"]) == 4, verdict
 
 
 def test_leaders_spread_after_start_and_again_after_a_node_dies_and_returns(groups4):
