@@ -22,6 +22,7 @@ wait for it (see ``Node.submit``).
 
 import asyncio
 import logging
+import math
 import socket
 import time
 import uuid
@@ -175,6 +176,9 @@ class Node:
         self.scrubber = Scrubber(self.consensus, scrub_pass_hours) if scrub_pass_hours > 0 else None
         self._ticker: asyncio.Task | None = None
         self._ticker_wake = asyncio.Event()
+        # The log time of the timer the tick loop sleeps until (inf: none), None while it does
+        # not sleep: a command wakes it only for a timer sooner than that (_wake_for_timer).
+        self._tick_sleep_until_ms: float | None = None
         # Commands that arrived before the clock settled for the term they
         # were submitted in: future -> that term.
         self._settle_waiters: dict[asyncio.Future, int] = {}
@@ -228,7 +232,20 @@ class Node:
             self._principals_version_seen = self.machine.principals_version()
             self._loop.call_soon(self._view_changed)
         self.long_polls.entry_applied()
+        self._wake_for_timer()
         return index, results
+
+    def _wake_for_timer(self) -> None:
+        """Once an entry is applied: wake a leader's tick loop if the entry set a timer sooner
+        than the one it sleeps until. Waking it after every command of its own cost a leader a
+        round of the loop per put (a tenth of a lone put's CPU in its engine), to find most
+        often that nothing was due; and every entry is applied here, whoever queued its commands."""
+        until = self._tick_sleep_until_ms
+        if until is None:
+            return    # a follower's, or not asleep: its next round reads the timers afresh
+        due = self.read("next_timer")
+        if due is not None and due < until:
+            self._ticker_wake.set()
 
     def _restore(self, data: bytes) -> None:
         self.machine.restore(data)
@@ -297,17 +314,14 @@ class Node:
         term = self.consensus.term()
         await self._settled(term)
         try:
-            try:
-                queued = self.committer.enqueue(stamped(encoded, self.clock.now_ms()), term)
-                if ride is not None and self.long_polls.waits_on(ride):
-                    self.long_polls.put_queued(ride, term)
-                return await queued
-            except CommitError as exc:
-                if exc.code != "no_quorum" or not await self._lease_regained(term):
-                    raise
-                return await self.committer.enqueue(stamped(encoded, self.clock.now_ms()), term)
-        finally:
-            self._ticker_wake.set()   # the command may have set a timer
+            queued = self.committer.enqueue(stamped(encoded, self.clock.now_ms()), term)
+            if ride is not None and self.long_polls.waits_on(ride):
+                self.long_polls.put_queued(ride, term)
+            return await queued
+        except CommitError as exc:
+            if exc.code != "no_quorum" or not await self._lease_regained(term):
+                raise
+            return await self.committer.enqueue(stamped(encoded, self.clock.now_ms()), term)
 
     def _let_receives_ride(self) -> None:
         """Before group commit packs an entry: the receives waiting on the queues of the
@@ -405,8 +419,8 @@ class Node:
         through the log so that every replica sees them.
 
         It sleeps until something can be due — a follower until it leads, a
-        leader until its next timer or until a command of its own was applied
-        (which may have set one) — so an idle cluster wakes for heartbeats
+        leader until its next timer or until a command of its own set a sooner
+        one (``_wake_for_timer``) — so an idle cluster wakes for heartbeats
         only; and however busy, it makes at most one round per TICK_INTERVAL_S.
         """
         while True:
@@ -439,17 +453,21 @@ class Node:
             await asyncio.sleep(TICK_INTERVAL_S)
 
     async def _sleep_until_due(self) -> None:
-        timeout = None
+        timeout, until = None, math.inf
         if self.is_leader():
             if not self.clock.settled_for(self.consensus.term()):
                 return
             due = self.read("next_timer")
             if due is not None:
+                until = due
                 timeout = max(0.0, (due - self.clock.now_ms()) / 1000)
+        self._tick_sleep_until_ms = until if self.is_leader() else None
         try:
             await asyncio.wait_for(self._ticker_wake.wait(), timeout)
         except asyncio.TimeoutError:
             pass
+        finally:
+            self._tick_sleep_until_ms = None
 
     # ---- reads ----------------------------------------------------------------------------
     def read(self, query: str, *args):
