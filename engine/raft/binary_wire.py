@@ -24,8 +24,9 @@ another connection), then a fixed header:
 exactly, entries are consecutive after the previous index and their terms
 never fall nor pass the append's. A frame that fails raises ``ValueError``,
 and the connection is closed like any bad frame: never a partial append.
-A message this form cannot carry exactly (a snapshot, an unexpected key, a
-value out of range) is not ``encodable`` and goes as a pickle.
+A node sends these two kinds from their fields (``encode_append``,
+``encode_answer``: no dict is built and walked on the put's path); a snapshot's
+chunks, which also travel as appends, go as pickles.
 """
 
 from __future__ import annotations
@@ -51,80 +52,43 @@ QUIET = 8                      # an append: the quiet promise follows the header
 
 NO_TIME = struct.pack("<d", 0.0)
 
-U64 = 1 << 64
-U32 = 1 << 32
-APPEND_KEYS = frozenset({"type", "term", "commit_index", "prevLogIdx", "prevLogTerm", "entries", "sent_at",
-                         "quiet_s"})
-APPEND_REQUIRED = APPEND_KEYS - {"sent_at", "quiet_s"}
-ANSWER_KEYS = frozenset({"type", "term", "next_node_idx", "reset", "success", "sent_at"})
-ANSWER_REQUIRED = ANSWER_KEYS - {"sent_at"}
+def encode_append(key: bytes | None, term: int, prev_index: int, prev_term: int, commit_index: int,
+                  entries: list, sent_at: float | None = None, quiet_s: float | None = None) -> bytes:
+    """The payload of an append carrying the connection's ``key``: ``entries`` are ``(command,
+    index, term)``, consecutive after ``prev_index``, as the journal holds them."""
+    key = key or b""
+    flags = (0 if sent_at is None else HAS_SENT_AT) | (0 if quiet_s is None else QUIET)
+    length = 0
+    for command, _, _ in entries:
+        length += ENTRY_HEADER.size + len(command)
+    parts = [PREFIX.pack(APPEND, len(key)), key,
+             APPEND_HEADER.pack(flags, term, prev_index, prev_term, commit_index,
+                                0.0 if sent_at is None else sent_at, len(entries), length)]
+    if quiet_s is not None:
+        parts.append(QUIET_FIELD.pack(quiet_s))
+    for command, index, entry_term in entries:
+        parts.append(ENTRY_HEADER.pack(index, entry_term, len(command)))
+        parts.append(command)     # joined once: a batch's entries are copied once, as a pickle copies them
+    return b"".join(parts)
 
 
-def _u64(value) -> bool:
-    return type(value) is int and 0 <= value < U64
-
-
-def _float(value) -> bool:
-    return type(value) is float
-
-
-def encodable(message) -> bool:
-    """Whether ``encode`` carries ``message`` exactly (``decode`` gives an equal one back)."""
-    if not isinstance(message, dict):
-        return False
-    kind = message.get("type")
-    keys = message.keys()
-    if kind == "append_entries":
-        if not (APPEND_REQUIRED <= keys <= APPEND_KEYS):
-            return False
-        if not all(_u64(message[k]) for k in ("term", "commit_index", "prevLogIdx", "prevLogTerm")):
-            return False
-        if "sent_at" in message and not _float(message["sent_at"]):
-            return False
-        if "quiet_s" in message and not _float(message["quiet_s"]):
-            return False
-        entries = message["entries"]
-        if type(entries) is not list or len(entries) >= U32:
-            return False
-        expected = message["prevLogIdx"] + 1
-        for entry in entries:
-            if (type(entry) is not tuple or len(entry) != 3 or type(entry[0]) is not bytes
-                    or entry[1] != expected or not _u64(entry[1]) or not _u64(entry[2])):
-                return False
-            expected += 1
-        return True
-    if kind == "next_node_idx":
-        if not (ANSWER_REQUIRED <= keys <= ANSWER_KEYS):
-            return False
-        return (_u64(message["term"]) and _u64(message["next_node_idx"])
-                and type(message["reset"]) is bool and type(message["success"]) is bool
-                and ("sent_at" not in message or _float(message["sent_at"])))
-    return False
+def encode_answer(key: bytes | None, term: int, next_index: int, success: bool, reset: bool,
+                  sent_at: float | None = None) -> bytes:
+    """The payload of an answer to an append, carrying the connection's ``key``."""
+    key = key or b""
+    flags = ((0 if sent_at is None else HAS_SENT_AT) | (SUCCESS if success else 0) | (RESET if reset else 0))
+    return b"".join((PREFIX.pack(ANSWER, len(key)), key,
+                     ANSWER_HEADER.pack(flags, term, next_index, 0.0 if sent_at is None else sent_at)))
 
 
 def encode(message: dict, key: bytes | None) -> bytes:
-    """The frame's payload for an ``encodable`` message, carrying the connection's ``key``."""
-    key = key or b""
-    sent_at = message.get("sent_at")
-    flags = 0 if sent_at is None else HAS_SENT_AT
+    """The payload of an append or an answer in the form ``decode`` gives (a pysyncobj message)."""
     if message["type"] == "append_entries":
-        entries = message["entries"]
-        length = sum(ENTRY_HEADER.size + len(command) for command, _, _ in entries)
-        quiet_s = message.get("quiet_s")
-        flags |= 0 if quiet_s is None else QUIET
-        parts = [PREFIX.pack(APPEND, len(key)), key,
-                 APPEND_HEADER.pack(flags, message["term"], message["prevLogIdx"], message["prevLogTerm"],
-                                    message["commit_index"], 0.0 if sent_at is None else sent_at, len(entries),
-                                    length)]
-        if quiet_s is not None:
-            parts.append(QUIET_FIELD.pack(quiet_s))
-        for command, index, term in entries:
-            parts.append(ENTRY_HEADER.pack(index, term, len(command)))
-            parts.append(command)     # joined once: a batch's entries are copied once, as a pickle copies them
-        return b"".join(parts)
-    flags |= (SUCCESS if message["success"] else 0) | (RESET if message["reset"] else 0)
-    return b"".join((PREFIX.pack(ANSWER, len(key)), key,
-                     ANSWER_HEADER.pack(flags, message["term"], message["next_node_idx"], 0.0 if sent_at is None else sent_at)))
+        return encode_append(key, message["term"], message["prevLogIdx"], message["prevLogTerm"],
+                             message["commit_index"], message["entries"], message.get("sent_at"),
+                             message.get("quiet_s"))
+    return encode_answer(key, message["term"], message["next_node_idx"], message["success"], message["reset"],
+                         message.get("sent_at"))
 
 
 def decode(data) -> tuple[bytes | None, dict]:

@@ -67,16 +67,14 @@ class FollowerSide:
     def _send_replies(self) -> None:
         replies, self._replies = self._replies, []
         transport = self.transport
-        for node, message in replies:
-            transport.send(node, message)
+        for reply in replies:
+            transport.send_answer(*reply)
 
     def _reply(self, node, next_idx: int, success: bool, reset: bool) -> None:
-        # the term is what the binary answer's header carries (engine.raft.binary_wire); pysyncobj reads none
-        reply = {"type": "next_node_idx", "term": self.raftCurrentTerm, "next_node_idx": next_idx,
-                 "reset": reset, "success": success}
-        if self._answering_sent_at is not None:
-            reply["sent_at"] = self._answering_sent_at   # confirms the leader's reads (engine.raft.read_index)
-        self._replies.append((node, reply))
+        # the term is what the binary answer's header carries (engine.raft.binary_wire); pysyncobj
+        # reads none; the append's sent_at, sent back, confirms the leader's reads (engine.raft.read_index)
+        reply = (node, self.raftCurrentTerm, next_idx, success, reset, self._answering_sent_at)
+        self._replies.append(reply)
 
 
     def _on_append_entries(self, node, message):

@@ -399,7 +399,6 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, QuietLeader, SyncObjInternals
                                          on_written=snapshot_written, ship=ship_snapshot,
                                          on_damaged=snapshot_damaged)
         self.snapshot_serializer = self.snapshots
-        self.transport.on_send = self._stamp
         self.apply_func_id = self._methodToID[self._getFuncName("_raftq_apply")]
         self.plain_entries = False    # item 19: until every node is known to apply them
         # Item 13: the membership changes in the log as it was opened, taken on once, before the
@@ -577,11 +576,11 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, QuietLeader, SyncObjInternals
             except InsufficientStorage:
                 return False    # the tick refuses it (item 14)
             self.waiting_commit[index].append((ticket.term, callback))
+            now = monotonic()
+            self._end_quiet(now)
+            entries, commit = [(command, index, ticket.term)], self.commit_index
             for node in holding:
-                transport.send(node, {"type": "append_entries", "term": ticket.term,
-                                      "commit_index": self.commit_index,
-                                      "prevLogIdx": last, "prevLogTerm": last_term,
-                                      "entries": [(command, index, ticket.term)]})
+                transport.send_append(node, ticket.term, last, last_term, commit, entries, now)
                 next_indexes[node] = index + 1
         return True
 
@@ -732,26 +731,28 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, QuietLeader, SyncObjInternals
             send_single, sending_snapshot = True, False
             next_index = next_indexes[node]
             while next_index <= self.last_log_index() or send_single or sending_snapshot:
-                message = {"type": "append_entries", "term": self.raftCurrentTerm,
-                           "commit_index": self.commit_index}
-                if promise:
-                    message["quiet_s"] = promise
-                blocked = False
+                term, commit, quiet_s = self.raftCurrentTerm, self.commit_index, promise or None
+                blocked = shipping = False
                 if next_index > self._journal.index_and_term(0)[0]:
-                    message["prevLogIdx"], message["prevLogTerm"] = self.prev_log_index_term(next_index)
+                    prev_index, prev_term = self.prev_log_index_term(next_index)
                     entries = []
                     if next_index <= self.last_log_index():
                         entries = self.get_entries(next_index, None, conf.appendEntriesBatchSizeBytes)
                         if entries:
                             next_indexes[node] = entries[-1][1] + 1
                         blocked = len(entries) == 0
-                    message["entries"] = entries
+                    transport.send_append(node, term, prev_index, prev_term, commit, entries, started, quiet_s)
                 else:
-                    shipped = message["serialized"] = self.snapshot_serializer.getTransmissionData(node)
-                transport.send(node, message)
+                    shipping = True
+                    shipped = self.snapshot_serializer.getTransmissionData(node)
+                    message = {"type": "append_entries", "term": term, "commit_index": commit,
+                               "serialized": shipped, "sent_at": started}
+                    if quiet_s is not None:
+                        message["quiet_s"] = quiet_s
+                    transport.send(node, message)
                 if node not in self.connected_nodes or blocked:
                     break
-                if "serialized" in message:
+                if shipping:
                     sending_snapshot = shipped is not None and not shipped[2]
                     if shipped is not None and shipped[2]:    # its last chunk
                         next_indexes[node] = self._journal.index_and_term(1)[0] + 1
@@ -793,13 +794,6 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, QuietLeader, SyncObjInternals
 
     def last_log_term(self):
         return self._journal.index_and_term(-1)[1]
-
-    def _stamp(self, message) -> None:
-        """The transport calls this with every message it sends."""
-        if isinstance(message, dict) and message.get("type") == "append_entries":
-            now = message["sent_at"] = monotonic()
-            if "quiet_s" not in message:
-                self._end_quiet(now)
 
     def on_become_leader(self):
         self.quorum_lost_at = None

@@ -56,7 +56,6 @@ import errno
 import logging
 import socket
 import struct
-from typing import Callable
 
 from . import binary_wire
 from .internals import ConnectionInternals, ServerInternals
@@ -266,19 +265,44 @@ class Connection(ConnectionInternals):
         return len(buffer) < FRAME.size + declared
 
     def send(self, message):
-        append = isinstance(message, dict) and message.get("type") == "append_entries"
-        if append and self.unanswered_since is None:
+        # pysyncobj's messages, and a snapshot's chunks (appends too): pickled
+        if isinstance(message, dict) and message.get("type") == "append_entries":
+            self._append_leaving("pickled")
+        if self.sendRandKey:
+            message = (self.sendRandKey, message)
+        self._send_payload(_pickle.dumps(message))
+
+    def send_append(self, term: int, prev_index: int, prev_term: int, commit_index: int, entries: list,
+                    sent_at: float, quiet_s: float | None = None) -> None:
+        """An append, from its fields: binary to a peer that announced the binary wire."""
+        if not self.peer_binary:
+            message = {"type": "append_entries", "term": term, "commit_index": commit_index,
+                       "prevLogIdx": prev_index, "prevLogTerm": prev_term, "entries": entries, "sent_at": sent_at}
+            if quiet_s is not None:
+                message["quiet_s"] = quiet_s
+            self.send(message)
+            return
+        self._append_leaving("binary")
+        self._send_payload(binary_wire.encode_append(self.sendRandKey, term, prev_index, prev_term, commit_index,
+                                                     entries, sent_at, quiet_s))
+
+    def send_answer(self, term: int, next_index: int, success: bool, reset: bool, sent_at: float | None) -> None:
+        """An answer to an append, from its fields: binary to a peer that announced the binary wire."""
+        if not self.peer_binary:
+            message = {"type": "next_node_idx", "term": term, "next_node_idx": next_index, "reset": reset,
+                       "success": success}
+            if sent_at is not None:
+                message["sent_at"] = sent_at
+            self.send(message)
+            return
+        self._send_payload(binary_wire.encode_answer(self.sendRandKey, term, next_index, success, reset, sent_at))
+
+    def _append_leaving(self, form: str) -> None:
+        self.appends_sent[form] += 1
+        if self.unanswered_since is None:
             self.unanswered_since = monotonic()
-        if self.peer_binary and binary_wire.encodable(message):
-            data = binary_wire.encode(message, self.sendRandKey)
-            if append:
-                self.appends_sent["binary"] += 1
-        else:
-            if append:
-                self.appends_sent["pickled"] += 1
-            if self.sendRandKey:
-                message = (self.sendRandKey, message)
-            data = _pickle.dumps(message)
+
+    def _send_payload(self, data: bytes) -> None:
         if self.encryptor:
             data = self.encryptor.encrypt_at_time(data, int(monotonic()))
         self.write_buffer += FRAME.pack(len(data)) + data
@@ -429,9 +453,6 @@ class DialingTransport(TCPTransport):
 
     def __init__(self, syncObj, selfNode, otherNodes, *, dial_addrs: dict[str, str], max_frame: int,
                  group: int = 0, handoff: socket.socket | None = None):
-        # called with every message this node sends, before it is sealed
-        # (the Raft node stamps its appends with the time they leave)
-        self.on_send: Callable[[object], None] = lambda message: None
         self._dial_addrs = dial_addrs
         self._preamble = group_preamble(group)
         # None: this node binds its Raft port itself (a lone Consensus, as in
@@ -507,9 +528,24 @@ class DialingTransport(TCPTransport):
         if not self._selfIsReadonlyNode:
             announce(conn, self.versions)
 
-    def send(self, node, message):
-        self.on_send(message)
-        return super().send(node, message)
+    def send_append(self, node, term: int, prev_index: int, prev_term: int, commit_index: int, entries: list,
+                    sent_at: float, quiet_s: float | None = None) -> bool:
+        """``Connection.send_append`` to ``node``; whether its connection is still up after it (as
+        pysyncobj's ``send``)."""
+        conn = self._connections.get(node)
+        if conn is None or conn.state != CONNECTION_STATE.CONNECTED:
+            return False
+        conn.send_append(term, prev_index, prev_term, commit_index, entries, sent_at, quiet_s)
+        return conn.state == CONNECTION_STATE.CONNECTED
+
+    def send_answer(self, node, term: int, next_index: int, success: bool, reset: bool,
+                    sent_at: float | None) -> bool:
+        """``Connection.send_answer`` to ``node``; whether its connection is still up after it."""
+        conn = self._connections.get(node)
+        if conn is None or conn.state != CONNECTION_STATE.CONNECTED:
+            return False
+        conn.send_answer(term, next_index, success, reset, sent_at)
+        return conn.state == CONNECTION_STATE.CONNECTED
 
     def _onTick(self):
         super()._onTick()
