@@ -548,6 +548,38 @@ def test_only_entries_of_the_leaders_term_commit_by_counting(cluster):
     assert held_by_all < first + 1 and committed == first + 3
 
 
+def test_an_answer_of_an_earlier_term_is_not_counted(cluster):
+    """An answer sent in an earlier term of this leader's (a slow link delivers it after a new
+    election) tells what the follower held of that term's log: counted, it would commit this
+    term's entry at that index on the leader's copy alone. The same answer in the leader's
+    term commits it."""
+    c = cluster()
+    node = c.start("n1", run=False)
+
+    def answer_from_each(raft, term, next_index):
+        for other in raft.other_nodes:
+            raft.on_message_received(other, {"type": "next_node_idx", "term": term, "next_node_idx": next_index,
+                                              "reset": False, "success": True})
+
+    def check():
+        raft = node.node._node
+        first, _ = raft._journal.index_and_term(-1)
+        raft.set_current_term(3, None)
+        raft.raft_state = raft_node.LEADER
+        raft.match_indexes = {other: 0 for other in raft.other_nodes}
+        raft._journal.add(raft.command_of(b"new"), first + 1, 3)
+        answer_from_each(raft, 2, first + 2)
+        stale = (raft.commit_index, sorted(raft.match_indexes.values()))
+        answer_from_each(raft, 3, first + 2)
+        current = (raft.commit_index, sorted(raft.match_indexes.values()))
+        raft.raft_state = raft_node.FOLLOWER
+        return first, stale, current
+    first, stale, current = node.call(check)
+    node.run()     # so that it closes at once
+    assert stale == (first, [0, 0])
+    assert current == (first + 1, [first + 1, first + 1])
+
+
 def test_refusals_before_the_log(cluster):
     c = cluster(max_entry_bytes=1000).start_all()
     leader = c.leader()

@@ -122,8 +122,10 @@ subclasses it and closes these gaps (docs/guarantees.md, "What pysyncobj
    (``_append_at_once``); a follower that is behind, or is being sent a
    snapshot, gets it from the ticks' sends, which catch it up. A socket
    that is ready is read without a tick (``read``): a follower writes,
-   syncs and answers the appends in it, a leader counts the answers,
-   commits (entries of its own term only, itself once synced) and applies.
+   syncs and answers the appends in it, a leader counts the answers
+   (``_on_answer``: its own code, which drops an answer of an earlier
+   term; pysyncobj counted any), commits (entries of its own term only,
+   itself once synced) and applies.
    A tick follows only a read that brought news. A follower applies what an
    append committed in the read that answered it. Ticks remain for
    heartbeats, elections, PreVote, CheckQuorum, compaction and catch-up;
@@ -1054,7 +1056,9 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, QuietLeader, SyncObjInternals
         self.last_heard[node.id] = now
         before = (self.raft_state, self.raftCurrentTerm, self.raft_leader)
         try:
-            if message["type"] == PRE_VOTE:
+            if message["type"] == "next_node_idx":
+                self._on_answer(node, message, now)
+            elif message["type"] == PRE_VOTE:
                 self._on_pre_vote(node, message)
             elif message["type"] == PRE_VOTE_ANSWER:
                 self._on_pre_vote_answer(node, message)
@@ -1071,16 +1075,39 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, QuietLeader, SyncObjInternals
                 pass     # no answer: this node's log lacks entries it may have acknowledged (item 15)
             else:
                 super().on_message_received(node, message)
-                if message["type"] == "next_node_idx" and self.raft_state == LEADER:
-                    self.reads.answered(node, message.get("sent_at"))
-                    if message["success"]:
-                        self._commit_acknowledged()
-                    else:
-                        self.appends_refused += 1
-                    self._resolve_reads()
             after = (self.raft_state, self.raftCurrentTerm, self.raft_leader)
             self._poller.heard(message["type"] in ROUTINE[before[0]] and after == before
                                and silent_for < self._heard_within + self.contact_slack())
         except Exception:
             kind = message.get("type") if isinstance(message, dict) else type(message).__name__
             logger.critical("failed to handle a %r message from %s", kind, node, exc_info=True)
+
+    def _on_answer(self, node, message, now: float) -> None:
+        """A follower's answer to this leader's append, counted as it arrives: pysyncobj's
+        bookkeeping of it (next and match index, when it answered), then the commit it may
+        complete and the reads it confirms. pysyncobj read every answer, whatever its term; one
+        of an earlier term of this node's (a slow link delivers it after a new election) tells
+        what the follower held of that term's log, and counting it could commit an entry of this
+        term the follower never had (Raft, section 5.1): it is dropped. An older release's
+        pickled answer carries no term, and is counted as pysyncobj counted it."""
+        if self.raft_state != LEADER:
+            return
+        term = message.get("term")
+        if term is not None and term < self.raftCurrentTerm:
+            return
+        next_index, success = message["next_node_idx"], message["success"]
+        next_indexes = self.next_indexes
+        if message["reset"]:
+            next_indexes[node] = next_index
+        if success:
+            match = self.match_indexes
+            if match[node] < next_index - 1:
+                match[node] = next_index - 1
+                next_indexes[node] = next_index
+        self.last_answered_at[node] = now
+        self.reads.answered(node, message.get("sent_at"))
+        if success:
+            self._commit_acknowledged()
+        else:
+            self.appends_refused += 1
+        self._resolve_reads()
