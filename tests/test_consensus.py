@@ -580,6 +580,49 @@ def test_an_answer_of_an_earlier_term_is_not_counted(cluster):
     assert current == (first + 1, [first + 1, first + 1])
 
 
+def test_a_leader_answered_from_a_newer_term_steps_down_to_it(cluster):
+    c = cluster()
+    node = c.start("n1", run=False)
+
+    def check():
+        raft = node.node._node
+        raft.set_current_term(3, None)
+        raft.raft_state = raft_node.LEADER
+        raft.match_indexes = {other: 0 for other in raft.other_nodes}
+        other = next(iter(raft.other_nodes))
+        raft.on_message_received(other, {"type": "next_node_idx", "term": 4, "next_node_idx": 1,
+                                          "reset": False, "success": False})
+        return raft.raft_state, raft.raftCurrentTerm, raft.raft_leader
+    state, term, leader = node.call(check)
+    node.run()     # so that it closes at once
+    assert (state, term, leader) == (raft_node.FOLLOWER, 4, None)
+
+
+def test_a_follower_whose_term_ran_ahead_of_its_group_rejoins_it(cluster):
+    """A follower cut off just as it won a pre-vote stands alone in a new term; once it hears
+    the group again, the leader's appends are of an older term than its own and the others,
+    hearing that leader, refuse its pre-votes. Its refusal of those appends, carrying its term,
+    makes the leader step down, and the next election brings it back: it follows, and holds
+    what is committed after."""
+    c = cluster().start_all()
+    commit(c, b"before")
+    leader = c.leader()
+    follower_id = next(i for i, n in c.nodes.items() if n is not leader)
+    follower = c.nodes[follower_id]
+    ahead = follower.term() + 5
+    follower.call(lambda: follower.node._node.set_current_term(ahead, None))
+
+    def one_leader_followed_by_all():
+        statuses = [n.status() for n in c.nodes.values()]
+        leaders = {s["leader_id"] for s in statuses}
+        return (len(leaders) == 1 and None not in leaders and min(s["term"] for s in statuses) >= ahead
+                and len({s["term"] for s in statuses}) == 1)
+    wait_until(one_leader_followed_by_all, 20, "every node to follow one leader at the term run ahead or later")
+    commit(c, b"after")
+    c.converged()
+    assert c.machines[follower_id].entries == [b"before", b"after"]
+
+
 def test_refusals_before_the_log(cluster):
     c = cluster(max_entry_bytes=1000).start_all()
     leader = c.leader()
@@ -910,17 +953,16 @@ def test_follower_truncates_only_on_a_real_conflict(tmp_path):
 
 
 def test_an_append_of_an_older_term_changes_nothing_on_the_follower(tmp_path):
-    """Raft §5.1: a follower that knows a newer term ignores an append of an
+    """Raft §5.1: a follower that knows a newer term refuses an append of an
     older one. A deposed leader's append still in flight must neither truncate
-    nor extend the log the new term's leader wrote, nor be answered as if it
-    were the leader's."""
+    nor extend the log the new term's leader wrote; it is answered with the
+    newer term, refused, so that the leader that sent it steps down."""
     with follower_facing_a_fake_leader(tmp_path) as (follower, machine, leader, entry):
         reply = leader.append(2, (1, 0), [entry(i, 2) for i in range(2, 5)], commit=1)
         assert (reply["next_node_idx"], reply["success"]) == (5, True)
         # The old term's leader: its entry 2 conflicts with the follower's.
-        # Sent, not appended: an ignored append gets no answer to wait for.
-        leader.send({"type": "append_entries", "term": 1, "commit_index": 2,
-                     "prevLogIdx": 1, "prevLogTerm": 0, "entries": [entry(2, 1, b"stale")]})
+        refusal = leader.append(1, (1, 0), [entry(2, 1, b"stale")], commit=2)
+        assert (refusal["term"], refusal["success"], refusal["reset"]) == (2, False, False)
         reply = leader.append(2, (4, 2), [], commit=4)
         assert (reply["term"], reply["next_node_idx"], reply["success"]) == (2, 5, True)
         status = follower.status()

@@ -124,7 +124,9 @@ subclasses it and closes these gaps (docs/guarantees.md, "What pysyncobj
    that is ready is read without a tick (``read``): a follower writes,
    syncs and answers the appends in it, a leader counts the answers
    (``_on_answer``: its own code, which drops an answer of an earlier
-   term; pysyncobj counted any), commits (entries of its own term only,
+   term and steps down on one of a newer term; pysyncobj counted any, and
+   a follower now refuses an append of an older term with its own),
+   commits (entries of its own term only,
    itself once synced) and applies.
    A tick follows only a read that brought news. A follower applies what an
    append committed in the read that answered it. Ticks remain for
@@ -1069,6 +1071,8 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, QuietLeader, SyncObjInternals
             elif message["type"] == "append_entries" and message["term"] >= self.raftCurrentTerm:
                 self.quorum_lost_at = None     # following a leader: no longer cut off
                 self._on_append_entries(node, message)
+            elif message["type"] == "append_entries":
+                self._refuse_older_term(node)
             elif message["type"] == "timeout_now" and (self.declines_leadership or not self.may_vote()):
                 pass
             elif message["type"] == "request_vote" and not self.may_vote():
@@ -1088,12 +1092,16 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, QuietLeader, SyncObjInternals
         complete and the reads it confirms. pysyncobj read every answer, whatever its term; one
         of an earlier term of this node's (a slow link delivers it after a new election) tells
         what the follower held of that term's log, and counting it could commit an entry of this
-        term the follower never had (Raft, section 5.1): it is dropped. An older release's
-        pickled answer carries no term, and is counted as pysyncobj counted it."""
+        term the follower never had (Raft, section 5.1): it is dropped. One of a newer term
+        (``_refuse_older_term``) makes this leader step down to it. An older release's pickled
+        answer carries no term, and is counted as pysyncobj counted it."""
         if self.raft_state != LEADER:
             return
         term = message.get("term")
         if term is not None and term < self.raftCurrentTerm:
+            return
+        if term is not None and term > self.raftCurrentTerm:
+            self._step_down_to(term, node)
             return
         next_index, success = message["next_node_idx"], message["success"]
         next_indexes = self.next_indexes
@@ -1111,3 +1119,22 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, QuietLeader, SyncObjInternals
         else:
             self.appends_refused += 1
         self._resolve_reads()
+
+    def _refuse_older_term(self, node) -> None:
+        """An append of a term older than this node's is refused with this node's term (Raft,
+        section 5.1), changing nothing here. pysyncobj sent nothing back, and a node whose term
+        had run ahead of its group's stayed out of it for good: a follower cut off just as it
+        won a pre-vote stands alone in a new term (a chaos run, isolate-leader, 2026-12-04),
+        then ignores the leader's appends of the old term while the others, hearing that leader,
+        refuse it every pre-vote. The answer makes the leader step down to the newer term, and
+        the next election brings the node back."""
+        self.transport.send_answer(node, self.raftCurrentTerm, self.last_log_index() + 1, False, False, None)
+
+    def _step_down_to(self, term: int, node) -> None:
+        """A follower answered from a newer term than this leader's: follow it, as Raft has it."""
+        logger.warning("stepping down as leader of term %d: %s answered from term %d",
+                       self.raftCurrentTerm, node, term)
+        self.set_current_term(term, None)
+        self.set_state(FOLLOWER)
+        self.raft_leader = None
+        self.election_deadline = monotonic() + self.election_timeout()
