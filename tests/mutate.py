@@ -853,6 +853,11 @@ MUTANTS = [
            "regain = max(first_lost, shown or 0, *(index for index in intact if index is not None),",
            "regain = max(first_lost, shown or 0,",
            (T_JRN + "test_entries_past_damage_that_no_mark_names_are_regained_too",)),
+    Mutant("first-record-damage-follows-the-commit-index", "damage to the log's first record is given up from "
+           "the entry it held, and regained before a vote",
+           "engine/storage/journal.py", "        elif first is not None:\n            base = first - 1\n",
+           "        elif False:\n            base = first - 1\n",
+           (T_JRN + "test_damage_to_the_first_record_of_the_log_gives_up_the_whole_log_from_its_first_entry",)),
     Mutant("engine-restart-answered-500", "while an engine is started again after a failed sync, the node answers 503, not 500",
            "api/app.py", '            if exc.code != "engine_gone":', "            if True:",
            (T_DSK + "test_an_engine_whose_fsync_fails_is_started_again_and_loses_nothing_acknowledged",)),

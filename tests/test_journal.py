@@ -259,6 +259,39 @@ def test_a_record_written_at_another_records_offset_is_damage(tmp_path):
     assert j.regain_index == 30
 
 
+@pytest.mark.parametrize("log_starts", ["at entry 1", "after a compaction", "where meta never saw an entry"])
+def test_damage_to_the_first_record_of_the_log_gives_up_the_whole_log_from_its_first_entry(
+        tmp_path, caplog, log_starts):
+    """The log's first record has no record before it to say its index. Taken to follow the
+    commit index, the damage there read as a torn write once the sync marks named nothing past
+    it: the node went on with an empty log and voted, having lost entries it acknowledged (and
+    what it said it gave up, when it did, was not what its log lost: a chaos campaign on 5
+    nodes saw a node give up 'entries 2081 to 2082' whose log then ended at 1). Meta says which
+    entry starts the log; when it does not know (the log was empty when meta was last written),
+    the node gives up from entry 1."""
+    j = DurableJournal(tmp_path)
+    if log_starts == "where meta never saw an entry":
+        j.clear()                                  # meta written with an empty log
+        fill(j, 11, 30)
+        first_said = 1
+    else:
+        fill(j, 1, 40)
+        if log_starts == "after a compaction":
+            j.deleteEntriesTo(10)                  # meta written with the log starting at 11
+        first_said = j.index_and_term(0)[0]
+        j.setRaftCommitIndex(40)
+        j.onOneSecondTimer()                       # meta written with every entry committed
+    first = j.index_and_term(0)[0]
+    segment, offset, _ = record_of(j, first)
+    crash(j)
+    flip(segment, offset + 30)
+    with caplog.at_level(logging.ERROR, logger="raftq.engine.storage.journal"):
+        j = DurableJournal(tmp_path)
+    assert len(j) == 0
+    assert j.regain_index == 40                    # every later entry was synced: it may have acknowledged them
+    assert f"gives up entries {first_said} to 40" in caplog.text
+
+
 def test_a_tail_no_sync_covered_is_a_torn_write_however_it_was_lost(tmp_path):
     """A power cut may keep any part of what no sync covered -- a later record without an
     earlier one. None of it was acknowledged: it is cut like a torn write, and the node votes

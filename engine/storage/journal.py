@@ -15,7 +15,8 @@ Layout of the directory:
   live log.
 - ``meta.rec`` and ``meta.copy.rec``: two copies of one record holding
   currentTerm, votedFor, commit index, where the live log starts (segment,
-  offset), an index the log must reach again before this node votes (below,
+  offset, and the index of the entry there: damage to that very record names
+  no index of its own), an index the log must reach again before this node votes (below,
   "Start-up") and a sequence number, as JSON. Each write overwrites both in
   place, in turn, each synced before the other is written (as superblocks
   are kept): a crash or a damaged sector spoils at most one copy, and the
@@ -273,7 +274,7 @@ class DurableJournal(Journal):
         # gave up entries it may have acknowledged to damage (see the module's docstring).
         self.regain_index: int | None = meta.get("regain")
         kept, kept_sizes = self._read_kept()
-        self._open_log(meta.get("start"), kept, kept_sizes)
+        self._open_log(meta.get("start"), meta.get("first"), kept, kept_sizes)
         if not meta:
             # from its first moment a journal has meta: entries without it mean it was lost
             self._write_meta(durable_now=True)
@@ -394,7 +395,9 @@ class DurableJournal(Journal):
             offsets[k], lengths[k] = found[kept.indexes[k]]
         return kept._replace(offsets=offsets, lengths=lengths)
 
-    def _open_log(self, start: list[int] | None, kept: Kept, kept_sizes: dict[int, int]) -> None:
+    def _open_log(self, start: list[int] | None, first: int | None, kept: Kept, kept_sizes: dict[int, int]) -> None:
+        """Read the log from ``start``, whose record holds entry ``first`` (None: unknown, the log
+        was empty when meta was written)."""
         seqs = self._existing_segments()
         if start is None:
             start_seq, start_off = (seqs[0] if seqs else 1), SEGMENT_HEADER.size
@@ -427,7 +430,7 @@ class DurableJournal(Journal):
                 os.truncate(path, good_end)    # unused preallocation (or a new segment that never got its header)
                 if good_end:
                     continue
-            self._end_log_at(live[n:], data, good_end, prev_idx)
+            self._end_log_at(live[n:], data, good_end, prev_idx, first)
             live = live[:n + 1]
             if good_end == 0:
                 self._write_new_segment_file(seq)
@@ -455,13 +458,23 @@ class DurableJournal(Journal):
             # appends must not land before a start that reopen would skip to
             self._write_meta(durable_now=True)
 
-    def _end_log_at(self, segments: list[int], data: bytes, good_end: int, prev_idx: int | None) -> None:
+    def _end_log_at(self, segments: list[int], data: bytes, good_end: int, prev_idx: int | None,
+                    first: int | None) -> None:
         """The log ends at ``good_end`` of ``segments[0]`` (whose bytes are ``data``), where a
-        record is torn, damaged or out of sequence; ``prev_idx`` is the last index before it.
+        record is torn, damaged or out of sequence; ``prev_idx`` is the last index before it, None
+        when it is the log's first record, which holds entry ``first`` if meta knew it.
         Cut the log there, and if what is cut is damage rather than a torn write, first record
         the index the log must reach again before this node votes."""
         path = self._dir / _segment_name(segments[0])
-        base = prev_idx if prev_idx is not None else self._commit_index
+        if prev_idx is not None:
+            base = prev_idx
+        elif first is not None:
+            base = first - 1
+        else:
+            # The whole log is cut, from an entry no intact record names: say so from entry 1.
+            # Sync marks are still believed as far as the commit index makes them plausible.
+            base = self._commit_index
+        first_lost = base + 1 if prev_idx is not None or first is not None else 1
         offset = max(good_end, SEGMENT_HEADER.size)
         shown = [self._synced_past(data, offset, base)]
         # entries whose records lie intact past the damage: among them those of the last sync, which
@@ -474,7 +487,6 @@ class DurableJournal(Journal):
             intact.append(self._intact_past(later_data, SEGMENT_HEADER.size, None))
             between += len(later_data)
         shown = max((index for index in shown if index is not None), default=None)
-        first_lost = base + 1
         if len(segments) == 1 and (shown is None or shown < first_lost):
             logger.warning("journal %s: a torn write at offset %d of %d bytes, where the log ends (a crash while "
                            "writing, never synced nor acknowledged): cut there", path, good_end, len(data))
@@ -959,7 +971,8 @@ class DurableJournal(Journal):
         needed = set(kept.seqs)
         self._use_kept(kept)
         self._write_kept()
-        self._write_meta(start=start, durable_now=True)
+        self._write_meta(start=start, first=self._first + entryTo if entryTo < len(self) else None,
+                         durable_now=True)
         # out of the rows before their segments go: a read finds them kept, or not at all
         for column in self._rows():
             del column[:entryTo]
@@ -1063,9 +1076,13 @@ class DurableJournal(Journal):
             return self._seqs[0], self._offsets[0]
         return (self._seq, self._segment_sizes[self._seq])
 
-    def _write_meta(self, start: tuple[int, int] | None = None, *, durable_now: bool = False) -> None:
+    def _write_meta(self, start: tuple[int, int] | None = None, first: int | None = None, *,
+                    durable_now: bool = False) -> None:
         """Persist meta, in both copies in turn; ``durable_now`` fsyncs them even when fsync is off
-        (structural changes: the log start moves and segments get unlinked)."""
+        (structural changes: the log start moves and segments get unlinked). ``start`` (and the
+        entry ``first`` its record holds, None if none) when the log is about to start elsewhere."""
+        if start is None:
+            start, first = self._log_start(), (self._first if self._last is not None else None)
         if self._appender is not None:
             # the log first: meta that says the log holds its regain index again is never ahead of it
             self._sync_data()
@@ -1074,9 +1091,12 @@ class DurableJournal(Journal):
             "term": self._term,
             "voted_for": self._voted_for,
             "commit_index": self._commit_index,
-            "start": list(start or self._log_start()),
+            "start": list(start),
             "seq": self._meta_seq,
         }
+        if first is not None:
+            # the index of the record at ``start``: damage found there at open is given up from it
+            body["first"] = first
         if self.regain_index is not None:
             body["regain"] = self.regain_index
         self._meta_dirty = False
