@@ -6,13 +6,17 @@ import inspect
 import re
 from pathlib import Path
 
+import pysyncobj.monotonic
 import pysyncobj.serializer
 import pysyncobj.syncobj
 import pysyncobj.tcp_connection
 import pysyncobj.tcp_server
+import pysyncobj.transport
 import pytest
+from pysyncobj.node import Node, TCPNode
 
 from raftq.engine.raft import internals
+from raftq.engine.raft.node import AddressNode
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_ROOMS = ("api", "engine", "raftq", "statemachine", "wire_format")
@@ -82,3 +86,31 @@ def test_every_call_names_a_private_method_pysyncobj_defines():
     assert calls
     for owner, name in calls:
         assert f"def __{name}(" in inspect.getsource(PYSYNCOBJ_CLASSES[owner]), f"{owner}.__{name}"
+
+
+def test_pysyncobj_reads_its_own_clock_through_raftqs_reader():
+    """internals gives pysyncobj's modules back their clock read in C (a global each looks up at
+    call time): a module that stopped naming it would keep the slow reader, and one given another
+    clock would mix two in one comparison."""
+    modules = (pysyncobj.syncobj, pysyncobj.tcp_connection, pysyncobj.transport)
+    for module in modules:
+        assert re.search(r"\bmonotonicTime\(\)", inspect.getsource(module)), module.__name__
+        assert module.monotonicTime is internals.monotonic
+    before = pysyncobj.monotonic.monotonic()
+    between = internals.monotonic()
+    after = pysyncobj.monotonic.monotonic()
+    assert before <= between <= after
+
+
+def test_a_node_hashes_and_compares_as_pysyncobjs_node_of_its_address():
+    """pysyncobj builds nodes of its own (an incoming connection's, a membership change's) and
+    looks raftq's up among them, and the other way round."""
+    mine = AddressNode("127.0.0.1:7001", raftq_id="n1")
+    theirs, bare = TCPNode("127.0.0.1:7001"), Node("127.0.0.1:7001")
+    other = AddressNode("127.0.0.1:7002", raftq_id="n2")
+    for same in (theirs, bare):
+        assert mine == same and same == mine and not (mine != same) and not (same != mine)
+        assert {same: "found"}[mine] == "found" and {mine: "found"}[same] == "found"
+    assert mine != other and other != theirs and {mine, theirs, bare, other} == {mine, other}
+    assert (mine.id, mine.address, mine.host, mine.port, mine.raftq_id) == ("127.0.0.1:7001", "127.0.0.1:7001",
+                                                                           "127.0.0.1", 7001, "n1")

@@ -101,15 +101,14 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from pysyncobj import SyncObjConf
-from pysyncobj.monotonic import monotonic
-from pysyncobj.node import TCPNode
 
 from ..config import Peer
 from ..storage import snapshot_file
 from ..storage.damage import DamagedRecord
 from ..storage.journal import DurableJournal, encode_record
 from ..storage.records import DamagedFile
-from .node import ENTRY_BYTES, FOLLOWER, LEADER, MEMBERSHIP_COMMAND, PLAIN_BYTE, ROLE_NAMES, RaftNode, Ticket
+from .internals import monotonic
+from .node import ENTRY_BYTES, FOLLOWER, LEADER, MEMBERSHIP_COMMAND, PLAIN_BYTE, ROLE_NAMES, AddressNode, RaftNode, Ticket
 from .repair import Repairs
 from .sealer import Sealer
 from .wire import max_frame_bytes
@@ -609,7 +608,7 @@ class Consensus:
             self._ids.setdefault(raft_addr, node_id)
 
     def add_node(self, peer: Peer, callback) -> None:
-        node = TCPNode(peer.raft_addr, raftq_id=peer.id)    # an address it cannot take raises here, before any change
+        node = AddressNode(peer.raft_addr, raftq_id=peer.id)    # an address it cannot take raises here, before any change
         ticket = self._admitted(callback)
         if ticket is None:
             return
@@ -857,8 +856,8 @@ class Consensus:
 
     # -- helpers -----------------------------------------------------------
 
-    def _make_node(self, addr: str) -> TCPNode:
-        return TCPNode(addr, raftq_id=self._ids.get(addr, addr))
+    def _make_node(self, addr: str) -> AddressNode:
+        return AddressNode(addr, raftq_id=self._ids.get(addr, addr))
 
     def _id_of(self, node) -> str:
         return self._ids.get(node.id) or getattr(node, "raftq_id", None) or node.id

@@ -33,11 +33,11 @@ import contextlib
 import logging
 
 from . import pysyncobj_pin  # noqa: F401  -- the release these overrides were written for
-from pysyncobj.monotonic import monotonic
 from pysyncobj.syncobj import _RAFT_STATE
 
 from ..storage import snapshot_file
 from ..storage.damage import DamagedRecord
+from .internals import monotonic
 from .quiet import promised_gap
 from ..storage.records import InsufficientStorage
 

@@ -16,25 +16,43 @@ re-read against this file (``pysyncobj_pin``). What pysyncobj offers as public
 API (``conf``, ``selfNode``, ``raftCurrentTerm``, ``forceLogCompaction``)
 is used as such, not through here.
 
-Three kinds of names:
+Four kinds of names:
 - *state*: a property over the private attribute, read and written as if
   it were raftq's own;
 - *calls*: pysyncobj's private methods that raftq calls;
 - *hooks*: the private methods pysyncobj calls on itself, which raftq
   replaces: pysyncobj calls the private name, which calls raftq's, whose
-  default here is pysyncobj's own code (so an override may call ``super()``).
+  default here is pysyncobj's own code (so an override may call ``super()``);
+- *the clock*: ``monotonic``, pysyncobj's own clock, which raftq reads
+  and which pysyncobj's modules are given back read in C (below).
 """
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
+import time
 
 from . import pysyncobj_pin  # noqa: F401  -- the release these names were read from
+import pysyncobj.monotonic
+import pysyncobj.syncobj
+import pysyncobj.tcp_connection
+import pysyncobj.transport
 from pysyncobj import SyncObj
 from pysyncobj.serializer import Serializer
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.tcp_server import TcpServer
+
+# pysyncobj reads CLOCK_MONOTONIC_RAW through a lambda: a Python call each time, about 25 per
+# entry on a leader. The same clock through functools.partial is read without one. Where that
+# clock is missing pysyncobj's own reader stays (it finds another).
+if hasattr(time, "CLOCK_MONOTONIC_RAW"):
+    monotonic = functools.partial(time.clock_gettime, time.CLOCK_MONOTONIC_RAW)
+    for _module in (pysyncobj.syncobj, pysyncobj.tcp_connection, pysyncobj.transport):
+        _module.monotonicTime = monotonic
+else:
+    monotonic = pysyncobj.monotonic.monotonic
 
 
 class _PrivateState(property):

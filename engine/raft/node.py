@@ -166,7 +166,7 @@ from pysyncobj import replicated
 from pysyncobj.config import FAIL_REASON
 from pysyncobj.fast_queue import FastQueue
 from pysyncobj.journal import Journal
-from pysyncobj.monotonic import monotonic
+from pysyncobj.node import TCPNode
 
 from ..outcome import INSUFFICIENT_STORAGE
 from ..storage.damage import DamagedRecord
@@ -174,7 +174,7 @@ from ..storage.journal import DurableJournal
 from ..storage import records
 from ..storage.records import InsufficientStorage
 from .follower import FollowerSide
-from .internals import SyncObjInternals
+from .internals import SyncObjInternals, monotonic
 from .prevote import PRE_VOTE, PRE_VOTE_ANSWER, PreVote
 from .quiet import QuietLeader
 from .snapshots import ForkedSnapshots
@@ -254,6 +254,18 @@ FAIL_REASONS = {
     FAIL_REASON.REQUEST_DENIED: "denied",
     FAIL_REASON.UNKNOWN_OUTCOME: "unknown_outcome",
 }
+
+
+class AddressNode(str, TCPNode):
+    """pysyncobj's ``TCPNode``, hashed and compared as its address string is, in C. A leader looks
+    its followers up in pysyncobj's dicts dozens of times per entry, and ``Node.__hash__`` is two
+    Python calls each time (the hash, then the ``id`` property). It is equal to every node of its
+    address, as a ``TCPNode`` is, and to the address itself."""
+
+    def __new__(cls, address: str, **kwargs):
+        return super().__new__(cls, address)
+
+    __repr__ = TCPNode.__repr__
 
 
 class Ticket:
@@ -389,7 +401,7 @@ class RaftNode(FollowerSide, PreVote, EntryRepair, QuietLeader, SyncObjInternals
         self.appends_refused = 0  # answers to this leader's appends that the follower could not take
         journal.before_rewrite = self._flush_replies
         self._ticker: LoopTicker | None = None     # set by run_on
-        super().__init__(self_node, other_nodes, conf,
+        super().__init__(self_node, other_nodes, conf, nodeClass=AddressNode,
                          transportClass=functools.partial(DialingTransport, dial_addrs=dial_addrs,
                                                          max_frame=max_frame, group=group, handoff=handoff))
         # pysyncobj wakes its tick thread's poll through a pipe when a command

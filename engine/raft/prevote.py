@@ -37,8 +37,9 @@ majority runs it, while the older ones still elect among themselves.
 from __future__ import annotations
 
 from . import pysyncobj_pin  # noqa: F401  -- the release these overrides were written for
-from pysyncobj.monotonic import monotonic
 from pysyncobj.syncobj import _RAFT_STATE
+
+from .internals import monotonic
 
 PRE_VOTE = "pre_vote"
 PRE_VOTE_ANSWER = "pre_vote_response"

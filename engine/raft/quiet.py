@@ -37,8 +37,9 @@ promise); the follower's is ``engine.raft.follower.FollowerSide``.
 
 from __future__ import annotations
 
-from pysyncobj.monotonic import monotonic
 from pysyncobj.syncobj import _RAFT_STATE
+
+from .internals import monotonic
 
 LEADER = _RAFT_STATE.LEADER
 

@@ -58,11 +58,10 @@ import socket
 import struct
 
 from . import binary_wire
-from .internals import ConnectionInternals, ServerInternals
+from .internals import ConnectionInternals, ServerInternals, monotonic
 from . import pysyncobj_pin  # noqa: F401  -- the release these overrides were written for
 from pysyncobj import pickle as _pickle
 from pysyncobj.dns_resolver import globalDnsResolver
-from pysyncobj.monotonic import monotonic
 from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 from pysyncobj.transport import TCPTransport
