@@ -158,12 +158,13 @@ class GroupCommitter:
             entry = cbor_array_header(len(items)) + b"".join(items)
             self._in_flight += 1
             self.packing.add(len(items), len(entry))
-            loop = self._loop
-            self._propose(entry, term, lambda result, err, f=futures: loop.call_soon(
-                self._resolve, f, result, err))
+            self._propose(entry, term, lambda result, err, f=futures: self._resolve(f, result, err))
 
     def _resolve(self, futures: list, applied, err) -> None:
-        """`applied` is what the node's apply returned: (log index, one answer per command)."""
+        """`applied` is what the node's apply returned: (log index, one answer per command).
+        Called where the entry was applied (a tick, or a read of the followers' answers), or
+        where it was refused: the futures are answered there, which only schedules their
+        waiters, and what is queued is packed in a turn of its own, as it is when queued."""
         self._in_flight -= 1
         if err is None and (not isinstance(applied, tuple) or len(applied[1]) != len(futures)):
             err = "internal"
@@ -174,7 +175,9 @@ class GroupCommitter:
                 future.set_exception(CommitError(err))
             else:
                 _answer(future, applied[1][slot], applied[0])
-        self._flush()
+        if self._pending and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
 
     def fail_pending(self, code: str) -> None:
         """Refuse what has not reached the log yet (lost leadership, shutdown)."""

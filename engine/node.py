@@ -26,6 +26,7 @@ import math
 import socket
 import time
 import uuid
+from collections.abc import Awaitable
 from pathlib import Path
 
 import cbor2
@@ -313,10 +314,27 @@ class Node:
         """
         term = self.consensus.term()
         await self._settled(term)
+        return await self._committed(self._queue(encoded, ride, term), encoded, term)
+
+    def submit_queued(self, encoded: bytes, ride: str | None = None) -> Awaitable[Committed]:
+        """``submit_encoded``, the command queued for the next entry now when this leader's clock
+        is settled for its term (not in the first step of whoever awaits it, a loop turn later,
+        behind the entry that would otherwise leave without it)."""
+        term = self.consensus.term()
+        if not self.clock.settled_for(term):
+            return self.submit_encoded(encoded, ride)
+        return self._committed(self._queue(encoded, ride, term), encoded, term)
+
+    def _queue(self, encoded: bytes, ride: str | None, term: int) -> asyncio.Future:
+        queued = self.committer.enqueue(stamped(encoded, self.clock.now_ms()), term)
+        if ride is not None and self.long_polls.waits_on(ride):
+            self.long_polls.put_queued(ride, term)
+        return queued
+
+    async def _committed(self, queued: asyncio.Future, encoded: bytes, term: int) -> Committed:
+        """The queued command's outcome; queued once more if it was refused while this leader's
+        lease lapsed and the lease came back for the same term."""
         try:
-            queued = self.committer.enqueue(stamped(encoded, self.clock.now_ms()), term)
-            if ride is not None and self.long_polls.waits_on(ride):
-                self.long_polls.put_queued(ride, term)
             return await queued
         except CommitError as exc:
             if exc.code != "no_quorum" or not await self._lease_regained(term):

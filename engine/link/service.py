@@ -56,10 +56,11 @@ import asyncio
 import collections
 import logging
 import socket
+from collections.abc import Awaitable
 
 import cbor2
 
-from ..outcome import CommitError
+from ..outcome import Committed, CommitError
 from ..quotas import CONNECTION_LEASE_S, ConnectionLeases, Holds, PutRates
 from .frames import FrameWriter, LinkClosed, read_frame
 from .receipts import Receipts
@@ -71,6 +72,15 @@ logger = logging.getLogger(__name__)
 # as they happen; members' HTTP addresses change with applied entries, and are
 # re-checked this often.
 VIEW_RECHECK_S = 1.0
+
+
+async def _refused(code: str) -> list:
+    raise CommitError(code)
+
+
+async def _as_answer(committing: Awaitable[Committed]) -> list:
+    committed = await committing
+    return [committed.result, committed.index]
 
 
 class EngineService:
@@ -90,7 +100,7 @@ class EngineService:
         self._view: dict | None = None
         self._view_task: asyncio.Task | None = None
         self._calls = {
-            "submit": self._submit, "read": self._read, "receive": self._receive,
+            "read": self._read, "receive": self._receive,
             "replicated_everywhere": node.replicated_everywhere, "add_node": node.add_node,
             "remove_node": node.remove_node, "transfer_leadership": node.transfer_leadership,
             "checkpoint": self._checkpoint, "rebalance": self._rebalance,
@@ -136,6 +146,8 @@ class EngineService:
                         self.holds.release(held, *args)
                     elif method in self._instant:
                         self._answer_now(out, call_id, method, args)
+                    elif method == "submit":
+                        self._submit_now(out, call_id, args)
                     else:
                         task = asyncio.create_task(self._answer(out, call_id, method, args))
                         if method == "receive":
@@ -161,9 +173,24 @@ class EngineService:
         if call_id:
             out.send([call_id, error, value])
 
-    async def _answer(self, out: FrameWriter, call_id: int, method: str, args: list) -> None:
+    def _submit_now(self, out: FrameWriter, call_id: int, args: list) -> None:
+        """A submit queued for the next entry as its frame is read, with the frame's others
+        (``Node.submit_queued``): a lone put is proposed at the end of this turn, not of the
+        next, where a task's first step would queue it. Only its answer waits, in a task."""
         try:
-            value, error = await self._calls[method](*args), None
+            committing = self._submit(*args)
+        except Exception:
+            logger.exception("engine call submit failed")
+            if call_id:
+                out.send([call_id, "internal", None])
+            return
+        asyncio.create_task(self._answer(out, call_id, "submit", args, begun=committing))
+
+    async def _answer(self, out: FrameWriter, call_id: int, method: str, args: list,
+                      begun: Awaitable | None = None) -> None:
+        """Answer the call (`begun`: already under way) once it is done."""
+        try:
+            value, error = await (self._calls[method](*args) if begun is None else begun), None
         except CommitError as exc:
             value, error = None, exc.code
         except asyncio.CancelledError:
@@ -196,11 +223,10 @@ class EngineService:
     async def _rebalance(self) -> bool | None:
         return None if self.balancer is None else await self.balancer.balance_now()
 
-    async def _submit(self, encoded: bytes, ride: str | None = None, charge: list | None = None) -> list:
+    def _submit(self, encoded: bytes, ride: str | None = None, charge: list | None = None) -> Awaitable[list]:
         if charge is not None and self.put_rates.take(*charge) is not None:
-            raise CommitError("rate_limited")
-        committed = await self.node.submit_encoded(encoded, ride)
-        return [committed.result, committed.index]
+            return _refused("rate_limited")
+        return _as_answer(self.node.submit_queued(encoded, ride))
 
     async def _read(self, query: str, args: list, settled: bool) -> list:
         if settled:
